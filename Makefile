@@ -1,0 +1,106 @@
+# shoal: zero-config, authenticated, tensor-parallel LLM inference across the machines at hand.
+# Plain targets, one comment each. Flags come from pkg-config; warnings are errors.
+
+UNAME_S ?= $(shell uname -s)
+CC      ?= cc
+BUILD   ?= build
+SANITIZE ?=
+
+# Missing system packages are installed before anything is built (quiet when all are present).
+# SKIP_DEPS=1 skips the check (packagers, or a dry run of the Darwin branch on Linux).
+ifeq ($(filter clean format help,$(MAKECMDGOALS))$(SKIP_DEPS),)
+DEPS_DONE := $(shell sh scripts/install-deps.sh >&2 || echo fail)
+endif
+
+ifeq ($(UNAME_S),Darwin)
+# macOS: Homebrew's libraries, Bonjour (dns_sd, part of libSystem) and Accelerate for BLAS.
+PKGS      := libsodium libmicrohttpd jansson libpcre2-8
+DISC_BACKEND ?= dnssd
+BLAS_LIBS := -framework Accelerate
+BLAS_CFLAGS := -DSHOAL_ACCELERATE
+RDMA_LIBS := $(if $(wildcard /usr/lib/libibverbs.dylib /usr/local/lib/libibverbs.dylib),-libverbs,)
+else
+PKGS      := libsodium libmicrohttpd jansson libpcre2-8
+DISC_BACKEND ?= avahi
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+RDMA_LIBS := -libverbs
+endif
+
+ifeq ($(DISC_BACKEND),avahi)
+DISC_PKGS := avahi-client
+else ifeq ($(UNAME_S),Darwin)
+DISC_PKGS :=
+else
+DISC_PKGS := avahi-compat-libdns_sd
+endif
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(DISC_PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) $(DISC_PKGS) 2>/dev/null)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -pthread -I. -MMD -MP \
+	   -DSHOAL_DISC_$(DISC_BACKEND) $(PKG_CFLAGS) $(BLAS_CFLAGS)
+LDLIBS  += $(PKG_LIBS) $(BLAS_LIBS) $(RDMA_LIBS) -lm -pthread
+
+ifneq ($(SANITIZE),)
+BUILD   := $(BUILD)-san
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+MODULES  := common discovery planner transport infer web agent
+# A discovery backend file is named *_avahi.c or *_dnssd.c; only the chosen one is built.
+ALL_SRC  := $(wildcard $(addsuffix /*.c,$(MODULES)))
+OTHER_BACKEND := $(if $(filter avahi,$(DISC_BACKEND)),dnssd,avahi)
+LIB_SRC  := $(filter-out agent/main.c %_$(OTHER_BACKEND).c,$(ALL_SRC))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.SECONDARY:
+.PHONY: all test test-asan test-dnssd bench demo clean format help
+
+# Builds the binary build/shoal (and the test programs).
+all: $(BUILD)/shoal $(TEST_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/shoal: $(BUILD)/obj/agent/main.o $(LIB_OBJ)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+# Installs missing packages, builds, runs every test; closes with "N passed, N failed".
+test: all
+	@SHOAL_BIN=$(BUILD)/shoal sh tests/run.sh $(BUILD) $(T)
+
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer (build-san/).
+test-asan:
+	$(MAKE) SANITIZE=address,undefined test
+
+# Speed and memory figures (prints, never fails on a slow machine).
+bench: all
+	@sh scripts/bench.sh $(BUILD)
+
+# The main job: a 3-node cluster in network namespaces answers a chat completion (root).
+demo: all
+	@sh scripts/demo.sh $(BUILD)
+
+# Removes every build output.
+clean:
+	rm -rf build build-san build-*
+
+# Formats the C sources with the committed .clang-format.
+format:
+	clang-format -i $(ALL_SRC) $(wildcard */*.h tests/*.c tests/*.h)
+
+# Lists the targets.
+help:
+	@grep -B1 -E '^[a-z-]+:' Makefile | grep -E '^#' | sed 's/^# //'
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/agent/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

@@ -1,0 +1,26 @@
+/*
+ * cli.h: the subcommands of the shoal binary. Each lives in agent/cmd_NAME.c, takes the
+ * arguments after its name (argv[0] is the subcommand name, as for getopt) and returns the
+ * process exit code: 0 success, 1 failure, 2 usage error.
+ */
+#ifndef SHOAL_CLI_H
+#define SHOAL_CLI_H
+
+int cmd_agent(int argc, char **argv);    /* run the agent: discovery, election, plan, serve */
+int cmd_status(int argc, char **argv);   /* ask the local agent for its member table */
+int cmd_plan(int argc, char **argv);     /* compute a plan from a view file */
+int cmd_info(int argc, char **argv);     /* describe a GGUF model */
+int cmd_tokenize(int argc, char **argv); /* text <-> token ids */
+int cmd_generate(int argc, char **argv); /* generate text on this machine */
+int cmd_mkmodel(int argc, char **argv);  /* write a GGUF with seeded random weights */
+int cmd_serve(int argc, char **argv);    /* serve the OpenAI API from one node */
+int cmd_worker(int argc, char **argv);   /* one rank of a manually started group */
+int cmd_bench(int argc, char **argv);    /* speed figures */
+
+/* Prints "shoal NAME: not built yet (ISSUE)" and returns 1; used by stubs until their issue lands. */
+int cli_not_yet(const char *name, const char *issue);
+
+/* Common flag: --log-level LEVEL (or SHOAL_LOG). Returns 0, or 2 with a message on a bad level. */
+int cli_set_log_level(const char *arg);
+
+#endif

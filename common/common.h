@@ -1,0 +1,84 @@
+/*
+ * common: logging, error codes and the few helpers every module shares.
+ *
+ * Invariant: nothing here allocates behind the caller's back or keeps state other than the
+ * log threshold, which is set once at start (before threads) and only read afterwards.
+ */
+#ifndef SHOAL_COMMON_H
+#define SHOAL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SHOAL_VERSION "0.1.0"
+
+/* ---- logging ------------------------------------------------------------------------------ */
+
+enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+extern int log_threshold; /* messages above this level are skipped before formatting */
+
+/* LOG(level, fmt, ...): one line to stderr with a UTC timestamp and the level name.
+ * Safe to call from any thread (one fprintf per line). */
+#define LOG(level, ...)                                                                            \
+	do {                                                                                       \
+		if ((level) <= log_threshold)                                                      \
+			log_write((level), __VA_ARGS__);                                           \
+	} while (0)
+
+void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses "error|warn|info|debug" (or 0..3). Returns the level or -1. */
+int log_level_parse(const char *s);
+
+/* Sets the threshold from SHOAL_LOG if present; a --log-level flag given later overrides it. */
+void log_init_from_env(void);
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* Functions return 0 on success or one of these (negative). Detail goes into a caller's buffer. */
+enum shoal_err {
+	SH_OK = 0,
+	SH_EINVAL = -1,    /* bad argument or malformed input */
+	SH_ENOMEM = -2,    /* allocation failed */
+	SH_EIO = -3,       /* read, write or system call failed */
+	SH_EFORMAT = -4,   /* a file or message does not follow its format */
+	SH_EUNSUPP = -5,   /* valid but not supported (architecture, type, version) */
+	SH_ETIMEDOUT = -6, /* a deadline passed */
+	SH_EAUTH = -7,     /* authentication failed */
+	SH_ECLOSED = -8,   /* the peer closed or was lost */
+	SH_ENOFIT = -9,    /* the model does not fit */
+	SH_ENOENT = -10,   /* not found */
+	SH_EBUSY = -11,    /* queue full or resource busy */
+	SH_ECANCELED = -12 /* canceled by the caller or a client */
+};
+
+/* Message for a code; never NULL. */
+const char *sh_strerror(int err);
+
+/* snprintf into a caller's error buffer (errbuf may be NULL). Returns err for tail calls:
+ *   return sh_fail(err, errbuf, errlen, SH_EFORMAT, "bad magic %x", m); */
+int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Monotonic clock in milliseconds and in nanoseconds. */
+int64_t now_ms(void);
+int64_t now_ns(void);
+
+/* Writes len bytes to path atomically: a temp file beside it, fsync, rename. */
+int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer the caller frees. */
+int read_file_all(const char *path, char **out, size_t *outlen, char *errbuf, size_t errlen);
+
+/* mkdir -p with mode 0700 for created directories. */
+int mkdir_p(const char *path, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * util.c: error messages, clocks and file helpers shared by every module.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *sh_strerror(int err)
+{
+	switch (err) {
+	case SH_OK: return "ok";
+	case SH_EINVAL: return "invalid argument";
+	case SH_ENOMEM: return "out of memory";
+	case SH_EIO: return "input/output error";
+	case SH_EFORMAT: return "bad format";
+	case SH_EUNSUPP: return "not supported";
+	case SH_ETIMEDOUT: return "timed out";
+	case SH_EAUTH: return "authentication failed";
+	case SH_ECLOSED: return "connection closed";
+	case SH_ENOFIT: return "does not fit";
+	case SH_ENOENT: return "not found";
+	case SH_EBUSY: return "busy";
+	case SH_ECANCELED: return "canceled";
+	}
+	return "unknown error";
+}
+
+int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
+{
+	if (errbuf && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errbuf, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t now_ms(void) { return now_ns() / 1000000; }
+
+int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return sh_fail(errbuf, errlen, SH_EIO, "%s: %s", tmp, strerror(errno));
+	const char *p = data;
+	size_t left = len;
+	while (left) {
+		ssize_t w = write(fd, p, left);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			goto err;
+		p += w;
+		left -= (size_t)w;
+	}
+	if (fsync(fd) != 0)
+		goto err;
+	close(fd);
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		return sh_fail(errbuf, errlen, SH_EIO, "rename %s: %s", path, strerror(e));
+	}
+	return 0;
+err:;
+	int e = errno;
+	close(fd);
+	unlink(tmp);
+	return sh_fail(errbuf, errlen, SH_EIO, "write %s: %s", tmp, strerror(e));
+}
+
+int read_file_all(const char *path, char **out, size_t *outlen, char *errbuf, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return sh_fail(errbuf, errlen, errno == ENOENT ? SH_ENOENT : SH_EIO, "%s: %s", path,
+			       strerror(errno));
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		size_t n = fread(buf + len, 1, cap - len - 1, f);
+		len += n;
+		if (len + 1 < cap)
+			break;
+		char *nb = realloc(buf, cap * 2);
+		if (!nb) {
+			free(buf);
+			buf = NULL;
+			break;
+		}
+		buf = nb;
+		cap *= 2;
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (!buf)
+		return sh_fail(errbuf, errlen, SH_ENOMEM, "%s: out of memory", path);
+	if (bad) {
+		free(buf);
+		return sh_fail(errbuf, errlen, SH_EIO, "%s: read error", path);
+	}
+	buf[len] = 0;
+	*out = buf;
+	if (outlen)
+		*outlen = len;
+	return 0;
+}
+
+int mkdir_p(const char *path, char *errbuf, size_t errlen)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
+	for (char *p = tmp + 1;; p++) {
+		if (*p == '/' || *p == 0) {
+			char c = *p;
+			*p = 0;
+			if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+				return sh_fail(errbuf, errlen, SH_EIO, "mkdir %s: %s", tmp,
+					       strerror(errno));
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}

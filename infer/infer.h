@@ -1,0 +1,119 @@
+/*
+ * infer.h: the inference engine's public interface, used by web/ and agent/.
+ *
+ * An engine owns one loaded model (memory-mapped GGUF, tokenizer, chat template, KV cache, a
+ * persistent compute thread pool). Requests are run one at a time by eng_generate() on the
+ * caller's thread; the caller (web/'s scheduler, the CLI) serialises them. How many ranks compute
+ * a step is hidden behind this interface: a tensor-parallel engine looks the same.
+ *
+ * Threads: eng_generate() must not be called concurrently on one engine. eng_info(),
+ * eng_tokenize(), eng_detokenize() and eng_chat_prompt() are read-only and may be called from
+ * any thread at any time once eng_open() has returned.
+ */
+#ifndef SHOAL_INFER_H
+#define SHOAL_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct eng eng_t;
+
+typedef struct eng_opts {
+	const char *model_path;    /* GGUF file (borrowed for the call) */
+	int threads;               /* compute threads; 0 = number of cores */
+	int ctx;                   /* context length; 0 = model's, capped to what memory allows */
+	const char *chat_template; /* family name override ("chatml", "llama3", ...) or NULL */
+} eng_opts_t;
+
+typedef struct eng_info {
+	const char *name;          /* general.name or the file's base name */
+	const char *arch;          /* "llama", "qwen2", "qwen3" */
+	int n_ctx;                 /* context length in use */
+	int n_vocab;
+	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
+	int bos, eos;              /* token ids, -1 when absent */
+	uint64_t weight_bytes;     /* bytes of tensor data */
+	const char *chat_template; /* family in use, or NULL when none */
+} eng_info_t;
+
+typedef struct eng_msg {
+	const char *role;    /* "system", "user", "assistant" */
+	const char *content; /* UTF-8 */
+} eng_msg_t;
+
+typedef struct eng_sampling {
+	float temperature;        /* 0 = greedy */
+	int top_k;                /* 0 = off */
+	float top_p;              /* 1 = off */
+	float min_p;              /* 0 = off */
+	float repeat_penalty;     /* 1 = off */
+	float presence_penalty;   /* 0 = off */
+	float frequency_penalty;  /* 0 = off */
+	uint64_t seed;            /* same seed, same text */
+	int max_tokens;           /* 0 = until EOS or the context is full */
+	const char *const *stop;  /* stop strings (borrowed), n_stop of them */
+	int n_stop;
+	int top_logprobs;         /* 0 = none; else report this many alternatives per token */
+} eng_sampling_t;
+
+/* Fills s with the neutral defaults documented above (greedy, nothing off). */
+void eng_sampling_default(eng_sampling_t *s);
+
+enum eng_finish { ENG_FINISH_NONE = 0, ENG_FINISH_STOP, ENG_FINISH_LENGTH, ENG_FINISH_ERROR,
+		  ENG_FINISH_CANCELED };
+
+typedef struct eng_logprob {
+	int token;
+	float logprob;
+} eng_logprob_t;
+
+/* One generated token, handed to the callback. text holds the bytes this token completes
+ * (UTF-8, never half a character; may be empty while a character is incomplete or while text
+ * could still turn into a stop string). Pointers are valid during the callback only. */
+typedef struct eng_token {
+	int id;
+	const char *text;
+	size_t text_len;
+	float logprob;               /* log-probability of id under the sampling distribution */
+	const eng_logprob_t *top;    /* top_logprobs alternatives, best first */
+	int n_top;
+} eng_token_t;
+
+/* Called for each token. Return non-zero to cancel the request (a client went away). */
+typedef int (*eng_token_cb)(void *ud, const eng_token_t *tok);
+
+typedef struct eng_result {
+	int finish;              /* enum eng_finish */
+	int prompt_tokens;
+	int completion_tokens;
+	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
+	char error[256];         /* set when finish == ENG_FINISH_ERROR */
+} eng_result_t;
+
+/* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */
+int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen);
+void eng_free(eng_t *e); /* NULL-safe */
+
+const eng_info_t *eng_info(const eng_t *e); /* lives as long as e */
+
+/* Text -> ids. add_bos: prepend BOS when the model wants it; special: parse special tokens
+ * written in the text. *ids is malloc'd, the caller frees it. */
+int eng_tokenize(const eng_t *e, const char *text, int add_bos, int special, int **ids, int *n_ids,
+		 char *err, size_t errlen);
+
+/* Ids -> text, malloc'd and NUL-terminated; the caller frees it. */
+int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text);
+
+/* Applies the chat template to msgs and tokenizes the result (with BOS as the model wants), ready
+ * for eng_generate. An unknown role is SH_EINVAL with a message. *ids is malloc'd. */
+int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
+		    char *err, size_t errlen);
+
+/* Runs one request to completion on the calling thread: prefill prompt, then sample until EOS, a
+ * stop string, max_tokens, the end of the context, cancellation, or an error. cb may be NULL.
+ * Always fills res. Returns 0, or a negative code (then res->finish is ENG_FINISH_ERROR and
+ * res->error says why; a prompt longer than the context is SH_EINVAL). */
+int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		 eng_token_cb cb, void *ud, eng_result_t *res);
+
+#endif

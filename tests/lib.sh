@@ -1,0 +1,17 @@
+# lib.sh: helpers for the shell tests (tests/t_*.sh), sourced by each. Every check prints one line
+# on failure; `done_tests` closes with "N passed, N failed[, N skipped]" and sets the exit code.
+BUILD=${BUILD:-build}
+SHOAL=${SHOAL_BIN:-$BUILD/shoal}
+SHARED=${SHOAL_SHARED:-../shared}
+T_PASS=0 T_FAIL=0 T_SKIP=0
+
+pass() { T_PASS=$((T_PASS + 1)); }
+fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL: $*" >&2; }
+skip() { T_SKIP=$((T_SKIP + 1)); echo "skip $*" >&2; }
+# check "description" command...: passes when the command exits 0.
+check() { d=$1; shift; if "$@"; then pass; else fail "$d"; fi; }
+done_tests() {
+	if [ "$T_SKIP" -ne 0 ]; then echo "$T_PASS passed, $T_FAIL failed, $T_SKIP skipped"
+	else echo "$T_PASS passed, $T_FAIL failed"; fi
+	[ "$T_FAIL" -eq 0 ]
+}

@@ -1,0 +1,68 @@
+/* test_common.c: logging levels, error messages, file helpers. */
+#include "common/common.h"
+#include "harness.h"
+
+#include <stdlib.h>
+
+TEST(log_levels)
+{
+	CHECK_EQ_INT(log_level_parse("error"), LOG_ERROR);
+	CHECK_EQ_INT(log_level_parse("WARN"), LOG_WARN);
+	CHECK_EQ_INT(log_level_parse("info"), LOG_INFO);
+	CHECK_EQ_INT(log_level_parse("debug"), LOG_DEBUG);
+	CHECK_EQ_INT(log_level_parse("2"), 2);
+	CHECK_EQ_INT(log_level_parse("loud"), -1);
+	CHECK_EQ_INT(log_level_parse(NULL), -1);
+}
+
+static int formatted;
+static int side_effect(void) { return ++formatted; }
+
+TEST(log_skips_formatting_below_threshold)
+{
+	int saved = log_threshold;
+	log_threshold = LOG_ERROR;
+	formatted = 0;
+	LOG(LOG_DEBUG, "never %d", side_effect());
+	CHECK_EQ_INT(formatted, 0);
+	log_threshold = saved;
+}
+
+TEST(errors_have_messages)
+{
+	for (int e = 0; e >= SH_ECANCELED; e--)
+		CHECK(strcmp(sh_strerror(e), "unknown error") != 0);
+	char buf[32];
+	CHECK_EQ_INT(sh_fail(buf, sizeof buf, SH_EFORMAT, "bad %s", "magic"), SH_EFORMAT);
+	CHECK_EQ_STR(buf, "bad magic");
+}
+
+TEST(atomic_write_and_read_back)
+{
+	char dir[] = "/tmp/shoal-test-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	char sub[256], path[300], err[128];
+	snprintf(sub, sizeof sub, "%s/a/b", dir);
+	CHECK_EQ_INT(mkdir_p(sub, err, sizeof err), 0);
+	snprintf(path, sizeof path, "%s/f.json", sub);
+	CHECK_EQ_INT(write_file_atomic(path, "[1,2]", 5, err, sizeof err), 0);
+	char *data = NULL;
+	size_t len = 0;
+	CHECK_EQ_INT(read_file_all(path, &data, &len, err, sizeof err), 0);
+	CHECK_EQ_INT(len, 5);
+	CHECK_EQ_STR(data, "[1,2]");
+	free(data);
+	CHECK_EQ_INT(read_file_all("/nonexistent/x", &data, &len, err, sizeof err), SH_ENOENT);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	CHECK_EQ_INT(system(cmd), 0);
+}
+
+int main(void)
+{
+	RUN(log_levels);
+	RUN(log_skips_formatting_below_threshold);
+	RUN(errors_have_messages);
+	RUN(atomic_write_and_read_back);
+	return harness_done();
+}
