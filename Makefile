@@ -58,8 +58,13 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_SECONDS ?= 10
+FUZZ_CFLAGS = $(filter-out -Werror,$(CFLAGS)) -fsanitize=fuzzer-no-link,address,undefined
+
 .SECONDARY:
-.PHONY: all test test-asan test-dnssd bench demo clean format help
+.PHONY: all test test-asan test-dnssd bench demo fuzz clean format help
 
 # Builds the binary build/shoal (and the test programs).
 all: $(BUILD)/shoal $(TEST_BIN)
@@ -91,9 +96,20 @@ bench: all
 demo: all
 	@sh scripts/demo.sh $(BUILD)
 
+# libFuzzer targets (tests/fuzz/fuzz_*.c, built with clang), each run for FUZZ_SECONDS.
+fuzz: $(FUZZ_BIN)
+	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BIN)
+
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
+
+build-fuzz/%: build-fuzz/obj/tests/fuzz/%.o $(LIB_SRC:%.c=build-fuzz/obj/%.o)
+	clang -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
+
 # Removes every build output.
 clean:
-	rm -rf build build-san build-*
+	rm -rf build build-*
 
 # Formats the C sources with the committed .clang-format.
 format:
