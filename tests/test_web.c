@@ -428,6 +428,22 @@ TEST(bind_error)
 	CHECK(err[0] != 0);
 }
 
+TEST(dashboard_page)
+{
+	/* the compiled page is web/dashboard.html (regenerate with web/gen_page.sh) */
+	char *html = NULL;
+	size_t n = 0;
+	CHECK_EQ_INT(read_file_all("web/dashboard.html", &html, &n, NULL, 0), 0);
+	CHECK(html && !strcmp(html, web_dashboard_html));
+	free(html);
+	/* self-contained: no CDN, no remote scripts, styles or fonts */
+	CHECK(strstr(web_dashboard_html, "src=\"http") == NULL);
+	CHECK(strstr(web_dashboard_html, "href=\"http") == NULL);
+	CHECK(strstr(web_dashboard_html, "@import") == NULL);
+	CHECK(strstr(web_dashboard_html, "/v1/events") != NULL);
+	CHECK(strstr(web_dashboard_html, "id=\"nodes\"") != NULL);
+}
+
 int main(void)
 {
 	log_threshold = LOG_WARN;
@@ -439,5 +455,6 @@ int main(void)
 	RUN(metrics_text);
 	RUN(server_without_engine);
 	RUN(bind_error);
+	RUN(dashboard_page);
 	return harness_done();
 }
