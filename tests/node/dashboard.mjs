@@ -33,8 +33,9 @@ try {
   await page.fill("#input", "Once upon a time");
   await page.click("#send");
   await page.waitForSelector(".msg.assistant.done, .msg.error.done", { timeout: 60000 });
-  const reply = await page.textContent(".msg.assistant.done").catch(() => "");
-  const err = await page.textContent(".msg.error").catch(() => null);
+  // (page.textContent would wait for a missing element: look without waiting)
+  const reply = await page.$$eval(".msg.assistant.done", (els) => els.map((e) => e.textContent).join(""));
+  const err = await page.$$eval(".msg.error", (els) => els.map((e) => e.textContent).join("") || null);
   check("chat reply streamed (" + (err || "no error") + ")", !err && reply.length > 0);
   check("reply shows its token count", /tokens in/.test(reply));
 

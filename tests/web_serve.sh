@@ -1,0 +1,57 @@
+# web_serve.sh: starts and stops `shoal serve` for the API tests (sourced after tests/lib.sh).
+# serve_start ARGS...: runs `$SHOAL serve --port 0 ARGS` in the background, waits until it prints
+# its URL and answers /health; sets SERVE_PID, PORT, URL, SERVE_LOG. Returns non-zero on failure.
+# serve_stop: SIGTERM to that process only, then waits for it; its exit status is in SERVE_RC.
+SERVE_PID=
+serve_start() {
+	SERVE_LOG=${TMP:-/tmp}/serve.$$.log
+	"$SHOAL" serve --port 0 "$@" 2>"$SERVE_LOG" &
+	SERVE_PID=$!
+	PORT=
+	n=0
+	while [ $n -lt 600 ]; do
+		PORT=$(sed -n 's|.* on http://[^ ]*:\([0-9][0-9]*\)/.*|\1|p' "$SERVE_LOG")
+		[ -n "$PORT" ] && break
+		kill -0 "$SERVE_PID" 2>/dev/null || { SERVE_PID=; return 1; }
+		sleep 0.1
+		n=$((n + 1))
+	done
+	[ -n "$PORT" ] || return 1
+	URL=http://127.0.0.1:$PORT
+	return 0
+}
+serve_stop() {
+	if [ -n "$SERVE_PID" ]; then
+		kill "$SERVE_PID" 2>/dev/null
+		wait "$SERVE_PID" 2>/dev/null
+		SERVE_RC=$?
+		SERVE_PID=
+	fi
+}
+
+# node_setup: makes sure node and the npm packages of tests/node are there (npm install when
+# node_modules is missing; the npm registry is the only network these tests use). Returns 1 with
+# NODE_WHY set when they cannot be had.
+node_setup() {
+	command -v node >/dev/null 2>&1 || { NODE_WHY="node not installed"; return 1; }
+	if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/playwright-core ]; then
+		command -v npm >/dev/null 2>&1 || { NODE_WHY="npm not installed"; return 1; }
+		(cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1 ||
+			npm install --no-audit --no-fund --loglevel=error >/dev/null 2>&1) ||
+			{ NODE_WHY="npm install failed (no access to the npm registry?)"; return 1; }
+	fi
+	return 0
+}
+
+# serve_or_skip NAME ARGS...: serve_start, or a skip (no engine in this build) / failure line.
+# Returns non-zero when the test should end.
+serve_or_skip() {
+	name=$1; shift
+	serve_start "$@" && return 0
+	if grep -q "no inference engine" "$SERVE_LOG"; then
+		skip "$name: this build has no inference engine yet"
+	else
+		fail "$name: shoal serve did not start: $(cat "$SERVE_LOG")"
+	fi
+	return 1
+}
