@@ -4,6 +4,7 @@
 
 #include "common/common.h"
 #include "infer/gguf.h"
+#include "infer/meta.h"
 
 #include <stdint.h>
 
@@ -321,6 +322,55 @@ TEST(stories260k)
 	gguf_free(g);
 }
 
+TEST(meta_stories)
+{
+	gguf_t *g;
+	char err[256];
+	if (access(stories_path(), R_OK))
+		SKIP("stories260K.gguf not found");
+	if (gguf_open(&g, stories_path(), err, sizeof err))
+		SKIP("cannot open stories260K.gguf");
+	model_meta_t m;
+	int rc = meta_load(&m, g, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	if (rc)
+		fprintf(stderr, "%s\n", err);
+	CHECK_EQ_STR(m.arch_name, "llama");
+	CHECK_EQ_INT(m.n_layers, 5);
+	CHECK_EQ_INT(m.dim, 64);
+	CHECK_EQ_INT(m.n_heads, 8);
+	CHECK_EQ_INT(m.n_kv_heads, 4);
+	CHECK_EQ_INT(m.head_dim, 8);
+	CHECK_EQ_INT(m.ffn, 172);
+	CHECK_EQ_INT(m.n_vocab, 512);
+	CHECK_EQ_INT(m.rope_style, META_ROPE_ADJACENT);
+	CHECK_EQ_INT(m.tied_output, gguf_find_tensor(g, "output.weight") == NULL);
+	CHECK(m.types_used == 1);
+	CHECK(m.weight_bytes > 0 && m.weight_bytes < gguf_file_size(g));
+	char ts[64];
+	meta_types_str(&m, ts, sizeof ts);
+	CHECK_EQ_STR(ts, "F32");
+	gguf_free(g);
+}
+
+TEST(meta_errors)
+{
+	struct buf b = build_small(3, 32);
+	gguf_t *g;
+	char err[256];
+	model_meta_t m;
+	CHECK_EQ_INT(gguf_open_mem(&g, b.p, b.n, err, sizeof err), 0);
+	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EFORMAT);
+	CHECK(strstr(err, "missing key llama.block_count") != NULL);
+	gguf_free(g);
+	memcpy(b.p + find_bytes(&b, "llama"), "bloom", 5);
+	CHECK_EQ_INT(gguf_open_mem(&g, b.p, b.n, err, sizeof err), 0);
+	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EUNSUPP);
+	CHECK(strstr(err, "unsupported architecture 'bloom'") != NULL);
+	gguf_free(g);
+	free(b.p);
+}
+
 /* xorshift64*: deterministic corruption positions */
 static uint64_t rng_next(uint64_t *s)
 {
@@ -339,6 +389,9 @@ static void try_buffer(const uint8_t *p, size_t n, int *ok, int *bad)
 	char err[256] = "";
 	int rc = gguf_open_mem(&g, copy, n, err, sizeof err);
 	if (rc == 0) {
+		model_meta_t m;
+		if (meta_load(&m, g, err, sizeof err))
+			CHECK(err[0] != 0);
 		(*ok)++;
 		gguf_free(g);
 	} else {
@@ -389,6 +442,8 @@ int main(void)
 	RUN(small_all_types);
 	RUN(errors_name_the_problem);
 	RUN(stories260k);
+	RUN(meta_stories);
+	RUN(meta_errors);
 	RUN(truncate_and_corrupt);
 	return harness_done();
 }
