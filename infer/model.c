@@ -27,7 +27,7 @@
 #endif
 
 #define BLAS_MIN 16     /* batches this large go through sgemm */
-#define TILE_ROWS 64    /* rows dequantized per sgemm call */
+#define TILE_ROWS 256   /* rows dequantized per sgemm call (amortizes packing x) */
 #define MV_CHUNK 16     /* rows per batched matvec step (stay in L1/L2 across the batch) */
 #define MAX_MULTI 3     /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
 
@@ -367,42 +367,51 @@ typedef struct mm_job {
 	float *out[MAX_MULTI]; /* [B][w->rows] */
 	const float *x;        /* [B][cols] (same cols for every matrix) */
 	int B, cols;
+	int per;               /* chunks per matrix */
 	quant_act_t acts[64];  /* per input, integer path */
 } mm_job_t;
 
-static void mm_matvec_task(void *ctx, int ith, int nth)
+/* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
+static void mm_chunk_rows(const mm_job_t *j, int c, int align, const wmat_t **w, int *k, int *lo,
+			  int *hi)
+{
+	*k = c / j->per;
+	*w = j->w[*k];
+	pool_split((*w)->rows, c % j->per, j->per, align, lo, hi);
+}
+
+static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 {
 	mm_job_t *j = ctx;
-	for (int k = 0; k < j->n_mat; k++) {
-		const wmat_t *w = j->w[k];
-		int lo, hi;
-		pool_split(w->rows, ith, nth, 4, &lo, &hi);
-		for (int r = lo; r < hi; r += MV_CHUNK) {
-			int nr = MIN(MV_CHUNK, hi - r);
-			const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
-			for (int b = 0; b < j->B; b++)
-				w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
-					     &j->acts[b], j->cols);
-		}
+	const wmat_t *w;
+	int k, lo, hi;
+	(void)nc;
+	(void)tid;
+	mm_chunk_rows(j, c, 4, &w, &k, &lo, &hi);
+	for (int r = lo; r < hi; r += MV_CHUNK) {
+		int nr = MIN(MV_CHUNK, hi - r);
+		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
+		for (int b = 0; b < j->B; b++)
+			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
+				     &j->acts[b], j->cols);
 	}
 }
 
-static void mm_sgemm_task(void *ctx, int ith, int nth)
+static void mm_sgemm_task(void *ctx, int c, int nc, int tid)
 {
 	mm_job_t *j = ctx;
-	float *tile = j->m->tiles[ith];
-	for (int k = 0; k < j->n_mat; k++) {
-		const wmat_t *w = j->w[k];
-		int lo, hi;
-		pool_split(w->rows, ith, nth, 16, &lo, &hi);
-		for (int r = lo; r < hi; r += TILE_ROWS) {
-			int nr = MIN(TILE_ROWS, hi - r);
-			for (int i = 0; i < nr; i++)
-				quant_dequant_row(w->type, w->data + (size_t)(r + i) * w->row_bytes,
-						  tile + (size_t)i * j->cols, j->cols);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nr, j->cols, 1.0f,
-				    j->x, j->cols, tile, j->cols, 0.0f, j->out[k] + r, w->rows);
-		}
+	float *tile = j->m->tiles[tid];
+	const wmat_t *w;
+	int k, lo, hi;
+	(void)nc;
+	mm_chunk_rows(j, c, 16, &w, &k, &lo, &hi);
+	for (int r = lo; r < hi; r += TILE_ROWS) {
+		int nr = MIN(TILE_ROWS, hi - r);
+		for (int i = 0; i < nr; i++)
+			quant_dequant_row(w->type, w->data + (size_t)(r + i) * w->row_bytes,
+					  tile + (size_t)i * j->cols, j->cols);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nr, j->cols, 1.0f, j->x,
+			    j->cols, tile, j->cols, 0.0f, j->out[k] + r, w->rows);
 	}
 }
 
@@ -421,14 +430,17 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		j.w[k] = w[k];
 		j.out[k] = out[k];
 	}
+	int nt = pool_threads(m->pool), rows = w[0]->rows;
 	if (B >= BLAS_MIN) {
-		pool_run(m->pool, mm_sgemm_task, &j);
+		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
+		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);
 		return;
 	}
 	for (int b = 0; b < B; b++)
 		quant_act_prepare(w[0]->type, x + (size_t)b * j.cols, j.cols,
 				  m->act + (size_t)b * m->act_stride, &j.acts[b]);
-	pool_run(m->pool, mm_matvec_task, &j);
+	j.per = nt == 1 ? 1 : MAX(1, MIN(rows / 64, 4 * nt));
+	pool_run(m->pool, mm_matvec_task, &j, n_mat * j.per);
 }
 
 static void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B)
@@ -489,18 +501,18 @@ typedef struct att_job {
 
 /* Work item i = (token b, local head h): att[b][h] = softmax(q . K^T / sqrt(hd)) V over
  * positions [0, pos + b]. */
-static void att_task(void *ctx, int ith, int nth)
+static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, nh = m->sh.n_q_heads;
 	int grp = m->meta.n_heads / m->meta.n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
-	float *sc = m->scores + (size_t)ith * m->n_ctx;
+	float *sc = m->scores + (size_t)tid * m->n_ctx;
 	const float *kc = m->kc + (size_t)j->layer * m->n_ctx * m->kvd;
 	const float *vc = m->vc + (size_t)j->layer * m->n_ctx * m->kvd;
 	int lo, hi;
-	pool_split(j->B * nh, ith, nth, 1, &lo, &hi);
+	pool_split(j->B * nh, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
 		int b = it / nh, h = it % nh;
 		int kvh = (m->sh.q_head0 + h) / grp - m->sh.kv_head0;
@@ -578,7 +590,8 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 		}
 		att_job_t aj = {m, l, B, pos};
-		pool_run(m->pool, att_task, &aj);
+		int items = B * m->sh.n_q_heads;
+		pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

@@ -1,16 +1,19 @@
 /*
- * pool.c: persistent worker threads with a generation counter.
+ * pool.c: persistent worker threads claiming chunks from a ticket.
  *
- * pool_run() publishes (fn, ctx), bumps `gen` and does thread 0's share itself; each worker waits
- * for `gen` to change (spinning for a short while, then on the condition variable), runs its
- * share, and decrements `pending`. The caller spins until `pending` is 0. Invariant: fn and ctx
- * are only written while pending == 0, i.e. while no worker reads them.
+ * A job is published by writing (fn, ctx), resetting `done`, and then release-storing
+ * ticket = n_chunks << 32 | 0; `gen` is bumped to wake the workers. Anyone claims a chunk with
+ * fetch_add(ticket, 1): low 32 bits < high 32 bits means chunk `low` is theirs. The caller waits
+ * until done == n_chunks. Invariant: fn and ctx are only rewritten after every chunk of the
+ * previous job is done, and a late worker can only read them after a successful claim, which
+ * synchronises with the publishing store; so no thread ever sees a half-written job.
  */
 #include "infer/pool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,8 +30,8 @@
 
 struct worker {
 	pool_t *p;
-	int ith;
-	pthread_t tid;
+	int tid;
+	pthread_t thread;
 };
 
 struct pool {
@@ -36,8 +39,9 @@ struct pool {
 	struct worker *w;
 	pool_fn fn;
 	void *ctx;
+	atomic_uint_fast64_t ticket;
+	atomic_int done;
 	atomic_uint gen;
-	atomic_int pending;
 	atomic_int stop;
 	atomic_int sleeping;
 	pthread_mutex_t mu;
@@ -48,6 +52,19 @@ int pool_cores(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
+}
+
+/* Claims and runs chunks until none is left. */
+static void run_chunks(pool_t *p, int tid)
+{
+	for (;;) {
+		uint64_t t = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
+		uint32_t idx = (uint32_t)t, n = (uint32_t)(t >> 32);
+		if (idx >= n)
+			return;
+		p->fn(p->ctx, (int)idx, (int)n, tid);
+		atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+	}
 }
 
 static void *worker_main(void *arg)
@@ -75,8 +92,7 @@ static void *worker_main(void *arg)
 		if (atomic_load(&p->stop))
 			return NULL;
 		seen = g;
-		p->fn(p->ctx, w->ith, p->n);
-		atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+		run_chunks(p, w->tid);
 	}
 }
 
@@ -95,8 +111,8 @@ pool_t *pool_new(int n_threads)
 		goto err;
 	for (int i = 1; i < n_threads; i++) {
 		p->w[i].p = p;
-		p->w[i].ith = i;
-		if (pthread_create(&p->w[i].tid, NULL, worker_main, &p->w[i])) {
+		p->w[i].tid = i;
+		if (pthread_create(&p->w[i].thread, NULL, worker_main, &p->w[i])) {
 			p->n = i; /* join only those started */
 			goto err;
 		}
@@ -116,7 +132,7 @@ void pool_free(pool_t *p)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n && p->w; i++)
-		pthread_join(p->w[i].tid, NULL);
+		pthread_join(p->w[i].thread, NULL);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
 	free(p->w);
@@ -125,24 +141,28 @@ void pool_free(pool_t *p)
 
 int pool_threads(const pool_t *p) { return p ? p->n : 1; }
 
-void pool_run(pool_t *p, pool_fn fn, void *ctx)
+void pool_run(pool_t *p, pool_fn fn, void *ctx, int n_chunks)
 {
-	if (!p || p->n == 1) {
-		fn(ctx, 0, 1);
+	if (n_chunks <= 0)
+		return;
+	if (!p || p->n == 1 || n_chunks == 1) {
+		for (int i = 0; i < n_chunks; i++)
+			fn(ctx, i, n_chunks, 0);
 		return;
 	}
 	p->fn = fn;
 	p->ctx = ctx;
-	atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->ticket, (uint64_t)n_chunks << 32, memory_order_release);
 	atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleeping count */
 	if (atomic_load(&p->sleeping)) {
 		pthread_mutex_lock(&p->mu);
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}
-	fn(ctx, 0, p->n);
+	run_chunks(p, 0);
 	int spins = 0;
-	while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+	while (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
 		if (++spins < SPIN_ITERS)
 			cpu_relax();
 		else

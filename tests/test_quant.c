@@ -186,11 +186,12 @@ TEST(kernels_vs_reference)
 }
 
 static atomic_int pool_hits[8];
-static void pool_job(void *ctx, int ith, int nth)
+static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 {
 	(void)ctx;
-	(void)nth;
-	atomic_fetch_add(&pool_hits[ith], 1);
+	(void)n_chunks;
+	(void)tid;
+	atomic_fetch_add(&pool_hits[chunk], 1);
 }
 
 TEST(pool_runs_every_thread)
@@ -198,8 +199,8 @@ TEST(pool_runs_every_thread)
 	pool_t *p = pool_new(3);
 	CHECK(p != NULL);
 	for (int i = 0; i < 1000; i++)
-		pool_run(p, pool_job, NULL);
-	for (int i = 0; i < 3; i++)
+		pool_run(p, pool_job, NULL, 3);
+	for (int i = 0; i < 3; i++) /* every chunk ran exactly once per job */
 		CHECK_EQ_INT(atomic_load(&pool_hits[i]), 1000);
 	pool_free(p);
 	pool_free(NULL);
