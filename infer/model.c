@@ -36,6 +36,7 @@ typedef struct wmat {
 	int type, rows, cols;
 	size_t row_bytes;
 	const quant_ops_t *ops;
+	quant_dequant_fn dequant;
 } wmat_t;
 
 typedef struct layer {
@@ -96,6 +97,7 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 	w->rows = (int)t->ne[1];
 	w->row_bytes = quant_row_bytes(t->type, t->ne[0]);
 	w->ops = quant_ops(t->type);
+	w->dequant = w->ops->dequant ? w->ops->dequant : quant_ops_ref(t->type)->dequant;
 	(void)m;
 	if ((uint64_t)w->row_bytes * (uint64_t)w->rows > t->nbytes)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s is truncated", name);
@@ -408,8 +410,8 @@ static void mm_sgemm_task(void *ctx, int c, int nc, int tid)
 	for (int r = lo; r < hi; r += TILE_ROWS) {
 		int nr = MIN(TILE_ROWS, hi - r);
 		for (int i = 0; i < nr; i++)
-			quant_dequant_row(w->type, w->data + (size_t)(r + i) * w->row_bytes,
-					  tile + (size_t)i * j->cols, j->cols);
+			w->dequant(w->data + (size_t)(r + i) * w->row_bytes,
+				   tile + (size_t)i * j->cols, j->cols);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nr, j->cols, 1.0f, j->x,
 			    j->cols, tile, j->cols, 0.0f, j->out[k] + r, w->rows);
 	}

@@ -624,13 +624,23 @@ static void ref_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows
 	}
 }
 
-static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32};
-static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16};
-static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16};
-static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0};
-static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0};
-static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k};
-static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k};
+#define REF_DEQUANT(name, t)                                                                       \
+	static void name(const void *src, float *dst, int n) { quant_dequant_row(t, src, dst, n); }
+REF_DEQUANT(ref_dq_f32, QT_F32)
+REF_DEQUANT(ref_dq_f16, QT_F16)
+REF_DEQUANT(ref_dq_bf16, QT_BF16)
+REF_DEQUANT(ref_dq_q8_0, QT_Q8_0)
+REF_DEQUANT(ref_dq_q4_0, QT_Q4_0)
+REF_DEQUANT(ref_dq_q4_k, QT_Q4_K)
+REF_DEQUANT(ref_dq_q6_k, QT_Q6_K)
+
+static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32};
+static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16};
+static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16};
+static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0};
+static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0};
+static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k};
+static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k};
 
 const quant_ops_t *quant_ops_ref(int wtype)
 {

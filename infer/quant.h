@@ -82,10 +82,15 @@ typedef struct quant_act {
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t stride, int nrows,
 			      const quant_act_t *x, int n);
 
+/* dst[n] = the n elements of one row (n a whole number of blocks). */
+typedef void (*quant_dequant_fn)(const void *src, float *dst, int n);
+
 typedef struct quant_ops {
-	const char *impl;      /* "ref", "avx2", ... */
-	int act_type;          /* activation format this type's kernels take */
-	quant_rows_fn rows;    /* matvec over a row range */
+	const char *impl;         /* "ref", "avx2", ... */
+	int act_type;             /* activation format this type's kernels take */
+	quant_rows_fn rows;       /* matvec over a row range */
+	quant_dequant_fn dequant; /* row to F32 (prefill tiles for sgemm); optional in optimized
+				   * tables (NULL: use quant_ops_ref(t)->dequant) */
 } quant_ops_t;
 
 /* fp16 / bf16 helpers (plain C, exact). */

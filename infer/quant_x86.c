@@ -257,13 +257,51 @@ TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int 
 	}
 }
 
-static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32};
-static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16};
-static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16};
-static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0};
-static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0};
-static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k};
-static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k};
+TGT static void avx2_dq_q8_0(const void *src, float *dst, int n)
+{
+	const blk_q8_0 *b = src;
+	for (int i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+		for (int k = 0; k < 4; k++) {
+			__m128i q = _mm_loadl_epi64((const __m128i *)(b[i].q + 8 * k));
+			__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+			_mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, f));
+		}
+	}
+}
+
+TGT static void avx2_dq_q4_0(const void *src, float *dst, int n)
+{
+	const blk_q4_0 *b = src;
+	for (int i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+		__m256i v = q4_0_bytes(&b[i]);
+		__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+		__m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+		for (int k = 0; k < 4; k++) {
+			__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k]));
+			_mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, f));
+		}
+	}
+}
+
+TGT static void avx2_dq_f16(const void *src, float *dst, int n)
+{
+	const uint16_t *s = src;
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+	for (; i < n; i++)
+		dst[i] = _cvtsh_ss(s[i]);
+}
+
+static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL};
+static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16};
+static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL};
+static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0};
+static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL};
 
 const quant_ops_t *quant_x86_ops(int wtype)
 {

@@ -166,6 +166,12 @@ TEST(kernels_vs_reference)
 				quant_type_name(t), oo->impl, e1, e2);
 		CHECK(e1 <= bound_exact);
 		CHECK(e2 <= 1e-10);
+		if (oo->dequant) { /* optimized dequantize: bit-exact with the reference */
+			static float d1[N], d2[N];
+			oo->dequant(wq + 3 * rb, d1, N);
+			ro->dequant(wq + 3 * rb, d2, N);
+			CHECK(!memcmp(d1, d2, sizeof d1));
+		}
 
 		/* A column slice [256, 768): each row's slice is a contiguous run of blocks. */
 		int c0 = 256, nc = 512;
