@@ -262,7 +262,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		  gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
 		  gw_kv_u32(w, K("rope.dimension_count"), (uint32_t)hd) |
 		  gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-		  gw_kv_str(w, "tokenizer.ggml.pre", "gpt2") |
+		  gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
 		  gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
 		  gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
 		  gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
