@@ -98,7 +98,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	char why[256];
 	quant_init(getenv("SHOAL_REF_KERNELS") != NULL);
 	if ((rc = gguf_open(&e->g, opts->model_path, why, sizeof why))) {
-		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		rc = sh_fail(err, errlen, rc, "%s", why); /* names the file already */
 		goto err;
 	}
 	if ((rc = meta_load(&e->meta, e->g, why, sizeof why)) ||

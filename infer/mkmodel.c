@@ -291,12 +291,18 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		goto out;
 	}
 	uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 1;
+	int n_real = vocab_find(&v, specials[ARRAY_LEN(specials) - 1]) + 1;
 	for (int i = 0; i < n_t; i++) {
 		const tspec_t *t = &ts[i];
 		int64_t rows = t->rows ? t->rows : 1;
+		int head = !strcmp(t->name, "output.weight");
 		for (int64_t r = 0; r < rows; r++) {
+			/* filler tokens, non-ASCII bytes and control bytes get small head rows:
+			 * generated text favours real words and stays valid UTF-8 */
+			int rare = r >= n_real || (r < 256 && (r >= 127 || (r < 32 && r != 10)));
+			float sc = head && rare ? 0.1f * t->scale : t->scale;
 			for (int64_t c = 0; c < t->cols; c++)
-				row[c] = (t->is_norm ? 1.0f : 0.0f) + t->scale * rng_uniform(&s);
+				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
 			quant_quantize_row(t->type, row, qrow, t->cols);
 			if ((rc = gw_data(w, qrow, quant_row_bytes(t->type, t->cols), err, errlen)))
 				goto out;
