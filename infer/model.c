@@ -203,7 +203,7 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
-	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 4 + 63) & ~63u;
+	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 6 + 63) & ~63u;
 	m->act = aligned_alloc(64, b * m->act_stride);
 	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||

@@ -447,7 +447,7 @@ size_t quant_act_bytes(int wtype, int n)
 {
 	switch (act_type_of(wtype)) {
 	case QT_Q8_0:
-		return (size_t)n + (size_t)(n / QK8_0) * 4;
+		return (size_t)n + (size_t)(n / QK8_0) * 6;
 	case QT_Q8_K:
 		return (size_t)n + (size_t)(n / QK_K) * 4 + (size_t)(n / 16) * 2;
 	default:
@@ -463,6 +463,7 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 	if (a->type == QT_Q8_0) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
+		int16_t *bs = (int16_t *)(p + n + (n / QK8_0) * 4);
 		for (int i = 0; i < n / QK8_0; i++) {
 			const float *xb = x + i * QK8_0;
 			float amax = 0;
@@ -470,11 +471,16 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 				amax = fmaxf(amax, fabsf(xb[j]));
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 			d[i] = s;
-			for (int j = 0; j < QK8_0; j++)
+			int sum = 0;
+			for (int j = 0; j < QK8_0; j++) {
 				q[i * QK8_0 + j] = (int8_t)nearest(xb[j] * is);
+				sum += q[i * QK8_0 + j];
+			}
+			bs[i] = (int16_t)sum;
 		}
 		a->q = q;
 		a->d = d;
+		a->bsums = bs;
 	} else if (a->type == QT_Q8_K) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
@@ -494,6 +500,7 @@ quant_act_t quant_act_slice(const quant_act_t *a, int col0)
 	if (a->type == QT_Q8_0) {
 		s.q += col0;
 		s.d += col0 / QK8_0;
+		s.bsums += col0 / QK8_0;
 	} else if (a->type == QT_Q8_K) {
 		s.q += col0;
 		s.d += col0 / QK_K;

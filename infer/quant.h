@@ -67,8 +67,9 @@ _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k block");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k block");
 
-/* An activation vector prepared for one weight type. For QT_Q8_0 activations: q[n] and
- * d[n/32]; for QT_Q8_K: q[n], d[n/256], bsums[n/16] (sum of each 16 q's); for QT_F32: f[n]. */
+/* An activation vector prepared for one weight type. For QT_Q8_0 activations: q[n], d[n/32]
+ * and bsums[n/32] (sum of each block's q); for QT_Q8_K: q[n], d[n/256], bsums[n/16] (sum of
+ * each 16 q's); for QT_F32: f[n]. */
 typedef struct quant_act {
 	int type;
 	const int8_t *q;

@@ -13,6 +13,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <stdlib.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
@@ -303,16 +304,105 @@ static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q
 static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL};
 static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL};
 
+/* ---- AVX512-VNNI (256-bit, EVEX) variants: vpdpbusd does maddubs + madd in one step ---- */
+
+#define TGTV __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
+
+TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
+				const quant_act_t *x, int n)
+{
+	const int nb = n / QK8_0;
+	const __m256i z = _mm256_setzero_si256();
+	for (int r = 0; r < nrows; r++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 2 <= nb; i += 2) {
+			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
+			__m256i w1 = _mm256_loadu_si256((const __m256i *)b[i + 1].q);
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
+			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32));
+			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
+			__m256i p1 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w1), _mm256_sign_epi8(x1, w1));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
+					     _mm256_cvtepi32_ps(p1), a1);
+		}
+		for (; i < nb; i++) {
+			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
+			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
+			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+		}
+		out[r] = hsum8(_mm256_add_ps(a0, a1));
+	}
+}
+
+/* Unsigned nibbles (0..15) of a Q4_0 block in element order; the -8 offset is applied once per
+ * block through the activation's block sum. */
+TGTV static inline __m256i q4_0_nibbles(const blk_q4_0 *b)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)b->qs);
+	__m256i u = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+	return _mm256_and_si256(u, _mm256_set1_epi8(0x0f));
+}
+
+TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows,
+				const quant_act_t *x, int n)
+{
+	const int nb = n / QK4_0;
+	const __m256i z = _mm256_setzero_si256();
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		float off0 = 0, off1 = 0;
+		int i = 0;
+		for (; i + 2 <= nb; i += 2) {
+			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
+							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			__m256i p1 = _mm256_dpbusd_epi32(
+				z, q4_0_nibbles(&b[i + 1]),
+				_mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
+			float s0 = _cvtsh_ss(b[i].d) * x->d[i], s1 = _cvtsh_ss(b[i + 1].d) * x->d[i + 1];
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(p1), a1);
+			off0 += s0 * (float)x->bsums[i];
+			off1 += s1 * (float)x->bsums[i + 1];
+		}
+		for (; i < nb; i++) {
+			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
+							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			float s0 = _cvtsh_ss(b[i].d) * x->d[i];
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
+			off0 += s0 * (float)x->bsums[i];
+		}
+		/* rows are walked one at a time, in address order: interleaving two rows measured
+		 * 3x slower out of cache here (the hardware prefetcher loses the stream) */
+		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (off0 + off1);
+	}
+}
+
+static const quant_ops_t vnni_q8_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q8_0, avx2_dq_q8_0};
+static const quant_ops_t vnni_q4_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q4_0, avx2_dq_q4_0};
+
 const quant_ops_t *quant_x86_ops(int wtype)
 {
-	static int have = -1; /* benign race: every thread computes the same value */
+	static int have = -1, vnni = 0; /* benign race: every thread computes the same values */
 	if (have < 0) {
 		__builtin_cpu_init();
-		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
+		vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 	}
 	if (!have)
 		return NULL;
+	if (vnni && !getenv("SHOAL_NO_VNNI")) {
+		if (wtype == QT_Q8_0)
+			return &vnni_q8_0;
+		if (wtype == QT_Q4_0)
+			return &vnni_q4_0;
+	}
 	switch (wtype) {
 	case QT_F32:
 		return &avx2_f32;

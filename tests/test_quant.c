@@ -200,6 +200,14 @@ static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 	atomic_fetch_add(&pool_hits[chunk], 1);
 }
 
+/* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */
+TEST(kernels_vs_reference_avx2)
+{
+	setenv("SHOAL_NO_VNNI", "1", 1);
+	test_kernels_vs_reference();
+	unsetenv("SHOAL_NO_VNNI");
+}
+
 TEST(pool_runs_every_thread)
 {
 	pool_t *p = pool_new(3);
@@ -225,6 +233,7 @@ int main(void)
 	RUN(quantize_roundtrip);
 	RUN(block_layouts);
 	RUN(kernels_vs_reference);
+	RUN(kernels_vs_reference_avx2);
 	RUN(pool_runs_every_thread);
 	return harness_done();
 }
