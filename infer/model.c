@@ -4,9 +4,11 @@
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
  * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
  * down -> residual; final norm and the head. Every matrix product goes through matmul(), the one
- * place that chooses the kernel: a batch of fewer than BLAS_MIN tokens uses the integer matvec
- * kernels (weights read once per batch, rows split over the pool); a larger batch dequantizes
- * tiles of rows and calls cblas_sgemm on each pool thread (OpenBLAS itself single-threaded).
+ * place that chooses the kernel: types with a batched integer kernel (rows8: Q8_0/Q4_0 with
+ * AVX512-VNNI) use it for any batch; otherwise a batch of fewer than BLAS_MIN tokens uses the
+ * integer matvec kernels (weights read once per batch, rows split over the pool) and a larger
+ * one dequantizes tiles of rows and calls cblas_sgemm on each pool thread (OpenBLAS itself
+ * single-threaded).
  *
  * Invariant: the KV cache holds positions [0, pos) of the current sequence for this shard's KV
  * heads; model_forward() only appends.
@@ -393,6 +395,12 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
+		if (j->B > 1 && w->ops->rows8) { /* one pass over these rows per 8 inputs */
+			for (int b = 0; b < j->B; b += 8)
+				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
+					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b), j->cols);
+			continue;
+		}
 		for (int b = 0; b < j->B; b++)
 			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
 				     &j->acts[b], j->cols);
@@ -433,7 +441,7 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		j.out[k] = out[k];
 	}
 	int nt = pool_threads(m->pool), rows = w[0]->rows;
-	if (B >= BLAS_MIN) {
+	if (B >= BLAS_MIN && !w[0]->ops->rows8) {
 		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
 		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);
 		return;

@@ -641,13 +641,13 @@ REF_DEQUANT(ref_dq_q4_0, QT_Q4_0)
 REF_DEQUANT(ref_dq_q4_k, QT_Q4_K)
 REF_DEQUANT(ref_dq_q6_k, QT_Q6_K)
 
-static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32};
-static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16};
-static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16};
-static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0};
-static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0};
-static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k};
-static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k};
+static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32, NULL};
+static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16, NULL};
+static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16, NULL};
+static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0, NULL};
+static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0, NULL};
+static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k, NULL};
+static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k, NULL};
 
 const quant_ops_t *quant_ops_ref(int wtype)
 {

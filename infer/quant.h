@@ -83,6 +83,11 @@ typedef struct quant_act {
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t stride, int nrows,
 			      const quant_act_t *x, int n);
 
+/* out[t * ldo + r] = dot(row r of w, x[t]) for r in [0, nrows), t in [0, nt) (nt <= 8): one
+ * pass over the weights serves up to 8 activation vectors (prompt processing). */
+typedef void (*quant_rows8_fn)(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int nt, int n);
+
 /* dst[n] = the n elements of one row (n a whole number of blocks). */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int n);
 
@@ -92,6 +97,7 @@ typedef struct quant_ops {
 	quant_rows_fn rows;       /* matvec over a row range */
 	quant_dequant_fn dequant; /* row to F32 (prefill tiles for sgemm); optional in optimized
 				   * tables (NULL: use quant_ops_ref(t)->dequant) */
+	quant_rows8_fn rows8;     /* optional: batched integer kernel; NULL = use sgemm/rows */
 } quant_ops_t;
 
 /* fp16 / bf16 helpers (plain C, exact). */

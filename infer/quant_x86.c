@@ -296,13 +296,13 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 		dst[i] = _cvtsh_ss(s[i]);
 }
 
-static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL};
-static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16};
-static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL};
-static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0};
-static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0};
-static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL};
-static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL};
+static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
+static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, NULL};
+static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
+static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
+static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL, NULL};
 
 /* ---- AVX512-VNNI (256-bit, EVEX) variants: vpdpbusd does maddubs + madd in one step ---- */
 
@@ -384,8 +384,131 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 	}
 }
 
-static const quant_ops_t vnni_q8_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q8_0, avx2_dq_q8_0};
-static const quant_ops_t vnni_q4_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q4_0, avx2_dq_q4_0};
+/* Batched kernels: each weight block is loaded and unpacked once for 8 activation vectors. The
+ * activations' per-block scales are first transposed to dT[block][8] (and block sums to
+ * sT), so each (block, vector) pair costs a dot instruction, a convert, a lane broadcast and an
+ * FMA, with all eight accumulators in registers. Fewer than 8 vectors: the last is repeated
+ * with scale 0. */
+#define R8_MAX_BLOCKS 1024 /* rows up to 32768 elements */
+
+TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const int8_t **q,
+				   float *dT, float *sT)
+{
+	if (nb > R8_MAX_BLOCKS)
+		return -1;
+	for (int t = 0; t < 8; t++)
+		q[t] = x[t < nt ? t : nt - 1].q;
+	for (int i = 0; i < nb; i++)
+		for (int t = 0; t < 8; t++) {
+			dT[i * 8 + t] = t < nt ? x[t].d[i] : 0.0f;
+			if (sT)
+				sT[i * 8 + t] = t < nt ? (float)x[t].bsums[i] : 0.0f;
+		}
+	return 0;
+}
+
+#define R8_STEP(t, wexpr)                                                                          \
+	do {                                                                                       \
+		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
+		__m256i p_ = _mm256_dpbusd_epi32(z, wexpr, xv_);                                   \
+		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
+					 _mm256_cvtepi32_ps(p_), acc##t);                          \
+	} while (0)
+
+#define R8_STEP_Q8(t)                                                                              \
+	do {                                                                                       \
+		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
+		__m256i p_ = _mm256_dpbusd_epi32(z, aw, _mm256_sign_epi8(xv_, wv));                \
+		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
+					 _mm256_cvtepi32_ps(p_), acc##t);                          \
+	} while (0)
+
+#define R8_DECL                                                                                    \
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,     \
+	       acc5 = acc0, acc6 = acc0, acc7 = acc0
+
+#define R8_STORE(sub)                                                                              \
+	do {                                                                                       \
+		float res_[8] = {hsum8(acc0), hsum8(acc1), hsum8(acc2), hsum8(acc3),               \
+				 hsum8(acc4), hsum8(acc5), hsum8(acc6), hsum8(acc7)};              \
+		for (int t = 0; t < nt; t++)                                                       \
+			out[(size_t)t * ldo + r] = res_[t] - (sub)[t];                             \
+	} while (0)
+
+TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+				 const quant_act_t *x, int nt, int n)
+{
+	const int nb = n / QK8_0;
+	const __m256i z = _mm256_setzero_si256();
+	const int8_t *q[8];
+	static __thread float dT[R8_MAX_BLOCKS * 8];
+	if (rows8_setup(x, nt, nb, q, dT, NULL)) {
+		for (int t = 0; t < nt; t++)
+			avx2_rows_q8_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
+		return;
+	}
+	const float zero[8] = {0};
+	for (int r = 0; r < nrows; r++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
+		R8_DECL;
+		for (int i = 0; i < nb; i++) {
+			__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);
+			__m256i aw = _mm256_abs_epi8(wv);
+			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
+						  _mm256_loadu_ps(dT + i * 8));
+			R8_STEP_Q8(0);
+			R8_STEP_Q8(1);
+			R8_STEP_Q8(2);
+			R8_STEP_Q8(3);
+			R8_STEP_Q8(4);
+			R8_STEP_Q8(5);
+			R8_STEP_Q8(6);
+			R8_STEP_Q8(7);
+		}
+		R8_STORE(zero);
+	}
+}
+
+TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+				 const quant_act_t *x, int nt, int n)
+{
+	const int nb = n / QK4_0;
+	const __m256i z = _mm256_setzero_si256();
+	const int8_t *q[8];
+	static __thread float dT[R8_MAX_BLOCKS * 8], sT[R8_MAX_BLOCKS * 8];
+	if (rows8_setup(x, nt, nb, q, dT, sT)) {
+		for (int t = 0; t < nt; t++)
+			vnni_rows_q4_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
+		return;
+	}
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
+		R8_DECL;
+		__m256 off = _mm256_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			__m256i wu = q4_0_nibbles(&b[i]);
+			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
+						  _mm256_loadu_ps(dT + i * 8));
+			off = _mm256_fmadd_ps(sc, _mm256_loadu_ps(sT + i * 8), off);
+			R8_STEP(0, wu);
+			R8_STEP(1, wu);
+			R8_STEP(2, wu);
+			R8_STEP(3, wu);
+			R8_STEP(4, wu);
+			R8_STEP(5, wu);
+			R8_STEP(6, wu);
+			R8_STEP(7, wu);
+		}
+		float o[8];
+		_mm256_storeu_ps(o, _mm256_mul_ps(off, _mm256_set1_ps(8.0f)));
+		R8_STORE(o);
+	}
+}
+
+static const quant_ops_t vnni_q8_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q8_0, avx2_dq_q8_0,
+				      vnni_rows8_q8_0};
+static const quant_ops_t vnni_q4_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q4_0, avx2_dq_q4_0,
+				      vnni_rows8_q4_0};
 
 const quant_ops_t *quant_x86_ops(int wtype)
 {
