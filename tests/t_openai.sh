@@ -15,19 +15,29 @@ TMP=$(mktemp -d)
 trap 'serve_stop; rm -rf "$TMP"' EXIT
 serve_or_skip t_openai --model "$MODEL" || { done_tests; exit; }
 
-# The reference: `shoal generate` greedy, same prompt and length.
-if "$SHOAL" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens $N --temp 0 \
-	>"$TMP/gen.txt" 2>"$TMP/gen.err"; then
-	EXPECT_TEXT=$(cat "$TMP/gen.txt"; printf x)
-	EXPECT_TEXT=${EXPECT_TEXT%x}
-	export EXPECT_TEXT
-else
-	fail "shoal generate failed: $(cat "$TMP/gen.err")"
-fi
-if "$SHOAL" tokenize --model "$MODEL" --bos "$PROMPT" >"$TMP/tok.txt" 2>/dev/null; then
-	EXPECT_PROMPT_TOKENS=$(wc -w <"$TMP/tok.txt" | tr -d ' ')
-	export EXPECT_PROMPT_TOKENS
-fi
+# The reference: `shoal generate` greedy, same prompt and length (it ends its text with one
+# newline, removed here), as text and as ids (their count = completion_tokens).
+# expected VAR ARGS...: runs shoal generate ARGS and exports its text as VAR.
+expected() {
+	var=$1; shift
+	if "$SHOAL" generate --model "$MODEL" --max-tokens $N --temperature 0 "$@" \
+		>"$TMP/gen.txt" 2>"$TMP/gen.err"; then
+		v=$(cat "$TMP/gen.txt"; printf x)
+		v=${v%x}
+		v=${v%?}
+		export "$var=$v"
+	else
+		fail "shoal generate $*: $(cat "$TMP/gen.err")"
+	fi
+}
+expected EXPECT_TEXT --prompt "$PROMPT"
+expected EXPECT_CHAT --chat "$PROMPT"
+expected GEN_IDS --prompt "$PROMPT" --ids
+EXPECT_COMPLETION_TOKENS=$(echo "$GEN_IDS" | wc -w | tr -d ' ')
+EXPECT_PROMPT_TOKENS=$(printf '%s' "$PROMPT" | "$SHOAL" tokenize --model "$MODEL" --bos | wc -w | tr -d ' ')
+export EXPECT_COMPLETION_TOKENS EXPECT_PROMPT_TOKENS
+check "reference ids counted" [ "$EXPECT_COMPLETION_TOKENS" -gt 0 ]
+check "reference prompt tokenized" [ "$EXPECT_PROMPT_TOKENS" -gt 0 ]
 
 out=$(PROMPT=$PROMPT MAX_TOKENS=$N node tests/node/openai.mjs "$URL" 2>"$TMP/err")
 rc=$?

@@ -1,16 +1,21 @@
 # web_serve.sh: starts and stops `shoal serve` for the API tests (sourced after tests/lib.sh).
 # serve_start ARGS...: runs `$SHOAL serve --port 0 ARGS` in the background, waits until it prints
-# its URL and answers /health; sets SERVE_PID, PORT, URL, SERVE_LOG. Returns non-zero on failure.
+# its URL; sets SERVE_PID, PORT, URL, SERVE_LOG. Returns non-zero on failure.
 # serve_stop: SIGTERM to that process only, then waits for it; its exit status is in SERVE_RC.
 SERVE_PID=
+SERVE_N=0
 serve_start() {
-	SERVE_LOG=${TMP:-/tmp}/serve.$$.log
+	# a fresh log per start: the child truncates its log only after the fork, so reusing one
+	# file could show the previous server's port
+	SERVE_N=$((SERVE_N + 1))
+	SERVE_LOG=${TMP:-/tmp}/serve.$$.$SERVE_N.log
+	rm -f "$SERVE_LOG"
 	"$SHOAL" serve --port 0 "$@" 2>"$SERVE_LOG" &
 	SERVE_PID=$!
 	PORT=
 	n=0
 	while [ $n -lt 600 ]; do
-		PORT=$(sed -n 's|.* on http://[^ ]*:\([0-9][0-9]*\)/.*|\1|p' "$SERVE_LOG")
+		PORT=$(sed -n 's|.* on http://[^ ]*:\([0-9][0-9]*\)/.*|\1|p' "$SERVE_LOG" 2>/dev/null)
 		[ -n "$PORT" ] && break
 		kill -0 "$SERVE_PID" 2>/dev/null || { SERVE_PID=; return 1; }
 		sleep 0.1
