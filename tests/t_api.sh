@@ -183,6 +183,31 @@ req POST /v1/completions '{"prompt":"Once upon a time","max_tokens":500,"stream"
 check "stream deadline ends with an error event" body_has '^data: {"error":{'
 serve_stop
 
+# ---- a client that disconnects cancels its generation: stories260K greedy from "hello" runs to
+# max_tokens without EOS; the client reads the first bytes and hangs up; the server must stop
+# long before 2000 tokens.
+serve_start --model "$MODEL" || fail "serve for the disconnect test"
+curl -s -N -H 'Content-Type: application/json' --data-binary \
+	'{"prompt":"hello","max_tokens":2000,"stream":true,"temperature":0}' \
+	"$URL/v1/completions" 2>/dev/null | head -c 400 >"$TMP/partial"
+idle=0 n=0
+while [ $n -lt 50 ]; do
+	curl -s "$URL/metrics" >"$TMP/m"
+	if grep -q '^shoal_requests_running 0' "$TMP/m"; then idle=1; break; fi
+	sleep 0.1
+	n=$((n + 1))
+done
+live=$(sed -n 's/^shoal_tokens_generated_live_total //p' "$TMP/m")
+check "the client got part of the stream" grep -q '^data: {' "$TMP/partial"
+echo "disconnect: stopped after $live of 2000 tokens" >&2
+check "disconnect canceled the generation (stopped after $live of 2000 tokens)" \
+	[ "$idle" = 1 ] && [ "${live:-2000}" -lt 2000 ]
+check "no finished request counted for it" grep -q '^shoal_generated_tokens_total 0' "$TMP/m"
+req GET /health
+check "healthy after the cancel" [ "$STATUS" = 200 ]
+serve_stop
+check "serve exits 0 after a cancel" [ "$SERVE_RC" = 0 ]
+
 check "serve --help" sh -c "'$SHOAL' serve --help | grep -q -- --queue-max"
 "$SHOAL" serve --port 1 >/dev/null 2>&1
 check "serve without --model is a usage error" [ $? -eq 2 ]
