@@ -444,6 +444,124 @@ TEST(dashboard_page)
 	CHECK(strstr(web_dashboard_html, "id=\"nodes\"") != NULL);
 }
 
+/* ---- the scheduler with the real engine (stories260K) -------------------------------------- */
+
+static web_job_t *long_job(eng_t *e, int max_tokens, int stream)
+{
+	web_req_t r;
+	web_err_t er;
+	const char *b = "{\"prompt\":\"hello\",\"temperature\":0}";
+	if (web_req_parse(&r, WEB_COMPLETION, b, strlen(b), &er) != 0)
+		return NULL;
+	r.samp.max_tokens = max_tokens;
+	r.stream = stream;
+	int *ids = NULL, n = 0;
+	if (eng_tokenize(e, r.prompt, 1, 0, &ids, &n, NULL, 0) != 0) {
+		web_req_clear(&r);
+		return NULL;
+	}
+	return web_job_new(&r, ids, n, "m", 60000);
+}
+
+static int job_state(web_job_t *j)
+{
+	pthread_mutex_lock(&j->mu);
+	int s = j->state;
+	pthread_mutex_unlock(&j->mu);
+	return s;
+}
+
+static void job_wait(web_job_t *j)
+{
+	pthread_mutex_lock(&j->mu);
+	while (j->state != JOB_DONE)
+		pthread_cond_wait(&j->cv, &j->mu);
+	pthread_mutex_unlock(&j->mu);
+}
+
+TEST(sched_cancel_and_detach)
+{
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	if (access(path, R_OK) != 0)
+		SKIP("stories260K.gguf not found");
+	eng_opts_t eo = {.model_path = path, .threads = 1};
+	eng_t *e = NULL;
+	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+	if (!e)
+		return;
+	web_metrics_t m;
+	web_metrics_init(&m);
+	web_sched_t *s = NULL;
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	web_sched_set_engine(s, e);
+
+	/* A runs (greedy from "hello" never meets EOS); B and C wait; D finds the queue full */
+	web_job_t *a = long_job(e, 2000, 1), *b = long_job(e, 8, 0), *c = long_job(e, 8, 0),
+		  *d = long_job(e, 8, 0);
+	CHECK(a && b && c && d);
+	CHECK_EQ_INT(web_sched_submit(s, a), 0);
+	while (job_state(a) == JOB_QUEUED)
+		usleep(1000);
+	CHECK_EQ_INT(web_sched_submit(s, b), 0);
+	CHECK_EQ_INT(web_sched_submit(s, c), 0);
+	CHECK_EQ_INT(web_sched_submit(s, d), SH_EBUSY);
+	int q, run;
+	web_sched_depth(s, &q, &run);
+	CHECK_EQ_INT(q, 2);
+	CHECK_EQ_INT(run, 1);
+
+	/* a queued job canceled by its client ends at once, the running one is untouched */
+	web_sched_cancel(s, b, 1);
+	CHECK_EQ_INT(job_state(b), JOB_DONE);
+	CHECK_EQ_INT(b->err.status, 499);
+	/* the running one stops at its next token, with the timeout error */
+	web_sched_cancel(s, a, 2);
+	job_wait(a);
+	CHECK_EQ_INT(a->err.status, 504);
+	CHECK(a->res.completion_tokens < 2000);
+	CHECK(strstr(a->out.p, "data: {\"error\"") != NULL); /* the stream ends with an error event */
+	CHECK(strstr(a->out.p, "[DONE]") == NULL);
+	job_wait(c); /* C runs next and completes */
+	CHECK_EQ_INT(c->err.status, 0);
+	CHECK_EQ_INT(c->res.completion_tokens, 8);
+	CHECK(c->text.len > 0);
+
+	/* detaching the engine: queued jobs fail with 503, the running one finishes first */
+	web_job_t *f = long_job(e, 300, 0), *g = long_job(e, 8, 0);
+	CHECK_EQ_INT(web_sched_submit(s, f), 0);
+	while (job_state(f) == JOB_QUEUED)
+		usleep(1000);
+	CHECK_EQ_INT(web_sched_submit(s, g), 0);
+	web_sched_set_engine(s, NULL);
+	CHECK_EQ_INT(job_state(f), JOB_DONE);
+	CHECK_EQ_INT(f->err.status, 0);
+	CHECK_EQ_INT(f->res.completion_tokens, 300);
+	CHECK_EQ_INT(job_state(g), JOB_DONE);
+	CHECK_EQ_INT(g->err.status, 503);
+	CHECK_EQ_INT(web_sched_submit(s, d), SH_ENOENT);
+	CHECK(web_sched_engine_acquire(s) == NULL);
+	web_sched_set_engine(s, e);
+	CHECK_EQ_INT(web_sched_submit(s, d), 0);
+	job_wait(d);
+	CHECK_EQ_INT(d->err.status, 0);
+
+	/* stopping with work queued: every job still ends */
+	web_job_t *h = long_job(e, 2000, 1), *i = long_job(e, 8, 1);
+	CHECK_EQ_INT(web_sched_submit(s, h), 0);
+	CHECK_EQ_INT(web_sched_submit(s, i), 0);
+	web_sched_free(s);
+	CHECK_EQ_INT(job_state(h), JOB_DONE);
+	CHECK_EQ_INT(job_state(i), JOB_DONE);
+	CHECK(i->err.status == 503);
+
+	web_job_t *all[] = {a, b, c, d, f, g, h, i};
+	for (size_t k = 0; k < ARRAY_LEN(all); k++)
+		web_job_unref(all[k]);
+	web_metrics_destroy(&m);
+	eng_free(e);
+}
+
 int main(void)
 {
 	log_threshold = LOG_WARN;
@@ -456,5 +574,6 @@ int main(void)
 	RUN(server_without_engine);
 	RUN(bind_error);
 	RUN(dashboard_page);
+	RUN(sched_cancel_and_detach);
 	return harness_done();
 }
