@@ -672,6 +672,41 @@ static int is_follower(web_t *w)
 	return f;
 }
 
+/* The final call for a request whose body (if any) has arrived: answer it. */
+static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
+{
+	switch (cn->route) {
+	case R_DASH:
+		return send_body(w, c, 200, strdup(web_dashboard_html), "text/html; charset=utf-8",
+				 NULL, NULL);
+	case R_HEALTH: return do_health(w, c);
+	case R_METRICS: {
+		web_buf_t b = {0};
+		int q, run;
+		char reason[200];
+		web_sched_depth(w->sched, &q, &run);
+		int st = node_state(w, reason, sizeof reason);
+		if (web_metrics_prometheus(&w->metrics, &b, q, run, st) != 0)
+			web_buf_free(&b);
+		return send_body(w, c, 200, b.p, "text/plain; version=0.0.4", NULL, NULL);
+	}
+	case R_MODELS: return do_models(w, c);
+	case R_CLUSTER: return send_json(w, c, 200, cluster_json(w));
+	case R_EVENTS: return do_events(w, c);
+	}
+	if (cn->too_large)
+		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
+				   "the request body is larger than %u bytes", WEB_BODY_MAX);
+	return do_generate(w, c, cn);
+}
+
+/*
+ * libmicrohttpd calls this several times per request: first with the headers (*con_cls NULL),
+ * then once per piece of body, then once more with no data. Refusals (404, 405, 401, redirects,
+ * an announced oversized body) are answered on the first call, which also makes libmicrohttpd
+ * close the connection without reading the body; everything else is answered on the last call,
+ * which keeps the connection alive for the client's next request.
+ */
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
 			      const char *method, const char *version, const char *upload_data,
 			      size_t *upload_data_size, void **con_cls)
@@ -679,7 +714,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	(void)version;
 	web_t *w = cls;
 	conn_t *cn = *con_cls;
-	if (cn) { /* a POST body arriving */
+	if (cn) {
 		if (*upload_data_size) {
 			if (!cn->too_large && cn->body.len + *upload_data_size > WEB_BODY_MAX) {
 				cn->too_large = 1;
@@ -691,10 +726,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			*upload_data_size = 0;
 			return MHD_YES;
 		}
-		if (cn->too_large)
-			return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
-					   "the request body is larger than %u bytes", WEB_BODY_MAX);
-		return do_generate(w, c, cn);
+		return dispatch(w, c, cn);
 	}
 
 	if (!strcmp(method, "OPTIONS")) { /* CORS preflight from a browser page elsewhere */
@@ -731,28 +763,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	if (rt->auth && !auth_ok(w, c))
 		return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
 				   "a valid API key is required: send 'Authorization: Bearer KEY'");
-
-	switch (rt->route) {
-	case R_DASH:
-		return send_body(w, c, 200, strdup(web_dashboard_html), "text/html; charset=utf-8",
-				 NULL, NULL);
-	case R_HEALTH: return do_health(w, c);
-	case R_METRICS: {
-		web_buf_t b = {0};
-		int q, run;
-		char reason[200];
-		web_sched_depth(w->sched, &q, &run);
-		int st = node_state(w, reason, sizeof reason);
-		if (web_metrics_prometheus(&w->metrics, &b, q, run, st) != 0)
-			web_buf_free(&b);
-		return send_body(w, c, 200, b.p, "text/plain; version=0.0.4", NULL, NULL);
-	}
-	case R_MODELS: return do_models(w, c);
-	case R_CLUSTER: return send_json(w, c, 200, cluster_json(w));
-	case R_EVENTS: return do_events(w, c);
-	}
-
-	/* POST: refuse an announced oversized body before reading it, else collect it. */
+	/* refuse an announced oversized body before reading it */
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > WEB_BODY_MAX)
 		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
