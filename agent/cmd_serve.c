@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "agent/cli.h"
 #include "common/common.h"
@@ -33,7 +34,7 @@ static void usage(FILE *f)
 		"  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
 		"  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
 		"model's\n"
-		"  --model-name NAME     model id reported by the API (default: the model's name)\n"
+		"  --model-name NAME     model id reported by the API (default: the file name)\n"
 		"  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
 }
 
@@ -118,6 +119,18 @@ int cmd_serve(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+
+	/* The model id clients see: --model-name, else the file's name ("stories260K"), which says
+	 * more than general.name (often just the architecture). */
+	char id[256];
+	if (!wo.model_name) {
+		const char *base = strrchr(eo.model_path, '/');
+		snprintf(id, sizeof id, "%s", base ? base + 1 : eo.model_path);
+		size_t n = strlen(id);
+		if (n > 5 && !strcasecmp(id + n - 5, ".gguf"))
+			id[n - 5] = 0;
+		wo.model_name = id;
+	}
 
 	char err[256] = "";
 	eng_t *eng = NULL;
