@@ -385,10 +385,10 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 }
 
 /* Batched kernels: each weight block is loaded and unpacked once for 8 activation vectors. The
- * activations' per-block scales are first transposed to dT[block][8] (and block sums to
- * sT), so each (block, vector) pair costs a dot instruction, a convert, a lane broadcast and an
- * FMA, with all eight accumulators in registers. Fewer than 8 vectors: the last is repeated
- * with scale 0. */
+ * eight int32 dot vectors of a block are reduced to one vector (lane t = vector t) before the
+ * float work, and the activations' per-block scales are transposed to dT[block][8] (block sums
+ * to sT), so each block costs 8 dot instructions, ~1 reduction op per vector, and one convert
+ * and FMA for all eight. Fewer than 8 vectors: the last is repeated with scale 0. */
 #define R8_MAX_BLOCKS 1024 /* rows up to 32768 elements */
 
 TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const int8_t **q,
@@ -407,33 +407,20 @@ TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const i
 	return 0;
 }
 
-#define R8_STEP(t, wexpr)                                                                          \
-	do {                                                                                       \
-		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
-		__m256i p_ = _mm256_dpbusd_epi32(z, wexpr, xv_);                                   \
-		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
-					 _mm256_cvtepi32_ps(p_), acc##t);                          \
-	} while (0)
+/* Eight int32x8 dot vectors -> one vector of their eight horizontal sums (p0's sum in lane 0). */
+TGTV static inline __m256i hsum8x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, __m256i p4,
+				   __m256i p5, __m256i p6, __m256i p7)
+{
+	__m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+	__m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p4, p5), _mm256_hadd_epi32(p6, p7));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+				_mm256_permute2x128_si256(a, b, 0x31));
+}
 
-#define R8_STEP_Q8(t)                                                                              \
-	do {                                                                                       \
-		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
-		__m256i p_ = _mm256_dpbusd_epi32(z, aw, _mm256_sign_epi8(xv_, wv));                \
-		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
-					 _mm256_cvtepi32_ps(p_), acc##t);                          \
-	} while (0)
-
-#define R8_DECL                                                                                    \
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,     \
-	       acc5 = acc0, acc6 = acc0, acc7 = acc0
-
-#define R8_STORE(sub)                                                                              \
-	do {                                                                                       \
-		float res_[8] = {hsum8(acc0), hsum8(acc1), hsum8(acc2), hsum8(acc3),               \
-				 hsum8(acc4), hsum8(acc5), hsum8(acc6), hsum8(acc7)};              \
-		for (int t = 0; t < nt; t++)                                                       \
-			out[(size_t)t * ldo + r] = res_[t] - (sub)[t];                             \
-	} while (0)
+#define R8_DOT(t, wexpr) _mm256_dpbusd_epi32(z, wexpr, _mm256_loadu_si256((const __m256i *)(q[t] + i * 32)))
+#define R8_DOTS(t)                                                                                 \
+	_mm256_dpbusd_epi32(                                                                       \
+		z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
 
 TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
@@ -447,25 +434,22 @@ TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t s
 			avx2_rows_q8_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
 		return;
 	}
-	const float zero[8] = {0};
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
-		R8_DECL;
+		__m256 acc = _mm256_setzero_ps(); /* lane t: vector t's dot */
 		for (int i = 0; i < nb; i++) {
 			__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i aw = _mm256_abs_epi8(wv);
+			__m256i s = hsum8x8(R8_DOTS(0), R8_DOTS(1), R8_DOTS(2), R8_DOTS(3), R8_DOTS(4),
+					    R8_DOTS(5), R8_DOTS(6), R8_DOTS(7));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
-			R8_STEP_Q8(0);
-			R8_STEP_Q8(1);
-			R8_STEP_Q8(2);
-			R8_STEP_Q8(3);
-			R8_STEP_Q8(4);
-			R8_STEP_Q8(5);
-			R8_STEP_Q8(6);
-			R8_STEP_Q8(7);
+			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
 		}
-		R8_STORE(zero);
+		float res[8];
+		_mm256_storeu_ps(res, acc);
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = res[t];
 	}
 }
 
@@ -483,25 +467,20 @@ TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t s
 	}
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		R8_DECL;
-		__m256 off = _mm256_setzero_ps();
+		__m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			__m256i wu = q4_0_nibbles(&b[i]);
+			__m256i s = hsum8x8(R8_DOT(0, wu), R8_DOT(1, wu), R8_DOT(2, wu), R8_DOT(3, wu),
+					    R8_DOT(4, wu), R8_DOT(5, wu), R8_DOT(6, wu), R8_DOT(7, wu));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
+			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
 			off = _mm256_fmadd_ps(sc, _mm256_loadu_ps(sT + i * 8), off);
-			R8_STEP(0, wu);
-			R8_STEP(1, wu);
-			R8_STEP(2, wu);
-			R8_STEP(3, wu);
-			R8_STEP(4, wu);
-			R8_STEP(5, wu);
-			R8_STEP(6, wu);
-			R8_STEP(7, wu);
 		}
-		float o[8];
-		_mm256_storeu_ps(o, _mm256_mul_ps(off, _mm256_set1_ps(8.0f)));
-		R8_STORE(o);
+		float res[8];
+		_mm256_storeu_ps(res, _mm256_fnmadd_ps(off, _mm256_set1_ps(8.0f), acc));
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = res[t];
 	}
 }
 
