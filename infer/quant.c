@@ -680,6 +680,18 @@ const quant_ops_t *quant_ops_opt(int wtype)
 
 static int quant_use_ref; /* set once by quant_init before threads start */
 
+static void ref_axpy(float *y, float a, const float *x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+quant_axpy_fn quant_axpy(void)
+{
+	quant_axpy_fn f = quant_use_ref ? NULL : quant_x86_axpy();
+	return f ? f : ref_axpy;
+}
+
 const char *quant_init(int force_ref)
 {
 	quant_use_ref = force_ref;

@@ -296,6 +296,17 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 		dst[i] = _cvtsh_ss(s[i]);
 }
 
+TGT static void avx2_axpy(float *y, float a, const float *x, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
 static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, NULL};
 static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
@@ -525,7 +536,14 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
+quant_axpy_fn quant_x86_axpy(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_axpy : NULL;
+}
+
 #else
+
+quant_axpy_fn quant_x86_axpy(void) { return NULL; }
 
 const quant_ops_t *quant_x86_ops(int wtype)
 {
