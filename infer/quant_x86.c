@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
@@ -319,28 +320,64 @@ static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL, NUL
 
 #define TGTV __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
 
+static inline int ld16(const uint8_t *p) /* blocks are not 2-byte aligned in general */
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+/* Eight f16 block scales (blocks i..i+7, `bytes` apart) as floats. */
+TGTV static inline __m256 scales8(const uint8_t *p, size_t bytes)
+{
+	__m128i h = _mm_setzero_si128();
+	h = _mm_insert_epi16(h, ld16(p + 0 * bytes), 0);
+	h = _mm_insert_epi16(h, ld16(p + 1 * bytes), 1);
+	h = _mm_insert_epi16(h, ld16(p + 2 * bytes), 2);
+	h = _mm_insert_epi16(h, ld16(p + 3 * bytes), 3);
+	h = _mm_insert_epi16(h, ld16(p + 4 * bytes), 4);
+	h = _mm_insert_epi16(h, ld16(p + 5 * bytes), 5);
+	h = _mm_insert_epi16(h, ld16(p + 6 * bytes), 6);
+	h = _mm_insert_epi16(h, ld16(p + 7 * bytes), 7);
+	return _mm256_cvtph_ps(h);
+}
+
+#define LANE(v, k) _mm256_permutevar8x32_ps((v), _mm256_set1_epi32(k))
+
+/* The 256-bit VNNI kernels work in groups of 8 blocks: the 8 weight scales are gathered and
+ * multiplied by the 8 activation scales in one go, and each block then costs its unpack, one
+ * dot instruction, a convert, a lane broadcast and an FMA. */
 TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
 				const quant_act_t *x, int n)
 {
-	const int nb = n / QK8_0;
+	const int nb = n / QK8_0, ng = nb / 8;
 	const __m256i z = _mm256_setzero_si256();
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
 		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		int i = 0;
-		for (; i + 2 <= nb; i += 2) {
-			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
-			__m256i w1 = _mm256_loadu_si256((const __m256i *)b[i + 1].q);
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32));
-			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
-			__m256i p1 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w1), _mm256_sign_epi8(x1, w1));
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
-					     _mm256_cvtepi32_ps(p0), a0);
-			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
-					     _mm256_cvtepi32_ps(p1), a1);
+		for (int g = 0; g < ng; g++) {
+			const blk_q8_0 *bg = b + 8 * g;
+			__m256 sc = _mm256_mul_ps(scales8((const uint8_t *)bg, sizeof *bg),
+						  _mm256_loadu_ps(x->d + 8 * g));
+			const int8_t *xq = x->q + 256 * g;
+#define Q8STEP(k, acc)                                                                             \
+	do {                                                                                       \
+		__m256i wv = _mm256_loadu_si256((const __m256i *)bg[k].q);                         \
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (k)));                 \
+		__m256i p = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)); \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+	} while (0)
+			Q8STEP(0, a0);
+			Q8STEP(1, a1);
+			Q8STEP(2, a0);
+			Q8STEP(3, a1);
+			Q8STEP(4, a0);
+			Q8STEP(5, a1);
+			Q8STEP(6, a0);
+			Q8STEP(7, a1);
+#undef Q8STEP
 		}
-		for (; i < nb; i++) {
+		for (int i = 8 * ng; i < nb; i++) {
 			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
 			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
@@ -363,35 +400,46 @@ TGTV static inline __m256i q4_0_nibbles(const blk_q4_0 *b)
 TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows,
 				const quant_act_t *x, int n)
 {
-	const int nb = n / QK4_0;
+	const int nb = n / QK4_0, ng = nb / 8;
 	const __m256i z = _mm256_setzero_si256();
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		float off0 = 0, off1 = 0;
-		int i = 0;
-		for (; i + 2 <= nb; i += 2) {
-			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
-							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
-			__m256i p1 = _mm256_dpbusd_epi32(
-				z, q4_0_nibbles(&b[i + 1]),
-				_mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
-			float s0 = _cvtsh_ss(b[i].d) * x->d[i], s1 = _cvtsh_ss(b[i + 1].d) * x->d[i + 1];
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
-			a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(p1), a1);
-			off0 += s0 * (float)x->bsums[i];
-			off1 += s1 * (float)x->bsums[i + 1];
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+		for (int g = 0; g < ng; g++) {
+			const blk_q4_0 *bg = b + 8 * g;
+			__m256 sc = _mm256_mul_ps(scales8((const uint8_t *)bg, sizeof *bg),
+						  _mm256_loadu_ps(x->d + 8 * g));
+			__m256 bs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+				_mm_loadu_si128((const __m128i *)(x->bsums + 8 * g))));
+			off = _mm256_fmadd_ps(sc, bs, off);
+			const int8_t *xq = x->q + 256 * g;
+#define Q4STEP(k, acc)                                                                             \
+	do {                                                                                       \
+		__m256i p = _mm256_dpbusd_epi32(z, q4_0_nibbles(&bg[k]),                           \
+						_mm256_loadu_si256((const __m256i *)(xq + 32 * (k)))); \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+	} while (0)
+			Q4STEP(0, a0);
+			Q4STEP(1, a1);
+			Q4STEP(2, a0);
+			Q4STEP(3, a1);
+			Q4STEP(4, a0);
+			Q4STEP(5, a1);
+			Q4STEP(6, a0);
+			Q4STEP(7, a1);
+#undef Q4STEP
 		}
-		for (; i < nb; i++) {
+		float tail = 0;
+		for (int i = 8 * ng; i < nb; i++) {
 			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
 							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
 			float s0 = _cvtsh_ss(b[i].d) * x->d[i];
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
-			off0 += s0 * (float)x->bsums[i];
+			tail += s0 * (float)x->bsums[i];
 		}
 		/* rows are walked one at a time, in address order: interleaving two rows measured
 		 * 3x slower out of cache here (the hardware prefetcher loses the stream) */
-		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (off0 + off1);
+		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (hsum8(off) + tail);
 	}
 }
 
