@@ -308,13 +308,75 @@ TGT static void avx2_axpy(float *y, float a, const float *x, int n)
 		y[i] += a * x[i];
 }
 
+/* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
+TGT static inline void u8x32_affine(__m256i v, float a, float m, float *dst)
+{
+	__m256 va = _mm256_set1_ps(a), vm = _mm256_set1_ps(m);
+	__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+	__m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+	for (int k = 0; k < 4; k++) {
+		__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+		_mm256_storeu_ps(dst + 8 * k, _mm256_fmsub_ps(va, f, vm));
+	}
+}
+
+TGT static void avx2_dq_q4_k(const void *src, float *dst, int n)
+{
+	const blk_q4_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		int16_t sc[8], m[8];
+		q4k_unpack_scales(b[i].scales, sc, m);
+		float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+		for (int c = 0; c < 4; c++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+			u8x32_affine(_mm256_and_si256(v, m4), d * sc[2 * c], dmin * m[2 * c],
+				     dst + 64 * c);
+			u8x32_affine(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), d * sc[2 * c + 1],
+				     dmin * m[2 * c + 1], dst + 64 * c + 32);
+		}
+	}
+}
+
+/* Q6_K: 32 values (0..63, offset 32) per (half, k) as in avx2_rows_q6_k; two scales per 32. */
+TGT static void avx2_dq_q6_k(const void *src, float *dst, int n)
+{
+	const blk_q6_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		float d = _cvtsh_ss(b[i].d);
+		for (int h = 0; h < 2; h++) {
+			__m256i la = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
+			__m256i lb = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
+			__m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
+			for (int k = 0; k < 4; k++) {
+				__m256i l = (k & 1) ? lb : la;
+				l = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4)
+					    : _mm256_and_si256(l, m4);
+				__m256i hh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+				__m256i v = _mm256_or_si256(l, _mm256_slli_epi16(hh, 4));
+				int g = 8 * h + 2 * k;
+				float *o = dst + 128 * h + 32 * k;
+				/* the two halves of these 32 values have their own scales */
+				float a0 = d * b[i].scales[g], a1 = d * b[i].scales[g + 1];
+				float tmp[32];
+				u8x32_affine(v, 1.0f, 32.0f, tmp);
+				for (int e = 0; e < 16; e++) {
+					o[e] = a0 * tmp[e];
+					o[e + 16] = a1 * tmp[e + 16];
+				}
+			}
+		}
+	}
+}
+
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
 static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, NULL};
 static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
 static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
 static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
-static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL, NULL};
-static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL, NULL};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, avx2_dq_q4_k, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, avx2_dq_q6_k, NULL};
 
 /* ---- AVX512-VNNI (256-bit, EVEX) variants: vpdpbusd does maddubs + madd in one step ---- */
 

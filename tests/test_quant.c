@@ -166,11 +166,11 @@ TEST(kernels_vs_reference)
 				quant_type_name(t), oo->impl, e1, e2);
 		CHECK(e1 <= bound_exact);
 		CHECK(e2 <= 1e-10);
-		if (oo->dequant) { /* optimized dequantize: bit-exact with the reference */
+		if (oo->dequant) { /* optimized dequantize: equal up to FMA contraction */
 			static float d1[N], d2[N];
 			oo->dequant(wq + 3 * rb, d1, N);
 			ro->dequant(wq + 3 * rb, d2, N);
-			CHECK(!memcmp(d1, d2, sizeof d1));
+			CHECK(nmse(d1, d2, N) <= 1e-12);
 		}
 
 		/* A column slice [256, 768): each row's slice is a contiguous run of blocks. */
