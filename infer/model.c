@@ -77,6 +77,8 @@ struct model {
 	float **tiles;       /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	const quant_ops_t *f32; /* F32 matvec, for attention scores */
+	quant_axpy_fn axpy;     /* for attention's weighted sum of values */
 };
 
 /* ---- binding ------------------------------------------------------------------------------ */
@@ -298,6 +300,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
+	m->f32 = quant_ops(QT_F32);
+	m->axpy = quant_axpy();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
 #ifndef SHOAL_ACCELERATE
@@ -528,13 +532,13 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		int kvh = (m->sh.q_head0 + h) / grp - m->sh.kv_head0;
 		int T = j->pos + b + 1;
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
+		/* sc[t] = q . k_t: the F32 matvec kernel over the cache rows of this KV head */
+		quant_act_t qa = {.type = QT_F32, .f = q};
+		m->f32->rows(sc, (const uint8_t *)(kc + (size_t)kvh * hd), (size_t)m->kvd * sizeof(float),
+			     T, &qa, hd);
 		float mx = -INFINITY;
 		for (int t = 0; t < T; t++) {
-			const float *k = kc + (size_t)t * m->kvd + (size_t)kvh * hd;
-			float s = 0;
-			for (int i = 0; i < hd; i++)
-				s += q[i] * k[i];
-			sc[t] = s * scale;
+			sc[t] *= scale;
 			mx = fmaxf(mx, sc[t]);
 		}
 		float sum = 0;
@@ -544,12 +548,8 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		}
 		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
 		memset(o, 0, (size_t)hd * sizeof *o);
-		for (int t = 0; t < T; t++) {
-			const float *v = vc + (size_t)t * m->kvd + (size_t)kvh * hd;
-			float a = sc[t] / sum;
-			for (int i = 0; i < hd; i++)
-				o[i] += a * v[i];
-		}
+		for (int t = 0; t < T; t++)
+			m->axpy(o, sc[t] / sum, vc + (size_t)t * m->kvd + (size_t)kvh * hd, hd);
 	}
 }
 

@@ -265,12 +265,19 @@ void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 
 static inline int nearest(float x) { return (int)lrintf(x); }
 
+/* max(m, |v|) without a libm call (the activation quantizer runs for every matvec) */
+static inline float absmax(float m, float v)
+{
+	float a = v < 0 ? -v : v;
+	return a > m ? a : m;
+}
+
 static void quantize_q8_0(const float *x, blk_q8_0 *b, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
 		float amax = 0;
 		for (int j = 0; j < QK8_0; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
+			amax = absmax(amax, x[j]);
 		float d = amax / 127.f, id = d ? 1.f / d : 0.f;
 		b[i].d = quant_f32_to_f16(d);
 		for (int j = 0; j < QK8_0; j++)
@@ -347,7 +354,7 @@ static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t n)
 		for (int g = 0; g < 16; g++) {
 			float amax = 0;
 			for (int l = 0; l < 16; l++)
-				amax = fmaxf(amax, fabsf(x[16 * g + l]));
+				amax = absmax(amax, x[16 * g + l]);
 			gs[g] = amax / 31.f;
 			gmax = fmaxf(gmax, gs[g]);
 		}
@@ -382,7 +389,7 @@ static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, i
 		const float *xb = x + i * QK_K;
 		float amax = 0;
 		for (int j = 0; j < QK_K; j++)
-			amax = fmaxf(amax, fabsf(xb[j]));
+			amax = absmax(amax, xb[j]);
 		float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 		d[i] = s;
 		for (int j = 0; j < QK_K; j++)
@@ -468,7 +475,7 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 			const float *xb = x + i * QK8_0;
 			float amax = 0;
 			for (int j = 0; j < QK8_0; j++)
-				amax = fmaxf(amax, fabsf(xb[j]));
+				amax = absmax(amax, xb[j]);
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 			d[i] = s;
 			int sum = 0;
@@ -679,6 +686,18 @@ const quant_ops_t *quant_ops_opt(int wtype)
 }
 
 static int quant_use_ref; /* set once by quant_init before threads start */
+
+static void ref_axpy(float *y, float a, const float *x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+quant_axpy_fn quant_axpy(void)
+{
+	quant_axpy_fn f = quant_use_ref ? NULL : quant_x86_axpy();
+	return f ? f : ref_axpy;
+}
 
 const char *quant_init(int force_ref)
 {

@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
@@ -296,40 +297,149 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 		dst[i] = _cvtsh_ss(s[i]);
 }
 
+TGT static void avx2_axpy(float *y, float a, const float *x, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+							_mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
+/* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
+TGT static inline void u8x32_affine(__m256i v, float a, float m, float *dst)
+{
+	__m256 va = _mm256_set1_ps(a), vm = _mm256_set1_ps(m);
+	__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+	__m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+	for (int k = 0; k < 4; k++) {
+		__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+		_mm256_storeu_ps(dst + 8 * k, _mm256_fmsub_ps(va, f, vm));
+	}
+}
+
+TGT static void avx2_dq_q4_k(const void *src, float *dst, int n)
+{
+	const blk_q4_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		int16_t sc[8], m[8];
+		q4k_unpack_scales(b[i].scales, sc, m);
+		float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+		for (int c = 0; c < 4; c++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+			u8x32_affine(_mm256_and_si256(v, m4), d * sc[2 * c], dmin * m[2 * c],
+				     dst + 64 * c);
+			u8x32_affine(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), d * sc[2 * c + 1],
+				     dmin * m[2 * c + 1], dst + 64 * c + 32);
+		}
+	}
+}
+
+/* Q6_K: 32 values (0..63, offset 32) per (half, k) as in avx2_rows_q6_k; two scales per 32. */
+TGT static void avx2_dq_q6_k(const void *src, float *dst, int n)
+{
+	const blk_q6_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		float d = _cvtsh_ss(b[i].d);
+		for (int h = 0; h < 2; h++) {
+			__m256i la = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
+			__m256i lb = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
+			__m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
+			for (int k = 0; k < 4; k++) {
+				__m256i l = (k & 1) ? lb : la;
+				l = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4)
+					    : _mm256_and_si256(l, m4);
+				__m256i hh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+				__m256i v = _mm256_or_si256(l, _mm256_slli_epi16(hh, 4));
+				int g = 8 * h + 2 * k;
+				float *o = dst + 128 * h + 32 * k;
+				/* the two halves of these 32 values have their own scales */
+				float a0 = d * b[i].scales[g], a1 = d * b[i].scales[g + 1];
+				float tmp[32];
+				u8x32_affine(v, 1.0f, 32.0f, tmp);
+				for (int e = 0; e < 16; e++) {
+					o[e] = a0 * tmp[e];
+					o[e + 16] = a1 * tmp[e + 16];
+				}
+			}
+		}
+	}
+}
+
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
 static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, NULL};
 static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
 static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
 static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
-static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL, NULL};
-static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL, NULL};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, avx2_dq_q4_k, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, avx2_dq_q6_k, NULL};
 
 /* ---- AVX512-VNNI (256-bit, EVEX) variants: vpdpbusd does maddubs + madd in one step ---- */
 
 #define TGTV __attribute__((target("avx2,fma,f16c,avx512vl,avx512vnni")))
 
+static inline int ld16(const uint8_t *p) /* blocks are not 2-byte aligned in general */
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return v;
+}
+
+/* Eight f16 block scales (blocks i..i+7, `bytes` apart) as floats. */
+TGTV static inline __m256 scales8(const uint8_t *p, size_t bytes)
+{
+	__m128i h = _mm_setzero_si128();
+	h = _mm_insert_epi16(h, ld16(p + 0 * bytes), 0);
+	h = _mm_insert_epi16(h, ld16(p + 1 * bytes), 1);
+	h = _mm_insert_epi16(h, ld16(p + 2 * bytes), 2);
+	h = _mm_insert_epi16(h, ld16(p + 3 * bytes), 3);
+	h = _mm_insert_epi16(h, ld16(p + 4 * bytes), 4);
+	h = _mm_insert_epi16(h, ld16(p + 5 * bytes), 5);
+	h = _mm_insert_epi16(h, ld16(p + 6 * bytes), 6);
+	h = _mm_insert_epi16(h, ld16(p + 7 * bytes), 7);
+	return _mm256_cvtph_ps(h);
+}
+
+#define LANE(v, k) _mm256_permutevar8x32_ps((v), _mm256_set1_epi32(k))
+
+/* The 256-bit VNNI kernels work in groups of 8 blocks: the 8 weight scales are gathered and
+ * multiplied by the 8 activation scales in one go, and each block then costs its unpack, one
+ * dot instruction, a convert, a lane broadcast and an FMA. */
 TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
 				const quant_act_t *x, int n)
 {
-	const int nb = n / QK8_0;
+	const int nb = n / QK8_0, ng = nb / 8;
 	const __m256i z = _mm256_setzero_si256();
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
 		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		int i = 0;
-		for (; i + 2 <= nb; i += 2) {
-			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
-			__m256i w1 = _mm256_loadu_si256((const __m256i *)b[i + 1].q);
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32));
-			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
-			__m256i p1 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w1), _mm256_sign_epi8(x1, w1));
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
-					     _mm256_cvtepi32_ps(p0), a0);
-			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
-					     _mm256_cvtepi32_ps(p1), a1);
+		for (int g = 0; g < ng; g++) {
+			const blk_q8_0 *bg = b + 8 * g;
+			__m256 sc = _mm256_mul_ps(scales8((const uint8_t *)bg, sizeof *bg),
+						  _mm256_loadu_ps(x->d + 8 * g));
+			const int8_t *xq = x->q + 256 * g;
+#define Q8STEP(k, acc)                                                                             \
+	do {                                                                                       \
+		__m256i wv = _mm256_loadu_si256((const __m256i *)bg[k].q);                         \
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (k)));                 \
+		__m256i p = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)); \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+	} while (0)
+			Q8STEP(0, a0);
+			Q8STEP(1, a1);
+			Q8STEP(2, a0);
+			Q8STEP(3, a1);
+			Q8STEP(4, a0);
+			Q8STEP(5, a1);
+			Q8STEP(6, a0);
+			Q8STEP(7, a1);
+#undef Q8STEP
 		}
-		for (; i < nb; i++) {
+		for (int i = 8 * ng; i < nb; i++) {
 			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
 			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
@@ -352,43 +462,54 @@ TGTV static inline __m256i q4_0_nibbles(const blk_q4_0 *b)
 TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows,
 				const quant_act_t *x, int n)
 {
-	const int nb = n / QK4_0;
+	const int nb = n / QK4_0, ng = nb / 8;
 	const __m256i z = _mm256_setzero_si256();
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		float off0 = 0, off1 = 0;
-		int i = 0;
-		for (; i + 2 <= nb; i += 2) {
-			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
-							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
-			__m256i p1 = _mm256_dpbusd_epi32(
-				z, q4_0_nibbles(&b[i + 1]),
-				_mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
-			float s0 = _cvtsh_ss(b[i].d) * x->d[i], s1 = _cvtsh_ss(b[i + 1].d) * x->d[i + 1];
-			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
-			a1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), _mm256_cvtepi32_ps(p1), a1);
-			off0 += s0 * (float)x->bsums[i];
-			off1 += s1 * (float)x->bsums[i + 1];
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+		for (int g = 0; g < ng; g++) {
+			const blk_q4_0 *bg = b + 8 * g;
+			__m256 sc = _mm256_mul_ps(scales8((const uint8_t *)bg, sizeof *bg),
+						  _mm256_loadu_ps(x->d + 8 * g));
+			__m256 bs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+				_mm_loadu_si128((const __m128i *)(x->bsums + 8 * g))));
+			off = _mm256_fmadd_ps(sc, bs, off);
+			const int8_t *xq = x->q + 256 * g;
+#define Q4STEP(k, acc)                                                                             \
+	do {                                                                                       \
+		__m256i p = _mm256_dpbusd_epi32(z, q4_0_nibbles(&bg[k]),                           \
+						_mm256_loadu_si256((const __m256i *)(xq + 32 * (k)))); \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+	} while (0)
+			Q4STEP(0, a0);
+			Q4STEP(1, a1);
+			Q4STEP(2, a0);
+			Q4STEP(3, a1);
+			Q4STEP(4, a0);
+			Q4STEP(5, a1);
+			Q4STEP(6, a0);
+			Q4STEP(7, a1);
+#undef Q4STEP
 		}
-		for (; i < nb; i++) {
+		float tail = 0;
+		for (int i = 8 * ng; i < nb; i++) {
 			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
 							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
 			float s0 = _cvtsh_ss(b[i].d) * x->d[i];
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
-			off0 += s0 * (float)x->bsums[i];
+			tail += s0 * (float)x->bsums[i];
 		}
 		/* rows are walked one at a time, in address order: interleaving two rows measured
 		 * 3x slower out of cache here (the hardware prefetcher loses the stream) */
-		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (off0 + off1);
+		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (hsum8(off) + tail);
 	}
 }
 
 /* Batched kernels: each weight block is loaded and unpacked once for 8 activation vectors. The
- * activations' per-block scales are first transposed to dT[block][8] (and block sums to
- * sT), so each (block, vector) pair costs a dot instruction, a convert, a lane broadcast and an
- * FMA, with all eight accumulators in registers. Fewer than 8 vectors: the last is repeated
- * with scale 0. */
+ * eight int32 dot vectors of a block are reduced to one vector (lane t = vector t) before the
+ * float work, and the activations' per-block scales are transposed to dT[block][8] (block sums
+ * to sT), so each block costs 8 dot instructions, ~1 reduction op per vector, and one convert
+ * and FMA for all eight. Fewer than 8 vectors: the last is repeated with scale 0. */
 #define R8_MAX_BLOCKS 1024 /* rows up to 32768 elements */
 
 TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const int8_t **q,
@@ -407,33 +528,20 @@ TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const i
 	return 0;
 }
 
-#define R8_STEP(t, wexpr)                                                                          \
-	do {                                                                                       \
-		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
-		__m256i p_ = _mm256_dpbusd_epi32(z, wexpr, xv_);                                   \
-		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
-					 _mm256_cvtepi32_ps(p_), acc##t);                          \
-	} while (0)
+/* Eight int32x8 dot vectors -> one vector of their eight horizontal sums (p0's sum in lane 0). */
+TGTV static inline __m256i hsum8x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, __m256i p4,
+				   __m256i p5, __m256i p6, __m256i p7)
+{
+	__m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+	__m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p4, p5), _mm256_hadd_epi32(p6, p7));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+				_mm256_permute2x128_si256(a, b, 0x31));
+}
 
-#define R8_STEP_Q8(t)                                                                              \
-	do {                                                                                       \
-		__m256i xv_ = _mm256_loadu_si256((const __m256i *)(q[t] + i * 32));               \
-		__m256i p_ = _mm256_dpbusd_epi32(z, aw, _mm256_sign_epi8(xv_, wv));                \
-		acc##t = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(t)),       \
-					 _mm256_cvtepi32_ps(p_), acc##t);                          \
-	} while (0)
-
-#define R8_DECL                                                                                    \
-	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,     \
-	       acc5 = acc0, acc6 = acc0, acc7 = acc0
-
-#define R8_STORE(sub)                                                                              \
-	do {                                                                                       \
-		float res_[8] = {hsum8(acc0), hsum8(acc1), hsum8(acc2), hsum8(acc3),               \
-				 hsum8(acc4), hsum8(acc5), hsum8(acc6), hsum8(acc7)};              \
-		for (int t = 0; t < nt; t++)                                                       \
-			out[(size_t)t * ldo + r] = res_[t] - (sub)[t];                             \
-	} while (0)
+#define R8_DOT(t, wexpr) _mm256_dpbusd_epi32(z, wexpr, _mm256_loadu_si256((const __m256i *)(q[t] + i * 32)))
+#define R8_DOTS(t)                                                                                 \
+	_mm256_dpbusd_epi32(                                                                       \
+		z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
 
 TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
@@ -447,25 +555,22 @@ TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t s
 			avx2_rows_q8_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
 		return;
 	}
-	const float zero[8] = {0};
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
-		R8_DECL;
+		__m256 acc = _mm256_setzero_ps(); /* lane t: vector t's dot */
 		for (int i = 0; i < nb; i++) {
 			__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i aw = _mm256_abs_epi8(wv);
+			__m256i s = hsum8x8(R8_DOTS(0), R8_DOTS(1), R8_DOTS(2), R8_DOTS(3), R8_DOTS(4),
+					    R8_DOTS(5), R8_DOTS(6), R8_DOTS(7));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
-			R8_STEP_Q8(0);
-			R8_STEP_Q8(1);
-			R8_STEP_Q8(2);
-			R8_STEP_Q8(3);
-			R8_STEP_Q8(4);
-			R8_STEP_Q8(5);
-			R8_STEP_Q8(6);
-			R8_STEP_Q8(7);
+			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
 		}
-		R8_STORE(zero);
+		float res[8];
+		_mm256_storeu_ps(res, acc);
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = res[t];
 	}
 }
 
@@ -483,25 +588,20 @@ TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t s
 	}
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		R8_DECL;
-		__m256 off = _mm256_setzero_ps();
+		__m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			__m256i wu = q4_0_nibbles(&b[i]);
+			__m256i s = hsum8x8(R8_DOT(0, wu), R8_DOT(1, wu), R8_DOT(2, wu), R8_DOT(3, wu),
+					    R8_DOT(4, wu), R8_DOT(5, wu), R8_DOT(6, wu), R8_DOT(7, wu));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
+			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
 			off = _mm256_fmadd_ps(sc, _mm256_loadu_ps(sT + i * 8), off);
-			R8_STEP(0, wu);
-			R8_STEP(1, wu);
-			R8_STEP(2, wu);
-			R8_STEP(3, wu);
-			R8_STEP(4, wu);
-			R8_STEP(5, wu);
-			R8_STEP(6, wu);
-			R8_STEP(7, wu);
 		}
-		float o[8];
-		_mm256_storeu_ps(o, _mm256_mul_ps(off, _mm256_set1_ps(8.0f)));
-		R8_STORE(o);
+		float res[8];
+		_mm256_storeu_ps(res, _mm256_fnmadd_ps(off, _mm256_set1_ps(8.0f), acc));
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = res[t];
 	}
 }
 
@@ -546,7 +646,14 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
+quant_axpy_fn quant_x86_axpy(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_axpy : NULL;
+}
+
 #else
+
+quant_axpy_fn quant_x86_axpy(void) { return NULL; }
 
 const quant_ops_t *quant_x86_ops(int wtype)
 {
