@@ -81,6 +81,14 @@ if (text.length > 20) {
   check("stop string cuts the text", s.choices[0].text === text.slice(0, text.indexOf(stopAt)) && s.choices[0].finish_reason === "stop", { got: s.choices[0].text, stopAt });
 }
 
+// log-probabilities: one entry per generated token, with the requested alternatives
+const lp = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+const entries = lp.choices[0].logprobs && lp.choices[0].logprobs.content;
+check("chat logprobs: one entry per token", Array.isArray(entries) && entries.length === lp.usage.completion_tokens, lp.choices[0].logprobs);
+check("chat logprobs: entries joined give the text", entries && entries.map((e) => e.token).join("") === lp.choices[0].message.content, entries);
+check("chat logprobs: 2 alternatives, best first, chosen token first when greedy", entries && entries.every((e) =>
+  e.top_logprobs.length === 2 && e.logprob <= 0 && e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob && e.top_logprobs[0].token === e.token), entries);
+
 // seeded sampling repeats itself
 const a = await client.completions.create({ model, prompt: PROMPT, max_tokens: 24, temperature: 0.9, seed: 42 });
 const b = await client.completions.create({ model, prompt: PROMPT, max_tokens: 24, temperature: 0.9, seed: 42 });
