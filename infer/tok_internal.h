@@ -52,8 +52,9 @@ struct tok {
 	int bos, eos, eot, eom, unk;
 	int add_bos, add_space_prefix, ignore_merges;
 	uint8_t *eog;      /* per id: ends generation */
-	int *special;      /* ids of control/user-defined tokens, longest text first */
+	int *special;      /* control/user-defined/unknown ids by first byte, longest first */
 	int n_special;
+	int special_at[257]; /* special[special_at[c] .. special_at[c+1]) start with byte c */
 	int byte_tok[256]; /* SPM: id of <0xNN> (or of the byte itself), -1 when absent */
 	struct tok_pre *pre_re;
 };

@@ -228,13 +228,17 @@ static int get_id(const gguf_t *g, const char *key, int n_vocab, int dflt)
 }
 
 struct len_id {
+	uint8_t first;
 	uint32_t len;
 	int id;
 };
 
+/* Grouped by first byte, longest text first within a group (the longest match wins). */
 static int cmp_special(const void *a, const void *b)
 {
 	const struct len_id *x = a, *y = b;
+	if (x->first != y->first)
+		return x->first < y->first ? -1 : 1;
 	if (x->len != y->len)
 		return x->len > y->len ? -1 : 1;
 	return x->id - y->id;
@@ -418,11 +422,20 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		goto oom;
 	}
 	for (int i = 0; i < t->n_vocab; i++)
-		if ((t->type[i] == TOK_T_CONTROL || t->type[i] == TOK_T_USER) && t->text_len[i])
-			li[t->n_special++] = (struct len_id){t->text_len[i], i};
+		if ((t->type[i] == TOK_T_CONTROL || t->type[i] == TOK_T_USER ||
+		     t->type[i] == TOK_T_UNKNOWN) &&
+		    t->text_len[i])
+			li[t->n_special++] =
+				(struct len_id){(uint8_t)t->text[i][0], t->text_len[i], i};
 	qsort(li, (size_t)t->n_special, sizeof *li, cmp_special);
 	for (int i = 0; i < t->n_special; i++)
 		t->special[i] = li[i].id;
+	for (int c = 0, i = 0; c < 256; c++) {
+		t->special_at[c] = i;
+		while (i < t->n_special && li[i].first == c)
+			i++;
+	}
+	t->special_at[256] = t->n_special;
 	free(li);
 
 	for (int c = 0; c < 256; c++) {
@@ -505,12 +518,13 @@ int tok_find(const tok_t *t, const char *s, size_t len) { return tok_map_get(&t-
 /* Longest special token starting at s (n bytes left), or -1. */
 static int match_special(const tok_t *t, const char *s, size_t n, int parse_special)
 {
-	for (int i = 0; i < t->n_special; i++) {
+	uint8_t c = (uint8_t)s[0];
+	for (int i = t->special_at[c]; i < t->special_at[c + 1]; i++) {
 		int id = t->special[i];
 		size_t l = t->text_len[id];
-		if (l > n || (uint8_t)t->text[id][0] != (uint8_t)s[0] || memcmp(t->text[id], s, l))
+		if (l > n || memcmp(t->text[id], s, l))
 			continue;
-		if (t->type[id] == TOK_T_CONTROL && !parse_special)
+		if (t->type[id] != TOK_T_USER && !parse_special)
 			continue;
 		return id;
 	}
@@ -547,15 +561,10 @@ int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int pa
 	*n_ids = 0;
 	if (add_bos && t->bos >= 0)
 		tok_ids_push(&o, t->bos);
-	/* first byte of any special token, to skip positions quickly */
-	uint8_t first[256] = {0};
-	for (int i = 0; i < t->n_special; i++)
-		first[(uint8_t)t->text[t->special[i]][0]] = 1;
 	int prev_special = 1; /* SentencePiece prefixes a space to the first fragment */
 	size_t start = 0;
 	for (size_t i = 0; i < len;) {
-		int id = first[(uint8_t)text[i]] ? match_special(t, text + i, len - i, parse_special)
-						 : -1;
+		int id = match_special(t, text + i, len - i, parse_special);
 		if (id < 0) {
 			i++;
 			continue;

@@ -55,9 +55,9 @@ const char *tok_text(const tok_t *t, int id, size_t *len);
 /* Id of the token whose vocabulary text is exactly s[0..len), or -1. */
 int tok_find(const tok_t *t, const char *s, size_t len);
 
-/* Text -> ids. add_bos: prepend BOS (when the vocabulary has one). parse_special: control tokens
- * written in the text (e.g. "<|im_start|>") become their ids; user-defined tokens always do,
- * as in Hugging Face. Invalid UTF-8 is encoded byte by byte, never rejected.
+/* Text -> ids. add_bos: prepend BOS (when the vocabulary has one). parse_special: control and
+ * unknown tokens written in the text (e.g. "<|im_start|>", "<unk>") become their ids (the
+ * longest match wins); user-defined tokens always do, as in Hugging Face and llama.cpp. Invalid UTF-8 is encoded byte by byte, never rejected.
  * *ids is malloc'd (caller frees), *n_ids its length. Returns 0 or SH_ENOMEM. */
 int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int parse_special,
 	       int **ids, int *n_ids);
