@@ -221,8 +221,15 @@ int tok_pre_split(const struct tok_pre *p, const char *s, size_t n, tok_word_fn 
 			while (pos <= g.len) {
 				int m = pcre2_match(p->re[r], (PCRE2_SPTR)sub, g.len, pos,
 						    PCRE2_NO_UTF_CHECK, md, NULL);
-				if (m < 0)
+				if (m < 0 && m != PCRE2_ERROR_NOMATCH) /* e.g. JIT stack limit */
+					m = pcre2_match(p->re[r], (PCRE2_SPTR)sub, g.len, pos,
+							PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
+				if (m < 0) {
+					if (m != PCRE2_ERROR_NOMATCH)
+						LOG(LOG_WARN, "pre-tokenizer: regex error %d on a "
+							      "%zu-byte piece", m, g.len);
 					break;
+				}
 				PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 				size_t ms = ov[0], me = ov[1];
 				if (me == ms) { /* empty match: step over one character */
