@@ -624,13 +624,13 @@ int tok_decode(const tok_t *t, const int *ids, int n_ids, int flags, char **text
 	for (int i = 0; i < n_ids; i++) {
 		size_t l;
 		const char *p = tok_piece(t, ids[i], special, &l);
-		if (strip && ids[i] == t->bos)
-			continue; /* the space to drop follows BOS */
-		if (strip && l && p[0] == ' ') {
-			p++;
-			l--;
+		if (strip && ids[i] != t->bos) { /* the space to drop follows BOS */
+			if (l && p[0] == ' ') {
+				p++;
+				l--;
+			}
+			strip = 0;
 		}
-		strip = 0;
 		memcpy(out + k, p, l);
 		k += l;
 	}
