@@ -98,10 +98,13 @@ done:
 int cmd_tokenize(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, 0, 'm'}, {"bos", no_argument, 0, 'b'},
-		{"special", no_argument, 0, 's'},     {"decode", no_argument, 0, 'd'},
-		{"help", no_argument, 0, 'h'},	      {"log-level", required_argument, 0, 'L'},
-		{0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"bos", no_argument, 0, 'b'},
+	    {"special", no_argument, 0, 's'},
+	    {"decode", no_argument, 0, 'd'},
+	    {"help", no_argument, 0, 'h'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {0, 0, 0, 0},
 	};
 	const char *model = NULL;
 	int bos = 0, special = 0, decode = 0, c;

@@ -201,7 +201,10 @@ static size_t make_piece(const tok_t *t, int id, char *dst)
 			dst[k++] = s[i++];
 			continue;
 		}
-		uint32_t cp = (uint8_t)s[i] & (l == 1 ? 0x7f : l == 2 ? 0x1f : l == 3 ? 0x0f : 0x07);
+		uint32_t cp = (uint8_t)s[i] & (l == 1   ? 0x7f
+					       : l == 2 ? 0x1f
+					       : l == 3 ? 0x0f
+							: 0x07);
 		for (int j = 1; j < l; j++)
 			cp = (cp << 6) | ((uint8_t)s[i + j] & 0x3f);
 		int b = tok_cp_to_byte(cp);
@@ -245,12 +248,18 @@ static int cmp_special(const void *a, const void *b)
 }
 
 static const char *const eog_texts[] = {
-	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-	"<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>",         "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>",
+    "<|call|>",
 };
 static const char *const eot_texts[] = {
-	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-	"<｜end▁of▁sentence｜>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "<｜end▁of▁sentence｜>",
 };
 
 int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
@@ -306,8 +315,9 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		t->text_len[i] = (uint32_t)n;
 		t->type[i] = TOK_T_NORMAL;
 		total += n;
-		/* the first id wins: added tokens that repeat a base token (DeepSeek's "ÿ") must not
-		 * shadow it, as in Hugging Face where the model's own vocabulary is looked up */
+		/* the first id wins: added tokens that repeat a base token (DeepSeek's "ÿ") must
+		 * not shadow it, as in Hugging Face where the model's own vocabulary is looked up
+		 */
 		if (tok_map_get(&t->vocab, s, n) < 0)
 			tok_map_put(&t->vocab, s, n, i);
 	}
@@ -322,7 +332,8 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		for (int i = 0; i < t->n_vocab; i++) {
 			int64_t v;
 			if (gguf_arr_i64(g, ty, (uint64_t)i, &v)) {
-				rc = sh_fail(err, errlen, SH_EFORMAT, "bad tokenizer.ggml.token_type");
+				rc = sh_fail(err, errlen, SH_EFORMAT,
+					     "bad tokenizer.ggml.token_type");
 				goto fail;
 			}
 			t->type[i] = (v >= 1 && v <= 6) ? (uint8_t)v : TOK_T_NORMAL;
@@ -426,7 +437,7 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		     t->type[i] == TOK_T_UNKNOWN) &&
 		    t->text_len[i])
 			li[t->n_special++] =
-				(struct len_id){(uint8_t)t->text[i][0], t->text_len[i], i};
+			    (struct len_id){(uint8_t)t->text[i][0], t->text_len[i], i};
 	qsort(li, (size_t)t->n_special, sizeof *li, cmp_special);
 	for (int i = 0; i < t->n_special; i++)
 		t->special[i] = li[i].id;
@@ -490,16 +501,46 @@ void tok_free(tok_t *t)
 
 /* ---- queries ---- */
 
-int tok_kind(const tok_t *t) { return t->kind; }
-const char *tok_kind_name(const tok_t *t) { return t->kind == TOK_SPM ? "spm" : "bpe"; }
-const char *tok_pre_name(const tok_t *t) { return t->pre; }
-int tok_n_vocab(const tok_t *t) { return t->n_vocab; }
-int tok_bos(const tok_t *t) { return t->bos; }
-int tok_eos(const tok_t *t) { return t->eos; }
-int tok_eot(const tok_t *t) { return t->eot; }
-int tok_add_bos(const tok_t *t) { return t->add_bos; }
-int tok_type(const tok_t *t, int id) { return id >= 0 && id < t->n_vocab ? t->type[id] : 0; }
-int tok_is_eog(const tok_t *t, int id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
+int tok_kind(const tok_t *t)
+{
+	return t->kind;
+}
+const char *tok_kind_name(const tok_t *t)
+{
+	return t->kind == TOK_SPM ? "spm" : "bpe";
+}
+const char *tok_pre_name(const tok_t *t)
+{
+	return t->pre;
+}
+int tok_n_vocab(const tok_t *t)
+{
+	return t->n_vocab;
+}
+int tok_bos(const tok_t *t)
+{
+	return t->bos;
+}
+int tok_eos(const tok_t *t)
+{
+	return t->eos;
+}
+int tok_eot(const tok_t *t)
+{
+	return t->eot;
+}
+int tok_add_bos(const tok_t *t)
+{
+	return t->add_bos;
+}
+int tok_type(const tok_t *t, int id)
+{
+	return id >= 0 && id < t->n_vocab ? t->type[id] : 0;
+}
+int tok_is_eog(const tok_t *t, int id)
+{
+	return id >= 0 && id < t->n_vocab && t->eog[id];
+}
 
 const char *tok_text(const tok_t *t, int id, size_t *len)
 {
@@ -511,7 +552,10 @@ const char *tok_text(const tok_t *t, int id, size_t *len)
 	return t->text[id];
 }
 
-int tok_find(const tok_t *t, const char *s, size_t len) { return tok_map_get(&t->vocab, s, len); }
+int tok_find(const tok_t *t, const char *s, size_t len)
+{
+	return tok_map_get(&t->vocab, s, len);
+}
 
 /* ---- encode ---- */
 
@@ -531,8 +575,7 @@ static int match_special(const tok_t *t, const char *s, size_t n, int parse_spec
 	return -1;
 }
 
-static void encode_fragment(const tok_t *t, const char *s, size_t n, int prev_special,
-			    tok_ids_t *o)
+static void encode_fragment(const tok_t *t, const char *s, size_t n, int prev_special, tok_ids_t *o)
 {
 	if (t->kind == TOK_BPE) {
 		tok_bpe_encode(t, s, n, o);
