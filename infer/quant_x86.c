@@ -184,6 +184,18 @@ static inline void q4k_unpack_scales(const uint8_t *s, int16_t *sc, int16_t *m)
 	}
 }
 
+/* Q4_K scales and mins of one super-block as 8 bytes each (see quant.c for the packing):
+ * four 32-bit word operations instead of sixteen byte ones. */
+static inline void q4k_scales_words(const uint8_t *s, uint32_t *sc, uint32_t *mn)
+{
+	uint32_t u[3];
+	memcpy(u, s, 12);
+	sc[0] = u[0] & 0x3f3f3f3f;
+	sc[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+	mn[0] = u[1] & 0x3f3f3f3f;
+	mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+}
+
 TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows,
 			       const quant_act_t *x, int n)
 {
@@ -192,14 +204,20 @@ TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int 
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_k *b = (const blk_q4_k *)(w + r * stride);
 		__m256 acc = _mm256_setzero_ps();
-		float macc = 0;
+		__m128 macc = _mm_setzero_ps();
 		for (int i = 0; i < nb; i++) {
-			int16_t sc[8], m[8];
-			q4k_unpack_scales(b[i].scales, sc, m);
+			uint32_t scw[2], mnw[2];
+			q4k_scales_words(b[i].scales, scw, mnw);
+			uint8_t sc[8];
+			memcpy(sc, scw, 8);
 			const int8_t *q = x->q + i * QK_K;
-			const int16_t *bs = x->bsums + i * 16;
+			/* mins . (sums of x per 32): the 16 bsums pairwise added, one madd */
+			__m128i bs = _mm_hadd_epi16(
+			    _mm_loadu_si128((const __m128i *)(x->bsums + i * 16)),
+			    _mm_loadu_si128((const __m128i *)(x->bsums + i * 16 + 8)));
+			__m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mnw));
+			__m128i ms = _mm_madd_epi16(mn, bs);
 			__m256i sumi = _mm256_setzero_si256();
-			int msum = 0;
 			for (int c = 0; c < 4; c++) {
 				__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
 				__m256i lo = _mm256_and_si256(v, m4);
@@ -211,15 +229,16 @@ TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int 
 				p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
 				p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
 				sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-				msum += m[2 * c] * (bs[4 * c] + bs[4 * c + 1]) +
-					m[2 * c + 1] * (bs[4 * c + 2] + bs[4 * c + 3]);
 			}
 			float dx = x->d[i];
 			acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * dx),
 					      _mm256_cvtepi32_ps(sumi), acc);
-			macc += _cvtsh_ss(b[i].dmin) * dx * (float)msum;
+			macc = _mm_fmadd_ps(_mm_set1_ps(_cvtsh_ss(b[i].dmin) * dx),
+					    _mm_cvtepi32_ps(ms), macc);
 		}
-		out[r] = hsum8(acc) - macc;
+		macc = _mm_add_ps(macc, _mm_movehl_ps(macc, macc));
+		macc = _mm_add_ss(macc, _mm_movehdup_ps(macc));
+		out[r] = hsum8(acc) - _mm_cvtss_f32(macc);
 	}
 }
 
@@ -236,9 +255,11 @@ TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int 
 			const int16_t *bs = x->bsums + i * 16;
 			const int8_t *sc = b[i].scales;
 			__m256i sumi = _mm256_setzero_si256();
-			int off = 0;
-			for (int g = 0; g < 16; g++)
-				off += sc[g] * bs[g];
+			/* sum of scale x block sum over the 16 groups: one madd, then a reduction
+			 */
+			__m256i so = _mm256_madd_epi16(
+			    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)),
+			    _mm256_loadu_si256((const __m256i *)bs));
 			for (int h = 0; h < 2; h++) {
 				__m256i la =
 				    _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
@@ -262,7 +283,7 @@ TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int 
 					sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
 				}
 			}
-			int tot = hsum8i(sumi) - 32 * off;
+			int tot = hsum8i(_mm256_sub_epi32(sumi, _mm256_slli_epi32(so, 5)));
 			acc += _cvtsh_ss(b[i].d) * x->d[i] * (float)tot;
 		}
 		out[r] = acc;
