@@ -236,10 +236,31 @@ TEST(batched_llama_f16)
 
 /* ---- the tensor-parallel seam: two shards in two threads, summed by a toy all-reduce ---- */
 
+/* A two-party barrier (macOS has no pthread_barrier_t). */
+typedef struct toy_bar {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int waiting, phase;
+} toy_bar_t;
+
+static void toy_bar_wait(toy_bar_t *b)
+{
+	pthread_mutex_lock(&b->mu);
+	int phase = b->phase;
+	if (++b->waiting == 2) {
+		b->waiting = 0;
+		b->phase++;
+		pthread_cond_broadcast(&b->cv);
+	} else {
+		while (phase == b->phase)
+			pthread_cond_wait(&b->cv, &b->mu);
+	}
+	pthread_mutex_unlock(&b->mu);
+}
+
 typedef struct toy_ar {
-	pthread_barrier_t bar;
+	toy_bar_t bar;
 	float *slot[2];
-	int n;
 } toy_ar_t;
 
 typedef struct rank_ctx {
@@ -255,11 +276,11 @@ static int toy_allreduce(void *ctx, float *x, int n)
 	rank_ctx_t *r = ctx;
 	toy_ar_t *a = r->ar;
 	memcpy(a->slot[r->rank], x, (size_t)n * sizeof *x);
-	pthread_barrier_wait(&a->bar);
+	toy_bar_wait(&a->bar);
 	const float *o = a->slot[1 - r->rank];
 	for (int i = 0; i < n; i++) /* the same order on both ranks: identical sums */
 		x[i] = r->rank == 0 ? x[i] + o[i] : o[i] + x[i];
-	pthread_barrier_wait(&a->bar);
+	toy_bar_wait(&a->bar);
 	return 0;
 }
 
@@ -289,7 +310,7 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 		CHECK_EQ_INT(model_forward(full.m, &prompt24[i], 1, 24 + i, want), 0);
 
 	toy_ar_t ar;
-	pthread_barrier_init(&ar.bar, NULL, 2);
+	ar.bar = (toy_bar_t){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
 	rank_ctx_t rk[2];
 	pool_t *pools[2];
 	pthread_t th[2];
@@ -330,7 +351,6 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 		free(rk[r].logits);
 		free(ar.slot[r]);
 	}
-	pthread_barrier_destroy(&ar.bar);
 	free(want);
 	gen_close(&full, path);
 }
