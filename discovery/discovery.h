@@ -14,7 +14,7 @@
  *
  * mDNS is only a hint: a peer becomes a member after the authenticated handshake on the control
  * channel, and stays one while its heartbeats arrive. Membership and election messages travel as
- * typed frames on that channel; their numbers (100-199) and layouts are below and in
+ * typed frames on that channel; their numbers (0x0100-0x01ff) and layouts are below and in
  * docs/discovery.md.
  */
 #ifndef SHOAL_DISCOVERY_H
@@ -174,21 +174,22 @@ const disc_peer_t *disc_table_at(const disc_table_t *t, int i);
 
 /* ---- membership and election messages (frame types on the control channel) ----------------- */
 
-/* The transport owns frame types 0-99; membership and election use 100-199. Numbers are never
- * reused. Every integer is little-endian; layouts are fixed-size except where stated.
+/* The transport owns frame types 0x0001-0x00ff; membership and election use 0x0100-0x01ff
+ * (transport/frame.h lists every range). Numbers are never reused. Every integer is little-endian;
+ * layouts are fixed-size except where stated.
  *
- *   100 DISC_MSG_INFO       text "key=value\n" lines: v, id, host, port, mem, cores, rdma, nonce;
- *                           sent once by both sides right after the handshake (<= 1024 bytes)
- *   101 DISC_MSG_HEARTBEAT  struct disc_wire_heartbeat (32 bytes), every heartbeat interval
- *   102 DISC_MSG_LEADER     struct disc_wire_leader_head (24 bytes) + n * 16-byte member IDs:
- *                           the leader's announcement of itself, its epoch and its view
- *   103 DISC_MSG_SMALLER    16-byte ID: "I know a member smaller than you" (follower -> leader)
+ *   0x0100 DISC_MSG_INFO       text "key=value\n" lines: v, id, host, port, mem, cores, rdma, nonce;
+ *                              sent once by both sides right after the handshake (<= 1024 bytes)
+ *   0x0101 DISC_MSG_HEARTBEAT  struct disc_wire_heartbeat (32 bytes), every heartbeat interval
+ *   0x0102 DISC_MSG_LEADER     struct disc_wire_leader_head (24 bytes) + n * 16-byte member IDs:
+ *                              the leader's announcement of itself, its epoch and its view
+ *   0x0103 DISC_MSG_SMALLER    16-byte ID: "I know a member smaller than you" (follower -> leader)
  */
 enum disc_msg_type {
-	DISC_MSG_INFO = 100,
-	DISC_MSG_HEARTBEAT = 101,
-	DISC_MSG_LEADER = 102,
-	DISC_MSG_SMALLER = 103,
+	DISC_MSG_INFO = 0x0100,
+	DISC_MSG_HEARTBEAT = 0x0101,
+	DISC_MSG_LEADER = 0x0102,
+	DISC_MSG_SMALLER = 0x0103,
 };
 
 /* ---- the election core (pure) ------------------------------------------------------------- */
