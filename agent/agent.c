@@ -96,6 +96,7 @@ struct agent {
 	int64_t static_last_ms[AGENT_MAX_STATIC_PEERS];
 	disc_id_t static_id[AGENT_MAX_STATIC_PEERS]; /* learnt at the first handshake */
 	int static_self[AGENT_MAX_STATIC_PEERS];     /* the --peer is this node itself */
+	int static_err_logged[AGENT_MAX_STATIC_PEERS];
 	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table: reset on changes */
 	int64_t last_hb_ms;
 	int duplicate;            /* another live node uses our ID */
@@ -336,7 +337,13 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	if (d->static_index >= 0)
 		a->static_dialing[d->static_index] = 0;
 	if (d->rc) {
-		/* the transport logged "handshake with ADDR failed: REASON" once at warn */
+		/* the transport logged "handshake with ADDR failed: REASON" once at warn; an
+		 * unreachable --peer is worth one line too, then quiet until it succeeds */
+		if (d->static_index >= 0 && !a->static_err_logged[d->static_index]) {
+			a->static_err_logged[d->static_index] = 1;
+			LOG(LOG_WARN, "agent: --peer %s: %s (retrying every %d s)",
+			    a->cfg.peers[d->static_index], d->err, STATIC_RETRY_MS / 1000);
+		}
 		LOG(LOG_DEBUG, "agent: %s %s:%d: %s", d->outgoing ? "connect" : "accept", d->host,
 		    d->port, d->err);
 		free(d);
@@ -347,8 +354,10 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	char ph[DISC_ID_HEX], addr[DISC_ADDR_MAX];
 	disc_id_hex(&pid, ph);
 	addr_only(tp_chan_peer_addr(d->ch), addr, sizeof addr);
-	if (d->static_index >= 0)
+	if (d->static_index >= 0) {
 		a->static_id[d->static_index] = pid;
+		a->static_err_logged[d->static_index] = 0;
+	}
 	if (!disc_id_cmp(&pid, &a->self) && is_local_addr(addr)) {
 		/* a --peer that names this very node (or its other end): not a duplicate */
 		if (d->static_index >= 0 && !a->static_self[d->static_index]) {
