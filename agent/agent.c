@@ -97,7 +97,8 @@ struct agent {
 	disc_id_t static_id[AGENT_MAX_STATIC_PEERS]; /* learnt at the first handshake */
 	int static_self[AGENT_MAX_STATIC_PEERS];     /* the --peer is this node itself */
 	int static_err_logged[AGENT_MAX_STATIC_PEERS];
-	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table: reset on changes */
+	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table (a rate limit only) */
+	unsigned mdns_tries[DISC_MAX_PEERS];
 	int64_t last_hb_ms;
 	int duplicate;            /* another live node uses our ID */
 	char duplicate_where[128];
@@ -582,7 +583,14 @@ static void dial_missing(agent_t *a, int64_t now)
 		if (i < DISC_MAX_PEERS && now - a->mdns_last_try_ms[i] < RETRY_MS)
 			continue;
 		a->mdns_last_try_ms[i] = now;
-		dial_out(a, p->addrs[0].addr, p->addrs[0].port, &p->id, -1);
+		/* IPv4 addresses first, then the others; each retry takes the next one */
+		int order[DISC_MAX_ADDRS], no = 0;
+		for (int pass = 0; pass < 2; pass++)
+			for (int k = 0; k < p->naddrs; k++)
+				if (p->addrs[k].ipv6 == pass)
+					order[no++] = k;
+		const disc_peer_addr_t *pa = &p->addrs[order[a->mdns_tries[i]++ % no]];
+		dial_out(a, pa->addr, pa->port, &p->id, -1);
 	}
 	for (int i = 0; i < a->cfg.npeers; i++) {
 		if (a->static_dialing[i] || a->static_self[i] ||

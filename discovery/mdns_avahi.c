@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 struct disc_mdns {
 	disc_publish_t pub;
@@ -172,6 +173,10 @@ static void resolve_cb(AvahiServiceResolver *r, AvahiIfIndex iface, AvahiProtoco
 	s.ipv6 = proto == AVAHI_PROTO_INET6;
 	if (!if_indextoname((unsigned)iface, s.ifname))
 		snprintf(s.ifname, sizeof s.ifname, "if%d", iface);
+	if (s.ipv6 && !strncasecmp(s.addr, "fe80:", 5)) { /* link-local: needs its scope to connect */
+		size_t n = strlen(s.addr);
+		snprintf(s.addr + n, sizeof s.addr - n, "%%%s", s.ifname);
+	}
 	for (AvahiStringList *l = txt; l; l = avahi_string_list_get_next(l)) {
 		char *k = NULL, *v = NULL;
 		size_t vlen = 0;

@@ -187,8 +187,11 @@ check "the thawed follower rejoins" ns_wait 15 agree 1 2 3
 A=$F
 published_before=$(grep -c "mdns: published" "$(ns_dir "$A")/agent.log")
 ns_avahi_restart "$A" || fail "avahi-daemon of host $A restarts"
-check "the agent notices the daemon went away" \
-	ns_wait 5 grep -q "lost avahi-daemon" "$(ns_dir "$A")/agent.log"
+# (avahi-client reports the loss; avahi's dns_sd compatibility layer re-registers by itself)
+if status_json "$A" | grep -q '"mdns":"avahi"'; then
+	check "the agent notices the daemon went away" \
+		ns_wait 5 grep -q "lost avahi-daemon" "$(ns_dir "$A")/agent.log"
+fi
 republished() { [ "$(grep -c "mdns: published" "$(ns_dir "$A")/agent.log")" -gt "$published_before" ]; }
 check "the agent re-publishes on the new daemon" ns_wait 10 republished
 resolvable() {
