@@ -49,12 +49,7 @@ typedef struct conn {
 	int initiator_is_me;
 	int64_t last_rx_ms, last_tx_ms;
 	char addr[DISC_ADDR_MAX]; /* peer address without port */
-	/* from the peer's INFO */
-	char host[DISC_HOST_MAX];
-	uint64_t mem_bytes;
-	int cores;
-	char rdma[256];
-	int port;
+	disc_info_t info; /* from the peer's INFO */
 } conn_t;
 
 /* A handshake on its own thread; the result comes back through result_pipe. */
@@ -237,37 +232,14 @@ static conn_t *conn_find(agent_t *a, const disc_id_t *id)
 static void send_info(agent_t *a, conn_t *c)
 {
 	char buf[1024];
-	int n = snprintf(buf, sizeof buf, "v=%d\nid=%s\nhost=%s\nport=%d\nmem=%llu\ncores=%d\nrdma=%s\n",
-			 DISC_PROTO_VERSION, a->self_hex, a->facts.hostname, a->cfg.port,
-			 (unsigned long long)a->facts.mem_bytes, a->facts.cores, a->facts.rdma);
-	if (n > 0 && tp_chan_send(c->ch, DISC_MSG_INFO, buf, (size_t)MIN(n, (int)sizeof buf - 1)))
+	disc_info_t in = {.version = DISC_PROTO_VERSION, .id = a->self, .port = a->cfg.port,
+			  .mem_bytes = a->facts.mem_bytes, .cores = a->facts.cores};
+	snprintf(in.host, sizeof in.host, "%s", a->facts.hostname);
+	snprintf(in.rdma, sizeof in.rdma, "%s", a->facts.rdma);
+	int n = disc_info_encode(&in, buf, sizeof buf);
+	if (n > 0 && tp_chan_send(c->ch, DISC_MSG_INFO, buf, (size_t)n))
 		LOG(LOG_DEBUG, "agent: sending INFO failed");
 	c->last_tx_ms = now_ms();
-}
-
-static void parse_info(conn_t *c, const char *p, size_t len)
-{
-	char buf[1025];
-	size_t n = MIN(len, sizeof buf - 1);
-	memcpy(buf, p, n);
-	buf[n] = 0;
-	char *save = NULL;
-	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char *eq = strchr(line, '=');
-		if (!eq)
-			continue;
-		*eq++ = 0;
-		if (!strcmp(line, "host"))
-			snprintf(c->host, sizeof c->host, "%s", eq);
-		else if (!strcmp(line, "mem"))
-			c->mem_bytes = strtoull(eq, NULL, 10);
-		else if (!strcmp(line, "cores"))
-			c->cores = atoi(eq);
-		else if (!strcmp(line, "rdma"))
-			snprintf(c->rdma, sizeof c->rdma, "%s", eq);
-		else if (!strcmp(line, "port"))
-			c->port = atoi(eq);
-	}
 }
 
 static void log_members(agent_t *a, const char *what, const disc_id_t *id, const char *addr)
@@ -456,7 +428,9 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 	int64_t now = now_ms();
 	switch (type) {
 	case DISC_MSG_INFO:
-		parse_info(c, (const char *)p, len);
+		if (len > 1024)
+			return SH_EFORMAT;
+		disc_info_parse(&c->info, p, len);
 		return 0;
 	case DISC_MSG_HEARTBEAT: {
 		uint64_t epoch;
@@ -674,13 +648,14 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 					ifn = p->addrs[k].ifname;
 		if (p && !strcmp(ifn, "-") && p->naddrs)
 			ifn = p->addrs[0].ifname;
-		json_object_set_new(o, "host", json_string(c && c->host[0] ? c->host : p ? p->host : "-"));
+		json_object_set_new(o, "host",
+				    json_string(c && c->info.host[0] ? c->info.host : p ? p->host : "-"));
 		json_object_set_new(o, "address", json_string(c ? c->addr : "-"));
 		json_object_set_new(o, "interface", json_string(ifn));
-		json_object_set_new(o, "mem", json_integer(c ? (json_int_t)c->mem_bytes : 0));
-		json_object_set_new(o, "cores", json_integer(c ? c->cores : 0));
-		json_object_set_new(o, "rdma", json_string(c ? c->rdma : ""));
-		json_object_set_new(o, "port", json_integer(c ? c->port : 0));
+		json_object_set_new(o, "mem", json_integer(c ? (json_int_t)c->info.mem_bytes : 0));
+		json_object_set_new(o, "cores", json_integer(c ? c->info.cores : 0));
+		json_object_set_new(o, "rdma", json_string(c ? c->info.rdma : ""));
+		json_object_set_new(o, "port", json_integer(c ? c->info.port : 0));
 		json_object_set_new(o, "self", json_false());
 	}
 	json_object_set_new(o, "role", json_string(role_of(a, id)));

@@ -268,6 +268,23 @@ typedef struct disc_wire_leader_head {
 } disc_wire_leader_head_t;
 _Static_assert(sizeof(disc_wire_leader_head_t) == 24, "leader wire size");
 
+/* The INFO message's content (what a peer tells about itself after the handshake). */
+typedef struct disc_info {
+	int version;
+	disc_id_t id;
+	char host[DISC_HOST_MAX];
+	int port;
+	uint64_t mem_bytes;
+	int cores;
+	char rdma[256];
+} disc_info_t;
+
+/* Writes INFO's text into buf (NUL-terminated); returns its length (< cap) or SH_EINVAL. */
+int disc_info_encode(const disc_info_t *in, char *buf, size_t cap);
+/* Parses INFO's text (any bytes: unknown keys, missing '=' and overlong values are skipped or cut).
+ * Fields not present stay as they were in *out. */
+void disc_info_parse(disc_info_t *out, const uint8_t *p, size_t len);
+
 /* Encodes a LEADER message into buf; returns the length or SH_EINVAL when cap is too small. */
 int disc_leader_encode(const elec_msg_t *m, uint8_t *buf, size_t cap);
 /* Decodes a LEADER payload; returns 0 or SH_EFORMAT (bad length, more than ELEC_MAX_MEMBERS). */

@@ -137,3 +137,51 @@ int disc_heartbeat_decode(const uint8_t *p, size_t len, uint64_t *epoch, disc_id
 	*nmembers = (int)MIN(nm, 1u << 20);
 	return 0;
 }
+
+int disc_info_encode(const disc_info_t *in, char *buf, size_t cap)
+{
+	char idhex[DISC_ID_HEX];
+	disc_id_hex(&in->id, idhex);
+	int n = snprintf(buf, cap, "v=%d\nid=%s\nhost=%s\nport=%d\nmem=%llu\ncores=%d\nrdma=%s\n",
+			 in->version, idhex, in->host, in->port, (unsigned long long)in->mem_bytes,
+			 in->cores, in->rdma);
+	return n < 0 || (size_t)n >= cap ? SH_EINVAL : n;
+}
+
+void disc_info_parse(disc_info_t *out, const uint8_t *p, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		size_t end = i;
+		while (end < len && p[end] != '\n')
+			end++;
+		const char *line = (const char *)p + i;
+		size_t llen = end - i;
+		const char *eq = memchr(line, '=', llen);
+		i = end + 1;
+		if (!eq)
+			continue;
+		size_t klen = (size_t)(eq - line), vlen = llen - klen - 1;
+		char key[16], val[300];
+		if (klen >= sizeof key)
+			continue;
+		memcpy(key, line, klen);
+		key[klen] = 0;
+		copy_val(val, sizeof val, eq + 1, vlen); /* an embedded NUL just ends the value */
+		if (!strcmp(key, "v"))
+			out->version = atoi(val);
+		else if (!strcmp(key, "id")) {
+			if (disc_id_parse(val, &out->id))
+				memset(&out->id, 0, sizeof out->id);
+		} else if (!strcmp(key, "host"))
+			snprintf(out->host, sizeof out->host, "%s", val);
+		else if (!strcmp(key, "port"))
+			out->port = atoi(val);
+		else if (!strcmp(key, "mem"))
+			out->mem_bytes = strtoull(val, NULL, 10);
+		else if (!strcmp(key, "cores"))
+			out->cores = atoi(val);
+		else if (!strcmp(key, "rdma"))
+			copy_val(out->rdma, sizeof out->rdma, val, strlen(val));
+	}
+}

@@ -116,6 +116,37 @@ TEST(txt_round_trip_never_holds_more_than_published)
 	CHECK_EQ_INT(disc_txt_items(&p, items, 2), 2);
 }
 
+TEST(info_round_trip_and_bad_input)
+{
+	disc_info_t in = {.version = 1, .port = 7411, .mem_bytes = 1ull << 40, .cores = 64};
+	in.id.b[3] = 7;
+	snprintf(in.host, sizeof in.host, "mac-studio");
+	snprintf(in.rdma, sizeof in.rdma, "rdma_en3:en3");
+	char buf[1024];
+	int n = disc_info_encode(&in, buf, sizeof buf);
+	CHECK(n > 0);
+	disc_info_t out;
+	memset(&out, 0, sizeof out);
+	disc_info_parse(&out, (const uint8_t *)buf, (size_t)n);
+	CHECK(out.version == 1 && out.port == 7411 && out.mem_bytes == in.mem_bytes &&
+	      out.cores == 64 && !disc_id_cmp(&out.id, &in.id));
+	CHECK_EQ_STR(out.host, "mac-studio");
+	CHECK_EQ_STR(out.rdma, "rdma_en3:en3");
+	CHECK_EQ_INT(disc_info_encode(&in, buf, 10), SH_EINVAL);
+	/* junk: no '=', an overlong key and value, an embedded NUL, no final newline */
+	static const char junk[] = "garbage\nverylongkeyname_beyond=1\nhost=ab\0cd\ncores=3";
+	char big[2000];
+	memset(big, 'x', sizeof big);
+	memcpy(big, "host=", 5);
+	memset(&out, 0, sizeof out);
+	disc_info_parse(&out, (const uint8_t *)junk, sizeof junk - 1);
+	CHECK_EQ_STR(out.host, "ab");
+	CHECK_EQ_INT(out.cores, 3);
+	disc_info_parse(&out, (const uint8_t *)big, sizeof big);
+	CHECK(strlen(out.host) < sizeof out.host);
+	disc_info_parse(&out, NULL, 0);
+}
+
 static disc_sighting_t sighting(int idbyte, const char *name, int ifindex, const char *addr)
 {
 	disc_sighting_t s;
@@ -220,6 +251,7 @@ int main(void)
 	RUN(state_dir_default);
 	RUN(host_facts);
 	RUN(txt_round_trip_never_holds_more_than_published);
+	RUN(info_round_trip_and_bad_input);
 	RUN(table_folds_sightings_by_id);
 	RUN(queue_fd_readable_while_not_empty);
 	RUN(mdns_backend_starts_without_a_daemon);
