@@ -59,13 +59,24 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 				  "n_kv_heads", m->n_kv_heads, "head_dim", m->head_dim, "dim", m->dim,
 				  "ffn", m->ffn, "n_vocab", m->n_vocab, "n_ctx", m->n_ctx, "ffn_block",
 				  m->ffn_block);
-	json_t *o = json_pack("{s:i, s:I, s:s, s:s, s:i, s:i, s:i, s:b, s:o, s:o}", "version", 1,
-			      "epoch", (json_int_t)p->epoch, "strategy",
-			      plan_strategy_name(p->strategy), "reason", p->reason, "ctx", p->ctx,
-			      "kv_bytes", p->kv_bytes, "base_port", p->base_port, "rdma_full_mesh",
-			      p->rdma_full_mesh, "model", model, "ranks", ranks);
-	if (o && with_hash)
+	json_t *o = json_object();
+	if (!o || !ranks || !model) {
+		json_decref(o), json_decref(ranks), json_decref(model);
+		return NULL;
+	}
+	/* Fixed key order (jansson keeps insertion order); the hash near the top of the file. */
+	json_object_set_new(o, "version", json_integer(1));
+	if (with_hash)
 		json_object_set_new(o, "hash", json_string(p->hash));
+	json_object_set_new(o, "epoch", json_integer((json_int_t)p->epoch));
+	json_object_set_new(o, "strategy", json_string(plan_strategy_name(p->strategy)));
+	json_object_set_new(o, "reason", json_string(p->reason));
+	json_object_set_new(o, "ctx", json_integer(p->ctx));
+	json_object_set_new(o, "kv_bytes", json_integer(p->kv_bytes));
+	json_object_set_new(o, "base_port", json_integer(p->base_port));
+	json_object_set_new(o, "rdma_full_mesh", json_boolean(p->rdma_full_mesh));
+	json_object_set_new(o, "model", model);
+	json_object_set_new(o, "ranks", ranks);
 	return o;
 }
 
