@@ -2,10 +2,13 @@
  * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
  * Reads a membership view and model metadata, prints the plan as a table and writes
  * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
- * All the planning is planner/'s; this file only does the I/O around it.
+ * All the planning is planner/'s; this file only does the I/O around it (and turns a GGUF's
+ * metadata and tensor sizes into the planner's model struct: planner/ may not depend on infer/).
  */
 #include "agent/cli.h"
 #include "common/common.h"
+#include "infer/gguf.h"
+#include "infer/meta.h"
 #include "planner/planner.h"
 
 #include <getopt.h>
@@ -37,14 +40,68 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Model metadata from a JSON file (a .gguf once the GGUF reader is merged). */
+/* Adds a tensor's bytes to the planner bucket its name says (per-layer buckets are summed over
+ * all layers and averaged by the caller). */
+static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
+{
+	const char *n = t->name;
+	if (!strncmp(n, "blk.", 4)) {
+		const char *dot = strchr(n + 4, '.');
+		const char *k = dot ? dot + 1 : "";
+		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight"))
+			m->attn_qo_bytes += t->nbytes;
+		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
+			m->attn_kv_bytes += t->nbytes;
+		else if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight")) {
+			m->ffn_bytes += t->nbytes;
+			if (!strcmp(k, "ffn_down.weight"))
+				*ffn_type = t->type; /* its rows run along the FFN dimension */
+		} else
+			m->norm_bytes += t->nbytes; /* norms and biases: replicated */
+	} else if (!strcmp(n, "token_embd.weight")) {
+		m->embd_bytes += t->nbytes;
+	} else {
+		m->output_bytes += t->nbytes; /* output, output_norm */
+	}
+}
+
+/* Model shapes and exact tensor sizes from a GGUF file. */
+static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
+{
+	gguf_t *g = NULL;
+	model_meta_t mm;
+	char e[256];
+	int rc = gguf_open(&g, path, e, sizeof e);
+	if (!rc)
+		rc = meta_load(&mm, g, e, sizeof e);
+	if (rc) {
+		gguf_free(g);
+		return sh_fail(err, errlen, rc, "%s: %s", path, e);
+	}
+	memset(m, 0, sizeof *m);
+	snprintf(m->arch, sizeof m->arch, "%s", mm.arch_name);
+	m->n_layers = mm.n_layers, m->n_heads = mm.n_heads, m->n_kv_heads = mm.n_kv_heads;
+	m->head_dim = mm.head_dim, m->dim = mm.dim, m->ffn = mm.ffn, m->n_vocab = mm.n_vocab;
+	m->n_ctx = mm.n_ctx;
+	int ffn_type = GGML_F32;
+	for (int i = 0; i < gguf_n_tensors(g); i++)
+		add_tensor(m, gguf_tensor(g, i), &ffn_type);
+	gguf_free(g);
+	uint64_t l = (uint64_t)MAX(m->n_layers, 1);
+	m->attn_qo_bytes = (m->attn_qo_bytes + l - 1) / l; /* per layer, rounded up */
+	m->attn_kv_bytes = (m->attn_kv_bytes + l - 1) / l;
+	m->ffn_bytes = (m->ffn_bytes + l - 1) / l;
+	m->norm_bytes = (m->norm_bytes + l - 1) / l;
+	m->ffn_block = MAX(gguf_type_block(ffn_type), 32);
+	rc = plan_model_check(m, e, sizeof e);
+	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;
+}
+
+/* Model metadata from a model-metadata JSON file or a .gguf. */
 static int load_model(const char *path, plan_model_t *m, char *err, size_t errlen)
 {
 	if (ends_with(path, ".gguf"))
-		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "%s: reading a .gguf needs the GGUF reader, not built in yet; pass "
-			       "model metadata as JSON (docs/view.md)",
-			       path);
+		return load_gguf(path, m, err, errlen);
 	char *text = NULL;
 	int rc = read_file_all(path, &text, NULL, err, errlen);
 	if (rc)

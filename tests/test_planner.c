@@ -329,7 +329,8 @@ TEST(unequal_memory)
 	node_id(id, 0), r64 = plan_rank_of(p, id);
 	node_id(id, 1), r32 = plan_rank_of(p, id);
 	node_id(id, 2), r16 = plan_rank_of(p, id);
-	/* 32 layers by 4:2:1: one each first, then 29 * 4/7 = 16.57 -> 16+1, 8.29 -> 8, 4.14 -> 4 */
+	/* 32 layers by 4:2:1: 18.29, 9.14, 4.57 -> 18, 9, 4, and the one left to the largest
+	 * remainder (.57) */
 #define LAYERS(r) (plan_rank(p, r)->layer1 - plan_rank(p, r)->layer0)
 	CHECK_EQ_INT(LAYERS(r64), 18);
 	CHECK_EQ_INT(LAYERS(r32), 9);
@@ -366,8 +367,23 @@ TEST(unequal_memory)
 	if (p) {
 		node_id(id, 0);
 		int fast = plan_rank_of(p, id);
-		CHECK_EQ_INT(LAYERS(fast), 21); /* 1 + 30*2/3 = 21 */
+		CHECK_EQ_INT(LAYERS(fast), 21); /* 21.33 and 10.67: the one left goes to .67 */
 		CHECK_EQ_INT(LAYERS(1 - fast), 11);
+		plan_free(p);
+	}
+	plan_view_free(v);
+
+	/* 64/1/1 GB on 4 layers: quotas 3.93/0.03/0.03 give 4/0/0; the small ones take a layer
+	 * each from the largest, so no rank is empty */
+	uint64_t tiny[3] = {64, 1, 1};
+	plan_model_t m4 = model_shape(4, 8, 8, 1024);
+	v = view_make(3, tiny, T_SWITCH_WIFI, NULL, NULL, 0);
+	p = make(v, &m4, PLAN_PIPELINE, &rc, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	if (p) {
+		node_id(id, 0), r64 = plan_rank_of(p, id);
+		CHECK_EQ_INT(LAYERS(r64), 2);
+		CHECK_EQ_INT(plan_check_cover(p, err, sizeof err), 0);
 		plan_free(p);
 	}
 out:

@@ -223,14 +223,14 @@ TEST(split_properties)
 			CHECK(out[i] >= min_each);
 		}
 		CHECK_EQ_INT(sum, units);
-		/* beyond the minimums, each rank gets floor or floor + 1 of its exact quota */
+		/* without minimums, each rank gets the floor or floor + 1 of its exact quota */
 		unsigned __int128 total = 0;
 		for (int i = 0; i < n; i++)
 			total += w[i] ? w[i] : 1;
-		for (int i = 0; i < n; i++) {
-			unsigned __int128 q = (unsigned __int128)(unsigned)(units - n * min_each) *
-					      (w[i] ? w[i] : 1) / total;
-			CHECK(out[i] - min_each == (int)q || out[i] - min_each == (int)q + 1);
+		for (int i = 0; min_each == 0 && i < n; i++) {
+			unsigned __int128 q =
+				(unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1) / total;
+			CHECK(out[i] == (int)q || out[i] == (int)q + 1);
 		}
 		if (h_cur_failed)
 			break;
