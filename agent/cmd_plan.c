@@ -17,21 +17,22 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal plan --view VIEW.json --model MODEL [options]\n\n"
-		"Computes the rank order, MLX ring hostfile, mlx.launch hosts, JACCL RDMA device\n"
-		"matrix and shard plan for a membership view, prints it, and writes hostfile.json,\n"
-		"mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
-		"  --view FILE        membership view JSON (docs/view.md)\n"
-		"  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
-		"  --strategy S       auto (default), tensor or pipeline\n"
-		"  --ctx N            context length the KV cache is sized for (default: the model's)\n"
-		"  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
-		"  --headroom-mb N    memory kept free per node, at least (default 512)\n"
-		"  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
-		"  --out DIR          where to write the files (default: the current directory)\n"
-		"  --log-level LEVEL  error, warn, info or debug\n"
-		"  --help             this text\n");
+	fprintf(
+	    f,
+	    "usage: shoal plan --view VIEW.json --model MODEL [options]\n\n"
+	    "Computes the rank order, MLX ring hostfile, mlx.launch hosts, JACCL RDMA device\n"
+	    "matrix and shard plan for a membership view, prints it, and writes hostfile.json,\n"
+	    "mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
+	    "  --view FILE        membership view JSON (docs/view.md)\n"
+	    "  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
+	    "  --strategy S       auto (default), tensor or pipeline\n"
+	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
+	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
+	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
+	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
+	    "  --out DIR          where to write the files (default: the current directory)\n"
+	    "  --log-level LEVEL  error, warn, info or debug\n"
+	    "  --help             this text\n");
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -114,7 +115,10 @@ static int load_model(const char *path, plan_model_t *m, char *err, size_t errle
 	return rc;
 }
 
-static double gb(uint64_t b) { return (double)b / 1e9; }
+static double gb(uint64_t b)
+{
+	return (double)b / 1e9;
+}
 
 static void print_table(const plan_t *p)
 {
@@ -133,7 +137,8 @@ static void print_table(const plan_t *p)
 		snprintf(kv, sizeof kv, "%d-%d", k->kv0, k->kv1);
 		snprintf(ffn, sizeof ffn, "%d-%d", k->ffn0, k->ffn1);
 		snprintf(layers, sizeof layers, "%d-%d", k->layer0, k->layer1);
-		uint64_t need = k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
+		uint64_t need =
+		    k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
 		printf("%-4d %-8.8s %-18.18s %-21s %7.1f %9s %9s %13s %9s %8.1f\n", r, k->node_id,
 		       k->host[0] ? k->host : "-", addr, gb(k->mem_avail), q, kv, ffn, layers,
 		       gb(need));
@@ -174,12 +179,17 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"view", required_argument, 0, 'v'},      {"model", required_argument, 0, 'm'},
-		{"strategy", required_argument, 0, 's'},  {"ctx", required_argument, 0, 'c'},
-		{"kv-bytes", required_argument, 0, 'k'},  {"headroom-mb", required_argument, 0, 'H'},
-		{"base-port", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
-		{"log-level", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"view", required_argument, 0, 'v'},
+	    {"model", required_argument, 0, 'm'},
+	    {"strategy", required_argument, 0, 's'},
+	    {"ctx", required_argument, 0, 'c'},
+	    {"kv-bytes", required_argument, 0, 'k'},
+	    {"headroom-mb", required_argument, 0, 'H'},
+	    {"base-port", required_argument, 0, 'p'},
+	    {"out", required_argument, 0, 'o'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	const char *view_path = NULL, *model_path = NULL, *out = ".";
 	plan_opts_t o;
@@ -213,14 +223,16 @@ int cmd_plan(int argc, char **argv)
 			break;
 		case 'H':
 			if (parse_int(optarg, 0, 1 << 30, &x)) {
-				fprintf(stderr, "shoal plan: --headroom-mb must be a number of MB\n");
+				fprintf(stderr,
+					"shoal plan: --headroom-mb must be a number of MB\n");
 				return 2;
 			}
 			o.headroom_bytes = (uint64_t)x << 20;
 			break;
 		case 'p':
 			if (parse_int(optarg, 1, 65535, &o.base_port)) {
-				fprintf(stderr, "shoal plan: --base-port must be from 1 to 65535\n");
+				fprintf(stderr,
+					"shoal plan: --base-port must be from 1 to 65535\n");
 				return 2;
 			}
 			break;
@@ -256,7 +268,8 @@ int cmd_plan(int argc, char **argv)
 	print_table(p);
 	if (write_outputs(p, out, err, sizeof err))
 		goto fail;
-	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n", out);
+	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",
+	       out);
 	ret = 0;
 	goto done;
 fail:

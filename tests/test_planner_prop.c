@@ -19,18 +19,21 @@ static uint64_t rnd(void) /* xorshift64* */
 	return rng_state * 2685821657736338717ULL;
 }
 
-static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+static int rnd_in(int lo, int hi)
+{
+	return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
+}
 
-static const char *const IFNAMES[] = {"en0", "en1", "en3", "en4", "eth0", "wlan0", "bridge0",
-				      "lo", "thunderbolt0", "veth1", "tun0"};
+static const char *const IFNAMES[] = {"en0",     "en1", "en3",          "en4",   "eth0", "wlan0",
+				      "bridge0", "lo",  "thunderbolt0", "veth1", "tun0"};
 
 static void random_node(plan_node_t *n, int i, const plan_view_t *v, int n_nodes)
 {
 	snprintf(n->node_id, sizeof n->node_id, "%016llx%016llx", (unsigned long long)rnd(),
 		 (unsigned long long)(rnd() & 0xff) * (unsigned)(i + 1));
 	snprintf(n->host, sizeof n->host, "h%d", rnd_in(0, 5));
-	n->mem_avail = (rnd() % 4 == 0) ? (uint64_t)rnd_in(1, 4096) << 20
-					: (uint64_t)rnd_in(1, 512) << 30;
+	n->mem_avail =
+	    (rnd() % 4 == 0) ? (uint64_t)rnd_in(1, 4096) << 20 : (uint64_t)rnd_in(1, 512) << 30;
 	n->mem_total = n->mem_avail;
 	n->bw_mbs = rnd() % 3 ? 0 : (uint32_t)rnd_in(1, 800000);
 	n->n_addrs = rnd() % 100 == 0 ? 0 : (size_t)rnd_in(1, 4); /* rarely no address at all */
@@ -229,7 +232,7 @@ TEST(split_properties)
 			total += w[i] ? w[i] : 1;
 		for (int i = 0; min_each == 0 && i < n; i++) {
 			unsigned __int128 q =
-				(unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1) / total;
+			    (unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1) / total;
 			CHECK(out[i] == (int)q || out[i] == (int)q + 1);
 		}
 		if (h_cur_failed)

@@ -10,10 +10,10 @@
 #include <string.h>
 
 static const char *const MODELS[] = {
-	"{\"n_layers\":32,\"n_heads\":32,\"n_kv_heads\":8,\"head_dim\":128,\"dim\":4096,"
-	"\"ffn\":14336,\"n_vocab\":128256,\"n_ctx\":8192,\"wtype\":\"Q8_0\"}",
-	"{\"n_layers\":5,\"n_heads\":8,\"n_kv_heads\":4,\"dim\":64,\"ffn\":172,\"n_vocab\":512,"
-	"\"n_ctx\":512}",
+    "{\"n_layers\":32,\"n_heads\":32,\"n_kv_heads\":8,\"head_dim\":128,\"dim\":4096,"
+    "\"ffn\":14336,\"n_vocab\":128256,\"n_ctx\":8192,\"wtype\":\"Q8_0\"}",
+    "{\"n_layers\":5,\"n_heads\":8,\"n_kv_heads\":4,\"dim\":64,\"ffn\":172,\"n_vocab\":512,"
+    "\"n_ctx\":512}",
 };
 
 static void check_plan(const plan_t *p)
