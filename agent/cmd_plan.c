@@ -2,10 +2,13 @@
  * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
  * Reads a membership view and model metadata, prints the plan as a table and writes
  * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
- * All the planning is planner/'s; this file only does the I/O around it.
+ * All the planning is planner/'s; this file only does the I/O around it (and turns a GGUF's
+ * metadata and tensor sizes into the planner's model struct: planner/ may not depend on infer/).
  */
 #include "agent/cli.h"
 #include "common/common.h"
+#include "infer/gguf.h"
+#include "infer/meta.h"
 #include "planner/planner.h"
 
 #include <getopt.h>
@@ -14,21 +17,22 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal plan --view VIEW.json --model MODEL [options]\n\n"
-		"Computes the rank order, MLX ring hostfile, mlx.launch hosts, JACCL RDMA device\n"
-		"matrix and shard plan for a membership view, prints it, and writes hostfile.json,\n"
-		"mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
-		"  --view FILE        membership view JSON (docs/view.md)\n"
-		"  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
-		"  --strategy S       auto (default), tensor or pipeline\n"
-		"  --ctx N            context length the KV cache is sized for (default: the model's)\n"
-		"  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
-		"  --headroom-mb N    memory kept free per node, at least (default 512)\n"
-		"  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
-		"  --out DIR          where to write the files (default: the current directory)\n"
-		"  --log-level LEVEL  error, warn, info or debug\n"
-		"  --help             this text\n");
+	fprintf(
+	    f,
+	    "usage: shoal plan --view VIEW.json --model MODEL [options]\n\n"
+	    "Computes the rank order, MLX ring hostfile, mlx.launch hosts, JACCL RDMA device\n"
+	    "matrix and shard plan for a membership view, prints it, and writes hostfile.json,\n"
+	    "mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
+	    "  --view FILE        membership view JSON (docs/view.md)\n"
+	    "  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
+	    "  --strategy S       auto (default), tensor or pipeline\n"
+	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
+	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
+	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
+	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
+	    "  --out DIR          where to write the files (default: the current directory)\n"
+	    "  --log-level LEVEL  error, warn, info or debug\n"
+	    "  --help             this text\n");
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -37,14 +41,68 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Model metadata from a JSON file (a .gguf once the GGUF reader is merged). */
+/* Adds a tensor's bytes to the planner bucket its name says (per-layer buckets are summed over
+ * all layers and averaged by the caller). */
+static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
+{
+	const char *n = t->name;
+	if (!strncmp(n, "blk.", 4)) {
+		const char *dot = strchr(n + 4, '.');
+		const char *k = dot ? dot + 1 : "";
+		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight"))
+			m->attn_qo_bytes += t->nbytes;
+		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
+			m->attn_kv_bytes += t->nbytes;
+		else if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight")) {
+			m->ffn_bytes += t->nbytes;
+			if (!strcmp(k, "ffn_down.weight"))
+				*ffn_type = t->type; /* its rows run along the FFN dimension */
+		} else
+			m->norm_bytes += t->nbytes; /* norms and biases: replicated */
+	} else if (!strcmp(n, "token_embd.weight")) {
+		m->embd_bytes += t->nbytes;
+	} else {
+		m->output_bytes += t->nbytes; /* output, output_norm */
+	}
+}
+
+/* Model shapes and exact tensor sizes from a GGUF file. */
+static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
+{
+	gguf_t *g = NULL;
+	model_meta_t mm;
+	char e[256];
+	int rc = gguf_open(&g, path, e, sizeof e);
+	if (!rc)
+		rc = meta_load(&mm, g, e, sizeof e);
+	if (rc) {
+		gguf_free(g);
+		return sh_fail(err, errlen, rc, "%s: %s", path, e);
+	}
+	memset(m, 0, sizeof *m);
+	snprintf(m->arch, sizeof m->arch, "%s", mm.arch_name);
+	m->n_layers = mm.n_layers, m->n_heads = mm.n_heads, m->n_kv_heads = mm.n_kv_heads;
+	m->head_dim = mm.head_dim, m->dim = mm.dim, m->ffn = mm.ffn, m->n_vocab = mm.n_vocab;
+	m->n_ctx = mm.n_ctx;
+	int ffn_type = GGML_F32;
+	for (int i = 0; i < gguf_n_tensors(g); i++)
+		add_tensor(m, gguf_tensor(g, i), &ffn_type);
+	gguf_free(g);
+	uint64_t l = (uint64_t)MAX(m->n_layers, 1);
+	m->attn_qo_bytes = (m->attn_qo_bytes + l - 1) / l; /* per layer, rounded up */
+	m->attn_kv_bytes = (m->attn_kv_bytes + l - 1) / l;
+	m->ffn_bytes = (m->ffn_bytes + l - 1) / l;
+	m->norm_bytes = (m->norm_bytes + l - 1) / l;
+	m->ffn_block = MAX(gguf_type_block(ffn_type), 32);
+	rc = plan_model_check(m, e, sizeof e);
+	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;
+}
+
+/* Model metadata from a model-metadata JSON file or a .gguf. */
 static int load_model(const char *path, plan_model_t *m, char *err, size_t errlen)
 {
 	if (ends_with(path, ".gguf"))
-		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "%s: reading a .gguf needs the GGUF reader, not built in yet; pass "
-			       "model metadata as JSON (docs/view.md)",
-			       path);
+		return load_gguf(path, m, err, errlen);
 	char *text = NULL;
 	int rc = read_file_all(path, &text, NULL, err, errlen);
 	if (rc)
@@ -57,7 +115,10 @@ static int load_model(const char *path, plan_model_t *m, char *err, size_t errle
 	return rc;
 }
 
-static double gb(uint64_t b) { return (double)b / 1e9; }
+static double gb(uint64_t b)
+{
+	return (double)b / 1e9;
+}
 
 static void print_table(const plan_t *p)
 {
@@ -76,7 +137,8 @@ static void print_table(const plan_t *p)
 		snprintf(kv, sizeof kv, "%d-%d", k->kv0, k->kv1);
 		snprintf(ffn, sizeof ffn, "%d-%d", k->ffn0, k->ffn1);
 		snprintf(layers, sizeof layers, "%d-%d", k->layer0, k->layer1);
-		uint64_t need = k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
+		uint64_t need =
+		    k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
 		printf("%-4d %-8.8s %-18.18s %-21s %7.1f %9s %9s %13s %9s %8.1f\n", r, k->node_id,
 		       k->host[0] ? k->host : "-", addr, gb(k->mem_avail), q, kv, ffn, layers,
 		       gb(need));
@@ -117,12 +179,17 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"view", required_argument, 0, 'v'},      {"model", required_argument, 0, 'm'},
-		{"strategy", required_argument, 0, 's'},  {"ctx", required_argument, 0, 'c'},
-		{"kv-bytes", required_argument, 0, 'k'},  {"headroom-mb", required_argument, 0, 'H'},
-		{"base-port", required_argument, 0, 'p'}, {"out", required_argument, 0, 'o'},
-		{"log-level", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"view", required_argument, 0, 'v'},
+	    {"model", required_argument, 0, 'm'},
+	    {"strategy", required_argument, 0, 's'},
+	    {"ctx", required_argument, 0, 'c'},
+	    {"kv-bytes", required_argument, 0, 'k'},
+	    {"headroom-mb", required_argument, 0, 'H'},
+	    {"base-port", required_argument, 0, 'p'},
+	    {"out", required_argument, 0, 'o'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	const char *view_path = NULL, *model_path = NULL, *out = ".";
 	plan_opts_t o;
@@ -156,14 +223,16 @@ int cmd_plan(int argc, char **argv)
 			break;
 		case 'H':
 			if (parse_int(optarg, 0, 1 << 30, &x)) {
-				fprintf(stderr, "shoal plan: --headroom-mb must be a number of MB\n");
+				fprintf(stderr,
+					"shoal plan: --headroom-mb must be a number of MB\n");
 				return 2;
 			}
 			o.headroom_bytes = (uint64_t)x << 20;
 			break;
 		case 'p':
 			if (parse_int(optarg, 1, 65535, &o.base_port)) {
-				fprintf(stderr, "shoal plan: --base-port must be from 1 to 65535\n");
+				fprintf(stderr,
+					"shoal plan: --base-port must be from 1 to 65535\n");
 				return 2;
 			}
 			break;
@@ -199,7 +268,8 @@ int cmd_plan(int argc, char **argv)
 	print_table(p);
 	if (write_outputs(p, out, err, sizeof err))
 		goto fail;
-	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n", out);
+	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",
+	       out);
 	ret = 0;
 	goto done;
 fail:

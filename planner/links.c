@@ -3,6 +3,9 @@
  * RDMA device that serves it (the JACCL matrix), the ring address of each rank, and the three
  * MLX-facing files (ring hostfile, mlx.launch hosts, RDMA device matrix).
  *
+ * The link between a and b is the interface on which a sees b: its seen_on entry, or failing
+ * that, a guess from addresses in the same /24.
+ *
  * Invariant: every lookup here picks the minimum of a total order among the matching entries,
  * never "the first one", so results do not depend on the order of the view's arrays.
  */
@@ -29,6 +32,8 @@ static const char *seen_if(const plan_node_t *a, const char *peer)
 static const char *rdma_on(const plan_node_t *a, const char *ifname)
 {
 	const char *best = NULL;
+	if (!ifname[0])
+		return NULL;
 	for (size_t i = 0; i < a->n_rdma; i++)
 		if (a->rdma[i].port_active && !strcmp(a->rdma[i].ifname, ifname) &&
 		    (!best || strcmp(a->rdma[i].name, best) < 0))
@@ -44,29 +49,6 @@ static plan_link_t if_kind(const plan_node_t *a, const char *ifname)
 		if (!strcmp(a->addrs[i].ifname, ifname) && (int)a->addrs[i].kind > k)
 			k = (int)a->addrs[i].kind;
 	return k >= 0 ? (plan_link_t)k : plan_link_guess(ifname);
-}
-
-const char *plan_pair_rdma(const plan_node_t *a, const plan_node_t *b)
-{
-	const char *ifn = seen_if(a, b->node_id);
-	return ifn ? rdma_on(a, ifn) : NULL;
-}
-
-/* Kind of the link as seen from a towards b, -1 when a does not say. */
-static int dir_kind(const plan_node_t *a, const plan_node_t *b)
-{
-	const char *ifn = seen_if(a, b->node_id);
-	return ifn ? (int)if_kind(a, ifn) : -1;
-}
-
-plan_link_t plan_pair_link(const plan_node_t *a, const plan_node_t *b)
-{
-	if (plan_pair_rdma(a, b) && plan_pair_rdma(b, a))
-		return PLAN_LINK_RDMA;
-	int x = dir_kind(a, b), y = dir_kind(b, a);
-	/* Both sides known: the worse one (a Wi-Fi leg slows the pair); one side: take it. */
-	int k = x < 0 ? y : y < 0 ? x : MIN(x, y);
-	return k < 0 ? PLAN_LINK_OTHER : (plan_link_t)k;
 }
 
 static int is_ipv4(const char *ip)
@@ -93,6 +75,55 @@ static int addr_before(const plan_node_t *a, const plan_addr_t *x, const plan_ad
 	return c ? c < 0 : strcmp(x->ip, y->ip) < 0;
 }
 
+static int same_24(const char *x, const char *y)
+{
+	unsigned char p[4], q[4];
+	return inet_pton(AF_INET, x, p) == 1 && inet_pton(AF_INET, y, q) == 1 && !memcmp(p, q, 3);
+}
+
+/* The interface on which a sees b: from a's seen_on; without one, a's best interface with an
+ * IPv4 address in the same /24 as one of b's (a guess: the view carries no netmasks). */
+static const char *link_if(const plan_node_t *a, const plan_node_t *b)
+{
+	const char *s = seen_if(a, b->node_id);
+	if (s)
+		return s;
+	const plan_addr_t *pick = NULL;
+	for (size_t i = 0; i < a->n_addrs; i++) {
+		const plan_addr_t *x = &a->addrs[i];
+		if (!x->ifname[0] || addr_score(a, x) < 0)
+			continue;
+		for (size_t j = 0; j < b->n_addrs; j++)
+			if (addr_score(b, &b->addrs[j]) >= 0 && same_24(x->ip, b->addrs[j].ip) &&
+			    (!pick || addr_before(a, x, pick)))
+				pick = x;
+	}
+	return pick ? pick->ifname : NULL;
+}
+
+const char *plan_pair_rdma(const plan_node_t *a, const plan_node_t *b)
+{
+	const char *ifn = link_if(a, b);
+	return ifn ? rdma_on(a, ifn) : NULL;
+}
+
+/* Kind of the link as seen from a towards b, -1 when a does not say. */
+static int dir_kind(const plan_node_t *a, const plan_node_t *b)
+{
+	const char *ifn = link_if(a, b);
+	return ifn ? (int)if_kind(a, ifn) : -1;
+}
+
+plan_link_t plan_pair_link(const plan_node_t *a, const plan_node_t *b)
+{
+	if (plan_pair_rdma(a, b) && plan_pair_rdma(b, a))
+		return PLAN_LINK_RDMA;
+	int x = dir_kind(a, b), y = dir_kind(b, a);
+	/* Both sides known: the worse one (a Wi-Fi leg slows the pair); one side: take it. */
+	int k = x < 0 ? y : y < 0 ? x : MIN(x, y);
+	return k < 0 ? PLAN_LINK_OTHER : (plan_link_t)k;
+}
+
 void plan_ring_addr(plan_rank_t *r, const plan_node_t *a, const plan_node_t *prev)
 {
 	r->n_ips = 0;
@@ -103,7 +134,7 @@ void plan_ring_addr(plan_rank_t *r, const plan_node_t *a, const plan_node_t *pre
 		return;
 	}
 	/* The ring edge prev -> a runs over the interface on which a sees prev: listen there. */
-	const char *ifn = seen_if(a, prev->node_id);
+	const char *ifn = link_if(a, prev);
 	const plan_addr_t *pick = NULL;
 	for (size_t i = 0; ifn && i < a->n_addrs; i++) {
 		const plan_addr_t *ad = &a->addrs[i];
@@ -189,8 +220,8 @@ char *plan_mlx_hosts_json(const plan_t *p)
 			json_array_append_new(ips, json_string(k->ips[i]));
 		/* A single node runs locally: mlx.launch treats only "127.0.0.1" as local. */
 		const char *ssh = p->n_ranks == 1 || !k->host[0] ? k->ip : k->host;
-		json_t *h = json_pack("{s:s, s:o, s:o}", "ssh", ssh, "ips", ips, "rdma",
-				      rdma_row(p, r));
+		json_t *h =
+		    json_pack("{s:s, s:o, s:o}", "ssh", ssh, "ips", ips, "rdma", rdma_row(p, r));
 		if (!h || json_array_append_new(a, h))
 			goto done;
 	}

@@ -16,8 +16,8 @@ static const struct wtype {
 	const char *name;
 	int block_elems, block_bytes;
 } wtypes[] = {
-	{0, "F32", 1, 4},      {1, "F16", 1, 2},       {30, "BF16", 1, 2},   {2, "Q4_0", 32, 18},
-	{8, "Q8_0", 32, 34},   {12, "Q4_K", 256, 144}, {14, "Q6_K", 256, 210},
+    {0, "F32", 1, 4},    {1, "F16", 1, 2},       {30, "BF16", 1, 2},     {2, "Q4_0", 32, 18},
+    {8, "Q8_0", 32, 34}, {12, "Q4_K", 256, 144}, {14, "Q6_K", 256, 210},
 };
 
 static const struct wtype *wtype_by_id(int id)
@@ -40,7 +40,8 @@ int plan_model_set_type(plan_model_t *m, int ggml_type, int tied_output)
 	const struct wtype *t = wtype_by_id(ggml_type);
 	if (!t)
 		return SH_EUNSUPP;
-	uint64_t dim = (uint64_t)MAX(m->dim, 0), q = (uint64_t)MAX(m->n_heads, 0) * MAX(m->head_dim, 0);
+	uint64_t dim = (uint64_t)MAX(m->dim, 0),
+		 q = (uint64_t)MAX(m->n_heads, 0) * MAX(m->head_dim, 0);
 	uint64_t kv = (uint64_t)MAX(m->n_kv_heads, 0) * MAX(m->head_dim, 0);
 	uint64_t ffn = (uint64_t)MAX(m->ffn, 0), vocab = (uint64_t)MAX(m->n_vocab, 0);
 	m->ffn_block = MAX(t->block_elems, 32);
@@ -48,8 +49,8 @@ int plan_model_set_type(plan_model_t *m, int ggml_type, int tied_output)
 	m->attn_qo_bytes = plan_add_sat(tensor_bytes(t, q, dim), tensor_bytes(t, dim, q));
 	m->attn_kv_bytes = plan_mul_sat(2, tensor_bytes(t, kv, dim));
 	/* gate and up: ffn rows of dim; down: dim rows of ffn. */
-	m->ffn_bytes = plan_add_sat(plan_mul_sat(2, tensor_bytes(t, ffn, dim)),
-				    tensor_bytes(t, dim, ffn));
+	m->ffn_bytes =
+	    plan_add_sat(plan_mul_sat(2, tensor_bytes(t, ffn, dim)), tensor_bytes(t, dim, ffn));
 	m->norm_bytes = plan_mul_sat(2 * 4, dim); /* attn_norm + ffn_norm, F32 */
 	m->embd_bytes = tensor_bytes(t, vocab, dim);
 	m->output_bytes = plan_add_sat(tied_output ? 0 : tensor_bytes(t, vocab, dim), 4 * dim);
@@ -62,19 +63,25 @@ int plan_model_check(const plan_model_t *m, char *err, size_t errlen)
 		const char *name;
 		int v, max;
 	} lim[] = {
-		{"n_layers", m->n_layers, 1 << 16}, {"n_heads", m->n_heads, 1 << 16},
-		{"n_kv_heads", m->n_kv_heads, 1 << 16}, {"head_dim", m->head_dim, 1 << 16},
-		{"dim", m->dim, 1 << 20}, {"ffn", m->ffn, 1 << 22}, {"n_vocab", m->n_vocab, 1 << 24},
-		{"n_ctx", m->n_ctx, 1 << 24}, {"ffn_block", m->ffn_block, 4096},
+	    {"n_layers", m->n_layers, 1 << 16},
+	    {"n_heads", m->n_heads, 1 << 16},
+	    {"n_kv_heads", m->n_kv_heads, 1 << 16},
+	    {"head_dim", m->head_dim, 1 << 16},
+	    {"dim", m->dim, 1 << 20},
+	    {"ffn", m->ffn, 1 << 22},
+	    {"n_vocab", m->n_vocab, 1 << 24},
+	    {"n_ctx", m->n_ctx, 1 << 24},
+	    {"ffn_block", m->ffn_block, 4096},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(lim); i++)
 		if (lim[i].v < 1 || lim[i].v > lim[i].max)
-			return sh_fail(err, errlen, SH_EINVAL, "model: %s must be from 1 to %d (is %d)",
-				       lim[i].name, lim[i].max, lim[i].v);
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "model: %s must be from 1 to %d (is %d)", lim[i].name,
+				       lim[i].max, lim[i].v);
 	if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads)
 		return sh_fail(err, errlen, SH_EINVAL,
-			       "model: n_heads (%d) must be a multiple of n_kv_heads (%d)", m->n_heads,
-			       m->n_kv_heads);
+			       "model: n_heads (%d) must be a multiple of n_kv_heads (%d)",
+			       m->n_heads, m->n_kv_heads);
 	return 0;
 }
 

@@ -49,16 +49,16 @@ void plan_split(int *out, int n, int units, int min_each, const uint64_t *w)
 	unsigned __int128 total = 0;
 	for (int i = 0; i < n; i++)
 		total += w[i] ? w[i] : 1;
-	int rest = units - n * min_each, given = 0;
+	int given = 0;
 	unsigned __int128 rem[PLAN_MAX_NODES];
 	for (int i = 0; i < n; i++) {
-		unsigned __int128 q = (unsigned __int128)(unsigned)rest * (w[i] ? w[i] : 1);
-		out[i] = min_each + (int)(q / total);
+		unsigned __int128 q = (unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1);
+		out[i] = (int)(q / total);
 		rem[i] = q % total;
-		given += out[i] - min_each;
+		given += out[i];
 	}
 	/* Largest remainder; equal remainders go to the lower rank. At most n - 1 left over. */
-	for (; given < rest; given++) {
+	for (; given < units; given++) {
 		int best = 0;
 		for (int i = 1; i < n; i++)
 			if (rem[i] > rem[best])
@@ -66,6 +66,17 @@ void plan_split(int *out, int n, int units, int min_each, const uint64_t *w)
 		out[best]++;
 		rem[best] = 0;
 	}
+	/* Minimums: a rank below takes a unit from the rank holding the most (ties: the higher
+	 * rank), which stays at or above the minimum because units >= n * min_each. */
+	for (int i = 0; i < n; i++)
+		while (out[i] < min_each) {
+			int top = 0;
+			for (int j = 1; j < n; j++)
+				if (out[j] >= out[top])
+					top = j;
+			out[top]--;
+			out[i]++;
+		}
 }
 
 static int cmp_node_ptr(const void *a, const void *b)
@@ -140,9 +151,10 @@ static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, cha
 		int has_out = p->strategy == PLAN_TENSOR ? r == 0 : r == n - 1;
 		int has_embd = p->strategy == PLAN_TENSOR ? 1 : r == 0;
 		uint64_t per_layer = mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads);
-		per_layer = plan_add_sat(per_layer, mul_div_up(m->attn_kv_bytes, kvh,
-							       (uint64_t)m->n_kv_heads));
-		per_layer = plan_add_sat(per_layer, mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn));
+		per_layer = plan_add_sat(
+		    per_layer, mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
+		per_layer =
+		    plan_add_sat(per_layer, mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn));
 		per_layer = plan_add_sat(per_layer, m->norm_bytes);
 		uint64_t wt = plan_mul_sat(per_layer, layers);
 		wt = plan_add_sat(wt, has_embd ? m->embd_bytes : 0);
@@ -172,15 +184,16 @@ static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, cha
 	const plan_rank_t *k = &p->ranks[worst];
 	double need = (double)k->weight_bytes + (double)k->kv_cache_bytes + (double)k->act_bytes +
 		      (double)k->headroom_bytes;
-	return sh_fail(err, errlen, SH_ENOFIT,
-		       "model does not fit (%s, %d rank%s): short by %.1f GB in total; rank %d "
-		       "(%s, node %.8s) needs %.1f GB (weights %.1f, KV cache %.1f for %d tokens, "
-		       "activations %.1f, headroom %.1f) but has %.1f GB available; fix: add nodes, "
-		       "use a shorter context (--ctx, now %d) or a smaller quantization",
-		       plan_strategy_name(p->strategy), n, n == 1 ? "" : "s", total_short / GB,
-		       worst, k->host[0] ? k->host : "no host name", k->node_id, need / GB,
-		       k->weight_bytes / GB, k->kv_cache_bytes / GB, p->ctx, k->act_bytes / GB,
-		       k->headroom_bytes / GB, k->mem_avail / GB, p->ctx);
+	return sh_fail(
+	    err, errlen, SH_ENOFIT,
+	    "model does not fit (%s, %d rank%s): short by %.1f GB in total; rank %d "
+	    "(%s, node %.8s) needs %.1f GB (weights %.1f, KV cache %.1f for %d tokens, "
+	    "activations %.1f, headroom %.1f) but has %.1f GB available; fix: add nodes, "
+	    "use a shorter context (--ctx, now %d) or a smaller quantization",
+	    plan_strategy_name(p->strategy), n, n == 1 ? "" : "s", total_short / GB, worst,
+	    k->host[0] ? k->host : "no host name", k->node_id, need / GB, k->weight_bytes / GB,
+	    k->kv_cache_bytes / GB, p->ctx, k->act_bytes / GB, k->headroom_bytes / GB,
+	    k->mem_avail / GB, p->ctx);
 }
 
 /* Why tensor parallel cannot be used at all, or NULL. */
@@ -207,11 +220,12 @@ static int choose(plan_t *p, const plan_node_t *const *nodes, plan_strategy_t wa
 	const char *no_tensor = tensor_impossible(p, why, sizeof why);
 	int n = p->n_ranks, no_pipe = n > p->model.n_layers;
 	if (want == PLAN_TENSOR && no_tensor)
-		return sh_fail(err, errlen, SH_EINVAL, "tensor parallel is impossible: %s", no_tensor);
+		return sh_fail(err, errlen, SH_EINVAL, "tensor parallel is impossible: %s",
+			       no_tensor);
 	if (want == PLAN_PIPELINE && no_pipe)
 		return sh_fail(err, errlen, SH_EINVAL,
-			       "pipeline is impossible: %d ranks outnumber the model's %d layers", n,
-			       p->model.n_layers);
+			       "pipeline is impossible: %d ranks outnumber the model's %d layers",
+			       n, p->model.n_layers);
 	if (want != PLAN_AUTO) {
 		p->strategy = want;
 		snprintf(p->reason, sizeof p->reason, "%s requested", plan_strategy_name(want));
@@ -242,10 +256,11 @@ static int choose(plan_t *p, const plan_node_t *const *nodes, plan_strategy_t wa
 			snprintf(p->reason, sizeof p->reason,
 				 "every pair of nodes has an RDMA link");
 		else
-			snprintf(p->reason, sizeof p->reason,
-				 "every pair of nodes has a wired or RDMA link (slowest: %s between "
-				 "ranks %d and %d)",
-				 plan_link_name(worst), wi, wj);
+			snprintf(
+			    p->reason, sizeof p->reason,
+			    "every pair of nodes has a wired or RDMA link (slowest: %s between "
+			    "ranks %d and %d)",
+			    plan_link_name(worst), wi, wj);
 		return 0;
 	}
 	if (no_pipe) { /* slow links, but too many ranks for a pipeline: tensor still works */
@@ -261,8 +276,8 @@ static int choose(plan_t *p, const plan_node_t *const *nodes, plan_strategy_t wa
 		snprintf(p->reason, sizeof p->reason, "%s", no_tensor);
 	else
 		snprintf(p->reason, sizeof p->reason,
-			 "ranks %d and %d are linked only by %s: a pipeline moves less data", wi, wj,
-			 worst == PLAN_LINK_WIFI ? "wifi" : "an unknown link");
+			 "ranks %d and %d are linked only by %s: a pipeline moves less data", wi,
+			 wj, worst == PLAN_LINK_WIFI ? "wifi" : "an unknown link");
 	return 0;
 }
 
@@ -278,6 +293,11 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	      char *err, size_t errlen)
 {
 	*out = NULL;
+	plan_opts_t defaults;
+	if (!o) {
+		plan_opts_default(&defaults);
+		o = &defaults;
+	}
 	int rc = plan_view_check(v, err, errlen);
 	if (rc)
 		return rc;
@@ -322,8 +342,8 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 		all_bw &= a->bw_mbs > 0;
 		plan_ring_addr(k, a, n > 1 ? nodes[(r + n - 1) % n] : NULL);
 		if (!k->ip[0]) {
-			rc = sh_fail(err, errlen, SH_EINVAL, "node %.8s has no IPv4 address for the ring",
-				     a->node_id);
+			rc = sh_fail(err, errlen, SH_EINVAL,
+				     "node %.8s has no IPv4 address for the ring", a->node_id);
 			goto fail;
 		}
 		int full = 1;
@@ -350,8 +370,7 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 		shares_fill(p, p->strategy, w_mem);
 		rc = fit_check(p, m, o, first_err, sizeof first_err);
 	}
-	if (rc && o->strategy == PLAN_AUTO && chosen == PLAN_TENSOR && n > 1 &&
-	    n <= m->n_layers) {
+	if (rc && o->strategy == PLAN_AUTO && chosen == PLAN_TENSOR && n > 1 && n <= m->n_layers) {
 		p->strategy = PLAN_PIPELINE;
 		shares_fill(p, PLAN_PIPELINE, w_mem);
 		char e2[512];
@@ -381,7 +400,10 @@ fail:
 	return rc;
 }
 
-int plan_n_ranks(const plan_t *p) { return p->n_ranks; }
+int plan_n_ranks(const plan_t *p)
+{
+	return p->n_ranks;
+}
 
 const plan_rank_t *plan_rank(const plan_t *p, int r)
 {
@@ -396,9 +418,27 @@ int plan_rank_of(const plan_t *p, const char *node_id)
 	return -1;
 }
 
-plan_strategy_t plan_strategy(const plan_t *p) { return p->strategy; }
-const char *plan_reason(const plan_t *p) { return p->reason; }
-const char *plan_hash(const plan_t *p) { return p->hash; }
-uint64_t plan_epoch(const plan_t *p) { return p->epoch; }
-int plan_rdma_full_mesh(const plan_t *p) { return p->rdma_full_mesh; }
-int plan_ctx(const plan_t *p) { return p->ctx; }
+plan_strategy_t plan_strategy(const plan_t *p)
+{
+	return p->strategy;
+}
+const char *plan_reason(const plan_t *p)
+{
+	return p->reason;
+}
+const char *plan_hash(const plan_t *p)
+{
+	return p->hash;
+}
+uint64_t plan_epoch(const plan_t *p)
+{
+	return p->epoch;
+}
+int plan_rdma_full_mesh(const plan_t *p)
+{
+	return p->rdma_full_mesh;
+}
+int plan_ctx(const plan_t *p)
+{
+	return p->ctx;
+}

@@ -34,9 +34,10 @@ static inline uint64_t plan_add_sat(uint64_t a, uint64_t b)
 	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-/* Splits `units` among n ranks in proportion to weights w (0 weights are treated as 1), each rank
- * getting at least `min_each` units first; the rest by largest remainder, ties to the lower rank.
- * Writes counts into out[n]. Precondition: units >= n * min_each, 1 <= n <= PLAN_MAX_NODES. */
+/* Splits `units` among n ranks in proportion to weights w (0 weights are treated as 1): floors of
+ * the exact quotas, the rest by largest remainder (ties to the lower rank); then a rank below
+ * `min_each` takes units from the rank holding the most. Writes counts into out[n].
+ * Precondition: units >= n * min_each, 1 <= n <= PLAN_MAX_NODES. */
 void plan_split(int *out, int n, int units, int min_each, const uint64_t *w);
 
 /* Link kind between ranks i and j of sorted nodes (best of both directions' seen_on). */

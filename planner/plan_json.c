@@ -10,6 +10,7 @@
 
 #include "common/common.h"
 
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,10 @@ uint64_t plan_fnv1a64(const char *s)
 	return h;
 }
 
-static json_t *range(int a, int b) { return json_pack("[i, i]", a, b); }
+static json_t *range(int a, int b)
+{
+	return json_pack("[i, i]", a, b);
+}
 
 static json_t *rank_json(const plan_t *p, const plan_rank_t *k)
 {
@@ -33,14 +37,16 @@ static json_t *rank_json(const plan_t *p, const plan_rank_t *k)
 		json_array_append_new(ips, json_string(k->ips[i]));
 	for (int j = 0; rdma && j < p->n_ranks; j++)
 		json_array_append_new(rdma, k->rdma[j][0] ? json_string(k->rdma[j]) : json_null());
-	json_t *fit = json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)k->weight_bytes,
-				"kv_cache", (json_int_t)k->kv_cache_bytes, "activations",
-				(json_int_t)k->act_bytes, "headroom", (json_int_t)k->headroom_bytes);
-	return json_pack("{s:i, s:s, s:s, s:s, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}", "rank",
-			 k->rank, "node_id", k->node_id, "host", k->host, "ip", k->ip, "port",
-			 k->port, "ips", ips, "rdma", rdma, "mem_avail", (json_int_t)k->mem_avail,
-			 "q_heads", range(k->q0, k->q1), "kv_heads", range(k->kv0, k->kv1), "ffn",
-			 range(k->ffn0, k->ffn1), "layers", range(k->layer0, k->layer1), "fit", fit);
+	json_t *fit =
+	    json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)k->weight_bytes, "kv_cache",
+		      (json_int_t)k->kv_cache_bytes, "activations", (json_int_t)k->act_bytes,
+		      "headroom", (json_int_t)k->headroom_bytes);
+	return json_pack("{s:i, s:s, s:s, s:s, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}",
+			 "rank", k->rank, "node_id", k->node_id, "host", k->host, "ip", k->ip,
+			 "port", k->port, "ips", ips, "rdma", rdma, "mem_avail",
+			 (json_int_t)k->mem_avail, "q_heads", range(k->q0, k->q1), "kv_heads",
+			 range(k->kv0, k->kv1), "ffn", range(k->ffn0, k->ffn1), "layers",
+			 range(k->layer0, k->layer1), "fit", fit);
 }
 
 json_t *plan_json_object(const plan_t *p, int with_hash)
@@ -54,11 +60,11 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 			return NULL;
 		}
 	}
-	json_t *model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "arch",
-				  m->arch, "n_layers", m->n_layers, "n_heads", m->n_heads,
-				  "n_kv_heads", m->n_kv_heads, "head_dim", m->head_dim, "dim", m->dim,
-				  "ffn", m->ffn, "n_vocab", m->n_vocab, "n_ctx", m->n_ctx, "ffn_block",
-				  m->ffn_block);
+	json_t *model =
+	    json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "arch", m->arch,
+		      "n_layers", m->n_layers, "n_heads", m->n_heads, "n_kv_heads", m->n_kv_heads,
+		      "head_dim", m->head_dim, "dim", m->dim, "ffn", m->ffn, "n_vocab", m->n_vocab,
+		      "n_ctx", m->n_ctx, "ffn_block", m->ffn_block);
 	json_t *o = json_object();
 	if (!o || !ranks || !model) {
 		json_decref(o), json_decref(ranks), json_decref(model);
@@ -133,7 +139,8 @@ int plan_check_cover(const plan_t *p, char *err, size_t errlen)
 		if (!covers(p, RANGE(layer0, layer1), m->n_layers))
 			return sh_fail(err, errlen, SH_EFORMAT, "plan: layers not covered once");
 		if (!whole(p, RANGE(q0, q1), m->n_heads) ||
-		    !whole(p, RANGE(kv0, kv1), m->n_kv_heads) || !whole(p, RANGE(ffn0, ffn1), m->ffn))
+		    !whole(p, RANGE(kv0, kv1), m->n_kv_heads) ||
+		    !whole(p, RANGE(ffn0, ffn1), m->ffn))
 			return sh_fail(err, errlen, SH_EFORMAT, "plan: pipeline rank not whole");
 		return 0;
 	}
@@ -214,12 +221,19 @@ static int rank_from_json(plan_t *p, int r, json_t *o)
 	    range_at(o, "kv_heads", m->n_kv_heads, &k->kv0, &k->kv1) ||
 	    range_at(o, "ffn", m->ffn, &k->ffn0, &k->ffn1) ||
 	    range_at(o, "layers", m->n_layers, &k->layer0, &k->layer1) || !json_is_object(fit) ||
-	    u64_at(fit, "weights", &k->weight_bytes) || u64_at(fit, "kv_cache", &k->kv_cache_bytes) ||
+	    u64_at(fit, "weights", &k->weight_bytes) ||
+	    u64_at(fit, "kv_cache", &k->kv_cache_bytes) ||
 	    u64_at(fit, "activations", &k->act_bytes) ||
 	    u64_at(fit, "headroom", &k->headroom_bytes) || !json_is_array(ips) ||
 	    json_array_size(ips) > PLAN_MAX_ADDRS || !json_is_array(rdma) ||
 	    json_array_size(rdma) != (size_t)p->n_ranks)
 		return -1;
+	unsigned char buf[4];
+	if (strlen(k->node_id) != PLAN_ID_LEN ||
+	    strspn(k->node_id, "0123456789abcdef") != PLAN_ID_LEN ||
+	    inet_pton(AF_INET, k->ip, buf) != 1 ||
+	    (r && strcmp(p->ranks[r - 1].node_id, k->node_id) >= 0))
+		return -1; /* ids in ascending order, the ring address IPv4 */
 	size_t i;
 	json_t *e;
 	json_array_foreach(ips, i, e)
@@ -279,8 +293,9 @@ int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen)
 	    int_at(m, "n_layers", 1, 1 << 16, &pm->n_layers) ||
 	    int_at(m, "n_heads", 1, 1 << 16, &pm->n_heads) ||
 	    int_at(m, "n_kv_heads", 1, 1 << 16, &pm->n_kv_heads) ||
-	    int_at(m, "head_dim", 1, 1 << 16, &pm->head_dim) || int_at(m, "dim", 1, 1 << 20, &pm->dim) ||
-	    int_at(m, "ffn", 1, 1 << 22, &pm->ffn) || int_at(m, "n_vocab", 1, 1 << 24, &pm->n_vocab) ||
+	    int_at(m, "head_dim", 1, 1 << 16, &pm->head_dim) ||
+	    int_at(m, "dim", 1, 1 << 20, &pm->dim) || int_at(m, "ffn", 1, 1 << 22, &pm->ffn) ||
+	    int_at(m, "n_vocab", 1, 1 << 24, &pm->n_vocab) ||
 	    int_at(m, "n_ctx", 1, 1 << 24, &pm->n_ctx) ||
 	    int_at(m, "ffn_block", 1, 4096, &pm->ffn_block) || plan_model_check(pm, NULL, 0)) {
 		sh_fail(err, errlen, rc, "plan: bad model shape");

@@ -26,14 +26,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PLAN_MAX_NODES 64    /* nodes in a view (and ranks in a plan) */
-#define PLAN_MAX_ADDRS 16    /* addresses per node */
-#define PLAN_MAX_RDMA 16     /* RDMA devices per node */
-#define PLAN_ID_LEN 32       /* node id: 32 lowercase hex characters (128 bits) */
-#define PLAN_HOST_MAX 256    /* host name, NUL included */
-#define PLAN_IP_MAX 48       /* textual IPv4/IPv6 address, NUL included */
-#define PLAN_IFNAME_MAX 32   /* interface name, NUL included */
-#define PLAN_DEV_MAX 64      /* RDMA device name, NUL included */
+#define PLAN_MAX_NODES    64  /* nodes in a view (and ranks in a plan) */
+#define PLAN_MAX_ADDRS    16  /* addresses per node */
+#define PLAN_MAX_RDMA     16  /* RDMA devices per node */
+#define PLAN_ID_LEN       32  /* node id: 32 lowercase hex characters (128 bits) */
+#define PLAN_HOST_MAX     256 /* host name, NUL included */
+#define PLAN_IP_MAX       48  /* textual IPv4/IPv6 address, NUL included */
+#define PLAN_IFNAME_MAX   32  /* interface name, NUL included */
+#define PLAN_DEV_MAX      64  /* RDMA device name, NUL included */
 #define PLAN_DEFAULT_PORT 32323
 
 /* Link kinds, best last, so a larger value is a better link. */
@@ -65,7 +65,7 @@ typedef struct {
 typedef struct {
 	char node_id[PLAN_ID_LEN + 1];
 	char host[PLAN_HOST_MAX];
-	int port; /* control port, 0 when unknown */
+	int port;                      /* control port, 0 when unknown */
 	uint64_t mem_total, mem_avail; /* bytes */
 	int cores;
 	uint32_t bw_mbs; /* measured matrix-vector bandwidth in MB/s, 0 = not measured */
@@ -89,7 +89,7 @@ typedef struct {
 typedef struct {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
-	int ffn_block;          /* quantization block along the FFN dimension (32; 256 for K-quants) */
+	int ffn_block; /* quantization block along the FFN dimension (32; 256 for K-quants) */
 	uint64_t attn_qo_bytes; /* per layer: attn_q + attn_output (split by query heads) */
 	uint64_t attn_kv_bytes; /* per layer: attn_k + attn_v (split by KV heads) */
 	uint64_t ffn_bytes;     /* per layer: ffn_gate + ffn_up + ffn_down (split by columns) */
@@ -102,9 +102,10 @@ typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2 } plan_strategy
 
 typedef struct {
 	plan_strategy_t strategy;
-	int ctx;                /* context length for the KV cache; 0 = the model's n_ctx */
-	int kv_bytes;           /* bytes per KV element; 0 = 4 (the engine keeps an F32 cache) */
-	uint64_t headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
+	int ctx;      /* context length for the KV cache; 0 = the model's n_ctx */
+	int kv_bytes; /* bytes per KV element; 0 = 4 (the engine keeps an F32 cache) */
+	uint64_t
+	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
 	int headroom_permille;
 	int base_port; /* ring port of rank 0 (rank r listens on base + r); 0 = 32323 */
 } plan_opts_t;
@@ -163,7 +164,8 @@ void plan_opts_default(plan_opts_t *o);
 const char *plan_strategy_name(plan_strategy_t s);
 int plan_strategy_parse(const char *s); /* "auto"|"tensor"|"pipeline" -> value, -1 otherwise */
 
-/* Makes the plan. The view and model are borrowed (only read during the call). Returns 0;
+/* Makes the plan. The view and model are borrowed (only read during the call); o NULL means
+ * plan_opts_default. The view need not be sorted (a hand-built one is checked). Returns 0;
  * SH_EINVAL for a bad view/model/options or an impossible forced strategy; SH_ENOFIT when the
  * model does not fit, with err naming the shortfall in GB and the fixes. Caller frees *out. */
 int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const plan_opts_t *o,
@@ -171,11 +173,11 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 void plan_free(plan_t *p);
 
 int plan_n_ranks(const plan_t *p);
-const plan_rank_t *plan_rank(const plan_t *p, int r); /* NULL when out of range */
+const plan_rank_t *plan_rank(const plan_t *p, int r);   /* NULL when out of range */
 int plan_rank_of(const plan_t *p, const char *node_id); /* -1 when not a member */
-plan_strategy_t plan_strategy(const plan_t *p);          /* TENSOR or PIPELINE */
-const char *plan_reason(const plan_t *p);                /* why that strategy */
-const char *plan_hash(const plan_t *p);                  /* 16 lowercase hex characters */
+plan_strategy_t plan_strategy(const plan_t *p);         /* TENSOR or PIPELINE */
+const char *plan_reason(const plan_t *p);               /* why that strategy */
+const char *plan_hash(const plan_t *p);                 /* 16 lowercase hex characters */
 uint64_t plan_epoch(const plan_t *p);
 int plan_rdma_full_mesh(const plan_t *p);
 int plan_ctx(const plan_t *p);

@@ -31,7 +31,10 @@ int plan_link_parse(const char *s)
 	return -1;
 }
 
-static int has_prefix(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+static int has_prefix(const char *s, const char *p)
+{
+	return !strncmp(s, p, strlen(p));
+}
 
 plan_link_t plan_link_guess(const char *ifname)
 {
@@ -105,15 +108,41 @@ static int id_ok(const char *s)
 	return n == PLAN_ID_LEN;
 }
 
+/* A fixed-size string field holds its NUL (a hand-built view may not). */
+#define TERMINATED(field) (memchr((field), 0, sizeof(field)) != NULL)
+
+static int node_strings_ok(const plan_node_t *n)
+{
+	if (!TERMINATED(n->node_id) || !TERMINATED(n->host))
+		return 0;
+	for (size_t a = 0; a < n->n_addrs; a++)
+		if (!TERMINATED(n->addrs[a].ip) || !TERMINATED(n->addrs[a].ifname))
+			return 0;
+	for (size_t d = 0; d < n->n_rdma; d++)
+		if (!TERMINATED(n->rdma[d].name) || !TERMINATED(n->rdma[d].ifname))
+			return 0;
+	for (size_t k = 0; k < n->n_seen; k++)
+		if (!TERMINATED(n->seen[k].node_id) || !TERMINATED(n->seen[k].ifname))
+			return 0;
+	return 1;
+}
+
 int plan_view_check(const plan_view_t *v, char *err, size_t errlen)
 {
 	if (!v || !v->n_nodes)
 		return sh_fail(err, errlen, SH_EINVAL, "view has no nodes");
 	if (v->n_nodes > PLAN_MAX_NODES)
-		return sh_fail(err, errlen, SH_EINVAL, "view has %zu nodes (at most %d)", v->n_nodes,
-			       PLAN_MAX_NODES);
+		return sh_fail(err, errlen, SH_EINVAL, "view has %zu nodes (at most %d)",
+			       v->n_nodes, PLAN_MAX_NODES);
 	for (size_t i = 0; i < v->n_nodes; i++) {
 		const plan_node_t *n = &v->nodes[i];
+		if ((n->n_addrs && !n->addrs) || (n->n_rdma && !n->rdma) || (n->n_seen && !n->seen))
+			return sh_fail(err, errlen, SH_EINVAL, "node %zu: missing array", i);
+		if (n->n_addrs > PLAN_MAX_ADDRS || n->n_rdma > PLAN_MAX_RDMA ||
+		    n->n_seen > PLAN_MAX_NODES)
+			return sh_fail(err, errlen, SH_EINVAL, "node %zu: too many entries", i);
+		if (!node_strings_ok(n))
+			return sh_fail(err, errlen, SH_EINVAL, "node %zu: unterminated string", i);
 		if (!id_ok(n->node_id))
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "node %zu: node_id must be 32 lowercase hex characters", i);
@@ -122,13 +151,8 @@ int plan_view_check(const plan_view_t *v, char *err, size_t errlen)
 				return sh_fail(err, errlen, SH_EINVAL, "node %s appears twice",
 					       n->node_id);
 		if (!n->mem_avail)
-			return sh_fail(err, errlen, SH_EINVAL, "node %s: mem_avail is 0", n->node_id);
-		if (n->n_addrs > PLAN_MAX_ADDRS || n->n_rdma > PLAN_MAX_RDMA ||
-		    n->n_seen > PLAN_MAX_NODES)
-			return sh_fail(err, errlen, SH_EINVAL, "node %s: too many entries",
+			return sh_fail(err, errlen, SH_EINVAL, "node %s: mem_avail is 0",
 				       n->node_id);
-		if ((n->n_addrs && !n->addrs) || (n->n_rdma && !n->rdma) || (n->n_seen && !n->seen))
-			return sh_fail(err, errlen, SH_EINVAL, "node %s: missing array", n->node_id);
 		for (size_t a = 0; a < n->n_addrs; a++)
 			if ((unsigned)n->addrs[a].kind > PLAN_LINK_THUNDERBOLT)
 				return sh_fail(err, errlen, SH_EINVAL, "node %s: bad address kind",
@@ -229,9 +253,10 @@ static int parse_addr(plan_addr_t *a, json_t *o, const char *what, char *err, si
 	if (kind[0]) {
 		int k = plan_link_parse(kind);
 		if (k < 0)
-			return sh_fail(err, errlen, SH_EFORMAT,
-				       "%s: kind \"%s\" is not thunderbolt, ethernet, wifi or other",
-				       what, kind);
+			return sh_fail(
+			    err, errlen, SH_EFORMAT,
+			    "%s: kind \"%s\" is not thunderbolt, ethernet, wifi or other", what,
+			    kind);
 		a->kind = (plan_link_t)k;
 	} else {
 		a->kind = plan_link_guess(a->ifname);
@@ -250,8 +275,7 @@ static int parse_rdma(plan_rdma_t *d, json_t *o, const char *what, char *err, si
 	if (rc)
 		return rc;
 	/* macOS names a device after its Thunderbolt interface: rdma_en3 -> en3. */
-	if (!d->ifname[0] && has_prefix(d->name, "rdma_") &&
-	    strlen(d->name + 5) < sizeof d->ifname)
+	if (!d->ifname[0] && has_prefix(d->name, "rdma_") && strlen(d->name + 5) < sizeof d->ifname)
 		strcpy(d->ifname, d->name + 5);
 	json_t *pa = json_object_get(o, "port_active");
 	if (pa && !json_is_boolean(pa))

@@ -89,4 +89,19 @@ $SHOAL plan --view "$T/view.json" --model "$T/model.json" --ctx 2000000 --out "$
 check "no fit exits 1" [ $? -eq 1 ]
 check "no fit names the shortfall" grep -q 'model does not fit (tensor, 3 ranks): short by' "$T/err5"
 check "nothing written when it does not fit" [ ! -e "$T/o5/plan.json" ]
+# a .gguf model: shapes and exact tensor sizes from the file
+if [ -f "$SHARED/models/stories260K.gguf" ]; then
+	$SHOAL plan --view "$T/view.json" --model "$SHARED/models/stories260K.gguf" --out "$T/o6" \
+		>"$T/stdout6" 2>&1
+	check "plan from a .gguf exits 0" [ $? -eq 0 ]
+	check "plan from a .gguf has its shapes" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+m = p["model"]
+assert (m["n_layers"], m["n_heads"], m["n_kv_heads"], m["dim"], m["ffn"]) == (5, 8, 4, 64, 172), m
+assert p["ranks"][-1]["ffn"][1] == 172 and p["ranks"][0]["fit"]["weights"] > 0
+' "$T/o6/plan.json"
+else
+	skip "gguf plan: $SHARED/models/stories260K.gguf not found"
+fi
 done_tests

@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/meta.h"
+#include "infer/tokenizer.h"
 
 #include <stdint.h>
 
@@ -390,8 +391,15 @@ static void try_buffer(const uint8_t *p, size_t n, int *ok, int *bad)
 	int rc = gguf_open_mem(&g, copy, n, err, sizeof err);
 	if (rc == 0) {
 		model_meta_t m;
+		tok_t *t;
 		if (meta_load(&m, g, err, sizeof err))
 			CHECK(err[0] != 0);
+		if (tok_load(&t, g, err, sizeof err) == 0) {
+			int *ids, n;
+			if (tok_encode(t, "Once upon a time", 16, 1, 0, &ids, &n) == 0)
+				free(ids);
+			tok_free(t);
+		}
 		(*ok)++;
 		gguf_free(g);
 	} else {

@@ -16,7 +16,7 @@
 /* ---- fixtures ---- */
 
 enum topo {
-	T_SWITCH_ETH, /* every node on one Ethernet switch: eth0 */
+	T_SWITCH_ETH,  /* every node on one Ethernet switch: eth0 */
 	T_SWITCH_WIFI, /* every node on Wi-Fi: wlan0 */
 	T_MESH_TB,     /* a Thunderbolt cable per pair (macOS names), Wi-Fi en0 as well */
 };
@@ -28,7 +28,10 @@ static void node_id(char *out, int i)
 }
 
 /* Interface of node i towards j in the Thunderbolt mesh: en1..en7 (never i itself). */
-static int tb_if(int i, int j) { return j < i ? j + 1 : j; }
+static int tb_if(int i, int j)
+{
+	return j < i ? j + 1 : j;
+}
 
 /* Builds a view JSON. mem_gib[i] per node; rdma[i][j] (T_MESH_TB): the pair has an active RDMA
  * port (NULL = every pair); bw[i] GB/s or NULL. perm (may be NULL) reorders nodes and entries. */
@@ -50,10 +53,11 @@ static json_t *view_json(int n, const uint64_t *mem_gib, enum topo t, int rdma[8
 					continue;
 				snprintf(ifn, sizeof ifn, "en%d", tb_if(i, j));
 				snprintf(ip, sizeof ip, "10.%d.%d.%d", MIN(i, j), MAX(i, j), i + 1);
-				json_array_append_new(addrs, json_pack("{s:s,s:s}", "ip", ip, "ifname",
-								       ifn)); /* kind guessed */
-				json_array_append_new(seen, json_pack("{s:s,s:s}", "node_id", "",
-								      "ifname", ifn));
+				json_array_append_new(addrs,
+						      json_pack("{s:s,s:s}", "ip", ip, "ifname",
+								ifn)); /* kind guessed */
+				json_array_append_new(
+				    seen, json_pack("{s:s,s:s}", "node_id", "", "ifname", ifn));
 				char pid[33];
 				node_id(pid, j);
 				json_object_set_new(json_array_get(seen, json_array_size(seen) - 1),
@@ -61,30 +65,33 @@ static json_t *view_json(int n, const uint64_t *mem_gib, enum topo t, int rdma[8
 				if (!rdma || rdma[i][j]) {
 					char dev[64];
 					snprintf(dev, sizeof dev, "rdma_%s", ifn);
-					json_array_append_new(devs, json_pack("{s:s,s:b}", "name", dev,
-									      "port_active", 1));
+					json_array_append_new(
+					    devs,
+					    json_pack("{s:s,s:b}", "name", dev, "port_active", 1));
 				}
 			}
 			/* Wired IPv4 on the Thunderbolt bridge is the macOS shape. */
 		} else {
 			const char *ifname = t == T_SWITCH_ETH ? "eth0" : "wlan0";
 			snprintf(ip, sizeof ip, "10.0.0.%d", i + 1);
-			json_array_append_new(addrs, json_pack("{s:s,s:s}", "ip", ip, "ifname", ifname));
-			json_array_append_new(addrs, json_pack("{s:s,s:s}", "ip", "127.0.0.1", "ifname",
-							       "lo"));
+			json_array_append_new(addrs,
+					      json_pack("{s:s,s:s}", "ip", ip, "ifname", ifname));
+			json_array_append_new(
+			    addrs, json_pack("{s:s,s:s}", "ip", "127.0.0.1", "ifname", "lo"));
 			for (int j = 0; j < n; j++) {
 				char pid[33];
 				node_id(pid, j);
 				if (j != i)
-					json_array_append_new(seen, json_pack("{s:s,s:s}", "node_id", pid,
-									      "ifname", ifname));
+					json_array_append_new(seen,
+							      json_pack("{s:s,s:s}", "node_id", pid,
+									"ifname", ifname));
 			}
 		}
-		json_t *node = json_pack("{s:s,s:s,s:i,s:I,s:I,s:i,s:o,s:o,s:o}", "node_id", id,
-					 "host", host, "port", 7070, "mem_total",
-					 (json_int_t)((mem_gib[i] + 8) * GIB), "mem_avail",
-					 (json_int_t)(mem_gib[i] * GIB), "cores", 8, "addresses", addrs,
-					 "seen_on", seen, "rdma", devs);
+		json_t *node =
+		    json_pack("{s:s,s:s,s:i,s:I,s:I,s:i,s:o,s:o,s:o}", "node_id", id, "host", host,
+			      "port", 7070, "mem_total", (json_int_t)((mem_gib[i] + 8) * GIB),
+			      "mem_avail", (json_int_t)(mem_gib[i] * GIB), "cores", 8, "addresses",
+			      addrs, "seen_on", seen, "rdma", devs);
 		if (bw)
 			json_object_set_new(node, "bw", json_real(bw[i]));
 		json_array_append_new(nodes, node);
@@ -209,24 +216,24 @@ TEST(view_roundtrip_and_errors)
 	static const struct {
 		const char *json, *msg;
 	} bad[] = {
-		{"[", "view: line 1: "},
-		{"[]", "view: must be a JSON object"},
-		{"{\"nodes\":[]}", "view: \"nodes\" must be a non-empty array"},
-		{"{\"nodes\":[{\"node_id\":\"12\",\"mem_avail\":1}]}",
-		 "node 0: \"node_id\" must be 32 hex characters"},
-		{"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789ABCDEF\"}]}",
-		 "node 01234567: missing \"mem_avail\""},
-		{"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1},"
-		 "{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1}]}",
-		 "node 0123456789abcdef0123456789abcdef appears twice"},
-		{"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1,"
-		 "\"addresses\":[{\"ip\":\"1.2.3\"}]}]}",
-		 "node 01234567: \"1.2.3\" is not an IP address"},
-		{"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1,"
-		 "\"addresses\":[{\"ip\":\"1.2.3.4\",\"kind\":\"pigeon\"}]}]}",
-		 "node 01234567: kind \"pigeon\" is not thunderbolt, ethernet, wifi or other"},
-		{"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":-5}]}",
-		 "node 01234567: \"mem_avail\" must be an integer from 0 to 1152921504606846976"},
+	    {"[", "view: line 1: "},
+	    {"[]", "view: must be a JSON object"},
+	    {"{\"nodes\":[]}", "view: \"nodes\" must be a non-empty array"},
+	    {"{\"nodes\":[{\"node_id\":\"12\",\"mem_avail\":1}]}",
+	     "node 0: \"node_id\" must be 32 hex characters"},
+	    {"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789ABCDEF\"}]}",
+	     "node 01234567: missing \"mem_avail\""},
+	    {"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1},"
+	     "{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1}]}",
+	     "node 0123456789abcdef0123456789abcdef appears twice"},
+	    {"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1,"
+	     "\"addresses\":[{\"ip\":\"1.2.3\"}]}]}",
+	     "node 01234567: \"1.2.3\" is not an IP address"},
+	    {"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":1,"
+	     "\"addresses\":[{\"ip\":\"1.2.3.4\",\"kind\":\"pigeon\"}]}]}",
+	     "node 01234567: kind \"pigeon\" is not thunderbolt, ethernet, wifi or other"},
+	    {"{\"nodes\":[{\"node_id\":\"0123456789abcdef0123456789abcdef\",\"mem_avail\":-5}]}",
+	     "node 01234567: \"mem_avail\" must be an integer from 0 to 1152921504606846976"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		plan_view_t *x = NULL;
@@ -252,8 +259,9 @@ TEST(model_json)
 	CHECK_EQ_INT(m.embd_bytes, 128256ull * 4096 / 32 * 34);
 	char err[256];
 	plan_model_t x;
-	CHECK_EQ_INT(plan_model_from_json(&x, "{\"n_layers\":2,\"n_heads\":6,\"n_kv_heads\":4,"
-						 "\"dim\":64,\"ffn\":64,\"n_vocab\":9,\"n_ctx\":8}",
+	CHECK_EQ_INT(plan_model_from_json(&x,
+					  "{\"n_layers\":2,\"n_heads\":6,\"n_kv_heads\":4,"
+					  "\"dim\":64,\"ffn\":64,\"n_vocab\":9,\"n_ctx\":8}",
 					  err, sizeof err),
 		     SH_EFORMAT);
 	CHECK_EQ_STR(err, "model: n_heads (6) must be a multiple of n_kv_heads (4)");
@@ -288,9 +296,10 @@ TEST(nodes_1_to_8)
 		}
 		CHECK_EQ_INT(plan_n_ranks(p), n);
 		CHECK_EQ_INT(plan_strategy(p), PLAN_TENSOR);
-		CHECK_EQ_STR(plan_reason(p), n == 1 ? "single node"
-						    : "every pair of nodes has a wired or RDMA link "
-						      "(slowest: ethernet between ranks 0 and 1)");
+		CHECK_EQ_STR(plan_reason(p), n == 1
+						 ? "single node"
+						 : "every pair of nodes has a wired or RDMA link "
+						   "(slowest: ethernet between ranks 0 and 1)");
 		CHECK_EQ_INT(plan_check_cover(p, err, sizeof err), 0);
 		CHECK_EQ_INT(strlen(plan_hash(p)), 16);
 		CHECK_EQ_INT(plan_epoch(p), 42);
@@ -329,7 +338,8 @@ TEST(unequal_memory)
 	node_id(id, 0), r64 = plan_rank_of(p, id);
 	node_id(id, 1), r32 = plan_rank_of(p, id);
 	node_id(id, 2), r16 = plan_rank_of(p, id);
-	/* 32 layers by 4:2:1: one each first, then 29 * 4/7 = 16.57 -> 16+1, 8.29 -> 8, 4.14 -> 4 */
+	/* 32 layers by 4:2:1: 18.29, 9.14, 4.57 -> 18, 9, 4, and the one left to the largest
+	 * remainder (.57) */
 #define LAYERS(r) (plan_rank(p, r)->layer1 - plan_rank(p, r)->layer0)
 	CHECK_EQ_INT(LAYERS(r64), 18);
 	CHECK_EQ_INT(LAYERS(r32), 9);
@@ -341,7 +351,7 @@ TEST(unequal_memory)
 	CHECK_EQ_INT(rc, 0);
 	if (!p)
 		goto out;
-	/* 448 FFN blocks of 32 columns: 4:2:1 within one block of 256/128/64 */
+		/* 448 FFN blocks of 32 columns: 4:2:1 within one block of 256/128/64 */
 #define COLS(r) (plan_rank(p, r)->ffn1 - plan_rank(p, r)->ffn0)
 	CHECK(abs(COLS(r64) - 256 * 32) <= 32);
 	CHECK(abs(COLS(r32) - 128 * 32) <= 32);
@@ -366,8 +376,23 @@ TEST(unequal_memory)
 	if (p) {
 		node_id(id, 0);
 		int fast = plan_rank_of(p, id);
-		CHECK_EQ_INT(LAYERS(fast), 21); /* 1 + 30*2/3 = 21 */
+		CHECK_EQ_INT(LAYERS(fast), 21); /* 21.33 and 10.67: the one left goes to .67 */
 		CHECK_EQ_INT(LAYERS(1 - fast), 11);
+		plan_free(p);
+	}
+	plan_view_free(v);
+
+	/* 64/1/1 GB on 4 layers: quotas 3.93/0.03/0.03 give 4/0/0; the small ones take a layer
+	 * each from the largest, so no rank is empty */
+	uint64_t tiny[3] = {64, 1, 1};
+	plan_model_t m4 = model_shape(4, 8, 8, 1024);
+	v = view_make(3, tiny, T_SWITCH_WIFI, NULL, NULL, 0);
+	p = make(v, &m4, PLAN_PIPELINE, &rc, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	if (p) {
+		node_id(id, 0), r64 = plan_rank_of(p, id);
+		CHECK_EQ_INT(LAYERS(r64), 2);
+		CHECK_EQ_INT(plan_check_cover(p, err, sizeof err), 0);
 		plan_free(p);
 	}
 out:
@@ -481,10 +506,10 @@ TEST(kv_heads_fewer_than_nodes)
 		int n, heads, kv;
 		int q[8], kv0[8], kv1[8];
 	} cases[] = {
-		{4, 8, 2, {2, 2, 2, 2}, {0, 0, 1, 1}, {1, 1, 2, 2}},
-		{3, 8, 2, {3, 3, 2}, {0, 0, 1}, {1, 2, 2}},
-		{5, 8, 1, {2, 2, 2, 1, 1}, {0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}},
-		{2, 8, 8, {4, 4}, {0, 4}, {4, 8}},
+	    {4, 8, 2, {2, 2, 2, 2}, {0, 0, 1, 1}, {1, 1, 2, 2}},
+	    {3, 8, 2, {3, 3, 2}, {0, 0, 1}, {1, 2, 2}},
+	    {5, 8, 1, {2, 2, 2, 1, 1}, {0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}},
+	    {2, 8, 8, {4, 4}, {0, 4}, {4, 8}},
 	};
 	for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
 		uint64_t mem[8] = {32, 32, 32, 32, 32, 32, 32, 32};
@@ -537,8 +562,8 @@ TEST(pipeline_layers_not_divisible)
 		int n, layers;
 		int want[8];
 	} cases[] = {
-		{5, 32, {7, 7, 6, 6, 6}}, {3, 22, {8, 7, 7}}, {7, 8, {2, 1, 1, 1, 1, 1, 1}},
-		{8, 8, {1, 1, 1, 1, 1, 1, 1, 1}}, {2, 3, {2, 1}}, {6, 61, {11, 10, 10, 10, 10, 10}},
+	    {5, 32, {7, 7, 6, 6, 6}},         {3, 22, {8, 7, 7}}, {7, 8, {2, 1, 1, 1, 1, 1, 1}},
+	    {8, 8, {1, 1, 1, 1, 1, 1, 1, 1}}, {2, 3, {2, 1}},     {6, 61, {11, 10, 10, 10, 10, 10}},
 	};
 	for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
 		uint64_t mem[8] = {32, 32, 32, 32, 32, 32, 32, 32};
@@ -569,10 +594,11 @@ TEST(pipeline_layers_not_divisible)
 TEST(not_fitting_message)
 {
 	/* 10 layers of 2e9 bytes + 1e9 embedding + 1e9 output = 22 GB of weights */
-	plan_model_t m = model("{\"n_layers\":10,\"n_heads\":4,\"head_dim\":16,\"dim\":64,"
-			       "\"ffn\":256,\"n_vocab\":1000,\"n_ctx\":1000,\"attn_qo_bytes\":500000000,"
-			       "\"attn_kv_bytes\":500000000,\"ffn_bytes\":1000000000,\"norm_bytes\":0,"
-			       "\"embd_bytes\":1000000000,\"output_bytes\":1000000000}");
+	plan_model_t m =
+	    model("{\"n_layers\":10,\"n_heads\":4,\"head_dim\":16,\"dim\":64,"
+		  "\"ffn\":256,\"n_vocab\":1000,\"n_ctx\":1000,\"attn_qo_bytes\":500000000,"
+		  "\"attn_kv_bytes\":500000000,\"ffn_bytes\":1000000000,\"norm_bytes\":0,"
+		  "\"embd_bytes\":1000000000,\"output_bytes\":1000000000}");
 	const char *view = "{\"nodes\":[{\"node_id\":\"abcdef0123456789abcdef0123456789\","
 			   "\"host\":\"tiny.local\",\"mem_avail\":10000000000}]}";
 	plan_view_t *v = NULL;
@@ -586,11 +612,12 @@ TEST(not_fitting_message)
 	CHECK_EQ_INT(plan_make(&p, v, &m, &o, err, sizeof err), SH_ENOFIT);
 	CHECK(p == NULL);
 	/* KV: 1000 tokens * 10 layers * 2 * 4 heads * 16 * 4 bytes = 5.12 MB */
-	CHECK_EQ_STR(err, "model does not fit (tensor, 1 rank): short by 13.0 GB in total; rank 0 "
-			  "(tiny.local, node abcdef01) needs 23.0 GB (weights 22.0, KV cache 0.0 for "
-			  "1000 tokens, activations 0.0, headroom 1.0) but has 10.0 GB available; "
-			  "fix: add nodes, use a shorter context (--ctx, now 1000) or a smaller "
-			  "quantization");
+	CHECK_EQ_STR(err,
+		     "model does not fit (tensor, 1 rank): short by 13.0 GB in total; rank 0 "
+		     "(tiny.local, node abcdef01) needs 23.0 GB (weights 22.0, KV cache 0.0 for "
+		     "1000 tokens, activations 0.0, headroom 1.0) but has 10.0 GB available; "
+		     "fix: add nodes, use a shorter context (--ctx, now 1000) or a smaller "
+		     "quantization");
 	plan_view_free(v);
 
 	/* the 8B model, 8192 tokens of F32 KV cache (4.3 GB) on two 4 GiB machines, wired */
@@ -599,11 +626,12 @@ TEST(not_fitting_message)
 	v = view_make(2, mem, T_SWITCH_ETH, NULL, NULL, 0);
 	plan_opts_default(&o);
 	CHECK_EQ_INT(plan_make(&p, v, &big, &o, err, sizeof err), SH_ENOFIT);
-	CHECK_EQ_STR(err, "model does not fit (tensor, 2 ranks): short by 3.7 GB in total; rank 0 "
-			  "(host1.local, node 3c6ef372) needs 6.4 GB (weights 4.8, KV cache 1.1 for "
-			  "8192 tokens, activations 0.0, headroom 0.5) but has 4.3 GB available; "
-			  "fix: add nodes, use a shorter context (--ctx, now 8192) or a smaller "
-			  "quantization");
+	CHECK_EQ_STR(err,
+		     "model does not fit (tensor, 2 ranks): short by 3.7 GB in total; rank 0 "
+		     "(host1.local, node 3c6ef372) needs 6.4 GB (weights 4.8, KV cache 1.1 for "
+		     "8192 tokens, activations 0.0, headroom 0.5) but has 4.3 GB available; "
+		     "fix: add nodes, use a shorter context (--ctx, now 8192) or a smaller "
+		     "quantization");
 	plan_view_free(v);
 	/* the first fix it names works: four such machines */
 	uint64_t mem4[4] = {4, 4, 4, 4};
@@ -672,7 +700,8 @@ TEST(outputs_parse_back)
 			plan_view_free(v);
 			continue;
 		}
-		char *hs = plan_hostfile_json(p), *ms = plan_mlx_hosts_json(p), *rs = plan_rdma_json(p);
+		char *hs = plan_hostfile_json(p), *ms = plan_mlx_hosts_json(p),
+		     *rs = plan_rdma_json(p);
 		char *ps = plan_to_json(p);
 		json_t *h = json_loads(hs, 0, NULL), *mh = json_loads(ms, 0, NULL);
 		json_t *rd = json_loads(rs, 0, NULL), *pj = json_loads(ps, 0, NULL);
@@ -691,10 +720,12 @@ TEST(outputs_parse_back)
 			json_t *e = json_array_get(mh, (size_t)i);
 			CHECK_EQ_STR(json_string_value(json_object_get(e, "ssh")),
 				     n == 1 ? "127.0.0.1" : k->host);
-			CHECK_EQ_STR(json_string_value(json_array_get(json_object_get(e, "ips"), 0)),
-				     k->ip);
-			json_t *mrow = json_object_get(e, "rdma"), *rrow = json_array_get(rd, (size_t)i);
-			CHECK(json_array_size(mrow) == (size_t)n && json_array_size(rrow) == (size_t)n);
+			CHECK_EQ_STR(
+			    json_string_value(json_array_get(json_object_get(e, "ips"), 0)), k->ip);
+			json_t *mrow = json_object_get(e, "rdma"),
+			       *rrow = json_array_get(rd, (size_t)i);
+			CHECK(json_array_size(mrow) == (size_t)n &&
+			      json_array_size(rrow) == (size_t)n);
 			for (int j = 0; j < n; j++) {
 				json_t *x = json_array_get(rrow, (size_t)j);
 				CHECK(json_equal(x, json_array_get(mrow, (size_t)j)));
@@ -786,6 +817,46 @@ TEST(plan_from_json_rejects_tampering)
 	plan_view_free(v);
 }
 
+/* Views without seen_on (hand-written): links are guessed from addresses in the same /24. */
+TEST(links_without_seen_on)
+{
+	static const struct {
+		const char *if_a, *ip_a, *if_b, *ip_b;
+		plan_strategy_t want;
+		const char *reason;
+	} cases[] = {
+	    {"eth0", "10.0.0.1", "eth0", "10.0.0.2", PLAN_TENSOR,
+	     "every pair of nodes has a wired or RDMA link (slowest: ethernet between ranks 0 and "
+	     "1)"},
+	    {"eth0", "10.0.0.1", "wlan0", "10.0.0.2", PLAN_PIPELINE,
+	     "ranks 0 and 1 are linked only by wifi: a pipeline moves less data"},
+	    {"eth0", "10.0.0.1", "eth0", "10.0.9.2", PLAN_PIPELINE,
+	     "ranks 0 and 1 are linked only by an unknown link: a pipeline moves less data"},
+	};
+	plan_model_t m = model(MODEL_8B);
+	for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+		char js[1024], err[512] = "";
+		snprintf(js, sizeof js,
+			 "{\"nodes\":[{\"node_id\":\"%032d\",\"mem_avail\":64000000000,"
+			 "\"addresses\":[{\"ip\":\"%s\",\"ifname\":\"%s\"}]},"
+			 "{\"node_id\":\"%032d\",\"mem_avail\":64000000000,"
+			 "\"addresses\":[{\"ip\":\"%s\",\"ifname\":\"%s\"}]}]}",
+			 1, cases[c].ip_a, cases[c].if_a, 2, cases[c].ip_b, cases[c].if_b);
+		plan_view_t *v = NULL;
+		CHECK_EQ_INT(plan_view_from_json(&v, js, err, sizeof err), 0);
+		int rc;
+		plan_t *p = v ? make(v, &m, PLAN_AUTO, &rc, err, sizeof err) : NULL;
+		CHECK(p != NULL);
+		if (p) {
+			CHECK_EQ_INT(plan_strategy(p), cases[c].want);
+			CHECK_EQ_STR(plan_reason(p), cases[c].reason);
+			CHECK_EQ_STR(plan_rank(p, 0)->ip, cases[c].ip_a);
+		}
+		plan_free(p);
+		plan_view_free(v);
+	}
+}
+
 int main(void)
 {
 	RUN(link_guess);
@@ -802,5 +873,6 @@ int main(void)
 	RUN(outputs_parse_back);
 	RUN(rdma_matrix_text);
 	RUN(plan_from_json_rejects_tampering);
+	RUN(links_without_seen_on);
 	return harness_done();
 }
