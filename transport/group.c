@@ -59,15 +59,12 @@ void tp_xfer_reset(tp_group_t *g)
 	memset(g->xf, 0, sizeof(g->xf[0]) * (size_t)g->world);
 }
 
-/* Checks a received COLL frame against what this exchange expects from peer p. */
-static int tp_xfer_accept(tp_group_t *g, int p, uint16_t op, uint16_t step, uint32_t offset,
-			  char *why, size_t whylen)
+/* Checks a received COLL frame (type, payload) against what this exchange expects from p. */
+static int tp_xfer_accept(tp_group_t *g, int p, uint16_t type, const uint8_t *payload,
+			  size_t len, uint16_t op, uint16_t step, uint32_t offset, char *why,
+			  size_t whylen)
 {
-	uint16_t type;
-	uint8_t *payload;
-	size_t len;
 	tp_coll_t c;
-	tp_chan_rx_take(g->chan[p], &type, &payload, &len);
 	if (type != TP_MSG_COLL) {
 		char tb[8];
 		snprintf(why, whylen, "sent %s during a collective", tp_msg_name(type, tb, sizeof tb));
@@ -99,6 +96,13 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 	int rc;
 	for (int p = 0; p < g->world; p++) {
 		tp_xfer_t *x = &g->xf[p];
+		/* an RDMA pair carries frames that fit its registered buffer; both ends decide
+		 * from the same length, so they always agree on the path */
+		x->srdma = x->send && g->rdma[p] && TP_COLL_WIRE + x->slen <= TP_RDMA_BUF_BYTES;
+		x->rrdma = x->recv && g->rdma[p] && TP_COLL_WIRE + x->rlen <= TP_RDMA_BUF_BYTES;
+		if (x->rrdma && (rc = tp_rdma_recv_release(g->rdma[p])))
+			return tp_group_break(g, rc, err, errlen, "%s: rank %d (%s): RDMA receive "
+					      "failed", what, p, g->addr[p]);
 		if (!x->send)
 			continue;
 		tp_coll_t c = {.seq = g->tx_seq[p],
@@ -107,7 +111,11 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 			       .offset = offset,
 			       .len = (uint32_t)x->slen};
 		tp_coll_encode(hdr, &c);
-		rc = tp_chan_tx_start(g->chan[p], TP_MSG_COLL, hdr, sizeof hdr, x->sdata, x->slen);
+		if (x->srdma)
+			rc = tp_rdma_send(g->rdma[p], hdr, sizeof hdr, x->sdata, x->slen);
+		else
+			rc = tp_chan_tx_start(g->chan[p], TP_MSG_COLL, hdr, sizeof hdr, x->sdata,
+					      x->slen);
 		if (rc)
 			return tp_group_break(g, rc, err, errlen, "%s: rank %d (%s): %s", what, p,
 					      g->addr[p], sh_strerror(rc));
@@ -116,11 +124,40 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 	struct pollfd pfd[TP_MAX_WORLD];
 	int who[TP_MAX_WORLD];
 	for (;;) {
-		int n = 0;
+		int n = 0, spin = 0;
 		for (int p = 0; p < g->world; p++) {
 			tp_xfer_t *x = &g->xf[p];
 			short ev = 0;
-			if (x->send && !x->sdone) {
+			if (x->send && !x->sdone && x->srdma) {
+				rc = tp_rdma_send_poll(g->rdma[p]);
+				if (rc < 0)
+					goto peer_failed;
+				if (rc == 1) {
+					x->sdone = 1;
+					g->bytes_sent += x->slen;
+				} else {
+					spin = 1;
+				}
+			}
+			if (x->recv && !x->rdone && x->rrdma) {
+				const uint8_t *rp;
+				size_t rl;
+				rc = tp_rdma_recv_poll(g->rdma[p], &rp, &rl);
+				if (rc < 0)
+					goto peer_failed;
+				if (rc == 1) {
+					rc = tp_xfer_accept(g, p, TP_MSG_COLL, rp, rl, op, step,
+							    offset, why, sizeof why);
+					if (rc)
+						return tp_group_break(g, rc, err, errlen,
+								      "%s: rank %d (%s) %s", what,
+								      p, g->addr[p], why);
+					x->rdone = 1;
+				} else {
+					spin = 1;
+				}
+			}
+			if (x->send && !x->sdone && !x->srdma) {
 				rc = tp_chan_tx_progress(g->chan[p]);
 				if (rc < 0)
 					goto peer_failed;
@@ -131,12 +168,17 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 					ev |= POLLOUT;
 				}
 			}
-			if (x->recv && !x->rdone) {
+			if (x->recv && !x->rdone && !x->rrdma) {
 				rc = tp_chan_rx_progress(g->chan[p]);
 				if (rc < 0)
 					goto peer_failed;
 				if (rc == 1) {
-					rc = tp_xfer_accept(g, p, op, step, offset, why, sizeof why);
+					uint16_t type;
+					uint8_t *pl;
+					size_t pn;
+					tp_chan_rx_take(g->chan[p], &type, &pl, &pn);
+					rc = tp_xfer_accept(g, p, type, pl, pn, op, step, offset,
+							    why, sizeof why);
 					if (rc)
 						return tp_group_break(g, rc, err, errlen,
 								      "%s: rank %d (%s) %s", what,
@@ -156,20 +198,27 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 					      g->addr[p],
 					      rc == SH_ECLOSED ? "connection lost" : sh_strerror(rc));
 		}
-		if (n == 0)
+		if (n == 0 && !spin)
 			return 0;
-		int r = poll(pfd, (nfds_t)n, tp_left_ms(deadline));
+		/* RDMA completions are polled: spin (poll without waiting) while any is pending */
+		int r = poll(pfd, (nfds_t)n, spin ? 0 : tp_left_ms(deadline));
+		if (r == 0 && spin && tp_left_ms(deadline) != 0)
+			continue;
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return tp_group_break(g, SH_EIO, err, errlen, "%s: poll: %s", what,
 					      strerror(errno));
 		if (r == 0) {
-			int p = who[0];
+			int p = n ? who[0] : 0;
+			for (int q = 0; !n && q < g->world; q++)
+				if ((g->xf[q].send && !g->xf[q].sdone) ||
+				    (g->xf[q].recv && !g->xf[q].rdone))
+					p = q;
 			return tp_group_break(g, SH_ETIMEDOUT, err, errlen,
 					      "%s: rank %d (%s) did not %s within %d ms", what, p,
 					      g->addr[p],
-					      (pfd[0].events & POLLIN) ? "answer" : "take our data",
+					      (n && (pfd[0].events & POLLOUT)) ? "take our data" : "answer",
 					      timeout_ms);
 		}
 	}
@@ -405,8 +454,11 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	if (own_lfd)
 		close(lfd);
 	own_lfd = 0;
-	if (cfg->rdma_devices)
-		tp_rdma_group_setup(g, cfg->rdma_devices, deadline);
+	/* always negotiated (declines when no matrix), so ranks started with and without a
+	 * matrix still agree pair by pair; a short extra budget when forming used it all */
+	if (g->world > 1)
+		tp_rdma_group_setup(g, cfg->rdma_devices,
+				    deadline < 0 ? -1 : MAX(deadline, now_ms() + 2000));
 	LOG(LOG_INFO, "group rank %d/%d formed (tag %llx)", g->rank, g->world,
 	    (unsigned long long)g->tag);
 	*out = g;

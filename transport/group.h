@@ -34,6 +34,7 @@ typedef struct tp_xfer {
 	const uint8_t *rdata; /* out: the received data, in the channel's buffer (valid until the
 				 next exchange involving this peer) */
 	int sdone, rdone;  /* progress */
+	int srdma, rrdma;  /* this frame goes over the pair's RDMA link (set by the exchange) */
 } tp_xfer_t;
 
 struct tp_rdma_link;
