@@ -129,6 +129,7 @@ const char *tp_msg_name(uint16_t type, char *buf, size_t buflen)
 	case TP_MSG_COLL: return "COLL";
 	case TP_MSG_RDMA_QP: return "RDMA_QP";
 	case TP_MSG_JOIN_OK: return "JOIN_OK";
+	case TP_MSG_RDMA_READY: return "RDMA_READY";
 	}
 	snprintf(buf, buflen, "0x%04x", type);
 	return buf;

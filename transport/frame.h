@@ -20,6 +20,7 @@
  *   0x0011 TP_MSG_COLL       tp_coll_t    group: collective data header + bytes (sealed)
  *   0x0012 TP_MSG_RDMA_QP    rdma qp data (rdma.h) (sealed)
  *   0x0013 TP_MSG_JOIN_OK    tp_join_t    group: accepting rank's answer (sealed)
+ *   0x0014 TP_MSG_RDMA_READY u32 ok       group: RDMA pair state after set-up, 1 = ready (sealed)
  */
 #ifndef SHOAL_TP_FRAME_H
 #define SHOAL_TP_FRAME_H
@@ -48,6 +49,7 @@ enum tp_msg_type {
 	TP_MSG_COLL = 0x0011,
 	TP_MSG_RDMA_QP = 0x0012,
 	TP_MSG_JOIN_OK = 0x0013,
+	TP_MSG_RDMA_READY = 0x0014,
 };
 
 /* HELLO: who I am and my fresh nonce. 64 bytes. */

@@ -129,4 +129,76 @@ void tp_chan_set_send_timeout(tp_chan_t *c, int timeout_ms);
 /* Closes the socket and wipes the session keys. NULL is fine. */
 void tp_chan_free(tp_chan_t *c);
 
+/* ---- group of ranks and collectives ------------------------------------------------------- */
+
+/* Ranks 0..world-1 in a full mesh of authenticated channels (rank r connects to every rank < r
+ * and accepts from every rank > r; each connection then proves its rank with a JOIN message that
+ * must carry the same world size and group tag). Every pair uses TCP unless an RDMA device
+ * matrix is given and the pair's RDMA set-up works (see rdma section below).
+ *
+ * Collectives: every call has a deadline; a rank that died, stalled, or sent something out of
+ * step makes the call fail within the timeout on the ranks that wait for it, with a message
+ * naming the rank. After any failure the group is broken: every later call returns the same
+ * error (free it and form a new one). Results are bit-identical on every rank (sums are added in
+ * one fixed order on all ranks, or computed on one rank and copied).
+ *
+ * Threads: a group is used by one thread at a time (the caller's compute driver). Buffers are
+ * the caller's; the group's own buffers grow to the largest message once and are then reused. */
+typedef struct tp_group tp_group_t;
+
+typedef struct tp_group_cfg {
+	int rank, world;          /* 0 <= rank < world <= TP_MAX_WORLD */
+	const char *const *hosts; /* world entries: where each rank listens (hosts[rank] unused) */
+	const int *ports;         /* world entries; ports[rank] is ours (when listen_fd < 0) */
+	int listen_fd;            /* >= 0: an open listening socket to use (borrowed; stays open),
+				     < 0: listen on all addresses at ports[rank] */
+	uint64_t tag;             /* group tag that every rank must share (e.g. a plan epoch) */
+	const tp_keys_t *keys;    /* borrowed for the call */
+	const uint8_t *node_id;   /* our node ID (16 bytes) */
+	const uint8_t (*peer_ids)[TP_NODE_ID_BYTES]; /* NULL, or world expected node IDs */
+	int timeout_ms;           /* for forming the whole group (peers may start later) */
+	const char *rdma_devices; /* NULL, or a JACCL device matrix file (docs/rdma.md) */
+} tp_group_cfg_t;
+
+#define TP_MAX_WORLD 64
+
+/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up), SH_EAUTH, SH_EIO,
+ * SH_EINVAL with a message naming the rank. */
+int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
+void tp_group_free(tp_group_t *g);
+
+int tp_group_rank(const tp_group_t *g);
+int tp_group_world(const tp_group_t *g);
+/* "tcp" or "rdma" for the link to a peer rank ("self" for our own rank). */
+const char *tp_group_link(const tp_group_t *g, int peer);
+
+/* Sum of f32 over all ranks, in place (buf has n floats on every rank; n the same everywhere).
+ * Small messages (<= 64 KiB) go to every rank at once and every rank adds in rank order 0..N-1;
+ * larger ones use a ring reduce-scatter + all-gather. */
+int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
+		      size_t errlen);
+
+/* Copies root's len bytes of buf to every rank's buf. */
+int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms, char *err,
+		 size_t errlen);
+
+/* out (world * len bytes) gets every rank's in (len bytes) at offset rank * len. in may point to
+ * out + rank * len. */
+int tp_all_gather(tp_group_t *g, const void *in, size_t len, void *out, int timeout_ms,
+		  char *err, size_t errlen);
+
+/* Returns once every rank has entered the barrier. */
+int tp_barrier(tp_group_t *g, int timeout_ms, char *err, size_t errlen);
+
+/* Point-to-point (pipeline mode): sends len bytes to rank `to`; the receiver must call
+ * tp_group_recv with the same len. Sends are buffered by the kernel up to its socket buffer
+ * and then wait for the receiver within the timeout. */
+int tp_group_send(tp_group_t *g, int to, const void *buf, size_t len, int timeout_ms, char *err,
+		  size_t errlen);
+int tp_group_recv(tp_group_t *g, int from, void *buf, size_t len, int timeout_ms, char *err,
+		  size_t errlen);
+
+/* Bytes this rank has sent through the group's collectives (payload, for accounting). */
+uint64_t tp_group_bytes_sent(const tp_group_t *g);
+
 #endif

@@ -1,8 +1,10 @@
 /* fuzz_frame.c: the frame codec and every fixed message decoder never read out of bounds or
  * crash on any bytes: the input is parsed as a stream of plaintext frames and each payload is
- * handed to the decoder of its type (and to every decoder, for good measure). */
+ * handed to every decoder (HELLO, JOIN, COLL, RDMA queue-pair data). The whole input also goes
+ * to the RDMA device matrix parser (a file from outside). */
 #include "common/common.h"
 #include "transport/frame.h"
+#include "transport/rdma.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -27,9 +29,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			volatile uint8_t last = p[TP_COLL_WIRE + c.len - 1]; /* in bounds by contract */
 			(void)last;
 		}
+		tp_rdma_qp_info_t q;
+		(void)tp_rdma_qp_decode(&q, p, plen, err, sizeof err);
 		(void)tp_msg_name(type, nb, sizeof nb);
 		off += (size_t)n;
 	}
 	(void)tp_frame_hdr_parse(size >= 4 ? data : (const uint8_t *)"\0\0\0\0", 256);
+	tp_rdma_matrix_t *m = NULL;
+	char err[200];
+	if (tp_rdma_matrix_parse(&m, (const char *)data, size, 0, err, sizeof err) == 0) {
+		int n = tp_rdma_matrix_size(m);
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < n; j++)
+				(void)tp_rdma_matrix_dev(m, i, j, 0);
+	}
+	tp_rdma_matrix_free(m);
 	return 0;
 }
