@@ -150,7 +150,15 @@ static void fn_allreduce(tp_group_t *g, rank_ctx_t *c)
 		h ^= h >> 15;
 		c->out[i] = ((float)(h & 0xffffff) / 16777216.0f - 0.5f) * 3.0f;
 	}
+	uint64_t b0 = tp_group_bytes_sent(g);
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
+	/* bytes per rank: the bandwidth-optimal 2 (N-1)/N x S (S for 2 ranks), never (N-1) x S */
+	uint64_t sent = tp_group_bytes_sent(g) - b0, S = n * 4;
+	if (c->world == 2)
+		RCHECK(c, sent == S);
+	else if (c->world > 2)
+		RCHECK(c, sent <= 2 * S * (uint64_t)(c->world - 1) / (uint64_t)c->world +
+				      8 * (uint64_t)c->world);
 	/* many small ones in a row (decode-like) */
 	float v[1024];
 	for (int it = 0; it < 100; it++) {
@@ -452,9 +460,9 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 		double us = (double)(t1 - t0) / 1e3 / it_small;
 		double s = (double)(t2 - t1) / 1e9 / it_big;
 		printf("world %d, loopback, every frame XChaCha20-Poly1305 sealed:\n", world);
-		printf("  all_reduce 8 KB (direct):  %.1f us per call, %.0f bytes sent per call "
+		printf("  all_reduce 8 KB (%s): %.1f us per call, %.0f bytes sent per call "
 		       "per rank\n",
-		       us, (double)(sent1 - sent0) / it_small);
+		       world == 2 ? "direct " : "2-phase", us, (double)(sent1 - sent0) / it_small);
 		printf("  all_reduce 8 MB (ring):    %.1f ms per call, %.2f GB/s algorithm "
 		       "bandwidth (8 MB / time)\n",
 		       s * 1e3, (double)big * 4 / s / 1e9);

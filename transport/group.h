@@ -22,6 +22,7 @@ enum tp_coll_op {
 	TP_OP_ALL_GATHER = 5,
 	TP_OP_BARRIER = 6,
 	TP_OP_P2P = 7,
+	TP_OP_ALLREDUCE_2PHASE = 8,
 };
 
 /* Per-peer slot of one exchange. */

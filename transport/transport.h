@@ -173,8 +173,9 @@ int tp_group_world(const tp_group_t *g);
 const char *tp_group_link(const tp_group_t *g, int peer);
 
 /* Sum of f32 over all ranks, in place (buf has n floats on every rank; n the same everywhere).
- * Small messages (<= 64 KiB) go to every rank at once and every rank adds in rank order 0..N-1;
- * larger ones use a ring reduce-scatter + all-gather. */
+ * Small messages (<= 64 KiB): one exchange for 2 ranks, two for more (each rank sums one chunk
+ * in rank order, then shares it); larger ones: ring reduce-scatter + all-gather. Per rank at
+ * most 2 (N-1)/N x 4n bytes leave (4n for 2 ranks). Result bit-identical on every rank. */
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
 		      size_t errlen);
 
