@@ -105,6 +105,24 @@ TEST(id_hex)
 	CHECK_EQ_STR(tp_id_hex(h, ID_A), "0a000000000000000000000000000000");
 }
 
+TEST(hostport_parse)
+{
+	char h[64], err[128];
+	int port = 0;
+	CHECK_EQ_INT(tp_hostport_parse("10.0.0.2:7000", h, sizeof h, &port, err, sizeof err), 0);
+	CHECK_EQ_STR(h, "10.0.0.2");
+	CHECK_EQ_INT(port, 7000);
+	CHECK_EQ_INT(tp_hostport_parse("[fe80::1]:80", h, sizeof h, &port, err, sizeof err), 0);
+	CHECK_EQ_STR(h, "fe80::1");
+	CHECK_EQ_INT(tp_hostport_parse("node-a.local:1", h, sizeof h, &port, err, sizeof err), 0);
+	const char *bad[] = {"", "host", "host:", ":80", "h:0", "h:65536", "h:8x", "fe80::1:80",
+			     "[fe80::1]80", "[::1]:"};
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+		CHECK_EQ_INT(tp_hostport_parse(bad[i], h, sizeof h, &port, err, sizeof err),
+			     SH_EINVAL);
+	CHECK_EQ_INT(tp_hostport_parse("abcdef:1", h, 4, &port, err, sizeof err), SH_EINVAL);
+}
+
 /* ---- handshake ---------------------------------------------------------------------------- */
 
 TEST(handshake_and_messages)
@@ -508,6 +526,7 @@ int main(void)
 	RUN(keys_deterministic_and_distinct);
 	RUN(keys_default_cost);
 	RUN(id_hex);
+	RUN(hostport_parse);
 	RUN(handshake_and_messages);
 	RUN(largest_message);
 	RUN(wrong_token_fails_on_both_sides);

@@ -57,6 +57,11 @@ int tp_listen(const char *host, int port, int *fd, int *bound_port, char *err, s
 int tp_accept(int listen_fd, int *fd, char *peer, size_t peerlen, int timeout_ms, char *err,
 	      size_t errlen);
 
+/* Splits "host:port" or "[ipv6]:port" (port 1..65535) into host (hostlen bytes) and *port.
+ * Returns 0 or SH_EINVAL with a message. */
+int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char *err,
+		      size_t errlen);
+
 /* ---- authenticated channel ---------------------------------------------------------------- */
 
 /* One authenticated, encrypted TCP connection to a peer holding the same token.
