@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "transport/group.h"
 #include "transport/keys.h"
 #include "transport/transport.h"
 
@@ -283,6 +284,103 @@ TEST(broadcast_gather_barrier_p2p)
 	}
 }
 
+
+/* ---- 8-bit blocks on the wire ------------------------------------------------------------- */
+
+TEST(q8_codec)
+{
+	float x[70], y[70];
+	uint8_t q[3 * 36];
+	for (int i = 0; i < 70; i++)
+		x[i] = sinf((float)i * 0.7f) * (i < 32 ? 1.0f : 100.0f);
+	x[5] = 0;
+	CHECK_EQ_INT(tp_q8_size(70), 3 * 36);
+	CHECK_EQ_INT(tp_q8_size(0), 0);
+	tp_q8_encode(q, x, 70);
+	tp_q8_decode(y, q, 70, 0);
+	for (int b = 0; b < 3; b++) {
+		float amax = 0;
+		for (int i = b * 32; i < MIN(70, b * 32 + 32); i++)
+			amax = fmaxf(amax, fabsf(x[i]));
+		for (int i = b * 32; i < MIN(70, b * 32 + 32); i++)
+			CHECK(fabsf(y[i] - x[i]) <= amax / 254.0f * 1.0001f);
+	}
+	CHECK(y[5] == 0);
+	/* decoding is deterministic and add mode adds */
+	float z[70];
+	memcpy(z, y, sizeof z);
+	tp_q8_decode(z, q, 70, 1);
+	for (int i = 0; i < 70; i++)
+		CHECK(z[i] == y[i] + y[i]);
+	/* zeros, Inf and NaN: no undefined behaviour, non-finite blocks become NaN */
+	float w[32] = {0};
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(y[0] == 0 && y[31] == 0);
+	w[3] = INFINITY;
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(isnan(y[3]) && isnan(y[0]));
+	w[3] = NAN;
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(isnan(y[7]));
+}
+
+static void fn_q8(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	RCHECK(c, tp_group_set_q8(g, 1) == 0);
+	size_t n = c->n;
+	for (size_t i = 0; i < n; i++)
+		c->out[i] = sinf((float)(i * 13 + (size_t)c->rank * 7)) * (float)(1 + i % 5);
+	uint64_t b0 = tp_group_bytes_sent(g);
+	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
+	uint64_t sent = tp_group_bytes_sent(g) - b0;
+	RCHECK(c, sent < n * 4 * 2 / 3); /* at most ~2 x 36/128 of the f32 bytes */
+	if (c->rc)
+		snprintf(c->err, sizeof c->err, "%s", err);
+}
+
+TEST(q8_all_reduce)
+{
+	size_t ns[] = {1000, 70001};
+	for (int w = 2; w <= 4; w++) {
+		for (size_t k = 0; k < ARRAY_LEN(ns); k++) {
+			size_t n = ns[k];
+			rank_ctx_t ctx[MAXR] = {0};
+			for (int r = 0; r < w; r++) {
+				ctx[r].n = n;
+				ctx[r].out = malloc(n * sizeof(float));
+			}
+			run_ranks(w, fn_q8, ctx, NULL);
+			if (all_formed(ctx, w)) {
+				double worst = 0;
+				for (int r = 0; r < w; r++) {
+					CHECK_EQ_INT(ctx[r].rc, 0);
+					CHECK(memcmp(ctx[r].out, ctx[0].out, n * 4) == 0);
+				}
+				/* against the exact sum, with the documented bound per element:
+				 * sum_P amax_P / 254 + amax(sum) / 254, amax <= 5 per rank here */
+				for (size_t i = 0; i < n; i++) {
+					double ref = 0;
+					for (int r = 0; r < w; r++)
+						ref += (double)(sinf((float)(i * 13 + (size_t)r * 7)) *
+								(float)(1 + i % 5));
+					worst = fmax(worst, fabs(ref - (double)ctx[0].out[i]));
+				}
+				double bound = (5.0 * w + 5.0 * w) / 254.0;
+				CHECK(worst <= bound);
+				fprintf(stderr, "q8 all-reduce world %d n %zu: max error %.4g "
+						"(bound %.4g)\n",
+					w, n, worst, bound);
+			}
+			for (int r = 0; r < w; r++)
+				free(ctx[r].out);
+		}
+	}
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* The last rank stalls (never calls); the others time out. */
@@ -518,6 +616,8 @@ int main(int argc, char **argv)
 	RUN(all_reduce_world_4);
 	RUN(all_reduce_world_5);
 	RUN(broadcast_gather_barrier_p2p);
+	RUN(q8_codec);
+	RUN(q8_all_reduce);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);

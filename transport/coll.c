@@ -198,6 +198,8 @@ int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char 
 	if (rc || g->world == 1 || n == 0)
 		return rc;
 	int64_t deadline = tp_deadline(timeout_ms);
+	if (g->q8)
+		return tp_allreduce_q8(g, buf, n, deadline, timeout_ms, err, errlen);
 	if (n * 4 <= g->direct_max && g->world == 2)
 		return tp_allreduce_direct(g, buf, n, deadline, timeout_ms, err, errlen);
 	if (n * 4 <= g->direct_max)

@@ -480,6 +480,7 @@ void tp_group_free(tp_group_t *g)
 		tp_chan_free(g->chan[p]);
 	}
 	free(g->scratch);
+	free(g->qbuf);
 	free(g);
 }
 

@@ -184,6 +184,13 @@ const char *tp_group_link(const tp_group_t *g, int peer);
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
 		      size_t errlen);
 
+/* Optional: all-reduce sends 8-bit blocks (32 floats -> 36 bytes: an f32 scale and 32 int8)
+ * instead of f32, for slow links. Off by default; every rank must set the same (a mismatch fails
+ * the next all-reduce as "out of step"). Results stay bit-identical on every rank; the error per
+ * element is at most (sum over ranks of the block's max |x|) / 254, plus (for 3+ ranks) the
+ * block's max |sum| / 254. Returns 0 or SH_EINVAL. */
+int tp_group_set_q8(tp_group_t *g, int on);
+
 /* Copies root's len bytes of buf to every rank's buf. */
 int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms, char *err,
 		 size_t errlen);
