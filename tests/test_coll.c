@@ -553,6 +553,16 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 		if (tp_all_reduce_f32(g, b, big, 30000, err, sizeof err))
 			break;
 	int64_t t2 = now_ns();
+	tp_group_set_q8(g, 1);
+	for (int i = 0; i < 50; i++)
+		tp_all_reduce_f32(g, b, small, 10000, err, sizeof err);
+	uint64_t sent2 = tp_group_bytes_sent(g);
+	int64_t t3 = now_ns();
+	for (int i = 0; i < it_small; i++)
+		if (tp_all_reduce_f32(g, b, small, 10000, err, sizeof err))
+			break;
+	int64_t t4 = now_ns();
+	uint64_t sent3 = tp_group_bytes_sent(g);
 	if (rank == 0) {
 		fflush(stdout);
 		double us = (double)(t1 - t0) / 1e3 / it_small;
@@ -564,6 +574,9 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 		printf("  all_reduce 8 MB (ring):    %.1f ms per call, %.2f GB/s algorithm "
 		       "bandwidth (8 MB / time)\n",
 		       s * 1e3, (double)big * 4 / s / 1e9);
+		printf("  all_reduce 8 KB, q8 wire:  %.1f us per call, %.0f bytes sent per call "
+		       "per rank\n",
+		       (double)(t4 - t3) / 1e3 / it_small, (double)(sent3 - sent2) / it_small);
 		fflush(stdout);
 	}
 	free(b);
