@@ -325,6 +325,58 @@ TEST(partial_frame_survives_timeout)
 	tp_chan_free(b.ch);
 }
 
+
+struct sender {
+	tp_chan_t *ch;
+	int id, n, rc;
+};
+
+static void *sender_thread(void *p)
+{
+	struct sender *s = p;
+	for (int i = 0; i < s->n && s->rc == 0; i++) {
+		uint32_t v[2] = {(uint32_t)s->id, (uint32_t)i};
+		s->rc = tp_chan_send(s->ch, 0x400, v, sizeof v);
+	}
+	return NULL;
+}
+
+TEST(two_senders_one_receiver)
+{
+	/* the documented threading: several senders (send is locked) and one receiver */
+	struct hs_arg a, b;
+	pair_open(&K1, &K1, &a, &b);
+	CHECK(a.rc == 0 && b.rc == 0);
+	if (a.rc || b.rc)
+		return;
+	struct sender s[2] = {{.ch = a.ch, .id = 0, .n = 300}, {.ch = a.ch, .id = 1, .n = 300}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, sender_thread, &s[i]);
+	int next[2] = {0, 0}, bad = 0;
+	for (int i = 0; i < 600; i++) {
+		uint16_t type;
+		void *p;
+		size_t len;
+		if (tp_chan_recv(b.ch, &type, &p, &len, 5000) != 0 || len != 8) {
+			bad++;
+			break;
+		}
+		uint32_t v[2];
+		memcpy(v, p, 8);
+		if (v[0] > 1 || v[1] != (uint32_t)next[v[0]]++)
+			bad++;
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ_INT(s[i].rc, 0);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK(next[0] == 300 && next[1] == 300);
+	tp_chan_free(a.ch);
+	tp_chan_free(b.ch);
+}
+
 /* ---- TCP: silent and garbage peers, connect/accept -------------------------------------- */
 
 struct acc_arg {
@@ -534,6 +586,7 @@ int main(void)
 	RUN(tampered_replayed_reordered_frames_rejected);
 	RUN(oversized_frame_after_handshake);
 	RUN(partial_frame_survives_timeout);
+	RUN(two_senders_one_receiver);
 	RUN(tcp_connect_accept);
 	RUN(silent_peer_times_out);
 	RUN(garbage_peer_gets_clean_error);
