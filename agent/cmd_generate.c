@@ -1,9 +1,277 @@
-/* cmd_generate.c: `shoal generate`. A stub until "Single-node inference" lands. */
+/* cmd_generate.c: `shoal generate`: one request on this machine through the engine (infer.h).
+ * Streams text to stdout as it is produced; --ids prints only the generated ids, --top-logprobs
+ * one JSON line per step; --stats adds speed figures on stderr. Errors are one line on stderr and
+ * exit code 1 (2 for usage errors). */
 #include "agent/cli.h"
+#include "common/common.h"
+#include "infer/infer.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_STOPS 16
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shoal generate --model FILE.gguf (--prompt TEXT | --chat MESSAGE) [options]\n"
+		"  --max-tokens N        stop after N tokens (default 256; 0 = until EOS/context end)\n"
+		"  --temperature T       0 = greedy (default)\n"
+		"  --top-k K, --top-p P, --min-p P\n"
+		"  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
+		"  --seed S              sampling seed (default: from the clock)\n"
+		"  --stop TEXT           stop string (repeatable, up to %d)\n"
+		"  --threads N           compute threads (default: all cores)\n"
+		"  --ctx N               context length (default: the model's, capped by memory)\n"
+		"  --system TEXT         system message for --chat\n"
+		"  --chat-template NAME  template family override (chatml, llama3, ...)\n"
+		"  --ids                 print the generated token ids on one line instead of text\n"
+		"  --top-logprobs K      print one JSON line per token with the top K alternatives\n"
+		"  --stats               print prompt and generation speed to stderr\n",
+		MAX_STOPS);
+}
+
+typedef struct gen_out {
+	int ids_only;
+	int json;
+	int n;
+} gen_out_t;
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static int on_token(void *ud, const eng_token_t *t)
+{
+	gen_out_t *o = ud;
+	if (o->json) {
+		printf("{\"id\":%d,\"text\":", t->id);
+		json_str(stdout, t->text, t->text_len);
+		printf(",\"logprob\":%.6f,\"top\":[", t->logprob);
+		for (int i = 0; i < t->n_top; i++)
+			printf("%s{\"id\":%d,\"logprob\":%.6f}", i ? "," : "", t->top[i].token,
+			       t->top[i].logprob);
+		printf("]}\n");
+	} else if (o->ids_only) {
+		printf("%s%d", o->n ? " " : "", t->id);
+	} else {
+		fwrite(t->text, 1, t->text_len, stdout);
+	}
+	o->n++;
+	fflush(stdout);
+	return 0;
+}
+
+static int num(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (!*s || *end || !(v >= lo && v <= hi))
+		return -1;
+	*out = v;
+	return 0;
+}
 
 int cmd_generate(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return cli_not_yet("generate", "Single-node inference");
+	static const struct option opts[] = {
+		{"model", required_argument, 0, 'm'},
+		{"prompt", required_argument, 0, 'p'},
+		{"chat", required_argument, 0, 'c'},
+		{"system", required_argument, 0, 'S'},
+		{"max-tokens", required_argument, 0, 'n'},
+		{"temperature", required_argument, 0, 'T'},
+		{"top-k", required_argument, 0, 'k'},
+		{"top-p", required_argument, 0, 'P'},
+		{"min-p", required_argument, 0, 'M'},
+		{"repeat-penalty", required_argument, 0, 'r'},
+		{"presence-penalty", required_argument, 0, 'e'},
+		{"frequency-penalty", required_argument, 0, 'f'},
+		{"seed", required_argument, 0, 's'},
+		{"stop", required_argument, 0, 'x'},
+		{"threads", required_argument, 0, 't'},
+		{"ctx", required_argument, 0, 'C'},
+		{"chat-template", required_argument, 0, 'y'},
+		{"ids", no_argument, 0, 'i'},
+		{"top-logprobs", required_argument, 0, 'l'},
+		{"stats", no_argument, 0, 'z'},
+		{"log-level", required_argument, 0, 'L'},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	eng_opts_t eo = {0};
+	eng_sampling_t sp;
+	eng_sampling_default(&sp);
+	sp.max_tokens = 256;
+	sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)now_ns() << 16);
+	const char *prompt = NULL, *chat = NULL, *system = NULL, *stops[MAX_STOPS];
+	int n_stop = 0, stats = 0, c;
+	gen_out_t out = {0};
+	double v = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:p:h", opts, NULL)) != -1) {
+		int bad = 0;
+		switch (c) {
+		case 'm':
+			eo.model_path = optarg;
+			break;
+		case 'p':
+			prompt = optarg;
+			break;
+		case 'c':
+			chat = optarg;
+			break;
+		case 'S':
+			system = optarg;
+			break;
+		case 'n':
+			bad = num(optarg, 0, 1 << 24, &v);
+			sp.max_tokens = (int)v;
+			break;
+		case 'T':
+			bad = num(optarg, 0, 100, &v);
+			sp.temperature = (float)v;
+			break;
+		case 'k':
+			bad = num(optarg, 0, 1 << 24, &v);
+			sp.top_k = (int)v;
+			break;
+		case 'P':
+			bad = num(optarg, 0, 1, &v);
+			sp.top_p = (float)v;
+			break;
+		case 'M':
+			bad = num(optarg, 0, 1, &v);
+			sp.min_p = (float)v;
+			break;
+		case 'r':
+			bad = num(optarg, 0.01, 100, &v);
+			sp.repeat_penalty = (float)v;
+			break;
+		case 'e':
+			bad = num(optarg, -10, 10, &v);
+			sp.presence_penalty = (float)v;
+			break;
+		case 'f':
+			bad = num(optarg, -10, 10, &v);
+			sp.frequency_penalty = (float)v;
+			break;
+		case 's':
+			sp.seed = strtoull(optarg, NULL, 10);
+			break;
+		case 'x':
+			if (n_stop == MAX_STOPS)
+				bad = 1;
+			else
+				stops[n_stop++] = optarg;
+			break;
+		case 't':
+			bad = num(optarg, 0, 1024, &v);
+			eo.threads = (int)v;
+			break;
+		case 'C':
+			bad = num(optarg, 0, 1 << 24, &v);
+			eo.ctx = (int)v;
+			break;
+		case 'y':
+			eo.chat_template = optarg;
+			break;
+		case 'i':
+			out.ids_only = 1;
+			break;
+		case 'l':
+			bad = num(optarg, 0, 20, &v);
+			sp.top_logprobs = (int)v;
+			out.json = sp.top_logprobs > 0;
+			break;
+		case 'z':
+			stats = 1;
+			break;
+		case 'L':
+			if (cli_set_log_level(optarg))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "shoal generate: bad value '%s'\n", optarg);
+			return 2;
+		}
+	}
+	if (!eo.model_path || !prompt == !chat || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	sp.stop = stops;
+	sp.n_stop = n_stop;
+
+	char err[256];
+	eng_t *e = NULL;
+	int *ids = NULL, n_ids = 0, rc = 1;
+	if (eng_open(&e, &eo, err, sizeof err)) {
+		fprintf(stderr, "shoal generate: %s\n", err);
+		return 1;
+	}
+	if (prompt) {
+		if (eng_tokenize(e, prompt, 1, 0, &ids, &n_ids, err, sizeof err)) {
+			fprintf(stderr, "shoal generate: %s\n", err);
+			goto out;
+		}
+	} else {
+		eng_msg_t msgs[2];
+		int nm = 0;
+		if (system)
+			msgs[nm++] = (eng_msg_t){"system", system};
+		msgs[nm++] = (eng_msg_t){"user", chat};
+		if (eng_chat_prompt(e, msgs, nm, &ids, &n_ids, err, sizeof err)) {
+			fprintf(stderr, "shoal generate: %s\n", err);
+			goto out;
+		}
+	}
+	eng_result_t res;
+	if (eng_generate(e, ids, n_ids, &sp, on_token, &out, &res)) {
+		if (out.n)
+			printf("\n");
+		fprintf(stderr, "shoal generate: %s\n", res.error);
+		goto out;
+	}
+	if (!out.json)
+		printf("\n");
+	fflush(stdout);
+	if (stats) {
+		const char *why = res.finish == ENG_FINISH_STOP ? "stop" : "length";
+		fprintf(stderr,
+			"prompt: %d tokens in %.1f ms (%.1f tok/s); generation: %d tokens in %.1f ms "
+			"(%.2f tok/s); finish: %s\n",
+			res.prompt_tokens, res.prompt_ms,
+			res.prompt_ms > 0 ? res.prompt_tokens * 1000.0 / res.prompt_ms : 0.0,
+			res.completion_tokens, res.gen_ms,
+			res.gen_ms > 0 ? res.completion_tokens * 1000.0 / res.gen_ms : 0.0, why);
+	}
+	rc = 0;
+out:
+	free(ids);
+	eng_free(e);
+	return rc;
 }

@@ -1,9 +1,124 @@
-/* cmd_info.c: `shoal info`. A stub until "GGUF and tokenizers" lands. */
+/*
+ * cmd_info.c: `shoal info --model M`: what a GGUF file holds and whether this build can run it
+ * (architecture and sizes, tensor types, tokenizer, chat template family, weight memory).
+ * Exits 1 when the file cannot be read or the model is not supported, after printing what it
+ * could.
+ */
 #include "agent/cli.h"
+#include "common/common.h"
+#include "infer/chat.h"
+#include "infer/gguf.h"
+#include "infer/meta.h"
+#include "infer/tokenizer.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shoal info --model FILE.gguf\n"
+		"  Prints the architecture, sizes, tensor types, tokenizer, chat template family\n"
+		"  and the memory the weights take. Exits 1 when the model cannot run here.\n");
+}
+
+static void human(uint64_t b, char *buf, size_t n)
+{
+	if (b >= (1ull << 30))
+		snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
+	else if (b >= (1ull << 20))
+		snprintf(buf, n, "%.2f MiB", (double)b / (1ull << 20));
+	else
+		snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+}
 
 int cmd_info(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return cli_not_yet("info", "GGUF and tokenizers");
+	static const struct option opts[] = {
+	    {"model", required_argument, 0, 'm'},
+	    {"help", no_argument, 0, 'h'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {0, 0, 0, 0},
+	};
+	const char *model = NULL;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case 'L':
+			if (cli_set_log_level(optarg))
+				return 2;
+			break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!model || optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+	char err[512], sz[32];
+	gguf_t *g = NULL;
+	tok_t *t = NULL;
+	int rc = 0;
+	if (gguf_open(&g, model, err, sizeof err)) {
+		fprintf(stderr, "shoal info: %s\n", err);
+		return 1;
+	}
+	human(gguf_file_size(g), sz, sizeof sz);
+	printf("file:          %s (%s, GGUF v%u, %d tensors, %d keys)\n", model, sz,
+	       gguf_version(g), gguf_n_tensors(g), gguf_n_kv(g));
+	model_meta_t m;
+	if (meta_load(&m, g, err, sizeof err)) {
+		const char *a;
+		size_t an;
+		if (!gguf_get_str(g, "general.architecture", &a, &an))
+			printf("architecture:  %.*s\n", (int)MIN(an, 64), a);
+		printf("model:         not supported: %s\n", err);
+		rc = 1;
+	} else {
+		char types[256];
+		meta_types_str(&m, types, sizeof types);
+		human(m.weight_bytes, sz, sizeof sz);
+		if (m.name[0])
+			printf("name:          %s\n", m.name);
+		printf("architecture:  %s\n", m.arch_name);
+		printf("layers:        %d\n", m.n_layers);
+		printf("dim:           %d\n", m.dim);
+		printf("heads:         %d\n", m.n_heads);
+		printf("kv heads:      %d\n", m.n_kv_heads);
+		printf("head dim:      %d\n", m.head_dim);
+		printf("ffn:           %d\n", m.ffn);
+		printf("vocab:         %d\n", m.n_vocab);
+		printf("context:       %d\n", m.n_ctx);
+		printf("rope:          base %g, %d dims, %s\n", (double)m.rope_base, m.rope_dim,
+		       m.rope_style == META_ROPE_NEOX ? "neox (half split)" : "adjacent pairs");
+		printf("rms eps:       %g\n", (double)m.rms_eps);
+		printf("extras:        %s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
+		       m.has_qk_norm ? "q/k norm, " : "",
+		       m.tied_output ? "output tied to token_embd" : "separate output");
+		printf("tensor types:  %s\n", types);
+		printf("weights:       %s (%llu bytes)\n", sz, (unsigned long long)m.weight_bytes);
+	}
+	if (tok_load(&t, g, err, sizeof err)) {
+		printf("tokenizer:     not supported: %s\n", err);
+		rc = 1;
+	} else {
+		printf(
+		    "tokenizer:     %s, pre-tokenizer %s, %d tokens, bos %d, eos %d, add bos %s\n",
+		    tok_kind_name(t), tok_pre_name(t), tok_n_vocab(t), tok_bos(t), tok_eos(t),
+		    tok_add_bos(t) ? "yes" : "no");
+	}
+	const char *tmpl = NULL, *fam;
+	size_t tl = 0;
+	int has_tmpl = !gguf_get_str(g, "tokenizer.chat_template", &tmpl, &tl);
+	if (chat_pick(NULL, has_tmpl ? tmpl : NULL, tl, &fam, err, sizeof err))
+		printf("chat template: unrecognised (use --chat-template NAME)\n");
+	else
+		printf("chat template: %s%s\n", fam, has_tmpl ? "" : " (the model has none)");
+	tok_free(t);
+	gguf_free(g);
+	return rc;
 }

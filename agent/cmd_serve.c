@@ -1,9 +1,149 @@
-/* cmd_serve.c: `shoal serve`. A stub until "API and dashboard" lands. */
+/*
+ * cmd_serve.c: `shoal serve`: loads one model on this machine and serves the OpenAI-compatible
+ * API, the metrics and the dashboard (web/) until SIGINT or SIGTERM.
+ *
+ * The signals are blocked before any thread starts (so every thread inherits the mask) and taken
+ * synchronously with sigwait() on the main thread; shutdown then ends every request cleanly.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "agent/cli.h"
+#include "common/common.h"
+#include "infer/infer.h"
+#include "web/web.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
+		"Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
+		"and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
+		"  --model FILE          GGUF model to load (required)\n"
+		"  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
+		"  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
+		"  --threads N           compute threads (default: number of cores)\n"
+		"  --ctx N               context length (default: the model's)\n"
+		"  --queue-max N         requests that may wait; more get 429 (default 16)\n"
+		"  --timeout-ms N        per-request deadline (default 300000)\n"
+		"  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
+		"  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
+		"model's\n"
+		"  --model-name NAME     model id reported by the API (default: the model's name)\n"
+		"  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
 
 int cmd_serve(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return cli_not_yet("serve", "API and dashboard");
+	static const struct option longopts[] = {
+		{"model", required_argument, NULL, 'm'},
+		{"host", required_argument, NULL, 'H'},
+		{"port", required_argument, NULL, 'p'},
+		{"threads", required_argument, NULL, 't'},
+		{"ctx", required_argument, NULL, 'c'},
+		{"queue-max", required_argument, NULL, 'q'},
+		{"timeout-ms", required_argument, NULL, 'T'},
+		{"api-key", required_argument, NULL, 'k'},
+		{"chat-template", required_argument, NULL, 'C'},
+		{"model-name", required_argument, NULL, 'n'},
+		{"log-level", required_argument, NULL, 'L'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	web_opts_t wo;
+	web_opts_default(&wo);
+	eng_opts_t eo = {0};
+	int c, rc;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:H:p:t:c:q:T:k:C:n:L:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': eo.model_path = optarg; break;
+		case 'H': wo.host = optarg; break;
+		case 'p':
+			if (parse_int(optarg, 0, 65535, &wo.port))
+				goto bad;
+			break;
+		case 't':
+			if (parse_int(optarg, 0, 4096, &eo.threads))
+				goto bad;
+			break;
+		case 'c':
+			if (parse_int(optarg, 0, 1 << 24, &eo.ctx))
+				goto bad;
+			break;
+		case 'q':
+			if (parse_int(optarg, 1, 1 << 20, &wo.queue_max))
+				goto bad;
+			break;
+		case 'T':
+			if (parse_int(optarg, 1, 1 << 30, &wo.request_timeout_ms))
+				goto bad;
+			break;
+		case 'k': wo.api_key = optarg; break;
+		case 'C': eo.chat_template = optarg; break;
+		case 'n': wo.model_name = optarg; break;
+		case 'L':
+			if ((rc = cli_set_log_level(optarg)) != 0)
+				return rc;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc || !eo.model_path) {
+		fprintf(stderr, "shoal serve: %s\n",
+			optind < argc ? "unexpected argument" : "--model is required");
+		usage(stderr);
+		return 2;
+	}
+
+	/* Before any thread exists, so all of them inherit the mask. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	char err[256] = "";
+	eng_t *eng = NULL;
+	web_t *w = NULL;
+	if ((rc = eng_open(&eng, &eo, err, sizeof err)) != 0) {
+		fprintf(stderr, "shoal serve: %s: %s\n", eo.model_path, err[0] ? err : sh_strerror(rc));
+		return 1;
+	}
+	if ((rc = web_new(&w, &wo, eng, err, sizeof err)) != 0) {
+		fprintf(stderr, "shoal serve: %s\n", err[0] ? err : sh_strerror(rc));
+		eng_free(eng);
+		return 1;
+	}
+	const eng_info_t *in = eng_info(eng);
+	fprintf(stderr, "shoal serve: model %s (%s, context %d) on http://%s:%d/\n",
+		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, wo.host, web_port(w));
+	fflush(stderr);
+
+	int sig = 0;
+	sigwait(&sigs, &sig);
+	LOG(LOG_INFO, "serve: signal %d, stopping", sig);
+	web_free(w);
+	eng_free(eng);
+	return 0;
+bad:
+	fprintf(stderr, "shoal serve: bad value '%s' for an option\n", optarg);
+	usage(stderr);
+	return 2;
 }

@@ -1,8 +1,85 @@
 /*
  * web.h: the OpenAI-compatible HTTP API, metrics and the live dashboard (libmicrohttpd + jansson),
  * served by the leader on top of infer's engine interface.
+ *
+ * Endpoints (docs/api.md has the shapes): POST /v1/chat/completions, POST /v1/completions (plain
+ * or Server-Sent Events), GET /v1/models, GET /health, GET /v1/cluster, GET /v1/events (SSE of
+ * live figures for the dashboard), GET /metrics (Prometheus text), GET / (the dashboard).
+ *
+ * Scheduling: accepted requests go into one bounded FIFO queue; a single scheduler thread owned
+ * by the server takes them one at a time and runs eng_generate(), handing each token to the
+ * request's connection as it comes (streaming). A full queue answers 429; each request has a
+ * deadline; a client that goes away cancels its request.
+ *
+ * Threads: libmicrohttpd runs its own threads (one per connection, plus its listening thread);
+ * the scheduler thread is the only caller of eng_generate(). Every web_* function below may be
+ * called from any thread once web_new() has returned, except web_free().
+ *
+ * Follower mode: after web_set_leader(w, url) the server answers /health, /metrics, /v1/cluster,
+ * /v1/events and / itself and redirects (307) every other /v1/ path to url + path.
  */
 #ifndef SHOAL_WEB_H
 #define SHOAL_WEB_H
+
+#include <stddef.h>
+
+#include "infer/infer.h"
+
+typedef struct web web_t;
+
+/* What the node is doing, as /health reports it. Only WEB_SERVING answers 200. */
+enum web_state { WEB_SERVING = 0, WEB_FORMING, WEB_LOADING, WEB_REPLANNING, WEB_STOPPING };
+
+/* Health callback: returns an enum web_state and may write a one-line reason into reason.
+ * Called from connection threads; must not block for long. */
+typedef int (*web_health_fn)(void *ud, char *reason, size_t reason_len);
+
+/* Cluster callback: returns a malloc'd JSON object (the caller frees it) describing the cluster
+ * in the shape docs/api.md gives for GET /v1/cluster, or NULL. Called from connection threads. */
+typedef char *(*web_cluster_fn)(void *ud);
+
+typedef struct web_opts {
+	const char *host;         /* address to bind; default "127.0.0.1"; "0.0.0.0" for all */
+	int port;                 /* default 8080; 0 = any free port (see web_port) */
+	const char *api_key;      /* NULL/"" = no auth, else "Authorization: Bearer KEY" on /v1/ */
+	int queue_max;            /* requests waiting (not counting the running one); default 16 */
+	int request_timeout_ms;   /* from acceptance to the last token; default 300000 */
+	const char *model_name;   /* id in /v1/models and replies; NULL = the engine's name */
+	web_health_fn health;     /* NULL: serving when an engine is attached, else loading */
+	web_cluster_fn cluster;   /* NULL: a one-node description built from the engine */
+	void *ud;                 /* passed to health and cluster */
+} web_opts_t;
+
+/* Fills o with the defaults above, then applies SHOAL_API_KEY from the environment if set. */
+void web_opts_default(web_opts_t *o);
+
+/* Starts listening and the scheduler thread. Strings in o are copied. eng may be NULL (the API
+ * then answers 503 until web_set_engine). Returns 0 or a negative SH_E* code with a reason. */
+int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errlen);
+
+/* Stops accepting, ends every queued and running request with an error, stops the threads.
+ * NULL-safe. The engine is not freed (the caller owns it). */
+void web_free(web_t *w);
+
+/* The port actually bound (useful after port 0). */
+int web_port(const web_t *w);
+
+/* Attaches or detaches (NULL) the engine. The engine stays owned by the caller. Detaching fails
+ * every queued request with 503 and blocks until the running one has returned from
+ * eng_generate (make it return first, e.g. by failing its transport); after that the caller may
+ * free the old engine. */
+void web_set_engine(web_t *w, eng_t *eng);
+
+/* Follower mode: redirect /v1/ inference paths to url ("http://10.0.0.1:8080"); NULL or "" =
+ * serve them here (leader). The string is copied. */
+void web_set_leader(web_t *w, const char *url);
+
+/* Figures from the compute side, shown in /metrics and on the dashboard: time of one decode step
+ * and the part of it spent communicating, in milliseconds (negative = unknown). */
+void web_set_step_metrics(web_t *w, double step_ms, double comm_ms);
+
+/* Health of one rank (0..255): 1 healthy, 0 failed; n_ranks sets how many ranks exist. */
+void web_set_rank_health(web_t *w, int rank, int healthy);
+void web_set_rank_count(web_t *w, int n_ranks);
 
 #endif

@@ -1,0 +1,44 @@
+/*
+ * chat.h: chat templates by family, recognised from tokenizer.chat_template the way llama.cpp
+ * does it (by telltale substrings, not by running Jinja), and rendered in C. Internal to infer/.
+ *
+ * Families: chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,
+ * mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, zephyr,
+ * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca.
+ *
+ * Choice (chat_pick): an explicit name wins (an unknown name is an error listing the families);
+ * else the model's template is recognised (an unrecognised one is an error that names
+ * `--chat-template NAME`); a model without any template gets chatml, as llama.cpp does, since
+ * that is what most instruction-tuned models without metadata were trained on.
+ *
+ * The rendered text contains the family's special tokens written out ("<|im_start|>"); it must be
+ * tokenized with special-token parsing on, and with BOS added as the model wants (the templates
+ * here never write BOS at the start).
+ *
+ * Pure functions; any thread.
+ */
+#ifndef SHOAL_CHAT_H
+#define SHOAL_CHAT_H
+
+#include "infer/infer.h"
+
+#include <stddef.h>
+
+/* 1 when name is a family above. */
+int chat_family_known(const char *name);
+/* "chatml, llama2, ..." (static). */
+const char *chat_family_names(void);
+/* Family recognised in a template's text, or NULL. */
+const char *chat_detect(const char *tmpl, size_t len);
+/* Picks the family (see above): override may be NULL; tmpl may be NULL (no template in the
+ * model). *family is a static string. Returns 0 or SH_EINVAL / SH_EUNSUPP with a message. */
+int chat_pick(const char *override, const char *tmpl, size_t len, const char **family, char *err,
+	      size_t errlen);
+/* Renders msgs (roles "system", "user", "assistant"; anything else is SH_EINVAL naming it),
+ * then the assistant prompt when add_assistant. eos: the model's end-of-sequence text, used by
+ * families that write it (zephyr); NULL means "</s>". *out is malloc'd, NUL-terminated, the
+ * caller frees it. */
+int chat_render(const char *family, const eng_msg_t *msgs, int n_msgs, int add_assistant,
+		const char *eos, char **out, char *err, size_t errlen);
+
+#endif

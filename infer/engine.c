@@ -1,0 +1,416 @@
+/*
+ * engine.c: infer/infer.h on one node: a GGUF mapping, its tokenizer and chat template, the
+ * model (forward pass + KV cache), the compute pool and a sampler.
+ *
+ * eng_generate() runs prefill then the decode loop on the caller's thread. Text goes out through
+ * the tokenizer's streaming decoder (whole UTF-8 characters only) and a hold-back buffer: any
+ * tail of the output that could still become a stop string is kept until it either completes
+ * one (the request stops and the stop string is never emitted) or cannot any more. Each sampled
+ * token gets exactly one callback; the last one carries whatever text was still held.
+ *
+ * Invariant: e->cache[0..n_cache) are the tokens whose keys/values the model's KV cache holds,
+ * so a request that starts with the same tokens (a chat's earlier turns) only computes the rest.
+ */
+#include "infer/infer.h"
+#include "common/common.h"
+#include "infer/chat.h"
+#include "infer/gguf.h"
+#include "infer/meta.h"
+#include "infer/model.h"
+#include "infer/pool.h"
+#include "infer/quant.h"
+#include "infer/sample.h"
+#include "infer/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_TOP_LOGPROBS 20
+
+struct eng {
+	gguf_t *g;
+	model_meta_t meta;
+	tok_t *tok;
+	const char *chat;  /* template family (static string), NULL when unusable */
+	char chat_err[256]; /* why there is no template */
+	pool_t *pool;
+	model_t *model;
+	sampler_t *samp;
+	eng_info_t info;
+	char name[160];
+	float *logits;  /* [n_vocab] */
+	int *cache;     /* [n_ctx] tokens held in the KV cache */
+	int n_cache;
+};
+
+/* Bytes of memory still available (Linux: MemAvailable; else physical pages), 0 if unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (f) {
+		char line[128];
+		unsigned long long kb;
+		while (fgets(line, sizeof line, f))
+			if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+				fclose(f);
+				return (uint64_t)kb * 1024;
+			}
+		fclose(f);
+	}
+#ifdef _SC_AVPHYS_PAGES
+	long p = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+	if (p > 0 && ps > 0)
+		return (uint64_t)p * (uint64_t)ps;
+#endif
+	return 0;
+}
+
+/* The context to use: asked (0 = the model's), capped so the KV cache takes at most half the
+ * memory left after the weights. */
+static int pick_ctx(const model_meta_t *m, int asked)
+{
+	int ctx = asked > 0 ? asked : m->n_ctx;
+	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL);
+	if (asked <= 0 && avail && per) {
+		uint64_t rest = avail > m->weight_bytes ? avail - m->weight_bytes : avail / 4;
+		uint64_t cap = rest / 2 / per;
+		if ((uint64_t)ctx > cap) {
+			ctx = (int)MAX(cap, 256);
+			LOG(LOG_INFO, "context capped to %d positions by available memory", ctx);
+		}
+	}
+	return ctx;
+}
+
+int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (!opts || !opts->model_path)
+		return sh_fail(err, errlen, SH_EINVAL, "no model path");
+	if (opts->ctx < 0 || opts->threads < 0)
+		return sh_fail(err, errlen, SH_EINVAL, "bad context or thread count");
+	eng_t *e = calloc(1, sizeof *e);
+	if (!e)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	int rc;
+	char why[256];
+	quant_init(getenv("SHOAL_REF_KERNELS") != NULL);
+	if ((rc = gguf_open(&e->g, opts->model_path, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s", why); /* names the file already */
+		goto err;
+	}
+	if ((rc = meta_load(&e->meta, e->g, why, sizeof why)) ||
+	    (rc = tok_load(&e->tok, e->g, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		goto err;
+	}
+	if (tok_n_vocab(e->tok) > e->meta.n_vocab) {
+		rc = sh_fail(err, errlen, SH_EFORMAT, "%s: tokenizer has %d tokens, model %d",
+			     opts->model_path, tok_n_vocab(e->tok), e->meta.n_vocab);
+		goto err;
+	}
+	const char *tmpl = NULL;
+	size_t tlen = 0;
+	gguf_get_str(e->g, "tokenizer.chat_template", &tmpl, &tlen);
+	if ((rc = chat_pick(opts->chat_template, tmpl, tlen, &e->chat, why, sizeof why))) {
+		if (opts->chat_template) { /* an explicit bad name is the caller's error */
+			rc = sh_fail(err, errlen, rc, "%s", why);
+			goto err;
+		}
+		/* an unrecognised template only disables chat; completions still work */
+		LOG(LOG_WARN, "%s: %s", opts->model_path, why);
+		snprintf(e->chat_err, sizeof e->chat_err, "%s", why);
+		e->chat = NULL;
+		rc = 0;
+	}
+	int ctx = pick_ctx(&e->meta, opts->ctx);
+	if (!(e->pool = pool_new(opts->threads))) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
+		goto err;
+	}
+	if ((rc = model_new(&e->model, e->g, &e->meta, NULL, ctx, e->pool, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		goto err;
+	}
+	e->samp = sampler_new(e->meta.n_vocab);
+	e->logits = malloc((size_t)e->meta.n_vocab * sizeof *e->logits);
+	e->cache = malloc((size_t)ctx * sizeof *e->cache);
+	if (!e->samp || !e->logits || !e->cache) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto err;
+	}
+	if (e->meta.name[0]) {
+		snprintf(e->name, sizeof e->name, "%s", e->meta.name);
+	} else {
+		const char *b = strrchr(opts->model_path, '/');
+		snprintf(e->name, sizeof e->name, "%s", b ? b + 1 : opts->model_path);
+	}
+	eng_info_t *i = &e->info;
+	i->name = e->name;
+	i->arch = e->meta.arch_name;
+	i->n_ctx = ctx;
+	i->n_vocab = e->meta.n_vocab;
+	i->n_layers = e->meta.n_layers;
+	i->dim = e->meta.dim;
+	i->n_heads = e->meta.n_heads;
+	i->n_kv_heads = e->meta.n_kv_heads;
+	i->head_dim = e->meta.head_dim;
+	i->ffn = e->meta.ffn;
+	i->bos = tok_bos(e->tok);
+	i->eos = tok_eos(e->tok);
+	i->weight_bytes = e->meta.weight_bytes;
+	i->chat_template = e->chat;
+	*out = e;
+	return 0;
+err:
+	eng_free(e);
+	return rc;
+}
+
+void eng_free(eng_t *e)
+{
+	if (!e)
+		return;
+	model_free(e->model);
+	pool_free(e->pool);
+	sampler_free(e->samp);
+	tok_free(e->tok);
+	gguf_free(e->g);
+	free(e->logits);
+	free(e->cache);
+	free(e);
+}
+
+const eng_info_t *eng_info(const eng_t *e) { return &e->info; }
+
+int eng_tokenize(const eng_t *e, const char *text, int add_bos, int special, int **ids, int *n_ids,
+		 char *err, size_t errlen)
+{
+	*ids = NULL;
+	*n_ids = 0;
+	if (!text)
+		return sh_fail(err, errlen, SH_EINVAL, "no text");
+	int rc = tok_encode(e->tok, text, strlen(text), add_bos && tok_add_bos(e->tok), special, ids,
+			    n_ids);
+	if (rc)
+		return sh_fail(err, errlen, rc, "cannot tokenize: %s", sh_strerror(rc));
+	return 0;
+}
+
+int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text)
+{
+	size_t len;
+	return tok_decode(e->tok, ids, n_ids, 0, text, &len);
+}
+
+int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
+		    char *err, size_t errlen)
+{
+	*ids = NULL;
+	*n_ids = 0;
+	char *text = NULL;
+	if (!e->chat)
+		return sh_fail(err, errlen, SH_EUNSUPP, "%s", e->chat_err);
+	size_t elen = 0;
+	const char *eos = tok_eos(e->tok) >= 0 ? tok_piece(e->tok, tok_eos(e->tok), 1, &elen) : NULL;
+	char eosbuf[64];
+	if (eos) { /* a piece is not NUL-terminated */
+		snprintf(eosbuf, sizeof eosbuf, "%.*s", (int)MIN(elen, sizeof eosbuf - 1), eos);
+		eos = eosbuf;
+	}
+	int rc = chat_render(e->chat, msgs, n_msgs, 1, eos, &text, err, errlen);
+	if (rc)
+		return rc;
+	/* the rendered template spells out its special tokens; BOS as the model wants, unless the
+	 * template already starts with it */
+	rc = tok_encode(e->tok, text, strlen(text), tok_add_bos(e->tok), 1, ids, n_ids);
+	free(text);
+	if (rc)
+		return sh_fail(err, errlen, rc, "cannot tokenize the chat prompt");
+	if (*n_ids >= 2 && (*ids)[0] == (*ids)[1] && (*ids)[0] == tok_bos(e->tok)) {
+		memmove(*ids, *ids + 1, (size_t)(*n_ids - 1) * sizeof **ids);
+		(*n_ids)--;
+	}
+	return 0;
+}
+
+/* ---- generation --------------------------------------------------------------------------- */
+
+/* Text produced but not yet handed out (it may be the start of a stop string). */
+typedef struct held {
+	char *buf;
+	size_t len, cap;
+} held_t;
+
+static int held_add(held_t *h, const char *s, size_t n)
+{
+	if (h->len + n + 1 > h->cap) {
+		size_t nc = MAX(h->cap * 2, h->len + n + 64);
+		char *nb = realloc(h->buf, nc);
+		if (!nb)
+			return SH_ENOMEM;
+		h->buf = nb;
+		h->cap = nc;
+	}
+	memcpy(h->buf + h->len, s, n);
+	h->len += n;
+	h->buf[h->len] = 0;
+	return 0;
+}
+
+/* Earliest occurrence of any stop string in h: its offset, or -1. */
+static long stop_find(const held_t *h, const eng_sampling_t *s)
+{
+	long best = -1;
+	for (int i = 0; i < s->n_stop; i++) {
+		const char *st = s->stop[i];
+		size_t n = st ? strlen(st) : 0;
+		if (!n || n > h->len)
+			continue;
+		for (size_t k = 0; k + n <= h->len; k++)
+			if (!memcmp(h->buf + k, st, n)) {
+				if (best < 0 || (long)k < best)
+					best = (long)k;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Length of the longest tail of h that is a proper prefix of some stop string. */
+static size_t stop_partial(const held_t *h, const eng_sampling_t *s)
+{
+	size_t best = 0;
+	for (int i = 0; i < s->n_stop; i++) {
+		const char *st = s->stop[i];
+		size_t n = st ? strlen(st) : 0;
+		for (size_t k = MIN(n ? n - 1 : 0, h->len); k > best; k--)
+			if (!memcmp(h->buf + h->len - k, st, k)) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Runs tokens through the model, reusing the cached prefix. Fills e->logits. */
+static int prefill(eng_t *e, const int *prompt, int n)
+{
+	int keep = 0;
+	while (keep < e->n_cache && keep < n && e->cache[keep] == prompt[keep])
+		keep++;
+	if (keep == n) /* the whole prompt is cached: recompute the last token for its logits */
+		keep--;
+	e->n_cache = keep;
+	int rc = model_forward(e->model, prompt + keep, n - keep, keep, e->logits);
+	if (rc)
+		return rc;
+	memcpy(e->cache + keep, prompt + keep, (size_t)(n - keep) * sizeof *prompt);
+	e->n_cache = n;
+	return 0;
+}
+
+int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		 eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	memset(res, 0, sizeof *res);
+	res->prompt_tokens = n_prompt;
+	res->finish = ENG_FINISH_ERROR;
+	eng_sampling_t def;
+	if (!s) {
+		eng_sampling_default(&def);
+		s = &def;
+	}
+	int n_ctx = e->info.n_ctx, n_vocab = e->meta.n_vocab;
+	if (n_prompt <= 0)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL, "empty prompt");
+	if (n_prompt >= n_ctx)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
+	for (int i = 0; i < n_prompt; i++)
+		if (prompt[i] < 0 || prompt[i] >= n_vocab)
+			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
+				       prompt[i]);
+	int n_top = MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab);
+	if (n_top < 0)
+		n_top = 0;
+	eng_logprob_t top[MAX_TOP_LOGPROBS];
+	tok_stream_t ts;
+	held_t held = {0};
+	if (tok_stream_init(&ts, e->tok, 0))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+
+	int64_t t0 = now_ns();
+	int rc = prefill(e, prompt, n_prompt);
+	int64_t t1 = now_ns();
+	res->prompt_ms = (double)(t1 - t0) / 1e6;
+	if (rc) {
+		e->n_cache = 0;
+		sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s", sh_strerror(rc));
+		goto out;
+	}
+	sampler_reset(e->samp, s, prompt, n_prompt);
+	int pos = n_prompt;
+	for (;;) {
+		float lp = 0;
+		int t = sampler_sample(e->samp, e->logits, &lp, top, n_top);
+		if (tok_is_eog(e->tok, t)) {
+			res->finish = ENG_FINISH_STOP;
+			break;
+		}
+		sampler_accept(e->samp, t);
+		res->completion_tokens++;
+		size_t plen;
+		const char *piece = tok_stream_push(&ts, t, &plen);
+		if (held_add(&held, piece, plen)) {
+			rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+			break;
+		}
+		int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
+			   pos + 1 >= n_ctx;
+		long at = stop_find(&held, s);
+		size_t emit;
+		if (at >= 0) {
+			emit = (size_t)at;
+			res->finish = ENG_FINISH_STOP;
+		} else if (last) {
+			const char *rest = tok_stream_flush(&ts, &plen);
+			if (held_add(&held, rest, plen)) {
+				rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+				break;
+			}
+			emit = held.len;
+			res->finish = ENG_FINISH_LENGTH;
+		} else {
+			emit = held.len - stop_partial(&held, s);
+		}
+		eng_token_t tk = {t, held.buf ? held.buf : "", emit, lp, top, n_top};
+		int cancel = cb ? cb(ud, &tk) : 0;
+		memmove(held.buf, held.buf + emit, held.len - emit + 1);
+		held.len -= emit;
+		if (res->finish != ENG_FINISH_ERROR)
+			break;
+		if (cancel) {
+			res->finish = ENG_FINISH_CANCELED;
+			break;
+		}
+		/* feed the token: its keys/values join the cache */
+		if ((rc = model_forward(e->model, &t, 1, pos, e->logits))) {
+			e->n_cache = 0;
+			sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
+				sh_strerror(rc));
+			break;
+		}
+		e->cache[pos++] = t;
+		e->n_cache = pos;
+	}
+out:
+	res->gen_ms = (double)(now_ns() - t1) / 1e6;
+	tok_stream_free(&ts);
+	free(held.buf);
+	if (res->finish == ENG_FINISH_ERROR)
+		return rc ? rc : SH_EINVAL;
+	return 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * gguf_write.h: a small GGUF v3 writer (internal to infer/; used by `shoal mkmodel` and tests).
+ *
+ * Usage: gw_new(); add key/values and declare tensors (name, shape, type) in order; gw_begin()
+ * writes the header, key/values and tensor infos to PATH.tmp; then the caller streams each
+ * tensor's data in the declared order with gw_data() (exactly its byte size); gw_finish() pads,
+ * checks every tensor was written and renames PATH.tmp to PATH. Data never has to be held in
+ * memory all at once.
+ *
+ * Ownership: strings and arrays passed in are copied. One thread per writer.
+ */
+#ifndef SHOAL_GGUF_WRITE_H
+#define SHOAL_GGUF_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gguf_writer gguf_writer_t;
+
+gguf_writer_t *gw_new(void);
+void gw_free(gguf_writer_t *w); /* NULL-safe; removes PATH.tmp if gw_finish() did not run */
+
+/* Key/values (return 0 or SH_ENOMEM). */
+int gw_kv_str(gguf_writer_t *w, const char *key, const char *val);
+int gw_kv_u32(gguf_writer_t *w, const char *key, uint32_t val);
+int gw_kv_i32(gguf_writer_t *w, const char *key, int32_t val);
+int gw_kv_f32(gguf_writer_t *w, const char *key, float val);
+int gw_kv_bool(gguf_writer_t *w, const char *key, int val);
+int gw_kv_arr_str(gguf_writer_t *w, const char *key, const char *const *vals, size_t n);
+int gw_kv_arr_f32(gguf_writer_t *w, const char *key, const float *vals, size_t n);
+int gw_kv_arr_i32(gguf_writer_t *w, const char *key, const int32_t *vals, size_t n);
+
+/* Declares a tensor: ne[0] is the row length. Returns 0, SH_EINVAL (row not whole blocks,
+ * unknown type) or SH_ENOMEM. */
+int gw_tensor(gguf_writer_t *w, const char *name, int n_dims, const int64_t *ne, int type);
+
+int gw_begin(gguf_writer_t *w, const char *path, char *err, size_t errlen);
+int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t errlen);
+int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
+
+#endif
+
+/* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
+
+typedef struct mkmodel_opts {
+	const char *arch; /* "llama", "qwen2", "qwen3" */
+	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
+	int head_dim;     /* 0 = dim / heads (qwen3 may differ) */
+	int type;         /* enum qtype of the 2-D weights; norms and biases are F32 */
+	uint64_t seed;
+	const char *name; /* general.name, or NULL */
+} mkmodel_opts_t;
+
+/* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small
+ * byte-level BPE tokenizer (gpt2 model: 256 byte tokens, merges of common English words,
+ * <|endoftext|> <|im_start|> <|im_end|>, a chatml template). Returns 0 or SH_E* with a reason. */
+int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen);

@@ -1,0 +1,226 @@
+/*
+ * meta.c: hyperparameters from [arch].* keys and a shape check of every tensor the forward pass
+ * reads. Invariant: when meta_load() returns 0, every size is positive, n_heads is a multiple of
+ * n_kv_heads, and each required tensor exists with exactly the shape below and a type the engine
+ * has kernels for, so the engine can index weights without further checks.
+ */
+#include "infer/meta.h"
+
+#include "common/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int get_req(const gguf_t *g, const char *arch, const char *suffix, uint32_t *out, char *err,
+		   size_t errlen)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = gguf_get_u32(g, key, out);
+	if (rc == SH_ENOENT)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+	if (rc || *out == 0 || *out > (1u << 24))
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	return 0;
+}
+
+static int get_opt_f32(const gguf_t *g, const char *arch, const char *suffix, float *out, char *err,
+		       size_t errlen)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = gguf_get_f32(g, key, out);
+	if (rc && rc != SH_ENOENT)
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	return 0;
+}
+
+/* Checks tensor name exists with shape (ne0, ne1) (ne1 = 0: a vector) and a supported type. */
+static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
+			int64_t ne1, char *err, size_t errlen)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	if (!t)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
+	int want_dims = ne1 ? 2 : 1;
+	int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
+	if (t->n_dims > want_dims || t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || t->ne[2] != 1 ||
+	    t->ne[3] != 1)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
+			       (long long)t->ne[0], (long long)n1, (long long)ne0,
+			       (long long)(ne1 ? ne1 : 1));
+	if (!gguf_type_supported(t->type))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
+			       gguf_type_name(t->type), name);
+	/* norms and biases are used as float vectors */
+	if (!ne1 && t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
+			       gguf_type_name(t->type), name);
+	m->types_used |= 1ull << t->type;
+	return 0;
+}
+
+int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	memset(m, 0, sizeof *m);
+	const char *s;
+	size_t n;
+	if (gguf_get_str(g, "general.architecture", &s, &n))
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key general.architecture");
+	if (n == 5 && !memcmp(s, "llama", 5))
+		m->arch = META_LLAMA, m->rope_style = META_ROPE_ADJACENT;
+	else if (n == 5 && !memcmp(s, "qwen2", 5))
+		m->arch = META_QWEN2, m->rope_style = META_ROPE_NEOX, m->has_qkv_bias = 1;
+	else if (n == 5 && !memcmp(s, "qwen3", 5))
+		m->arch = META_QWEN3, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
+	else {
+		/* print the name safely: it comes from the file */
+		char a[40];
+		size_t k = 0;
+		for (size_t i = 0; i < n && k + 1 < sizeof a; i++)
+			a[k++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+		a[k] = 0;
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "unsupported architecture '%s' (supported: llama, qwen2, qwen3)", a);
+	}
+	memcpy(m->arch_name, s, n);
+	m->arch_name[n] = 0;
+	if (!gguf_get_str(g, "general.name", &s, &n)) {
+		n = MIN(n, sizeof m->name - 1);
+		memcpy(m->name, s, n);
+		m->name[n] = 0;
+		for (size_t i = 0; i < n; i++)
+			if ((unsigned char)m->name[i] < 0x20)
+				m->name[i] = ' ';
+	}
+
+	const char *a = m->arch_name;
+	uint32_t v;
+	int rc;
+	if ((rc = get_req(g, a, "block_count", &v, err, errlen)))
+		return rc;
+	m->n_layers = (int)v;
+	if ((rc = get_req(g, a, "embedding_length", &v, err, errlen)))
+		return rc;
+	m->dim = (int)v;
+	if ((rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
+		return rc;
+	m->ffn = (int)v;
+	if ((rc = get_req(g, a, "attention.head_count", &v, err, errlen)))
+		return rc;
+	m->n_heads = (int)v;
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+	if (gguf_find_key(g, key) >= 0) {
+		if ((rc = get_req(g, a, "attention.head_count_kv", &v, err, errlen)))
+			return rc;
+		m->n_kv_heads = (int)v;
+	} else {
+		m->n_kv_heads = m->n_heads;
+	}
+	if (m->n_heads % m->n_kv_heads)
+		return sh_fail(err, errlen, SH_EFORMAT, "%d heads is not a multiple of %d KV heads",
+			       m->n_heads, m->n_kv_heads);
+	snprintf(key, sizeof key, "%s.attention.key_length", a);
+	if (gguf_find_key(g, key) >= 0) {
+		if ((rc = get_req(g, a, "attention.key_length", &v, err, errlen)))
+			return rc;
+		m->head_dim = (int)v;
+	} else if (m->arch == META_QWEN3) {
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+	} else {
+		if (m->dim % m->n_heads)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "dim %d is not a multiple of %d heads", m->dim, m->n_heads);
+		m->head_dim = m->dim / m->n_heads;
+	}
+	m->n_ctx = 2048;
+	snprintf(key, sizeof key, "%s.context_length", a);
+	if (gguf_find_key(g, key) >= 0) {
+		if ((rc = get_req(g, a, "context_length", &v, err, errlen)))
+			return rc;
+		m->n_ctx = (int)v;
+	}
+	m->rms_eps = 1e-5f;
+	m->rope_base = 10000.0f;
+	if ((rc =
+		 get_opt_f32(g, a, "attention.layer_norm_rms_epsilon", &m->rms_eps, err, errlen)) ||
+	    (rc = get_opt_f32(g, a, "rope.freq_base", &m->rope_base, err, errlen)))
+		return rc;
+	if (!(m->rms_eps > 0 && m->rms_eps < 1) || !(m->rope_base > 0 && m->rope_base < 1e12f))
+		return sh_fail(err, errlen, SH_EFORMAT, "bad rms epsilon or rope base");
+	m->rope_dim = m->head_dim;
+	snprintf(key, sizeof key, "%s.rope.dimension_count", a);
+	if (gguf_find_key(g, key) >= 0) {
+		if ((rc = get_req(g, a, "rope.dimension_count", &v, err, errlen)))
+			return rc;
+		m->rope_dim = (int)v;
+	}
+	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "rope dimension %d does not fit head size %d", m->rope_dim,
+			       m->head_dim);
+
+	/* tensors */
+	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
+	if (!emb)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor token_embd.weight");
+	if (emb->n_dims != 2 || emb->ne[1] <= 0 || emb->ne[1] > (1 << 24))
+		return sh_fail(err, errlen, SH_EFORMAT, "tensor token_embd.weight has a bad shape");
+	m->n_vocab = (int)emb->ne[1];
+	int64_t D = m->dim, V = m->n_vocab, F = m->ffn;
+	int64_t QD = (int64_t)m->n_heads * m->head_dim, KD = (int64_t)m->n_kv_heads * m->head_dim;
+	if ((rc = check_tensor(m, g, "token_embd.weight", D, V, err, errlen)) ||
+	    (rc = check_tensor(m, g, "output_norm.weight", D, 0, err, errlen)))
+		return rc;
+	m->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+	if (!m->tied_output && (rc = check_tensor(m, g, "output.weight", D, V, err, errlen)))
+		return rc;
+	for (int l = 0; l < m->n_layers; l++) {
+		static const struct {
+			const char *name;
+			int r0, r1; /* 0 D, 1 QD, 2 KD, 3 F, 4 head_dim, -1 vector */
+		} need[] = {
+		    {"attn_norm.weight", 0, -1},   {"attn_q.weight", 0, 1},
+		    {"attn_k.weight", 0, 2},       {"attn_v.weight", 0, 2},
+		    {"attn_output.weight", 1, 0},  {"ffn_norm.weight", 0, -1},
+		    {"ffn_gate.weight", 0, 3},     {"ffn_up.weight", 0, 3},
+		    {"ffn_down.weight", 3, 0},     {"attn_q.bias", 1, -1},
+		    {"attn_k.bias", 2, -1},        {"attn_v.bias", 2, -1},
+		    {"attn_q_norm.weight", 4, -1}, {"attn_k_norm.weight", 4, -1},
+		};
+		int64_t sz[5] = {D, QD, KD, F, m->head_dim};
+		for (size_t i = 0; i < ARRAY_LEN(need); i++) {
+			if (i >= 9 && i < 12 && !m->has_qkv_bias)
+				continue;
+			if (i >= 12 && !m->has_qk_norm)
+				continue;
+			char tn[96];
+			snprintf(tn, sizeof tn, "blk.%d.%s", l, need[i].name);
+			rc = check_tensor(m, g, tn, sz[need[i].r0],
+					  need[i].r1 < 0 ? 0 : sz[need[i].r1], err, errlen);
+			if (rc)
+				return rc;
+		}
+	}
+	for (int i = 0; i < gguf_n_tensors(g); i++)
+		m->types_used |= 1ull << gguf_tensor(g, i)->type;
+	m->weight_bytes = gguf_tensor_bytes(g);
+	return 0;
+}
+
+void meta_types_str(const model_meta_t *m, char *buf, size_t len)
+{
+	size_t k = 0;
+	if (len)
+		buf[0] = 0;
+	for (int t = 0; t < 64 && len; t++) {
+		if (!(m->types_used & (1ull << t)))
+			continue;
+		int w = snprintf(buf + k, len - k, "%s%s", k ? " " : "", gguf_type_name(t));
+		if (w < 0 || (size_t)w >= len - k)
+			break;
+		k += (size_t)w;
+	}
+}

@@ -1,0 +1,49 @@
+/*
+ * meta.h: a model's hyperparameters and tensor layout, read and checked from a GGUF file.
+ * Internal to infer/.
+ *
+ * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2 and qwen3, checks
+ * that every tensor the forward pass needs exists with the expected shape and a supported type,
+ * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
+ * else is a one-line error naming what is wrong.
+ */
+#ifndef SHOAL_META_H
+#define SHOAL_META_H
+
+#include "infer/gguf.h"
+
+#include <stdint.h>
+
+enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3 };
+enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
+
+typedef struct model_meta {
+	int arch;           /* enum meta_arch */
+	char arch_name[16]; /* "llama", "qwen2", "qwen3" */
+	char name[128];     /* general.name, or "" */
+	int n_layers;
+	int dim; /* embedding length */
+	int n_heads, n_kv_heads;
+	int head_dim;          /* qwen3: attention.key_length; else dim / n_heads */
+	int ffn;               /* feed-forward hidden size */
+	int n_vocab;           /* rows of token_embd */
+	int n_ctx;             /* training context length */
+	float rms_eps;         /* default 1e-5 */
+	float rope_base;       /* default 10000 */
+	int rope_dim;          /* rotated dims per head; default head_dim */
+	int rope_style;        /* enum meta_rope */
+	int has_qkv_bias;      /* qwen2 */
+	int has_qk_norm;       /* qwen3 */
+	int tied_output;       /* no output.weight: the head reuses token_embd */
+	uint64_t weight_bytes; /* sum of all tensor data */
+	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
+} model_meta_t;
+
+/* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,
+ * missing tensor, wrong shape) with the reason in err. */
+int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
+
+/* Writes the names of the types in m->types_used, e.g. "F32 Q8_0", into buf. */
+void meta_types_str(const model_meta_t *m, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,319 @@
+/*
+ * mkmodel.c: generated models for tests, benchmarks and the demo. Weights are uniform random
+ * with a seeded PRNG, scaled by 1/sqrt(fan_in) so activations keep unit scale through the layers,
+ * and the head scaled so the logits spread over a few units (greedy text is not one repeated
+ * token). Rows are generated, quantized and streamed one at a time: a 1B model needs no more
+ * memory than one row.
+ *
+ * The tokenizer is byte-level BPE in GPT-2's convention (each byte spelled as a printable code
+ * point): ids 0-255 are the bytes, then for each word of a fixed list the left-growing merges
+ * that build it (" t" + "h" -> " th", " th" + "e" -> " the"), then the special tokens, then
+ * unreachable filler tokens up to the vocabulary size.
+ */
+#include "common/common.h"
+#include "infer/gguf_write.h"
+#include "infer/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const words[] = {
+	"the", "and", "to", "of", "a", "in", "is", "it", "you", "that", "he", "was", "for", "on",
+	"are", "with", "as", "I", "his", "they", "be", "at", "one", "have", "this", "from", "or",
+	"had", "by", "not", "but", "what", "some", "we", "can", "out", "other", "were", "all",
+	"there", "when", "up", "use", "your", "how", "said", "an", "each", "she", "which", "do",
+	"their", "time", "if", "will", "way", "about", "many", "then", "them", "would", "write",
+	"like", "so", "these", "her", "long", "make", "thing", "see", "him", "two", "has", "look",
+	"more", "day", "could", "go", "come", "did", "my", "sound", "no", "most", "people", "over",
+	"know", "water", "than", "call", "first", "who", "may", "down", "side", "been", "now",
+	"find", "hello", "world", "story", "once", "upon", "little", "girl", "boy", "happy",
+	"play", "friend", "model", "token", "cluster", "shoal", "fish", "sea", "swim",
+};
+
+static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+
+static const char chatml[] =
+	"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+	"message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+	"{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* GPT-2's byte -> code point map, as UTF-8 into out (at most 3 bytes + NUL). */
+static void byte_spelling(int b, char *out)
+{
+	int cp;
+	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+		cp = b;
+	} else {
+		int n = 0; /* rank of b among the bytes that are remapped */
+		for (int c = 0; c < b; c++)
+			if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255)))
+				n++;
+		cp = 256 + n;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		out[1] = 0;
+	} else {
+		out[0] = (char)(0xc0 | (cp >> 6));
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		out[2] = 0;
+	}
+}
+
+typedef struct vocab {
+	char **tok;
+	int32_t *type;
+	float *score;
+	char **merges;
+	int n, cap, n_merges, cap_merges;
+} vocab_t;
+
+static int vocab_find(const vocab_t *v, const char *s)
+{
+	for (int i = 0; i < v->n; i++)
+		if (!strcmp(v->tok[i], s))
+			return i;
+	return -1;
+}
+
+static int vocab_add(vocab_t *v, const char *s, int type)
+{
+	if (v->n == v->cap)
+		return SH_ENOMEM; /* capacity is the target vocabulary size */
+	if (!(v->tok[v->n] = strdup(s)))
+		return SH_ENOMEM;
+	v->type[v->n] = type;
+	v->score[v->n] = -(float)v->n;
+	v->n++;
+	return 0;
+}
+
+/* Builds the vocabulary; n_vocab must leave room for bytes and specials. */
+static int vocab_build(vocab_t *v, int n_vocab)
+{
+	v->cap = n_vocab;
+	v->tok = calloc((size_t)n_vocab, sizeof *v->tok);
+	v->type = calloc((size_t)n_vocab, sizeof *v->type);
+	v->score = calloc((size_t)n_vocab, sizeof *v->score);
+	v->cap_merges = 4096;
+	v->merges = calloc((size_t)v->cap_merges, sizeof *v->merges);
+	if (!v->tok || !v->type || !v->score || !v->merges)
+		return SH_ENOMEM;
+	char sp[4];
+	for (int b = 0; b < 256; b++) {
+		byte_spelling(b, sp);
+		if (vocab_add(v, sp, 1))
+			return SH_ENOMEM;
+	}
+	int room = n_vocab - 256 - (int)ARRAY_LEN(specials);
+	char space[4];
+	byte_spelling(' ', space); /* "Ġ" */
+	for (size_t w = 0; w < ARRAY_LEN(words) && room > 0; w++) {
+		char cur[64], m[160];
+		size_t len = strlen(space);
+		memcpy(cur, space, len + 1);
+		for (const char *c = words[w]; *c && room > 0 && len + 2 < sizeof cur; c++) {
+			snprintf(m, sizeof m, "%s %c", cur, *c); /* the merge "left right" */
+			cur[len++] = *c;
+			cur[len] = 0;
+			if (vocab_find(v, cur) >= 0)
+				continue;
+			if (vocab_add(v, cur, 1) || v->n_merges == v->cap_merges)
+				return SH_ENOMEM;
+			if (!(v->merges[v->n_merges++] = strdup(m)))
+				return SH_ENOMEM;
+			room--;
+		}
+	}
+	for (size_t i = 0; i < ARRAY_LEN(specials); i++)
+		if (vocab_add(v, specials[i], 3))
+			return SH_ENOMEM;
+	char f[32];
+	for (int i = 0; v->n < n_vocab; i++) { /* no merge produces these: never emitted by BPE */
+		snprintf(f, sizeof f, "%s<filler%d>", space, i);
+		if (vocab_add(v, f, 1))
+			return SH_ENOMEM;
+	}
+	return 0;
+}
+
+static void vocab_free(vocab_t *v)
+{
+	for (int i = 0; i < v->n; i++)
+		free(v->tok[i]);
+	for (int i = 0; i < v->n_merges; i++)
+		free(v->merges[i]);
+	free(v->tok);
+	free(v->type);
+	free(v->score);
+	free(v->merges);
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float rng_uniform(uint64_t *s) /* [-1, 1) */
+{
+	return (float)((rng_next(s) >> 40) * (1.0 / (1 << 23))) - 1.0f;
+}
+
+typedef struct tspec {
+	char name[64];
+	int64_t rows, cols; /* rows = 0: a vector of cols */
+	int type;
+	float scale;        /* uniform in [-scale, scale); for norms, around 1 */
+	int is_norm;
+} tspec_t;
+
+int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen)
+{
+	int qwen2 = !strcmp(o->arch, "qwen2"), qwen3 = !strcmp(o->arch, "qwen3");
+	if (!qwen2 && !qwen3 && strcmp(o->arch, "llama"))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported architecture '%s'", o->arch);
+	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
+	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->ffn <= 0 ||
+	    hd <= 0 || hd % 2 || o->heads % o->kv_heads || (!o->head_dim && o->dim % o->heads))
+		return sh_fail(err, errlen, SH_EINVAL, "inconsistent shape (dim, heads, kv-heads)");
+	if (o->vocab < 256 + (int)ARRAY_LEN(specials) + 1)
+		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d",
+			       256 + (int)ARRAY_LEN(specials) + 1);
+	if (!quant_type_supported(o->type))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported type");
+	int be = quant_block_elems(o->type);
+	if (o->dim % be || o->ffn % be || (o->heads * hd) % be)
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "dim, ffn and heads*head_dim must be multiples of %d for %s", be,
+			       quant_type_name(o->type));
+
+	int L = o->layers, n_t = 0, cap = 3 + L * 14;
+	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
+	vocab_t v;
+	memset(&v, 0, sizeof v);
+	gguf_writer_t *w = gw_new();
+	float *row = NULL;
+	uint8_t *qrow = NULL;
+	int rc = SH_ENOMEM;
+	if (!ts || !w || vocab_build(&v, o->vocab)) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto out;
+	}
+	int64_t D = o->dim, QD = (int64_t)o->heads * hd, KD = (int64_t)o->kv_heads * hd, F = o->ffn;
+#define T(nm, r, c, ty, sc, nrm)                                                                   \
+	do {                                                                                       \
+		tspec_t *t_ = &ts[n_t++];                                                          \
+		snprintf(t_->name, sizeof t_->name, "%s", nm);                                     \
+		t_->rows = (r), t_->cols = (c), t_->type = (ty), t_->scale = (sc),                 \
+		t_->is_norm = (nrm);                                                               \
+	} while (0)
+	char nm[64];
+	T("token_embd.weight", o->vocab, D, o->type, 1.0f, 0);
+	for (int l = 0; l < L; l++) {
+		float sd = 1.0f / sqrtf((float)D), sq = 1.0f / sqrtf((float)QD),
+		      sf = 1.0f / sqrtf((float)F);
+#define BLK(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
+		T(BLK("attn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		T(BLK("attn_q.weight"), QD, D, o->type, 1.7f * sd, 0);
+		T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
+		T(BLK("attn_v.weight"), KD, D, o->type, 1.7f * sd, 0);
+		if (qwen2) {
+			T(BLK("attn_q.bias"), 0, QD, QT_F32, 0.1f, 0);
+			T(BLK("attn_k.bias"), 0, KD, QT_F32, 0.1f, 0);
+			T(BLK("attn_v.bias"), 0, KD, QT_F32, 0.1f, 0);
+		}
+		if (qwen3) {
+			T(BLK("attn_q_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+			T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+		}
+		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+		T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
+		T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
+		T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
+#undef BLK
+	}
+	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
+	T("output.weight", o->vocab, D, o->type, 5.0f / sqrtf((float)D), 0);
+#undef T
+
+	char key[96];
+	const char *a = o->arch;
+#define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+	int krc = gw_kv_str(w, "general.architecture", a) |
+		  gw_kv_str(w, "general.name", o->name ? o->name : "shoal-generated") |
+		  gw_kv_u32(w, "general.alignment", 32) |
+		  gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
+		  gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
+		  gw_kv_u32(w, K("block_count"), (uint32_t)L) |
+		  gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
+		  gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
+		  gw_kv_u32(w, K("attention.head_count_kv"), (uint32_t)o->kv_heads) |
+		  gw_kv_u32(w, K("attention.key_length"), (uint32_t)hd) |
+		  gw_kv_u32(w, K("attention.value_length"), (uint32_t)hd) |
+		  gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
+		  gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
+		  gw_kv_u32(w, K("rope.dimension_count"), (uint32_t)hd) |
+		  gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
+		  gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
+		  gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
+		  gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
+		  gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+				(size_t)v.n_merges) |
+		  gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, specials[0])) |
+		  gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, specials[2])) |
+		  gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
+		  gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
+		  gw_kv_str(w, "tokenizer.chat_template", chatml);
+#undef K
+	for (int i = 0; i < n_t && !krc; i++) {
+		int64_t ne[2] = {ts[i].cols, ts[i].rows};
+		krc |= gw_tensor(w, ts[i].name, ts[i].rows ? 2 : 1, ne, ts[i].type);
+	}
+	if (krc) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = gw_begin(w, path, err, errlen)))
+		goto out;
+	int64_t maxc = MAX(MAX(D, F), QD);
+	row = malloc((size_t)maxc * sizeof *row);
+	qrow = malloc((size_t)maxc * 4);
+	if (!row || !qrow) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto out;
+	}
+	uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 1;
+	int n_real = vocab_find(&v, specials[ARRAY_LEN(specials) - 1]) + 1;
+	for (int i = 0; i < n_t; i++) {
+		const tspec_t *t = &ts[i];
+		int64_t rows = t->rows ? t->rows : 1;
+		int head = !strcmp(t->name, "output.weight");
+		for (int64_t r = 0; r < rows; r++) {
+			/* filler tokens, non-ASCII bytes and control bytes get small head rows:
+			 * generated text favours real words and stays valid UTF-8 */
+			int rare = r >= n_real || (r < 256 && (r >= 127 || (r < 32 && r != 10)));
+			float sc = head && rare ? 0.1f * t->scale : t->scale;
+			for (int64_t c = 0; c < t->cols; c++)
+				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
+			quant_quantize_row(t->type, row, qrow, t->cols);
+			if ((rc = gw_data(w, qrow, quant_row_bytes(t->type, t->cols), err, errlen)))
+				goto out;
+		}
+	}
+	rc = gw_finish(w, err, errlen);
+out:
+	free(row);
+	free(qrow);
+	free(ts);
+	vocab_free(&v);
+	gw_free(w);
+	return rc;
+}

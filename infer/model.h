@@ -1,0 +1,67 @@
+/*
+ * model.h: the transformer forward pass over weights bound to a memory-mapped GGUF file
+ * (internal to infer/; the engine and, later, tensor-parallel workers use it).
+ *
+ * A model_t holds pointers into the mapping (weights are never copied or expanded, except the
+ * tiny norm and bias vectors, kept as F32), a KV cache for its context, and scratch buffers.
+ * model_forward() appends tokens to the cache and returns the logits of the last one.
+ *
+ * Tensor-parallel seam: a model computes the slice of every layer given by its shard (query heads,
+ * the KV heads they use, FFN columns; default: everything). Q/K/V/gate/up are read by output rows,
+ * attn_output/ffn_down by input columns (each row's slice is a contiguous run of quant blocks);
+ * after each of those two projections the partial sums go through the all-reduce hook (NULL on
+ * one node), so every rank ends the layer with the full residual stream.
+ *
+ * Threads: one caller thread drives a model_t; the compute runs on the pool given at creation.
+ */
+#ifndef SHOAL_MODEL_H
+#define SHOAL_MODEL_H
+
+#include "infer/gguf.h"
+#include "infer/meta.h"
+#include "infer/pool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct model model_t;
+
+/* The part of each layer a rank computes. Head and column ranges must keep column slices of
+ * attn_output / ffn_down on quant block boundaries (model_new checks). */
+typedef struct model_shard {
+	int q_head0, n_q_heads;   /* query heads [q_head0, q_head0 + n_q_heads) */
+	int kv_head0, n_kv_heads; /* KV heads held in this rank's cache; must cover the groups of
+				   * its query heads */
+	int ffn0, n_ffn;          /* FFN hidden units [ffn0, ffn0 + n_ffn) */
+} model_shard_t;
+
+/* Sums x[n] over all ranks in place; returns 0 or a negative SH_E* code. */
+typedef int (*model_allreduce_fn)(void *ctx, float *x, int n);
+
+/* The whole model on one rank. */
+void model_shard_full(const model_meta_t *meta, model_shard_t *s);
+
+/* Binds the weights of g (borrowed: must outlive the model) and allocates a KV cache of n_ctx
+ * positions. shard NULL = everything. pool borrowed. Returns 0 or SH_E* with a reason. */
+int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
+	      int n_ctx, pool_t *pool, char *err, size_t errlen);
+void model_free(model_t *m); /* NULL-safe */
+
+/* Installs the all-reduce hook (fn NULL = single node). */
+void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx);
+
+/* Bytes of KV cache per position for a shard (for sizing n_ctx before model_new). */
+size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard);
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 (pos + n <= n_ctx), filling the KV cache, and
+ * writes the last token's logits (n_vocab floats) into logits (may be NULL to skip the head).
+ * Returns 0, SH_EINVAL for a bad token id or position, or the all-reduce hook's error. */
+int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits);
+
+int model_n_ctx(const model_t *m);
+
+/* Weight bytes one decoded token reads (every matrix of the shard once, the head, one embedding
+ * row): the numerator of the bandwidth figure in `shoal bench`. */
+uint64_t model_bytes_per_token(const model_t *m);
+
+#endif

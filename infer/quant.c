@@ -1,0 +1,686 @@
+/*
+ * quant.c: block formats in plain C: fp16/bf16 conversion, reference dequantize and quantize for
+ * every supported type, the reference matvec kernels, activation preparation and the dispatch
+ * tables. The optimized kernels (quant_x86.c) are checked against these in tests/test_quant.c.
+ *
+ * Invariant: the reference kernels compute exactly sum_i w_i * x_i with w dequantized as ggml
+ * does and x as prepared by quant_act_prepare(); an optimized kernel may only differ in the order
+ * of float additions.
+ */
+#include "infer/quant.h"
+#include "common/common.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- scalar conversions ------------------------------------------------------------------- */
+
+float quant_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else { /* subnormal: normalise */
+			int e = -1;
+			do {
+				e++;
+				man <<= 1;
+			} while (!(man & 0x400));
+			man &= 0x3ff;
+			bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
+		}
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000u | (man << 13);
+	} else {
+		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+uint16_t quant_f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = (x >> 16) & 0x8000;
+	int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+	uint32_t man = x & 0x7fffff;
+	if (((x >> 23) & 0xff) == 0xff) /* inf / nan */
+		return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+	if (exp >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	if (exp <= 0) { /* subnormal or zero, round to nearest even */
+		if (exp < -10)
+			return (uint16_t)sign;
+		man |= 0x800000;
+		int shift = 14 - exp;
+		uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1)))
+			h++;
+		return (uint16_t)(sign | h);
+	}
+	uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+		h++; /* may carry into the exponent, which is the right result */
+	return (uint16_t)(sign | h);
+}
+
+float quant_bf16_to_f32(uint16_t h)
+{
+	uint32_t bits = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+uint16_t quant_f32_to_bf16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	if ((x & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((x >> 16) | 0x40);
+	x += 0x7fff + ((x >> 16) & 1);
+	return (uint16_t)(x >> 16);
+}
+
+/* ---- type traits -------------------------------------------------------------------------- */
+
+static const struct qtraits {
+	int type;
+	const char *name;
+	int elems;
+	size_t bytes;
+} traits[] = {
+	{QT_F32, "f32", 1, 4},
+	{QT_F16, "f16", 1, 2},
+	{QT_BF16, "bf16", 1, 2},
+	{QT_Q8_0, "q8_0", QK8_0, sizeof(blk_q8_0)},
+	{QT_Q4_0, "q4_0", QK4_0, sizeof(blk_q4_0)},
+	{QT_Q4_K, "q4_k", QK_K, sizeof(blk_q4_k)},
+	{QT_Q6_K, "q6_k", QK_K, sizeof(blk_q6_k)},
+};
+
+static const struct qtraits *traits_of(int t)
+{
+	for (size_t i = 0; i < ARRAY_LEN(traits); i++)
+		if (traits[i].type == t)
+			return &traits[i];
+	return NULL;
+}
+
+int quant_type_supported(int t) { return traits_of(t) != NULL; }
+
+const char *quant_type_name(int t)
+{
+	const struct qtraits *q = traits_of(t);
+	return q ? q->name : "?";
+}
+
+int quant_type_parse(const char *s)
+{
+	for (size_t i = 0; i < ARRAY_LEN(traits); i++)
+		if (!strcasecmp(s, traits[i].name))
+			return traits[i].type;
+	return -1;
+}
+
+int quant_block_elems(int t)
+{
+	const struct qtraits *q = traits_of(t);
+	return q ? q->elems : 0;
+}
+
+size_t quant_block_bytes(int t)
+{
+	const struct qtraits *q = traits_of(t);
+	return q ? q->bytes : 0;
+}
+
+size_t quant_row_bytes(int t, int64_t n)
+{
+	const struct qtraits *q = traits_of(t);
+	return q ? (size_t)(n / q->elems) * q->bytes : 0;
+}
+
+/* ---- K-quant scale packing ---------------------------------------------------------------- */
+
+/* Sub-block j's 6-bit scale and min. Bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of
+ * scales 4-7; bytes 4-7 likewise for the mins; bytes 8-11 hold the low 4 bits of scale 4+j
+ * (low nibble) and min 4+j (high nibble). */
+static inline void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+	}
+}
+
+static void q4k_scales_pack(const int *sc, const int *m, uint8_t *s)
+{
+	for (int j = 0; j < 4; j++) {
+		s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+		s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+		s[j + 8] = (uint8_t)((sc[j + 4] & 0xf) | ((m[j + 4] & 0xf) << 4));
+	}
+}
+
+/* ---- reference dequantize ----------------------------------------------------------------- */
+
+static void dequant_q4k_block(const blk_q4_k *b, float *y)
+{
+	float d = quant_f16_to_f32(b->d), dmin = quant_f16_to_f32(b->dmin);
+	const uint8_t *q = b->qs;
+	for (int c = 0; c < 4; c++, q += 32, y += 64) {
+		int sc0, m0, sc1, m1;
+		q4k_scale_min(2 * c, b->scales, &sc0, &m0);
+		q4k_scale_min(2 * c + 1, b->scales, &sc1, &m1);
+		for (int l = 0; l < 32; l++) {
+			y[l] = d * (float)sc0 * (float)(q[l] & 0xf) - dmin * (float)m0;
+			y[l + 32] = d * (float)sc1 * (float)(q[l] >> 4) - dmin * (float)m1;
+		}
+	}
+}
+
+/* Q6_K element e (0..255) of a block: half h = e/128, l = e%32, k = (e%128)/32 selects the
+ * nibble (k&2: high nibble; k&1: ql[l+32]) and the 2-bit group k of qh[l]. */
+static inline int q6k_get(const blk_q6_k *b, int e)
+{
+	int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+	const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+	int lo = (k & 1) ? ql[l + 32] : ql[l];
+	lo = (k & 2) ? lo >> 4 : lo & 0xf;
+	int hi = (qh[l] >> (2 * k)) & 3;
+	return (lo | (hi << 4)) - 32;
+}
+
+static void dequant_q6k_block(const blk_q6_k *b, float *y)
+{
+	float d = quant_f16_to_f32(b->d);
+	for (int e = 0; e < QK_K; e++)
+		y[e] = d * (float)b->scales[e / 16] * (float)q6k_get(b, e);
+}
+
+void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
+{
+	switch (t) {
+	case QT_F32:
+		memcpy(dst, src, (size_t)n * 4);
+		break;
+	case QT_F16: {
+		const uint16_t *s = src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = quant_f16_to_f32(s[i]);
+		break;
+	}
+	case QT_BF16: {
+		const uint16_t *s = src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = quant_bf16_to_f32(s[i]);
+		break;
+	}
+	case QT_Q8_0: {
+		const blk_q8_0 *b = src;
+		for (int64_t i = 0; i < n / QK8_0; i++) {
+			float d = quant_f16_to_f32(b[i].d);
+			for (int j = 0; j < QK8_0; j++)
+				dst[i * QK8_0 + j] = d * (float)b[i].q[j];
+		}
+		break;
+	}
+	case QT_Q4_0: {
+		const blk_q4_0 *b = src;
+		for (int64_t i = 0; i < n / QK4_0; i++) {
+			float d = quant_f16_to_f32(b[i].d);
+			for (int j = 0; j < 16; j++) {
+				dst[i * 32 + j] = d * (float)((b[i].qs[j] & 0xf) - 8);
+				dst[i * 32 + j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
+			}
+		}
+		break;
+	}
+	case QT_Q4_K: {
+		const blk_q4_k *b = src;
+		for (int64_t i = 0; i < n / QK_K; i++)
+			dequant_q4k_block(&b[i], dst + i * QK_K);
+		break;
+	}
+	case QT_Q6_K: {
+		const blk_q6_k *b = src;
+		for (int64_t i = 0; i < n / QK_K; i++)
+			dequant_q6k_block(&b[i], dst + i * QK_K);
+		break;
+	}
+	default:
+		memset(dst, 0, (size_t)n * 4);
+	}
+}
+
+/* ---- quantize ----------------------------------------------------------------------------- */
+
+static inline int nearest(float x) { return (int)lrintf(x); }
+
+static void quantize_q8_0(const float *x, blk_q8_0 *b, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+		float amax = 0;
+		for (int j = 0; j < QK8_0; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+		b[i].d = quant_f32_to_f16(d);
+		for (int j = 0; j < QK8_0; j++)
+			b[i].q[j] = (int8_t)nearest(x[j] * id);
+	}
+}
+
+static void quantize_q4_0(const float *x, blk_q4_0 *b, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+		float amax = 0, max = 0; /* the value of largest magnitude maps to -8 */
+		for (int j = 0; j < QK4_0; j++)
+			if (fabsf(x[j]) > amax) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		float d = max / -8.f, id = d ? 1.f / d : 0.f;
+		b[i].d = quant_f32_to_f16(d);
+		for (int j = 0; j < 16; j++) {
+			int a = MIN(15, MAX(0, nearest(x[j] * id) + 8));
+			int c = MIN(15, MAX(0, nearest(x[j + 16] * id) + 8));
+			b[i].qs[j] = (uint8_t)(a | (c << 4));
+		}
+	}
+}
+
+/* A simple (not ggml's optimal-search) Q4_K quantizer: per 32-element sub-block, min = min(0,
+ * min x) and scale = (max - min) / 15, both then quantized to 6 bits against the super-scales. */
+static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float scale[8], minv[8], smax = 0, mmax = 0;
+		for (int j = 0; j < 8; j++) {
+			float lo = 0, hi = 0;
+			for (int l = 0; l < 32; l++) {
+				lo = fminf(lo, x[32 * j + l]);
+				hi = fmaxf(hi, x[32 * j + l]);
+			}
+			scale[j] = (hi - lo) / 15.f;
+			minv[j] = -lo;
+			smax = fmaxf(smax, scale[j]);
+			mmax = fmaxf(mmax, minv[j]);
+		}
+		float d = smax / 63.f, dmin = mmax / 63.f;
+		b[i].d = quant_f32_to_f16(d);
+		b[i].dmin = quant_f32_to_f16(dmin);
+		d = quant_f16_to_f32(b[i].d);
+		dmin = quant_f16_to_f32(b[i].dmin);
+		int sc[8], m[8];
+		for (int j = 0; j < 8; j++) {
+			sc[j] = d ? MIN(63, nearest(scale[j] / d)) : 0;
+			m[j] = dmin ? MIN(63, nearest(minv[j] / dmin)) : 0;
+		}
+		q4k_scales_pack(sc, m, b[i].scales);
+		for (int c = 0; c < 4; c++) {
+			for (int l = 0; l < 32; l++) {
+				int qv[2];
+				for (int s = 0; s < 2; s++) {
+					int j = 2 * c + s;
+					float ds = d * (float)sc[j], off = dmin * (float)m[j];
+					int q = ds ? nearest((x[32 * j + l] + off) / ds) : 0;
+					qv[s] = MIN(15, MAX(0, q));
+				}
+				b[i].qs[32 * c + l] = (uint8_t)(qv[0] | (qv[1] << 4));
+			}
+		}
+	}
+}
+
+static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float gs[16], gmax = 0;
+		for (int g = 0; g < 16; g++) {
+			float amax = 0;
+			for (int l = 0; l < 16; l++)
+				amax = fmaxf(amax, fabsf(x[16 * g + l]));
+			gs[g] = amax / 31.f;
+			gmax = fmaxf(gmax, gs[g]);
+		}
+		float d = gmax / 127.f;
+		b[i].d = quant_f32_to_f16(d);
+		d = quant_f16_to_f32(b[i].d);
+		int q[QK_K];
+		for (int g = 0; g < 16; g++) {
+			int s = d ? MIN(127, nearest(gs[g] / d)) : 0;
+			b[i].scales[g] = (int8_t)s;
+			float ds = d * (float)s;
+			for (int l = 0; l < 16; l++) {
+				int v = ds ? nearest(x[16 * g + l] / ds) : 0;
+				q[16 * g + l] = MIN(31, MAX(-32, v)) + 32;
+			}
+		}
+		memset(b[i].ql, 0, sizeof b[i].ql);
+		memset(b[i].qh, 0, sizeof b[i].qh);
+		for (int e = 0; e < QK_K; e++) { /* the inverse of q6k_get() */
+			int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+			uint8_t *ql = b[i].ql + 64 * h + ((k & 1) ? l + 32 : l);
+			*ql |= (uint8_t)((q[e] & 0xf) << ((k & 2) ? 4 : 0));
+			b[i].qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * k));
+		}
+	}
+}
+
+/* Q8_K activation layout: q[n] int8, d[n/256] float, bsums[n/16] int16. */
+static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, int64_t n)
+{
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		const float *xb = x + i * QK_K;
+		float amax = 0;
+		for (int j = 0; j < QK_K; j++)
+			amax = fmaxf(amax, fabsf(xb[j]));
+		float s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		d[i] = s;
+		for (int j = 0; j < QK_K; j++)
+			q[i * QK_K + j] = (int8_t)MIN(127, nearest(xb[j] * is));
+		for (int g = 0; g < 16; g++) {
+			int sum = 0;
+			for (int l = 0; l < 16; l++)
+				sum += q[i * QK_K + 16 * g + l];
+			bsums[i * 16 + g] = (int16_t)sum;
+		}
+	}
+}
+
+int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
+{
+	switch (t) {
+	case QT_F32:
+		memcpy(dst, src, (size_t)n * 4);
+		return 0;
+	case QT_F16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)dst)[i] = quant_f32_to_f16(src[i]);
+		return 0;
+	case QT_BF16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)dst)[i] = quant_f32_to_bf16(src[i]);
+		return 0;
+	case QT_Q8_0:
+		quantize_q8_0(src, dst, n);
+		return 0;
+	case QT_Q4_0:
+		quantize_q4_0(src, dst, n);
+		return 0;
+	case QT_Q4_K:
+		quantize_q4_k(src, dst, n);
+		return 0;
+	case QT_Q6_K:
+		quantize_q6_k(src, dst, n);
+		return 0;
+	default:
+		return SH_EUNSUPP;
+	}
+}
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+static int act_type_of(int wtype)
+{
+	switch (wtype) {
+	case QT_Q8_0:
+	case QT_Q4_0:
+		return QT_Q8_0;
+	case QT_Q4_K:
+	case QT_Q6_K:
+		return QT_Q8_K;
+	default:
+		return QT_F32;
+	}
+}
+
+size_t quant_act_bytes(int wtype, int n)
+{
+	switch (act_type_of(wtype)) {
+	case QT_Q8_0:
+		return (size_t)n + (size_t)(n / QK8_0) * 4;
+	case QT_Q8_K:
+		return (size_t)n + (size_t)(n / QK_K) * 4 + (size_t)(n / 16) * 2;
+	default:
+		return 0;
+	}
+}
+
+void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t *a)
+{
+	memset(a, 0, sizeof *a);
+	a->type = act_type_of(wtype);
+	uint8_t *p = buf;
+	if (a->type == QT_Q8_0) {
+		int8_t *q = (int8_t *)p;
+		float *d = (float *)(p + n);
+		for (int i = 0; i < n / QK8_0; i++) {
+			const float *xb = x + i * QK8_0;
+			float amax = 0;
+			for (int j = 0; j < QK8_0; j++)
+				amax = fmaxf(amax, fabsf(xb[j]));
+			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
+			d[i] = s;
+			for (int j = 0; j < QK8_0; j++)
+				q[i * QK8_0 + j] = (int8_t)nearest(xb[j] * is);
+		}
+		a->q = q;
+		a->d = d;
+	} else if (a->type == QT_Q8_K) {
+		int8_t *q = (int8_t *)p;
+		float *d = (float *)(p + n);
+		int16_t *bs = (int16_t *)(p + n + (n / QK_K) * 4);
+		quantize_q8_k(x, q, d, bs, n);
+		a->q = q;
+		a->d = d;
+		a->bsums = bs;
+	} else {
+		a->f = x;
+	}
+}
+
+quant_act_t quant_act_slice(const quant_act_t *a, int col0)
+{
+	quant_act_t s = *a;
+	if (a->type == QT_Q8_0) {
+		s.q += col0;
+		s.d += col0 / QK8_0;
+	} else if (a->type == QT_Q8_K) {
+		s.q += col0;
+		s.d += col0 / QK_K;
+		s.bsums += col0 / 16;
+	} else {
+		s.f += col0;
+	}
+	return s;
+}
+
+/* ---- reference kernels -------------------------------------------------------------------- */
+
+static void ref_rows_f32(float *out, const uint8_t *w, size_t stride, int nrows,
+			 const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const float *row = (const float *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n; i++)
+			s += row[i] * x->f[i];
+		out[r] = s;
+	}
+}
+
+static void ref_rows_f16(float *out, const uint8_t *w, size_t stride, int nrows,
+			 const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const uint16_t *row = (const uint16_t *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n; i++)
+			s += quant_f16_to_f32(row[i]) * x->f[i];
+		out[r] = s;
+	}
+}
+
+static void ref_rows_bf16(float *out, const uint8_t *w, size_t stride, int nrows,
+			  const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const uint16_t *row = (const uint16_t *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n; i++)
+			s += quant_bf16_to_f32(row[i]) * x->f[i];
+		out[r] = s;
+	}
+}
+
+static void ref_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
+			  const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n / QK8_0; i++) {
+			int sum = 0;
+			for (int j = 0; j < QK8_0; j++)
+				sum += b[i].q[j] * x->q[i * QK8_0 + j];
+			s += quant_f16_to_f32(b[i].d) * x->d[i] * (float)sum;
+		}
+		out[r] = s;
+	}
+}
+
+static void ref_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows,
+			  const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n / QK4_0; i++) {
+			const int8_t *q = x->q + i * QK4_0;
+			int sum = 0;
+			for (int j = 0; j < 16; j++)
+				sum += ((b[i].qs[j] & 0xf) - 8) * q[j] + ((b[i].qs[j] >> 4) - 8) * q[j + 16];
+			s += quant_f16_to_f32(b[i].d) * x->d[i] * (float)sum;
+		}
+		out[r] = s;
+	}
+}
+
+static void ref_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows,
+			  const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_k *b = (const blk_q4_k *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n / QK_K; i++) {
+			const int8_t *q = x->q + i * QK_K;
+			const int16_t *bs = x->bsums + i * 16;
+			int acc = 0, macc = 0;
+			for (int c = 0; c < 4; c++) {
+				int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
+				q4k_scale_min(2 * c, b[i].scales, &sc0, &m0);
+				q4k_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
+				for (int l = 0; l < 32; l++) {
+					s0 += (b[i].qs[32 * c + l] & 0xf) * q[64 * c + l];
+					s1 += (b[i].qs[32 * c + l] >> 4) * q[64 * c + 32 + l];
+				}
+				acc += sc0 * s0 + sc1 * s1;
+				macc += m0 * (bs[4 * c] + bs[4 * c + 1]) + m1 * (bs[4 * c + 2] + bs[4 * c + 3]);
+			}
+			s += x->d[i] * (quant_f16_to_f32(b[i].d) * (float)acc -
+					quant_f16_to_f32(b[i].dmin) * (float)macc);
+		}
+		out[r] = s;
+	}
+}
+
+static void ref_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows,
+			  const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const blk_q6_k *b = (const blk_q6_k *)(w + r * stride);
+		float s = 0;
+		for (int i = 0; i < n / QK_K; i++) {
+			const int8_t *q = x->q + i * QK_K;
+			int acc = 0;
+			for (int g = 0; g < 16; g++) {
+				int sum = 0;
+				for (int l = 0; l < 16; l++)
+					sum += q6k_get(&b[i], 16 * g + l) * q[16 * g + l];
+				acc += b[i].scales[g] * sum;
+			}
+			s += x->d[i] * quant_f16_to_f32(b[i].d) * (float)acc;
+		}
+		out[r] = s;
+	}
+}
+
+#define REF_DEQUANT(name, t)                                                                       \
+	static void name(const void *src, float *dst, int n) { quant_dequant_row(t, src, dst, n); }
+REF_DEQUANT(ref_dq_f32, QT_F32)
+REF_DEQUANT(ref_dq_f16, QT_F16)
+REF_DEQUANT(ref_dq_bf16, QT_BF16)
+REF_DEQUANT(ref_dq_q8_0, QT_Q8_0)
+REF_DEQUANT(ref_dq_q4_0, QT_Q4_0)
+REF_DEQUANT(ref_dq_q4_k, QT_Q4_K)
+REF_DEQUANT(ref_dq_q6_k, QT_Q6_K)
+
+static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32};
+static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16};
+static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16};
+static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0};
+static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0};
+static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k};
+static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k};
+
+const quant_ops_t *quant_ops_ref(int wtype)
+{
+	switch (wtype) {
+	case QT_F32:
+		return &ref_f32;
+	case QT_F16:
+		return &ref_f16;
+	case QT_BF16:
+		return &ref_bf16;
+	case QT_Q8_0:
+		return &ref_q8_0;
+	case QT_Q4_0:
+		return &ref_q4_0;
+	case QT_Q4_K:
+		return &ref_q4_k;
+	case QT_Q6_K:
+		return &ref_q6_k;
+	default:
+		return NULL;
+	}
+}
+
+const quant_ops_t *quant_ops_opt(int wtype)
+{
+	const quant_ops_t *o = quant_x86_ops(wtype);
+	/* NEON (issue 10) slots in here: a quant_arm_ops() table tried the same way. */
+	return o ? o : quant_ops_ref(wtype);
+}
+
+static int quant_use_ref; /* set once by quant_init before threads start */
+
+const char *quant_init(int force_ref)
+{
+	quant_use_ref = force_ref;
+	const quant_ops_t *o = quant_ops(QT_Q8_0);
+	return o->impl;
+}
+
+const quant_ops_t *quant_ops(int wtype)
+{
+	return quant_use_ref ? quant_ops_ref(wtype) : quant_ops_opt(wtype);
+}

@@ -1,0 +1,134 @@
+/*
+ * quant.h: ggml weight block formats and the matrix-vector kernels that read them (internal to
+ * infer/).
+ *
+ * Weights stay in their file format (memory-mapped); kernels take a row of blocks and an
+ * activation vector prepared once per matvec by quant_act_prepare(): 8-bit blocks for the
+ * quantized types (so the inner loops are integer dot products), plain F32 for F32/F16/BF16.
+ * Every weight type has one table of function pointers (quant_ops_t); the table in use is chosen
+ * once at start (AVX2/FMA when the CPU has them, else the plain C reference; NEON later), and
+ * the reference table stays reachable for tests.
+ *
+ * Invariant: a row of n elements of type t is quant_row_bytes(t, n) bytes of whole blocks; a
+ * column range used for sharding starts and ends on a block boundary, so each row's slice is a
+ * contiguous run of blocks (quant_act_t pointers are advanced by quant_act_slice()).
+ *
+ * Threads: everything here is pure or read-only after quant_init(); call quant_init() once
+ * before starting threads (eng_open does).
+ */
+#ifndef SHOAL_QUANT_H
+#define SHOAL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml type numbers (as stored in GGUF). QT_Q8_K is only an activation format here. */
+enum qtype {
+	QT_F32 = 0,
+	QT_F16 = 1,
+	QT_Q4_0 = 2,
+	QT_Q8_0 = 8,
+	QT_Q4_K = 12,
+	QT_Q6_K = 14,
+	QT_Q8_K = 15,
+	QT_BF16 = 30,
+};
+
+#define QK8_0 32
+#define QK4_0 32
+#define QK_K 256
+
+typedef struct {
+	uint16_t d; /* f16 scale */
+	int8_t q[QK8_0];
+} blk_q8_0;
+
+typedef struct {
+	uint16_t d;           /* f16 scale */
+	uint8_t qs[QK4_0 / 2]; /* element j in the low nibble of qs[j], j+16 in the high nibble */
+} blk_q4_0;
+
+typedef struct {
+	uint16_t d;          /* f16 super-scale of the 6-bit scales */
+	uint16_t dmin;       /* f16 super-scale of the 6-bit mins */
+	uint8_t scales[12];  /* 8 x (6-bit scale, 6-bit min), packed (see quant.c) */
+	uint8_t qs[QK_K / 2]; /* 64-element chunk c: low nibbles = sub-block 2c, high = 2c+1 */
+} blk_q4_k;
+
+typedef struct {
+	uint8_t ql[QK_K / 2];    /* low 4 bits */
+	uint8_t qh[QK_K / 4];    /* high 2 bits */
+	int8_t scales[QK_K / 16]; /* one 8-bit scale per 16 elements */
+	uint16_t d;              /* f16 super-scale */
+} blk_q6_k;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(blk_q4_k) == 144, "q4_k block");
+_Static_assert(sizeof(blk_q6_k) == 210, "q6_k block");
+
+/* An activation vector prepared for one weight type. For QT_Q8_0 activations: q[n] and
+ * d[n/32]; for QT_Q8_K: q[n], d[n/256], bsums[n/16] (sum of each 16 q's); for QT_F32: f[n]. */
+typedef struct quant_act {
+	int type;
+	const int8_t *q;
+	const float *d;
+	const int16_t *bsums;
+	const float *f;
+} quant_act_t;
+
+/* out[r] = dot(row r of w, x) for r in [0, nrows); rows are `stride` bytes apart, n elements
+ * each (a whole number of blocks). */
+typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t stride, int nrows,
+			      const quant_act_t *x, int n);
+
+/* dst[n] = the n elements of one row (n a whole number of blocks). */
+typedef void (*quant_dequant_fn)(const void *src, float *dst, int n);
+
+typedef struct quant_ops {
+	const char *impl;         /* "ref", "avx2", ... */
+	int act_type;             /* activation format this type's kernels take */
+	quant_rows_fn rows;       /* matvec over a row range */
+	quant_dequant_fn dequant; /* row to F32 (prefill tiles for sgemm); optional in optimized
+				   * tables (NULL: use quant_ops_ref(t)->dequant) */
+} quant_ops_t;
+
+/* fp16 / bf16 helpers (plain C, exact). */
+float quant_f16_to_f32(uint16_t h);
+uint16_t quant_f32_to_f16(float f);
+float quant_bf16_to_f32(uint16_t h);
+uint16_t quant_f32_to_bf16(float f);
+
+/* 1 when this build can compute with type t (weights). */
+int quant_type_supported(int t);
+const char *quant_type_name(int t); /* "q8_0", ...; "?" when unknown */
+int quant_type_parse(const char *s); /* name -> type, -1 when unknown */
+int quant_block_elems(int t);       /* elements per block (1 for float types) */
+size_t quant_block_bytes(int t);    /* bytes per block */
+size_t quant_row_bytes(int t, int64_t n); /* n must be a multiple of the block size */
+
+/* Reference dequantize of n elements (a multiple of the block size). */
+void quant_dequant_row(int t, const void *src, float *dst, int64_t n);
+/* Quantize n elements; every weight type above plus QT_Q8_K is supported. Returns 0, or
+ * SH_EUNSUPP for a type that cannot be written. */
+int quant_quantize_row(int t, const float *src, void *dst, int64_t n);
+
+/* Picks the kernel tables (best the CPU supports). force_ref=1 keeps the plain C ones.
+ * Returns the implementation name. Call once, before threads start. */
+const char *quant_init(int force_ref);
+const quant_ops_t *quant_ops(int wtype);     /* chosen table, NULL for unsupported types */
+const quant_ops_t *quant_ops_ref(int wtype); /* plain C table */
+const quant_ops_t *quant_ops_opt(int wtype); /* optimized table when the CPU has one, else ref */
+
+/* Activation scratch: bytes needed to prepare n floats for weights of type wtype. */
+size_t quant_act_bytes(int wtype, int n);
+/* Prepares x[n] into buf (quant_act_bytes long, 32-byte aligned is best); a is filled with
+ * pointers into buf (or to x itself for F32 activations, so x must outlive a). */
+void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t *a);
+/* The activation restricted to columns [col0, ...) (col0 a multiple of the block size). */
+quant_act_t quant_act_slice(const quant_act_t *a, int col0);
+
+/* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
+const quant_ops_t *quant_x86_ops(int wtype);
+
+#endif

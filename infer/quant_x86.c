@@ -1,0 +1,344 @@
+/*
+ * quant_x86.c: AVX2/FMA/F16C matvec kernels, chosen at run time (__builtin_cpu_supports). Each
+ * function carries a target attribute so the file builds without -mavx2 and the binary still
+ * runs on CPUs without AVX2 (the tables are then not handed out).
+ *
+ * The integer kernels follow one pattern: weights as bytes (signed with the sign trick for
+ * Q8_0/Q4_0, unsigned for the K-quants) times 8-bit activations through maddubs (int16 pairs),
+ * madd to int32 (folding a sub-block scale in where there is one), one float FMA per block.
+ * Invariant: the results equal the reference kernels up to float summation order.
+ */
+#include "infer/quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+
+TGT static inline float hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+TGT static inline int hsum8i(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
+
+/* Signed bytes a . b, as 8 int32 lane sums (|a| <= 127 keeps maddubs from saturating). */
+TGT static inline __m256i dot_i8(__m256i a, __m256i b)
+{
+	__m256i ua = _mm256_sign_epi8(a, a), sb = _mm256_sign_epi8(b, a);
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
+}
+
+TGT static void avx2_rows_f32(float *out, const uint8_t *w, size_t stride, int nrows,
+			      const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const float *row = (const float *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 16 <= n; i += 16) {
+			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x->f + i), a0);
+			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
+		}
+		float s = hsum8(_mm256_add_ps(a0, a1));
+		for (; i < n; i++)
+			s += row[i] * x->f[i];
+		out[r] = s;
+	}
+}
+
+TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int nrows,
+			      const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const uint16_t *row = (const uint16_t *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 16 <= n; i += 16) {
+			__m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i)));
+			__m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i + 8)));
+			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x->f + i), a0);
+			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x->f + i + 8), a1);
+		}
+		float s = hsum8(_mm256_add_ps(a0, a1));
+		for (; i < n; i++)
+			s += _cvtsh_ss(row[i]) * x->f[i];
+		out[r] = s;
+	}
+}
+
+TGT static inline __m256 bf16x8(const uint16_t *p)
+{
+	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int n)
+{
+	for (int r = 0; r < nrows; r++) {
+		const uint16_t *row = (const uint16_t *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 16 <= n; i += 16) {
+			a0 = _mm256_fmadd_ps(bf16x8(row + i), _mm256_loadu_ps(x->f + i), a0);
+			a1 = _mm256_fmadd_ps(bf16x8(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
+		}
+		float s = hsum8(_mm256_add_ps(a0, a1));
+		for (; i < n; i++)
+			s += quant_bf16_to_f32(row[i]) * x->f[i];
+		out[r] = s;
+	}
+}
+
+TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int n)
+{
+	const int nb = n / QK8_0;
+	for (int r = 0; r < nrows; r++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 2 <= nb; i += 2) {
+			__m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)b[i].q),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			__m256i p1 = dot_i8(_mm256_loadu_si256((const __m256i *)b[i + 1].q),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
+					     _mm256_cvtepi32_ps(p1), a1);
+		}
+		for (; i < nb; i++) {
+			__m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)b[i].q),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+		}
+		out[r] = hsum8(_mm256_add_ps(a0, a1));
+	}
+}
+
+/* 32 nibbles of a Q4_0 block as signed bytes in element order (low nibbles, then high). */
+TGT static inline __m256i q4_0_bytes(const blk_q4_0 *b)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)b->qs);
+	__m256i u = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+	u = _mm256_and_si256(u, _mm256_set1_epi8(0x0f));
+	return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+}
+
+TGT static void avx2_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int n)
+{
+	const int nb = n / QK4_0;
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int i = 0;
+		for (; i + 2 <= nb; i += 2) {
+			__m256i p0 = dot_i8(q4_0_bytes(&b[i]),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			__m256i p1 = dot_i8(q4_0_bytes(&b[i + 1]),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
+					     _mm256_cvtepi32_ps(p1), a1);
+		}
+		for (; i < nb; i++) {
+			__m256i p0 = dot_i8(q4_0_bytes(&b[i]),
+					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
+					     _mm256_cvtepi32_ps(p0), a0);
+		}
+		out[r] = hsum8(_mm256_add_ps(a0, a1));
+	}
+}
+
+static inline void q4k_unpack_scales(const uint8_t *s, int16_t *sc, int16_t *m)
+{
+	for (int j = 0; j < 4; j++) {
+		sc[j] = s[j] & 63;
+		m[j] = s[j + 4] & 63;
+		sc[j + 4] = (int16_t)((s[j + 8] & 0xf) | ((s[j] >> 6) << 4));
+		m[j + 4] = (int16_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+	}
+}
+
+TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int n)
+{
+	const int nb = n / QK_K;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_k *b = (const blk_q4_k *)(w + r * stride);
+		__m256 acc = _mm256_setzero_ps();
+		float macc = 0;
+		for (int i = 0; i < nb; i++) {
+			int16_t sc[8], m[8];
+			q4k_unpack_scales(b[i].scales, sc, m);
+			const int8_t *q = x->q + i * QK_K;
+			const int16_t *bs = x->bsums + i * 16;
+			__m256i sumi = _mm256_setzero_si256();
+			int msum = 0;
+			for (int c = 0; c < 4; c++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+				__m256i lo = _mm256_and_si256(v, m4);
+				__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+				__m256i p0 = _mm256_maddubs_epi16(
+					lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
+				__m256i p1 = _mm256_maddubs_epi16(
+					hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
+				p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
+				p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
+				sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+				msum += m[2 * c] * (bs[4 * c] + bs[4 * c + 1]) +
+					m[2 * c + 1] * (bs[4 * c + 2] + bs[4 * c + 3]);
+			}
+			float dx = x->d[i];
+			acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * dx),
+					      _mm256_cvtepi32_ps(sumi), acc);
+			macc += _cvtsh_ss(b[i].dmin) * dx * (float)msum;
+		}
+		out[r] = hsum8(acc) - macc;
+	}
+}
+
+TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int n)
+{
+	const int nb = n / QK_K;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+	for (int r = 0; r < nrows; r++) {
+		const blk_q6_k *b = (const blk_q6_k *)(w + r * stride);
+		float acc = 0;
+		for (int i = 0; i < nb; i++) {
+			const int8_t *q = x->q + i * QK_K;
+			const int16_t *bs = x->bsums + i * 16;
+			const int8_t *sc = b[i].scales;
+			__m256i sumi = _mm256_setzero_si256();
+			int off = 0;
+			for (int g = 0; g < 16; g++)
+				off += sc[g] * bs[g];
+			for (int h = 0; h < 2; h++) {
+				__m256i la = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
+				__m256i lb = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
+				__m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
+				for (int k = 0; k < 4; k++) {
+					__m256i l = (k & 1) ? lb : la;
+					l = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4)
+						    : _mm256_and_si256(l, m4);
+					__m256i hh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+					__m256i v = _mm256_or_si256(l, _mm256_slli_epi16(hh, 4));
+					const int8_t *qq = q + 128 * h + 32 * k;
+					__m256i p = _mm256_maddubs_epi16(
+						v, _mm256_loadu_si256((const __m256i *)qq));
+					int g = 8 * h + 2 * k;
+					__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
+								     _mm_set1_epi16(sc[g]));
+					sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+				}
+			}
+			int tot = hsum8i(sumi) - 32 * off;
+			acc += _cvtsh_ss(b[i].d) * x->d[i] * (float)tot;
+		}
+		out[r] = acc;
+	}
+}
+
+TGT static void avx2_dq_q8_0(const void *src, float *dst, int n)
+{
+	const blk_q8_0 *b = src;
+	for (int i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+		for (int k = 0; k < 4; k++) {
+			__m128i q = _mm_loadl_epi64((const __m128i *)(b[i].q + 8 * k));
+			__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+			_mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, f));
+		}
+	}
+}
+
+TGT static void avx2_dq_q4_0(const void *src, float *dst, int n)
+{
+	const blk_q4_0 *b = src;
+	for (int i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+		__m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+		__m256i v = q4_0_bytes(&b[i]);
+		__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+		__m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+		for (int k = 0; k < 4; k++) {
+			__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k]));
+			_mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, f));
+		}
+	}
+}
+
+TGT static void avx2_dq_f16(const void *src, float *dst, int n)
+{
+	const uint16_t *s = src;
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+	for (; i < n; i++)
+		dst[i] = _cvtsh_ss(s[i]);
+}
+
+static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL};
+static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16};
+static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL};
+static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0};
+static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL};
+
+const quant_ops_t *quant_x86_ops(int wtype)
+{
+	static int have = -1; /* benign race: every thread computes the same value */
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	}
+	if (!have)
+		return NULL;
+	switch (wtype) {
+	case QT_F32:
+		return &avx2_f32;
+	case QT_F16:
+		return &avx2_f16;
+	case QT_BF16:
+		return &avx2_bf16;
+	case QT_Q8_0:
+		return &avx2_q8_0;
+	case QT_Q4_0:
+		return &avx2_q4_0;
+	case QT_Q4_K:
+		return &avx2_q4_k;
+	case QT_Q6_K:
+		return &avx2_q6_k;
+	default:
+		return NULL;
+	}
+}
+
+#else
+
+const quant_ops_t *quant_x86_ops(int wtype)
+{
+	(void)wtype;
+	return NULL;
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* test_model.c: the forward pass. stories260K greedy from BOS + "Once upon a time" must give
+ * exactly llama.cpp's 64 ids; a generated model in F32 and in Q8_0 must agree on the top-1 token
+ * at every position of a prompt (catches layout bugs a self-consistent quantizer would hide);
+ * one-token decoding must match batched prefill. */
+#include "harness.h"
+#include "common/common.h"
+#include "infer/gguf_write.h"
+#include "infer/model.h"
+#include "infer/quant.h"
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+static int read_expected(int *prompt, int *np, int *gen, int *ng)
+{
+	char path[512], *buf;
+	size_t len;
+	snprintf(path, sizeof path, "%s/models/stories260K.expected.txt", harness_shared());
+	if (read_file_all(path, &buf, &len, NULL, 0))
+		return -1;
+	*np = *ng = 0;
+	char *line = strtok(buf, "\n");
+	for (; line; line = strtok(NULL, "\n")) {
+		int *dst = NULL, *cnt = NULL;
+		if (!strncmp(line, "prompt_ids:", 11))
+			dst = prompt, cnt = np;
+		else if (!strncmp(line, "generated_ids_64:", 17))
+			dst = gen, cnt = ng;
+		if (!dst)
+			continue;
+		char *p = strchr(line, ':') + 1, *end;
+		for (long v; (v = strtol(p, &end, 10)), end != p; p = end)
+			dst[(*cnt)++] = (int)v;
+	}
+	free(buf);
+	return 0;
+}
+
+static void run_stories(int threads, int batched)
+{
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	int prompt[64], gen[128], np, ng;
+	if (access(path, R_OK) || read_expected(prompt, &np, gen, &ng)) {
+		fprintf(stderr, "skip: no %s\n", path);
+		return;
+	}
+	CHECK_EQ_INT(ng, 64);
+	gguf_t *g = NULL;
+	model_meta_t meta;
+	model_t *m = NULL;
+	pool_t *pool = pool_new(threads);
+	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
+	CHECK_EQ_INT(meta_load(&meta, g, err, sizeof err), 0);
+	CHECK_EQ_INT(model_new(&m, g, &meta, NULL, 256, pool, err, sizeof err), 0);
+	if (!m) {
+		fprintf(stderr, "%s\n", err);
+		return;
+	}
+	float *logits = malloc((size_t)meta.n_vocab * sizeof *logits);
+	int pos = 0, ok = 1;
+	if (batched) {
+		CHECK_EQ_INT(model_forward(m, prompt, np, 0, logits), 0);
+		pos = np;
+	} else {
+		for (; pos < np; pos++)
+			CHECK_EQ_INT(model_forward(m, &prompt[pos], 1, pos, logits), 0);
+	}
+	for (int i = 0; i < ng; i++) {
+		int t = argmax(logits, meta.n_vocab);
+		if (t != gen[i]) {
+			fprintf(stderr, "stories260K step %d: got %d want %d\n", i, t, gen[i]);
+			ok = 0;
+			break;
+		}
+		CHECK_EQ_INT(model_forward(m, &t, 1, pos++, logits), 0);
+	}
+	CHECK(ok);
+	free(logits);
+	model_free(m);
+	pool_free(pool);
+	gguf_free(g);
+}
+
+TEST(stories260K_greedy) { run_stories(1, 0); }
+TEST(stories260K_greedy_batched_2threads) { run_stories(2, 1); }
+
+/* A generated model, opened: returns 0 on success. */
+typedef struct gen {
+	gguf_t *g;
+	model_meta_t meta;
+	model_t *m;
+	pool_t *pool;
+} gen_t;
+
+static int gen_open(gen_t *x, const char *arch, int type, int threads, char *path)
+{
+	char err[256];
+	memset(x, 0, sizeof *x);
+	mkmodel_opts_t o = {.arch = arch, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2,
+			    .ffn = 512, .vocab = 512, .ctx = 256, .type = type, .seed = 7};
+	if (!strcmp(arch, "qwen3"))
+		o.head_dim = 64; /* heads * head_dim (512) != dim: the explicit head size path */
+	snprintf(path, 256, "/tmp/shoal-test-model-%d-%s-%d.gguf", (int)getpid(), arch, type);
+	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&x->g, path, err, sizeof err) ||
+	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(threads)) ||
+	    model_new(&x->m, x->g, &x->meta, NULL, 256, x->pool, err, sizeof err)) {
+		fprintf(stderr, "gen_open %s: %s\n", arch, err);
+		return -1;
+	}
+	return 0;
+}
+
+static void gen_close(gen_t *x, const char *path)
+{
+	model_free(x->m);
+	pool_free(x->pool);
+	gguf_free(x->g);
+	unlink(path);
+}
+
+static const int prompt24[24] = {300, 10, 47, 299, 256, 100, 101, 102, 32, 33, 34, 35,
+				 400, 401, 402, 403, 270, 271, 272, 273, 5, 6, 7, 8};
+
+/* F32 vs Q8_0 of the same weights: top-1 agreement at every prompt position. */
+TEST(f32_vs_q8_0_top1)
+{
+	char p1[256], p2[256];
+	gen_t a, b;
+	if (gen_open(&a, "llama", QT_F32, 1, p1) || gen_open(&b, "llama", QT_Q8_0, 2, p2)) {
+		CHECK(0);
+		return;
+	}
+	int n = a.meta.n_vocab, agree = 0;
+	float *la = malloc(n * sizeof *la), *lb = malloc(n * sizeof *lb);
+	double num = 0, den = 0;
+	for (int i = 0; i < 24; i++) {
+		CHECK_EQ_INT(model_forward(a.m, &prompt24[i], 1, i, la), 0);
+		CHECK_EQ_INT(model_forward(b.m, &prompt24[i], 1, i, lb), 0);
+		agree += argmax(la, n) == argmax(lb, n);
+		for (int k = 0; k < n; k++) {
+			num += (la[k] - lb[k]) * (la[k] - lb[k]);
+			den += la[k] * la[k];
+		}
+	}
+	fprintf(stderr, "f32 vs q8_0: top-1 agreement %d/24, logits nmse %.2e\n", agree, num / den);
+	CHECK(agree >= 23);
+	CHECK(num / den < 1e-3);
+	free(la);
+	free(lb);
+	gen_close(&a, p1);
+	gen_close(&b, p2);
+}
+
+/* Batched prefill (sgemm path: 24 >= BLAS_MIN tokens) vs one token at a time, every arch and
+ * a K-quant. */
+static void batched_vs_sequential(const char *arch, int type)
+{
+	char p1[256];
+	gen_t a;
+	if (gen_open(&a, arch, type, 2, p1)) {
+		CHECK(0);
+		return;
+	}
+	int n = a.meta.n_vocab;
+	float *l1 = malloc(n * sizeof *l1), *l2 = malloc(n * sizeof *l2);
+	CHECK_EQ_INT(model_forward(a.m, prompt24, 24, 0, l1), 0);
+	for (int i = 0; i < 24; i++)
+		CHECK_EQ_INT(model_forward(a.m, &prompt24[i], 1, i, l2), 0);
+	double num = 0, den = 0, var = 0, mean = 0;
+	for (int k = 0; k < n; k++) {
+		num += (l1[k] - l2[k]) * (l1[k] - l2[k]);
+		den += l2[k] * l2[k];
+		mean += l2[k] / n;
+	}
+	for (int k = 0; k < n; k++)
+		var += (l2[k] - mean) * (l2[k] - mean) / n;
+	CHECK_EQ_INT(argmax(l1, n), argmax(l2, n));
+	/* f32 activations in both paths: close; 8-bit activations only in the sequential one */
+	double bound = type == QT_F32 ? 1e-8 : 1e-3;
+	if (!(num / den < bound))
+		fprintf(stderr, "%s/%d batched vs sequential nmse %g\n", arch, type, num / den);
+	CHECK(num / den < bound);
+	CHECK(var > 0.5); /* logits are spread, the model is not degenerate */
+	free(l1);
+	free(l2);
+	gen_close(&a, p1);
+}
+
+TEST(batched_llama_f32) { batched_vs_sequential("llama", QT_F32); }
+TEST(batched_qwen2_q8_0) { batched_vs_sequential("qwen2", QT_Q8_0); }
+TEST(batched_qwen3_q4_k) { batched_vs_sequential("qwen3", QT_Q4_K); }
+TEST(batched_llama_q4_0) { batched_vs_sequential("llama", QT_Q4_0); }
+TEST(batched_llama_q6_k) { batched_vs_sequential("llama", QT_Q6_K); }
+TEST(batched_llama_f16) { batched_vs_sequential("llama", QT_F16); }
+
+TEST(bad_input)
+{
+	char p1[256];
+	gen_t a;
+	if (gen_open(&a, "llama", QT_Q8_0, 1, p1)) {
+		CHECK(0);
+		return;
+	}
+	int bad = 100000, ok = 1;
+	CHECK_EQ_INT(model_forward(a.m, &bad, 1, 0, NULL), SH_EINVAL);
+	CHECK_EQ_INT(model_forward(a.m, &ok, 1, 256, NULL), SH_EINVAL);
+	gen_close(&a, p1);
+}
+
+int main(void)
+{
+	quant_init(0);
+	RUN(stories260K_greedy);
+	RUN(stories260K_greedy_batched_2threads);
+	RUN(f32_vs_q8_0_top1);
+	RUN(batched_llama_f32);
+	RUN(batched_qwen2_q8_0);
+	RUN(batched_qwen3_q4_k);
+	RUN(batched_llama_q4_0);
+	RUN(batched_llama_q6_k);
+	RUN(batched_llama_f16);
+	RUN(bad_input);
+	return harness_done();
+}

@@ -1,0 +1,460 @@
+/*
+ * test_web.c: web/'s pure parts (request parsing and validation, reply and chunk shapes, UTF-8
+ * repair, metrics text) and the server with no engine attached (health 503, errors, auth,
+ * follower redirects, body limit) over a real loopback socket.
+ * Generation itself is tested end to end against the real engine by tests/t_api.sh and
+ * tests/t_openai.sh.
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/common.h"
+#include "web/web.h"
+#include "web/web_int.h"
+
+static int parse(web_req_t *r, int kind, const char *body, web_err_t *e)
+{
+	return web_req_parse(r, kind, body, strlen(body), e);
+}
+
+/* Parses body expecting an error with status and param; returns 1 when it matched. */
+static int parse_fails(int kind, const char *body, int status, const char *param)
+{
+	web_req_t r;
+	web_err_t e;
+	int rc = parse(&r, kind, body, &e);
+	web_req_clear(&r);
+	if (rc != status || strcmp(e.param, param ? param : "") != 0 || !e.message[0]) {
+		fprintf(stderr, "  body %s: got %d param '%s' (%s)\n", body, rc, e.param, e.message);
+		return 0;
+	}
+	return 1;
+}
+
+TEST(parse_chat_fields)
+{
+	web_req_t r;
+	web_err_t e;
+	const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+			"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},"
+			"{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":7,\"temperature\":0,"
+			"\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":-3,\"stop\":[\"\\n\",\"END\"],"
+			"\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+			"\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"logprobs\":true,"
+			"\"top_logprobs\":3,\"n\":1,\"user\":\"u\",\"whatever\":{\"x\":[1]}}";
+	CHECK_EQ_INT(parse(&r, WEB_CHAT, b, &e), 0);
+	CHECK_EQ_STR(r.model, "m");
+	CHECK_EQ_INT(r.n_msgs, 2);
+	CHECK_EQ_STR(r.msgs[0].role, "system");
+	CHECK_EQ_STR(r.msgs[1].content, "hi there");
+	CHECK_EQ_INT(r.samp.max_tokens, 7);
+	CHECK_NEAR(r.samp.temperature, 0, 1e-6);
+	CHECK_NEAR(r.samp.top_p, 0.9, 1e-6);
+	CHECK_EQ_INT(r.samp.top_k, 40);
+	CHECK_NEAR(r.samp.min_p, 0.05, 1e-6);
+	CHECK(r.seed_given && r.samp.seed == (uint64_t)-3);
+	CHECK_EQ_INT(r.samp.n_stop, 2);
+	CHECK_EQ_STR(r.samp.stop[1], "END");
+	CHECK(r.stream && r.include_usage && r.logprobs);
+	CHECK_EQ_INT(r.samp.top_logprobs, 3);
+	CHECK_NEAR(r.samp.presence_penalty, 0.5, 1e-6);
+	CHECK_NEAR(r.samp.frequency_penalty, -0.5, 1e-6);
+	web_req_clear(&r);
+
+	/* defaults: OpenAI's temperature 1, max_completion_tokens, developer = system */
+	CHECK_EQ_INT(parse(&r, WEB_CHAT,
+			   "{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}],"
+			   "\"max_completion_tokens\":3,\"stop\":\"S\",\"seed\":null}",
+			   &e),
+		     0);
+	CHECK_NEAR(r.samp.temperature, 1, 1e-6);
+	CHECK_EQ_INT(r.samp.max_tokens, 3);
+	CHECK_EQ_STR(r.msgs[0].role, "system");
+	CHECK_EQ_INT(r.samp.n_stop, 1);
+	CHECK(!r.seed_given && !r.stream);
+	web_req_clear(&r);
+}
+
+TEST(parse_completion_fields)
+{
+	web_req_t r;
+	web_err_t e;
+	CHECK_EQ_INT(parse(&r, WEB_COMPLETION, "{\"prompt\":\"Once\",\"logprobs\":2}", &e), 0);
+	CHECK_EQ_STR(r.prompt, "Once");
+	CHECK(r.logprobs);
+	CHECK_EQ_INT(r.samp.top_logprobs, 2);
+	web_req_clear(&r);
+	CHECK_EQ_INT(parse(&r, WEB_COMPLETION, "{\"prompt\":[\"One\"]}", &e), 0);
+	CHECK_EQ_STR(r.prompt, "One");
+	web_req_clear(&r);
+	CHECK_EQ_INT(parse(&r, WEB_COMPLETION, "{\"prompt\":[1,403,407]}", &e), 0);
+	CHECK_EQ_INT(r.n_prompt_ids, 3);
+	CHECK_EQ_INT(r.prompt_ids[2], 407);
+	web_req_clear(&r);
+}
+
+TEST(parse_errors)
+{
+	CHECK(parse_fails(WEB_CHAT, "", 400, NULL));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":", 400, NULL));
+	CHECK(parse_fails(WEB_CHAT, "[1,2]", 400, NULL));
+	CHECK(parse_fails(WEB_CHAT, "{}", 400, "messages"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[]}", 400, "messages"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":\"hi\"}", 400, "messages"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[3]}", 400, "messages[0]"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400,
+			  "messages[0].role"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400,
+			  "messages[0].content"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
+			  "messages[0].content"));
+	CHECK(parse_fails(WEB_CHAT,
+			  "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+			  400, "messages[0].content"));
+	const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+	char b[256];
+	static const struct {
+		const char *field, *param;
+	} bad[] = {
+		{"\"n\":2", "n"},
+		{"\"n\":\"1\"", "n"},
+		{"\"max_tokens\":\"5\"", "max_tokens"},
+		{"\"max_tokens\":0", "max_tokens"},
+		{"\"max_tokens\":1.5", "max_tokens"},
+		{"\"temperature\":\"hot\"", "temperature"},
+		{"\"temperature\":3", "temperature"},
+		{"\"top_p\":1.5", "top_p"},
+		{"\"top_k\":\"a\"", "top_k"},
+		{"\"stop\":5", "stop"},
+		{"\"stop\":[\"a\",1]", "stop"},
+		{"\"stream\":\"yes\"", "stream"},
+		{"\"stream_options\":1", "stream_options"},
+		{"\"logprobs\":1", "logprobs"},
+		{"\"top_logprobs\":3", "top_logprobs"},
+		{"\"top_logprobs\":99,\"logprobs\":true", "top_logprobs"},
+		{"\"model\":7", "model"},
+		{"\"seed\":\"s\"", "seed"},
+		{"\"presence_penalty\":5", "presence_penalty"},
+		{"\"user\":1", "user"},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+		snprintf(b, sizeof b, "{%s,%s}", m, bad[i].field);
+		CHECK(parse_fails(WEB_CHAT, b, 400, bad[i].param));
+	}
+	CHECK(parse_fails(WEB_COMPLETION, "{}", 400, "prompt"));
+	CHECK(parse_fails(WEB_COMPLETION, "{\"prompt\":5}", 400, "prompt"));
+	CHECK(parse_fails(WEB_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt"));
+	CHECK(parse_fails(WEB_COMPLETION, "{\"prompt\":[1,-2]}", 400, "prompt"));
+	CHECK(parse_fails(WEB_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":9}", 400, "logprobs"));
+
+	/* the n error says why */
+	web_req_t r;
+	web_err_t e;
+	snprintf(b, sizeof b, "{%s,\"n\":3}", m);
+	parse(&r, WEB_CHAT, b, &e);
+	web_req_clear(&r);
+	CHECK(strstr(e.message, "must be 1") != NULL);
+	CHECK_EQ_STR(e.type, "invalid_request_error");
+}
+
+static json_t *load(char *s)
+{
+	json_t *j = s ? json_loads(s, 0, NULL) : NULL;
+	free(s);
+	return j;
+}
+
+TEST(reply_shapes)
+{
+	web_reply_id_t rid = {.kind = WEB_CHAT, .id = "chatcmpl-1", .created = 5, .model = "m"};
+	web_usage_t u = {4, 2};
+	json_t *j = load(web_json_reply(&rid, "hi", 2, ENG_FINISH_STOP, &u, NULL));
+	CHECK(j != NULL);
+	CHECK_EQ_STR(json_string_value(json_object_get(j, "object")), "chat.completion");
+	json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+	CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(ch, "message"), "content")),
+		     "hi");
+	CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(ch, "message"), "role")),
+		     "assistant");
+	CHECK_EQ_STR(json_string_value(json_object_get(ch, "finish_reason")), "stop");
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")),
+		     6);
+	json_decref(j);
+
+	/* first chunk: role; content chunk; final: empty delta with finish_reason; usage chunk */
+	j = load(web_json_chunk(&rid, "assistant", "", 0, ENG_FINISH_NONE, 1, NULL));
+	ch = json_array_get(json_object_get(j, "choices"), 0);
+	CHECK_EQ_STR(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+	CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(ch, "delta"), "role")),
+		     "assistant");
+	CHECK(json_is_null(json_object_get(ch, "finish_reason")));
+	CHECK(json_is_null(json_object_get(j, "usage")));
+	json_decref(j);
+	j = load(web_json_chunk(&rid, NULL, NULL, 0, ENG_FINISH_LENGTH, 0, NULL));
+	ch = json_array_get(json_object_get(j, "choices"), 0);
+	CHECK_EQ_INT(json_object_size(json_object_get(ch, "delta")), 0);
+	CHECK_EQ_STR(json_string_value(json_object_get(ch, "finish_reason")), "length");
+	CHECK(json_object_get(j, "usage") == NULL);
+	json_decref(j);
+	j = load(web_json_usage_chunk(&rid, &u));
+	CHECK_EQ_INT(json_array_size(json_object_get(j, "choices")), 0);
+	CHECK_EQ_INT(
+		json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 4);
+	json_decref(j);
+
+	/* completions */
+	rid.kind = WEB_COMPLETION;
+	j = load(web_json_reply(&rid, "abc", 3, ENG_FINISH_LENGTH, &u, NULL));
+	ch = json_array_get(json_object_get(j, "choices"), 0);
+	CHECK_EQ_STR(json_string_value(json_object_get(j, "object")), "text_completion");
+	CHECK_EQ_STR(json_string_value(json_object_get(ch, "text")), "abc");
+	json_decref(j);
+
+	/* errors */
+	web_err_t e;
+	web_err_set(&e, 400, "invalid_request_error", "n", "x", "bad %d", 1);
+	j = load(web_json_error(&e));
+	json_t *er = json_object_get(j, "error");
+	CHECK_EQ_STR(json_string_value(json_object_get(er, "message")), "bad 1");
+	CHECK_EQ_STR(json_string_value(json_object_get(er, "type")), "invalid_request_error");
+	CHECK_EQ_STR(json_string_value(json_object_get(er, "param")), "n");
+	json_decref(j);
+
+	/* SSE framing */
+	web_buf_t b = {0};
+	CHECK_EQ_INT(web_sse_add(&b, strdup("{}")), 0);
+	CHECK_EQ_STR(b.p, "data: {}\n\n");
+	web_buf_free(&b);
+}
+
+TEST(utf8_repair)
+{
+	web_reply_id_t rid = {.kind = WEB_CHAT, .id = "c", .model = "m"};
+	/* a lone continuation byte and a truncated sequence become U+FFFD, valid text stays */
+	const char bad[] = "a\x80" "b\xe2\x82" "\xc3\xa9";
+	json_t *j = load(web_json_chunk(&rid, NULL, bad, sizeof bad - 1, ENG_FINISH_NONE, 0, NULL));
+	CHECK(j != NULL);
+	const char *c = json_string_value(json_object_get(
+		json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"),
+		"content"));
+	CHECK(c && !strcmp(c, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9"));
+	json_decref(j);
+}
+
+TEST(metrics_text)
+{
+	web_metrics_t m;
+	web_metrics_init(&m);
+	web_metrics_status(&m, 200);
+	web_metrics_status(&m, 429);
+	eng_result_t r = {.prompt_tokens = 5, .completion_tokens = 10, .gen_ms = 100};
+	web_metrics_finished(&m, &r);
+	web_buf_t b = {0};
+	CHECK_EQ_INT(web_metrics_prometheus(&m, &b, 3, 1, WEB_SERVING), 0);
+	CHECK(strstr(b.p, "shoal_requests_total{status=\"429\"} 1\n") != NULL);
+	CHECK(strstr(b.p, "shoal_generated_tokens_total 10\n") != NULL);
+	CHECK(strstr(b.p, "shoal_tokens_per_second 100.000\n") != NULL);
+	CHECK(strstr(b.p, "shoal_queue_depth 3\n") != NULL);
+	CHECK(strstr(b.p, "shoal_step_seconds 0.010000\n") != NULL);
+	web_buf_free(&b);
+	web_metrics_destroy(&m);
+}
+
+/* ---- the server with no engine, over loopback ---------------------------------------------- */
+
+/* One HTTP/1.1 exchange; returns the status and puts the response (headers + body) in resp. */
+static int http(int port, const char *req, char *resp, size_t len)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	size_t n = strlen(req), off = 0;
+	while (off < n) {
+		ssize_t w = send(fd, req + off, n - off, MSG_NOSIGNAL);
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	size_t got = 0;
+	ssize_t r;
+	while (got + 1 < len && (r = recv(fd, resp + got, len - 1 - got, 0)) > 0)
+		got += (size_t)r;
+	resp[got] = 0;
+	close(fd);
+	int status = -1;
+	sscanf(resp, "HTTP/1.%*d %d", &status);
+	return status;
+}
+
+static char *req_get(char *buf, size_t len, const char *path, const char *extra)
+{
+	snprintf(buf, len, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n", path,
+		 extra ? extra : "");
+	return buf;
+}
+
+static char *req_post(char *buf, size_t len, const char *method, const char *path,
+		      const char *body, const char *extra)
+{
+	snprintf(buf, len,
+		 "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n%s\r\n%s",
+		 method, path, strlen(body), extra ? extra : "", body);
+	return buf;
+}
+
+static int follower_state(void *ud, char *reason, size_t len)
+{
+	(void)ud;
+	snprintf(reason, len, "waiting for 2 more nodes");
+	return WEB_FORMING;
+}
+
+TEST(server_without_engine)
+{
+	web_opts_t o;
+	web_opts_default(&o);
+	o.port = 0;
+	o.api_key = "sekret";
+	web_t *w = NULL;
+	char err[256], req[4096];
+	static char resp[1 << 16];
+	CHECK_EQ_INT(web_new(&w, &o, NULL, err, sizeof err), 0);
+	if (!w)
+		return;
+	int port = web_port(w);
+	CHECK(port > 0);
+
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/health", NULL), resp, sizeof resp), 503);
+	CHECK(strstr(resp, "Retry-After: 2") != NULL);
+	CHECK(strstr(resp, "\"state\":\"loading\"") != NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/", NULL), resp, sizeof resp), 200);
+	CHECK(strstr(resp, "text/html") != NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp), 200);
+	CHECK(strstr(resp, "shoal_queue_depth 0") != NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/cluster", NULL), resp, sizeof resp),
+		     200);
+	CHECK(strstr(resp, "\"members\"") != NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/nope", NULL), resp, sizeof resp), 404);
+	CHECK(strstr(resp, "not_found_error") != NULL);
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "DELETE", "/health", "", NULL), resp,
+			  sizeof resp),
+		     405);
+	CHECK(strstr(resp, "Allow: GET") != NULL);
+
+	const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
+			  resp, sizeof resp),
+		     401);
+	CHECK(strstr(resp, "authentication_error") != NULL);
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat,
+					 "Authorization: Bearer wrong\r\n"),
+			  resp, sizeof resp),
+		     401);
+	const char *auth = "Authorization: Bearer sekret\r\n";
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, auth),
+			  resp, sizeof resp),
+		     503);
+	CHECK(strstr(resp, "Retry-After") != NULL);
+	/* validation comes before the engine check */
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", "{x", auth),
+			  resp, sizeof resp),
+		     400);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/chat/completions", auth), resp,
+			  sizeof resp),
+		     405);
+
+	/* a body announced over 1 MiB is refused before it is read */
+	snprintf(req, sizeof req,
+		 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s"
+		 "Content-Length: %u\r\n\r\n{",
+		 auth, WEB_BODY_MAX + 1);
+	CHECK_EQ_INT(http(port, req, resp, sizeof resp), 413);
+
+	/* follower mode: API paths redirect, health and cluster stay local */
+	web_set_leader(w, "http://10.1.2.3:8080/");
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
+			  resp, sizeof resp),
+		     307);
+	CHECK(strstr(resp, "Location: http://10.1.2.3:8080/v1/chat/completions\r\n") != NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp), 307);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/cluster", NULL), resp, sizeof resp),
+		     200);
+	web_set_leader(w, NULL);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp), 401);
+
+	web_set_rank_health(w, 1, 0);
+	web_set_step_metrics(w, 12.5, 3.0);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp), 200);
+	CHECK(strstr(resp, "shoal_rank_up{rank=\"1\"} 0") != NULL);
+	CHECK(strstr(resp, "shoal_step_seconds 0.012500") != NULL);
+	CHECK(strstr(resp, "shoal_communication_seconds 0.003000") != NULL);
+	web_free(w);
+
+	/* a health callback (the agent's) decides the state */
+	o.api_key = NULL;
+	o.health = follower_state;
+	CHECK_EQ_INT(web_new(&w, &o, NULL, err, sizeof err), 0);
+	if (!w)
+		return;
+	CHECK_EQ_INT(http(web_port(w), req_get(req, sizeof req, "/health", NULL), resp, sizeof resp),
+		     503);
+	CHECK(strstr(resp, "\"state\":\"forming\"") != NULL);
+	CHECK(strstr(resp, "waiting for 2 more nodes") != NULL);
+	web_free(w);
+	web_free(NULL);
+}
+
+TEST(bind_error)
+{
+	web_opts_t o;
+	web_opts_default(&o);
+	o.host = "203.0.113.77"; /* TEST-NET-3: not ours */
+	o.port = 0;
+	web_t *w = NULL;
+	char err[256] = "";
+	CHECK(web_new(&w, &o, NULL, err, sizeof err) < 0);
+	CHECK(w == NULL);
+	CHECK(err[0] != 0);
+}
+
+TEST(dashboard_page)
+{
+	/* the compiled page is web/dashboard.html (regenerate with web/gen_page.sh) */
+	char *html = NULL;
+	size_t n = 0;
+	CHECK_EQ_INT(read_file_all("web/dashboard.html", &html, &n, NULL, 0), 0);
+	CHECK(html && !strcmp(html, web_dashboard_html));
+	free(html);
+	/* self-contained: no CDN, no remote scripts, styles or fonts */
+	CHECK(strstr(web_dashboard_html, "src=\"http") == NULL);
+	CHECK(strstr(web_dashboard_html, "href=\"http") == NULL);
+	CHECK(strstr(web_dashboard_html, "@import") == NULL);
+	CHECK(strstr(web_dashboard_html, "/v1/events") != NULL);
+	CHECK(strstr(web_dashboard_html, "id=\"nodes\"") != NULL);
+}
+
+int main(void)
+{
+	log_threshold = LOG_WARN;
+	RUN(parse_chat_fields);
+	RUN(parse_completion_fields);
+	RUN(parse_errors);
+	RUN(reply_shapes);
+	RUN(utf8_repair);
+	RUN(metrics_text);
+	RUN(server_without_engine);
+	RUN(bind_error);
+	RUN(dashboard_page);
+	return harness_done();
+}

@@ -1,0 +1,437 @@
+/*
+ * sched.c: the bounded request queue and the one scheduler thread that runs eng_generate.
+ *
+ * Requests run one at a time in arrival order (the engine serialises them anyway: one KV cache,
+ * one compute pool). Tokens flow from the engine's callback into the job: streaming jobs get SSE
+ * bytes appended to job->out, others accumulate text; the connection thread waits on job->cv.
+ *
+ * Invariants: a job is in the queue or running or done, and every job that was accepted ends in
+ * JOB_DONE with either a result or err.status set, exactly once (finish_job). Lock order:
+ * scheduler mutex before a job's mutex. The engine pointer is only swapped while nothing uses
+ * it (no running job, no connection tokenizing).
+ */
+#include "web/web_int.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/common.h"
+
+struct web_sched {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* work arrived, engine changed, a job or an engine use ended */
+	web_job_t *head, *tail;
+	int queued, queue_max;
+	web_job_t *running;
+	eng_t *eng;
+	int eng_users; /* connection threads tokenizing with eng */
+	int stopping;
+	int started;
+	pthread_t thread;
+	web_metrics_t *m;
+};
+
+/* ---- jobs ----------------------------------------------------------------------------------- */
+
+web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, int timeout_ms)
+{
+	web_job_t *j = calloc(1, sizeof *j);
+	if (!j)
+		return NULL;
+	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->cv, NULL);
+	j->refs = 1;
+	j->req = *req;
+	memset(req, 0, sizeof *req);
+	j->req.samp.stop = (const char *const *)j->req.stop; /* re-point into the moved copy */
+	if (!j->req.seed_given) {
+		uint64_t seed;
+		arc4random_buf(&seed, sizeof seed);
+		j->req.samp.seed = seed;
+	}
+	j->ids = ids;
+	j->n_ids = n_ids;
+	snprintf(j->model, sizeof j->model, "%s", model ? model : "");
+	j->rid.kind = j->req.kind;
+	j->rid.model = j->model;
+	j->rid.created = (long long)time(NULL);
+	unsigned char rnd[12];
+	arc4random_buf(rnd, sizeof rnd);
+	int o = snprintf(j->rid.id, sizeof j->rid.id, "%s",
+			 j->req.kind == WEB_CHAT ? "chatcmpl-" : "cmpl-");
+	for (size_t i = 0; i < sizeof rnd; i++)
+		o += snprintf(j->rid.id + o, sizeof j->rid.id - (size_t)o, "%02x", rnd[i]);
+	j->deadline_ms = now_ms() + (timeout_ms > 0 ? timeout_ms : 300000);
+	return j;
+}
+
+void web_job_ref(web_job_t *j)
+{
+	pthread_mutex_lock(&j->mu);
+	j->refs++;
+	pthread_mutex_unlock(&j->mu);
+}
+
+void web_job_unref(web_job_t *j)
+{
+	if (!j)
+		return;
+	pthread_mutex_lock(&j->mu);
+	int left = --j->refs;
+	pthread_mutex_unlock(&j->mu);
+	if (left)
+		return;
+	web_req_clear(&j->req);
+	free(j->ids);
+	web_buf_free(&j->out);
+	web_buf_free(&j->text);
+	json_decref(j->logprobs);
+	pthread_cond_destroy(&j->cv);
+	pthread_mutex_destroy(&j->mu);
+	free(j);
+}
+
+/* Sets the client-visible error for a cancellation reason. */
+static void cancel_err(web_job_t *j, int reason)
+{
+	switch (reason) {
+	case 2:
+		web_err_set(&j->err, 504, "server_error", NULL, "timeout",
+			    "the request did not finish before its deadline");
+		break;
+	case 3:
+		web_err_set(&j->err, 503, "unavailable", NULL, "unavailable",
+			    "the server stopped or the model is being reloaded; retry");
+		break;
+	default:
+		web_err_set(&j->err, 499, "invalid_request_error", NULL, "client_closed",
+			    "the client went away");
+	}
+}
+
+/* Ends j (caller holds j->mu): writes the stream's tail, marks it done and wakes its waiter. */
+static void finish_job_locked(web_job_t *j)
+{
+	if (j->req.stream) {
+		if (j->err.status) {
+			web_sse_add(&j->out, web_json_error(&j->err));
+		} else {
+			web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
+			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, NULL, 0, j->res.finish,
+							    j->req.include_usage, NULL));
+			if (j->req.include_usage)
+				web_sse_add(&j->out, web_json_usage_chunk(&j->rid, &u));
+			web_buf_add(&j->out, "data: [DONE]\n\n", 14);
+		}
+	}
+	j->state = JOB_DONE;
+	pthread_cond_broadcast(&j->cv);
+}
+
+/* ---- the token callback --------------------------------------------------------------------- */
+
+typedef struct run_ctx {
+	web_sched_t *s;
+	web_job_t *j;
+	eng_t *e;
+} run_ctx_t;
+
+static json_t *logprob_entry(eng_t *e, const eng_token_t *t)
+{
+	char *texts[32] = {0};
+	int n = MIN(t->n_top, (int)ARRAY_LEN(texts));
+	eng_logprob_t top[32] = {{0, 0}};
+	for (int i = 0; i < n; i++) {
+		top[i] = t->top[i];
+		if (!isfinite(top[i].logprob))
+			top[i].logprob = -9999.0f;
+		if (eng_detokenize(e, &t->top[i].token, 1, &texts[i]) != 0)
+			texts[i] = NULL;
+	}
+	float lp = isfinite(t->logprob) ? t->logprob : -9999.0f;
+	json_t *entry = web_json_logprob(t->text, t->text_len, lp, top, n, texts);
+	for (int i = 0; i < n; i++)
+		free(texts[i]);
+	return entry;
+}
+
+static int on_token(void *ud, const eng_token_t *t)
+{
+	run_ctx_t *c = ud;
+	web_job_t *j = c->j;
+	if (c->s->m)
+		atomic_fetch_add(&c->s->m->tokens_live, 1);
+	if (atomic_load(&j->cancel))
+		return 1;
+	if (now_ms() > j->deadline_ms) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&j->cancel, &zero, 2);
+		return 1;
+	}
+	json_t *lp = j->req.logprobs ? logprob_entry(c->e, t) : NULL;
+	pthread_mutex_lock(&j->mu);
+	if (j->req.stream) {
+		if (t->text_len || lp) {
+			json_t *arr = NULL;
+			if (lp) {
+				arr = json_array();
+				json_array_append_new(arr, lp);
+			}
+			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, t->text, t->text_len,
+							    ENG_FINISH_NONE, j->req.include_usage,
+							    arr));
+			pthread_cond_broadcast(&j->cv);
+		}
+	} else {
+		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
+		if (lp) {
+			if (!j->logprobs)
+				j->logprobs = json_array();
+			json_array_append_new(j->logprobs, lp);
+		}
+	}
+	pthread_mutex_unlock(&j->mu);
+	return 0;
+}
+
+/* ---- the scheduler thread ------------------------------------------------------------------- */
+
+static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
+{
+	pthread_mutex_lock(&j->mu);
+	j->state = JOB_RUNNING;
+	if (j->req.stream && j->req.kind == WEB_CHAT && !j->sent_role) {
+		/* OpenAI's first chunk carries the role and empty content. */
+		web_sse_add(&j->out, web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
+						    j->req.include_usage, NULL));
+		j->sent_role = 1;
+		pthread_cond_broadcast(&j->cv);
+	}
+	pthread_mutex_unlock(&j->mu);
+
+	eng_result_t res;
+	memset(&res, 0, sizeof res);
+	int rc;
+	if (atomic_load(&j->cancel) == 0 && now_ms() > j->deadline_ms)
+		atomic_store(&j->cancel, 2);
+	if (atomic_load(&j->cancel)) {
+		res.finish = ENG_FINISH_CANCELED;
+		rc = SH_ECANCELED;
+	} else {
+		run_ctx_t c = {s, j, e};
+		rc = eng_generate(e, j->ids, j->n_ids, &j->req.samp, on_token, &c, &res);
+	}
+
+	pthread_mutex_lock(&j->mu);
+	j->res = res;
+	int reason = atomic_load(&j->cancel);
+	if (reason || res.finish == ENG_FINISH_CANCELED) {
+		cancel_err(j, reason ? reason : 1);
+	} else if (rc < 0 || res.finish == ENG_FINISH_ERROR) {
+		if (rc == SH_EINVAL)
+			web_err_set(&j->err, 400, "invalid_request_error", "messages",
+				    "context_length_exceeded", "%s",
+				    res.error[0] ? res.error : "the prompt does not fit the context");
+		else
+			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
+				    res.error[0] ? res.error : sh_strerror(rc));
+	}
+	finish_job_locked(j);
+	pthread_mutex_unlock(&j->mu);
+	if (s->m && !j->err.status)
+		web_metrics_finished(s->m, &res);
+	if (j->err.status && j->err.status != 499)
+		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status, j->err.message);
+}
+
+static void *sched_main(void *arg)
+{
+	web_sched_t *s = arg;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->stopping && (!s->head || !s->eng))
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->stopping)
+			break;
+		web_job_t *j = s->head;
+		s->head = j->next;
+		if (!s->head)
+			s->tail = NULL;
+		j->next = NULL;
+		s->queued--;
+		s->running = j;
+		eng_t *e = s->eng;
+		pthread_mutex_unlock(&s->mu);
+
+		run_job(s, e, j);
+
+		pthread_mutex_lock(&s->mu);
+		s->running = NULL;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		web_job_unref(j); /* the queue's reference */
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Fails every queued job with reason (caller holds s->mu). */
+static void drain_locked(web_sched_t *s, int reason)
+{
+	web_job_t *j = s->head;
+	s->head = s->tail = NULL;
+	s->queued = 0;
+	while (j) {
+		web_job_t *next = j->next;
+		pthread_mutex_lock(&j->mu);
+		atomic_store(&j->cancel, reason);
+		cancel_err(j, reason);
+		finish_job_locked(j);
+		pthread_mutex_unlock(&j->mu);
+		web_job_unref(j);
+		j = next;
+	}
+}
+
+int web_sched_new(web_sched_t **out, web_metrics_t *m, int queue_max)
+{
+	web_sched_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return SH_ENOMEM;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->queue_max = queue_max > 0 ? queue_max : 1;
+	s->m = m;
+	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+		pthread_cond_destroy(&s->cv);
+		pthread_mutex_destroy(&s->mu);
+		free(s);
+		return SH_EIO;
+	}
+	s->started = 1;
+	*out = s;
+	return 0;
+}
+
+void web_sched_stop(web_sched_t *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int join = s->started;
+	s->started = 0;
+	s->stopping = 1;
+	drain_locked(s, 3);
+	if (s->running)
+		atomic_store(&s->running->cancel, 3);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (join)
+		pthread_join(s->thread, NULL);
+}
+
+void web_sched_free(web_sched_t *s)
+{
+	if (!s)
+		return;
+	web_sched_stop(s);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+int web_sched_submit(web_sched_t *s, web_job_t *j)
+{
+	int rc = 0;
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping)
+		rc = SH_ECLOSED;
+	else if (!s->eng)
+		rc = SH_ENOENT;
+	else if (s->queued >= s->queue_max)
+		rc = SH_EBUSY;
+	if (rc == 0) {
+		web_job_ref(j);
+		j->next = NULL;
+		if (s->tail)
+			s->tail->next = j;
+		else
+			s->head = j;
+		s->tail = j;
+		s->queued++;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason)
+{
+	pthread_mutex_lock(&s->mu);
+	web_job_t **pp = &s->head, *prev = NULL;
+	while (*pp && *pp != j) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (*pp) { /* still queued: finish it here */
+		*pp = j->next;
+		if (s->tail == j)
+			s->tail = prev;
+		s->queued--;
+		j->next = NULL;
+		pthread_mutex_lock(&j->mu);
+		atomic_store(&j->cancel, reason);
+		cancel_err(j, reason);
+		finish_job_locked(j);
+		pthread_mutex_unlock(&j->mu);
+		pthread_mutex_unlock(&s->mu);
+		web_job_unref(j);
+		return;
+	}
+	int zero = 0;
+	atomic_compare_exchange_strong(&j->cancel, &zero, reason);
+	pthread_mutex_unlock(&s->mu);
+}
+
+eng_t *web_sched_engine_acquire(web_sched_t *s)
+{
+	pthread_mutex_lock(&s->mu);
+	eng_t *e = s->stopping ? NULL : s->eng;
+	if (e)
+		s->eng_users++;
+	pthread_mutex_unlock(&s->mu);
+	return e;
+}
+
+void web_sched_engine_release(web_sched_t *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (--s->eng_users == 0)
+		pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void web_sched_set_engine(web_sched_t *s, eng_t *e)
+{
+	pthread_mutex_lock(&s->mu);
+	eng_t *old = s->eng;
+	s->eng = NULL; /* no new users while we wait */
+	if (old && !e)
+		drain_locked(s, 3);
+	while (old && (s->running || s->eng_users > 0))
+		pthread_cond_wait(&s->cv, &s->mu);
+	s->eng = e;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void web_sched_depth(web_sched_t *s, int *queued, int *running)
+{
+	pthread_mutex_lock(&s->mu);
+	*queued = s->queued;
+	*running = s->running != NULL;
+	pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,211 @@
+/*
+ * web_int.h: web/'s internal interface, shared by its files and its tests (tests/test_web.c,
+ * tests/fuzz/fuzz_request.c). Nothing here is for other modules.
+ *
+ *   request.c  JSON body -> web_req_t (pure; every client mistake becomes a web_err_t)
+ *   respond.c  replies, chunks, errors as JSON text; SSE framing; UTF-8 repair (pure)
+ *   sched.c    the bounded queue and the scheduler thread that runs eng_generate
+ *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
+ *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
+ *   dashboard_page.c  the dashboard page (one self-contained HTML document)
+ */
+#ifndef SHOAL_WEB_INT_H
+#define SHOAL_WEB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "infer/infer.h"
+#include "web/web.h"
+
+struct json_t; /* jansson */
+
+#define WEB_BODY_MAX (1u << 20) /* request bodies above this are answered 413 */
+#define WEB_STOP_MAX 16         /* stop strings per request */
+#define WEB_MSG_MAX 4096        /* messages per request */
+
+/* ---- growable byte buffer ------------------------------------------------------------------ */
+
+typedef struct web_buf {
+	char *p; /* NUL-terminated when non-NULL */
+	size_t len, cap;
+} web_buf_t;
+
+int web_buf_add(web_buf_t *b, const char *s, size_t n); /* 0 or SH_ENOMEM */
+int web_buf_addf(web_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void web_buf_free(web_buf_t *b);
+
+/* ---- errors as the client sees them ---------------------------------------------------------- */
+
+typedef struct web_err {
+	int status;        /* HTTP status */
+	const char *type;  /* "invalid_request_error", ... (static string) */
+	char param[64];    /* offending field or "" */
+	char code[48];     /* machine-readable code or "" */
+	char message[256]; /* one line for humans */
+} web_err_t;
+
+/* Fills e and returns status (for tail calls). */
+int web_err_set(web_err_t *e, int status, const char *type, const char *param, const char *code,
+		const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* ---- requests (request.c) ------------------------------------------------------------------- */
+
+enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
+
+typedef struct web_req {
+	int kind;             /* enum web_kind */
+	char *model;          /* as sent, or NULL */
+	eng_msg_t *msgs;      /* chat: n_msgs messages, role and content strings owned */
+	int n_msgs;
+	char *prompt;         /* completion: text prompt, or NULL when prompt_ids is used */
+	int *prompt_ids;      /* completion: prompt given as token ids */
+	int n_prompt_ids;
+	eng_sampling_t samp;  /* samp.stop points into stop[] */
+	char *stop[WEB_STOP_MAX];
+	int n_stop;
+	int stream;           /* Server-Sent Events */
+	int include_usage;    /* stream_options.include_usage */
+	int logprobs;         /* report log-probabilities of chosen tokens */
+	int seed_given;       /* samp.seed came from the request */
+} web_req_t;
+
+/* Parses and validates a body for kind. Returns 0, or the HTTP status (400) with err filled.
+ * Always leaves r safe to pass to web_req_clear. Never reads past len. */
+int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
+void web_req_clear(web_req_t *r);
+
+/* ---- replies (respond.c) -------------------------------------------------------------------- */
+
+/* Replaces invalid UTF-8 in s[0..n) with U+FFFD, appending to out. */
+int web_utf8_repair(web_buf_t *out, const char *s, size_t n);
+
+/* {"error": {...}} as a malloc'd string. */
+char *web_json_error(const web_err_t *e);
+
+/* "stop" / "length" / NULL for other finishes. */
+const char *web_finish_name(int finish);
+
+typedef struct web_usage {
+	int prompt_tokens, completion_tokens;
+} web_usage_t;
+
+/* Identity shared by every chunk of one reply. */
+typedef struct web_reply_id {
+	int kind;
+	char id[48];       /* "chatcmpl-..." or "cmpl-..." */
+	long long created; /* unix seconds */
+	const char *model;
+} web_reply_id_t;
+
+/* The whole non-streaming reply. logprobs (may be NULL) is stolen: it is the array of
+ * {token, logprob, bytes, top_logprobs} entries collected while generating. */
+char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_len, int finish,
+		     const web_usage_t *u, struct json_t *logprobs);
+
+/* One streaming chunk. role: first chunk of a chat ("assistant") or NULL; text may be NULL;
+ * finish: ENG_FINISH_NONE for content chunks; with_usage_null adds "usage": null (OpenAI sends it
+ * on every chunk once include_usage is on). logprobs (may be NULL) is stolen. */
+char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *text, size_t text_len,
+		     int finish, int with_usage_null, struct json_t *logprobs);
+
+/* The final usage-only chunk ("choices": []). */
+char *web_json_usage_chunk(const web_reply_id_t *rid, const web_usage_t *u);
+
+/* One chosen token's log-probability entry: {token, logprob, bytes, top_logprobs}. texts of the
+ * alternatives come from the engine (eng_detokenize) and may be NULL when unknown. */
+struct json_t *web_json_logprob(const char *text, size_t text_len, float logprob,
+				const eng_logprob_t *top, int n_top, char *const *top_texts);
+
+/* Appends "data: JSON\n\n" (takes ownership of json, frees it; NULL = out of memory). */
+int web_sse_add(web_buf_t *out, char *json);
+
+/* ---- the queue and the scheduler (sched.c) ---------------------------------------------------- */
+
+enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
+
+typedef struct web_sched web_sched_t;
+
+/* One accepted request. Shared by its connection and the scheduler (reference counted); mu
+ * guards out, state and the result fields; the connection waits on cv. */
+typedef struct web_job {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs;
+	web_req_t req;
+	int *ids;             /* prompt token ids (owned) */
+	int n_ids;
+	web_reply_id_t rid;
+	char model[128];      /* rid.model points here */
+	int64_t deadline_ms;  /* now_ms() clock */
+	atomic_int cancel;    /* 1 client gone, 2 timed out, 3 server stopping */
+	int state;            /* enum web_job_state */
+	web_buf_t out;        /* streaming: SSE bytes not yet sent to the client */
+	web_buf_t text;       /* non-streaming: the completion text */
+	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
+	eng_result_t res;
+	web_err_t err;        /* status != 0 when the request failed */
+	int sent_role;        /* streaming: the role chunk went out */
+	struct web_job *next; /* queue link (scheduler's mutex) */
+	struct web_metrics *metrics;
+} web_job_t;
+
+/* A new job (refs = 1) owning req's contents (req is moved: zeroed on return) and ids. */
+web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, int timeout_ms);
+void web_job_ref(web_job_t *j);
+void web_job_unref(web_job_t *j); /* NULL-safe; frees at zero */
+
+/* The scheduler. metrics may be NULL (tests). */
+int web_sched_new(web_sched_t **out, struct web_metrics *m, int queue_max);
+/* Stops: fails queued jobs, cancels the running one, joins the thread; submit then fails.
+ * Idempotent; the struct stays valid until web_sched_free (connections may still hold jobs). */
+void web_sched_stop(web_sched_t *s);
+void web_sched_free(web_sched_t *s); /* stops if needed, then frees; NULL-safe */
+
+/* Enqueues (the queue takes its own reference). Returns 0, SH_EBUSY when full, SH_ENOENT when
+ * no engine is attached, SH_ECLOSED when stopping. */
+int web_sched_submit(web_sched_t *s, web_job_t *j);
+
+/* Cancels j for reason (1 gone, 2 timeout): a queued job is removed and finished now; a running
+ * one stops at its next token. */
+void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason);
+
+/* Engine use from connection threads (tokenizing): acquire returns the engine with a use count
+ * held, or NULL when none; release drops it. web_sched_set_engine waits for all uses to end. */
+eng_t *web_sched_engine_acquire(web_sched_t *s);
+void web_sched_engine_release(web_sched_t *s);
+void web_sched_set_engine(web_sched_t *s, eng_t *e);
+
+void web_sched_depth(web_sched_t *s, int *queued, int *running);
+
+/* ---- metrics (metrics.c) -------------------------------------------------------------------- */
+
+#define WEB_MAX_RANKS 256
+
+typedef struct web_metrics {
+	pthread_mutex_t mu;
+	uint64_t by_status[600];  /* finished HTTP requests per status code (API paths) */
+	uint64_t prompt_tokens, completion_tokens, api_requests;
+	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
+	double last_tps;          /* decode tokens/s of the last finished request */
+	double step_ms, comm_ms;  /* negative = unknown */
+	int step_external;        /* step_ms comes from web_set_step_metrics, not from results */
+	int n_ranks;
+	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
+} web_metrics_t;
+
+void web_metrics_init(web_metrics_t *m);
+void web_metrics_destroy(web_metrics_t *m);
+const char *web_state_name(int state); /* "serving", "forming", ... */
+void web_metrics_status(web_metrics_t *m, int status);
+void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
+
+/* Prometheus text exposition into out. */
+int web_metrics_prometheus(web_metrics_t *m, web_buf_t *out, int queued, int running, int state);
+
+/* ---- the page ------------------------------------------------------------------------------- */
+
+extern const char web_dashboard_html[];
+
+#endif
