@@ -575,19 +575,9 @@ static void dial_missing(agent_t *a, int64_t now)
 			continue;
 		a->static_last_ms[i] = now;
 		char host[DISC_HOST_MAX];
-		snprintf(host, sizeof host, "%s", a->cfg.peers[i]);
-		char *colon = strrchr(host, ':');
-		int port = AGENT_DEFAULT_PORT;
-		if (colon && strchr(host, ']') < colon) {
-			*colon = 0;
-			port = atoi(colon + 1);
-		}
-		if (host[0] == '[') {
-			memmove(host, host + 1, strlen(host));
-			char *rb = strchr(host, ']');
-			if (rb)
-				*rb = 0;
-		}
+		int port;
+		if (tp_hostport_parse(a->cfg.peers[i], host, sizeof host, &port, NULL, 0))
+			continue; /* checked by cmd_agent */
 		dial_out(a, host, port, NULL, i);
 	}
 }

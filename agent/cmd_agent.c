@@ -128,9 +128,13 @@ int cmd_agent(int argc, char **argv)
 				fprintf(stderr, "shoal agent: at most %d --peer\n", AGENT_MAX_STATIC_PEERS);
 				return 2;
 			}
-			if (!strchr(optarg, ':')) {
-				fprintf(stderr, "shoal agent: --peer wants HOST:PORT, not '%s'\n", optarg);
-				return 2;
+			{
+				char h[256], perr[128];
+				int pp;
+				if (tp_hostport_parse(optarg, h, sizeof h, &pp, perr, sizeof perr)) {
+					fprintf(stderr, "shoal agent: --peer wants HOST:PORT: %s\n", perr);
+					return 2;
+				}
 			}
 			cfg.peers[cfg.npeers++] = optarg;
 			break;

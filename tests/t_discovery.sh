@@ -1,6 +1,7 @@
 #!/bin/sh
 # Discovery and election across simulated hosts (network namespaces, each with its own dbus and
-# avahi-daemon; tests/netns.sh). Root only. Measured figures go to stderr as "measure: ...";
+# avahi-daemon; tests/netns.sh); part 0 (the CLI) runs without root, the rest needs root.
+# Measured figures go to stderr as "measure: ...";
 # nothing asserts on timing beyond generous deadlines.
 #
 #   1. 3 agents agree on the leader (smallest ID), the member list and the epoch
@@ -12,6 +13,35 @@
 #   7. 20 runs with random start delays give exactly one leader each time
 #   8. the token is in no TXT record and in no packet of the whole capture
 . tests/lib.sh
+
+# ---- 0. the CLI, without root or network namespaces ------------------------------------------
+$SHOAL agent --help >/dev/null; rc=$?
+check "agent --help exits 0" [ $rc -eq 0 ]
+SHOAL_TOKEN= $SHOAL agent --state-dir /nonexistent 2>/dev/null; rc=$?
+check "agent without a token is a usage error" [ $rc -eq 2 ]
+$SHOAL agent --token x --peer nope 2>/dev/null; rc=$?
+check "agent with a bad --peer is a usage error" [ $rc -eq 2 ]
+$SHOAL agent --token x --settle soon 2>/dev/null; rc=$?
+check "agent with a bad --settle is a usage error" [ $rc -eq 2 ]
+tmp=$(mktemp -d)
+$SHOAL status --state-dir "$tmp" 2>"$tmp/err"; rc=$?
+check "status without an agent fails with a message" sh -c "[ $rc -eq 1 ] && grep -q 'no agent answers' '$tmp/err'"
+printf 'file-token\n' >"$tmp/token"
+$SHOAL agent --token-file "$tmp/token" --no-mdns --port 0 --state-dir "$tmp/s" >"$tmp/log" 2>&1 &
+apid=$!
+lone_leader() { $SHOAL status --json --state-dir "$tmp/s" 2>/dev/null | grep -q '"election":"leader"'; }
+deadline=$(($(date +%s) + 15))
+while ! lone_leader && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+check "a lone agent (static peers only) leads itself" lone_leader
+check "its node ID is 32 hex digits in the state dir" grep -Eqx '[0-9a-f]{32}' "$tmp/s/node_id"
+check "status prints the member table" sh -c "$SHOAL status --state-dir '$tmp/s' | grep -q 'leader (this node)'"
+$SHOAL agent --token-file "$tmp/token" --no-mdns --port 0 --state-dir "$tmp/s" 2>"$tmp/err2"; rc=$?
+check "a second agent on the same state dir refuses to start" sh -c "[ $rc -eq 1 ] && grep -q 'another agent' '$tmp/err2'"
+kill -TERM $apid; wait $apid; rc=$?
+check "the agent exits 0 on SIGTERM" [ $rc -eq 0 ]
+check "and removes its status socket" [ ! -e "$tmp/s/agent.sock" ]
+check "the token file's content is never logged" sh -c "! grep -q file-token '$tmp/log'"
+rm -rf "$tmp"
 
 if [ "$(id -u)" -ne 0 ]; then
 	skip "t_discovery: needs root for network namespaces"
