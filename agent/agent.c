@@ -647,6 +647,16 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 		json_object_set_new(o, "rdma", json_string(c ? c->info.rdma : ""));
 		json_object_set_new(o, "port", json_integer(c ? c->info.port : 0));
 		json_object_set_new(o, "self", json_false());
+		/* every address mDNS resolved, with its interface (the planner's RDMA matrix) */
+		json_t *addrs = json_array();
+		for (int k = 0; p && k < p->naddrs; k++) {
+			json_t *ao = json_object();
+			json_object_set_new(ao, "address", json_string(p->addrs[k].addr));
+			json_object_set_new(ao, "interface", json_string(p->addrs[k].ifname));
+			json_object_set_new(ao, "ifindex", json_integer(p->addrs[k].ifindex));
+			json_array_append_new(addrs, ao);
+		}
+		json_object_set_new(o, "addresses", addrs);
 	}
 	json_object_set_new(o, "role", json_string(role_of(a, id)));
 	return o;

@@ -105,7 +105,7 @@ host-name=${NS_PFX}h$1
 domain-name=local
 use-ipv4=yes
 use-ipv6=no
-allow-interfaces=${NS_PFX}v$1
+allow-interfaces=${NS_PFX}v$1,${NS_PFX}w$1
 enable-dbus=yes
 ratelimit-interval-usec=1000000
 ratelimit-burst=1000
@@ -192,6 +192,20 @@ ns_host_add() {
 	NS_HOSTS=$((NS_HOSTS > _i ? NS_HOSTS : _i))
 }
 
+# ns_net2_add I: a second network for host I (10.78.0.I/24 on interface ${NS_PFX}wI, through a
+# second bridge), for tests of peers seen on several interfaces. avahi picks the interface up.
+ns_net2_add() {
+	_i=$1 _ns=$(ns_name "$1")
+	if ! ip -n "${NS_PFX}sw" link show "${NS_PFX}br2" >/dev/null 2>&1; then
+		ip -n "${NS_PFX}sw" link add "${NS_PFX}br2" type bridge mcast_snooping 0 stp_state 0 forward_delay 0 || return 1
+		ip -n "${NS_PFX}sw" link set "${NS_PFX}br2" up
+	fi
+	ip -n "$_ns" link add "${NS_PFX}w$_i" type veth peer name "${NS_PFX}q$_i" netns "${NS_PFX}sw" || return 1
+	ip -n "${NS_PFX}sw" link set "${NS_PFX}q$_i" master "${NS_PFX}br2" up
+	ip -n "$_ns" addr add "10.78.0.$_i/24" dev "${NS_PFX}w$_i"
+	ip -n "$_ns" link set "${NS_PFX}w$_i" multicast on up
+}
+
 # ns_setup N: cleans leftovers, builds the switch and hosts 1..N, sets the EXIT trap.
 ns_setup() {
 	ns_cleanup_stale
@@ -210,9 +224,10 @@ ns_setup() {
 	done
 }
 
-# ns_capture_start FILE / ns_capture_stop: tcpdump of every packet crossing the bridge.
+# ns_capture_start FILE / ns_capture_stop: tcpdump of every packet crossing the switch namespace
+# (both bridges: "any" interface).
 ns_capture_start() {
-	ip netns exec "${NS_PFX}sw" tcpdump -i "${NS_PFX}br" -U -s 0 -w "$1" >"$NS_ROOT/tcpdump.log" 2>&1 &
+	ip netns exec "${NS_PFX}sw" tcpdump -i any -U -s 0 -w "$1" >"$NS_ROOT/tcpdump.log" 2>&1 &
 	NS_TCPDUMP=$!
 	ns_wait 5 grep -q 'listening on' "$NS_ROOT/tcpdump.log"
 }

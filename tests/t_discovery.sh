@@ -68,6 +68,8 @@ if ! ns_setup 4; then
 	done_tests
 	exit 1
 fi
+# hosts 1 and 2 also share a second network: each must see the other on both interfaces
+ns_net2_add 1 && ns_net2_add 2 || fail "second network for hosts 1 and 2"
 PCAP=$NS_ROOT/capture.pcap
 ns_capture_start "$PCAP" || fail "tcpdump on the bridge did not start"
 
@@ -148,6 +150,10 @@ check "exactly one of 3 says it leads" [ "$(leaders 1 2 3)" -eq 1 ]
 check "a --peer naming the node itself is skipped" grep -q "is this node; skipping" "$(ns_dir 1)/agent.log"
 check "and is not taken for a duplicate" sh -c "! grep -q 'duplicate node ID' '$(ns_dir 1)/agent.log'"
 ns_exec 1 "$SHOAL" status --state-dir "$(state 1)" >&2
+two_ifaces() {
+	status_json 1 | grep -o '"addresses":\[[^]]*\]' | grep "10.78.0.2" | grep -q "10.77.0.2"
+}
+check "host 1 keeps both of host 2's addresses, each with its interface" ns_wait 10 two_ifaces
 
 # ---- 2. another token is never a member ---------------------------------------------------------
 ns_start 4 agent env SHOAL_TOKEN="$OTHER" "$SHOAL" agent --state-dir "$(state 4)" \
