@@ -125,6 +125,18 @@ host_of_id() {
 
 leader_host() { host_of_id "$(sig "$1" | cut -d'|' -f1)"; }
 
+# Sanitizer reports in agent logs (under make test-asan; agents stopped with TERM run LeakSanitizer).
+SAN_REPORTS=0
+scan_sanitizer() {
+	for _f in "$NS_ROOT"/h*/agent.log; do
+		[ -f "$_f" ] || continue
+		if grep -q -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$_f"; then
+			SAN_REPORTS=$((SAN_REPORTS + 1))
+			grep -E -A12 "ERROR: (Address|Leak)Sanitizer|runtime error:" "$_f" | head -n 40 >&2
+		fi
+	done
+}
+
 dump_logs() {
 	for _h in "$@"; do
 		echo "--- host $_h agent log" >&2
@@ -247,6 +259,7 @@ check "the newcomer leaves cleanly" ns_wait 10 agree 1 2 3
 rm -rf "$(state 4)"
 cp -r "$(state 1)" "$(state 4)"
 rm -f "$(state 4)/agent.sock"
+scan_sanitizer
 : >"$(ns_dir 4)/agent.log"
 ns_start 4 agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(state 4)" --peer "$(ns_ip 1):7411"
 check "host 1 reports the duplicate node ID" \
@@ -268,6 +281,7 @@ for h in 1 2 3; do ns_kill "$h" agent TERM; done
 runs_ok=0 total=0 total_e=0 worst=0
 run=1
 while [ "$run" -le 20 ]; do
+	scan_sanitizer
 	for h in 1 2 3; do
 		rm -rf "$(state "$h")"
 		: >"$(ns_dir "$h")/agent.log"
@@ -294,6 +308,9 @@ while [ "$run" -le 20 ]; do
 done
 check "20 runs with random start delays: one agreed leader each time ($runs_ok/20)" [ "$runs_ok" -eq 20 ]
 [ "$runs_ok" -eq 20 ] && measure "random starts: last start -> agreement mean $((total / 10)) ms with --settle 0.5, $((total_e / 10)) ms with --expect 3; worst $worst ms (20 runs)"
+
+scan_sanitizer
+check "no sanitizer report in any agent's log" [ "$SAN_REPORTS" -eq 0 ]
 
 # ---- 8. no token in any packet ------------------------------------------------------------------
 ns_capture_stop
