@@ -266,6 +266,8 @@ check "host 1 reports the duplicate node ID" \
 	ns_wait 10 grep -q "duplicate node ID $(node_id 1)" "$(ns_dir 1)/agent.log"
 check "the copy reports the duplicate node ID" \
 	ns_wait 10 grep -q "duplicate node ID $(node_id 1)" "$(ns_dir 4)/agent.log"
+collision_renamed() { grep -q "is taken" "$(ns_dir 4)/agent.log" "$(ns_dir 1)/agent.log"; }
+check "the mDNS name collision is resolved with an alternative name" ns_wait 10 collision_renamed
 check "status shows the duplicate" sh -c "$(command -v ip) netns exec $(ns_name 1) $SHOAL status --json --state-dir $(state 1) | grep -q '\"duplicate_id\":true'"
 check "neither silently wins: the 3 views are unchanged" agree 1 2 3
 ns_kill 4 agent TERM
