@@ -15,14 +15,14 @@
  *
  * Invariant: a peer is an election member exactly while one live channel to it exists (conns[]
  * holds at most one channel per node ID); state changes only in agent_convert(), logged old -> new.
+ * The status socket's JSON lives in status.c; the structs both share are in agent_int.h.
  */
-#include "agent/agent.h"
+#include "agent/agent_int.h"
 #include "common/common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
-#include <jansson.h>
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <poll.h>
@@ -35,72 +35,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#define HANDSHAKE_MS 2000
-#define FALLBACK_MS 3000
-#define RETRY_MS 1000
-#define STATIC_RETRY_MS 2000
-#define MAX_CONNS DISC_MAX_PEERS
-#define MAX_DIALS 32
-
-typedef struct conn {
-	tp_chan_t *ch;
-	disc_id_t id;
-	int initiator_is_me;
-	int64_t last_rx_ms, last_tx_ms;
-	char addr[DISC_ADDR_MAX]; /* peer address without port */
-	disc_info_t info; /* from the peer's INFO */
-} conn_t;
-
-/* A handshake on its own thread; the result comes back through result_pipe. */
-typedef struct dial {
-	agent_t *a;
-	int outgoing;
-	char host[DISC_HOST_MAX];
-	int port;
-	int fd; /* incoming: the accepted socket */
-	int static_index; /* outgoing to --peer i, else -1 */
-	disc_id_t target; /* outgoing to an mDNS peer (zero for static) */
-	/* result */
-	tp_chan_t *ch;
-	int rc;
-	char err[256];
-} dial_t;
-
-struct agent {
-	agent_config_t cfg;
-	tp_keys_t keys;
-	disc_id_t self;
-	char self_hex[DISC_ID_HEX];
-	disc_host_facts_t facts;
-	uint64_t nonce;
-	agent_state_t state;
-	elec_t *elec;
-	disc_mdns_t *mdns;
-	disc_table_t *table;
-	int listen_fd, status_fd;
-	char status_path[4096];
-	int result_pipe[2], stop_pipe[2];
-	atomic_int dials_running;
-	conn_t conns[MAX_CONNS];
-	int nconns;
-	/* dials in flight, so one target is dialled once at a time */
-	disc_id_t dialing[MAX_DIALS];
-	int ndialing;
-	int static_dialing[AGENT_MAX_STATIC_PEERS];
-	int64_t static_last_ms[AGENT_MAX_STATIC_PEERS];
-	disc_id_t static_id[AGENT_MAX_STATIC_PEERS]; /* learnt at the first handshake */
-	int static_self[AGENT_MAX_STATIC_PEERS];     /* the --peer is this node itself */
-	int static_err_logged[AGENT_MAX_STATIC_PEERS];
-	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table (a rate limit only) */
-	unsigned mdns_tries[DISC_MAX_PEERS];
-	int64_t last_hb_ms;
-	int duplicate;            /* another live node uses our ID */
-	char duplicate_where[128];
-	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
-	int nforeign;
-	disc_id_t last_leader;
-};
 
 const char *agent_state_name(agent_state_t s)
 {
@@ -221,7 +155,7 @@ static void dial_out(agent_t *a, const char *host, int port, const disc_id_t *ta
 
 /* ---- members -------------------------------------------------------------------------------- */
 
-static conn_t *conn_find(agent_t *a, const disc_id_t *id)
+conn_t *agent_conn_find(agent_t *a, const disc_id_t *id)
 {
 	for (int i = 0; i < a->nconns; i++)
 		if (!disc_id_cmp(&a->conns[i].id, id))
@@ -353,7 +287,7 @@ static void on_dial_result(agent_t *a, dial_t *d)
 		return;
 	}
 	int me_init = d->outgoing;
-	conn_t *old = conn_find(a, &pid);
+	conn_t *old = agent_conn_find(a, &pid);
 	if (old) {
 		/* keep the channel initiated by the smaller ID; a repeat from the same side replaces
 		 * the old one (the peer restarted and the old channel is stale) */
@@ -548,7 +482,7 @@ static void dial_missing(agent_t *a, int64_t now)
 	int have_hint = elec_hint(a->elec, &hint);
 	for (int i = 0; i < disc_table_count(a->table); i++) {
 		const disc_peer_t *p = disc_table_at(a->table, i);
-		if (conn_find(a, &p->id) || is_dialing(a, &p->id) || !p->naddrs)
+		if (agent_conn_find(a, &p->id) || is_dialing(a, &p->id) || !p->naddrs)
 			continue;
 		int me_smaller = disc_id_cmp(&a->self, &p->id) < 0;
 		int hinted = have_hint && !disc_id_cmp(&hint, &p->id);
@@ -571,7 +505,7 @@ static void dial_missing(agent_t *a, int64_t now)
 		    now - a->static_last_ms[i] < STATIC_RETRY_MS)
 			continue;
 		if (!disc_id_is_zero(&a->static_id[i]) &&
-		    (conn_find(a, &a->static_id[i]) || !disc_id_cmp(&a->static_id[i], &a->self)))
+		    (agent_conn_find(a, &a->static_id[i]) || !disc_id_cmp(&a->static_id[i], &a->self)))
 			continue;
 		a->static_last_ms[i] = now;
 		char host[DISC_HOST_MAX];
@@ -582,167 +516,6 @@ static void dial_missing(agent_t *a, int64_t now)
 	}
 }
 
-/* ---- status --------------------------------------------------------------------------------- */
-
-/* This host's first non-loopback IPv4 address and its interface (for the member table). */
-static void self_addr(char *addr, size_t alen, char *ifn, size_t ilen)
-{
-	struct ifaddrs *ifs = NULL, *it;
-	snprintf(addr, alen, "-");
-	snprintf(ifn, ilen, "-");
-	if (getifaddrs(&ifs) != 0)
-		return;
-	for (it = ifs; it; it = it->ifa_next) {
-		if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || !strcmp(it->ifa_name, "lo"))
-			continue;
-		inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, addr,
-			  (socklen_t)alen);
-		snprintf(ifn, ilen, "%s", it->ifa_name);
-		break;
-	}
-	freeifaddrs(ifs);
-}
-
-static const char *role_of(agent_t *a, const disc_id_t *id)
-{
-	disc_id_t l;
-	if (!elec_leader(a->elec, &l))
-		return "-";
-	return disc_id_cmp(&l, id) ? "follower" : "leader";
-}
-
-static json_t *member_json(agent_t *a, const disc_id_t *id)
-{
-	char h[DISC_ID_HEX];
-	disc_id_hex(id, h);
-	json_t *o = json_object();
-	json_object_set_new(o, "node_id", json_string(h));
-	if (!disc_id_cmp(id, &a->self)) {
-		char addr[DISC_ADDR_MAX], ifn[IF_NAMESIZE];
-		self_addr(addr, sizeof addr, ifn, sizeof ifn);
-		json_object_set_new(o, "host", json_string(a->facts.hostname));
-		json_object_set_new(o, "address", json_string(addr));
-		json_object_set_new(o, "interface", json_string(ifn));
-		json_object_set_new(o, "mem", json_integer((json_int_t)a->facts.mem_bytes));
-		json_object_set_new(o, "cores", json_integer(a->facts.cores));
-		json_object_set_new(o, "rdma", json_string(a->facts.rdma));
-		json_object_set_new(o, "port", json_integer(a->cfg.port));
-		json_object_set_new(o, "self", json_true());
-	} else {
-		conn_t *c = conn_find(a, id);
-		const disc_peer_t *p = disc_table_find(a->table, id);
-		const char *ifn = "-";
-		if (p)
-			for (int k = 0; k < p->naddrs; k++)
-				if (c && !strcmp(p->addrs[k].addr, c->addr))
-					ifn = p->addrs[k].ifname;
-		if (p && !strcmp(ifn, "-") && p->naddrs)
-			ifn = p->addrs[0].ifname;
-		json_object_set_new(o, "host",
-				    json_string(c && c->info.host[0] ? c->info.host : p ? p->host : "-"));
-		json_object_set_new(o, "address", json_string(c ? c->addr : "-"));
-		json_object_set_new(o, "interface", json_string(ifn));
-		json_object_set_new(o, "mem", json_integer(c ? (json_int_t)c->info.mem_bytes : 0));
-		json_object_set_new(o, "cores", json_integer(c ? c->info.cores : 0));
-		json_object_set_new(o, "rdma", json_string(c ? c->info.rdma : ""));
-		json_object_set_new(o, "port", json_integer(c ? c->info.port : 0));
-		json_object_set_new(o, "self", json_false());
-		/* every address mDNS resolved, with its interface (the planner's RDMA matrix) */
-		json_t *addrs = json_array();
-		for (int k = 0; p && k < p->naddrs; k++) {
-			json_t *ao = json_object();
-			json_object_set_new(ao, "address", json_string(p->addrs[k].addr));
-			json_object_set_new(ao, "interface", json_string(p->addrs[k].ifname));
-			json_object_set_new(ao, "ifindex", json_integer(p->addrs[k].ifindex));
-			json_array_append_new(addrs, ao);
-		}
-		json_object_set_new(o, "addresses", addrs);
-	}
-	json_object_set_new(o, "role", json_string(role_of(a, id)));
-	return o;
-}
-
-static char *status_json(agent_t *a)
-{
-	disc_id_t l;
-	char lh[DISC_ID_HEX] = "";
-	if (elec_leader(a->elec, &l))
-		disc_id_hex(&l, lh);
-	json_t *root = json_object();
-	json_object_set_new(root, "node_id", json_string(a->self_hex));
-	json_object_set_new(root, "state", json_string(agent_state_name(a->state)));
-	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(a->elec))));
-	json_object_set_new(root, "leader", lh[0] ? json_string(lh) : json_null());
-	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
-	json_object_set_new(root, "cluster_id", json_string(a->keys.cid_hex));
-	json_object_set_new(root, "port", json_integer(a->cfg.port));
-	json_object_set_new(root, "http_port", json_integer(a->cfg.http_port));
-	json_object_set_new(root, "model", a->cfg.model ? json_string(a->cfg.model) : json_null());
-	json_object_set_new(root, "mdns", json_string(a->mdns ? disc_mdns_backend() : "off"));
-	json_object_set_new(root, "duplicate_id", json_boolean(a->duplicate));
-	if (a->duplicate)
-		json_object_set_new(root, "duplicate_at", json_string(a->duplicate_where));
-	json_t *arr = json_array();
-	for (int i = 0; i < elec_member_count(a->elec); i++)
-		json_array_append_new(arr, member_json(a, elec_member_at(a->elec, i)));
-	json_object_set_new(root, "members", arr); /* last: scripts cut the object there */
-	char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	json_decref(root);
-	return s;
-}
-
-static void serve_status(agent_t *a)
-{
-	int fd = accept(a->status_fd, NULL, NULL);
-	if (fd < 0)
-		return;
-	struct timeval tv = {1, 0};
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	char *s = status_json(a);
-	if (s) {
-		size_t len = strlen(s), off = 0;
-		while (off < len) {
-			ssize_t w = write(fd, s + off, len - off);
-			if (w <= 0)
-				break;
-			off += (size_t)w;
-		}
-		if (write(fd, "\n", 1) != 1)
-			LOG(LOG_DEBUG, "status: short write");
-		free(s);
-	}
-	close(fd);
-}
-
-static int status_listen(agent_t *a, char *errbuf, size_t errlen)
-{
-	if (agent_status_path(a->cfg.state_dir, a->status_path, sizeof a->status_path))
-		return sh_fail(errbuf, errlen, SH_EINVAL, "state dir path too long for a socket");
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	memcpy(sa.sun_path, a->status_path, strlen(a->status_path) + 1); /* length checked by agent_status_path */
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return sh_fail(errbuf, errlen, SH_EIO, "status socket: %s", strerror(errno));
-	/* a live agent answers on it: refuse to steal its socket */
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN) {
-		close(fd);
-		return sh_fail(errbuf, errlen, SH_EBUSY,
-			       "another agent runs with state dir %s (%s answers)", a->cfg.state_dir,
-			       a->status_path);
-	}
-	close(fd);
-	unlink(a->status_path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return sh_fail(errbuf, errlen, SH_EIO, "status socket %s: %s", a->status_path,
-			       strerror(e));
-	}
-	a->status_fd = fd;
-	return 0;
-}
 
 /* ---- the loop ------------------------------------------------------------------------------- */
 
@@ -833,7 +606,7 @@ int agent_run(agent_t *a)
 				on_dial_result(a, d);
 		}
 		if (pf[3].revents & POLLIN)
-			serve_status(a);
+			agent_status_serve(a);
 		if (pf[4].revents & POLLIN) {
 			disc_event_t ev;
 			while (disc_mdns_next(a->mdns, &ev))
@@ -901,7 +674,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		goto err;
 	fcntl(a->listen_fd, F_SETFL, fcntl(a->listen_fd, F_GETFL) | O_NONBLOCK);
 	a->cfg.port = port;
-	if (status_listen(a, errbuf, errlen))
+	if (agent_status_listen(a, errbuf, errlen))
 		goto err;
 	elec_config_t ec = {.settle_ms = cfg->settle_ms, .expect = cfg->expect,
 			    .grace_ms = cfg->no_mdns ? 0 : 1000, .hold_ms = 5000};
