@@ -20,11 +20,11 @@
 #include "agent/agent_int.h"
 #include "common/common.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -166,8 +166,11 @@ conn_t *agent_conn_find(agent_t *a, const disc_id_t *id)
 static void send_info(agent_t *a, conn_t *c)
 {
 	char buf[1024];
-	disc_info_t in = {.version = DISC_PROTO_VERSION, .id = a->self, .port = a->cfg.port,
-			  .mem_bytes = a->facts.mem_bytes, .cores = a->facts.cores};
+	disc_info_t in = {.version = DISC_PROTO_VERSION,
+			  .id = a->self,
+			  .port = a->cfg.port,
+			  .mem_bytes = a->facts.mem_bytes,
+			  .cores = a->facts.cores};
 	snprintf(in.host, sizeof in.host, "%s", a->facts.hostname);
 	snprintf(in.rdma, sizeof in.rdma, "%s", a->facts.rdma);
 	int n = disc_info_encode(&in, buf, sizeof buf);
@@ -180,8 +183,9 @@ static void log_members(agent_t *a, const char *what, const disc_id_t *id, const
 {
 	char s[9];
 	short_id(id, s);
-	LOG(LOG_INFO, "members: %d -> %d (%s %s at %s)", elec_member_count(a->elec) + (*what == '+' ? -1 : 1),
-	    elec_member_count(a->elec), what, s, addr);
+	LOG(LOG_INFO, "members: %d -> %d (%s %s at %s)",
+	    elec_member_count(a->elec) + (*what == '+' ? -1 : 1), elec_member_count(a->elec), what,
+	    s, addr);
 }
 
 /* Drops conns[i]; the peer leaves the view. */
@@ -202,7 +206,7 @@ static void addr_only(const char *addrport, char *out, size_t len)
 	snprintf(out, len, "%s", addrport);
 	char *colon = strrchr(out, ':');
 	if (colon && strchr(out, '.'))
-		*colon = 0; /* IPv4 a.b.c.d:port */
+		*colon = 0;       /* IPv4 a.b.c.d:port */
 	else if (out[0] == '[') { /* [v6]:port */
 		char *rb = strchr(out, ']');
 		if (rb) {
@@ -279,7 +283,8 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	if (!disc_id_cmp(&pid, &a->self)) {
 		LOG(LOG_ERROR,
 		    "duplicate node ID %s: the node at %s uses it too (a copied state directory?); "
-		    "stop one and remove its %s/node_id", ph, addr, a->cfg.state_dir);
+		    "stop one and remove its %s/node_id",
+		    ph, addr, a->cfg.state_dir);
 		a->duplicate = 1;
 		snprintf(a->duplicate_where, sizeof a->duplicate_where, "%s", addr);
 		tp_chan_free(d->ch);
@@ -289,8 +294,8 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	int me_init = d->outgoing;
 	conn_t *old = agent_conn_find(a, &pid);
 	if (old) {
-		/* keep the channel initiated by the smaller ID; a repeat from the same side replaces
-		 * the old one (the peer restarted and the old channel is stale) */
+		/* keep the channel initiated by the smaller ID; a repeat from the same side
+		 * replaces the old one (the peer restarted and the old channel is stale) */
 		int smaller_is_me = disc_id_cmp(&a->self, &pid) < 0;
 		int keep_new = old->initiator_is_me == me_init || me_init == smaller_is_me;
 		LOG(LOG_DEBUG, "agent: second channel to %s: keeping the %s one", ph,
@@ -394,9 +399,7 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		elec_on_smaller(a->elec, &c->id, &s, now);
 		return 0;
 	}
-	default:
-		LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type);
-		return 0;
+	default: LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type); return 0;
 	}
 }
 
@@ -432,11 +435,8 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 {
 	const disc_sighting_t *s = &ev->s;
 	switch (ev->kind) {
-	case DISC_EV_PUBLISHED:
-		break;
-	case DISC_EV_RESTARTED:
-		disc_table_clear(a->table);
-		break;
+	case DISC_EV_PUBLISHED: break;
+	case DISC_EV_RESTARTED: disc_table_clear(a->table); break;
 	case DISC_EV_DOWN:
 		if (disc_table_remove(a->table, s))
 			LOG(LOG_DEBUG, "mdns: '%s' gone", s->name);
@@ -447,15 +447,17 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 				if (!strcmp(a->foreign_seen[i], s->name))
 					return;
 			if (a->nforeign < (int)ARRAY_LEN(a->foreign_seen))
-				snprintf(a->foreign_seen[a->nforeign++], DISC_NAME_MAX, "%s", s->name);
-			LOG(LOG_INFO, "mdns: ignoring '%s' at %s: another cluster (cid %s)", s->name,
-			    s->addr, s->cid);
+				snprintf(a->foreign_seen[a->nforeign++], DISC_NAME_MAX, "%s",
+					 s->name);
+			LOG(LOG_INFO, "mdns: ignoring '%s' at %s: another cluster (cid %s)",
+			    s->name, s->addr, s->cid);
 			return;
 		}
 		if (!disc_id_cmp(&s->id, &a->self)) {
 			if (!a->duplicate)
 				LOG(LOG_ERROR,
-				    "duplicate node ID %s: '%s' at %s advertises it too (a copied state "
+				    "duplicate node ID %s: '%s' at %s advertises it too (a copied "
+				    "state "
 				    "directory?); stop one and remove its node_id file",
 				    a->self_hex, s->name, s->addr);
 			a->duplicate = 1;
@@ -463,8 +465,8 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 			return;
 		}
 		if (s->version != DISC_PROTO_VERSION) {
-			LOG(LOG_WARN, "mdns: '%s' speaks protocol %d, we speak %d: ignored", s->name,
-			    s->version, DISC_PROTO_VERSION);
+			LOG(LOG_WARN, "mdns: '%s' speaks protocol %d, we speak %d: ignored",
+			    s->name, s->version, DISC_PROTO_VERSION);
 			return;
 		}
 		if (!disc_table_find(a->table, &s->id))
@@ -505,7 +507,8 @@ static void dial_missing(agent_t *a, int64_t now)
 		    now - a->static_last_ms[i] < STATIC_RETRY_MS)
 			continue;
 		if (!disc_id_is_zero(&a->static_id[i]) &&
-		    (agent_conn_find(a, &a->static_id[i]) || !disc_id_cmp(&a->static_id[i], &a->self)))
+		    (agent_conn_find(a, &a->static_id[i]) ||
+		     !disc_id_cmp(&a->static_id[i], &a->self)))
 			continue;
 		a->static_last_ms[i] = now;
 		char host[DISC_HOST_MAX];
@@ -515,7 +518,6 @@ static void dial_missing(agent_t *a, int64_t now)
 		dial_out(a, host, port, NULL, i);
 	}
 }
-
 
 /* ---- the loop ------------------------------------------------------------------------------- */
 
@@ -575,10 +577,12 @@ int agent_run(agent_t *a)
 		pf[n++] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = a->result_pipe[0], .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = a->status_fd, .events = POLLIN};
-		pf[n++] = (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
+		pf[n++] =
+		    (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
 		int base = n, nc = a->nconns, timeout = 100;
 		for (int i = 0; i < nc; i++) {
-			pf[n++] = (struct pollfd){.fd = tp_chan_fd(a->conns[i].ch), .events = POLLIN};
+			pf[n++] =
+			    (struct pollfd){.fd = tp_chan_fd(a->conns[i].ch), .events = POLLIN};
 			if (tp_chan_pending(a->conns[i].ch))
 				timeout = 0;
 		}
@@ -676,8 +680,10 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->cfg.port = port;
 	if (agent_status_listen(a, errbuf, errlen))
 		goto err;
-	elec_config_t ec = {.settle_ms = cfg->settle_ms, .expect = cfg->expect,
-			    .grace_ms = cfg->no_mdns ? 0 : 1000, .hold_ms = 5000};
+	elec_config_t ec = {.settle_ms = cfg->settle_ms,
+			    .expect = cfg->expect,
+			    .grace_ms = cfg->no_mdns ? 0 : 1000,
+			    .hold_ms = 5000};
 	a->elec = elec_new(&a->self, &ec, now_ms());
 	a->table = disc_table_new();
 	if (!a->elec || !a->table) {
@@ -689,8 +695,10 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	for (int i = 0; i < DISC_MAX_PEERS; i++)
 		a->mdns_last_try_ms[i] = INT64_MIN / 2;
 	if (!cfg->no_mdns) {
-		disc_publish_t pub = {.id = a->self, .port = (uint16_t)port,
-				      .mem_bytes = a->facts.mem_bytes, .cores = a->facts.cores,
+		disc_publish_t pub = {.id = a->self,
+				      .port = (uint16_t)port,
+				      .mem_bytes = a->facts.mem_bytes,
+				      .cores = a->facts.cores,
 				      .nonce = a->nonce};
 		snprintf(pub.cid, sizeof pub.cid, "%s", keys->cid_hex);
 		snprintf(pub.rdma, sizeof pub.rdma, "%s", a->facts.rdma);
@@ -698,8 +706,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		if (!a->mdns)
 			goto err;
 	}
-	LOG(LOG_INFO, "agent: control port %d, cluster %s, mDNS %s, %d static peers, settle %lld ms%s",
-	    port, keys->cid_hex, a->mdns ? disc_mdns_backend() : "off", cfg->npeers,
+	LOG(LOG_INFO,
+	    "agent: control port %d, cluster %s, mDNS %s, %d static peers, settle %lld ms%s", port,
+	    keys->cid_hex, a->mdns ? disc_mdns_backend() : "off", cfg->npeers,
 	    (long long)cfg->settle_ms, cfg->expect ? ", expecting members" : "");
 	return a;
 err:
@@ -717,7 +726,8 @@ void agent_free(agent_t *a)
 	int64_t end = now_ms() + HANDSHAKE_MS + 1000;
 	while (atomic_load(&a->dials_running) > 0 && now_ms() < end) {
 		dial_t *d;
-		while (a->result_pipe[0] >= 0 && read(a->result_pipe[0], &d, sizeof d) == sizeof d) {
+		while (a->result_pipe[0] >= 0 &&
+		       read(a->result_pipe[0], &d, sizeof d) == sizeof d) {
 			tp_chan_free(d->ch);
 			free(d);
 		}

@@ -20,16 +20,16 @@
 
 #include <stdint.h>
 
-#define AGENT_DEFAULT_PORT 7411
+#define AGENT_DEFAULT_PORT      7411
 #define AGENT_DEFAULT_HTTP_PORT 8080
-#define AGENT_MAX_STATIC_PEERS 32
-#define AGENT_HEARTBEAT_MS 300 /* every member hears from us this often */
-#define AGENT_DEAD_MS 1500     /* a member silent this long is dropped */
+#define AGENT_MAX_STATIC_PEERS  32
+#define AGENT_HEARTBEAT_MS      300  /* every member hears from us this often */
+#define AGENT_DEAD_MS           1500 /* a member silent this long is dropped */
 
 typedef enum agent_state {
 	AGENT_DISCOVERING, /* the view is not settled: no leader yet */
 	AGENT_SETTLED,     /* a leader is known (this node or another) */
-	/* planned, loading, serving: arrive with "Agent end to end" */
+			   /* planned, loading, serving: arrive with "Agent end to end" */
 } agent_state_t;
 
 const char *agent_state_name(agent_state_t s);

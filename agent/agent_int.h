@@ -11,12 +11,12 @@
 
 #include <stdatomic.h>
 
-#define HANDSHAKE_MS 2000
-#define FALLBACK_MS 3000
-#define RETRY_MS 1000
+#define HANDSHAKE_MS    2000
+#define FALLBACK_MS     3000
+#define RETRY_MS        1000
 #define STATIC_RETRY_MS 2000
-#define MAX_CONNS DISC_MAX_PEERS
-#define MAX_DIALS 32
+#define MAX_CONNS       DISC_MAX_PEERS
+#define MAX_DIALS       32
 
 typedef struct conn {
 	tp_chan_t *ch;
@@ -24,7 +24,7 @@ typedef struct conn {
 	int initiator_is_me;
 	int64_t last_rx_ms, last_tx_ms;
 	char addr[DISC_ADDR_MAX]; /* peer address without port */
-	disc_info_t info; /* from the peer's INFO */
+	disc_info_t info;         /* from the peer's INFO */
 } conn_t;
 
 /* A handshake on its own thread; the result comes back through result_pipe. */
@@ -33,7 +33,7 @@ typedef struct dial {
 	int outgoing;
 	char host[DISC_HOST_MAX];
 	int port;
-	int fd; /* incoming: the accepted socket */
+	int fd;           /* incoming: the accepted socket */
 	int static_index; /* outgoing to --peer i, else -1 */
 	disc_id_t target; /* outgoing to an mDNS peer (zero for static) */
 	/* result */
@@ -67,10 +67,10 @@ struct agent {
 	disc_id_t static_id[AGENT_MAX_STATIC_PEERS]; /* learnt at the first handshake */
 	int static_self[AGENT_MAX_STATIC_PEERS];     /* the --peer is this node itself */
 	int static_err_logged[AGENT_MAX_STATIC_PEERS];
-	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table (a rate limit only) */
+	int64_t mdns_last_try_ms[DISC_MAX_PEERS]; /* indexed like the table (a rate limit only) */
 	unsigned mdns_tries[DISC_MAX_PEERS];
 	int64_t last_hb_ms;
-	int duplicate;            /* another live node uses our ID */
+	int duplicate; /* another live node uses our ID */
 	char duplicate_where[128];
 	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
 	int nforeign;

@@ -25,25 +25,28 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal agent --token T | --token-file F [OPTIONS]\n\n"
-		"Joins (or forms) the cluster of every agent on the local network with the same token:\n"
-		"finds peers by mDNS, authenticates them with the token, elects the node with the\n"
-		"smallest ID as leader. The token may also come from SHOAL_TOKEN.\n\n"
-		"options:\n"
-		"  --token T          the cluster's shared secret (visible in ps: prefer the others)\n"
-		"  --token-file F     read the token from F (first line)\n"
-		"  --port P           control port (default %d; 0 = any)\n"
-		"  --http-port P      API port (default %d)\n"
-		"  --state-dir D      node ID and sockets (default $XDG_STATE_HOME/shoal,\n"
-		"                     ~/.local/state/shoal, /var/lib/shoal for root)\n"
-		"  --expect N         the view is settled as soon as N members are present\n"
-		"  --settle S         seconds a view must stay unchanged to be settled (default 1)\n"
-		"  --peer HOST:PORT   also connect to this agent (repeatable; for networks without mDNS)\n"
-		"  --no-mdns          static peers only\n"
-		"  --model M          the GGUF model to serve\n"
-		"  --log-level L      error, warn, info (default), debug\n",
-		AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
+	fprintf(
+	    f,
+	    "usage: shoal agent --token T | --token-file F [OPTIONS]\n\n"
+	    "Joins (or forms) the cluster of every agent on the local network with the same "
+	    "token:\n"
+	    "finds peers by mDNS, authenticates them with the token, elects the node with the\n"
+	    "smallest ID as leader. The token may also come from SHOAL_TOKEN.\n\n"
+	    "options:\n"
+	    "  --token T          the cluster's shared secret (visible in ps: prefer the others)\n"
+	    "  --token-file F     read the token from F (first line)\n"
+	    "  --port P           control port (default %d; 0 = any)\n"
+	    "  --http-port P      API port (default %d)\n"
+	    "  --state-dir D      node ID and sockets (default $XDG_STATE_HOME/shoal,\n"
+	    "                     ~/.local/state/shoal, /var/lib/shoal for root)\n"
+	    "  --expect N         the view is settled as soon as N members are present\n"
+	    "  --settle S         seconds a view must stay unchanged to be settled (default 1)\n"
+	    "  --peer HOST:PORT   also connect to this agent (repeatable; for networks without "
+	    "mDNS)\n"
+	    "  --no-mdns          static peers only\n"
+	    "  --model M          the GGUF model to serve\n"
+	    "  --log-level L      error, warn, info (default), debug\n",
+	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
 }
 
 static int read_token_file(const char *path, char *out, size_t cap)
@@ -70,24 +73,27 @@ static int read_token_file(const char *path, char *out, size_t cap)
 
 int cmd_agent(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"token", required_argument, 0, 't'},   {"token-file", required_argument, 0, 'f'},
-		{"port", required_argument, 0, 'p'},    {"http-port", required_argument, 0, 'H'},
-		{"state-dir", required_argument, 0, 'd'}, {"expect", required_argument, 0, 'e'},
-		{"settle", required_argument, 0, 's'},  {"peer", required_argument, 0, 'P'},
-		{"model", required_argument, 0, 'm'},   {"log-level", required_argument, 0, 'l'},
-		{"no-mdns", no_argument, 0, 'N'},       {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
-	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT, .http_port = AGENT_DEFAULT_HTTP_PORT,
-			      .settle_ms = 1000};
+	static const struct option opts[] = {{"token", required_argument, 0, 't'},
+					     {"token-file", required_argument, 0, 'f'},
+					     {"port", required_argument, 0, 'p'},
+					     {"http-port", required_argument, 0, 'H'},
+					     {"state-dir", required_argument, 0, 'd'},
+					     {"expect", required_argument, 0, 'e'},
+					     {"settle", required_argument, 0, 's'},
+					     {"peer", required_argument, 0, 'P'},
+					     {"model", required_argument, 0, 'm'},
+					     {"log-level", required_argument, 0, 'l'},
+					     {"no-mdns", no_argument, 0, 'N'},
+					     {"help", no_argument, 0, 'h'},
+					     {0, 0, 0, 0}};
+	agent_config_t cfg = {
+	    .port = AGENT_DEFAULT_PORT, .http_port = AGENT_DEFAULT_HTTP_PORT, .settle_ms = 1000};
 	char token[1024] = "", state_dir[4096] = "", err[512];
 	int c, rc = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 't':
-			snprintf(token, sizeof token, "%s", optarg);
-			break;
+		case 't': snprintf(token, sizeof token, "%s", optarg); break;
 		case 'f':
 			if (read_token_file(optarg, token, sizeof token))
 				return 1;
@@ -103,9 +109,7 @@ int cmd_agent(int argc, char **argv)
 			*(c == 'p' ? &cfg.port : &cfg.http_port) = (int)v;
 			break;
 		}
-		case 'd':
-			snprintf(state_dir, sizeof state_dir, "%s", optarg);
-			break;
+		case 'd': snprintf(state_dir, sizeof state_dir, "%s", optarg); break;
 		case 'e':
 			cfg.expect = atoi(optarg);
 			if (cfg.expect < 0 || cfg.expect > DISC_MAX_PEERS) {
@@ -117,7 +121,8 @@ int cmd_agent(int argc, char **argv)
 			char *end;
 			double s = strtod(optarg, &end);
 			if (*end || s < 0 || s > 3600) {
-				fprintf(stderr, "shoal agent: bad --settle '%s' (seconds)\n", optarg);
+				fprintf(stderr, "shoal agent: bad --settle '%s' (seconds)\n",
+					optarg);
 				return 2;
 			}
 			cfg.settle_ms = (int64_t)(s * 1000);
@@ -125,35 +130,30 @@ int cmd_agent(int argc, char **argv)
 		}
 		case 'P':
 			if (cfg.npeers == AGENT_MAX_STATIC_PEERS) {
-				fprintf(stderr, "shoal agent: at most %d --peer\n", AGENT_MAX_STATIC_PEERS);
+				fprintf(stderr, "shoal agent: at most %d --peer\n",
+					AGENT_MAX_STATIC_PEERS);
 				return 2;
 			}
 			{
 				char h[256], perr[128];
 				int pp;
-				if (tp_hostport_parse(optarg, h, sizeof h, &pp, perr, sizeof perr)) {
-					fprintf(stderr, "shoal agent: --peer wants HOST:PORT: %s\n", perr);
+				if (tp_hostport_parse(optarg, h, sizeof h, &pp, perr,
+						      sizeof perr)) {
+					fprintf(stderr, "shoal agent: --peer wants HOST:PORT: %s\n",
+						perr);
 					return 2;
 				}
 			}
 			cfg.peers[cfg.npeers++] = optarg;
 			break;
-		case 'm':
-			cfg.model = optarg;
-			break;
-		case 'N':
-			cfg.no_mdns = 1;
-			break;
+		case 'm': cfg.model = optarg; break;
+		case 'N': cfg.no_mdns = 1; break;
 		case 'l':
 			if (cli_set_log_level(optarg))
 				return 2;
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
 		}
 	}
 	if (optind < argc) {
@@ -163,11 +163,14 @@ int cmd_agent(int argc, char **argv)
 	if (!token[0] && getenv("SHOAL_TOKEN"))
 		snprintf(token, sizeof token, "%s", getenv("SHOAL_TOKEN"));
 	if (!token[0]) {
-		fprintf(stderr, "shoal agent: a token is required (--token, --token-file or SHOAL_TOKEN)\n");
+		fprintf(
+		    stderr,
+		    "shoal agent: a token is required (--token, --token-file or SHOAL_TOKEN)\n");
 		return 2;
 	}
 	if (!state_dir[0] && disc_state_dir_default(state_dir, sizeof state_dir)) {
-		fprintf(stderr, "shoal agent: cannot work out a state directory; pass --state-dir\n");
+		fprintf(stderr,
+			"shoal agent: cannot work out a state directory; pass --state-dir\n");
 		return 2;
 	}
 	cfg.state_dir = state_dir;

@@ -79,7 +79,8 @@ int cmd_status(int argc, char **argv)
 	memcpy(sa.sun_path, path, strlen(path) + 1); /* length checked by agent_status_path */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-		fprintf(stderr, "shoal status: no agent answers at %s (%s)\n", path, strerror(errno));
+		fprintf(stderr, "shoal status: no agent answers at %s (%s)\n", path,
+			strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return 1;

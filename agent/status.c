@@ -29,7 +29,8 @@ static void self_addr(char *addr, size_t alen, char *ifn, size_t ilen)
 	if (getifaddrs(&ifs) != 0)
 		return;
 	for (it = ifs; it; it = it->ifa_next) {
-		if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET || !strcmp(it->ifa_name, "lo"))
+		if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET ||
+		    !strcmp(it->ifa_name, "lo"))
 			continue;
 		inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, addr,
 			  (socklen_t)alen);
@@ -75,7 +76,9 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 		if (p && !strcmp(ifn, "-") && p->naddrs)
 			ifn = p->addrs[0].ifname;
 		json_object_set_new(o, "host",
-				    json_string(c && c->info.host[0] ? c->info.host : p ? p->host : "-"));
+				    json_string(c && c->info.host[0] ? c->info.host
+						: p                  ? p->host
+								     : "-"));
 		json_object_set_new(o, "address", json_string(c ? c->addr : "-"));
 		json_object_set_new(o, "interface", json_string(ifn));
 		json_object_set_new(o, "mem", json_integer(c ? (json_int_t)c->info.mem_bytes : 0));
@@ -155,7 +158,8 @@ int agent_status_listen(agent_t *a, char *errbuf, size_t errlen)
 	if (agent_status_path(a->cfg.state_dir, a->status_path, sizeof a->status_path))
 		return sh_fail(errbuf, errlen, SH_EINVAL, "state dir path too long for a socket");
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	memcpy(sa.sun_path, a->status_path, strlen(a->status_path) + 1); /* length checked by agent_status_path */
+	memcpy(sa.sun_path, a->status_path,
+	       strlen(a->status_path) + 1); /* length checked by agent_status_path */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return sh_fail(errbuf, errlen, SH_EIO, "status socket: %s", strerror(errno));
@@ -163,8 +167,8 @@ int agent_status_listen(agent_t *a, char *errbuf, size_t errlen)
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN) {
 		close(fd);
 		return sh_fail(errbuf, errlen, SH_EBUSY,
-			       "another agent runs with state dir %s (%s answers)", a->cfg.state_dir,
-			       a->status_path);
+			       "another agent runs with state dir %s (%s answers)",
+			       a->cfg.state_dir, a->status_path);
 	}
 	close(fd);
 	unlink(a->status_path);

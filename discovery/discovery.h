@@ -7,7 +7,7 @@
  *     memory, cores and RDMA devices advertised to peers;
  *   - the mDNS backend (mdns_avahi.c or mdns_dnssd.c, chosen at build time): publishes this node's
  *     _shoal._tcp service and reports resolved peers as events on a queue the caller polls;
- *   - the sighting table (members.c): what mDNS told us about each peer, aggregated by node ID, with
+ *   - the sighting table (members.c): what mDNS said about each peer, folded by node ID, with
  *     every address and the interface it was resolved on (pure data, no I/O);
  *   - the election core (election.c): pure, no I/O; membership changes, messages and the time come
  *     in as arguments, messages to send come out of a queue. A thin shell (agent/) does the I/O.
@@ -63,22 +63,22 @@ void disc_host_facts_get(disc_host_facts_t *f);
 
 /* ---- the mDNS backend ----------------------------------------------------------------------- */
 
-#define DISC_SERVICE_TYPE "_shoal._tcp"
+#define DISC_SERVICE_TYPE  "_shoal._tcp"
 #define DISC_PROTO_VERSION 1
-#define DISC_CID_MAX 65     /* cluster ID: hex text from the token's keys, NUL-terminated */
-#define DISC_NAME_MAX 64    /* a DNS-SD instance name label (63 bytes) and the NUL */
-#define DISC_HOST_MAX 256
-#define DISC_ADDR_MAX 64    /* numeric address text, IPv4 or IPv6 */
+#define DISC_CID_MAX       65 /* cluster ID: hex text from the token's keys, NUL-terminated */
+#define DISC_NAME_MAX      64 /* a DNS-SD instance name label (63 bytes) and the NUL */
+#define DISC_HOST_MAX      256
+#define DISC_ADDR_MAX      64 /* numeric address text, IPv4 or IPv6 */
 
 /* What this node publishes. Never contains the token: cid is the public cluster ID. */
 typedef struct disc_publish {
 	disc_id_t id;
 	char cid[DISC_CID_MAX];
-	uint16_t port;       /* the control port */
+	uint16_t port; /* the control port */
 	uint64_t mem_bytes;
 	int cores;
 	char rdma[256];
-	uint64_t nonce;      /* random per process: tells a copied state dir from a second sighting */
+	uint64_t nonce; /* random per process: tells a copied state dir from a second sighting */
 } disc_publish_t;
 
 /* One resolution of a peer's service on one interface (a peer may have several). */
@@ -94,14 +94,14 @@ typedef struct disc_sighting {
 	char host[DISC_HOST_MAX]; /* the SRV target, e.g. lab2.local */
 	char addr[DISC_ADDR_MAX]; /* numeric address */
 	uint16_t port;
-	int ifindex;              /* interface the resolution came from */
+	int ifindex; /* interface the resolution came from */
 	char ifname[IF_NAMESIZE];
 	int ipv6;
 } disc_sighting_t;
 
 typedef enum disc_event_kind {
-	DISC_EV_UP,        /* a service was resolved (or re-resolved with new data) */
-	DISC_EV_DOWN,      /* a service went away on one interface (name + ifindex + ipv6 say which) */
+	DISC_EV_UP,   /* a service was resolved (or re-resolved with new data) */
+	DISC_EV_DOWN, /* a service went away on one interface (name + ifindex + ipv6 say which) */
 	DISC_EV_PUBLISHED, /* our own service is established under sighting.name */
 	DISC_EV_RESTARTED, /* the daemon connection was lost and re-made: every sighting is gone */
 } disc_event_kind_t;
@@ -119,11 +119,11 @@ typedef struct disc_mdns disc_mdns_t;
 /* Starts publishing and browsing. Works (and keeps retrying) when no daemon runs yet. Returns NULL
  * with a message in errbuf only when the backend cannot start at all. */
 disc_mdns_t *disc_mdns_new(const disc_publish_t *pub, char *errbuf, size_t errlen);
-void disc_mdns_free(disc_mdns_t *m);        /* stops the thread; NULL is fine */
-int disc_mdns_fd(const disc_mdns_t *m);     /* poll for POLLIN; never read it yourself */
+void disc_mdns_free(disc_mdns_t *m);    /* stops the thread; NULL is fine */
+int disc_mdns_fd(const disc_mdns_t *m); /* poll for POLLIN; never read it yourself */
 /* Pops one event into *ev: returns 1, or 0 when the queue is empty. */
 int disc_mdns_next(disc_mdns_t *m, disc_event_t *ev);
-const char *disc_mdns_backend(void);        /* "avahi" or "dnssd" */
+const char *disc_mdns_backend(void); /* "avahi" or "dnssd" */
 
 /* TXT helpers shared by the backends (and the tests): the key=value items for a publish record,
  * and parsing one item into a sighting. Returns the number of items written (<= max). */
@@ -178,12 +178,18 @@ const disc_peer_t *disc_table_at(const disc_table_t *t, int i);
  * (transport/frame.h lists every range). Numbers are never reused. Every integer is little-endian;
  * layouts are fixed-size except where stated.
  *
- *   0x0100 DISC_MSG_INFO       text "key=value\n" lines: v, id, host, port, mem, cores, rdma, nonce;
- *                              sent once by both sides right after the handshake (<= 1024 bytes)
- *   0x0101 DISC_MSG_HEARTBEAT  struct disc_wire_heartbeat (32 bytes), every heartbeat interval
- *   0x0102 DISC_MSG_LEADER     struct disc_wire_leader_head (24 bytes) + n * 16-byte member IDs:
- *                              the leader's announcement of itself, its epoch and its view
- *   0x0103 DISC_MSG_SMALLER    16-byte ID: "I know a member smaller than you" (follower -> leader)
+ * (each entry: number, name, then its payload on the following lines)
+ *
+ *   0x0100 DISC_MSG_INFO
+ *          text "key=value\n" lines: v, id, host, port, mem, cores, rdma (<= 1024 bytes);
+ *          sent once by both sides right after the handshake
+ *   0x0101 DISC_MSG_HEARTBEAT
+ *          struct disc_wire_heartbeat (32 bytes), every heartbeat interval
+ *   0x0102 DISC_MSG_LEADER
+ *          struct disc_wire_leader_head (24 bytes) + n * 16-byte member IDs:
+ *          the leader's announcement of itself, its epoch and its view
+ *   0x0103 DISC_MSG_SMALLER
+ *          16-byte ID: "I know a member smaller than you" (follower -> leader)
  */
 enum disc_msg_type {
 	DISC_MSG_INFO = 0x0100,
@@ -203,10 +209,11 @@ typedef enum elec_state {
 const char *elec_state_name(elec_state_t s);
 
 typedef struct elec_config {
-	int64_t settle_ms;  /* a view stable this long is settled (default 1000) */
-	int expect;         /* settled at once when this many members (self included) are present; 0 = off */
-	int64_t grace_ms;   /* a node alone waits this much longer after start (mDNS needs ~1 s) */
-	int64_t hold_ms;    /* a leader told of a smaller node it cannot see holds back this long */
+	int64_t settle_ms; /* a view stable this long is settled (default 1000) */
+	int expect; /* settled at once when this many members (self included) are present; 0 = off
+		     */
+	int64_t grace_ms; /* a node alone waits this much longer after start (mDNS needs ~1 s) */
+	int64_t hold_ms;  /* a leader told of a smaller node it cannot see holds back this long */
 } elec_config_t;
 
 #define ELEC_MAX_MEMBERS DISC_MAX_PEERS
@@ -216,9 +223,9 @@ typedef struct elec_msg {
 	int type; /* DISC_MSG_LEADER or DISC_MSG_SMALLER */
 	int broadcast;
 	disc_id_t to;
-	uint64_t epoch;            /* LEADER */
-	disc_id_t subject;         /* LEADER: the leader; SMALLER: the smaller member */
-	int n;                     /* LEADER: the view */
+	uint64_t epoch;    /* LEADER */
+	disc_id_t subject; /* LEADER: the leader; SMALLER: the smaller member */
+	int n;             /* LEADER: the view */
 	disc_id_t members[ELEC_MAX_MEMBERS];
 } elec_msg_t;
 
@@ -256,7 +263,7 @@ int elec_hint(const elec_t *e, disc_id_t *out);
 typedef struct disc_wire_heartbeat {
 	uint8_t epoch[8];
 	uint8_t leader[16];
-	uint8_t state;    /* elec_state_t of the sender */
+	uint8_t state; /* elec_state_t of the sender */
 	uint8_t pad[3];
 	uint8_t nmembers[4];
 } disc_wire_heartbeat_t;

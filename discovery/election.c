@@ -33,8 +33,8 @@ struct elec {
 	disc_id_t leader; /* zero when none */
 	uint64_t epoch;   /* of the announcement we lead or follow */
 	uint64_t max_epoch;
-	int dirty;        /* leader: the view changed since the last announcement */
-	int holding;      /* leader told of a smaller node it cannot see */
+	int dirty;   /* leader: the view changed since the last announcement */
+	int holding; /* leader told of a smaller node it cannot see */
 	disc_id_t hint;
 	int64_t hold_until_ms;
 	int64_t last_smaller_ms;
@@ -122,7 +122,10 @@ elec_t *elec_new(const disc_id_t *self, const elec_config_t *cfg, int64_t now_ms
 	return e;
 }
 
-void elec_free(elec_t *e) { free(e); }
+void elec_free(elec_t *e)
+{
+	free(e);
+}
 
 static int find(const elec_t *e, const disc_id_t *id)
 {
@@ -132,9 +135,15 @@ static int find(const elec_t *e, const disc_id_t *id)
 	return -1;
 }
 
-int elec_is_member(const elec_t *e, const disc_id_t *id) { return find(e, id) >= 0; }
+int elec_is_member(const elec_t *e, const disc_id_t *id)
+{
+	return find(e, id) >= 0;
+}
 
-static int is_self(const elec_t *e, const disc_id_t *id) { return !disc_id_cmp(&e->self, id); }
+static int is_self(const elec_t *e, const disc_id_t *id)
+{
+	return !disc_id_cmp(&e->self, id);
+}
 
 void elec_member_up(elec_t *e, const disc_id_t *id, int64_t now_ms)
 {
@@ -286,7 +295,10 @@ void elec_on_smaller(elec_t *e, const disc_id_t *from, const disc_id_t *smaller,
 	convert(e, ELEC_UNSETTLED, &zero_id, e->epoch);
 }
 
-elec_state_t elec_state(const elec_t *e) { return e->state; }
+elec_state_t elec_state(const elec_t *e)
+{
+	return e->state;
+}
 
 int elec_leader(const elec_t *e, disc_id_t *out)
 {
@@ -294,9 +306,15 @@ int elec_leader(const elec_t *e, disc_id_t *out)
 	return !disc_id_is_zero(&e->leader);
 }
 
-uint64_t elec_epoch(const elec_t *e) { return e->epoch; }
+uint64_t elec_epoch(const elec_t *e)
+{
+	return e->epoch;
+}
 
-int elec_member_count(const elec_t *e) { return e->n; }
+int elec_member_count(const elec_t *e)
+{
+	return e->n;
+}
 
 const disc_id_t *elec_member_at(const elec_t *e, int i)
 {

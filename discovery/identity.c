@@ -5,8 +5,8 @@
  * never rewritten afterwards; a malformed node_id file is reported, not replaced, because replacing
  * it would silently turn the machine into a new node (exo's "ghost nodes").
  */
-#include "discovery/discovery.h"
 #include "common/common.h"
+#include "discovery/discovery.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-int disc_id_cmp(const disc_id_t *a, const disc_id_t *b) { return memcmp(a->b, b->b, DISC_ID_LEN); }
+int disc_id_cmp(const disc_id_t *a, const disc_id_t *b)
+{
+	return memcmp(a->b, b->b, DISC_ID_LEN);
+}
 
 int disc_id_is_zero(const disc_id_t *id)
 {
@@ -144,7 +147,8 @@ static void rdma_devices(char *out, size_t cap)
 			if (ne)
 				ifn = ne->d_name;
 		}
-		int n = snprintf(out + used, cap - used, "%s%s:%s", used ? "," : "", e->d_name, ifn);
+		int n =
+		    snprintf(out + used, cap - used, "%s%s:%s", used ? "," : "", e->d_name, ifn);
 		if (nd)
 			closedir(nd);
 		if (n < 0 || (size_t)n >= cap - used) {

@@ -41,11 +41,14 @@ struct disc_mdns {
 	AvahiEntryGroup *group;
 	AvahiServiceBrowser *browser;
 	AvahiTimeout *restart;
-	char *name; /* avahi_malloc'd service name, changed on collisions */
+	char *name;   /* avahi_malloc'd service name, changed on collisions */
 	int last_err; /* of the last failed avahi_client_new, to log each new reason once */
 };
 
-const char *disc_mdns_backend(void) { return "avahi"; }
+const char *disc_mdns_backend(void)
+{
+	return "avahi";
+}
 
 static void client_cb(AvahiClient *c, AvahiClientState state, void *ud);
 
@@ -99,8 +102,7 @@ static void group_cb(AvahiEntryGroup *g, AvahiEntryGroupState state, void *ud)
 		    avahi_strerror(avahi_client_errno(avahi_entry_group_get_client(g))));
 		schedule_restart(m, 1000);
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -122,10 +124,9 @@ static int publish(disc_mdns_t *m)
 	for (int i = n - 1; i >= 0; i--)
 		txt = avahi_string_list_add(txt, items[i]);
 	for (;;) {
-		int rc = avahi_entry_group_add_service_strlst(m->group, AVAHI_IF_UNSPEC,
-							     AVAHI_PROTO_UNSPEC, 0, m->name,
-							     DISC_SERVICE_TYPE, NULL, NULL,
-							     m->pub.port, txt);
+		int rc = avahi_entry_group_add_service_strlst(
+		    m->group, AVAHI_IF_UNSPEC, AVAHI_PROTO_UNSPEC, 0, m->name, DISC_SERVICE_TYPE,
+		    NULL, NULL, m->pub.port, txt);
 		if (rc == AVAHI_ERR_COLLISION) {
 			char *alt = avahi_alternative_service_name(m->name);
 			LOG(LOG_WARN, "mdns: service name '%s' is taken, renaming to '%s'", m->name,
@@ -173,7 +174,8 @@ static void resolve_cb(AvahiServiceResolver *r, AvahiIfIndex iface, AvahiProtoco
 	s.ipv6 = proto == AVAHI_PROTO_INET6;
 	if (!if_indextoname((unsigned)iface, s.ifname))
 		snprintf(s.ifname, sizeof s.ifname, "if%d", iface);
-	if (s.ipv6 && !strncasecmp(s.addr, "fe80:", 5)) { /* link-local: needs its scope to connect */
+	if (s.ipv6 &&
+	    !strncasecmp(s.addr, "fe80:", 5)) { /* link-local: needs its scope to connect */
 		size_t n = strlen(s.addr);
 		snprintf(s.addr + n, sizeof s.addr - n, "%%%s", s.ifname);
 	}
@@ -221,8 +223,7 @@ static void browse_cb(AvahiServiceBrowser *b, AvahiIfIndex iface, AvahiProtocol 
 		    avahi_strerror(avahi_client_errno(avahi_service_browser_get_client(b))));
 		schedule_restart(m, 1000);
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -252,9 +253,7 @@ static void client_cb(AvahiClient *c, AvahiClientState state, void *ud)
 		if (m->group)
 			avahi_entry_group_reset(m->group);
 		break;
-	case AVAHI_CLIENT_CONNECTING:
-		LOG(LOG_WARN, "mdns: waiting for avahi-daemon");
-		break;
+	case AVAHI_CLIENT_CONNECTING: LOG(LOG_WARN, "mdns: waiting for avahi-daemon"); break;
 	case AVAHI_CLIENT_FAILURE:
 		LOG(LOG_WARN, "mdns: lost avahi-daemon (%s); reconnecting",
 		    avahi_strerror(avahi_client_errno(c)));
@@ -281,7 +280,8 @@ static void restart_cb(AvahiTimeout *t, void *ud)
 		/* no system bus at all (NO_FAIL only covers a missing avahi-daemon): keep trying,
 		 * quietly after the first report */
 		if (err != m->last_err)
-			LOG(LOG_WARN, "mdns: avahi client: %s; retrying every 2 s", avahi_strerror(err));
+			LOG(LOG_WARN, "mdns: avahi client: %s; retrying every 2 s",
+			    avahi_strerror(err));
 		m->last_err = err;
 		schedule_restart(m, 2000);
 		return;
@@ -334,7 +334,8 @@ void disc_mdns_free(disc_mdns_t *m)
 	if (!m)
 		return;
 	if (m->tp)
-		avahi_threaded_poll_stop(m->tp); /* no-op when not running; afterwards we own it all */
+		avahi_threaded_poll_stop(
+		    m->tp); /* no-op when not running; afterwards we own it all */
 	if (m->client)
 		avahi_client_free(m->client);
 	if (m->restart)
@@ -346,6 +347,12 @@ void disc_mdns_free(disc_mdns_t *m)
 	free(m);
 }
 
-int disc_mdns_fd(const disc_mdns_t *m) { return disc_queue_fd(m->q); }
+int disc_mdns_fd(const disc_mdns_t *m)
+{
+	return disc_queue_fd(m->q);
+}
 
-int disc_mdns_next(disc_mdns_t *m, disc_event_t *ev) { return disc_queue_pop(m->q, ev); }
+int disc_mdns_next(disc_mdns_t *m, disc_event_t *ev)
+{
+	return disc_queue_pop(m->q, ev);
+}

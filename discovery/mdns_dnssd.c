@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #define LOOKUP_MS 5000
-#define RETRY_MS 2000
-#define MAX_FDS 128
+#define RETRY_MS  2000
+#define MAX_FDS   128
 
 typedef struct lookup {
 	struct lookup *next;
@@ -59,7 +59,10 @@ struct disc_mdns {
 	char name[DISC_NAME_MAX];
 };
 
-const char *disc_mdns_backend(void) { return "dnssd"; }
+const char *disc_mdns_backend(void)
+{
+	return "dnssd";
+}
 
 static void push(disc_mdns_t *m, disc_event_kind_t kind, const disc_sighting_t *s)
 {
@@ -122,8 +125,8 @@ static void DNSSD_API resolve_cb(DNSServiceRef ref, DNSServiceFlags flags, uint3
 		char key[256];
 		uint8_t vlen = 0;
 		const void *val = NULL;
-		if (TXTRecordGetItemAtIndex(txtlen, txt, (uint16_t)i, sizeof key, key, &vlen, &val) ==
-		    kDNSServiceErr_NoError)
+		if (TXTRecordGetItemAtIndex(txtlen, txt, (uint16_t)i, sizeof key, key, &vlen,
+					    &val) == kDNSServiceErr_NoError)
 			disc_txt_parse_item(&l->s, key, val, vlen);
 	}
 	if (DNSServiceQueryRecord(&l->qref, 0, ifindex, hosttarget, kDNSServiceType_A,
@@ -171,9 +174,8 @@ static void DNSSD_API browse_cb(DNSServiceRef ref, DNSServiceFlags flags, uint32
 	m->lookups = l;
 }
 
-static void DNSSD_API register_cb(DNSServiceRef ref, DNSServiceFlags flags,
-				  DNSServiceErrorType err, const char *name, const char *type,
-				  const char *domain, void *ctx)
+static void DNSSD_API register_cb(DNSServiceRef ref, DNSServiceFlags flags, DNSServiceErrorType err,
+				  const char *name, const char *type, const char *domain, void *ctx)
 {
 	disc_mdns_t *m = ctx;
 	(void)ref;
@@ -232,8 +234,8 @@ static int start(disc_mdns_t *m)
 		TXTRecordSetValue(&txt, items[i], (uint8_t)strlen(eq + 1), eq + 1);
 	}
 	DNSServiceErrorType e = DNSServiceRegister(
-		&m->reg, 0, 0, m->name, DISC_SERVICE_TYPE, NULL, NULL, htons(m->pub.port),
-		TXTRecordGetLength(&txt), TXTRecordGetBytesPtr(&txt), register_cb, m);
+	    &m->reg, 0, 0, m->name, DISC_SERVICE_TYPE, NULL, NULL, htons(m->pub.port),
+	    TXTRecordGetLength(&txt), TXTRecordGetBytesPtr(&txt), register_cb, m);
 	TXTRecordDeallocate(&txt);
 	if (e != kDNSServiceErr_NoError) {
 		m->reg = NULL;
@@ -250,8 +252,9 @@ static int start(disc_mdns_t *m)
 	return 0;
 fail:
 	if (e != m->last_err)
-		LOG(LOG_WARN, "mdns: dns_sd error %d (is the mDNS daemon running?); retrying every %d s",
-		    e, RETRY_MS / 1000);
+		LOG(LOG_WARN,
+		    "mdns: dns_sd error %d (is the mDNS daemon running?); retrying every %d s", e,
+		    RETRY_MS / 1000);
 	m->last_err = e;
 	teardown(m);
 	return -1;
@@ -275,19 +278,23 @@ static void *thread_main(void *arg)
 		pf[n] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
 		refs[n++] = NULL;
 		if (m->reg) {
-			pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(m->reg), .events = POLLIN};
+			pf[n] =
+			    (struct pollfd){.fd = DNSServiceRefSockFD(m->reg), .events = POLLIN};
 			refs[n++] = m->reg;
 		}
 		if (m->browse) {
-			pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(m->browse), .events = POLLIN};
+			pf[n] =
+			    (struct pollfd){.fd = DNSServiceRefSockFD(m->browse), .events = POLLIN};
 			refs[n++] = m->browse;
 		}
 		for (lookup_t *l = m->lookups; l && n < MAX_FDS - 1; l = l->next) {
 			if (l->rref && !l->resolved) {
-				pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(l->rref), .events = POLLIN};
+				pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(l->rref),
+							.events = POLLIN};
 				refs[n++] = l->rref;
 			} else if (l->qref && !l->done) {
-				pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(l->qref), .events = POLLIN};
+				pf[n] = (struct pollfd){.fd = DNSServiceRefSockFD(l->qref),
+							.events = POLLIN};
 				refs[n++] = l->qref;
 			}
 		}
@@ -383,6 +390,12 @@ void disc_mdns_free(disc_mdns_t *m)
 	free(m);
 }
 
-int disc_mdns_fd(const disc_mdns_t *m) { return disc_queue_fd(m->q); }
+int disc_mdns_fd(const disc_mdns_t *m)
+{
+	return disc_queue_fd(m->q);
+}
 
-int disc_mdns_next(disc_mdns_t *m, disc_event_t *ev) { return disc_queue_pop(m->q, ev); }
+int disc_mdns_next(disc_mdns_t *m, disc_event_t *ev)
+{
+	return disc_queue_pop(m->q, ev);
+}

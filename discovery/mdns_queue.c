@@ -57,7 +57,10 @@ void disc_queue_free(disc_queue_t *q)
 	free(q);
 }
 
-int disc_queue_fd(const disc_queue_t *q) { return q->rfd; }
+int disc_queue_fd(const disc_queue_t *q)
+{
+	return q->rfd;
+}
 
 void disc_queue_push(disc_queue_t *q, const disc_event_t *ev)
 {

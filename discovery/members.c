@@ -6,8 +6,8 @@
  * Invariant: an entry exists only while it has at least one address; (name, ifindex, ipv6) is
  * unique within an entry. Pure data: no I/O, time comes in as an argument.
  */
-#include "discovery/discovery.h"
 #include "common/common.h"
+#include "discovery/discovery.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +17,25 @@ struct disc_table {
 	disc_peer_t peers[DISC_MAX_PEERS];
 };
 
-disc_table_t *disc_table_new(void) { return calloc(1, sizeof(disc_table_t)); }
+disc_table_t *disc_table_new(void)
+{
+	return calloc(1, sizeof(disc_table_t));
+}
 
-void disc_table_free(disc_table_t *t) { free(t); }
+void disc_table_free(disc_table_t *t)
+{
+	free(t);
+}
 
-void disc_table_clear(disc_table_t *t) { t->n = 0; }
+void disc_table_clear(disc_table_t *t)
+{
+	t->n = 0;
+}
 
-int disc_table_count(const disc_table_t *t) { return t->n; }
+int disc_table_count(const disc_table_t *t)
+{
+	return t->n;
+}
 
 const disc_peer_t *disc_table_at(const disc_table_t *t, int i)
 {

@@ -5,8 +5,8 @@
  * Invariant: every decoder checks lengths before reading and turns anything malformed into
  * SH_EFORMAT (or an ignored TXT item); a peer's bytes never crash or overrun us.
  */
-#include "discovery/discovery.h"
 #include "common/common.h"
+#include "discovery/discovery.h"
 
 #include <stdio.h>
 #include <stdlib.h>

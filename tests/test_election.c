@@ -10,7 +10,7 @@
 #include "harness.h"
 
 #define SIM_MAX 8
-#define STEP 10 /* ms */
+#define STEP    10 /* ms */
 
 typedef struct sim_msg {
 	int from, to;
@@ -25,9 +25,9 @@ typedef struct sim {
 	disc_id_t id[SIM_MAX];
 	int alive[SIM_MAX];
 	int64_t start[SIM_MAX];
-	int cut[SIM_MAX][SIM_MAX];      /* 1: the network separates i and j */
+	int cut[SIM_MAX][SIM_MAX];       /* 1: the network separates i and j */
 	int64_t delay[SIM_MAX][SIM_MAX]; /* discovery delay once both run */
-	int up[SIM_MAX][SIM_MAX];       /* what each side has been told */
+	int up[SIM_MAX][SIM_MAX];        /* what each side has been told */
 	int64_t next_hb;
 	sim_msg_t inflight[512];
 	int ninflight;
@@ -56,8 +56,8 @@ static void sim_init(sim_t *s, int n, int64_t settle, int expect)
 {
 	memset(s, 0, sizeof *s);
 	s->n = n;
-	s->cfg = (elec_config_t){.settle_ms = settle, .expect = expect, .grace_ms = 1000,
-				 .hold_ms = 5000};
+	s->cfg = (elec_config_t){
+	    .settle_ms = settle, .expect = expect, .grace_ms = 1000, .hold_ms = 5000};
 	for (int i = 0; i < n; i++) {
 		s->id[i] = make_id(i);
 		s->start[i] = 0;
@@ -136,10 +136,9 @@ static void sim_step(sim_t *s)
 			elec_leader(s->node[i], &l);
 			for (int j = 0; j < s->n; j++)
 				if (s->up[j][i] && s->alive[j])
-					elec_on_heartbeat(s->node[j], &s->id[i],
-							  elec_epoch(s->node[i]), &l,
-							  elec_state(s->node[i]) == ELEC_LEADER,
-							  s->now);
+					elec_on_heartbeat(
+					    s->node[j], &s->id[i], elec_epoch(s->node[i]), &l,
+					    elec_state(s->node[i]) == ELEC_LEADER, s->now);
 		}
 	}
 	/* queued messages leave */
