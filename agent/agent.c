@@ -594,7 +594,11 @@ int agent_run(agent_t *a)
 			int fd;
 			char peer[128];
 			if (tp_accept(a->listen_fd, &fd, peer, sizeof peer, 0, NULL, 0) == 0) {
-				dial_t *d = calloc(1, sizeof *d);
+				/* handshakes in flight are bounded: a flood of connections costs
+				 * closed sockets, not threads */
+				dial_t *d = atomic_load(&a->dials_running) < MAX_HANDSHAKES
+						? calloc(1, sizeof *d)
+						: NULL;
 				if (d) {
 					d->fd = fd;
 					d->static_index = -1;

@@ -17,6 +17,7 @@
 #define STATIC_RETRY_MS 2000
 #define MAX_CONNS       DISC_MAX_PEERS
 #define MAX_DIALS       32
+#define MAX_HANDSHAKES  64 /* handshake threads at once, both directions */
 
 typedef struct conn {
 	tp_chan_t *ch;
