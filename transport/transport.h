@@ -72,8 +72,8 @@ int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char
  * direction, are derived from both HELLOs under the auth key; afterwards every frame is
  * XChaCha20-Poly1305 with a per-direction counter nonce, so a tampered, replayed, reordered or
  * dropped frame fails authentication and the channel is dead (every later call fails).
- * A handshake failure is logged once at LOG_WARN ("handshake with ADDR failed: REASON") and
- * returned in err. Two peers with the same node ID do complete the handshake: compare
+ * A handshake failure is logged at LOG_WARN ("handshake with ADDR failed: REASON"; repeats from
+ * the same host with the same reason at most every 30 s, with a count) and returned in err. Two peers with the same node ID do complete the handshake: compare
  * tp_chan_peer_id() with your own to detect a copied state directory.
  *
  * Threads: one thread may send while another receives (send is guarded by a mutex, so several
