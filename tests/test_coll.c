@@ -462,7 +462,49 @@ TEST(wrong_tag_cannot_join)
 	ctx[0].form_timeout = ctx[1].form_timeout = 800;
 	run_ranks(2, NULL, ctx, NULL);
 	CHECK(ctx[0].rc_new != 0);
-	CHECK(ctx[1].rc_new != 0);
+	CHECK_EQ_INT(ctx[1].rc_new, SH_EAUTH);
+	CHECK(strstr(ctx[1].err, "refused us (from its side: belongs to another group") != NULL);
+	fprintf(stderr, "rank 1: %s\n", ctx[1].err);
+}
+
+static const uint8_t WANT_IDS[2][16] = {{1}, {0x77}}; /* rank 1 is expected to be node 77.. */
+
+static void *rank_main_ids(void *p)
+{
+	rank_ctx_t *c = p;
+	tp_group_cfg_t cfg = {.rank = c->rank, .world = 2, .hosts = c->hosts, .ports = c->ports,
+			      .listen_fd = c->lfd, .keys = &K1, .node_id = c->id,
+			      .peer_ids = c->rank == 0 ? WANT_IDS : NULL, .timeout_ms = 800};
+	tp_group_t *g = NULL;
+	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
+	tp_group_free(g);
+	return NULL;
+}
+
+TEST(unexpected_node_id_cannot_join)
+{
+	static const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+	static int ports[2];
+	rank_ctx_t ctx[2] = {0};
+	pthread_t t[2];
+	char err[100];
+	for (int r = 0; r < 2; r++) {
+		ctx[r].rank = r;
+		ctx[r].hosts = hosts;
+		ctx[r].ports = ports;
+		ctx[r].id[0] = (uint8_t)(r + 1); /* rank 1 is node 02.., not 77.. */
+		tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_create(&t[r], NULL, rank_main_ids, &ctx[r]);
+	for (int r = 0; r < 2; r++) {
+		pthread_join(t[r], NULL);
+		close(ctx[r].lfd);
+	}
+	CHECK_EQ_INT(ctx[0].rc_new, SH_ETIMEDOUT);
+	CHECK_EQ_INT(ctx[1].rc_new, SH_EAUTH);
+	CHECK(strstr(ctx[1].err, "but is node 02") != NULL);
+	fprintf(stderr, "rank 1: %s\n", ctx[1].err);
 }
 
 TEST(killed_process_rank)
@@ -635,6 +677,7 @@ int main(int argc, char **argv)
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);
 	RUN(wrong_tag_cannot_join);
+	RUN(unexpected_node_id_cannot_join);
 	RUN(killed_process_rank);
 	return harness_done();
 }

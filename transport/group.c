@@ -319,6 +319,17 @@ static int tp_join_recv(tp_chan_t *c, uint16_t want_type, tp_join_t *j, int64_t 
 		snprintf(why, whylen, "no JOIN: %s", sh_strerror(rc));
 		return rc;
 	}
+	if (type == TP_MSG_JOIN_NO && want_type == TP_MSG_JOIN_OK) {
+		char r[201];
+		size_t n = MIN(len, sizeof r - 1);
+		memcpy(r, p, n);
+		r[n] = 0;
+		for (size_t i = 0; i < n; i++)
+			if ((unsigned char)r[i] < 32 || (unsigned char)r[i] > 126)
+				r[i] = '?';
+		snprintf(why, whylen, "refused us (from its side: %.150s)", r);
+		return SH_EAUTH;
+	}
 	if (type != want_type || tp_join_decode(j, p, len) != 0) {
 		snprintf(why, whylen, "sent a bad JOIN");
 		return SH_EFORMAT;
@@ -405,11 +416,8 @@ static int tp_group_accept_higher(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 			if (rc)
 				snprintf(why, sizeof why, "JOIN_OK not sent: %s", sh_strerror(rc));
 		}
-		if (rc == SH_EINVAL || rc == SH_EAUTH) {
-			/* tell it who we are, so it can say why it was refused, then drop it */
-			tp_join_encode(w, &mine);
-			(void)tp_chan_send(c, TP_MSG_JOIN_OK, w, sizeof w);
-		}
+		if (rc == SH_EINVAL || rc == SH_EAUTH) /* say why, so it fails at once too */
+			(void)tp_chan_send(c, TP_MSG_JOIN_NO, why, MIN(strlen(why), 200));
 		if (rc) {
 			LOG(LOG_WARN, "group rank %d: dropping %s: %s", g->rank, peer, why);
 			tp_chan_free(c);
