@@ -38,6 +38,7 @@ struct rank_ctx {
 	size_t n;
 	int rc;
 	int64_t ms;
+	int start_delay_ms; /* sleep before forming (start-order tests) */
 };
 
 static void *rank_main(void *p)
@@ -53,6 +54,8 @@ static void *rank_main(void *p)
 			      .node_id = c->id,
 			      .timeout_ms = c->form_timeout};
 	tp_group_t *g = NULL;
+	if (c->start_delay_ms)
+		usleep((useconds_t)c->start_delay_ms * 1000);
 	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
 	if (c->rc_new == 0 && c->fn)
 		c->fn(g, c);
@@ -220,6 +223,30 @@ TEST(all_reduce_world_2) { allreduce_world(2); }
 TEST(all_reduce_world_3) { allreduce_world(3); }
 TEST(all_reduce_world_4) { allreduce_world(4); }
 TEST(all_reduce_world_5) { allreduce_world(5); }
+
+
+static void fn_one_sum(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	float v = 1;
+	c->rc = tp_all_reduce_f32(g, &v, 1, 5000, err, sizeof err);
+	RCHECK(c, v == (float)c->world);
+}
+
+TEST(start_order_does_not_matter)
+{
+	/* reverse order with gaps, and a random-ish order */
+	int delays[2][4] = {{600, 400, 200, 0}, {150, 0, 450, 300}};
+	for (int k = 0; k < 2; k++) {
+		rank_ctx_t ctx[MAXR] = {0};
+		for (int r = 0; r < 4; r++)
+			ctx[r].start_delay_ms = delays[k][r];
+		run_ranks(4, fn_one_sum, ctx, NULL);
+		if (all_formed(ctx, 4))
+			for (int r = 0; r < 4; r++)
+				CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+}
 
 /* ---- broadcast, all-gather, barrier, point-to-point --------------------------------------- */
 
@@ -670,6 +697,7 @@ int main(int argc, char **argv)
 	RUN(all_reduce_world_3);
 	RUN(all_reduce_world_4);
 	RUN(all_reduce_world_5);
+	RUN(start_order_does_not_matter);
 	RUN(broadcast_gather_barrier_p2p);
 	RUN(q8_codec);
 	RUN(q8_all_reduce);
