@@ -408,6 +408,27 @@ TEST(q8_all_reduce)
 	}
 }
 
+
+static void fn_q8_mismatch(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	float v[1000] = {0};
+	tp_group_set_q8(g, c->rank == 0);
+	c->rc = tp_all_reduce_f32(g, v, 1000, 2000, err, sizeof err);
+	snprintf(c->err, sizeof c->err, "%s", err);
+}
+
+TEST(q8_mismatch_is_out_of_step)
+{
+	rank_ctx_t ctx[MAXR] = {0};
+	run_ranks(2, fn_q8_mismatch, ctx, NULL);
+	all_formed(ctx, 2);
+	for (int r = 0; r < 2; r++) {
+		CHECK_EQ_INT(ctx[r].rc, SH_EFORMAT);
+		CHECK(strstr(ctx[r].err, "out of step") != NULL);
+	}
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* The last rank stalls (never calls); the others time out. */
@@ -701,6 +722,7 @@ int main(int argc, char **argv)
 	RUN(broadcast_gather_barrier_p2p);
 	RUN(q8_codec);
 	RUN(q8_all_reduce);
+	RUN(q8_mismatch_is_out_of_step);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);
