@@ -6,8 +6,9 @@
  * rank is not up yet) and accepts from every rank > r. After the channel handshake the connecting
  * rank sends JOIN {rank, world, tag}; the accepting rank checks it (rank in range and above its
  * own, not yet connected, same world and tag, expected node ID when given) and answers JOIN_OK,
- * which the connecting rank checks the same way. Strangers holding the token but sending a bad
- * JOIN are dropped with a log line; the accept loop goes on until the deadline.
+ * which the connecting rank checks the same way, or JOIN_NO with the reason (the refused rank
+ * then fails at once). Strangers holding the token but sending a bad JOIN are dropped with a log
+ * line; the accept loop goes on until the deadline. Then every pair negotiates RDMA (rdma.c).
  *
  * Invariant: g->chan[p] is a live, authenticated channel to rank p for every p != rank, or the
  * group is broken (g->broken != 0) and every call returns that error.
