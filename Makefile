@@ -88,6 +88,10 @@ test: all
 test-asan:
 	$(MAKE) SANITIZE=address,undefined test
 
+# The discovery tests again with the dns_sd backend (avahi's compatibility library here), in build-dnssd/.
+test-dnssd:
+	$(MAKE) DISC_BACKEND=dnssd BUILD=build-dnssd test T=discovery
+
 # Speed and memory figures (prints, never fails on a slow machine).
 bench: all
 	@sh scripts/bench.sh $(BUILD)
@@ -119,4 +123,5 @@ format:
 help:
 	@grep -B1 -E '^[a-z-]+:' Makefile | grep -E '^#' | sed 's/^# //'
 
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/tests/fuzz/*.d)
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/agent/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

@@ -1,8 +1,68 @@
 /*
  * agent.h: the agent's state machine (discovering -> settled -> planned -> loading -> serving)
  * that ties discovery, planner, transport, infer and web together on every node.
+ *
+ * Today the agent runs discovery and the election: it publishes itself over mDNS, connects to the
+ * peers it finds (and to --peer addresses) over the authenticated control channel, keeps members
+ * alive with heartbeats, runs the election core, and answers `shoal status` on a unix socket in
+ * its state directory (STATE_DIR/agent.sock: connect, read one JSON object, EOF).
+ *
+ * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
+ * through a queue); each handshake runs on a short-lived thread that hands the finished channel
+ * back through a pipe. agent_stop is the only call allowed from another thread or a signal
+ * handler.
  */
 #ifndef SHOAL_AGENT_H
 #define SHOAL_AGENT_H
+
+#include "discovery/discovery.h"
+#include "transport/transport.h"
+
+#include <stdint.h>
+
+#define AGENT_DEFAULT_PORT      7411
+#define AGENT_DEFAULT_HTTP_PORT 8080
+#define AGENT_MAX_STATIC_PEERS  32
+#define AGENT_HEARTBEAT_MS      300  /* every member hears from us this often */
+#define AGENT_DEAD_MS           1500 /* a member silent this long is dropped */
+
+typedef enum agent_state {
+	AGENT_DISCOVERING, /* the view is not settled: no leader yet */
+	AGENT_SETTLED,     /* a leader is known (this node or another) */
+			   /* planned, loading, serving: arrive with "Agent end to end" */
+} agent_state_t;
+
+const char *agent_state_name(agent_state_t s);
+
+/* The agent's settings. Strings are borrowed for the agent's life. */
+typedef struct agent_config {
+	const char *state_dir;
+	int port;      /* control port (TCP, and the port published over mDNS) */
+	int http_port; /* the API port (stored; served by a later version) */
+	int expect;    /* settle at once with this many members; 0 = wait settle_ms */
+	int64_t settle_ms;
+	const char *peers[AGENT_MAX_STATIC_PEERS]; /* "HOST:PORT" or "[V6]:PORT" */
+	int npeers;
+	const char *model; /* stored; loaded by a later version */
+	int no_mdns;       /* static peers only */
+} agent_config_t;
+
+typedef struct agent agent_t;
+
+/* Loads (or creates) the node ID, opens the control port and the status socket, starts mDNS.
+ * keys are copied. Returns NULL with a one-line message in errbuf. */
+agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbuf, size_t errlen);
+
+/* Runs the loop until agent_stop. Returns 0, or a negative code when the loop cannot go on. */
+int agent_run(agent_t *a);
+
+/* Asks agent_run to return soon. Async-signal-safe. */
+void agent_stop(agent_t *a);
+
+/* Closes everything (waits for running handshakes, at most their timeout). NULL is fine. */
+void agent_free(agent_t *a);
+
+/* The status socket of a state directory: STATE_DIR/agent.sock. */
+int agent_status_path(const char *state_dir, char *out, size_t len);
 
 #endif

@@ -1,9 +1,210 @@
-/* cmd_agent.c: `shoal agent`. A stub until "Discovery and election" lands. */
+/*
+ * cmd_agent.c: `shoal agent`, the command every machine runs. Parses the flags, reads the token
+ * (flag, file or SHOAL_TOKEN: the latter two keep it out of `ps`), derives the keys once, wipes
+ * its copies of the token, and runs the agent until SIGINT/SIGTERM.
+ */
+#include "agent/agent.h"
 #include "agent/cli.h"
+#include "common/common.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static agent_t *running;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (running)
+		agent_stop(running);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: shoal agent --token T | --token-file F [OPTIONS]\n\n"
+	    "Joins (or forms) the cluster of every agent on the local network with the same "
+	    "token:\n"
+	    "finds peers by mDNS, authenticates them with the token, elects the node with the\n"
+	    "smallest ID as leader. The token may also come from SHOAL_TOKEN.\n\n"
+	    "options:\n"
+	    "  --token T          the cluster's shared secret (visible in ps: prefer the others)\n"
+	    "  --token-file F     read the token from F (first line)\n"
+	    "  --port P           control port (default %d; 0 = any)\n"
+	    "  --http-port P      API port (default %d)\n"
+	    "  --state-dir D      node ID and sockets (default $XDG_STATE_HOME/shoal,\n"
+	    "                     ~/.local/state/shoal, /var/lib/shoal for root)\n"
+	    "  --expect N         the view is settled as soon as N members are present\n"
+	    "  --settle S         seconds a view must stay unchanged to be settled (default 1)\n"
+	    "  --peer HOST:PORT   also connect to this agent (repeatable; for networks without "
+	    "mDNS)\n"
+	    "  --no-mdns          static peers only\n"
+	    "  --model M          the GGUF model to serve\n"
+	    "  --log-level L      error, warn, info (default), debug\n",
+	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
+}
+
+static int read_token_file(const char *path, char *out, size_t cap)
+{
+	char *text = NULL, err[256];
+	size_t n = 0;
+	if (read_file_all(path, &text, &n, err, sizeof err)) {
+		fprintf(stderr, "shoal agent: %s\n", err);
+		return -1;
+	}
+	size_t len = strcspn(text, "\r\n");
+	if (len >= cap) {
+		fprintf(stderr, "shoal agent: token in %s is too long\n", path);
+		sodium_memzero(text, n);
+		free(text);
+		return -1;
+	}
+	memcpy(out, text, len);
+	out[len] = 0;
+	sodium_memzero(text, n);
+	free(text);
+	return 0;
+}
 
 int cmd_agent(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return cli_not_yet("agent", "Discovery and election");
+	static const struct option opts[] = {{"token", required_argument, 0, 't'},
+					     {"token-file", required_argument, 0, 'f'},
+					     {"port", required_argument, 0, 'p'},
+					     {"http-port", required_argument, 0, 'H'},
+					     {"state-dir", required_argument, 0, 'd'},
+					     {"expect", required_argument, 0, 'e'},
+					     {"settle", required_argument, 0, 's'},
+					     {"peer", required_argument, 0, 'P'},
+					     {"model", required_argument, 0, 'm'},
+					     {"log-level", required_argument, 0, 'l'},
+					     {"no-mdns", no_argument, 0, 'N'},
+					     {"help", no_argument, 0, 'h'},
+					     {0, 0, 0, 0}};
+	agent_config_t cfg = {
+	    .port = AGENT_DEFAULT_PORT, .http_port = AGENT_DEFAULT_HTTP_PORT, .settle_ms = 1000};
+	char token[1024] = "", state_dir[4096] = "", err[512];
+	int c, rc = 1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't': snprintf(token, sizeof token, "%s", optarg); break;
+		case 'f':
+			if (read_token_file(optarg, token, sizeof token))
+				return 1;
+			break;
+		case 'p':
+		case 'H': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 0 || v > 65535) {
+				fprintf(stderr, "shoal agent: bad port '%s'\n", optarg);
+				return 2;
+			}
+			*(c == 'p' ? &cfg.port : &cfg.http_port) = (int)v;
+			break;
+		}
+		case 'd': snprintf(state_dir, sizeof state_dir, "%s", optarg); break;
+		case 'e':
+			cfg.expect = atoi(optarg);
+			if (cfg.expect < 0 || cfg.expect > DISC_MAX_PEERS) {
+				fprintf(stderr, "shoal agent: bad --expect '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 's': {
+			char *end;
+			double s = strtod(optarg, &end);
+			if (*end || s < 0 || s > 3600) {
+				fprintf(stderr, "shoal agent: bad --settle '%s' (seconds)\n",
+					optarg);
+				return 2;
+			}
+			cfg.settle_ms = (int64_t)(s * 1000);
+			break;
+		}
+		case 'P':
+			if (cfg.npeers == AGENT_MAX_STATIC_PEERS) {
+				fprintf(stderr, "shoal agent: at most %d --peer\n",
+					AGENT_MAX_STATIC_PEERS);
+				return 2;
+			}
+			{
+				char h[256], perr[128];
+				int pp;
+				if (tp_hostport_parse(optarg, h, sizeof h, &pp, perr,
+						      sizeof perr)) {
+					fprintf(stderr, "shoal agent: --peer wants HOST:PORT: %s\n",
+						perr);
+					return 2;
+				}
+			}
+			cfg.peers[cfg.npeers++] = optarg;
+			break;
+		case 'm': cfg.model = optarg; break;
+		case 'N': cfg.no_mdns = 1; break;
+		case 'l':
+			if (cli_set_log_level(optarg))
+				return 2;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "shoal agent: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!token[0] && getenv("SHOAL_TOKEN"))
+		snprintf(token, sizeof token, "%s", getenv("SHOAL_TOKEN"));
+	if (!token[0]) {
+		fprintf(
+		    stderr,
+		    "shoal agent: a token is required (--token, --token-file or SHOAL_TOKEN)\n");
+		return 2;
+	}
+	if (!state_dir[0] && disc_state_dir_default(state_dir, sizeof state_dir)) {
+		fprintf(stderr,
+			"shoal agent: cannot work out a state directory; pass --state-dir\n");
+		return 2;
+	}
+	cfg.state_dir = state_dir;
+	if (cfg.model)
+		LOG(LOG_INFO, "agent: model %s (served once planning arrives)", cfg.model);
+
+	tp_keys_t keys;
+	int64_t t0 = now_ms();
+	int krc = tp_keys_derive(&keys, token, strlen(token), err, sizeof err);
+	sodium_memzero(token, sizeof token);
+	if (krc) {
+		fprintf(stderr, "shoal agent: %s\n", err);
+		return 1;
+	}
+	LOG(LOG_DEBUG, "agent: keys derived in %lld ms", (long long)(now_ms() - t0));
+	agent_t *a = agent_new(&cfg, &keys, err, sizeof err);
+	tp_keys_wipe(&keys);
+	if (!a) {
+		fprintf(stderr, "shoal agent: %s\n", err);
+		return 1;
+	}
+	running = a;
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	int r = agent_run(a);
+	if (r)
+		fprintf(stderr, "shoal agent: %s\n", sh_strerror(r));
+	else
+		rc = 0;
+	running = NULL;
+	LOG(LOG_INFO, "agent: stopping");
+	agent_free(a);
+	return rc;
 }

@@ -1,9 +1,282 @@
-/* cmd_plan.c: `shoal plan`. A stub until "Planner" lands. */
+/*
+ * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
+ * Reads a membership view and model metadata, prints the plan as a table and writes
+ * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
+ * All the planning is planner/'s; this file only does the I/O around it (and turns a GGUF's
+ * metadata and tensor sizes into the planner's model struct: planner/ may not depend on infer/).
+ */
 #include "agent/cli.h"
+#include "common/common.h"
+#include "infer/gguf.h"
+#include "infer/meta.h"
+#include "planner/planner.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: shoal plan --view VIEW.json --model MODEL [options]\n\n"
+	    "Computes the rank order, MLX ring hostfile, mlx.launch hosts, JACCL RDMA device\n"
+	    "matrix and shard plan for a membership view, prints it, and writes hostfile.json,\n"
+	    "mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
+	    "  --view FILE        membership view JSON (docs/view.md)\n"
+	    "  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
+	    "  --strategy S       auto (default), tensor or pipeline\n"
+	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
+	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
+	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
+	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
+	    "  --out DIR          where to write the files (default: the current directory)\n"
+	    "  --log-level LEVEL  error, warn, info or debug\n"
+	    "  --help             this text\n");
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Adds a tensor's bytes to the planner bucket its name says (per-layer buckets are summed over
+ * all layers and averaged by the caller). */
+static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
+{
+	const char *n = t->name;
+	if (!strncmp(n, "blk.", 4)) {
+		const char *dot = strchr(n + 4, '.');
+		const char *k = dot ? dot + 1 : "";
+		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight"))
+			m->attn_qo_bytes += t->nbytes;
+		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
+			m->attn_kv_bytes += t->nbytes;
+		else if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight")) {
+			m->ffn_bytes += t->nbytes;
+			if (!strcmp(k, "ffn_down.weight"))
+				*ffn_type = t->type; /* its rows run along the FFN dimension */
+		} else
+			m->norm_bytes += t->nbytes; /* norms and biases: replicated */
+	} else if (!strcmp(n, "token_embd.weight")) {
+		m->embd_bytes += t->nbytes;
+	} else {
+		m->output_bytes += t->nbytes; /* output, output_norm */
+	}
+}
+
+/* Model shapes and exact tensor sizes from a GGUF file. */
+static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
+{
+	gguf_t *g = NULL;
+	model_meta_t mm;
+	char e[256];
+	int rc = gguf_open(&g, path, e, sizeof e);
+	if (!rc)
+		rc = meta_load(&mm, g, e, sizeof e);
+	if (rc) {
+		gguf_free(g);
+		return sh_fail(err, errlen, rc, "%s: %s", path, e);
+	}
+	memset(m, 0, sizeof *m);
+	snprintf(m->arch, sizeof m->arch, "%s", mm.arch_name);
+	m->n_layers = mm.n_layers, m->n_heads = mm.n_heads, m->n_kv_heads = mm.n_kv_heads;
+	m->head_dim = mm.head_dim, m->dim = mm.dim, m->ffn = mm.ffn, m->n_vocab = mm.n_vocab;
+	m->n_ctx = mm.n_ctx;
+	int ffn_type = GGML_F32;
+	for (int i = 0; i < gguf_n_tensors(g); i++)
+		add_tensor(m, gguf_tensor(g, i), &ffn_type);
+	gguf_free(g);
+	uint64_t l = (uint64_t)MAX(m->n_layers, 1);
+	m->attn_qo_bytes = (m->attn_qo_bytes + l - 1) / l; /* per layer, rounded up */
+	m->attn_kv_bytes = (m->attn_kv_bytes + l - 1) / l;
+	m->ffn_bytes = (m->ffn_bytes + l - 1) / l;
+	m->norm_bytes = (m->norm_bytes + l - 1) / l;
+	m->ffn_block = MAX(gguf_type_block(ffn_type), 32);
+	rc = plan_model_check(m, e, sizeof e);
+	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;
+}
+
+/* Model metadata from a model-metadata JSON file or a .gguf. */
+static int load_model(const char *path, plan_model_t *m, char *err, size_t errlen)
+{
+	if (ends_with(path, ".gguf"))
+		return load_gguf(path, m, err, errlen);
+	char *text = NULL;
+	int rc = read_file_all(path, &text, NULL, err, errlen);
+	if (rc)
+		return rc;
+	char e[256];
+	rc = plan_model_from_json(m, text, e, sizeof e);
+	if (rc)
+		sh_fail(err, errlen, rc, "%s: %s", path, e);
+	free(text);
+	return rc;
+}
+
+static double gb(uint64_t b)
+{
+	return (double)b / 1e9;
+}
+
+static void print_table(const plan_t *p)
+{
+	printf("plan %s  epoch %llu  %d rank%s  strategy %s (%s)\n", plan_hash(p),
+	       (unsigned long long)plan_epoch(p), plan_n_ranks(p), plan_n_ranks(p) == 1 ? "" : "s",
+	       plan_strategy_name(plan_strategy(p)), plan_reason(p));
+	printf("context %d tokens  RDMA full mesh: %s\n\n", plan_ctx(p),
+	       plan_rdma_full_mesh(p) ? "yes" : "no");
+	printf("%-4s %-8s %-18s %-21s %7s %9s %9s %13s %9s %8s\n", "rank", "node", "host",
+	       "ring addr", "mem GB", "q heads", "kv heads", "ffn columns", "layers", "need GB");
+	for (int r = 0; r < plan_n_ranks(p); r++) {
+		const plan_rank_t *k = plan_rank(p, r);
+		char addr[64], q[24], kv[24], ffn[32], layers[24];
+		snprintf(addr, sizeof addr, "%s:%d", k->ip, k->port);
+		snprintf(q, sizeof q, "%d-%d", k->q0, k->q1);
+		snprintf(kv, sizeof kv, "%d-%d", k->kv0, k->kv1);
+		snprintf(ffn, sizeof ffn, "%d-%d", k->ffn0, k->ffn1);
+		snprintf(layers, sizeof layers, "%d-%d", k->layer0, k->layer1);
+		uint64_t need =
+		    k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
+		printf("%-4d %-8.8s %-18.18s %-21s %7.1f %9s %9s %13s %9s %8.1f\n", r, k->node_id,
+		       k->host[0] ? k->host : "-", addr, gb(k->mem_avail), q, kv, ffn, layers,
+		       gb(need));
+	}
+}
+
+/* Writes the four files; returns 0 or an error with the message in err. */
+static int write_outputs(const plan_t *p, const char *dir, char *err, size_t errlen)
+{
+	static const char *const names[] = {"hostfile.json", "mlx-hosts.json", "rdma-devices.json",
+					    "plan.json"};
+	char *(*const fns[])(const plan_t *) = {plan_hostfile_json, plan_mlx_hosts_json,
+						plan_rdma_json, plan_to_json};
+	int rc = mkdir_p(dir, err, errlen);
+	for (size_t i = 0; !rc && i < ARRAY_LEN(names); i++) {
+		char path[4096];
+		if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path)
+			return sh_fail(err, errlen, SH_EINVAL, "output path too long");
+		char *text = fns[i](p);
+		if (!text)
+			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		rc = write_file_atomic(path, text, strlen(text), err, errlen);
+		free(text);
+	}
+	return rc;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
 
 int cmd_plan(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return cli_not_yet("plan", "Planner");
+	static const struct option opts[] = {
+	    {"view", required_argument, 0, 'v'},
+	    {"model", required_argument, 0, 'm'},
+	    {"strategy", required_argument, 0, 's'},
+	    {"ctx", required_argument, 0, 'c'},
+	    {"kv-bytes", required_argument, 0, 'k'},
+	    {"headroom-mb", required_argument, 0, 'H'},
+	    {"base-port", required_argument, 0, 'p'},
+	    {"out", required_argument, 0, 'o'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
+	};
+	const char *view_path = NULL, *model_path = NULL, *out = ".";
+	plan_opts_t o;
+	plan_opts_default(&o);
+	int c, x;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'v': view_path = optarg; break;
+		case 'm': model_path = optarg; break;
+		case 'o': out = optarg; break;
+		case 's':
+			if ((x = plan_strategy_parse(optarg)) < 0) {
+				fprintf(stderr, "shoal plan: --strategy must be auto, tensor or "
+						"pipeline\n");
+				return 2;
+			}
+			o.strategy = (plan_strategy_t)x;
+			break;
+		case 'c':
+			if (parse_int(optarg, 1, 1 << 24, &o.ctx)) {
+				fprintf(stderr, "shoal plan: --ctx must be from 1 to 16777216\n");
+				return 2;
+			}
+			break;
+		case 'k':
+			if (parse_int(optarg, 1, 8, &o.kv_bytes)) {
+				fprintf(stderr, "shoal plan: --kv-bytes must be from 1 to 8\n");
+				return 2;
+			}
+			break;
+		case 'H':
+			if (parse_int(optarg, 0, 1 << 30, &x)) {
+				fprintf(stderr,
+					"shoal plan: --headroom-mb must be a number of MB\n");
+				return 2;
+			}
+			o.headroom_bytes = (uint64_t)x << 20;
+			break;
+		case 'p':
+			if (parse_int(optarg, 1, 65535, &o.base_port)) {
+				fprintf(stderr,
+					"shoal plan: --base-port must be from 1 to 65535\n");
+				return 2;
+			}
+			break;
+		case 'L':
+			if (cli_set_log_level(optarg))
+				return 2;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!view_path || !model_path || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	char err[1024];
+	char *text = NULL;
+	plan_view_t *v = NULL;
+	plan_t *p = NULL;
+	plan_model_t m;
+	int ret = 1;
+	if (read_file_all(view_path, &text, NULL, err, sizeof err))
+		goto fail;
+	char e[512];
+	if (plan_view_from_json(&v, text, e, sizeof e)) {
+		snprintf(err, sizeof err, "%s: %s", view_path, e);
+		goto fail;
+	}
+	if (load_model(model_path, &m, err, sizeof err))
+		goto fail;
+	if (plan_make(&p, v, &m, &o, err, sizeof err))
+		goto fail;
+	print_table(p);
+	if (write_outputs(p, out, err, sizeof err))
+		goto fail;
+	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",
+	       out);
+	ret = 0;
+	goto done;
+fail:
+	fprintf(stderr, "shoal plan: %s\n", err);
+done:
+	plan_free(p);
+	plan_view_free(v);
+	free(text);
+	return ret;
 }

@@ -1,8 +1,195 @@
 /*
  * planner.h: from a membership view and model metadata to one plan (rank order, hostfiles, RDMA
  * device matrix, shards). Pure: no I/O, no clock, no globals, so every node computes the same plan.
+ *
+ * Invariant: for the same view (whatever the order of its nodes, addresses, devices and seen_on
+ * entries), model and options, every output of this module is byte-identical on every machine.
+ * All arithmetic is integer (bandwidth is carried as whole MB/s), JSON keys are written in a fixed
+ * order, and the plan hash is a 64-bit FNV-1a over the canonical compact plan JSON.
+ *
+ * Typical use (the leader):
+ *     plan_view_t *v; plan_model_t m; plan_opts_t o; plan_t *p;
+ *     plan_view_from_json(&v, text, err, sizeof err);   // or build a plan_view_t by hand
+ *     plan_model_from_json(&m, meta, err, sizeof err);  // or fill plan_model_t from a GGUF
+ *     plan_opts_default(&o);
+ *     plan_make(&p, v, &m, &o, err, sizeof err);       // SH_ENOFIT: err says what is short
+ *     char *s = plan_to_json(p);                       // send to followers; free(s)
+ * A follower: plan_from_json(&p, s, err, sizeof err) checks the hash; the file writers
+ * (plan_hostfile_json, ...) work the same on a parsed plan as on a made one.
+ *
+ * Threads: no shared state; any thread may call anything on objects it owns.
+ * Format reference: docs/view.md (view JSON, model JSON, plan.json, options).
  */
 #ifndef SHOAL_PLANNER_H
 #define SHOAL_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLAN_MAX_NODES    64  /* nodes in a view (and ranks in a plan) */
+#define PLAN_MAX_ADDRS    16  /* addresses per node */
+#define PLAN_MAX_RDMA     16  /* RDMA devices per node */
+#define PLAN_ID_LEN       32  /* node id: 32 lowercase hex characters (128 bits) */
+#define PLAN_HOST_MAX     256 /* host name, NUL included */
+#define PLAN_IP_MAX       48  /* textual IPv4/IPv6 address, NUL included */
+#define PLAN_IFNAME_MAX   32  /* interface name, NUL included */
+#define PLAN_DEV_MAX      64  /* RDMA device name, NUL included */
+#define PLAN_DEFAULT_PORT 32323
+
+/* Link kinds, best last, so a larger value is a better link. */
+typedef enum {
+	PLAN_LINK_OTHER = 0, /* unknown, loopback, tunnels */
+	PLAN_LINK_WIFI = 1,
+	PLAN_LINK_ETHERNET = 2,
+	PLAN_LINK_THUNDERBOLT = 3,
+	PLAN_LINK_RDMA = 4 /* only for pairs: a wired link whose device has an active RDMA port */
+} plan_link_t;
+
+typedef struct {
+	char ip[PLAN_IP_MAX];
+	char ifname[PLAN_IFNAME_MAX];
+	plan_link_t kind; /* OTHER..THUNDERBOLT; guessed from ifname when the view gave none */
+} plan_addr_t;
+
+typedef struct {
+	char name[PLAN_DEV_MAX];      /* e.g. "rdma_en3" (macOS), "mlx5_0" (Linux) */
+	char ifname[PLAN_IFNAME_MAX]; /* its network interface; from "rdma_X" when not given */
+	int port_active;
+} plan_rdma_t;
+
+typedef struct {
+	char node_id[PLAN_ID_LEN + 1]; /* the peer */
+	char ifname[PLAN_IFNAME_MAX];  /* local interface on which this node sees the peer */
+} plan_seen_t;
+
+typedef struct {
+	char node_id[PLAN_ID_LEN + 1];
+	char host[PLAN_HOST_MAX];
+	int port;                      /* control port, 0 when unknown */
+	uint64_t mem_total, mem_avail; /* bytes */
+	int cores;
+	uint32_t bw_mbs; /* measured matrix-vector bandwidth in MB/s, 0 = not measured */
+	plan_addr_t *addrs;
+	size_t n_addrs;
+	plan_rdma_t *rdma;
+	size_t n_rdma;
+	plan_seen_t *seen;
+	size_t n_seen;
+} plan_node_t;
+
+/* A membership view. Every array is malloc'd and owned by the view; plan_view_free frees all.
+ * Built by hand (the agent) or by plan_view_from_json (sorted canonically). */
+typedef struct {
+	uint64_t epoch;
+	plan_node_t *nodes;
+	size_t n_nodes;
+} plan_view_t;
+
+/* Model shape and sizes. Byte counts are for the whole tensor(s) named. */
+typedef struct {
+	char arch[32];
+	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
+	int ffn_block; /* quantization block along the FFN dimension (32; 256 for K-quants) */
+	uint64_t attn_qo_bytes; /* per layer: attn_q + attn_output (split by query heads) */
+	uint64_t attn_kv_bytes; /* per layer: attn_k + attn_v (split by KV heads) */
+	uint64_t ffn_bytes;     /* per layer: ffn_gate + ffn_up + ffn_down (split by columns) */
+	uint64_t norm_bytes;    /* per layer: norms and biases (replicated on every rank) */
+	uint64_t embd_bytes;    /* token_embd */
+	uint64_t output_bytes;  /* output (0 when tied to token_embd) + output_norm */
+} plan_model_t;
+
+typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2 } plan_strategy_t;
+
+typedef struct {
+	plan_strategy_t strategy;
+	int ctx;      /* context length for the KV cache; 0 = the model's n_ctx */
+	int kv_bytes; /* bytes per KV element; 0 = 4 (the engine keeps an F32 cache) */
+	uint64_t
+	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
+	int headroom_permille;
+	int base_port; /* ring port of rank 0 (rank r listens on base + r); 0 = 32323 */
+} plan_opts_t;
+
+/* One rank's share. Ranges are half-open [a, b). In tensor mode layers = [0, n_layers);
+ * in pipeline mode the head and FFN ranges cover the whole model. */
+typedef struct {
+	int rank;
+	char node_id[PLAN_ID_LEN + 1];
+	char host[PLAN_HOST_MAX];
+	char ip[PLAN_IP_MAX]; /* ring address (IPv4); "127.0.0.1" on a single node */
+	int port;             /* ring port: base_port + rank */
+	int n_ips;            /* IPv4 addresses, ring address first (mlx-hosts "ips") */
+	char ips[PLAN_MAX_ADDRS][PLAN_IP_MAX];
+	char rdma[PLAN_MAX_NODES][PLAN_DEV_MAX]; /* row of the JACCL matrix; "" = null */
+	uint64_t mem_avail;
+	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1;
+	uint64_t weight_bytes, kv_cache_bytes, act_bytes, headroom_bytes; /* fit figures */
+} plan_rank_t;
+
+typedef struct plan plan_t;
+
+/* ---- view ---- */
+
+/* Parses a view JSON (docs/view.md) into *out, sorted canonically (nodes by id, then addresses,
+ * devices and seen_on entries). Returns 0, or SH_EFORMAT/SH_EINVAL/SH_ENOMEM with a one-line
+ * message in err. The caller frees *out with plan_view_free. */
+int plan_view_from_json(plan_view_t **out, const char *json, char *err, size_t errlen);
+/* Canonical JSON text of a view (sorted, fixed key order), newline-terminated; caller frees. */
+char *plan_view_to_json(const plan_view_t *v);
+void plan_view_free(plan_view_t *v);
+/* Checks a hand-built view (ids, unique, sizes). 0 or SH_EINVAL with a message. */
+int plan_view_check(const plan_view_t *v, char *err, size_t errlen);
+
+/* Link kind guessed from an interface name: en*, eth*, veth*, ib* -> ethernet; wl* -> wifi;
+ * thunderbolt*, tb*, bridge* -> thunderbolt; otherwise other. (macOS en* is ambiguous: Wi-Fi,
+ * Ethernet or Thunderbolt; the view's "kind" wins whenever given.) */
+plan_link_t plan_link_guess(const char *ifname);
+const char *plan_link_name(plan_link_t k);
+/* "thunderbolt" -> PLAN_LINK_THUNDERBOLT ...; -1 when unknown. */
+int plan_link_parse(const char *s);
+
+/* ---- model ---- */
+
+/* Parses model metadata JSON (docs/view.md): shapes plus "wtype" (F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_K, Q6_K) from which byte counts are derived unless given explicitly. */
+int plan_model_from_json(plan_model_t *out, const char *json, char *err, size_t errlen);
+/* Fills byte counts and ffn_block from the shapes for a ggml type id (0 F32, 1 F16, 2 Q4_0,
+ * 8 Q8_0, 12 Q4_K, 14 Q6_K, 30 BF16). Returns 0 or SH_EUNSUPP. */
+int plan_model_set_type(plan_model_t *m, int ggml_type, int tied_output);
+int plan_model_check(const plan_model_t *m, char *err, size_t errlen);
+
+/* ---- plan ---- */
+
+void plan_opts_default(plan_opts_t *o);
+const char *plan_strategy_name(plan_strategy_t s);
+int plan_strategy_parse(const char *s); /* "auto"|"tensor"|"pipeline" -> value, -1 otherwise */
+
+/* Makes the plan. The view and model are borrowed (only read during the call); o NULL means
+ * plan_opts_default. The view need not be sorted (a hand-built one is checked). Returns 0;
+ * SH_EINVAL for a bad view/model/options or an impossible forced strategy; SH_ENOFIT when the
+ * model does not fit, with err naming the shortfall in GB and the fixes. Caller frees *out. */
+int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const plan_opts_t *o,
+	      char *err, size_t errlen);
+void plan_free(plan_t *p);
+
+int plan_n_ranks(const plan_t *p);
+const plan_rank_t *plan_rank(const plan_t *p, int r);   /* NULL when out of range */
+int plan_rank_of(const plan_t *p, const char *node_id); /* -1 when not a member */
+plan_strategy_t plan_strategy(const plan_t *p);         /* TENSOR or PIPELINE */
+const char *plan_reason(const plan_t *p);               /* why that strategy */
+const char *plan_hash(const plan_t *p);                 /* 16 lowercase hex characters */
+uint64_t plan_epoch(const plan_t *p);
+int plan_rdma_full_mesh(const plan_t *p);
+int plan_ctx(const plan_t *p);
+
+/* Outputs: malloc'd, newline-terminated JSON text the caller frees; NULL only on ENOMEM. */
+char *plan_hostfile_json(const plan_t *p);  /* ring: ["ip:port", ...], row r = rank r */
+char *plan_mlx_hosts_json(const plan_t *p); /* [{"ssh", "ips", "rdma"}], one per rank */
+char *plan_rdma_json(const plan_t *p);      /* N x N, [i][j] device on i towards j, null diag */
+char *plan_to_json(const plan_t *p);        /* the whole plan incl. hash (docs/view.md) */
+
+/* Parses plan.json (as written by plan_to_json) and verifies its hash: SH_EFORMAT on any
+ * mismatch. Caller frees *out. */
+int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen);
 
 #endif

@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/meta.h"
+#include "infer/tokenizer.h"
 
 #include <stdint.h>
 
@@ -24,8 +25,14 @@ static void put(struct buf *b, const void *d, size_t n)
 	memcpy(b->p + b->n, d, n);
 	b->n += n;
 }
-static void put_u32(struct buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(struct buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u32(struct buf *b, uint32_t v)
+{
+	put(b, &v, 4);
+}
+static void put_u64(struct buf *b, uint64_t v)
+{
+	put(b, &v, 8);
+}
 static void put_str(struct buf *b, const char *s)
 {
 	put_u64(b, strlen(s));
@@ -390,8 +397,15 @@ static void try_buffer(const uint8_t *p, size_t n, int *ok, int *bad)
 	int rc = gguf_open_mem(&g, copy, n, err, sizeof err);
 	if (rc == 0) {
 		model_meta_t m;
+		tok_t *t;
 		if (meta_load(&m, g, err, sizeof err))
 			CHECK(err[0] != 0);
+		if (tok_load(&t, g, err, sizeof err) == 0) {
+			int *ids, n;
+			if (tok_encode(t, "Once upon a time", 16, 1, 0, &ids, &n) == 0)
+				free(ids);
+			tok_free(t);
+		}
 		(*ok)++;
 		gguf_free(g);
 	} else {

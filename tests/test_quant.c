@@ -1,10 +1,10 @@
 /* test_quant.c: block formats and matvec kernels. Every type's optimized kernel is compared with
  * the plain reference on generated tensors (NMSE bound 1e-10: they differ only in summation
  * order), and the reference with the exact float dot of the dequantized weights and activations
- * (NMSE bounds: 1e-10 for float activations, 1e-4 for Q8_0 ones, 5e-4 for Q8_K). Quantize/dequantize round trips are checked
- * against the format's expected error. */
-#include "harness.h"
+ * (NMSE bounds: 1e-10 for float activations, 1e-4 for Q8_0 ones, 5e-4 for Q8_K).
+ * Quantize/dequantize round trips are checked against the format's expected error. */
 #include "common/common.h"
+#include "harness.h"
 #include "infer/pool.h"
 #include "infer/quant.h"
 
@@ -51,18 +51,12 @@ TEST(f16_conversion)
 static double roundtrip_bound(int t)
 {
 	switch (t) {
-	case QT_F32:
-		return 0;
-	case QT_F16:
-		return 1e-6;
-	case QT_BF16:
-		return 3e-5;
-	case QT_Q8_0:
-		return 1e-4;
-	case QT_Q6_K:
-		return 2e-3;
-	default: /* 4-bit */
-		return 1.5e-2;
+	case QT_F32: return 0;
+	case QT_F16: return 1e-6;
+	case QT_BF16: return 3e-5;
+	case QT_Q8_0: return 1e-4;
+	case QT_Q6_K: return 2e-3;
+	default: /* 4-bit */ return 1.5e-2;
 	}
 }
 
@@ -100,12 +94,12 @@ TEST(block_layouts)
 	memset(&k4, 0, sizeof k4);
 	k4.d = quant_f32_to_f16(1.f);
 	k4.dmin = quant_f32_to_f16(1.f);
-	k4.scales[0] = 2;          /* sub-block 0: scale 2 */
-	k4.scales[4] = 1;          /* sub-block 0: min 1 */
-	k4.scales[8] = 0x53;       /* sub-block 4: scale 3 | 16*? , min 5 (low nibbles) */
-	k4.scales[0] |= 1u << 6;   /* sub-block 4 scale high bits: 1 -> scale 3 + 16 = 19 */
-	k4.qs[0] = 0x73;           /* element 0 = 3, element 32 = 7 */
-	k4.qs[64] = 0x02;          /* element 128 (sub-block 4) = 2 */
+	k4.scales[0] = 2;        /* sub-block 0: scale 2 */
+	k4.scales[4] = 1;        /* sub-block 0: min 1 */
+	k4.scales[8] = 0x53;     /* sub-block 4: scale 3 | 16*? , min 5 (low nibbles) */
+	k4.scales[0] |= 1u << 6; /* sub-block 4 scale high bits: 1 -> scale 3 + 16 = 19 */
+	k4.qs[0] = 0x73;         /* element 0 = 3, element 32 = 7 */
+	k4.qs[64] = 0x02;        /* element 128 (sub-block 4) = 2 */
 	quant_dequant_row(QT_Q4_K, &k4, y, QK_K);
 	CHECK_NEAR(y[0], 2 * 3 - 1, 0);
 	CHECK_NEAR(y[32], 0 * 7 - 0, 0);
@@ -188,6 +182,50 @@ TEST(kernels_vs_reference)
 		}
 		CHECK(nmse(opt, ref, ROWS) <= 1e-10);
 		CHECK(nmse(ref, exact, ROWS) <= bound_exact);
+	}
+}
+
+/* The softmax exponential against expf: relative error under 1e-6 over [-100, 0]. */
+TEST(expsum_accuracy)
+{
+	enum { N = 1003 };
+	static float x[N], y[N];
+	for (int i = 0; i < N; i++)
+		x[i] = y[i] = -100.0f * (float)i / N + 3.0f;
+	quant_init(0);
+	float s = quant_expsum()(x, N, 3.0f);
+	double ref = 0, worst = 0;
+	for (int i = 0; i < N; i++) {
+		double e = exp((double)y[i] - 3.0);
+		ref += e;
+		if (e > 1e-30)
+			worst = fmax(worst, fabs(x[i] - e) / e);
+	}
+	CHECK(worst < 1e-6);
+	CHECK(fabs(s - ref) / ref < 1e-6);
+}
+
+/* Attention's weighted sum of strided value rows: optimized vs plain loops, several widths. */
+TEST(wsum_vs_reference)
+{
+	enum { T = 37, STRIDE = 200 };
+	static float v[T * STRIDE], a[T], o1[STRIDE], o2[STRIDE];
+	for (int i = 0; i < T * STRIDE; i++)
+		v[i] = frand();
+	for (int t = 0; t < T; t++)
+		a[t] = frand();
+	quant_init(0);
+	const int widths[] = {64, 128, 72, 5, 136};
+	for (size_t k = 0; k < ARRAY_LEN(widths); k++) {
+		int n = widths[k];
+		quant_wsum()(o1, a, v + 3, STRIDE, T, n);
+		for (int i = 0; i < n; i++) {
+			double c = 0;
+			for (int t = 0; t < T; t++)
+				c += (double)a[t] * v[t * STRIDE + 3 + i];
+			o2[i] = (float)c;
+		}
+		CHECK(nmse(o1, o2, n) < 1e-12);
 	}
 }
 
@@ -274,6 +312,8 @@ int main(void)
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);
+	RUN(expsum_accuracy);
+	RUN(wsum_vs_reference);
 	RUN(pool_runs_every_thread);
 	return harness_done();
 }

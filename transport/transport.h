@@ -1,8 +1,231 @@
 /*
  * transport.h: the token's keys, the authenticated control channel, and the collectives that
  * ranks use to compute together (TCP, or RDMA through libibverbs).
+ *
+ * Layers, bottom up:
+ *   keys   token -> Argon2id master key -> public cluster ID + authentication key (keys.c)
+ *   frame  length-prefixed frames, the message numbers and structs (frame.c, docs/protocol.md)
+ *   chan   one TCP connection: HELLO, mutual challenge-response, then every frame encrypted and
+ *          authenticated with per-direction keys and counter nonces (chan.c)
+ *   group  ranks 0..N-1 in a full mesh of channels; collectives with a deadline (group.c, coll.c)
+ *   rdma   libibverbs pairs, the JACCL device matrix, and the per-pair fallback to TCP (rdma*.c)
+ *
+ * Errors are the SH_E* codes of common/common.h; a one-line message goes to the caller's buffer.
+ * The token never leaves tp_keys_derive: it is not sent, not stored, not logged.
+ *
+ * A rank of a group, start to end:
+ *   tp_keys_t k;
+ *   tp_keys_derive(&k, token, strlen(token), err, sizeof err);   (then wipe the token)
+ *   tp_group_cfg_t gc = {.rank = r, .world = n, .hosts = hosts, .ports = ports,
+ *                        .listen_fd = -1, .tag = epoch, .keys = &k, .node_id = id,
+ *                        .timeout_ms = 30000};
+ *   tp_group_t *g;
+ *   if (tp_group_new(&g, &gc, err, sizeof err)) ... (err names the rank that failed)
+ *   tp_all_reduce_f32(g, x, len, step_timeout_ms, err, sizeof err);
+ *   tp_group_free(g);
+ *   tp_keys_wipe(&k);
+ * A control connection: tp_listen + tp_accept + tp_chan_accept on one side, tp_chan_connect on
+ * the other, then tp_chan_send / tp_chan_recv. Wire format: docs/protocol.md; RDMA: docs/rdma.md.
  */
 #ifndef SHOAL_TRANSPORT_H
 #define SHOAL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- keys --------------------------------------------------------------------------------- */
+
+#define TP_NODE_ID_BYTES 16
+#define TP_CID_BYTES 8
+#define TP_KEY_BYTES 32
+
+/* What a process keeps from the token. Plain data: copy freely; wipe with tp_keys_wipe. */
+typedef struct tp_keys {
+	uint8_t auth[TP_KEY_BYTES];  /* secret: authenticates handshakes, keys the sessions */
+	uint8_t cid[TP_CID_BYTES];   /* public cluster ID (a keyed hash of the master key) */
+	char cid_hex[2 * TP_CID_BYTES + 1]; /* cid as 16 lowercase hex chars, for mDNS TXT cid= */
+} tp_keys_t;
+
+/* Derives the keys from a token of len bytes (Argon2id, fixed protocol salt, ~64 MiB and a few
+ * hundred ms: call once at start and share the result). The token is only read; the caller
+ * should sodium_memzero its own copy when done. Returns 0, SH_EINVAL (empty token) or
+ * SH_ENOMEM (Argon2id could not get its memory). Thread-safe. */
+int tp_keys_derive(tp_keys_t *out, const char *token, size_t len, char *err, size_t errlen);
+
+/* Overwrites the keys with zeros. */
+void tp_keys_wipe(tp_keys_t *k);
+
+/* Node IDs as 32 lowercase hex chars (out must hold 33 bytes); returns out. */
+char *tp_id_hex(char out[2 * TP_NODE_ID_BYTES + 1], const uint8_t id[TP_NODE_ID_BYTES]);
+
+/* ---- listening sockets -------------------------------------------------------------------- */
+
+/* Opens a TCP listening socket on host:port (host NULL or "" = all IPv4 and IPv6 addresses when
+ * the system allows, else IPv4; port 0 = ephemeral), SO_REUSEADDR, close-on-exec. On success
+ * *fd is the socket (caller closes) and *bound_port the actual port. */
+int tp_listen(const char *host, int port, int *fd, int *bound_port, char *err, size_t errlen);
+
+/* Accepts one connection within timeout_ms (-1 = wait forever). *fd is the new socket, owned by
+ * the caller until handed to tp_chan_accept; peer (may be NULL) gets "addr:port". Returns 0,
+ * SH_ETIMEDOUT or SH_EIO. */
+int tp_accept(int listen_fd, int *fd, char *peer, size_t peerlen, int timeout_ms, char *err,
+	      size_t errlen);
+
+/* Splits "host:port" or "[ipv6]:port" (port 1..65535) into host (hostlen bytes) and *port.
+ * Returns 0 or SH_EINVAL with a message. */
+int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char *err,
+		      size_t errlen);
+
+/* ---- authenticated channel ---------------------------------------------------------------- */
+
+/* One authenticated, encrypted TCP connection to a peer holding the same token.
+ *
+ * Handshake (both sides, bounded by timeout_ms overall): HELLO each way (magic, version, node
+ * ID, cluster ID, fresh 32-byte nonce); a cluster ID mismatch fails at once; then each side
+ * sends crypto_auth(auth key, role || both HELLOs) and checks the peer's. Session keys, one per
+ * direction, are derived from both HELLOs under the auth key; afterwards every frame is
+ * XChaCha20-Poly1305 with a per-direction counter nonce, so a tampered, replayed, reordered or
+ * dropped frame fails authentication and the channel is dead (every later call fails).
+ * A handshake failure is logged at LOG_WARN ("handshake with ADDR failed: REASON"; repeats from
+ * the same host with the same reason at most every 30 s, with a count) and returned in err. Two peers with the same node ID do complete the handshake: compare
+ * tp_chan_peer_id() with your own to detect a copied state directory.
+ *
+ * Threads: one thread may send while another receives (send is guarded by a mutex, so several
+ * senders are fine too); only one thread at a time may receive. tp_chan_free when neither is
+ * running. */
+typedef struct tp_chan tp_chan_t;
+
+/* Largest payload of one message (16 MiB). Bigger sends fail with SH_EINVAL; a peer announcing a
+ * bigger frame kills the channel with SH_EFORMAT. */
+#define TP_MAX_PAYLOAD (16u << 20)
+
+/* Message types 0..0x00ff are the transport's own (handshake, group); discovery, the lock-step
+ * protocol and others take ranges above (see frame.h and docs/protocol.md). Any uint16 can be
+ * sent through a channel; the channel does not interpret types >= TP_MSG_USER. */
+#define TP_MSG_USER 0x0100
+
+/* Connects to host:port (name or address, IPv4/IPv6) and runs the handshake as initiator. On
+ * success *out is the channel (caller frees with tp_chan_free). */
+int tp_chan_connect(tp_chan_t **out, const char *host, int port, const tp_keys_t *k,
+		    const uint8_t my_id[TP_NODE_ID_BYTES], int timeout_ms, char *err,
+		    size_t errlen);
+
+/* Runs the handshake as responder on an accepted socket. Takes ownership of fd in every case
+ * (closed on failure). */
+int tp_chan_accept(tp_chan_t **out, int fd, const tp_keys_t *k,
+		   const uint8_t my_id[TP_NODE_ID_BYTES], int timeout_ms, char *err,
+		   size_t errlen);
+
+/* Sends one message (len <= TP_MAX_PAYLOAD; payload may be NULL when len is 0). Waits at most
+ * the channel's send timeout (default 10 s, tp_chan_set_send_timeout) for socket space.
+ * Returns 0, SH_EINVAL, SH_ETIMEDOUT, SH_ECLOSED or SH_EIO; any error but SH_EINVAL leaves the
+ * channel dead. */
+int tp_chan_send(tp_chan_t *c, uint16_t type, const void *payload, size_t len);
+
+/* Receives one message within timeout_ms (-1 = forever, 0 = only what is already buffered).
+ * *payload points into the channel's buffer, valid until the next tp_chan_recv or tp_chan_free.
+ * Returns 0; SH_ETIMEDOUT (the channel stays usable: a partly received frame is kept and the next
+ * call continues it); SH_ECLOSED (peer closed); SH_EAUTH (tampered, replayed or reordered frame);
+ * SH_EFORMAT (oversized or malformed frame); SH_EIO. All but SH_ETIMEDOUT leave it dead. */
+int tp_chan_recv(tp_chan_t *c, uint16_t *type, void **payload, size_t *len, int timeout_ms);
+
+/* The peer's node ID (valid while the channel lives). */
+const uint8_t *tp_chan_peer_id(const tp_chan_t *c);
+
+/* The peer's address as "addr:port" (for logs). */
+const char *tp_chan_peer_addr(const tp_chan_t *c);
+
+/* The socket, for poll() in an event loop (readable = tp_chan_recv may have data; frames may
+ * also be buffered already: see tp_chan_pending). Do not read or write it directly. */
+int tp_chan_fd(const tp_chan_t *c);
+
+/* 1 when a complete frame is already buffered (so poll() on the fd would not report it). */
+int tp_chan_pending(const tp_chan_t *c);
+
+/* Send timeout in ms (-1 = forever). */
+void tp_chan_set_send_timeout(tp_chan_t *c, int timeout_ms);
+
+/* Closes the socket and wipes the session keys. NULL is fine. */
+void tp_chan_free(tp_chan_t *c);
+
+/* ---- group of ranks and collectives ------------------------------------------------------- */
+
+/* Ranks 0..world-1 in a full mesh of authenticated channels (rank r connects to every rank < r
+ * and accepts from every rank > r; each connection then proves its rank with a JOIN message that
+ * must carry the same world size and group tag). Every pair uses TCP unless an RDMA device
+ * matrix is given and the pair's RDMA set-up works (see rdma section below).
+ *
+ * Collectives: every call has a deadline; a rank that died, stalled, or sent something out of
+ * step makes the call fail within the timeout on the ranks that wait for it, with a message
+ * naming the rank. After any failure the group is broken: every later call returns the same
+ * error (free it and form a new one). Results are bit-identical on every rank (sums are added in
+ * one fixed order on all ranks, or computed on one rank and copied).
+ *
+ * Threads: a group is used by one thread at a time (the caller's compute driver). Buffers are
+ * the caller's; the group's own buffers grow to the largest message once and are then reused. */
+typedef struct tp_group tp_group_t;
+
+typedef struct tp_group_cfg {
+	int rank, world;          /* 0 <= rank < world <= TP_MAX_WORLD */
+	const char *const *hosts; /* world entries: where each rank listens (hosts[rank] unused) */
+	const int *ports;         /* world entries; ports[rank] is ours (when listen_fd < 0) */
+	int listen_fd;            /* >= 0: an open listening socket to use (borrowed; stays open),
+				     < 0: listen on all addresses at ports[rank] */
+	uint64_t tag;             /* group tag that every rank must share (e.g. a plan epoch) */
+	const tp_keys_t *keys;    /* borrowed for the call */
+	const uint8_t *node_id;   /* our node ID (16 bytes) */
+	const uint8_t (*peer_ids)[TP_NODE_ID_BYTES]; /* NULL, or world expected node IDs */
+	int timeout_ms;           /* for forming the whole group (peers may start later) */
+	const char *rdma_devices; /* NULL, or a JACCL device matrix file (docs/rdma.md) */
+} tp_group_cfg_t;
+
+#define TP_MAX_WORLD 64
+
+/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up), SH_EAUTH, SH_EIO,
+ * SH_EINVAL with a message naming the rank. */
+int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
+void tp_group_free(tp_group_t *g);
+
+int tp_group_rank(const tp_group_t *g);
+int tp_group_world(const tp_group_t *g);
+/* "tcp" or "rdma" for the link to a peer rank ("self" for our own rank). */
+const char *tp_group_link(const tp_group_t *g, int peer);
+
+/* Sum of f32 over all ranks, in place (buf has n floats on every rank; n the same everywhere).
+ * Small messages (<= 64 KiB): one exchange for 2 ranks, two for more (each rank sums one chunk
+ * in rank order, then shares it); larger ones: ring reduce-scatter + all-gather. Per rank at
+ * most 2 (N-1)/N x 4n bytes leave (4n for 2 ranks). Result bit-identical on every rank. */
+int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
+		      size_t errlen);
+
+/* Optional: all-reduce sends 8-bit blocks (32 floats -> 36 bytes: an f32 scale and 32 int8)
+ * instead of f32, for slow links. Off by default; every rank must set the same (a mismatch fails
+ * the next all-reduce as "out of step"). Results stay bit-identical on every rank; the error per
+ * element is at most (sum over ranks of the block's max |x|) / 254, plus (for 3+ ranks) the
+ * block's max |sum| / 254. Returns 0 or SH_EINVAL. */
+int tp_group_set_q8(tp_group_t *g, int on);
+
+/* Copies root's len bytes of buf to every rank's buf. */
+int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms, char *err,
+		 size_t errlen);
+
+/* out (world * len bytes) gets every rank's in (len bytes) at offset rank * len. in may point to
+ * out + rank * len. */
+int tp_all_gather(tp_group_t *g, const void *in, size_t len, void *out, int timeout_ms,
+		  char *err, size_t errlen);
+
+/* Returns once every rank has entered the barrier. */
+int tp_barrier(tp_group_t *g, int timeout_ms, char *err, size_t errlen);
+
+/* Point-to-point (pipeline mode): sends len bytes to rank `to`; the receiver must call
+ * tp_group_recv with the same len. Sends are buffered by the kernel up to its socket buffer
+ * and then wait for the receiver within the timeout. */
+int tp_group_send(tp_group_t *g, int to, const void *buf, size_t len, int timeout_ms, char *err,
+		  size_t errlen);
+int tp_group_recv(tp_group_t *g, int from, void *buf, size_t len, int timeout_ms, char *err,
+		  size_t errlen);
+
+/* Bytes this rank has sent through the group's collectives (payload, for accounting). */
+uint64_t tp_group_bytes_sent(const tp_group_t *g);
 
 #endif

@@ -1,0 +1,185 @@
+/*
+ * status.c: the agent's status socket (STATE_DIR/agent.sock). A client connects, the agent writes
+ * one JSON object (this node, the leader, the view epoch, the members with their addresses and
+ * interfaces) and closes; `shoal status` is that client.
+ *
+ * Invariant: answering never blocks the loop for long: the socket is accepted non-blocking and
+ * written with a 1 s send timeout; the JSON is small (<= 64 members).
+ */
+#include "agent/agent_int.h"
+#include "common/common.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* This host's first non-loopback IPv4 address and its interface (for the member table). */
+static void self_addr(char *addr, size_t alen, char *ifn, size_t ilen)
+{
+	struct ifaddrs *ifs = NULL, *it;
+	snprintf(addr, alen, "-");
+	snprintf(ifn, ilen, "-");
+	if (getifaddrs(&ifs) != 0)
+		return;
+	for (it = ifs; it; it = it->ifa_next) {
+		if (!it->ifa_addr || it->ifa_addr->sa_family != AF_INET ||
+		    !strcmp(it->ifa_name, "lo"))
+			continue;
+		inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, addr,
+			  (socklen_t)alen);
+		snprintf(ifn, ilen, "%s", it->ifa_name);
+		break;
+	}
+	freeifaddrs(ifs);
+}
+
+static const char *role_of(agent_t *a, const disc_id_t *id)
+{
+	disc_id_t l;
+	if (!elec_leader(a->elec, &l))
+		return "-";
+	return disc_id_cmp(&l, id) ? "follower" : "leader";
+}
+
+static json_t *member_json(agent_t *a, const disc_id_t *id)
+{
+	char h[DISC_ID_HEX];
+	disc_id_hex(id, h);
+	json_t *o = json_object();
+	json_object_set_new(o, "node_id", json_string(h));
+	if (!disc_id_cmp(id, &a->self)) {
+		char addr[DISC_ADDR_MAX], ifn[IF_NAMESIZE];
+		self_addr(addr, sizeof addr, ifn, sizeof ifn);
+		json_object_set_new(o, "host", json_string(a->facts.hostname));
+		json_object_set_new(o, "address", json_string(addr));
+		json_object_set_new(o, "interface", json_string(ifn));
+		json_object_set_new(o, "mem", json_integer((json_int_t)a->facts.mem_bytes));
+		json_object_set_new(o, "cores", json_integer(a->facts.cores));
+		json_object_set_new(o, "rdma", json_string(a->facts.rdma));
+		json_object_set_new(o, "port", json_integer(a->cfg.port));
+		json_object_set_new(o, "self", json_true());
+	} else {
+		conn_t *c = agent_conn_find(a, id);
+		const disc_peer_t *p = disc_table_find(a->table, id);
+		const char *ifn = "-";
+		if (p)
+			for (int k = 0; k < p->naddrs; k++)
+				if (c && !strcmp(p->addrs[k].addr, c->addr))
+					ifn = p->addrs[k].ifname;
+		if (p && !strcmp(ifn, "-") && p->naddrs)
+			ifn = p->addrs[0].ifname;
+		json_object_set_new(o, "host",
+				    json_string(c && c->info.host[0] ? c->info.host
+						: p                  ? p->host
+								     : "-"));
+		json_object_set_new(o, "address", json_string(c ? c->addr : "-"));
+		json_object_set_new(o, "interface", json_string(ifn));
+		json_object_set_new(o, "mem", json_integer(c ? (json_int_t)c->info.mem_bytes : 0));
+		json_object_set_new(o, "cores", json_integer(c ? c->info.cores : 0));
+		json_object_set_new(o, "rdma", json_string(c ? c->info.rdma : ""));
+		json_object_set_new(o, "port", json_integer(c ? c->info.port : 0));
+		json_object_set_new(o, "self", json_false());
+		/* every address mDNS resolved, with its interface (the planner's RDMA matrix) */
+		json_t *addrs = json_array();
+		for (int k = 0; p && k < p->naddrs; k++) {
+			json_t *ao = json_object();
+			json_object_set_new(ao, "address", json_string(p->addrs[k].addr));
+			json_object_set_new(ao, "interface", json_string(p->addrs[k].ifname));
+			json_object_set_new(ao, "ifindex", json_integer(p->addrs[k].ifindex));
+			json_array_append_new(addrs, ao);
+		}
+		json_object_set_new(o, "addresses", addrs);
+	}
+	json_object_set_new(o, "role", json_string(role_of(a, id)));
+	return o;
+}
+
+static char *status_json(agent_t *a)
+{
+	disc_id_t l;
+	char lh[DISC_ID_HEX] = "";
+	if (elec_leader(a->elec, &l))
+		disc_id_hex(&l, lh);
+	json_t *root = json_object();
+	json_object_set_new(root, "node_id", json_string(a->self_hex));
+	json_object_set_new(root, "state", json_string(agent_state_name(a->state)));
+	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(a->elec))));
+	json_object_set_new(root, "leader", lh[0] ? json_string(lh) : json_null());
+	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
+	json_object_set_new(root, "cluster_id", json_string(a->keys.cid_hex));
+	json_object_set_new(root, "port", json_integer(a->cfg.port));
+	json_object_set_new(root, "http_port", json_integer(a->cfg.http_port));
+	json_object_set_new(root, "model", a->cfg.model ? json_string(a->cfg.model) : json_null());
+	json_object_set_new(root, "mdns", json_string(a->mdns ? disc_mdns_backend() : "off"));
+	json_object_set_new(root, "duplicate_id", json_boolean(a->duplicate));
+	if (a->duplicate)
+		json_object_set_new(root, "duplicate_at", json_string(a->duplicate_where));
+	json_t *arr = json_array();
+	for (int i = 0; i < elec_member_count(a->elec); i++)
+		json_array_append_new(arr, member_json(a, elec_member_at(a->elec, i)));
+	json_object_set_new(root, "members", arr); /* last: scripts cut the object there */
+	char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	return s;
+}
+
+void agent_status_serve(agent_t *a)
+{
+	int fd = accept(a->status_fd, NULL, NULL);
+	if (fd < 0)
+		return;
+	struct timeval tv = {1, 0};
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	char *s = status_json(a);
+	if (s) {
+		size_t len = strlen(s), off = 0;
+		while (off < len) {
+			ssize_t w = write(fd, s + off, len - off);
+			if (w <= 0)
+				break;
+			off += (size_t)w;
+		}
+		if (write(fd, "\n", 1) != 1)
+			LOG(LOG_DEBUG, "status: short write");
+		free(s);
+	}
+	close(fd);
+}
+
+int agent_status_listen(agent_t *a, char *errbuf, size_t errlen)
+{
+	if (agent_status_path(a->cfg.state_dir, a->status_path, sizeof a->status_path))
+		return sh_fail(errbuf, errlen, SH_EINVAL, "state dir path too long for a socket");
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	memcpy(sa.sun_path, a->status_path,
+	       strlen(a->status_path) + 1); /* length checked by agent_status_path */
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return sh_fail(errbuf, errlen, SH_EIO, "status socket: %s", strerror(errno));
+	/* a live agent answers on it: refuse to steal its socket */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN) {
+		close(fd);
+		return sh_fail(errbuf, errlen, SH_EBUSY,
+			       "another agent runs with state dir %s (%s answers)",
+			       a->cfg.state_dir, a->status_path);
+	}
+	close(fd);
+	unlink(a->status_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sh_fail(errbuf, errlen, SH_EIO, "status socket %s: %s", a->status_path,
+			       strerror(e));
+	}
+	a->status_fd = fd;
+	return 0;
+}

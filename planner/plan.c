@@ -1,0 +1,444 @@
+/*
+ * plan.c: plan_make. Orders the ranks, picks the strategy, splits the model in proportion to
+ * usable memory (weighted by bandwidth when every node measured it), checks that every rank's
+ * share fits, and fills the ring addresses and RDMA matrix.
+ *
+ * Invariant: a plan that plan_make returns assigns every query head, every FFN column and every
+ * layer to exactly one rank in its split dimension (tensor: heads and columns, layers replicated;
+ * pipeline: layers, heads and columns whole), each rank getting at least one unit; every rank's
+ * figures (weights + KV cache + activations + headroom) are within its available memory.
+ * All arithmetic is integer so every machine computes the same plan.
+ */
+#include "planner/plan_int.h"
+
+#include "common/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GB 1e9
+
+void plan_opts_default(plan_opts_t *o)
+{
+	memset(o, 0, sizeof *o);
+	o->strategy = PLAN_AUTO;
+	o->kv_bytes = 4;
+	o->headroom_bytes = (uint64_t)512 << 20;
+	o->headroom_permille = 50;
+	o->base_port = PLAN_DEFAULT_PORT;
+}
+
+const char *plan_strategy_name(plan_strategy_t s)
+{
+	return s == PLAN_TENSOR ? "tensor" : s == PLAN_PIPELINE ? "pipeline" : "auto";
+}
+
+int plan_strategy_parse(const char *s)
+{
+	if (!strcmp(s, "auto"))
+		return PLAN_AUTO;
+	if (!strcmp(s, "tensor"))
+		return PLAN_TENSOR;
+	if (!strcmp(s, "pipeline"))
+		return PLAN_PIPELINE;
+	return -1;
+}
+
+void plan_split(int *out, int n, int units, int min_each, const uint64_t *w)
+{
+	unsigned __int128 total = 0;
+	for (int i = 0; i < n; i++)
+		total += w[i] ? w[i] : 1;
+	int given = 0;
+	unsigned __int128 rem[PLAN_MAX_NODES];
+	for (int i = 0; i < n; i++) {
+		unsigned __int128 q = (unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1);
+		out[i] = (int)(q / total);
+		rem[i] = q % total;
+		given += out[i];
+	}
+	/* Largest remainder; equal remainders go to the lower rank. At most n - 1 left over. */
+	for (; given < units; given++) {
+		int best = 0;
+		for (int i = 1; i < n; i++)
+			if (rem[i] > rem[best])
+				best = i;
+		out[best]++;
+		rem[best] = 0;
+	}
+	/* Minimums: a rank below takes a unit from the rank holding the most (ties: the higher
+	 * rank), which stays at or above the minimum because units >= n * min_each. */
+	for (int i = 0; i < n; i++)
+		while (out[i] < min_each) {
+			int top = 0;
+			for (int j = 1; j < n; j++)
+				if (out[j] >= out[top])
+					top = j;
+			out[top]--;
+			out[i]++;
+		}
+}
+
+static int cmp_node_ptr(const void *a, const void *b)
+{
+	return strcmp((*(const plan_node_t *const *)a)->node_id,
+		      (*(const plan_node_t *const *)b)->node_id);
+}
+
+/* ceil(a * b / c) without overflow (c > 0), saturating. */
+static uint64_t mul_div_up(uint64_t a, uint64_t b, uint64_t c)
+{
+	unsigned __int128 x = ((unsigned __int128)a * b + c - 1) / c;
+	return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
+}
+
+static uint64_t headroom_of(const plan_opts_t *o, uint64_t mem)
+{
+	return MAX(o->headroom_bytes, mem / 1000 * (uint64_t)o->headroom_permille);
+}
+
+/* Fills the share ranges of every rank for strategy s with weights w. */
+static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
+{
+	const plan_model_t *m = &p->model;
+	int n = p->n_ranks, cnt[PLAN_MAX_NODES], pos = 0;
+	for (int r = 0; r < n; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		k->q0 = 0, k->q1 = m->n_heads, k->kv0 = 0, k->kv1 = m->n_kv_heads;
+		k->ffn0 = 0, k->ffn1 = m->ffn, k->layer0 = 0, k->layer1 = m->n_layers;
+	}
+	if (s == PLAN_PIPELINE) {
+		plan_split(cnt, n, m->n_layers, 1, w);
+		for (int r = 0; r < n; pos += cnt[r++])
+			p->ranks[r].layer0 = pos, p->ranks[r].layer1 = pos + cnt[r];
+		return;
+	}
+	int g = m->n_heads / m->n_kv_heads;
+	if (n <= m->n_kv_heads) { /* whole KV-head groups */
+		plan_split(cnt, n, m->n_kv_heads, 1, w);
+		for (int r = 0; r < n; pos += cnt[r++]) {
+			plan_rank_t *k = &p->ranks[r];
+			k->kv0 = pos, k->kv1 = pos + cnt[r];
+			k->q0 = k->kv0 * g, k->q1 = k->kv1 * g;
+		}
+	} else { /* query heads; a KV head is replicated on every rank that needs it */
+		plan_split(cnt, n, m->n_heads, 1, w);
+		for (int r = 0; r < n; pos += cnt[r++]) {
+			plan_rank_t *k = &p->ranks[r];
+			k->q0 = pos, k->q1 = pos + cnt[r];
+			k->kv0 = k->q0 / g, k->kv1 = (k->q1 - 1) / g + 1;
+		}
+	}
+	int blocks = (m->ffn + m->ffn_block - 1) / m->ffn_block;
+	plan_split(cnt, n, blocks, 1, w);
+	pos = 0;
+	for (int r = 0; r < n; pos += cnt[r++]) {
+		p->ranks[r].ffn0 = pos * m->ffn_block;
+		p->ranks[r].ffn1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn);
+	}
+}
+
+/* Fills every rank's fit figures; returns 0 or SH_ENOFIT with the message in err. */
+static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, char *err,
+		     size_t errlen)
+{
+	int n = p->n_ranks, worst = -1;
+	uint64_t worst_short = 0, total_short = 0;
+	for (int r = 0; r < n; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		uint64_t layers = (uint64_t)(k->layer1 - k->layer0), qh = (uint64_t)(k->q1 - k->q0);
+		uint64_t kvh = (uint64_t)(k->kv1 - k->kv0), cols = (uint64_t)(k->ffn1 - k->ffn0);
+		int has_out = p->strategy == PLAN_TENSOR ? r == 0 : r == n - 1;
+		int has_embd = p->strategy == PLAN_TENSOR ? 1 : r == 0;
+		uint64_t per_layer = mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads);
+		per_layer = plan_add_sat(
+		    per_layer, mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
+		per_layer =
+		    plan_add_sat(per_layer, mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn));
+		per_layer = plan_add_sat(per_layer, m->norm_bytes);
+		uint64_t wt = plan_mul_sat(per_layer, layers);
+		wt = plan_add_sat(wt, has_embd ? m->embd_bytes : 0);
+		k->weight_bytes = plan_add_sat(wt, has_out ? m->output_bytes : 0);
+		/* K and V for every position of the context, on this rank's layers and KV heads. */
+		uint64_t kv = plan_mul_sat((uint64_t)p->ctx, layers);
+		kv = plan_mul_sat(kv, 2 * kvh);
+		kv = plan_mul_sat(kv, (uint64_t)m->head_dim);
+		k->kv_cache_bytes = plan_mul_sat(kv, (uint64_t)p->kv_bytes);
+		/* F32 scratch: residual and norms, the FFN's columns (gate, up, product), one score
+		 * row per query head over the context, and the logits where the output head is. */
+		uint64_t act = 8 * (uint64_t)m->dim + 3 * cols + qh * (uint64_t)p->ctx;
+		act += has_out ? (uint64_t)m->n_vocab : 0;
+		k->act_bytes = 4 * act;
+		k->headroom_bytes = headroom_of(o, k->mem_avail);
+		uint64_t need = plan_add_sat(plan_add_sat(k->weight_bytes, k->kv_cache_bytes),
+					     plan_add_sat(k->act_bytes, k->headroom_bytes));
+		if (need > k->mem_avail) {
+			uint64_t s = need - k->mem_avail;
+			total_short = plan_add_sat(total_short, s);
+			if (worst < 0 || s > worst_short)
+				worst = r, worst_short = s;
+		}
+	}
+	if (worst < 0)
+		return 0;
+	const plan_rank_t *k = &p->ranks[worst];
+	double need = (double)k->weight_bytes + (double)k->kv_cache_bytes + (double)k->act_bytes +
+		      (double)k->headroom_bytes;
+	return sh_fail(
+	    err, errlen, SH_ENOFIT,
+	    "model does not fit (%s, %d rank%s): short by %.1f GB in total; rank %d "
+	    "(%s, node %.8s) needs %.1f GB (weights %.1f, KV cache %.1f for %d tokens, "
+	    "activations %.1f, headroom %.1f) but has %.1f GB available; fix: add nodes, "
+	    "use a shorter context (--ctx, now %d) or a smaller quantization",
+	    plan_strategy_name(p->strategy), n, n == 1 ? "" : "s", total_short / GB, worst,
+	    k->host[0] ? k->host : "no host name", k->node_id, need / GB, k->weight_bytes / GB,
+	    k->kv_cache_bytes / GB, p->ctx, k->act_bytes / GB, k->headroom_bytes / GB,
+	    k->mem_avail / GB, p->ctx);
+}
+
+/* Why tensor parallel cannot be used at all, or NULL. */
+static const char *tensor_impossible(const plan_t *p, char *buf, size_t len)
+{
+	const plan_model_t *m = &p->model;
+	int blocks = (m->ffn + m->ffn_block - 1) / m->ffn_block;
+	if (p->n_ranks > m->n_heads)
+		snprintf(buf, len, "%d ranks outnumber the model's %d query heads", p->n_ranks,
+			 m->n_heads);
+	else if (p->n_ranks > blocks)
+		snprintf(buf, len, "%d ranks outnumber the model's %d FFN blocks of %d columns",
+			 p->n_ranks, blocks, m->ffn_block);
+	else
+		return NULL;
+	return buf;
+}
+
+/* Chooses the strategy and writes why into p->reason; SH_EINVAL when the request is impossible. */
+static int choose(plan_t *p, const plan_node_t *const *nodes, plan_strategy_t want, char *err,
+		  size_t errlen)
+{
+	char why[160];
+	const char *no_tensor = tensor_impossible(p, why, sizeof why);
+	int n = p->n_ranks, no_pipe = n > p->model.n_layers;
+	if (want == PLAN_TENSOR && no_tensor)
+		return sh_fail(err, errlen, SH_EINVAL, "tensor parallel is impossible: %s",
+			       no_tensor);
+	if (want == PLAN_PIPELINE && no_pipe)
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "pipeline is impossible: %d ranks outnumber the model's %d layers",
+			       n, p->model.n_layers);
+	if (want != PLAN_AUTO) {
+		p->strategy = want;
+		snprintf(p->reason, sizeof p->reason, "%s requested", plan_strategy_name(want));
+		return 0;
+	}
+	if (n == 1) {
+		p->strategy = PLAN_TENSOR;
+		snprintf(p->reason, sizeof p->reason, "single node");
+		return 0;
+	}
+	/* The worst link over all pairs decides (ties: the first pair in rank order). */
+	int wi = 0, wj = 1, all_rdma = 1;
+	plan_link_t worst = PLAN_LINK_RDMA;
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			plan_link_t k = plan_pair_link(nodes[i], nodes[j]);
+			all_rdma &= k == PLAN_LINK_RDMA;
+			if (k < worst)
+				worst = k, wi = i, wj = j;
+		}
+	if (no_tensor && no_pipe)
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "no strategy fits %d ranks: %s, and they outnumber the %d layers", n,
+			       no_tensor, p->model.n_layers);
+	if (worst >= PLAN_LINK_ETHERNET && !no_tensor) {
+		p->strategy = PLAN_TENSOR;
+		if (all_rdma)
+			snprintf(p->reason, sizeof p->reason,
+				 "every pair of nodes has an RDMA link");
+		else
+			snprintf(
+			    p->reason, sizeof p->reason,
+			    "every pair of nodes has a wired or RDMA link (slowest: %s between "
+			    "ranks %d and %d)",
+			    plan_link_name(worst), wi, wj);
+		return 0;
+	}
+	if (no_pipe) { /* slow links, but too many ranks for a pipeline: tensor still works */
+		p->strategy = PLAN_TENSOR;
+		snprintf(p->reason, sizeof p->reason,
+			 "ranks %d and %d are linked only by %s, but %d ranks outnumber the %d "
+			 "layers",
+			 wi, wj, plan_link_name(worst), n, p->model.n_layers);
+		return 0;
+	}
+	p->strategy = PLAN_PIPELINE;
+	if (no_tensor)
+		snprintf(p->reason, sizeof p->reason, "%s", no_tensor);
+	else
+		snprintf(p->reason, sizeof p->reason,
+			 "ranks %d and %d are linked only by %s: a pipeline moves less data", wi,
+			 wj, worst == PLAN_LINK_WIFI ? "wifi" : "an unknown link");
+	return 0;
+}
+
+void plan_free(plan_t *p)
+{
+	if (!p)
+		return;
+	free(p->ranks);
+	free(p);
+}
+
+int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const plan_opts_t *o,
+	      char *err, size_t errlen)
+{
+	*out = NULL;
+	plan_opts_t defaults;
+	if (!o) {
+		plan_opts_default(&defaults);
+		o = &defaults;
+	}
+	int rc = plan_view_check(v, err, errlen);
+	if (rc)
+		return rc;
+	if ((rc = plan_model_check(m, err, errlen)))
+		return rc;
+	if ((unsigned)o->strategy > PLAN_PIPELINE || o->ctx < 0 || o->ctx > (1 << 24) ||
+	    o->kv_bytes < 0 || o->kv_bytes > 8 || o->headroom_permille < 0 ||
+	    o->headroom_permille > 1000 || o->base_port < 0 ||
+	    o->base_port + (int)v->n_nodes - 1 > 65535)
+		return sh_fail(err, errlen, SH_EINVAL, "bad planner options");
+	plan_t *p = calloc(1, sizeof *p);
+	const plan_node_t *nodes[PLAN_MAX_NODES];
+	int n = (int)v->n_nodes;
+	if (!p || !(p->ranks = calloc((size_t)n, sizeof *p->ranks))) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto fail;
+	}
+	p->epoch = v->epoch;
+	p->model = *m;
+	p->ctx = o->ctx ? o->ctx : m->n_ctx;
+	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
+	p->base_port = o->base_port ? o->base_port : PLAN_DEFAULT_PORT;
+	p->n_ranks = n;
+	for (int i = 0; i < n; i++)
+		nodes[i] = &v->nodes[i];
+	qsort(nodes, (size_t)n, sizeof *nodes, cmp_node_ptr);
+
+	/* Weights: usable memory in MiB, times MB/s when every node measured its bandwidth. */
+	uint64_t w_mem[PLAN_MAX_NODES], w_bw[PLAN_MAX_NODES];
+	int all_bw = 1;
+	for (int r = 0; r < n; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		const plan_node_t *a = nodes[r];
+		k->rank = r;
+		memcpy(k->node_id, a->node_id, sizeof k->node_id);
+		snprintf(k->host, sizeof k->host, "%s", a->host);
+		k->mem_avail = a->mem_avail;
+		k->port = p->base_port + r;
+		uint64_t h = headroom_of(o, a->mem_avail);
+		w_mem[r] = ((a->mem_avail > h ? a->mem_avail - h : 0) >> 20) + 1;
+		w_bw[r] = w_mem[r] * a->bw_mbs;
+		all_bw &= a->bw_mbs > 0;
+		plan_ring_addr(k, a, n > 1 ? nodes[(r + n - 1) % n] : NULL);
+		if (!k->ip[0]) {
+			rc = sh_fail(err, errlen, SH_EINVAL,
+				     "node %.8s has no IPv4 address for the ring", a->node_id);
+			goto fail;
+		}
+		int full = 1;
+		for (int j = 0; j < n; j++) {
+			const char *d = j == r ? NULL : plan_pair_rdma(a, nodes[j]);
+			snprintf(k->rdma[j], sizeof k->rdma[j], "%s", d ? d : "");
+			full &= j == r || d != NULL;
+		}
+		p->rdma_full_mesh = r ? p->rdma_full_mesh && full : full;
+	}
+	if ((rc = choose(p, nodes, o->strategy, err, errlen)))
+		goto fail;
+
+	/* Bandwidth-weighted shares first; memory-weighted when those do not fit; for auto, a
+	 * pipeline when tensor shares do not fit (no embedding replicated on every rank). */
+	plan_strategy_t chosen = p->strategy;
+	char first_err[512] = "";
+	rc = SH_ENOFIT;
+	if (all_bw) {
+		shares_fill(p, p->strategy, w_bw);
+		rc = fit_check(p, m, o, first_err, sizeof first_err);
+	}
+	if (rc) {
+		shares_fill(p, p->strategy, w_mem);
+		rc = fit_check(p, m, o, first_err, sizeof first_err);
+	}
+	if (rc && o->strategy == PLAN_AUTO && chosen == PLAN_TENSOR && n > 1 && n <= m->n_layers) {
+		p->strategy = PLAN_PIPELINE;
+		shares_fill(p, PLAN_PIPELINE, w_mem);
+		char e2[512];
+		if (!fit_check(p, m, o, e2, sizeof e2)) {
+			snprintf(p->reason, sizeof p->reason,
+				 "tensor shares do not fit (the embedding is on every rank); "
+				 "pipeline does");
+			rc = 0;
+		} else {
+			p->strategy = chosen;
+			shares_fill(p, chosen, w_mem);
+			fit_check(p, m, o, first_err, sizeof first_err);
+		}
+	}
+	if (rc) {
+		rc = sh_fail(err, errlen, SH_ENOFIT, "%s", first_err);
+		goto fail;
+	}
+	if ((rc = plan_hash_compute(p))) {
+		sh_fail(err, errlen, rc, "out of memory");
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail:
+	plan_free(p);
+	return rc;
+}
+
+int plan_n_ranks(const plan_t *p)
+{
+	return p->n_ranks;
+}
+
+const plan_rank_t *plan_rank(const plan_t *p, int r)
+{
+	return r >= 0 && r < p->n_ranks ? &p->ranks[r] : NULL;
+}
+
+int plan_rank_of(const plan_t *p, const char *node_id)
+{
+	for (int r = 0; r < p->n_ranks; r++)
+		if (!strcmp(p->ranks[r].node_id, node_id))
+			return r;
+	return -1;
+}
+
+plan_strategy_t plan_strategy(const plan_t *p)
+{
+	return p->strategy;
+}
+const char *plan_reason(const plan_t *p)
+{
+	return p->reason;
+}
+const char *plan_hash(const plan_t *p)
+{
+	return p->hash;
+}
+uint64_t plan_epoch(const plan_t *p)
+{
+	return p->epoch;
+}
+int plan_rdma_full_mesh(const plan_t *p)
+{
+	return p->rdma_full_mesh;
+}
+int plan_ctx(const plan_t *p)
+{
+	return p->ctx;
+}

@@ -1,0 +1,107 @@
+#!/bin/sh
+# `shoal plan`: writes the four files from a view file, they parse and follow formats.md, the same
+# view in another order gives byte-identical files, and bad input is a clear error.
+. tests/lib.sh
+
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+A=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa B=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb C=cccccccccccccccccccccccccccccccc
+node() { # id host mem_gib ip_tb1 if1 peer1 ip_tb2 if2 peer2 wifi_ip
+	printf '{"node_id":"%s","host":"%s","mem_avail":%s,"addresses":[' "$1" "$2" $(($3 << 30))
+	printf '{"ip":"%s","ifname":"en0","kind":"wifi"},' "${10}"
+	printf '{"ip":"%s","ifname":"%s","kind":"thunderbolt"},{"ip":"%s","ifname":"%s","kind":"thunderbolt"}],' \
+		"$4" "$5" "$7" "$8"
+	printf '"rdma":[{"name":"rdma_%s"},{"name":"rdma_%s","port_active":true}],' "$5" "$8"
+	printf '"seen_on":[{"node_id":"%s","ifname":"%s"},{"node_id":"%s","ifname":"%s"}]}' "$6" "$5" "$9" "$8"
+}
+NA=$(node $A mac1.local 64 10.254.0.1 en3 $B 10.254.2.1 en4 $C 192.168.1.11)
+NB=$(node $B mac2.local 32 10.254.0.2 en3 $A 10.254.1.2 en4 $C 192.168.1.12)
+NC=$(node $C mac3.local 16 10.254.2.3 en3 $A 10.254.1.3 en4 $B 192.168.1.13)
+printf '{"epoch":7,"nodes":[%s,%s,%s]}\n' "$NA" "$NB" "$NC" >"$T/view.json"
+printf '{"nodes":[%s,%s,%s],"epoch":7}\n' "$NC" "$NA" "$NB" >"$T/view2.json"
+cat >"$T/model.json" <<'EOF'
+{"arch":"llama","n_layers":32,"n_heads":32,"n_kv_heads":8,"head_dim":128,"dim":4096,
+ "ffn":14336,"n_vocab":128256,"n_ctx":8192,"wtype":"Q8_0"}
+EOF
+
+$SHOAL plan --view "$T/view.json" --model "$T/model.json" --out "$T/out" >"$T/stdout" 2>"$T/stderr"
+rc=$?
+check "plan exits 0" [ $rc -eq 0 ]
+[ $rc -eq 0 ] || cat "$T/stderr" >&2
+for f in hostfile.json mlx-hosts.json rdma-devices.json plan.json; do
+	check "$f written" [ -s "$T/out/$f" ]
+	check "$f parses" python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/out/$f"
+done
+check "no temp files left" sh -c "! ls '$T/out' | grep -q tmp"
+check "table names every host" sh -c "grep -q mac1.local '$T/stdout' && grep -q mac3.local '$T/stdout'"
+check "table says the strategy" grep -q 'strategy tensor (every pair of nodes has an RDMA link)' "$T/stdout"
+
+# formats.md semantics, checked from the files alone
+check "files follow formats.md" python3 - "$T/out" <<'EOF'
+import json, sys
+d = sys.argv[1]
+h = json.load(open(d + "/hostfile.json"))
+m = json.load(open(d + "/mlx-hosts.json"))
+r = json.load(open(d + "/rdma-devices.json"))
+p = json.load(open(d + "/plan.json"))
+n = len(p["ranks"])
+assert n == 3 and len(h) == n and len(m) == n and len(r) == n
+ids = [k["node_id"] for k in p["ranks"]]
+assert ids == sorted(ids), "rank order is ascending node id"
+for i, k in enumerate(p["ranks"]):
+    ip, port = h[i].split(":")
+    assert ip == k["ip"] and int(port) == 32323 + i, "ring row i is rank i"
+    assert m[i]["ssh"] == k["host"] and m[i]["ips"][0] == ip
+    assert len(r[i]) == n and r[i][i] is None, "null diagonal"
+    assert m[i]["rdma"] == r[i]
+    for j in range(n):
+        if j != i:
+            assert r[i][j] and r[i][j].startswith("rdma_en"), "full mesh"
+assert p["rdma_full_mesh"] is True
+assert len(p["hash"]) == 16
+# every query head and FFN column once
+q = sorted(tuple(k["q_heads"]) for k in p["ranks"])
+assert q[0][0] == 0 and q[-1][1] == 32 and all(q[i][1] == q[i + 1][0] for i in range(n - 1))
+EOF
+
+$SHOAL plan --view "$T/view2.json" --model "$T/model.json" --out "$T/out2" >/dev/null 2>&1
+for f in hostfile.json mlx-hosts.json rdma-devices.json plan.json; do
+	check "$f identical for a reordered view" cmp -s "$T/out/$f" "$T/out2/$f"
+done
+
+$SHOAL plan --view "$T/view.json" --model "$T/model.json" --strategy pipeline --out "$T/out3" \
+	>"$T/stdout3" 2>&1
+check "pipeline on request" grep -q 'strategy pipeline (pipeline requested)' "$T/stdout3"
+
+# errors: usage (2) and input (1) with a one-line message
+$SHOAL plan --model "$T/model.json" >/dev/null 2>&1
+check "missing --view is a usage error" [ $? -eq 2 ]
+$SHOAL plan --view "$T/view.json" --model "$T/model.json" --strategy sideways >/dev/null 2>&1
+check "bad --strategy is a usage error" [ $? -eq 2 ]
+check "--help exits 0" sh -c "$SHOAL plan --help | grep -q '^usage: shoal plan'"
+echo '{"nodes": 3}' >"$T/bad.json"
+$SHOAL plan --view "$T/bad.json" --model "$T/model.json" --out "$T/o4" >/dev/null 2>"$T/err4"
+check "bad view exits 1" [ $? -eq 1 ]
+check "bad view says why" grep -q 'must be a non-empty array' "$T/err4"
+$SHOAL plan --view "$T/view.json" --model "$T/model.json" --ctx 2000000 --out "$T/o5" \
+	>/dev/null 2>"$T/err5"
+check "no fit exits 1" [ $? -eq 1 ]
+check "no fit names the shortfall" grep -q 'model does not fit (tensor, 3 ranks): short by' "$T/err5"
+check "nothing written when it does not fit" [ ! -e "$T/o5/plan.json" ]
+# a .gguf model: shapes and exact tensor sizes from the file
+if [ -f "$SHARED/models/stories260K.gguf" ]; then
+	$SHOAL plan --view "$T/view.json" --model "$SHARED/models/stories260K.gguf" --out "$T/o6" \
+		>"$T/stdout6" 2>&1
+	check "plan from a .gguf exits 0" [ $? -eq 0 ]
+	check "plan from a .gguf has its shapes" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+m = p["model"]
+assert (m["n_layers"], m["n_heads"], m["n_kv_heads"], m["dim"], m["ffn"]) == (5, 8, 4, 64, 172), m
+assert p["ranks"][-1]["ffn"][1] == 172 and p["ranks"][0]["fit"]["weights"] > 0
+' "$T/o6/plan.json"
+else
+	skip "gguf plan: $SHARED/models/stories260K.gguf not found"
+fi
+done_tests

@@ -1,0 +1,86 @@
+/*
+ * group.h (internal to transport/): the group's struct and the exchange engine that collectives
+ * are built from. One exchange = at most one frame sent to and one frame received from each
+ * peer, all progressed together from one poll() loop until done or the deadline passes, so no
+ * pattern of sends and receives can deadlock on full socket buffers.
+ */
+#ifndef SHOAL_TP_GROUP_H
+#define SHOAL_TP_GROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/chan.h"
+#include "transport/transport.h"
+
+/* Collective ops: the `op` field of COLL frames (never reused). */
+enum tp_coll_op {
+	TP_OP_ALLREDUCE_DIRECT = 1,
+	TP_OP_REDUCE_SCATTER = 2,
+	TP_OP_ALL_GATHER_RING = 3,
+	TP_OP_BROADCAST = 4,
+	TP_OP_ALL_GATHER = 5,
+	TP_OP_BARRIER = 6,
+	TP_OP_P2P = 7,
+	TP_OP_ALLREDUCE_2PHASE = 8,
+	TP_OP_ALLREDUCE_Q8 = 9,
+};
+
+/* Per-peer slot of one exchange. */
+typedef struct tp_xfer {
+	const void *sdata; /* bytes to send (NULL with slen 0 is an empty frame) */
+	size_t slen;
+	int send;          /* 1: send a frame to this peer */
+	int recv;          /* 1: expect a frame from this peer */
+	size_t rlen;       /* expected data bytes */
+	const uint8_t *rdata; /* out: the received data, in the channel's buffer (valid until the
+				 next exchange involving this peer) */
+	int sdone, rdone;  /* progress */
+	int srdma, rrdma;  /* this frame goes over the pair's RDMA link (set by the exchange) */
+} tp_xfer_t;
+
+struct tp_rdma_link;
+
+struct tp_group {
+	int rank, world;
+	uint64_t tag;
+	int broken;          /* 0, or the sticky error of a failed call */
+	char broken_msg[256];
+	uint32_t tx_seq[TP_MAX_WORLD], rx_seq[TP_MAX_WORLD]; /* COLL frames sent to / received
+								  from each rank: the `seq` field */
+	uint64_t bytes_sent;
+	size_t direct_max;   /* all-reduce messages up to this many bytes take the direct path */
+	tp_chan_t *chan[TP_MAX_WORLD];          /* NULL for our own rank */
+	struct tp_rdma_link *rdma[TP_MAX_WORLD]; /* NULL: the pair uses TCP */
+	char addr[TP_MAX_WORLD][64];
+	tp_xfer_t xf[TP_MAX_WORLD];
+	float *scratch;      /* sums of the direct and 2-phase paths (received data stays in the
+				channels' buffers) */
+	size_t scratch_cap;
+	int q8;              /* all-reduce with 8-bit blocks on the wire (coll_q8.c) */
+	uint8_t *qbuf;       /* our vector, quantized */
+	size_t qcap;
+};
+
+/* Runs one exchange described by g->xf[] (slots of peers not involved must be zeroed: use
+ * tp_xfer_reset first). op/step/offset label the frames; a received frame with another seq, op,
+ * step, offset or length is an error. Returns 0 or an error (the group is then broken and err
+ * names the rank). */
+int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset,
+		      int64_t deadline, int timeout_ms, const char *what, char *err,
+		      size_t errlen);
+
+/* Clears every slot of g->xf. */
+void tp_xfer_reset(tp_group_t *g);
+
+/* coll_q8.c: the quantized all-reduce, and its pure block codec (tests use them). */
+int tp_allreduce_q8(tp_group_t *g, float *buf, size_t n, int64_t deadline, int timeout_ms,
+		    char *err, size_t errlen);
+size_t tp_q8_size(size_t n);
+void tp_q8_encode(uint8_t *out, const float *x, size_t n);
+void tp_q8_decode(float *acc, const uint8_t *in, size_t n, int add);
+
+/* Fails fast when the group is broken (returns its error with the first failure's message). */
+int tp_group_check(tp_group_t *g, char *err, size_t errlen);
+
+#endif
