@@ -60,9 +60,9 @@ struct model {
 	wmat_t embd;       /* [n_vocab x dim] */
 	wmat_t out;        /* [n_vocab x dim] (= embd when tied) */
 	float *out_norm;   /* [dim] */
-	layer_t *layers;   /* [n_layers] */
+	layer_t *layers;   /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq;   /* [rope_dim/2] */
-	float *kc, *vc;    /* [n_layers][n_ctx][kvd] */
+	float *kc, *vc;    /* [layer1 - layer0][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -75,6 +75,8 @@ struct model {
 	float **tiles;       /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	model_pipe_fn pipe;
+	void *pipe_ctx;
 };
 
 /* ---- binding ------------------------------------------------------------------------------ */
@@ -131,6 +133,8 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->n_kv_heads = meta->n_kv_heads;
 	s->ffn0 = 0;
 	s->n_ffn = meta->ffn;
+	s->layer0 = 0;
+	s->layer1 = meta->n_layers;
 }
 
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard)
@@ -140,7 +144,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		model_shard_full(meta, &full);
 		shard = &full;
 	}
-	return (size_t)meta->n_layers * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim *
+	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
+	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim *
 	       sizeof(float);
 }
 
@@ -149,7 +154,8 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	int grp = mt->n_heads / mt->n_kv_heads;
 	if (s->n_q_heads <= 0 || s->q_head0 < 0 || s->q_head0 + s->n_q_heads > mt->n_heads ||
 	    s->n_kv_heads <= 0 || s->kv_head0 < 0 || s->kv_head0 + s->n_kv_heads > mt->n_kv_heads ||
-	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn)
+	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn || s->layer0 < 0 ||
+	    s->layer0 >= s->layer1 || s->layer1 > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "shard out of range");
 	if (s->q_head0 / grp < s->kv_head0 ||
 	    (s->q_head0 + s->n_q_heads - 1) / grp >= s->kv_head0 + s->n_kv_heads)
@@ -183,6 +189,12 @@ void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 {
 	m->ar = fn;
 	m->ar_ctx = ctx;
+}
+
+void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx)
+{
+	m->pipe = fn;
+	m->pipe_ctx = ctx;
 }
 
 static int alloc_scratch(model_t *m, int max_b)
@@ -228,6 +240,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		m->sh = *shard;
 	else
 		model_shard_full(meta, &m->sh);
+	if (m->sh.layer1 == 0 && m->sh.layer0 == 0)
+		m->sh.layer1 = meta->n_layers;
 	if ((rc = shard_check(meta, &m->sh, err, errlen)))
 		goto err;
 	m->pool = pool;
@@ -250,7 +264,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		goto err;
 	}
 	int q0 = m->sh.q_head0 * hd, k0 = m->sh.kv_head0 * hd;
-	for (int l = 0; l < meta->n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
@@ -289,7 +303,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
-	size_t kv_elems = (size_t)meta->n_layers * (size_t)n_ctx * (size_t)m->kvd;
+	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
 	m->kc = malloc(kv_elems * sizeof(float));
 	m->vc = malloc(kv_elems * sizeof(float));
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64)) {
@@ -349,7 +363,7 @@ void model_free(model_t *m)
 uint64_t model_bytes_per_token(const model_t *m)
 {
 	uint64_t b = m->out.row_bytes * (uint64_t)m->out.rows + m->embd.row_bytes;
-	for (int l = 0; l < m->meta.n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		const layer_t *L = &m->layers[l];
 		const wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
 		for (size_t i = 0; i < ARRAY_LEN(w); i++)
@@ -553,13 +567,22 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
 	int rc;
 
-	/* x[B][D] = token_embd[tokens] */
-	for (int b = 0; b < B; b++)
-		quant_dequant_row(m->embd.type, m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
-				  m->x + (size_t)b * D, D);
+	/* x[B][D] = token_embd[tokens], or the previous pipeline stage's output */
+	if (m->sh.layer0 > 0) {
+		if (!m->pipe)
+			return SH_EINVAL;
+		if ((rc = m->pipe(m->pipe_ctx, 0, m->x, B, D)))
+			return rc;
+	} else {
+		for (int b = 0; b < B; b++)
+			quant_dequant_row(m->embd.type,
+					  m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
+					  m->x + (size_t)b * D, D);
+	}
 
-	for (int l = 0; l < p->n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
+		int lc = l - m->sh.layer0; /* index into the KV cache */
 		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D, p->rms_eps);
@@ -587,11 +610,11 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
 				rope(m, k + h * hd, pos + b);
 			}
-			size_t at = ((size_t)l * m->n_ctx + (size_t)(pos + b)) * m->kvd;
+			size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
 			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
 			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 		}
-		att_job_t aj = {m, l, B, pos};
+		att_job_t aj = {m, lc, B, pos};
 		int items = B * m->sh.n_q_heads;
 		pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
@@ -618,6 +641,9 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 			m->x[i] += m->xb2[i];
 	}
 
+	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
+	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
+		return rc;
 	if (logits) { /* only the last token's logits are needed */
 		float *xl = m->x + (size_t)(B - 1) * D;
 		rmsnorm(m->xb, xl, m->out_norm, D, p->rms_eps);
