@@ -99,23 +99,23 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 		if (w[r] <= 0)
 			return sh_fail(err, errlen, SH_EINVAL, "share %d of rank %d is not positive",
 				       w[r], r);
+	int grp = mt->n_heads / mt->n_kv_heads;
+	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
+	if (pipeline && world > mt->n_layers)
+		return sh_fail(err, errlen, SH_EINVAL, "%d ranks for %d layers", world,
+			       mt->n_layers);
+	if (!pipeline && (world > mt->n_heads || world > blocks))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "%d ranks for %d query heads and %d FFN blocks of %d", world,
+			       mt->n_heads, blocks, ffn_block);
 	for (int r = 0; r < world; r++)
 		model_shard_full(mt, &out[r]);
 	if (pipeline) {
-		if (world > mt->n_layers)
-			return sh_fail(err, errlen, SH_EINVAL, "%d ranks for %d layers", world,
-				       mt->n_layers);
 		split_units(cnt, world, mt->n_layers, w);
 		for (int r = 0; r < world; pos += cnt[r++])
 			out[r].layer0 = pos, out[r].layer1 = pos + cnt[r];
 		return 0;
 	}
-	int grp = mt->n_heads / mt->n_kv_heads;
-	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
-	if (world > mt->n_heads || world > blocks)
-		return sh_fail(err, errlen, SH_EINVAL,
-			       "%d ranks for %d query heads and %d FFN blocks of %d", world,
-			       mt->n_heads, blocks, ffn_block);
 	if (world <= mt->n_kv_heads) { /* whole KV-head groups */
 		split_units(cnt, world, mt->n_kv_heads, w);
 		for (int r = 0; r < world; pos += cnt[r++]) {

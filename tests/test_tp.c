@@ -251,7 +251,7 @@ static const char *stories(void)
 TEST(split)
 {
 	model_meta_t mt = {.n_layers = 6, .n_heads = 8, .n_kv_heads = 2, .ffn = 172, .dim = 64};
-	model_shard_t s[4];
+	model_shard_t s[8];
 	char err[200];
 	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, NULL, s, err, sizeof err), 0);
 	CHECK_EQ_INT(s[0].n_kv_heads, 1);

@@ -1,0 +1,51 @@
+#!/bin/sh
+# bench_tp.sh: tensor parallel on loopback for the ~0.85B Q8_0 model of bench_infer.sh (reused from
+# $BUILD/bench/, generated when missing): decode tok/s for 1 rank x 2 threads (shoal generate) and
+# 2 ranks x 1 thread (shoal worker), the communication time per step and its share of the step,
+# bytes sent per token per rank, peak RSS per rank. Targets (issue 7): sync <= 5% of the step;
+# 2x1 >= 0.9 x 1x2; bytes/token/rank <= 2 x layers x dim x 4 (= 262144 here).
+# BENCH_TP_GEN overrides the number of generated tokens (default 48).
+BUILD=${BUILD:-build}
+SHOAL=${SHOAL:-$BUILD/shoal}
+DIR=$BUILD/bench
+GEN=${BENCH_TP_GEN:-48}
+mkdir -p "$DIR"
+m=$DIR/llama-0.85b-q8_0.gguf
+if [ ! -s "$m" ]; then
+	echo "(generating $m once)" >&2
+	$SHOAL mkmodel --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
+		--vocab 32000 --type q8_0 --seed 1 --name "bench-0.85b-q8_0" -o "$m" || exit 1
+fi
+T=$(mktemp -d /tmp/shoal-benchtp.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+TIME=""
+[ -x /usr/bin/time ] && TIME="/usr/bin/time -f rss_kb=%M"
+PROMPT="Once"
+
+tok_s() { sed -n 's/.*generation: [0-9]* tokens in [0-9.]* ms (\([0-9.]*\) tok\/s).*/\1/p' "$1"; }
+rss() { sed -n 's/^rss_kb=//p' "$1" | awk '{printf "%.0f", $1 / 1024}'; }
+
+$TIME $SHOAL generate --model "$m" --prompt "$PROMPT" --max-tokens "$GEN" --threads 2 --stats \
+	>/dev/null 2>"$T/one" || { echo "1x2 run failed: $(tail -1 "$T/one")"; exit 1; }
+one=$(tok_s "$T/one")
+
+B=$((30000 + ($$ % 1000) * 4))
+P=127.0.0.1:$B,127.0.0.1:$((B + 1))
+$TIME $SHOAL worker --rank 1 --world 2 --peers "$P" --token bench --model "$m" --threads 1 \
+	--stats --log-level warn 2>"$T/r1" &
+W=$!
+$TIME $SHOAL worker --rank 0 --world 2 --peers "$P" --token bench --model "$m" --threads 1 \
+	--prompt "$PROMPT" --max-tokens "$GEN" --stats --log-level warn >/dev/null 2>"$T/r0" ||
+	{ echo "2x1 run failed: $(grep -v rss_kb "$T/r0" | tail -1)"; kill $W 2>/dev/null; exit 1; }
+wait $W
+two=$(tok_s "$T/r0")
+
+printf '%-22s %10s\n' "config" "decode tok/s"
+printf '%-22s %10s   peak RSS %s MB\n' "1 rank x 2 threads" "$one" "$(rss "$T/one")"
+printf '%-22s %10s   ratio to 1x2: %s (target >= 0.9)\n' "2 ranks x 1 thread" "$two" \
+	"$(awk -v a="$two" -v b="$one" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
+for r in 0 1; do
+	line=$(grep "^rank $r/2:" "$T/r$r")
+	echo "  $line; peak RSS $(rss "$T/r$r") MB"
+done
+echo "  target: communication <= 5% of the step; bytes/token/rank <= 262144 (2 x 16 x 2048 x 4)"
