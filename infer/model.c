@@ -17,6 +17,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +51,7 @@ typedef struct layer {
 	float *ffn_norm;        /* [dim] */
 	wmat_t w_gate, w_up;    /* [ffn x dim] */
 	wmat_t w_down;          /* [dim x ffn] */
+	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
 } layer_t;
 
 struct model {
@@ -171,14 +174,34 @@ static wmat_t mat_rows(wmat_t w, int r0, int n)
 	return w;
 }
 
-/* A column slice [c0, c0+n) of w: rows keep their stride, data starts c0's block. */
-static int mat_cols(wmat_t *w, int c0, int n, const char *name, char *err, size_t errlen)
+/* A column slice [c0, c0+n) of w. A partial slice is copied into private memory (*own, freed
+ * with the model) and the mapping's pages of the whole matrix are released from this process:
+ * each row's slice is only part of a page, so reading it in place would keep every page of the
+ * matrix resident on every rank. */
+static int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+		    size_t errlen)
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "shard splits %s inside a %d-element block", name, be);
-	w->data += quant_row_bytes(w->type, c0);
+	if (n == w->cols)
+		return 0;
+	size_t off = quant_row_bytes(w->type, c0), sb = quant_row_bytes(w->type, n);
+	uint8_t *buf = malloc((size_t)w->rows * sb);
+	if (!buf)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %s", name);
+	for (int r = 0; r < w->rows; r++)
+		memcpy(buf + (size_t)r * sb, w->data + (size_t)r * w->row_bytes + off, sb);
+	/* whole pages inside the matrix only (its neighbours may be someone's rows) */
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+	uintptr_t b = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(pg - 1);
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+	*own = buf;
+	w->data = buf;
+	w->row_bytes = sb;
 	w->cols = n;
 	return 0;
 }
@@ -296,8 +319,9 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		L->wv = mat_rows(L->wv, k0, m->kvd);
 		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
 		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(&L->wo, q0, m->qd, "attn_output", err, errlen)) ||
-		    (rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, "ffn_down", err, errlen)))
+		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)) ||
+		    (rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
+				   err, errlen)))
 			goto err;
 	}
 
@@ -336,6 +360,8 @@ void model_free(model_t *m)
 			free(L->bv);
 			free(L->q_norm);
 			free(L->k_norm);
+			free(L->wo_own);
+			free(L->down_own);
 		}
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
