@@ -86,10 +86,10 @@ void cli_comm_stats(const eng_t *e)
 	double per = c.steps ? 1.0 / (double)c.steps : 0;
 	fprintf(stderr,
 		"rank %d/%d: %llu steps, %llu tokens; communication %.3f ms per step (%.1f%% of "
-		"%.3f ms); %.0f bytes sent per token\n",
+		"%.3f ms), least %.3f ms; %.0f bytes sent per token\n",
 		i->rank, i->world, (unsigned long long)c.steps, (unsigned long long)c.tokens,
 		c.comm_ms * per, c.step_ms > 0 ? 100.0 * c.comm_ms / c.step_ms : 0.0,
-		c.step_ms * per, c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
+		c.step_ms * per, c.comm_min_ms, c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
 }
 
 static int num(const char *s, double lo, double hi, double *out)

@@ -368,7 +368,7 @@ void eng_comm_stats(const eng_t *e, eng_comm_t *out)
 		return;
 	dist_stats_t s;
 	dist_get_stats(e->dist, &s);
-	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms};
+	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms, s.comm_min_ms};
 }
 
 /* Runs tokens through the model, reusing the cached prefix. Fills e->logits. */

@@ -149,6 +149,8 @@ typedef struct eng_comm {
 	uint64_t bytes_sent;    /* payload bytes this rank sent to other ranks */
 	double comm_ms;         /* time inside collectives and step messages */
 	double step_ms;         /* time of the passes, communication included */
+	double comm_min_ms;     /* least communication of one decode step (~ the network's share
+				   without waiting for a slower rank) */
 } eng_comm_t;
 void eng_comm_stats(const eng_t *e, eng_comm_t *out);
 

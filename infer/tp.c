@@ -31,6 +31,7 @@ struct dist {
 	int *tok;        /* [tok_cap] receive space for long STEPs */
 	int tok_cap;
 	dist_stats_t st;
+	double pass_comm_ms; /* communication of the pass in progress */
 };
 
 /* ---- little-endian fields ----------------------------------------------------------------- */
@@ -302,7 +303,9 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	char why[256];
 	int64_t t0 = now_ns();
 	int rc = tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
-	d->st.comm_ms += (double)(now_ns() - t0) / 1e6;
+	double ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += ms;
+	d->pass_comm_ms += ms;
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
@@ -326,7 +329,9 @@ static int hook_pipe(void *ctx, int dir, float *x, int B, int dim)
 		rc = tp_group_send(d->g, 0, x + (size_t)(B - 1) * dim, row, d->timeout_ms, why,
 				   sizeof why);
 	}
-	d->st.comm_ms += (double)(now_ns() - t0) / 1e6;
+	double ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += ms;
+	d->pass_comm_ms += ms;
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
@@ -371,10 +376,15 @@ static int tok_room(dist_t *d, int n)
 	return 0;
 }
 
-static int pass_run(dist_t *d, const int *tokens, int n, int pos, float *logits)
+/* msg_ms: time of the step message that preceded the pass (rank 0). */
+static int pass_run(dist_t *d, const int *tokens, int n, int pos, float *logits, double msg_ms)
 {
 	int64_t t0 = now_ns();
+	d->pass_comm_ms = msg_ms;
 	int rc = model_forward(d->m, tokens, n, pos, logits);
+	if (!rc && n == 1 && d->world > 1 &&
+	    (d->st.comm_min_ms == 0 || d->pass_comm_ms < d->st.comm_min_ms))
+		d->st.comm_min_ms = d->pass_comm_ms;
 	d->st.step_ms += (double)(now_ns() - t0) / 1e6;
 	d->st.steps++;
 	d->st.tokens += (uint64_t)n;
@@ -391,7 +401,7 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 	if (d->rc)
 		return d->rc;
 	if (d->world == 1)
-		return pass_run(d, tokens, n, pos, logits);
+		return pass_run(d, tokens, n, pos, logits, 0);
 	int64_t t0 = now_ns();
 	step_encode(h, DIST_MSG_STEP, d->seq + 1, flags, pos, tokens, n);
 	rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
@@ -402,12 +412,13 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 			put32((uint8_t *)&d->tok[i], (uint32_t)tokens[i]);
 		rc = tp_broadcast(d->g, d->tok, (size_t)n * 4, 0, d->timeout_ms, why, sizeof why);
 	}
-	d->st.comm_ms += (double)(now_ns() - t0) / 1e6;
+	double msg_ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += msg_ms;
 	if (rc)
 		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)(d->seq + 1), why);
 	d->seq++;
 	int64_t t1 = now_ns();
-	rc = pass_run(d, tokens, n, pos, logits);
+	rc = pass_run(d, tokens, n, pos, logits, msg_ms);
 	d->st.step_ms += (double)(t1 - t0) / 1e6; /* the step message is part of the step */
 	return rc;
 }
@@ -482,7 +493,7 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 			for (int i = 0; i < n; i++)
 				d->tok[i] = (int)get32((const uint8_t *)&d->tok[i]);
 		}
-		if (pass_run(d, d->tok, n, pos, NULL))
+		if (pass_run(d, d->tok, n, pos, NULL, 0))
 			break;
 	}
 	return sh_fail(err, errlen, d->rc, "%s", d->err);

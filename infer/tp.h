@@ -52,6 +52,8 @@ typedef struct dist_stats {
 	uint64_t bytes_sent; /* payload bytes this rank sent through the group */
 	double comm_ms;      /* wall time inside collectives (step message, all-reduce, pipe) */
 	double step_ms;      /* wall time of the passes (compute + communication) */
+	double comm_min_ms;  /* smallest communication time of one decode pass (1 token): close
+				to the pure network cost, without waiting for a slower rank */
 } dist_stats_t;
 
 /* Splits the model over `world` ranks in proportion to weights (NULL = even) as the planner does:
