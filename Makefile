@@ -119,4 +119,5 @@ format:
 help:
 	@grep -B1 -E '^[a-z-]+:' Makefile | grep -E '^#' | sed 's/^# //'
 
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/tests/fuzz/*.d)
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/agent/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

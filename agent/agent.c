@@ -95,6 +95,8 @@ struct agent {
 	int static_dialing[AGENT_MAX_STATIC_PEERS];
 	int64_t static_last_ms[AGENT_MAX_STATIC_PEERS];
 	disc_id_t static_id[AGENT_MAX_STATIC_PEERS]; /* learnt at the first handshake */
+	int static_self[AGENT_MAX_STATIC_PEERS];     /* the --peer is this node itself */
+	int static_err_logged[AGENT_MAX_STATIC_PEERS];
 	int64_t mdns_last_try_ms[DISC_MAX_PEERS];    /* indexed like the table: reset on changes */
 	int64_t last_hb_ms;
 	int duplicate;            /* another live node uses our ID */
@@ -303,6 +305,31 @@ static void addr_only(const char *addrport, char *out, size_t len)
 	}
 }
 
+/* Is addr (numeric) one of this host's own addresses? */
+static int is_local_addr(const char *addr)
+{
+	struct ifaddrs *ifs = NULL;
+	int found = 0;
+	if (!strncmp(addr, "127.", 4) || !strcmp(addr, "::1"))
+		return 1;
+	if (getifaddrs(&ifs) != 0)
+		return 0;
+	for (struct ifaddrs *it = ifs; it && !found; it = it->ifa_next) {
+		char buf[INET6_ADDRSTRLEN] = "";
+		if (!it->ifa_addr)
+			continue;
+		if (it->ifa_addr->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, buf,
+				  sizeof buf);
+		else if (it->ifa_addr->sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr, buf,
+				  sizeof buf);
+		found = buf[0] && !strcmp(buf, addr);
+	}
+	freeifaddrs(ifs);
+	return found;
+}
+
 static void on_dial_result(agent_t *a, dial_t *d)
 {
 	if (d->outgoing && !disc_id_is_zero(&d->target))
@@ -310,7 +337,13 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	if (d->static_index >= 0)
 		a->static_dialing[d->static_index] = 0;
 	if (d->rc) {
-		/* the transport logged "handshake with ADDR failed: REASON" once at warn */
+		/* the transport logged "handshake with ADDR failed: REASON" once at warn; an
+		 * unreachable --peer is worth one line too, then quiet until it succeeds */
+		if (d->static_index >= 0 && !a->static_err_logged[d->static_index]) {
+			a->static_err_logged[d->static_index] = 1;
+			LOG(LOG_WARN, "agent: --peer %s: %s (retrying every %d s)",
+			    a->cfg.peers[d->static_index], d->err, STATIC_RETRY_MS / 1000);
+		}
 		LOG(LOG_DEBUG, "agent: %s %s:%d: %s", d->outgoing ? "connect" : "accept", d->host,
 		    d->port, d->err);
 		free(d);
@@ -321,8 +354,21 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	char ph[DISC_ID_HEX], addr[DISC_ADDR_MAX];
 	disc_id_hex(&pid, ph);
 	addr_only(tp_chan_peer_addr(d->ch), addr, sizeof addr);
-	if (d->static_index >= 0)
+	if (d->static_index >= 0) {
 		a->static_id[d->static_index] = pid;
+		a->static_err_logged[d->static_index] = 0;
+	}
+	if (!disc_id_cmp(&pid, &a->self) && is_local_addr(addr)) {
+		/* a --peer that names this very node (or its other end): not a duplicate */
+		if (d->static_index >= 0 && !a->static_self[d->static_index]) {
+			a->static_self[d->static_index] = 1;
+			LOG(LOG_INFO, "agent: --peer %s is this node; skipping it",
+			    a->cfg.peers[d->static_index]);
+		}
+		tp_chan_free(d->ch);
+		free(d);
+		return;
+	}
 	if (!disc_id_cmp(&pid, &a->self)) {
 		LOG(LOG_ERROR,
 		    "duplicate node ID %s: the node at %s uses it too (a copied state directory?); "
@@ -539,7 +585,8 @@ static void dial_missing(agent_t *a, int64_t now)
 		dial_out(a, p->addrs[0].addr, p->addrs[0].port, &p->id, -1);
 	}
 	for (int i = 0; i < a->cfg.npeers; i++) {
-		if (a->static_dialing[i] || now - a->static_last_ms[i] < STATIC_RETRY_MS)
+		if (a->static_dialing[i] || a->static_self[i] ||
+		    now - a->static_last_ms[i] < STATIC_RETRY_MS)
 			continue;
 		if (!disc_id_is_zero(&a->static_id[i]) &&
 		    (conn_find(a, &a->static_id[i]) || !disc_id_cmp(&a->static_id[i], &a->self)))

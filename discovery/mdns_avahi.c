@@ -41,6 +41,7 @@ struct disc_mdns {
 	AvahiServiceBrowser *browser;
 	AvahiTimeout *restart;
 	char *name; /* avahi_malloc'd service name, changed on collisions */
+	int last_err; /* of the last failed avahi_client_new, to log each new reason once */
 };
 
 const char *disc_mdns_backend(void) { return "avahi"; }
@@ -62,8 +63,7 @@ static void schedule_restart(disc_mdns_t *m, int delay_ms)
 {
 	struct timeval tv;
 	avahi_elapse_time(&tv, (unsigned)delay_ms, 0);
-	if (m->restart)
-		m->api->timeout_update(m->restart, &tv);
+	m->api->timeout_update(m->restart, &tv);
 }
 
 static int publish(disc_mdns_t *m);
@@ -263,19 +263,25 @@ static void restart_cb(AvahiTimeout *t, void *ud)
 {
 	disc_mdns_t *m = ud;
 	m->api->timeout_update(t, NULL);
-	if (m->client)
+	if (m->client) {
 		avahi_client_free(m->client);
+		push(m, DISC_EV_RESTARTED, NULL);
+	}
 	m->client = NULL;
 	m->group = NULL;
 	m->browser = NULL;
-	push(m, DISC_EV_RESTARTED, NULL);
 	int err = 0;
 	AvahiClient *c = avahi_client_new(m->api, AVAHI_CLIENT_NO_FAIL, client_cb, m, &err);
 	if (!c) {
-		LOG(LOG_WARN, "mdns: avahi client: %s; retrying", avahi_strerror(err));
-		schedule_restart(m, 1000);
+		/* no system bus at all (NO_FAIL only covers a missing avahi-daemon): keep trying,
+		 * quietly after the first report */
+		if (err != m->last_err)
+			LOG(LOG_WARN, "mdns: avahi client: %s; retrying every 2 s", avahi_strerror(err));
+		m->last_err = err;
+		schedule_restart(m, 2000);
 		return;
 	}
+	m->last_err = 0;
 	m->client = c;
 }
 
@@ -284,8 +290,10 @@ disc_mdns_t *disc_mdns_new(const disc_publish_t *pub, char *errbuf, size_t errle
 	disc_mdns_t *m = calloc(1, sizeof *m);
 	char idhex[DISC_ID_HEX], name[DISC_NAME_MAX];
 	int err = 0;
-	if (!m)
-		goto nomem;
+	if (!m) {
+		sh_fail(errbuf, errlen, SH_ENOMEM, "mdns: out of memory");
+		return NULL;
+	}
 	m->pub = *pub;
 	disc_id_hex(&pub->id, idhex);
 	snprintf(name, sizeof name, "shoal-%s", idhex);
@@ -296,10 +304,13 @@ disc_mdns_t *disc_mdns_new(const disc_publish_t *pub, char *errbuf, size_t errle
 		goto nomem;
 	m->api = avahi_threaded_poll_get(m->tp);
 	m->restart = m->api->timeout_new(m->api, NULL, restart_cb, m);
+	if (!m->restart)
+		goto nomem;
 	m->client = avahi_client_new(m->api, AVAHI_CLIENT_NO_FAIL, client_cb, m, &err);
-	if (!m->client || !m->restart) {
-		sh_fail(errbuf, errlen, SH_EIO, "avahi client: %s", avahi_strerror(err));
-		goto err;
+	if (!m->client) {
+		LOG(LOG_WARN, "mdns: avahi client: %s; retrying every 2 s", avahi_strerror(err));
+		m->last_err = err;
+		schedule_restart(m, 2000); /* runs once the poll thread starts */
 	}
 	if (avahi_threaded_poll_start(m->tp) < 0) {
 		sh_fail(errbuf, errlen, SH_EIO, "avahi: cannot start its thread");

@@ -134,7 +134,10 @@ ns_exec() {
 ns_start() {
 	_i=$1 _n=$2; shift 2
 	_d=$(ns_dir "$_i")
-	ns_exec "$_i" "$@" >>"$_d/$_n.log" 2>&1 &
+	# a plain command (not the ns_exec function) so $! is the program itself: ip netns exec and
+	# env exec, so signals reach it and not a wrapping subshell
+	DBUS_SYSTEM_BUS_ADDRESS="unix:path=$_d/dbus.sock" ip netns exec "$(ns_name "$_i")" "$@" \
+		>>"$_d/$_n.log" 2>&1 &
 	echo $! >"$_d/$_n.pid"
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "transport/group.h"
 #include "transport/keys.h"
 #include "transport/transport.h"
 
@@ -150,7 +151,15 @@ static void fn_allreduce(tp_group_t *g, rank_ctx_t *c)
 		h ^= h >> 15;
 		c->out[i] = ((float)(h & 0xffffff) / 16777216.0f - 0.5f) * 3.0f;
 	}
+	uint64_t b0 = tp_group_bytes_sent(g);
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
+	/* bytes per rank: the bandwidth-optimal 2 (N-1)/N x S (S for 2 ranks), never (N-1) x S */
+	uint64_t sent = tp_group_bytes_sent(g) - b0, S = n * 4;
+	if (c->world == 2)
+		RCHECK(c, sent == S);
+	else if (c->world > 2)
+		RCHECK(c, sent <= 2 * S * (uint64_t)(c->world - 1) / (uint64_t)c->world +
+				      8 * (uint64_t)c->world);
 	/* many small ones in a row (decode-like) */
 	float v[1024];
 	for (int it = 0; it < 100; it++) {
@@ -272,6 +281,103 @@ TEST(broadcast_gather_barrier_p2p)
 		rank_ctx_t ctx[MAXR] = {0};
 		run_ranks(w, fn_misc, ctx, NULL);
 		all_formed(ctx, w);
+	}
+}
+
+
+/* ---- 8-bit blocks on the wire ------------------------------------------------------------- */
+
+TEST(q8_codec)
+{
+	float x[70], y[70];
+	uint8_t q[3 * 36];
+	for (int i = 0; i < 70; i++)
+		x[i] = sinf((float)i * 0.7f) * (i < 32 ? 1.0f : 100.0f);
+	x[5] = 0;
+	CHECK_EQ_INT(tp_q8_size(70), 3 * 36);
+	CHECK_EQ_INT(tp_q8_size(0), 0);
+	tp_q8_encode(q, x, 70);
+	tp_q8_decode(y, q, 70, 0);
+	for (int b = 0; b < 3; b++) {
+		float amax = 0;
+		for (int i = b * 32; i < MIN(70, b * 32 + 32); i++)
+			amax = fmaxf(amax, fabsf(x[i]));
+		for (int i = b * 32; i < MIN(70, b * 32 + 32); i++)
+			CHECK(fabsf(y[i] - x[i]) <= amax / 254.0f * 1.0001f);
+	}
+	CHECK(y[5] == 0);
+	/* decoding is deterministic and add mode adds */
+	float z[70];
+	memcpy(z, y, sizeof z);
+	tp_q8_decode(z, q, 70, 1);
+	for (int i = 0; i < 70; i++)
+		CHECK(z[i] == y[i] + y[i]);
+	/* zeros, Inf and NaN: no undefined behaviour, non-finite blocks become NaN */
+	float w[32] = {0};
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(y[0] == 0 && y[31] == 0);
+	w[3] = INFINITY;
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(isnan(y[3]) && isnan(y[0]));
+	w[3] = NAN;
+	tp_q8_encode(q, w, 32);
+	tp_q8_decode(y, q, 32, 0);
+	CHECK(isnan(y[7]));
+}
+
+static void fn_q8(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	RCHECK(c, tp_group_set_q8(g, 1) == 0);
+	size_t n = c->n;
+	for (size_t i = 0; i < n; i++)
+		c->out[i] = sinf((float)(i * 13 + (size_t)c->rank * 7)) * (float)(1 + i % 5);
+	uint64_t b0 = tp_group_bytes_sent(g);
+	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
+	uint64_t sent = tp_group_bytes_sent(g) - b0;
+	RCHECK(c, sent < n * 4 * 2 / 3); /* at most ~2 x 36/128 of the f32 bytes */
+	if (c->rc)
+		snprintf(c->err, sizeof c->err, "%s", err);
+}
+
+TEST(q8_all_reduce)
+{
+	size_t ns[] = {1000, 70001};
+	for (int w = 2; w <= 4; w++) {
+		for (size_t k = 0; k < ARRAY_LEN(ns); k++) {
+			size_t n = ns[k];
+			rank_ctx_t ctx[MAXR] = {0};
+			for (int r = 0; r < w; r++) {
+				ctx[r].n = n;
+				ctx[r].out = malloc(n * sizeof(float));
+			}
+			run_ranks(w, fn_q8, ctx, NULL);
+			if (all_formed(ctx, w)) {
+				double worst = 0;
+				for (int r = 0; r < w; r++) {
+					CHECK_EQ_INT(ctx[r].rc, 0);
+					CHECK(memcmp(ctx[r].out, ctx[0].out, n * 4) == 0);
+				}
+				/* against the exact sum, with the documented bound per element:
+				 * sum_P amax_P / 254 + amax(sum) / 254, amax <= 5 per rank here */
+				for (size_t i = 0; i < n; i++) {
+					double ref = 0;
+					for (int r = 0; r < w; r++)
+						ref += (double)(sinf((float)(i * 13 + (size_t)r * 7)) *
+								(float)(1 + i % 5));
+					worst = fmax(worst, fabs(ref - (double)ctx[0].out[i]));
+				}
+				double bound = (5.0 * w + 5.0 * w) / 254.0;
+				CHECK(worst <= bound);
+				fprintf(stderr, "q8 all-reduce world %d n %zu: max error %.4g "
+						"(bound %.4g)\n",
+					w, n, worst, bound);
+			}
+			for (int r = 0; r < w; r++)
+				free(ctx[r].out);
+		}
 	}
 }
 
@@ -398,7 +504,114 @@ TEST(killed_process_rank)
 	close(lfd[1]);
 }
 
-int main(void)
+/* ---- bench mode (scripts/bench_transport.sh): `test_coll bench [world]` ------------------- */
+
+static double bench_seal(size_t len, int iters)
+{
+	uint8_t key[32] = {1}, nonce[24] = {0}, tag[16];
+	uint8_t *b = calloc(1, len);
+	int64_t t0 = now_ns();
+	for (int i = 0; i < iters; i++) {
+		nonce[0] = (uint8_t)i;
+		crypto_aead_xchacha20poly1305_ietf_encrypt_detached(b, tag, NULL, b, len, NULL, 0,
+								    NULL, nonce, key);
+	}
+	double us = (double)(now_ns() - t0) / 1e3 / iters;
+	free(b);
+	return us;
+}
+
+static void bench_rank(int rank, int world, int *lfd, int *ports)
+{
+	static const char *hosts[MAXR] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1",
+					  "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"};
+	char err[256];
+	uint8_t id[16] = {(uint8_t)(rank + 1)};
+	tp_group_cfg_t cfg = {.rank = rank, .world = world, .hosts = hosts, .ports = ports,
+			      .listen_fd = lfd[rank], .keys = &K1, .node_id = id,
+			      .timeout_ms = 10000};
+	tp_group_t *g = NULL;
+	if (tp_group_new(&g, &cfg, err, sizeof err)) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+		return;
+	}
+	size_t small = 2048, big = 2u << 20; /* 8 KB and 8 MB of f32 */
+	float *b = calloc(big, sizeof *b);
+	int it_small = 2000, it_big = 10;
+	for (int i = 0; i < 50; i++) /* warm-up: buffers reach their size */
+		tp_all_reduce_f32(g, b, small, 10000, err, sizeof err);
+	tp_all_reduce_f32(g, b, big, 10000, err, sizeof err);
+	tp_barrier(g, 10000, err, sizeof err);
+	uint64_t sent0 = tp_group_bytes_sent(g);
+	int64_t t0 = now_ns();
+	for (int i = 0; i < it_small; i++)
+		if (tp_all_reduce_f32(g, b, small, 10000, err, sizeof err))
+			break;
+	int64_t t1 = now_ns();
+	uint64_t sent1 = tp_group_bytes_sent(g);
+	for (int i = 0; i < it_big; i++)
+		if (tp_all_reduce_f32(g, b, big, 30000, err, sizeof err))
+			break;
+	int64_t t2 = now_ns();
+	tp_group_set_q8(g, 1);
+	for (int i = 0; i < 50; i++)
+		tp_all_reduce_f32(g, b, small, 10000, err, sizeof err);
+	uint64_t sent2 = tp_group_bytes_sent(g);
+	int64_t t3 = now_ns();
+	for (int i = 0; i < it_small; i++)
+		if (tp_all_reduce_f32(g, b, small, 10000, err, sizeof err))
+			break;
+	int64_t t4 = now_ns();
+	uint64_t sent3 = tp_group_bytes_sent(g);
+	if (rank == 0) {
+		fflush(stdout);
+		double us = (double)(t1 - t0) / 1e3 / it_small;
+		double s = (double)(t2 - t1) / 1e9 / it_big;
+		printf("world %d, loopback, every frame XChaCha20-Poly1305 sealed:\n", world);
+		printf("  all_reduce 8 KB (%s): %.1f us per call, %.0f bytes sent per call "
+		       "per rank\n",
+		       world == 2 ? "direct " : "2-phase", us, (double)(sent1 - sent0) / it_small);
+		printf("  all_reduce 8 MB (ring):    %.1f ms per call, %.2f GB/s algorithm "
+		       "bandwidth (8 MB / time)\n",
+		       s * 1e3, (double)big * 4 / s / 1e9);
+		printf("  all_reduce 8 KB, q8 wire:  %.1f us per call, %.0f bytes sent per call "
+		       "per rank\n",
+		       (double)(t4 - t3) / 1e3 / it_small, (double)(sent3 - sent2) / it_small);
+		fflush(stdout);
+	}
+	free(b);
+	tp_group_free(g);
+}
+
+static int bench_main(int world)
+{
+	int lfd[MAXR], ports[MAXR];
+	char err[128];
+	if (world < 2 || world > MAXR)
+		return 2;
+	log_init_from_env();
+	double big_us = bench_seal(8u << 20, 5);
+	printf("XChaCha20-Poly1305 seal on this machine: 8 KB %.2f us, 8 MB %.2f ms (%.2f GB/s)\n",
+	       bench_seal(8192, 2000), big_us / 1e3, (double)(8u << 20) / (big_us * 1e3));
+	fflush(stdout);
+	for (int r = 0; r < world; r++)
+		if (tp_listen("127.0.0.1", 0, &lfd[r], &ports[r], err, sizeof err))
+			return 1;
+	pid_t pids[MAXR];
+	for (int r = 1; r < world; r++) {
+		pids[r] = fork();
+		if (pids[r] == 0) {
+			bench_rank(r, world, lfd, ports);
+			_exit(0);
+		}
+	}
+	bench_rank(0, world, lfd, ports);
+	for (int r = 1; r < world; r++)
+		waitpid(pids[r], NULL, 0);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	char err[128];
 	signal(SIGPIPE, SIG_IGN);
@@ -408,12 +621,16 @@ int main(void)
 	if (tp_keys_derive(&K1, "coll-token", 10, err, sizeof err) ||
 	    tp_keys_derive(&K2, "other-token", 11, err, sizeof err))
 		return 1;
+	if (argc > 1 && !strcmp(argv[1], "bench"))
+		return bench_main(argc > 2 ? atoi(argv[2]) : 2);
 	RUN(all_reduce_world_1);
 	RUN(all_reduce_world_2);
 	RUN(all_reduce_world_3);
 	RUN(all_reduce_world_4);
 	RUN(all_reduce_world_5);
 	RUN(broadcast_gather_barrier_p2p);
+	RUN(q8_codec);
+	RUN(q8_all_reduce);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);

@@ -105,6 +105,24 @@ TEST(id_hex)
 	CHECK_EQ_STR(tp_id_hex(h, ID_A), "0a000000000000000000000000000000");
 }
 
+TEST(hostport_parse)
+{
+	char h[64], err[128];
+	int port = 0;
+	CHECK_EQ_INT(tp_hostport_parse("10.0.0.2:7000", h, sizeof h, &port, err, sizeof err), 0);
+	CHECK_EQ_STR(h, "10.0.0.2");
+	CHECK_EQ_INT(port, 7000);
+	CHECK_EQ_INT(tp_hostport_parse("[fe80::1]:80", h, sizeof h, &port, err, sizeof err), 0);
+	CHECK_EQ_STR(h, "fe80::1");
+	CHECK_EQ_INT(tp_hostport_parse("node-a.local:1", h, sizeof h, &port, err, sizeof err), 0);
+	const char *bad[] = {"", "host", "host:", ":80", "h:0", "h:65536", "h:8x", "fe80::1:80",
+			     "[fe80::1]80", "[::1]:"};
+	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
+		CHECK_EQ_INT(tp_hostport_parse(bad[i], h, sizeof h, &port, err, sizeof err),
+			     SH_EINVAL);
+	CHECK_EQ_INT(tp_hostport_parse("abcdef:1", h, 4, &port, err, sizeof err), SH_EINVAL);
+}
+
 /* ---- handshake ---------------------------------------------------------------------------- */
 
 TEST(handshake_and_messages)
@@ -303,6 +321,58 @@ TEST(partial_frame_survives_timeout)
 	CHECK_EQ_INT(tp_chan_recv(b.ch, &type, &p, &len, 1000), 0);
 	CHECK_EQ_INT(type, 0x150);
 	CHECK(len == 11 && memcmp(p, "split frame", 11) == 0);
+	tp_chan_free(a.ch);
+	tp_chan_free(b.ch);
+}
+
+
+struct sender {
+	tp_chan_t *ch;
+	int id, n, rc;
+};
+
+static void *sender_thread(void *p)
+{
+	struct sender *s = p;
+	for (int i = 0; i < s->n && s->rc == 0; i++) {
+		uint32_t v[2] = {(uint32_t)s->id, (uint32_t)i};
+		s->rc = tp_chan_send(s->ch, 0x400, v, sizeof v);
+	}
+	return NULL;
+}
+
+TEST(two_senders_one_receiver)
+{
+	/* the documented threading: several senders (send is locked) and one receiver */
+	struct hs_arg a, b;
+	pair_open(&K1, &K1, &a, &b);
+	CHECK(a.rc == 0 && b.rc == 0);
+	if (a.rc || b.rc)
+		return;
+	struct sender s[2] = {{.ch = a.ch, .id = 0, .n = 300}, {.ch = a.ch, .id = 1, .n = 300}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, sender_thread, &s[i]);
+	int next[2] = {0, 0}, bad = 0;
+	for (int i = 0; i < 600; i++) {
+		uint16_t type;
+		void *p;
+		size_t len;
+		if (tp_chan_recv(b.ch, &type, &p, &len, 5000) != 0 || len != 8) {
+			bad++;
+			break;
+		}
+		uint32_t v[2];
+		memcpy(v, p, 8);
+		if (v[0] > 1 || v[1] != (uint32_t)next[v[0]]++)
+			bad++;
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ_INT(s[i].rc, 0);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK(next[0] == 300 && next[1] == 300);
 	tp_chan_free(a.ch);
 	tp_chan_free(b.ch);
 }
@@ -508,6 +578,7 @@ int main(void)
 	RUN(keys_deterministic_and_distinct);
 	RUN(keys_default_cost);
 	RUN(id_hex);
+	RUN(hostport_parse);
 	RUN(handshake_and_messages);
 	RUN(largest_message);
 	RUN(wrong_token_fails_on_both_sides);
@@ -515,6 +586,7 @@ int main(void)
 	RUN(tampered_replayed_reordered_frames_rejected);
 	RUN(oversized_frame_after_handshake);
 	RUN(partial_frame_survives_timeout);
+	RUN(two_senders_one_receiver);
 	RUN(tcp_connect_accept);
 	RUN(silent_peer_times_out);
 	RUN(garbage_peer_gets_clean_error);

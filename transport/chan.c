@@ -38,9 +38,9 @@ static const char tp_session_label[] = "shoal-session-v1";
 
 static int tp_chan_kill(tp_chan_t *c, int err)
 {
-	if (!c->dead)
-		c->dead = err;
-	return c->dead;
+	int none = 0;
+	atomic_compare_exchange_strong(&c->dead, &none, err);
+	return atomic_load(&c->dead);
 }
 
 static int tp_buf_reserve(uint8_t **buf, size_t *cap, size_t need)

@@ -10,6 +10,7 @@
 #define SHOAL_TP_CHAN_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "transport/frame.h"
@@ -17,7 +18,8 @@
 
 struct tp_chan {
 	int fd;
-	int dead;       /* 0, or the error that killed the channel (sticky) */
+	atomic_int dead; /* 0, or the error that killed the channel (sticky; the sending and the
+			    receiving thread may both set it) */
 	int sealed;     /* 0 during the handshake (plaintext frames), 1 afterwards */
 	int send_timeout_ms;
 	char peer_addr[64];

@@ -1,15 +1,18 @@
 /*
  * coll.c: the collectives (all-reduce, broadcast, all-gather, barrier) built from exchanges.
  *
- * All-reduce has two paths, picked from the message size alone (so every rank picks the same):
- *   direct (<= direct_max, 64 KiB): every rank sends its vector to every other rank in one
- *     exchange (one network round trip) and adds the N vectors in rank order 0..N-1 itself.
- *     Sends (N-1) x S bytes per rank, which for decode-sized S (a few KB) costs less than the
- *     2(N-1) round trips of a ring.
- *   ring (larger): reduce-scatter then all-gather around the ring r -> r+1, 2(N-1) steps, each
- *     rank sends 2 (N-1)/N x S bytes. Each chunk's sum is computed on one rank and then copied.
- * Either way every rank ends with the same bytes: sums are formed in one fixed order (direct) or
- * formed once and copied (ring). The two paths may differ from each other in the last bit.
+ * All-reduce has three paths, picked from the message size S and N alone (so every rank picks
+ * the same one):
+ *   direct (S <= direct_max = 64 KiB, N = 2): both ranks swap vectors in one exchange (one round
+ *     trip) and add them in rank order. S bytes per rank, the minimum for N = 2.
+ *   2-phase (S <= 64 KiB, N >= 3): rank p receives everyone's chunk p and adds them in rank
+ *     order, then sends its summed chunk to all. 2 round trips, 2 (N-1)/N x S bytes per rank
+ *     (bandwidth-optimal; never the O(N^2) total of everyone sending everything to everyone).
+ *   ring (larger): reduce-scatter then all-gather around the ring r -> r+1, 2(N-1) steps, the
+ *     same 2 (N-1)/N x S bytes, one neighbour at a time (for prefill-sized messages).
+ * Every rank ends with the same bytes: each sum is formed in one fixed order by one rank (or by
+ * every rank identically, direct) and copied. The paths may differ from each other in the last
+ * bit, which is why the choice depends only on (S, N).
  *
  * Invariant: a received payload is read in place from the channel's buffer (no copy) and only
  * until the next exchange with that peer; payload pointers are not 4-aligned, so floats are
@@ -93,6 +96,67 @@ static void tp_chunk(size_t m, int w, int c, size_t *start, size_t *len)
 	*len = base + ((size_t)c < extra ? 1 : 0);
 }
 
+/* Two exchanges: every rank sends chunk p of its vector to rank p and adds the N copies of its
+ * own chunk in rank order; then every rank sends its summed chunk to all. 2 (N-1)/N x S bytes
+ * per rank (the minimum for an all-reduce) in 2 round trips. */
+static int tp_allreduce_2phase(tp_group_t *g, float *buf, size_t n, int64_t deadline,
+			       int timeout_ms, char *err, size_t errlen)
+{
+	size_t m0, ml;
+	tp_chunk(n, g->world, g->rank, &m0, &ml);
+	int rc = tp_scratch(g, ml ? ml : 1, err, errlen);
+	if (rc)
+		return rc;
+	tp_xfer_reset(g);
+	for (int p = 0; p < g->world; p++) {
+		if (p == g->rank)
+			continue;
+		size_t s0, sl;
+		tp_chunk(n, g->world, p, &s0, &sl);
+		g->xf[p] = (tp_xfer_t){.send = 1, .sdata = buf + s0, .slen = sl * 4, .recv = 1,
+				       .rlen = ml * 4};
+	}
+	rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 0, 0, deadline, timeout_ms,
+			       "all_reduce", err, errlen);
+	if (rc)
+		return rc;
+	float *acc = g->scratch;
+	for (int p = 0; p < g->world; p++) {
+		if (p == 0 && g->rank == 0)
+			memcpy(acc, buf + m0, ml * 4);
+		else if (p == 0)
+			memcpy(acc, g->xf[0].rdata, ml * 4);
+		else if (p == g->rank)
+			for (size_t i = 0; i < ml; i++)
+				acc[i] += buf[m0 + i];
+		else
+			tp_add_f32(acc, g->xf[p].rdata, ml);
+	}
+	memcpy(buf + m0, acc, ml * 4);
+	tp_xfer_reset(g);
+	for (int p = 0; p < g->world; p++) {
+		if (p == g->rank)
+			continue;
+		size_t r0, rl;
+		tp_chunk(n, g->world, p, &r0, &rl);
+		g->xf[p] = (tp_xfer_t){.send = 1, .sdata = buf + m0, .slen = ml * 4, .recv = 1,
+				       .rlen = rl * 4};
+	}
+	rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 1, 0, deadline, timeout_ms,
+			       "all_reduce", err, errlen);
+	if (rc)
+		return rc;
+	for (int p = 0; p < g->world; p++) {
+		if (p == g->rank)
+			continue;
+		size_t r0, rl;
+		tp_chunk(n, g->world, p, &r0, &rl);
+		if (rl)
+			memcpy(buf + r0, g->xf[p].rdata, rl * 4);
+	}
+	return 0;
+}
+
 static int tp_allreduce_ring(tp_group_t *g, float *buf, size_t m, uint32_t seg,
 			     int64_t deadline, int timeout_ms, char *err, size_t errlen)
 {
@@ -134,8 +198,12 @@ int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char 
 	if (rc || g->world == 1 || n == 0)
 		return rc;
 	int64_t deadline = tp_deadline(timeout_ms);
-	if (n * 4 <= g->direct_max)
+	if (g->q8)
+		return tp_allreduce_q8(g, buf, n, deadline, timeout_ms, err, errlen);
+	if (n * 4 <= g->direct_max && g->world == 2)
 		return tp_allreduce_direct(g, buf, n, deadline, timeout_ms, err, errlen);
+	if (n * 4 <= g->direct_max)
+		return tp_allreduce_2phase(g, buf, n, deadline, timeout_ms, err, errlen);
 	/* segments small enough that every ring chunk fits one frame */
 	size_t seg_floats = (TP_SEG_BYTES / 4) * (size_t)(g->world);
 	uint32_t seg = 0;

@@ -439,17 +439,18 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	snprintf(g->addr[g->rank], sizeof g->addr[0], "self");
 	int64_t deadline = tp_deadline(cfg->timeout_ms);
 	int lfd = cfg->listen_fd, own_lfd = 0, rc = 0;
+	char e[256] = "";
 	if (g->world > 1 && g->rank < g->world - 1 && lfd < 0) {
-		rc = tp_listen(NULL, cfg->ports[g->rank], &lfd, NULL, err, errlen);
+		rc = tp_listen(NULL, cfg->ports[g->rank], &lfd, NULL, e, sizeof e);
 		if (rc)
 			goto fail;
 		own_lfd = 1;
 	}
 	for (int p = 0; p < g->rank; p++)
-		if ((rc = tp_group_connect_lower(g, cfg, p, deadline, err, errlen)))
+		if ((rc = tp_group_connect_lower(g, cfg, p, deadline, e, sizeof e)))
 			goto fail;
 	if (g->rank < g->world - 1 &&
-	    (rc = tp_group_accept_higher(g, cfg, lfd, deadline, err, errlen)))
+	    (rc = tp_group_accept_higher(g, cfg, lfd, deadline, e, sizeof e)))
 		goto fail;
 	if (own_lfd)
 		close(lfd);
@@ -466,7 +467,8 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 fail:
 	if (own_lfd)
 		close(lfd);
-	LOG(LOG_ERROR, "group rank %d: %s", cfg->rank, err ? err : "failed");
+	LOG(LOG_ERROR, "group rank %d: %s", cfg->rank, e);
+	sh_fail(err, errlen, rc, "%s", e);
 	tp_group_free(g);
 	return rc;
 }
@@ -480,6 +482,7 @@ void tp_group_free(tp_group_t *g)
 		tp_chan_free(g->chan[p]);
 	}
 	free(g->scratch);
+	free(g->qbuf);
 	free(g);
 }
 

@@ -22,6 +22,8 @@ enum tp_coll_op {
 	TP_OP_ALL_GATHER = 5,
 	TP_OP_BARRIER = 6,
 	TP_OP_P2P = 7,
+	TP_OP_ALLREDUCE_2PHASE = 8,
+	TP_OP_ALLREDUCE_Q8 = 9,
 };
 
 /* Per-peer slot of one exchange. */
@@ -52,8 +54,12 @@ struct tp_group {
 	struct tp_rdma_link *rdma[TP_MAX_WORLD]; /* NULL: the pair uses TCP */
 	char addr[TP_MAX_WORLD][64];
 	tp_xfer_t xf[TP_MAX_WORLD];
-	float *scratch;      /* ring chunk receive space is the channel buffer; this is for sums */
+	float *scratch;      /* sums of the direct and 2-phase paths (received data stays in the
+				channels' buffers) */
 	size_t scratch_cap;
+	int q8;              /* all-reduce with 8-bit blocks on the wire (coll_q8.c) */
+	uint8_t *qbuf;       /* our vector, quantized */
+	size_t qcap;
 };
 
 /* Runs one exchange described by g->xf[] (slots of peers not involved must be zeroed: use
@@ -66,6 +72,13 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 
 /* Clears every slot of g->xf. */
 void tp_xfer_reset(tp_group_t *g);
+
+/* coll_q8.c: the quantized all-reduce, and its pure block codec (tests use them). */
+int tp_allreduce_q8(tp_group_t *g, float *buf, size_t n, int64_t deadline, int timeout_ms,
+		    char *err, size_t errlen);
+size_t tp_q8_size(size_t n);
+void tp_q8_encode(uint8_t *out, const float *x, size_t n);
+void tp_q8_decode(float *acc, const uint8_t *in, size_t n, int add);
 
 /* Fails fast when the group is broken (returns its error with the first failure's message). */
 int tp_group_check(tp_group_t *g, char *err, size_t errlen);

@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -252,5 +253,38 @@ int tp_tcp_connect(const char *host, int port, int64_t deadline, int *fd_out, ch
 	if (addr)
 		tp_fd_peer_addr(fd, addr, addrlen);
 	*fd_out = fd;
+	return 0;
+}
+
+int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char *err,
+		      size_t errlen)
+{
+	const char *h = s, *colon;
+	size_t hl;
+	if (!s || !*s)
+		return sh_fail(err, errlen, SH_EINVAL, "empty address (want HOST:PORT)");
+	if (*s == '[') {
+		const char *close = strchr(s, ']');
+		if (!close || close[1] != ':')
+			return sh_fail(err, errlen, SH_EINVAL, "bad address %s (want [IPV6]:PORT)",
+				       s);
+		h = s + 1;
+		hl = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || strchr(s, ':') != colon)
+			return sh_fail(err, errlen, SH_EINVAL, "bad address %s (want HOST:PORT)", s);
+		hl = (size_t)(colon - s);
+	}
+	char *end = NULL;
+	long p = strtol(colon + 1, &end, 10);
+	if (hl == 0 || colon[1] == 0 || *end || p < 1 || p > 65535)
+		return sh_fail(err, errlen, SH_EINVAL, "bad address %s (want HOST:PORT)", s);
+	if (hl >= hostlen)
+		return sh_fail(err, errlen, SH_EINVAL, "host name too long in %s", s);
+	memcpy(host, h, hl);
+	host[hl] = 0;
+	*port = (int)p;
 	return 0;
 }

@@ -28,7 +28,9 @@
 #include "transport/frame.h"
 #include "transport/group.h"
 
-#if defined(__has_include)
+/* Built with verbs when the headers exist (Linux with libibverbs-dev; macOS usually not).
+ * -DTP_NO_VERBS forces the TCP-only build (to check that branch on Linux). */
+#if defined(__has_include) && !defined(TP_NO_VERBS)
 #if __has_include(<infiniband/verbs.h>)
 #define TP_HAVE_VERBS 1
 #endif
@@ -421,6 +423,7 @@ void tp_rdma_group_setup(tp_group_t *g, const char *path, int64_t deadline)
 	}
 	/* 1. offers or declines to every peer */
 	for (int p = 0; p < g->world; p++) {
+		why[p][0] = 0;
 		if (p == g->rank)
 			continue;
 		tp_rdma_facts_t *f = &facts[p];

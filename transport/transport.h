@@ -57,6 +57,11 @@ int tp_listen(const char *host, int port, int *fd, int *bound_port, char *err, s
 int tp_accept(int listen_fd, int *fd, char *peer, size_t peerlen, int timeout_ms, char *err,
 	      size_t errlen);
 
+/* Splits "host:port" or "[ipv6]:port" (port 1..65535) into host (hostlen bytes) and *port.
+ * Returns 0 or SH_EINVAL with a message. */
+int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char *err,
+		      size_t errlen);
+
 /* ---- authenticated channel ---------------------------------------------------------------- */
 
 /* One authenticated, encrypted TCP connection to a peer holding the same token.
@@ -173,10 +178,18 @@ int tp_group_world(const tp_group_t *g);
 const char *tp_group_link(const tp_group_t *g, int peer);
 
 /* Sum of f32 over all ranks, in place (buf has n floats on every rank; n the same everywhere).
- * Small messages (<= 64 KiB) go to every rank at once and every rank adds in rank order 0..N-1;
- * larger ones use a ring reduce-scatter + all-gather. */
+ * Small messages (<= 64 KiB): one exchange for 2 ranks, two for more (each rank sums one chunk
+ * in rank order, then shares it); larger ones: ring reduce-scatter + all-gather. Per rank at
+ * most 2 (N-1)/N x 4n bytes leave (4n for 2 ranks). Result bit-identical on every rank. */
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
 		      size_t errlen);
+
+/* Optional: all-reduce sends 8-bit blocks (32 floats -> 36 bytes: an f32 scale and 32 int8)
+ * instead of f32, for slow links. Off by default; every rank must set the same (a mismatch fails
+ * the next all-reduce as "out of step"). Results stay bit-identical on every rank; the error per
+ * element is at most (sum over ranks of the block's max |x|) / 254, plus (for 3+ ranks) the
+ * block's max |sum| / 254. Returns 0 or SH_EINVAL. */
+int tp_group_set_q8(tp_group_t *g, int on);
 
 /* Copies root's len bytes of buf to every rank's buf. */
 int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms, char *err,
