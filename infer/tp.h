@@ -6,7 +6,8 @@
  * position, tokens) and then computes its own part; every other rank waits in dist_serve() for
  * the next STEP and computes its part of the same pass. Within a pass the ranks meet in the
  * model's hooks: in tensor mode an all-reduce after attn_output and after ffn_down (the
- * transport sums in rank order on every rank, so every rank holds the same bits); in pipeline
+ * transport sums in rank order on every rank, so every rank holds the same bits; the last one of
+ * a batch is a reduce to rank 0, the only rank that needs the final residual); in pipeline
  * mode each stage receives the hidden state from the previous rank and sends it to the next,
  * and the last stage returns the last token's hidden state to rank 0. Only rank 0 computes the
  * output head and samples (docs/parallel.md says why).
