@@ -96,6 +96,26 @@ same_ids "$Q" "qwen2 3:1" 2 --shares 3:1
 same_ids "$Q" "qwen2 2:1:1" 3 --shares 2:1:1
 same_ids "$Q" "qwen2 pipeline 3" 3 --strategy pipeline
 
+# with a plan from `shoal plan` (tensor and pipeline): shares, strategy and addresses from it
+A=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa B=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
+nd() { printf '{"node_id":"%s","host":"%s","mem_avail":8589934592,"addresses":[{"ip":"127.0.0.1","ifname":"lo"}]}' "$1" "$2"; }
+printf '{"epoch":3,"nodes":[%s,%s]}\n' "$(nd $A h1)" "$(nd $B h2)" >"$T/view.json"
+want=$($SHOAL generate --model "$Q" --prompt "$PROMPT" --max-tokens 40 --ids --threads 1)
+for st in tensor pipeline; do
+	ROUND=$((ROUND + 1))
+	$SHOAL plan --view "$T/view.json" --model "$Q" --strategy $st --base-port $((BASE + ROUND * 4)) \
+		--out "$T/plan-$st" >/dev/null
+	check "plan ($st) written" [ -s "$T/plan-$st/plan.json" ]
+	$SHOAL worker --rank 1 --token "$TOKEN" --model "$Q" --plan "$T/plan-$st/plan.json" \
+		--threads 1 2>"$T/e1" &
+	W=$!
+	got=$($SHOAL worker --rank 0 --token "$TOKEN" --model "$Q" --plan "$T/plan-$st/plan.json" \
+		--threads 1 --prompt "$PROMPT" --max-tokens 40 --ids 2>"$T/e0")
+	wait $W
+	check "--plan ($st): same greedy ids as one rank" [ "$got" = "$want" ]
+	check "--plan ($st): the rank uses the plan's strategy" grep -q "rank 0/2: $st share" "$T/e0"
+done
+
 # RDMA: a device matrix naming a device this machine does not have -> TCP, with the reason
 printf '[[null, "rxe_nope"], ["rxe_nope", null]]\n' >"$T/rdma.json"
 same_ids "$Q" "qwen2 2 ranks with an RDMA matrix (TCP fallback)" 2 --rdma-devices "$T/rdma.json"
@@ -171,6 +191,28 @@ for sig in KILL STOP; do
 	wait $W 2>/dev/null
 	PIDS=""
 done
+
+# rank 0 killed during generation: the worker leaves with an error naming rank 0
+ROUND=$((ROUND + 1))
+P=$(peers 2)
+rm -f "$T/out"
+$SHOAL worker --rank 1 --world 2 --peers "$P" --token "$TOKEN" --model "$BIG" --threads 1 \
+	--step-timeout 1500 --join-timeout 20000 2>"$T/e1" &
+W=$!
+$SHOAL worker --rank 0 --world 2 --peers "$P" --token "$TOKEN" --model "$BIG" --threads 1 \
+	--step-timeout 1500 --join-timeout 20000 --ctx 4096 --prompt "$PROMPT" --max-tokens 4000 \
+	--ids >"$T/out" 2>"$T/e0" &
+R=$!
+PIDS="$W $R"
+i=0
+while [ ! -s "$T/out" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -9 $R
+wait $R 2>/dev/null
+wait $W
+rc=$?
+PIDS=""
+check "rank 0 killed: the worker exits with an error" [ $rc -eq 1 ]
+check "rank 0 killed: the worker names rank 0" grep -q "rank 0" "$T/e1"
 
 # no token bytes on the wire (root: tcpdump on lo)
 if [ "$(id -u)" != 0 ] || ! command -v tcpdump >/dev/null; then
