@@ -36,6 +36,7 @@ struct dist {
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	size_t red_cap;
+	FILE *trace;         /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
 };
 
 /* ---- little-endian fields ----------------------------------------------------------------- */
@@ -157,6 +158,13 @@ int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms)
 	d->world = tp_group_world(g);
 	d->pipeline = pipeline;
 	d->timeout_ms = step_timeout_ms > 0 ? step_timeout_ms : 10000;
+	const char *tr = getenv("SHOAL_TP_TRACE");
+	if (tr && *tr) { /* a bench aid: pairing ranks' lines separates transfer from skew */
+		char path[512];
+		snprintf(path, sizeof path, "%s.%d", tr, d->rank);
+		if (!(d->trace = fopen(path, "w")))
+			LOG(LOG_WARN, "cannot write %s", path);
+	}
 	*out = d;
 	return 0;
 }
@@ -167,6 +175,8 @@ void dist_free(dist_t *d)
 		return;
 	free(d->tok);
 	free(d->red);
+	if (d->trace)
+		fclose(d->trace);
 	free(d);
 }
 
@@ -303,6 +313,15 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 
 /* ---- hooks -------------------------------------------------------------------------------- */
 
+/* Accounts one sync of ms milliseconds. */
+static void sync_done(dist_t *d, double ms)
+{
+	d->st.comm_ms += ms;
+	d->pass_comm_ms += ms;
+	if (d->trace)
+		fprintf(d->trace, "%.1f\n", ms * 1000);
+}
+
 /* The last sum of a batch (after the last layer's ffn_down) is only needed by rank 0, which
  * computes the head: the workers send their partial sums to rank 0, which adds them in rank
  * order 0..N-1, the order of the transport's direct all-reduce. Saves one send per worker peer
@@ -338,9 +357,7 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	int rc = per && k % per == per - 1
 			 ? reduce_to_root(d, x, n, why, sizeof why)
 			 : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
-	double ms = (double)(now_ns() - t0) / 1e6;
-	d->st.comm_ms += ms;
-	d->pass_comm_ms += ms;
+	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
@@ -364,9 +381,7 @@ static int hook_pipe(void *ctx, int dir, float *x, int B, int dim)
 		rc = tp_group_send(d->g, 0, x + (size_t)(B - 1) * dim, row, d->timeout_ms, why,
 				   sizeof why);
 	}
-	double ms = (double)(now_ns() - t0) / 1e6;
-	d->st.comm_ms += ms;
-	d->pass_comm_ms += ms;
+	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 

@@ -31,6 +31,7 @@ one=$(tok_s "$T/one")
 
 B=$((30000 + ($$ % 1000) * 4))
 P=127.0.0.1:$B,127.0.0.1:$((B + 1))
+export SHOAL_TP_TRACE=$T/trace
 $TIME $SHOAL worker --rank 1 --world 2 --peers "$P" --token bench --model "$m" --threads 1 \
 	--stats --log-level warn 2>"$T/r1" &
 W=$!
@@ -38,6 +39,7 @@ $TIME $SHOAL worker --rank 0 --world 2 --peers "$P" --token bench --model "$m" -
 	--prompt "$PROMPT" --max-tokens "$GEN" --stats --log-level warn >/dev/null 2>"$T/r0" ||
 	{ echo "2x1 run failed: $(grep -v rss_kb "$T/r0" | tail -1)"; kill $W 2>/dev/null; exit 1; }
 wait $W
+unset SHOAL_TP_TRACE
 two=$(tok_s "$T/r0")
 
 printf '%-22s %10s\n' "config" "decode tok/s"
@@ -48,4 +50,18 @@ for r in 0 1; do
 	line=$(grep "^rank $r/2:" "$T/r$r")
 	echo "  $line; peak RSS $(rss "$T/r$r") MB"
 done
-echo "  target: communication <= 5% of the step; bytes/token/rank <= 262144 (2 x 16 x 2048 x 4)"
+# The ranks do the same syncs in the same order: the rank that arrives last at a sync waits only
+# for the transfer, the other one also for it (skew). Summing min(rank 0, rank 1) per sync over
+# the decode steps estimates the pure sync time per token.
+paste -d' ' "$T/trace.0" "$T/trace.1" | awk '{ print ($1 < $2 ? $1 : $2) }' | sort -n |
+	awk -v steps="$GEN" -v tps="$two" '
+	{ v[NR] = $1; s += $1 }
+	END { if (NR && tps > 0) {
+		per = NR / steps; step = 1000 / tps
+		printf "  sync without skew (the later rank'"'"'s wait, %d syncs per token): mean %.0f us, " \
+			"p10 %.0f us, median %.0f us, p90 %.0f us\n", per, s / NR, v[int(NR * 0.1) + 1],
+			v[int(NR * 0.5) + 1], v[int(NR * 0.9) + 1]
+		printf "  per token: %.2f ms at the mean (%.1f%% of the %.1f ms step), %.2f ms at p10 " \
+			"(%.1f%%)\n", s / steps / 1000, 100 * s / steps / 1000 / step, step,
+			per * v[int(NR * 0.1) + 1] / 1000, 100 * per * v[int(NR * 0.1) + 1] / 1000 / step } }'
+echo "  target: sync <= 5% of the step; bytes/token/rank <= 262144 (2 x 16 x 2048 x 4)"
