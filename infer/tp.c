@@ -414,6 +414,31 @@ static void step_encode(uint8_t *h, uint32_t type, uint64_t seq, unsigned flags,
 		put32(h + 28 + 4 * i, (uint32_t)tokens[i]);
 }
 
+int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	if (len != DIST_HDR_BYTES)
+		return sh_fail(err, errlen, SH_EFORMAT, "lock-step message of %zu bytes", len);
+	s->type = get32(h);
+	uint32_t ver = get32(h + 4);
+	if (ver != DIST_VERSION)
+		return sh_fail(err, errlen, SH_EUNSUPP, "rank 0 speaks lock-step version %u, we %d",
+			       ver, DIST_VERSION);
+	s->seq = get64(h + 8);
+	s->flags = get32(h + 16);
+	uint32_t pos = get32(h + 20), n = get32(h + 24);
+	if (s->type == DIST_MSG_STOP)
+		return 0;
+	if (s->type != DIST_MSG_STEP || n == 0 || n > DIST_MAX_STEP_TOKENS || pos > INT32_MAX)
+		return sh_fail(err, errlen, SH_EFORMAT, "bad lock-step message %#x (n %u, pos %u)",
+			       s->type, n, pos);
+	s->pos = (int)pos;
+	s->n = (int)n;
+	for (int i = 0; i < s->n && i < DIST_INLINE_TOKENS; i++)
+		s->inline_tokens[i] = (int)get32(h + 28 + 4 * i);
+	return 0;
+}
+
 static int tok_room(dist_t *d, int n)
 {
 	if (n <= d->tok_cap)
@@ -499,39 +524,33 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 			dist_fail(d, rc, "waiting for rank 0: %s", why);
 			break;
 		}
-		uint32_t type = get32(h), ver = get32(h + 4);
-		uint64_t seq = get64(h + 8);
-		int pos = (int)get32(h + 20), n = (int)get32(h + 24);
-		if (ver != DIST_VERSION) {
-			dist_fail(d, SH_EUNSUPP, "rank 0 speaks lock-step version %u, we %d", ver,
-				  DIST_VERSION);
+		dist_step_t st;
+		char bad[160];
+		if ((rc = dist_step_decode(h, sizeof h, &st, bad, sizeof bad))) {
+			dist_fail(d, rc, "%s", bad);
 			break;
 		}
+		uint64_t seq = st.seq;
+		int pos = st.pos, n = st.n;
 		if (seq != d->seq + 1) {
 			dist_fail(d, SH_EFORMAT, "step %llu out of order (expected %llu)",
 				  (unsigned long long)seq, (unsigned long long)(d->seq + 1));
 			break;
 		}
 		d->seq = seq;
-		if (type == DIST_MSG_STOP) {
+		if (st.type == DIST_MSG_STOP) {
 			LOG(LOG_INFO, "rank %d: rank 0 ended the session after %llu steps", d->rank,
 			    (unsigned long long)seq - 1);
 			return 0;
 		}
-		if (type != DIST_MSG_STEP || n <= 0 || n > (1 << 24) || pos < 0) {
-			dist_fail(d, SH_EFORMAT, "bad lock-step message %#x (n %d, pos %d)", type, n,
-				  pos);
-			break;
-		}
-		if (get32(h + 16) & DIST_STEP_NEW_REQUEST)
+		if (st.flags & DIST_STEP_NEW_REQUEST)
 			LOG(LOG_DEBUG, "rank %d: new request at position %d", d->rank, pos);
 		if ((rc = tok_room(d, n))) {
 			dist_fail(d, rc, "out of memory for %d tokens", n);
 			break;
 		}
 		if (n <= DIST_INLINE_TOKENS) {
-			for (int i = 0; i < n; i++)
-				d->tok[i] = (int)get32(h + 28 + 4 * i);
+			memcpy(d->tok, st.inline_tokens, (size_t)n * sizeof *d->tok);
 		} else {
 			int64_t t0 = now_ns();
 			rc = tp_broadcast(d->g, d->tok, (size_t)n * 4, 0, d->timeout_ms, why,

@@ -44,6 +44,21 @@ enum dist_msg {
 };
 
 #define DIST_STEP_NEW_REQUEST 1u /* first pass of a request (prefill); informative */
+#define DIST_MAX_STEP_TOKENS (1 << 24) /* more tokens in one STEP is a protocol error */
+
+/* A decoded STEP or STOP. */
+typedef struct dist_step {
+	uint32_t type;  /* DIST_MSG_STEP or DIST_MSG_STOP */
+	uint64_t seq;
+	uint32_t flags;
+	int pos, n;     /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
+	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 10) ids */
+} dist_step_t;
+
+/* Decodes a STEP/STOP message of len bytes (pure; the worker loop and the fuzz target use it).
+ * Returns 0, SH_EUNSUPP (another version) or SH_EFORMAT (wrong size, type or counts). Token ids
+ * are checked against the vocabulary by the forward pass. */
+int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen);
 
 typedef struct dist dist_t;
 

@@ -310,6 +310,46 @@ TEST(split)
 	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, bad, s, err, sizeof err), SH_EINVAL);
 }
 
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+TEST(step_decode)
+{
+	uint8_t h[DIST_HDR_BYTES] = {0};
+	dist_step_t s;
+	char err[160];
+	put32(h, DIST_MSG_STEP);
+	put32(h + 4, DIST_VERSION);
+	put32(h + 8, 5); /* seq, low half */
+	put32(h + 16, DIST_STEP_NEW_REQUEST);
+	put32(h + 20, 9);
+	put32(h + 24, 2);
+	put32(h + 28, 17);
+	put32(h + 32, 300);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
+	CHECK_EQ_INT((int)s.seq, 5);
+	CHECK_EQ_INT(s.pos, 9);
+	CHECK_EQ_INT(s.n, 2);
+	CHECK_EQ_INT(s.inline_tokens[1], 300);
+	CHECK_EQ_INT((int)s.flags, DIST_STEP_NEW_REQUEST);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h - 1, &s, err, sizeof err), SH_EFORMAT);
+	put32(h + 24, 0); /* a STEP without tokens */
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
+	put32(h + 24, 1);
+	put32(h + 4, DIST_VERSION + 1);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EUNSUPP);
+	CHECK(strstr(err, "version") != NULL);
+	put32(h + 4, DIST_VERSION);
+	put32(h, 0x0299); /* a type we do not know */
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
+	put32(h, DIST_MSG_STOP);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
+	CHECK_EQ_INT((int)s.type, DIST_MSG_STOP);
+}
+
 TEST(stories_tensor)
 {
 	const char *p = stories();
@@ -405,6 +445,7 @@ int main(void)
 		return 1;
 	}
 	RUN(split);
+	RUN(step_decode);
 	RUN(stories_tensor);
 	RUN(stories_pipeline);
 	RUN(qwen2);
