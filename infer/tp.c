@@ -398,6 +398,8 @@ void dist_attach(dist_t *d, model_t *m)
 
 /* ---- steps -------------------------------------------------------------------------------- */
 
+_Static_assert(28 + 4 * DIST_INLINE_TOKENS <= DIST_HDR_BYTES, "inline tokens fit a STEP");
+
 /* STEP layout (64 bytes): type u32, version u32, seq u64, flags u32, pos u32, n u32, then up
  * to DIST_INLINE_TOKENS token ids (u32); more tokens follow as a second broadcast of n x u32. */
 static void step_encode(uint8_t *h, uint32_t type, uint64_t seq, unsigned flags, int pos,

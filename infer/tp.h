@@ -34,7 +34,7 @@
 
 #define DIST_VERSION 1
 #define DIST_HDR_BYTES 64 /* SETUP and STEP are this size on the wire */
-#define DIST_INLINE_TOKENS 10 /* a STEP carries up to this many tokens itself */
+#define DIST_INLINE_TOKENS 9 /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
 
 enum dist_msg {
 	DIST_MSG_SETUP = 0x0200, /* rank 0 -> all: version, context, model shape, strategy */
@@ -52,7 +52,7 @@ typedef struct dist_step {
 	uint64_t seq;
 	uint32_t flags;
 	int pos, n;     /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
-	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 10) ids */
+	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 9) ids */
 } dist_step_t;
 
 /* Decodes a STEP/STOP message of len bytes (pure; the worker loop and the fuzz target use it).

@@ -22,7 +22,7 @@
 #include "transport/transport.h"
 
 #define MAXR 4
-#define N_PROMPT 7
+#define N_PROMPT 12 /* more than a STEP carries inline: the second broadcast too */
 #define N_GEN 12
 #define CTX 64
 
@@ -47,7 +47,7 @@ static int argmax(const float *x, int n)
 	return b;
 }
 
-static const int PROMPT[N_PROMPT] = {1, 20, 31, 42, 53, 64, 75};
+static const int PROMPT[N_PROMPT] = {1, 20, 31, 42, 53, 64, 75, 86, 97, 108, 119, 130};
 
 /* Drives steps through fwd(ctx, tokens, n, pos, logits). */
 typedef int (*fwd_fn)(void *ctx, const int *t, int n, int pos, float *logits);
