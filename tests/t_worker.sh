@@ -80,6 +80,11 @@ if [ -r "$S" ]; then
 	same_ids "$S" "stories 2:1:1" 3 --shares 2:1:1
 	same_ids "$S" "stories pipeline 2" 2 --strategy pipeline
 	same_ids "$S" "stories pipeline 2:1:1" 3 --strategy pipeline --shares 2:1:1
+	# a prompt longer than a STEP carries inline (its ids follow in a second message)
+	PROMPT="Once upon a time, there was a little girl named Lily who loved to play"
+	same_ids "$S" "stories 2 ranks, long prompt" 2
+	same_ids "$S" "stories pipeline 3, long prompt" 3 --strategy pipeline
+	PROMPT="Once upon a time"
 	# rank 0 prints exactly what shoal generate prints
 	want=$($SHOAL generate --model "$S" --prompt "$PROMPT" --max-tokens 40 --threads 1)
 	group "$S" 2 -- --prompt "$PROMPT" --max-tokens 40
