@@ -38,6 +38,7 @@ struct rank_ctx {
 	size_t n;
 	int rc;
 	int64_t ms;
+	int start_delay_ms; /* sleep before forming (start-order tests) */
 };
 
 static void *rank_main(void *p)
@@ -53,6 +54,8 @@ static void *rank_main(void *p)
 			      .node_id = c->id,
 			      .timeout_ms = c->form_timeout};
 	tp_group_t *g = NULL;
+	if (c->start_delay_ms)
+		usleep((useconds_t)c->start_delay_ms * 1000);
 	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
 	if (c->rc_new == 0 && c->fn)
 		c->fn(g, c);
@@ -221,6 +224,30 @@ TEST(all_reduce_world_3) { allreduce_world(3); }
 TEST(all_reduce_world_4) { allreduce_world(4); }
 TEST(all_reduce_world_5) { allreduce_world(5); }
 
+
+static void fn_one_sum(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	float v = 1;
+	c->rc = tp_all_reduce_f32(g, &v, 1, 5000, err, sizeof err);
+	RCHECK(c, v == (float)c->world);
+}
+
+TEST(start_order_does_not_matter)
+{
+	/* reverse order with gaps, and a random-ish order */
+	int delays[2][4] = {{600, 400, 200, 0}, {150, 0, 450, 300}};
+	for (int k = 0; k < 2; k++) {
+		rank_ctx_t ctx[MAXR] = {0};
+		for (int r = 0; r < 4; r++)
+			ctx[r].start_delay_ms = delays[k][r];
+		run_ranks(4, fn_one_sum, ctx, NULL);
+		if (all_formed(ctx, 4))
+			for (int r = 0; r < 4; r++)
+				CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+}
+
 /* ---- broadcast, all-gather, barrier, point-to-point --------------------------------------- */
 
 static void fn_misc(tp_group_t *g, rank_ctx_t *c)
@@ -381,6 +408,27 @@ TEST(q8_all_reduce)
 	}
 }
 
+
+static void fn_q8_mismatch(tp_group_t *g, rank_ctx_t *c)
+{
+	char err[256];
+	float v[1000] = {0};
+	tp_group_set_q8(g, c->rank == 0);
+	c->rc = tp_all_reduce_f32(g, v, 1000, 2000, err, sizeof err);
+	snprintf(c->err, sizeof c->err, "%s", err);
+}
+
+TEST(q8_mismatch_is_out_of_step)
+{
+	rank_ctx_t ctx[MAXR] = {0};
+	run_ranks(2, fn_q8_mismatch, ctx, NULL);
+	all_formed(ctx, 2);
+	for (int r = 0; r < 2; r++) {
+		CHECK_EQ_INT(ctx[r].rc, SH_EFORMAT);
+		CHECK(strstr(ctx[r].err, "out of step") != NULL);
+	}
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* The last rank stalls (never calls); the others time out. */
@@ -462,7 +510,49 @@ TEST(wrong_tag_cannot_join)
 	ctx[0].form_timeout = ctx[1].form_timeout = 800;
 	run_ranks(2, NULL, ctx, NULL);
 	CHECK(ctx[0].rc_new != 0);
-	CHECK(ctx[1].rc_new != 0);
+	CHECK_EQ_INT(ctx[1].rc_new, SH_EAUTH);
+	CHECK(strstr(ctx[1].err, "refused us (from its side: belongs to another group") != NULL);
+	fprintf(stderr, "rank 1: %s\n", ctx[1].err);
+}
+
+static const uint8_t WANT_IDS[2][16] = {{1}, {0x77}}; /* rank 1 is expected to be node 77.. */
+
+static void *rank_main_ids(void *p)
+{
+	rank_ctx_t *c = p;
+	tp_group_cfg_t cfg = {.rank = c->rank, .world = 2, .hosts = c->hosts, .ports = c->ports,
+			      .listen_fd = c->lfd, .keys = &K1, .node_id = c->id,
+			      .peer_ids = c->rank == 0 ? WANT_IDS : NULL, .timeout_ms = 800};
+	tp_group_t *g = NULL;
+	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
+	tp_group_free(g);
+	return NULL;
+}
+
+TEST(unexpected_node_id_cannot_join)
+{
+	static const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
+	static int ports[2];
+	rank_ctx_t ctx[2] = {0};
+	pthread_t t[2];
+	char err[100];
+	for (int r = 0; r < 2; r++) {
+		ctx[r].rank = r;
+		ctx[r].hosts = hosts;
+		ctx[r].ports = ports;
+		ctx[r].id[0] = (uint8_t)(r + 1); /* rank 1 is node 02.., not 77.. */
+		tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_create(&t[r], NULL, rank_main_ids, &ctx[r]);
+	for (int r = 0; r < 2; r++) {
+		pthread_join(t[r], NULL);
+		close(ctx[r].lfd);
+	}
+	CHECK_EQ_INT(ctx[0].rc_new, SH_ETIMEDOUT);
+	CHECK_EQ_INT(ctx[1].rc_new, SH_EAUTH);
+	CHECK(strstr(ctx[1].err, "but is node 02") != NULL);
+	fprintf(stderr, "rank 1: %s\n", ctx[1].err);
 }
 
 TEST(killed_process_rank)
@@ -628,13 +718,16 @@ int main(int argc, char **argv)
 	RUN(all_reduce_world_3);
 	RUN(all_reduce_world_4);
 	RUN(all_reduce_world_5);
+	RUN(start_order_does_not_matter);
 	RUN(broadcast_gather_barrier_p2p);
 	RUN(q8_codec);
 	RUN(q8_all_reduce);
+	RUN(q8_mismatch_is_out_of_step);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);
 	RUN(wrong_tag_cannot_join);
+	RUN(unexpected_node_id_cannot_join);
 	RUN(killed_process_rank);
 	return harness_done();
 }

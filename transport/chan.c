@@ -262,6 +262,63 @@ void tp_chan_free(tp_chan_t *c)
 
 /* ---- handshake ---------------------------------------------------------------------------- */
 
+/* Handshake failures are logged at most once per TP_HS_LOG_MS for the same peer host and
+ * reason (a peer with another token retries forever); the error still goes to the caller. */
+#define TP_HS_LOG_MS 30000
+#define TP_HS_LOG_SLOTS 16
+
+static struct {
+	uint64_t key;
+	int64_t last_ms;
+	int suppressed;
+} tp_hs_log[TP_HS_LOG_SLOTS];
+static pthread_mutex_t tp_hs_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t tp_hash(uint64_t h, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull; /* FNV-1a */
+	return h;
+}
+
+static void tp_hs_log_failure(const char *addr, const char *why)
+{
+	/* the host part only: source ports change on every retry */
+	const char *colon = strrchr(addr, ':');
+	size_t hl = colon ? (size_t)(colon - addr) : strlen(addr);
+	uint64_t key = tp_hash(tp_hash(0xcbf29ce484222325ull, addr, hl), why, strlen(why));
+	int64_t now = now_ms();
+	int suppressed = -1;
+	pthread_mutex_lock(&tp_hs_log_lock);
+	int slot = 0;
+	for (int i = 0; i < TP_HS_LOG_SLOTS; i++) {
+		if (tp_hs_log[i].key == key) {
+			slot = i;
+			break;
+		}
+		if (tp_hs_log[i].last_ms < tp_hs_log[slot].last_ms)
+			slot = i; /* oldest, reused when the key is new */
+	}
+	if (tp_hs_log[slot].key != key) {
+		tp_hs_log[slot].key = key;
+		tp_hs_log[slot].last_ms = now;
+		tp_hs_log[slot].suppressed = 0;
+		suppressed = 0;
+	} else if (now - tp_hs_log[slot].last_ms >= TP_HS_LOG_MS) {
+		suppressed = tp_hs_log[slot].suppressed;
+		tp_hs_log[slot].last_ms = now;
+		tp_hs_log[slot].suppressed = 0;
+	} else {
+		tp_hs_log[slot].suppressed++;
+	}
+	pthread_mutex_unlock(&tp_hs_log_lock);
+	if (suppressed == 0)
+		LOG(LOG_WARN, "handshake with %s failed: %s", addr, why);
+	else if (suppressed > 0)
+		LOG(LOG_WARN, "handshake with %s failed: %s (%d more in the last %d s)", addr, why,
+		    suppressed, TP_HS_LOG_MS / 1000);
+}
+
 static tp_chan_t *tp_chan_alloc(int fd)
 {
 	tp_chan_t *c = calloc(1, sizeof *c);
@@ -395,7 +452,7 @@ static int tp_chan_start(tp_chan_t **out, int fd, int initiator, const char *add
 		tp_fd_peer_addr(fd, c->peer_addr, sizeof c->peer_addr);
 	rc = tp_handshake(c, initiator, k, my_id, deadline, ebuf, sizeof ebuf);
 	if (rc) {
-		LOG(LOG_WARN, "handshake with %s failed: %s", c->peer_addr, ebuf);
+		tp_hs_log_failure(c->peer_addr, ebuf);
 		sh_fail(err, errlen, rc, "handshake with %s failed: %s", c->peer_addr, ebuf);
 		tp_chan_free(c);
 		return rc;

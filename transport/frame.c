@@ -130,6 +130,7 @@ const char *tp_msg_name(uint16_t type, char *buf, size_t buflen)
 	case TP_MSG_RDMA_QP: return "RDMA_QP";
 	case TP_MSG_JOIN_OK: return "JOIN_OK";
 	case TP_MSG_RDMA_READY: return "RDMA_READY";
+	case TP_MSG_JOIN_NO: return "JOIN_NO";
 	}
 	snprintf(buf, buflen, "0x%04x", type);
 	return buf;

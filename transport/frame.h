@@ -21,6 +21,8 @@
  *   0x0012 TP_MSG_RDMA_QP    rdma qp data (rdma.h) (sealed)
  *   0x0013 TP_MSG_JOIN_OK    tp_join_t    group: accepting rank's answer (sealed)
  *   0x0014 TP_MSG_RDMA_READY u32 ok       group: RDMA pair state after set-up, 1 = ready (sealed)
+ *   0x0015 TP_MSG_JOIN_NO    text         group: accepting rank refuses a JOIN; the reason as
+ *                                         text (<= 200 bytes, no NUL), then it closes (sealed)
  */
 #ifndef SHOAL_TP_FRAME_H
 #define SHOAL_TP_FRAME_H
@@ -50,6 +52,7 @@ enum tp_msg_type {
 	TP_MSG_RDMA_QP = 0x0012,
 	TP_MSG_JOIN_OK = 0x0013,
 	TP_MSG_RDMA_READY = 0x0014,
+	TP_MSG_JOIN_NO = 0x0015,
 };
 
 /* HELLO: who I am and my fresh nonce. 64 bytes. */

@@ -6,8 +6,9 @@
  * rank is not up yet) and accepts from every rank > r. After the channel handshake the connecting
  * rank sends JOIN {rank, world, tag}; the accepting rank checks it (rank in range and above its
  * own, not yet connected, same world and tag, expected node ID when given) and answers JOIN_OK,
- * which the connecting rank checks the same way. Strangers holding the token but sending a bad
- * JOIN are dropped with a log line; the accept loop goes on until the deadline.
+ * which the connecting rank checks the same way, or JOIN_NO with the reason (the refused rank
+ * then fails at once). Strangers holding the token but sending a bad JOIN are dropped with a log
+ * line; the accept loop goes on until the deadline. Then every pair negotiates RDMA (rdma.c).
  *
  * Invariant: g->chan[p] is a live, authenticated channel to rank p for every p != rank, or the
  * group is broken (g->broken != 0) and every call returns that error.
@@ -319,6 +320,17 @@ static int tp_join_recv(tp_chan_t *c, uint16_t want_type, tp_join_t *j, int64_t 
 		snprintf(why, whylen, "no JOIN: %s", sh_strerror(rc));
 		return rc;
 	}
+	if (type == TP_MSG_JOIN_NO && want_type == TP_MSG_JOIN_OK) {
+		char r[201];
+		size_t n = MIN(len, sizeof r - 1);
+		memcpy(r, p, n);
+		r[n] = 0;
+		for (size_t i = 0; i < n; i++)
+			if ((unsigned char)r[i] < 32 || (unsigned char)r[i] > 126)
+				r[i] = '?';
+		snprintf(why, whylen, "refused us (from its side: %.150s)", r);
+		return SH_EAUTH;
+	}
 	if (type != want_type || tp_join_decode(j, p, len) != 0) {
 		snprintf(why, whylen, "sent a bad JOIN");
 		return SH_EFORMAT;
@@ -405,11 +417,8 @@ static int tp_group_accept_higher(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 			if (rc)
 				snprintf(why, sizeof why, "JOIN_OK not sent: %s", sh_strerror(rc));
 		}
-		if (rc == SH_EINVAL || rc == SH_EAUTH) {
-			/* tell it who we are, so it can say why it was refused, then drop it */
-			tp_join_encode(w, &mine);
-			(void)tp_chan_send(c, TP_MSG_JOIN_OK, w, sizeof w);
-		}
+		if (rc == SH_EINVAL || rc == SH_EAUTH) /* say why, so it fails at once too */
+			(void)tp_chan_send(c, TP_MSG_JOIN_NO, why, MIN(strlen(why), 200));
 		if (rc) {
 			LOG(LOG_WARN, "group rank %d: dropping %s: %s", g->rank, peer, why);
 			tp_chan_free(c);

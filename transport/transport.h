@@ -12,6 +12,20 @@
  *
  * Errors are the SH_E* codes of common/common.h; a one-line message goes to the caller's buffer.
  * The token never leaves tp_keys_derive: it is not sent, not stored, not logged.
+ *
+ * A rank of a group, start to end:
+ *   tp_keys_t k;
+ *   tp_keys_derive(&k, token, strlen(token), err, sizeof err);   (then wipe the token)
+ *   tp_group_cfg_t gc = {.rank = r, .world = n, .hosts = hosts, .ports = ports,
+ *                        .listen_fd = -1, .tag = epoch, .keys = &k, .node_id = id,
+ *                        .timeout_ms = 30000};
+ *   tp_group_t *g;
+ *   if (tp_group_new(&g, &gc, err, sizeof err)) ... (err names the rank that failed)
+ *   tp_all_reduce_f32(g, x, len, step_timeout_ms, err, sizeof err);
+ *   tp_group_free(g);
+ *   tp_keys_wipe(&k);
+ * A control connection: tp_listen + tp_accept + tp_chan_accept on one side, tp_chan_connect on
+ * the other, then tp_chan_send / tp_chan_recv. Wire format: docs/protocol.md; RDMA: docs/rdma.md.
  */
 #ifndef SHOAL_TRANSPORT_H
 #define SHOAL_TRANSPORT_H
@@ -72,8 +86,8 @@ int tp_hostport_parse(const char *s, char *host, size_t hostlen, int *port, char
  * direction, are derived from both HELLOs under the auth key; afterwards every frame is
  * XChaCha20-Poly1305 with a per-direction counter nonce, so a tampered, replayed, reordered or
  * dropped frame fails authentication and the channel is dead (every later call fails).
- * A handshake failure is logged once at LOG_WARN ("handshake with ADDR failed: REASON") and
- * returned in err. Two peers with the same node ID do complete the handshake: compare
+ * A handshake failure is logged at LOG_WARN ("handshake with ADDR failed: REASON"; repeats from
+ * the same host with the same reason at most every 30 s, with a count) and returned in err. Two peers with the same node ID do complete the handshake: compare
  * tp_chan_peer_id() with your own to detect a copied state directory.
  *
  * Threads: one thread may send while another receives (send is guarded by a mutex, so several
