@@ -24,14 +24,16 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: shoal worker --rank R --world N --peers H0:P0,H1:P1,... --model FILE.gguf\n"
 		"                    [--token T | --token-file F | SHOAL_TOKEN] [options]\n"
-		"  --plan plan.json        shares, strategy and (without --peers) addresses from a plan\n"
+		"  --plan plan.json        shares, strategy and (without --peers) addresses from a "
+		"plan\n"
 		"  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
 		"  --strategy S            tensor (default) or pipeline\n"
 		"  --shares A:B:...        relative shares without a plan (default even)\n"
 		"  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
 		"  --join-timeout MS       time for all ranks to connect (default 60000)\n"
 		"  --threads N, --ctx N, --log-level L, --stats\n"
-		"rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) and\n"
+		"rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
+		"and\n"
 		"prints its output exactly as `shoal generate` does.\n");
 }
 
@@ -232,8 +234,8 @@ int cmd_worker(int argc, char **argv)
 			o.world = plan_n_ranks(plan);
 		dist.pipeline = plan_strategy(plan) == PLAN_PIPELINE;
 	}
-	if (o.rank < 0 || o.world < 1 || o.rank >= o.world || !o.model ||
-	    (!o.peers && !plan) || (o.n_weights && o.n_weights != o.world)) {
+	if (o.rank < 0 || o.world < 1 || o.rank >= o.world || !o.model || (!o.peers && !plan) ||
+	    (o.n_weights && o.n_weights != o.world)) {
 		fprintf(stderr, "shoal worker: need --rank R < --world N, --model, --peers (or "
 				"--plan), and N --shares if any\n");
 		usage(stderr);
@@ -260,7 +262,8 @@ int cmd_worker(int argc, char **argv)
 	if (o.peers) {
 		peers = strdup(o.peers);
 		if (!peers || parse_peers(peers, hosts, ports, TP_MAX_WORLD) != o.world) {
-			fprintf(stderr, "shoal worker: --peers needs %d HOST:PORT entries\n", o.world);
+			fprintf(stderr, "shoal worker: --peers needs %d HOST:PORT entries\n",
+				o.world);
 			ret = 2;
 			goto out;
 		}
@@ -281,16 +284,16 @@ int cmd_worker(int argc, char **argv)
 	uint8_t id[TP_NODE_ID_BYTES];
 	randombytes_buf(id, sizeof id);
 	tp_group_cfg_t gc = {
-		.rank = o.rank,
-		.world = o.world,
-		.hosts = hosts,
-		.ports = ports,
-		.listen_fd = -1,
-		.tag = plan ? plan_epoch(plan) : 0x73686f616c776b31ull, /* "shoalwk1" */
-		.keys = &keys,
-		.node_id = id,
-		.timeout_ms = o.join_timeout,
-		.rdma_devices = o.rdma,
+	    .rank = o.rank,
+	    .world = o.world,
+	    .hosts = hosts,
+	    .ports = ports,
+	    .listen_fd = -1,
+	    .tag = plan ? plan_epoch(plan) : 0x73686f616c776b31ull, /* "shoalwk1" */
+	    .keys = &keys,
+	    .node_id = id,
+	    .timeout_ms = o.join_timeout,
+	    .rdma_devices = o.rdma,
 	};
 	LOG(LOG_INFO, "rank %d/%d: forming the group (listening on port %d)", o.rank, o.world,
 	    ports[o.rank]);

@@ -26,9 +26,9 @@ struct dist {
 	int rank, world, pipeline, timeout_ms;
 	model_t *m;
 	uint64_t seq;
-	int rc;          /* first failure, 0 while healthy */
+	int rc; /* first failure, 0 while healthy */
 	char err[320];
-	int *tok;        /* [tok_cap] receive space for long STEPs */
+	int *tok; /* [tok_cap] receive space for long STEPs */
 	int tok_cap;
 	dist_stats_t st;
 	double pass_comm_ms; /* communication of the pass in progress */
@@ -36,7 +36,7 @@ struct dist {
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	size_t red_cap;
-	FILE *trace;         /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
+	FILE *trace; /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
 };
 
 /* ---- little-endian fields ----------------------------------------------------------------- */
@@ -58,7 +58,10 @@ static void put64(uint8_t *p, uint64_t v)
 	put32(p + 4, (uint32_t)(v >> 32));
 }
 
-static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+static uint64_t get64(const uint8_t *p)
+{
+	return get32(p) | (uint64_t)get32(p + 4) << 32;
+}
 
 /* ---- shares ------------------------------------------------------------------------------- */
 
@@ -103,8 +106,8 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 		return sh_fail(err, errlen, SH_EINVAL, "bad world size %d", world);
 	for (int r = 0; w && r < world; r++)
 		if (w[r] <= 0)
-			return sh_fail(err, errlen, SH_EINVAL, "share %d of rank %d is not positive",
-				       w[r], r);
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "share %d of rank %d is not positive", w[r], r);
 	int grp = mt->n_heads / mt->n_kv_heads;
 	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
 	if (pipeline && world > mt->n_layers)
@@ -133,7 +136,8 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 		for (int r = 0; r < world; pos += cnt[r++]) {
 			int q0 = pos, q1 = pos + cnt[r];
 			out[r].q_head0 = q0, out[r].n_q_heads = cnt[r];
-			out[r].kv_head0 = q0 / grp, out[r].n_kv_heads = (q1 - 1) / grp + 1 - q0 / grp;
+			out[r].kv_head0 = q0 / grp,
+			out[r].n_kv_heads = (q1 - 1) / grp + 1 - q0 / grp;
 		}
 	}
 	split_units(cnt, world, blocks, w);
@@ -180,9 +184,18 @@ void dist_free(dist_t *d)
 	free(d);
 }
 
-int dist_rank(const dist_t *d) { return d->rank; }
-int dist_world(const dist_t *d) { return d->world; }
-const char *dist_error(const dist_t *d) { return d->err; }
+int dist_rank(const dist_t *d)
+{
+	return d->rank;
+}
+int dist_world(const dist_t *d)
+{
+	return d->world;
+}
+const char *dist_error(const dist_t *d)
+{
+	return d->err;
+}
 
 void dist_get_stats(const dist_t *d, dist_stats_t *s)
 {
@@ -212,10 +225,10 @@ static int dist_fail(dist_t *d, int rc, const char *fmt, ...)
 static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world)
 {
 	memset(h, 0, DIST_HDR_BYTES);
-	uint32_t f[] = {DIST_MSG_SETUP, DIST_VERSION, (uint32_t)ctx, (uint32_t)pipeline,
-			(uint32_t)world, (uint32_t)mt->n_layers, (uint32_t)mt->dim,
-			(uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads, (uint32_t)mt->head_dim,
-			(uint32_t)mt->ffn, (uint32_t)mt->n_vocab};
+	uint32_t f[] = {DIST_MSG_SETUP,         DIST_VERSION,          (uint32_t)ctx,
+			(uint32_t)pipeline,     (uint32_t)world,       (uint32_t)mt->n_layers,
+			(uint32_t)mt->dim,      (uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads,
+			(uint32_t)mt->head_dim, (uint32_t)mt->ffn,     (uint32_t)mt->n_vocab};
 	for (size_t i = 0; i < ARRAY_LEN(f); i++)
 		put32(h + 4 * i, f[i]);
 }
@@ -234,34 +247,32 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 	char bad[160] = "";
 	if (get32(h) != DIST_MSG_SETUP || get32(h + 4) != DIST_VERSION) {
 		status = SH_EUNSUPP;
-		snprintf(bad, sizeof bad, "lock-step message %#x version %u, we speak %#x version %d",
-			 get32(h), get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
+		snprintf(bad, sizeof bad,
+			 "lock-step message %#x version %u, we speak %#x version %d", get32(h),
+			 get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
 	} else {
 		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world);
 		if (memcmp(h, ours, sizeof h)) {
 			status = SH_EINVAL;
-			snprintf(bad, sizeof bad,
-				 "rank 0 has %s mode, %u ranks, %u layers, dim %u, %u heads, vocab %u; "
-				 "we have %s, %d, %d, %d, %d, %d",
-				 get32(h + 12) ? "pipeline" : "tensor", get32(h + 16), get32(h + 20),
-				 get32(h + 24), get32(h + 28), get32(h + 44),
-				 d->pipeline ? "pipeline" : "tensor", d->world, mt->n_layers, mt->dim,
-				 mt->n_heads, mt->n_vocab);
+			snprintf(
+			    bad, sizeof bad,
+			    "rank 0 has %s mode, %u ranks, %u layers, dim %u, %u heads, vocab %u; "
+			    "we have %s, %d, %d, %d, %d, %d",
+			    get32(h + 12) ? "pipeline" : "tensor", get32(h + 16), get32(h + 20),
+			    get32(h + 24), get32(h + 28), get32(h + 44),
+			    d->pipeline ? "pipeline" : "tensor", d->world, mt->n_layers, mt->dim,
+			    mt->n_heads, mt->n_vocab);
 		}
 	}
 	*ctx = (int)get32(h + 8);
 	d->n_layers = mt->n_layers;
 	/* every rank learns every rank's status and shares */
-	uint32_t sh[DIST_SHARE_WORDS] = {(uint32_t)-status,
-					 DIST_VERSION,
-					 (uint32_t)mine->q_head0,
-					 (uint32_t)(mine->q_head0 + mine->n_q_heads),
-					 (uint32_t)mine->kv_head0,
-					 (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
-					 (uint32_t)mine->ffn0,
-					 (uint32_t)(mine->ffn0 + mine->n_ffn),
-					 (uint32_t)mine->layer0,
-					 (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers)};
+	uint32_t sh[DIST_SHARE_WORDS] = {
+	    (uint32_t)-status,        DIST_VERSION,
+	    (uint32_t)mine->q_head0,  (uint32_t)(mine->q_head0 + mine->n_q_heads),
+	    (uint32_t)mine->kv_head0, (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
+	    (uint32_t)mine->ffn0,     (uint32_t)(mine->ffn0 + mine->n_ffn),
+	    (uint32_t)mine->layer0,   (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers)};
 	uint8_t me[4 * DIST_SHARE_WORDS], *all = malloc((size_t)d->world * sizeof me);
 	if (!all)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -281,9 +292,9 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 	for (int r = 0; r < d->world && !rc; r++) {
 		const uint8_t *s = all + (size_t)r * sizeof me;
 		if (get32(s)) {
-			rc = sh_fail(err, errlen, -(int)get32(s),
-				     "setup: rank %d rejected rank 0's setup (model or options differ)",
-				     r);
+			rc = sh_fail(
+			    err, errlen, -(int)get32(s),
+			    "setup: rank %d rejected rank 0's setup (model or options differ)", r);
 			break;
 		}
 		int q0 = (int)get32(s + 8), q1 = (int)get32(s + 12), f0 = (int)get32(s + 24);
@@ -291,14 +302,16 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 		if (d->pipeline) {
 			if (l0 != l)
 				rc = sh_fail(err, errlen, SH_EINVAL,
-					     "setup: rank %d starts at layer %d, expected %d", r, l0, l);
+					     "setup: rank %d starts at layer %d, expected %d", r,
+					     l0, l);
 			l = l1;
 		} else {
 			if (q0 != q || f0 != f)
-				rc = sh_fail(err, errlen, SH_EINVAL,
-					     "setup: rank %d's share (heads %d.., FFN %d..) does not "
-					     "follow rank %d's (heads ..%d, FFN ..%d)",
-					     r, q0, f0, r - 1, q, f);
+				rc = sh_fail(
+				    err, errlen, SH_EINVAL,
+				    "setup: rank %d's share (heads %d.., FFN %d..) does not "
+				    "follow rank %d's (heads ..%d, FFN ..%d)",
+				    r, q0, f0, r - 1, q, f);
 			q = q1, f = f1;
 		}
 	}
@@ -306,8 +319,10 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 	if (rc)
 		return rc;
 	if (d->pipeline ? l != mt->n_layers : (q != mt->n_heads || f != mt->ffn))
-		return sh_fail(err, errlen, SH_EINVAL, "setup: the ranks' shares do not cover the "
-			       "model (%s)", d->pipeline ? "layers" : "heads or FFN columns");
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "setup: the ranks' shares do not cover the "
+			       "model (%s)",
+			       d->pipeline ? "layers" : "heads or FFN columns");
 	return 0;
 }
 
@@ -355,8 +370,8 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	int64_t t0 = now_ns();
 	int per = 2 * d->n_layers, k = d->ar_calls++;
 	int rc = per && k % per == per - 1
-			 ? reduce_to_root(d, x, n, why, sizeof why)
-			 : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
+		     ? reduce_to_root(d, x, n, why, sizeof why)
+		     : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }

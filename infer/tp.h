@@ -32,9 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DIST_VERSION 1
-#define DIST_HDR_BYTES 64 /* SETUP and STEP are this size on the wire */
-#define DIST_INLINE_TOKENS 9 /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
+#define DIST_VERSION       1
+#define DIST_HDR_BYTES     64 /* SETUP and STEP are this size on the wire */
+#define DIST_INLINE_TOKENS 9  /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
 
 enum dist_msg {
 	DIST_MSG_SETUP = 0x0200, /* rank 0 -> all: version, context, model shape, strategy */
@@ -43,15 +43,15 @@ enum dist_msg {
 	DIST_MSG_SHARE = 0x0203, /* all <-> all (all-gather): status and share ranges */
 };
 
-#define DIST_STEP_NEW_REQUEST 1u /* first pass of a request (prefill); informative */
-#define DIST_MAX_STEP_TOKENS (1 << 24) /* more tokens in one STEP is a protocol error */
+#define DIST_STEP_NEW_REQUEST 1u        /* first pass of a request (prefill); informative */
+#define DIST_MAX_STEP_TOKENS  (1 << 24) /* more tokens in one STEP is a protocol error */
 
 /* A decoded STEP or STOP. */
 typedef struct dist_step {
-	uint32_t type;  /* DIST_MSG_STEP or DIST_MSG_STOP */
+	uint32_t type; /* DIST_MSG_STEP or DIST_MSG_STOP */
 	uint64_t seq;
 	uint32_t flags;
-	int pos, n;     /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
+	int pos, n; /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
 	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 9) ids */
 } dist_step_t;
 
@@ -76,8 +76,8 @@ typedef struct dist_stats {
  * tensor mode splits KV-head groups when world <= n_kv_heads, else query heads with their KV
  * heads replicated; FFN columns in multiples of ffn_block; pipeline mode splits layers. Every
  * rank gets at least one unit. out has world entries. Returns 0 or SH_EINVAL with a reason. */
-int dist_split(const model_meta_t *meta, int ffn_block, int pipeline, int world,
-	       const int *weights, model_shard_t *out, char *err, size_t errlen);
+int dist_split(const model_meta_t *meta, int ffn_block, int pipeline, int world, const int *weights,
+	       model_shard_t *out, char *err, size_t errlen);
 
 /* g borrowed (must outlive the dist). step_timeout_ms bounds every wait inside a pass. */
 int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms);
@@ -89,8 +89,8 @@ int dist_world(const dist_t *d);
 /* Collective: agrees on the context length (rank 0's *ctx wins; others receive it), checks that
  * every rank loaded the same model shape and protocol version, and that the shares of all ranks
  * cover the model exactly once. Call on every rank before model_new. */
-int dist_setup(dist_t *d, const model_meta_t *meta, const model_shard_t *mine, int *ctx,
-	       char *err, size_t errlen);
+int dist_setup(dist_t *d, const model_meta_t *meta, const model_shard_t *mine, int *ctx, char *err,
+	       size_t errlen);
 
 /* Installs the model's hooks (all-reduce or pipe). m borrowed; detach by freeing both. */
 void dist_attach(dist_t *d, model_t *m);

@@ -21,10 +21,10 @@
 #include "infer/tp.h"
 #include "transport/transport.h"
 
-#define MAXR 4
+#define MAXR     4
 #define N_PROMPT 12 /* more than a STEP carries inline: the second broadcast too */
-#define N_GEN 12
-#define CTX 64
+#define N_GEN    12
+#define CTX      64
 
 static tp_keys_t KEYS;
 static char QWEN[256], QWEN16[256];
@@ -108,21 +108,27 @@ typedef struct rank_ctx {
 	int *ports;
 	const char *path;
 	const int *weights;
-	behave_t behave;    /* what rank 1 does */
+	behave_t behave; /* what rank 1 does */
 	int step_timeout;
-	run_t run;          /* rank 0's results */
+	run_t run; /* rank 0's results */
 	int rc;
 	char err[320];
-	int64_t fail_ms;    /* rank 0: time from the failing step's start to its error */
+	int64_t fail_ms; /* rank 0: time from the failing step's start to its error */
 } rank_ctx_t;
 
 static void *rank_main(void *arg)
 {
 	rank_ctx_t *c = arg;
 	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)c->rank};
-	tp_group_cfg_t cfg = {.rank = c->rank, .world = c->world, .hosts = c->hosts,
-			      .ports = c->ports, .listen_fd = c->lfd, .tag = 7, .keys = &KEYS,
-			      .node_id = id, .timeout_ms = 20000};
+	tp_group_cfg_t cfg = {.rank = c->rank,
+			      .world = c->world,
+			      .hosts = c->hosts,
+			      .ports = c->ports,
+			      .listen_fd = c->lfd,
+			      .tag = 7,
+			      .keys = &KEYS,
+			      .node_id = id,
+			      .timeout_ms = 20000};
 	tp_group_t *grp = NULL;
 	gguf_t *g = NULL;
 	model_meta_t mt;
@@ -190,9 +196,16 @@ static void run_group(rank_ctx_t *ctx, int world, const char *path, int pipeline
 	}
 	for (int r = 0; r < world; r++) {
 		rank_ctx_t *c = &ctx[r];
-		*c = (rank_ctx_t){.rank = r, .world = world, .lfd = c->lfd, .pipeline = pipeline,
-				  .hosts = hosts, .ports = ports, .path = path, .weights = weights,
-				  .behave = behave, .step_timeout = step_timeout};
+		*c = (rank_ctx_t){.rank = r,
+				  .world = world,
+				  .lfd = c->lfd,
+				  .pipeline = pipeline,
+				  .hosts = hosts,
+				  .ports = ports,
+				  .path = path,
+				  .weights = weights,
+				  .behave = behave,
+				  .step_timeout = step_timeout};
 		pthread_create(&th[r], NULL, rank_main, c);
 	}
 	for (int r = 0; r < world; r++) {
@@ -239,8 +252,8 @@ static void compare(const run_t *ref, const run_t *got, float tol, const char *w
 	CHECK(same);
 }
 
-static void check_config(const char *path, int world, int pipeline, const int *weights,
-			 float tol, const char *what)
+static void check_config(const char *path, int world, int pipeline, const int *weights, float tol,
+			 const char *what)
 {
 	run_t ref = {0};
 	rank_ctx_t ctx[MAXR];
@@ -432,8 +445,16 @@ int main(void)
 		return 1;
 	}
 	snprintf(QWEN, sizeof QWEN, "/tmp/shoal-test-tp-%d-qwen2.gguf", (int)getpid());
-	mkmodel_opts_t o = {.arch = "qwen2", .dim = 128, .layers = 3, .heads = 4, .kv_heads = 2,
-			    .ffn = 256, .vocab = 512, .ctx = 256, .type = QT_Q8_0, .seed = 11};
+	mkmodel_opts_t o = {.arch = "qwen2",
+			    .dim = 128,
+			    .layers = 3,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_Q8_0,
+			    .seed = 11};
 	if (mkmodel_write(&o, QWEN, err, sizeof err)) {
 		fprintf(stderr, "mkmodel: %s\n", err);
 		return 1;
