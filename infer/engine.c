@@ -108,7 +108,8 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	}
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
-	if ((rc = dist_setup(e->dist, &e->meta, shard, ctx, err, errlen)))
+	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, err,
+			     errlen)))
 		return rc;
 	LOG(LOG_INFO, "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
 	    "context %d", rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,

@@ -222,9 +222,39 @@ static int dist_fail(dist_t *d, int rc, const char *fmt, ...)
 
 /* SETUP layout (64 bytes): type u32, version u32, ctx u32, pipeline u32, world u32, then the
  * shape: n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, n_vocab (u32 each), rest zero. */
-static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world)
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+uint64_t dist_model_fingerprint(const gguf_t *g)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		uint8_t f[16];
+		put32(f, (uint32_t)t->type);
+		put64(f + 4, t->nbytes);
+		put32(f + 12, (uint32_t)t->n_dims);
+		h = fnv(h, t->name, strlen(t->name));
+		h = fnv(h, f, sizeof f);
+		h = fnv(h, t->ne, sizeof t->ne);
+		size_t k = (size_t)MIN(t->nbytes, 32);
+		h = fnv(h, t->data, k); /* first and last bytes: one page each */
+		h = fnv(h, (const uint8_t *)t->data + t->nbytes - k, k);
+	}
+	return h;
+}
+
+/* SETUP layout (64 bytes): 12 u32 (see setup_encode) then the model fingerprint u64 at 48. */
+static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world,
+			 uint64_t fp)
 {
 	memset(h, 0, DIST_HDR_BYTES);
+	put64(h + 48, fp);
 	uint32_t f[] = {DIST_MSG_SETUP,         DIST_VERSION,          (uint32_t)ctx,
 			(uint32_t)pipeline,     (uint32_t)world,       (uint32_t)mt->n_layers,
 			(uint32_t)mt->dim,      (uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads,
@@ -233,14 +263,14 @@ static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeli
 		put32(h + 4 * i, f[i]);
 }
 
-int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int *ctx, char *err,
-	       size_t errlen)
+int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard_t *mine, int *ctx,
+	       char *err, size_t errlen)
 {
 	uint8_t h[DIST_HDR_BYTES], ours[DIST_HDR_BYTES];
 	char why[256];
 	int rc;
 	if (d->rank == 0)
-		setup_encode(h, mt, *ctx, d->pipeline, d->world);
+		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp);
 	if ((rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why)))
 		return sh_fail(err, errlen, rc, "setup: %s", why);
 	int status = 0;
@@ -251,8 +281,14 @@ int dist_setup(dist_t *d, const model_meta_t *mt, const model_shard_t *mine, int
 			 "lock-step message %#x version %u, we speak %#x version %d", get32(h),
 			 get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
 	} else {
-		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world);
-		if (memcmp(h, ours, sizeof h)) {
+		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp);
+		if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
+			status = SH_EINVAL;
+			snprintf(bad, sizeof bad,
+				 "rank 0's model file differs from ours (same shape, other weights: "
+				 "fingerprint %016llx, ours %016llx)",
+				 (unsigned long long)get64(h + 48), (unsigned long long)fp);
+		} else if (memcmp(h, ours, sizeof h)) {
 			status = SH_EINVAL;
 			snprintf(
 			    bad, sizeof bad,

@@ -87,10 +87,15 @@ int dist_rank(const dist_t *d);
 int dist_world(const dist_t *d);
 
 /* Collective: agrees on the context length (rank 0's *ctx wins; others receive it), checks that
- * every rank loaded the same model shape and protocol version, and that the shares of all ranks
+ * every rank loaded the same model (shape and fingerprint fp) and protocol version, and that the shares of all ranks
  * cover the model exactly once. Call on every rank before model_new. */
-int dist_setup(dist_t *d, const model_meta_t *meta, const model_shard_t *mine, int *ctx, char *err,
-	       size_t errlen);
+int dist_setup(dist_t *d, const model_meta_t *meta, uint64_t fp, const model_shard_t *mine,
+	       int *ctx, char *err, size_t errlen);
+
+/* A fingerprint of a model file (tensor names, types, shapes, sizes, the first and last 32 bytes
+ * of each tensor): ranks whose files differ fail the setup instead of computing garbage. Reads one
+ * or two pages per tensor. */
+uint64_t dist_model_fingerprint(const gguf_t *g);
 
 /* Installs the model's hooks (all-reduce or pipe). m borrowed; detach by freeing both. */
 void dist_attach(dist_t *d, model_t *m);

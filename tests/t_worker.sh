@@ -151,6 +151,22 @@ wait $W
 check "mismatched shares: rank 1 fails" [ $? -eq 1 ]
 check "mismatched shares: rank 0 says why" grep -q "share" "$T/e0"
 
+# another model file of the same shape (other weights): both sides refuse at setup
+$SHOAL mkmodel --arch qwen2 --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 \
+	--seed 6 -o "$T/qwen2-other.gguf" >/dev/null
+ROUND=$((ROUND + 1))
+P=$(peers 2)
+$SHOAL worker --rank 1 --world 2 --peers "$P" --token "$TOKEN" --model "$T/qwen2-other.gguf" \
+	--join-timeout 20000 2>"$T/e1" &
+W=$!
+$SHOAL worker --rank 0 --world 2 --peers "$P" --token "$TOKEN" --model "$Q" \
+	--join-timeout 20000 --prompt hi --max-tokens 2 >/dev/null 2>"$T/e0"
+check "another model file: rank 0 fails" [ $? -eq 1 ]
+wait $W
+check "another model file: rank 1 fails" [ $? -eq 1 ]
+check "another model file: rank 1 says the file differs" grep -q "model file differs" "$T/e1"
+check "another model file: rank 0 names rank 1" grep -q "rank 1 rejected" "$T/e0"
+
 # a rank with another token cannot join; both sides say so
 ROUND=$((ROUND + 1))
 P=$(peers 2)
