@@ -284,10 +284,11 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp);
 		if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
 			status = SH_EINVAL;
-			snprintf(bad, sizeof bad,
-				 "rank 0's model file differs from ours (same shape, other weights: "
-				 "fingerprint %016llx, ours %016llx)",
-				 (unsigned long long)get64(h + 48), (unsigned long long)fp);
+			snprintf(
+			    bad, sizeof bad,
+			    "rank 0's model file differs from ours (same shape, other weights: "
+			    "fingerprint %016llx, ours %016llx)",
+			    (unsigned long long)get64(h + 48), (unsigned long long)fp);
 		} else if (memcmp(h, ours, sizeof h)) {
 			status = SH_EINVAL;
 			snprintf(

@@ -87,8 +87,8 @@ int dist_rank(const dist_t *d);
 int dist_world(const dist_t *d);
 
 /* Collective: agrees on the context length (rank 0's *ctx wins; others receive it), checks that
- * every rank loaded the same model (shape and fingerprint fp) and protocol version, and that the shares of all ranks
- * cover the model exactly once. Call on every rank before model_new. */
+ * every rank loaded the same model (shape and fingerprint fp) and protocol version, and that the
+ * shares of all ranks cover the model exactly once. Call on every rank before model_new. */
 int dist_setup(dist_t *d, const model_meta_t *meta, uint64_t fp, const model_shard_t *mine,
 	       int *ctx, char *err, size_t errlen);
 
