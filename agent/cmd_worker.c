@@ -30,6 +30,8 @@ static void usage(FILE *f)
 		"  --strategy S            tensor (default) or pipeline\n"
 		"  --shares A:B:...        relative shares without a plan (default even)\n"
 		"  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
+		"  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every rank\n"
+		"                          must say so; results then differ slightly from one rank)\n"
 		"  --join-timeout MS       time for all ranks to connect (default 60000)\n"
 		"  --threads N, --ctx N, --log-level L, --stats\n"
 		"rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
@@ -38,7 +40,7 @@ static void usage(FILE *f)
 }
 
 typedef struct wopts {
-	int rank, world, step_timeout, join_timeout, pipeline, stats;
+	int rank, world, step_timeout, join_timeout, pipeline, stats, q8_wire;
 	const char *peers, *token, *token_file, *plan, *rdma, *model;
 	int threads, ctx;
 	int weights[TP_MAX_WORLD], n_weights;
@@ -93,6 +95,8 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 			o->token = v;
 		else if ((v = flag_val(argc, argv, &i, "--plan", &bad)))
 			o->plan = v;
+		else if (!strcmp(argv[i], "--q8-wire"))
+			o->q8_wire = 1;
 		else if ((v = flag_val(argc, argv, &i, "--rdma-devices", &bad)))
 			o->rdma = v;
 		else if ((v = flag_val(argc, argv, &i, "--step-timeout", &bad)))
@@ -302,6 +306,8 @@ int cmd_worker(int argc, char **argv)
 		goto out;
 	}
 	tp_keys_wipe(&keys);
+	if (o.q8_wire)
+		tp_group_set_q8(group, 1);
 	for (int r = 0; r < o.world; r++)
 		if (r != o.rank)
 			LOG(LOG_INFO, "rank %d: link to rank %d: %s", o.rank, r,

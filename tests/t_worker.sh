@@ -126,6 +126,15 @@ printf '[[null, "rxe_nope"], ["rxe_nope", null]]\n' >"$T/rdma.json"
 same_ids "$Q" "qwen2 2 ranks with an RDMA matrix (TCP fallback)" 2 --rdma-devices "$T/rdma.json"
 check "the RDMA fallback is logged with a reason" grep -q "TCP" "$T/e0"
 
+# 8-bit activations on the wire: runs to the end (ids may differ slightly from one rank's)
+if group "$Q" 2 --q8-wire --stats -- --prompt "$PROMPT" --max-tokens 40 --ids --stats; then
+	check "--q8-wire: 40 ids" [ "$(wc -w <"$T/out")" -eq 40 ]
+	b=$(sed -n 's/.* \([0-9]*\) bytes sent per token/\1/p' "$T/e1")
+	check "--q8-wire: fewer bytes than f32 (2 x 3 x 128 x 4 = 3072 per token)" [ "${b:-99999}" -lt 1500 ]
+else
+	fail "--q8-wire run: $(tail -1 "$T/e0")"
+fi
+
 # usage errors
 $SHOAL worker --rank 2 --world 2 --peers 127.0.0.1:1,127.0.0.1:2 --token x --model "$Q" \
 	2>/dev/null
