@@ -100,7 +100,13 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 		model_shard_t *all = calloc((size_t)world, sizeof *all);
 		if (!all)
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-		rc = dist_split(&e->meta, blk, o->pipeline, world, o->weights, all, err, errlen);
+		int even[TP_MAX_WORLD];
+		const int *w = o->weights;
+		if (!w) { /* equal work: rank 0's head counted */
+			dist_even_weights(e->g, world, even);
+			w = even;
+		}
+		rc = dist_split(&e->meta, blk, o->pipeline, world, w, all, err, errlen);
 		*shard = all[rank];
 		free(all);
 		if (rc)

@@ -149,6 +149,27 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 	return 0;
 }
 
+void dist_even_weights(const gguf_t *g, int world, int *w)
+{
+	uint64_t layers = 0, head = 0, embd = 0;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		if (!strncmp(t->name, "blk.", 4))
+			layers += t->nbytes;
+		else if (!strcmp(t->name, "output.weight"))
+			head = t->nbytes;
+		else if (!strcmp(t->name, "token_embd.weight"))
+			embd = t->nbytes;
+	}
+	if (!head) /* tied: the head reads the embedding matrix */
+		head = embd;
+	/* rank 0 also reads the head: s0 * L + H = s * L with s0 + (N - 1) s = 1 */
+	double h = layers ? (double)head / (double)layers : 0, s = (1 + h) / world;
+	double s0 = MAX(s - h, s / 4);
+	for (int r = 0; r < world; r++)
+		w[r] = (int)(10000 * (r ? s : s0)) + 1;
+}
+
 /* ---- object ------------------------------------------------------------------------------- */
 
 int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms)

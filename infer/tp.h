@@ -79,6 +79,11 @@ typedef struct dist_stats {
 int dist_split(const model_meta_t *meta, int ffn_block, int pipeline, int world, const int *weights,
 	       model_shard_t *out, char *err, size_t errlen);
 
+/* Weights (world entries) that even out the work when rank 0 also computes the output head:
+ * rank 0's share of the layers is smaller by the head's bytes (at least a quarter of the
+ * others'). What dist_split gets when the user gave no shares. */
+void dist_even_weights(const gguf_t *g, int world, int *w);
+
 /* g borrowed (must outlive the dist). step_timeout_ms bounds every wait inside a pass. */
 int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms);
 void dist_free(dist_t *d); /* NULL-safe; does not stop the workers (see dist_stop) */
