@@ -90,7 +90,8 @@ void cli_comm_stats(const eng_t *e)
 		"%.3f ms), least %.3f ms; %.0f bytes sent per token\n",
 		i->rank, i->world, (unsigned long long)c.steps, (unsigned long long)c.tokens,
 		c.comm_ms * per, c.step_ms > 0 ? 100.0 * c.comm_ms / c.step_ms : 0.0,
-		c.step_ms * per, c.comm_min_ms, c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
+		c.step_ms * per, c.comm_min_ms,
+		c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
 }
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -103,7 +104,10 @@ static int num(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
-int cmd_generate(int argc, char **argv) { return cli_generate(argc, argv, "generate", NULL); }
+int cmd_generate(int argc, char **argv)
+{
+	return cli_generate(argc, argv, "generate", NULL);
+}
 
 int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist)
 {

@@ -44,7 +44,7 @@ struct eng {
 	float *logits; /* [n_vocab] */
 	int *cache;    /* [n_ctx] tokens held in the KV cache */
 	int n_cache;
-	dist_t *dist;   /* NULL on one node; else this rank's part of the group (tp.h) */
+	dist_t *dist; /* NULL on one node; else this rank's part of the group (tp.h) */
 };
 
 /* Bytes of memory still available (Linux: MemAvailable; else physical pages), 0 if unknown. */
@@ -92,7 +92,7 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
-		*shard = (model_shard_t){o->q0, o->q1 - o->q0, o->kv0, o->kv1 - o->kv0,
+		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
 					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1};
 	} else {
 		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
@@ -117,11 +117,12 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, err,
 			     errlen)))
 		return rc;
-	LOG(LOG_INFO, "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
-	    "context %d", rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
-	    shard->q_head0 + shard->n_q_heads, shard->kv_head0,
-	    shard->kv_head0 + shard->n_kv_heads, shard->ffn0, shard->ffn0 + shard->n_ffn,
-	    shard->layer0, shard->layer1, *ctx);
+	LOG(LOG_INFO,
+	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
+	    "context %d",
+	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
+	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
+	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, *ctx);
 	return 0;
 }
 

@@ -19,10 +19,10 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef SHOAL_ACCELERATE
 #include <Accelerate/Accelerate.h>
@@ -44,15 +44,15 @@ typedef struct wmat {
 } wmat_t;
 
 typedef struct layer {
-	float *attn_norm;       /* [dim] */
-	wmat_t wq;              /* [n_heads*head_dim x dim] */
-	wmat_t wk, wv;          /* [n_kv_heads*head_dim x dim] */
-	wmat_t wo;              /* [dim x n_heads*head_dim] */
-	float *bq, *bk, *bv;    /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
-	float *q_norm, *k_norm; /* qwen3: [head_dim] */
-	float *ffn_norm;        /* [dim] */
-	wmat_t w_gate, w_up;    /* [ffn x dim] */
-	wmat_t w_down;          /* [dim x ffn] */
+	float *attn_norm;           /* [dim] */
+	wmat_t wq;                  /* [n_heads*head_dim x dim] */
+	wmat_t wk, wv;              /* [n_kv_heads*head_dim x dim] */
+	wmat_t wo;                  /* [dim x n_heads*head_dim] */
+	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
+	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
+	float *ffn_norm;            /* [dim] */
+	wmat_t w_gate, w_up;        /* [ffn x dim] */
+	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
 } layer_t;
 
@@ -61,13 +61,13 @@ struct model {
 	model_shard_t sh;
 	pool_t *pool;
 	int n_ctx;
-	int qd, kvd;       /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
-	wmat_t embd;       /* [n_vocab x dim] */
-	wmat_t out;        /* [n_vocab x dim] (= embd when tied) */
-	float *out_norm;   /* [dim] */
-	layer_t *layers;   /* [n_layers] (only the shard's layer range is bound) */
-	float *inv_freq;   /* [rope_dim/2] */
-	float *kc, *vc;    /* [layer1 - layer0][n_ctx][kvd] */
+	int qd, kvd;     /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
+	wmat_t embd;     /* [n_vocab x dim] */
+	wmat_t out;      /* [n_vocab x dim] (= embd when tied) */
+	float *out_norm; /* [dim] */
+	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
+	float *inv_freq; /* [rope_dim/2] */
+	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -153,8 +153,7 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		shard = &full;
 	}
 	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
-	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim *
-	       sizeof(float);
+	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim * sizeof(float);
 }
 
 static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err, size_t errlen)
@@ -189,8 +188,8 @@ static int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, c
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
-		return sh_fail(err, errlen, SH_EINVAL,
-			       "shard splits %s inside a %d-element block", name, be);
+		return sh_fail(err, errlen, SH_EINVAL, "shard splits %s inside a %d-element block",
+			       name, be);
 	if (n == w->cols)
 		return 0;
 	size_t off = quant_row_bytes(w->type, c0), sb = quant_row_bytes(w->type, n);
