@@ -135,6 +135,19 @@ else
 	fail "--q8-wire run: $(tail -1 "$T/e0")"
 fi
 
+# the token from SHOAL_TOKEN (rank 1) and from a file (rank 0)
+ROUND=$((ROUND + 1))
+P=$(peers 2)
+printf '%s\n' "$TOKEN" >"$T/token"
+want=$($SHOAL generate --model "$Q" --prompt "$PROMPT" --max-tokens 20 --ids --threads 1)
+SHOAL_TOKEN="$TOKEN" $SHOAL worker --rank 1 --world 2 --peers "$P" --model "$Q" --threads 1 \
+	2>"$T/e1" &
+W=$!
+got=$($SHOAL worker --rank 0 --world 2 --peers "$P" --token-file "$T/token" --model "$Q" \
+	--threads 1 --prompt "$PROMPT" --max-tokens 20 --ids 2>"$T/e0")
+wait $W
+check "SHOAL_TOKEN and --token-file: same ids" [ "$got" = "$want" ]
+
 # usage errors
 $SHOAL worker --rank 2 --world 2 --peers 127.0.0.1:1,127.0.0.1:2 --token x --model "$Q" \
 	2>/dev/null
