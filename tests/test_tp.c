@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "infer/gguf.h"
 #include "infer/gguf_write.h"
+#include "infer/infer.h"
 #include "infer/meta.h"
 #include "infer/model.h"
 #include "infer/pool.h"
@@ -407,6 +408,139 @@ TEST(qwen2)
 	check_config(QWEN, 2, 1, NULL, 1e-4f, "qwen2 q8_0 pipeline 2");
 }
 
+/* ---- the engine interface: rank 0 generates, the others run the worker loop ---------------- */
+
+#define ENG_GEN 16
+
+typedef struct eng_rank {
+	int rank, world, lfd, pipeline;
+	const char **hosts;
+	int *ports;
+	const char *path;
+	int ids[2][ENG_GEN], n_ids[2]; /* rank 0: two requests' ids */
+	int rc;
+	char err[320];
+} eng_rank_t;
+
+static int eng_collect(void *ud, const eng_token_t *t)
+{
+	int *buf = ud; /* buf[0] = count, then ids */
+	if (buf[0] < ENG_GEN)
+		buf[1 + buf[0]++] = t->id;
+	return 0;
+}
+
+/* Two greedy requests; the second starts with the first's prompt and output (prefix reuse: the
+ * ranks rewind to the shared length). With e NULL the ids come from a one-node engine. */
+static int eng_two_requests(eng_t *e, int ids[2][ENG_GEN], int n_ids[2], char *err, size_t errlen)
+{
+	eng_sampling_t sp;
+	eng_sampling_default(&sp);
+	sp.max_tokens = ENG_GEN;
+	int prompt[N_PROMPT + ENG_GEN], buf[1 + ENG_GEN];
+	memcpy(prompt, PROMPT, sizeof PROMPT);
+	eng_result_t res;
+	for (int r = 0; r < 2; r++) {
+		int n =
+		    r ? N_PROMPT + n_ids[0] - 4 : N_PROMPT; /* request 2: a prefix of request 1 */
+		if (r)
+			memcpy(prompt + N_PROMPT, ids[0], (size_t)(n - N_PROMPT) * sizeof(int));
+		buf[0] = 0;
+		if (eng_generate(e, prompt, n, &sp, eng_collect, buf, &res)) {
+			snprintf(err, errlen, "%s", res.error);
+			return -1;
+		}
+		n_ids[r] = buf[0];
+		memcpy(ids[r], buf + 1, (size_t)buf[0] * sizeof(int));
+	}
+	return 0;
+}
+
+static void *eng_rank_main(void *arg)
+{
+	eng_rank_t *c = arg;
+	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)(c->rank + 1)};
+	tp_group_cfg_t cfg = {.rank = c->rank,
+			      .world = c->world,
+			      .hosts = c->hosts,
+			      .ports = c->ports,
+			      .listen_fd = c->lfd,
+			      .tag = 9,
+			      .keys = &KEYS,
+			      .node_id = id,
+			      .timeout_ms = 20000};
+	tp_group_t *g = NULL;
+	eng_t *e = NULL;
+	if ((c->rc = tp_group_new(&g, &cfg, c->err, sizeof c->err)))
+		goto out;
+	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 10000};
+	eng_opts_t o = {.model_path = c->path, .threads = 1, .ctx = 128, .dist = &d};
+	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
+		goto out;
+	if (c->rank == 0) {
+		c->rc = eng_two_requests(e, c->ids, c->n_ids, c->err, sizeof c->err);
+		if (eng_info(e)->world != c->world)
+			c->rc = -1;
+	} else {
+		c->rc = eng_worker_run(e, c->err, sizeof c->err);
+	}
+out:
+	eng_free(e); /* rank 0: tells the workers to stop */
+	tp_group_free(g);
+	return NULL;
+}
+
+static void check_engine(const char *path, int world, int pipeline, const char *what)
+{
+	static const char *hosts[MAXR];
+	static int ports[MAXR];
+	eng_rank_t ctx[MAXR];
+	pthread_t th[MAXR];
+	char err[320];
+	int want[2][ENG_GEN], n_want[2];
+	eng_t *one = NULL;
+	eng_opts_t o = {.model_path = path, .threads = 1, .ctx = 128};
+	if (eng_open(&one, &o, err, sizeof err) ||
+	    eng_two_requests(one, want, n_want, err, sizeof err)) {
+		printf("  %s: one node: %s\n", what, err);
+		CHECK(0);
+		eng_free(one);
+		return;
+	}
+	eng_free(one);
+	memset(ctx, 0, sizeof ctx);
+	for (int r = 0; r < world; r++) {
+		hosts[r] = "127.0.0.1";
+		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
+			abort();
+	}
+	for (int r = 0; r < world; r++) {
+		ctx[r].rank = r, ctx[r].world = world, ctx[r].pipeline = pipeline;
+		ctx[r].hosts = hosts, ctx[r].ports = ports, ctx[r].path = path;
+		pthread_create(&th[r], NULL, eng_rank_main, &ctx[r]);
+	}
+	for (int r = 0; r < world; r++) {
+		pthread_join(th[r], NULL);
+		close(ctx[r].lfd);
+		if (ctx[r].rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
+		CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+	for (int q = 0; q < 2; q++) {
+		CHECK_EQ_INT(ctx[0].n_ids[q], n_want[q]);
+		CHECK(!memcmp(ctx[0].ids[q], want[q], (size_t)n_want[q] * sizeof(int)));
+	}
+}
+
+TEST(engine_interface)
+{
+	const char *p = stories();
+	check_engine(QWEN, 2, 0, "engine qwen2 2 ranks");
+	check_engine(QWEN, 3, 1, "engine qwen2 pipeline 3");
+	if (p)
+		check_engine(p, 3, 0, "engine stories 3 ranks");
+}
+
 TEST(setup_mismatch)
 {
 	rank_ctx_t ctx[MAXR];
@@ -471,6 +605,7 @@ int main(void)
 	RUN(stories_tensor);
 	RUN(stories_pipeline);
 	RUN(qwen2);
+	RUN(engine_interface);
 	RUN(setup_mismatch);
 	RUN(stalled_rank);
 	RUN(vanished_rank);
