@@ -124,7 +124,7 @@ done
 # RDMA: a device matrix naming a device this machine does not have -> TCP, with the reason
 printf '[[null, "rxe_nope"], ["rxe_nope", null]]\n' >"$T/rdma.json"
 same_ids "$Q" "qwen2 2 ranks with an RDMA matrix (TCP fallback)" 2 --rdma-devices "$T/rdma.json"
-check "the RDMA fallback is logged with a reason" grep -q "TCP" "$T/e0"
+check "the RDMA fallback is logged with a reason" grep -q "rank 1 uses TCP: ." "$T/e0"
 
 # 8-bit activations on the wire: runs to the end (ids may differ slightly from one rank's)
 if group "$Q" 2 --q8-wire --stats -- --prompt "$PROMPT" --max-tokens 40 --ids --stats; then
