@@ -83,7 +83,8 @@ struct model {
 	model_pipe_fn pipe;
 	void *pipe_ctx;
 	const quant_ops_t *f32; /* F32 matvec, for attention scores */
-	quant_axpy_fn axpy;     /* for attention's weighted sum of values */
+	quant_wsum_fn wsum;     /* attention's weighted sum of values */
+	quant_expsum_fn expsum; /* softmax numerators */
 };
 
 /* ---- binding ------------------------------------------------------------------------------ */
@@ -344,7 +345,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		goto err;
 	}
 	m->f32 = quant_ops(QT_F32);
-	m->axpy = quant_axpy();
+	m->wsum = quant_wsum();
+	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
 #ifndef SHOAL_ACCELERATE
@@ -587,15 +589,13 @@ static void att_task(void *ctx, int c, int nc, int tid)
 			sc[t] *= scale;
 			mx = fmaxf(mx, sc[t]);
 		}
-		float sum = 0;
-		for (int t = 0; t < T; t++) {
-			sc[t] = expf(sc[t] - mx);
-			sum += sc[t];
-		}
-		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
-		memset(o, 0, (size_t)hd * sizeof *o);
+		float sum = m->expsum(sc, T, mx);
+		float inv = 1.0f / sum;
 		for (int t = 0; t < T; t++)
-			m->axpy(o, sc[t] / sum, vc + (size_t)t * m->kvd + (size_t)kvh * hd, hd);
+			sc[t] *= inv;
+		/* att[b][h] = sum_t sc[t] * v_t */
+		m->wsum(m->att + (size_t)b * m->qd + (size_t)h * hd, sc, vc + (size_t)kvh * hd,
+			(size_t)m->kvd, T, hd);
 	}
 }
 

@@ -671,16 +671,34 @@ const quant_ops_t *quant_ops_opt(int wtype)
 
 static int quant_use_ref; /* set once by quant_init before threads start */
 
-static void ref_axpy(float *y, float a, const float *x, int n)
+static void ref_wsum(float *o, const float *a, const float *v, size_t stride, int T, int n)
 {
-	for (int i = 0; i < n; i++)
-		y[i] += a * x[i];
+	memset(o, 0, (size_t)n * sizeof *o);
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < n; i++)
+			o[i] += a[t] * v[(size_t)t * stride + i];
 }
 
-quant_axpy_fn quant_axpy(void)
+quant_wsum_fn quant_wsum(void)
 {
-	quant_axpy_fn f = quant_use_ref ? NULL : quant_x86_axpy();
-	return f ? f : ref_axpy;
+	quant_wsum_fn f = quant_use_ref ? NULL : quant_x86_wsum();
+	return f ? f : ref_wsum;
+}
+
+static float ref_expsum(float *x, int n, float mx)
+{
+	float sum = 0;
+	for (int i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	return sum;
+}
+
+quant_expsum_fn quant_expsum(void)
+{
+	quant_expsum_fn f = quant_use_ref ? NULL : quant_x86_expsum();
+	return f ? f : ref_expsum;
 }
 
 const char *quant_init(int force_ref)

@@ -135,10 +135,18 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 /* The activation restricted to columns [col0, ...) (col0 a multiple of the block size). */
 quant_act_t quant_act_slice(const quant_act_t *a, int col0);
 
-/* y[i] += a * x[i] for i < n (attention's weighted sum of values): best available version. */
-typedef void (*quant_axpy_fn)(float *y, float a, const float *x, int n);
-quant_axpy_fn quant_axpy(void);
-quant_axpy_fn quant_x86_axpy(void); /* NULL when unavailable */
+/* o[i] = sum over t < T of a[t] * v[t * stride + i], i < n (attention's weighted sum of values;
+ * stride in floats). Best available version. */
+typedef void (*quant_wsum_fn)(float *o, const float *a, const float *v, size_t stride, int T,
+			      int n);
+quant_wsum_fn quant_wsum(void);
+quant_wsum_fn quant_x86_wsum(void); /* NULL when unavailable */
+
+/* x[i] = exp(x[i] - mx) for i < n, returns the sum (softmax numerators; relative error of the
+ * optimized version < 2e-7). */
+typedef float (*quant_expsum_fn)(float *x, int n, float mx);
+quant_expsum_fn quant_expsum(void);
+quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);

@@ -13,6 +13,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,15 +330,36 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 		dst[i] = _cvtsh_ss(s[i]);
 }
 
-TGT static void avx2_axpy(float *y, float a, const float *x, int n)
+/* The outputs stay in registers across all T rows, 64 columns at a time. */
+TGT static void avx2_wsum(float *o, const float *a, const float *v, size_t stride, int T, int n)
 {
-	__m256 va = _mm256_set1_ps(a);
 	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(
-		    y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-	for (; i < n; i++)
-		y[i] += a * x[i];
+	for (; i + 64 <= n; i += 64) {
+		__m256 c[8];
+		for (int k = 0; k < 8; k++)
+			c[k] = _mm256_setzero_ps();
+		for (int t = 0; t < T; t++) {
+			const float *row = v + (size_t)t * stride + i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 8; k++)
+				c[k] = _mm256_fmadd_ps(at, _mm256_loadu_ps(row + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 8; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 c = _mm256_setzero_ps();
+		for (int t = 0; t < T; t++)
+			c = _mm256_fmadd_ps(_mm256_set1_ps(a[t]),
+					    _mm256_loadu_ps(v + (size_t)t * stride + i), c);
+		_mm256_storeu_ps(o + i, c);
+	}
+	for (; i < n; i++) {
+		float c = 0;
+		for (int t = 0; t < T; t++)
+			c += a[t] * v[(size_t)t * stride + i];
+		o[i] = c;
+	}
 }
 
 /* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
@@ -400,6 +422,46 @@ TGT static void avx2_dq_q6_k(const void *src, float *dst, int n)
 			}
 		}
 	}
+}
+
+/* exp(v) for v <= 0: v = k ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 Taylor polynomial
+ * (relative error ~1e-7), times 2^k through the exponent bits. Below -87 the result is 0. */
+TGT static inline __m256 exp_le0(__m256 v)
+{
+	const __m256 lo = _mm256_set1_ps(-87.0f);
+	__m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
+	v = _mm256_max_ps(v, lo);
+	__m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145752f), v); /* ln2 high part */
+	r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860677e-6f), r);      /* ln2 low part */
+	__m256 p = _mm256_set1_ps(1.0f / 720);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	__m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(k), 23);
+	__m256 res = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+	return _mm256_andnot_ps(under, res);
+}
+
+TGT static float avx2_expsum(float *x, int n, float mx)
+{
+	__m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 e = exp_le0(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+		_mm256_storeu_ps(x + i, e);
+		acc = _mm256_add_ps(acc, e);
+	}
+	float sum = hsum8(acc);
+	for (; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	return sum;
 }
 
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
@@ -676,14 +738,24 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
-quant_axpy_fn quant_x86_axpy(void)
+quant_wsum_fn quant_x86_wsum(void)
 {
-	return quant_x86_ops(QT_F32) ? avx2_axpy : NULL;
+	return quant_x86_ops(QT_F32) ? avx2_wsum : NULL;
+}
+
+quant_expsum_fn quant_x86_expsum(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_expsum : NULL;
 }
 
 #else
 
-quant_axpy_fn quant_x86_axpy(void)
+quant_expsum_fn quant_x86_expsum(void)
+{
+	return NULL;
+}
+
+quant_wsum_fn quant_x86_wsum(void)
 {
 	return NULL;
 }

@@ -185,6 +185,50 @@ TEST(kernels_vs_reference)
 	}
 }
 
+/* The softmax exponential against expf: relative error under 1e-6 over [-100, 0]. */
+TEST(expsum_accuracy)
+{
+	enum { N = 1003 };
+	static float x[N], y[N];
+	for (int i = 0; i < N; i++)
+		x[i] = y[i] = -100.0f * (float)i / N + 3.0f;
+	quant_init(0);
+	float s = quant_expsum()(x, N, 3.0f);
+	double ref = 0, worst = 0;
+	for (int i = 0; i < N; i++) {
+		double e = exp((double)y[i] - 3.0);
+		ref += e;
+		if (e > 1e-30)
+			worst = fmax(worst, fabs(x[i] - e) / e);
+	}
+	CHECK(worst < 1e-6);
+	CHECK(fabs(s - ref) / ref < 1e-6);
+}
+
+/* Attention's weighted sum of strided value rows: optimized vs plain loops, several widths. */
+TEST(wsum_vs_reference)
+{
+	enum { T = 37, STRIDE = 200 };
+	static float v[T * STRIDE], a[T], o1[STRIDE], o2[STRIDE];
+	for (int i = 0; i < T * STRIDE; i++)
+		v[i] = frand();
+	for (int t = 0; t < T; t++)
+		a[t] = frand();
+	quant_init(0);
+	const int widths[] = {64, 128, 72, 5, 136};
+	for (size_t k = 0; k < ARRAY_LEN(widths); k++) {
+		int n = widths[k];
+		quant_wsum()(o1, a, v + 3, STRIDE, T, n);
+		for (int i = 0; i < n; i++) {
+			double c = 0;
+			for (int t = 0; t < T; t++)
+				c += (double)a[t] * v[t * STRIDE + 3 + i];
+			o2[i] = (float)c;
+		}
+		CHECK(nmse(o1, o2, n) < 1e-12);
+	}
+}
+
 static atomic_int pool_hits[8];
 static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 {
@@ -268,6 +312,8 @@ int main(void)
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);
+	RUN(expsum_accuracy);
+	RUN(wsum_vs_reference);
 	RUN(pool_runs_every_thread);
 	return harness_done();
 }
