@@ -84,6 +84,11 @@ if [ -r "$S" ]; then
 	PROMPT="Once upon a time, there was a little girl named Lily who loved to play"
 	same_ids "$S" "stories 2 ranks, long prompt" 2
 	same_ids "$S" "stories pipeline 3, long prompt" 3 --strategy pipeline
+	# longer than one forward batch (64 tokens): several batches per step
+	PROMPT=$(printf 'Once upon a time, there was a little girl named Lily. %.0s' 1 2 3 4 5 6)
+	same_ids "$S" "stories 2 ranks, prompt of several batches" 2
+	same_ids "$S" "stories pipeline 2:1:1, prompt of several batches" 3 --strategy pipeline \
+		--shares 2:1:1
 	PROMPT="Once upon a time"
 	# rank 0 prints exactly what shoal generate prints
 	want=$($SHOAL generate --model "$S" --prompt "$PROMPT" --max-tokens 40 --threads 1)
