@@ -1,10 +1,12 @@
 #!/bin/sh
 # shoal worker on loopback, ranks as processes: 2- and 3-rank tensor-parallel and pipeline runs
-# (even and unequal shares) print exactly `shoal generate`'s greedy ids and text (stories260K and
-# a generated qwen2-shaped model); a rank with another token cannot join (error on both sides);
-# kill -9 and SIGSTOP of a rank during generation make rank 0 fail the step with an error
-# (bounded by --step-timeout, never a hang); the RDMA device matrix falls back to TCP with a
-# logged reason; a captured 2-rank run never carries the token's bytes.
+# (even and unequal shares, short, long and multi-batch prompts, from `shoal plan`'s plan.json)
+# print exactly `shoal generate`'s greedy ids and text (stories260K and a generated qwen2-shaped
+# model); --stats and --q8-wire; mismatched shares or another model file fail the setup on both
+# sides; a rank with another token cannot join (error on both sides); kill -9 and SIGSTOP of a
+# rank during generation make rank 0 fail the step (bounded by --step-timeout, never a hang), and
+# a killed rank 0 makes the worker fail; the RDMA device matrix falls back to TCP with a logged
+# reason; a captured 2-rank run never carries the token's bytes.
 . tests/lib.sh
 
 T=$(mktemp -d /tmp/shoal-tworker.XXXXXX)
