@@ -17,6 +17,14 @@ int cmd_serve(int argc, char **argv);    /* serve the OpenAI API from one node *
 int cmd_worker(int argc, char **argv);   /* one rank of a manually started group */
 int cmd_bench(int argc, char **argv);    /* speed figures */
 
+/* The body of `shoal generate` (flags, output, exit codes), shared with `shoal worker`'s rank 0:
+ * name is the subcommand for messages; dist NULL = this node alone, else the group's rank 0
+ * (borrowed). --stats then also prints the communication figures (cli_comm_stats). */
+struct eng_dist;
+struct eng;
+int cli_generate(int argc, char **argv, const char *name, const struct eng_dist *dist);
+void cli_comm_stats(const struct eng *e); /* one line on stderr */
+
 /* Prints "shoal NAME: not built yet (ISSUE)" and returns 1; used by stubs until their issue lands. */
 int cli_not_yet(const char *name, const char *issue);
 

@@ -79,6 +79,21 @@ static int on_token(void *ud, const eng_token_t *t)
 	return 0;
 }
 
+void cli_comm_stats(const eng_t *e)
+{
+	eng_comm_t c;
+	eng_comm_stats(e, &c);
+	const eng_info_t *i = eng_info(e);
+	double per = c.steps ? 1.0 / (double)c.steps : 0;
+	fprintf(stderr,
+		"rank %d/%d: %llu steps, %llu tokens; communication %.3f ms per step (%.1f%% of "
+		"%.3f ms), least %.3f ms; %.0f bytes sent per token\n",
+		i->rank, i->world, (unsigned long long)c.steps, (unsigned long long)c.tokens,
+		c.comm_ms * per, c.step_ms > 0 ? 100.0 * c.comm_ms / c.step_ms : 0.0,
+		c.step_ms * per, c.comm_min_ms,
+		c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
+}
+
 static int num(const char *s, double lo, double hi, double *out)
 {
 	char *end;
@@ -90,6 +105,11 @@ static int num(const char *s, double lo, double hi, double *out)
 }
 
 int cmd_generate(int argc, char **argv)
+{
+	return cli_generate(argc, argv, "generate", NULL);
+}
+
+int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist)
 {
 	static const struct option opts[] = {
 	    {"model", required_argument, 0, 'm'},
@@ -117,6 +137,7 @@ int cmd_generate(int argc, char **argv)
 	    {0, 0, 0, 0},
 	};
 	eng_opts_t eo = {0};
+	eo.dist = dist;
 	eng_sampling_t sp;
 	eng_sampling_default(&sp);
 	sp.max_tokens = 256;
@@ -196,7 +217,7 @@ int cmd_generate(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "shoal generate: bad value '%s'\n", optarg);
+			fprintf(stderr, "shoal %s: bad value '%s'\n", name, optarg);
 			return 2;
 		}
 	}
@@ -211,12 +232,12 @@ int cmd_generate(int argc, char **argv)
 	eng_t *e = NULL;
 	int *ids = NULL, n_ids = 0, rc = 1;
 	if (eng_open(&e, &eo, err, sizeof err)) {
-		fprintf(stderr, "shoal generate: %s\n", err);
+		fprintf(stderr, "shoal %s: %s\n", name, err);
 		return 1;
 	}
 	if (prompt) {
 		if (eng_tokenize(e, prompt, 1, 0, &ids, &n_ids, err, sizeof err)) {
-			fprintf(stderr, "shoal generate: %s\n", err);
+			fprintf(stderr, "shoal %s: %s\n", name, err);
 			goto out;
 		}
 	} else {
@@ -226,7 +247,7 @@ int cmd_generate(int argc, char **argv)
 			msgs[nm++] = (eng_msg_t){"system", system};
 		msgs[nm++] = (eng_msg_t){"user", chat};
 		if (eng_chat_prompt(e, msgs, nm, &ids, &n_ids, err, sizeof err)) {
-			fprintf(stderr, "shoal generate: %s\n", err);
+			fprintf(stderr, "shoal %s: %s\n", name, err);
 			goto out;
 		}
 	}
@@ -234,7 +255,7 @@ int cmd_generate(int argc, char **argv)
 	if (eng_generate(e, ids, n_ids, &sp, on_token, &out, &res)) {
 		if (out.n)
 			printf("\n");
-		fprintf(stderr, "shoal generate: %s\n", res.error);
+		fprintf(stderr, "shoal %s: %s\n", name, res.error);
 		goto out;
 	}
 	if (!out.json)
@@ -250,6 +271,8 @@ int cmd_generate(int argc, char **argv)
 		    res.prompt_ms > 0 ? res.prompt_tokens * 1000.0 / res.prompt_ms : 0.0,
 		    res.completion_tokens, res.gen_ms,
 		    res.gen_ms > 0 ? res.completion_tokens * 1000.0 / res.gen_ms : 0.0, why);
+		if (dist)
+			cli_comm_stats(e);
 	}
 	rc = 0;
 out:

@@ -21,6 +21,7 @@
 #include "infer/quant.h"
 #include "infer/sample.h"
 #include "infer/tokenizer.h"
+#include "infer/tp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ struct eng {
 	float *logits; /* [n_vocab] */
 	int *cache;    /* [n_ctx] tokens held in the KV cache */
 	int n_cache;
+	dist_t *dist; /* NULL on one node; else this rank's part of the group (tp.h) */
 };
 
 /* Bytes of memory still available (Linux: MemAvailable; else physical pages), 0 if unknown. */
@@ -82,6 +84,46 @@ static int pick_ctx(const model_meta_t *m, int asked)
 		}
 	}
 	return ctx;
+}
+
+/* This rank's share (the plan's ranges, or split from the weights) and the group's setup. */
+static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, char *err,
+		     size_t errlen)
+{
+	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
+	if (o->has_ranges) {
+		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
+					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1};
+	} else {
+		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
+		int blk = MAX(t ? quant_block_elems(t->type) : 1, 32);
+		model_shard_t *all = calloc((size_t)world, sizeof *all);
+		if (!all)
+			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		int even[TP_MAX_WORLD];
+		const int *w = o->weights;
+		if (!w) { /* equal work: rank 0's head counted */
+			dist_even_weights(e->g, world, even);
+			w = even;
+		}
+		rc = dist_split(&e->meta, blk, o->pipeline, world, w, all, err, errlen);
+		*shard = all[rank];
+		free(all);
+		if (rc)
+			return rc;
+	}
+	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
+		return sh_fail(err, errlen, rc, "out of memory");
+	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, err,
+			     errlen)))
+		return rc;
+	LOG(LOG_INFO,
+	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
+	    "context %d",
+	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
+	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
+	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, *ctx);
+	return 0;
 }
 
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
@@ -126,14 +168,20 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		rc = 0;
 	}
 	int ctx = pick_ctx(&e->meta, opts->ctx);
+	model_shard_t shard;
+	model_shard_full(&e->meta, &shard);
+	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, err, errlen)))
+		goto err;
 	if (!(e->pool = pool_new(opts->threads))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
 		goto err;
 	}
-	if ((rc = model_new(&e->model, e->g, &e->meta, NULL, ctx, e->pool, why, sizeof why))) {
+	if ((rc = model_new(&e->model, e->g, &e->meta, &shard, ctx, e->pool, why, sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
 		goto err;
 	}
+	if (e->dist)
+		dist_attach(e->dist, e->model);
 	e->samp = sampler_new(e->meta.n_vocab);
 	e->logits = malloc((size_t)e->meta.n_vocab * sizeof *e->logits);
 	e->cache = malloc((size_t)ctx * sizeof *e->cache);
@@ -162,6 +210,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->eos = tok_eos(e->tok);
 	i->weight_bytes = e->meta.weight_bytes;
 	i->chat_template = e->chat;
+	i->rank = e->dist ? dist_rank(e->dist) : 0;
+	i->world = e->dist ? dist_world(e->dist) : 1;
 	*out = e;
 	return 0;
 err:
@@ -173,6 +223,9 @@ void eng_free(eng_t *e)
 {
 	if (!e)
 		return;
+	if (e->dist && e->model && dist_rank(e->dist) == 0)
+		dist_stop(e->dist);
+	dist_free(e->dist);
 	model_free(e->model);
 	pool_free(e->pool);
 	sampler_free(e->samp);
@@ -299,6 +352,37 @@ static size_t stop_partial(const held_t *h, const eng_sampling_t *s)
 	return best;
 }
 
+/* One forward pass: on this node, or as rank 0 of the group (every rank computes its part). */
+static int eng_forward(eng_t *e, const int *tokens, int n, int pos, unsigned flags)
+{
+	if (e->dist)
+		return dist_forward(e->dist, tokens, n, pos, flags, e->logits);
+	return model_forward(e->model, tokens, n, pos, e->logits);
+}
+
+/* Why a forward pass failed, for res->error. */
+static const char *eng_forward_why(const eng_t *e, int rc)
+{
+	return e->dist && dist_error(e->dist)[0] ? dist_error(e->dist) : sh_strerror(rc);
+}
+
+int eng_worker_run(eng_t *e, char *err, size_t errlen)
+{
+	if (!e->dist || dist_rank(e->dist) == 0)
+		return sh_fail(err, errlen, SH_EINVAL, "not a worker rank");
+	return dist_serve(e->dist, err, errlen);
+}
+
+void eng_comm_stats(const eng_t *e, eng_comm_t *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!e->dist)
+		return;
+	dist_stats_t s;
+	dist_get_stats(e->dist, &s);
+	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms, s.comm_min_ms};
+}
+
 /* Runs tokens through the model, reusing the cached prefix. Fills e->logits. */
 static int prefill(eng_t *e, const int *prompt, int n)
 {
@@ -308,7 +392,7 @@ static int prefill(eng_t *e, const int *prompt, int n)
 	if (keep == n) /* the whole prompt is cached: recompute the last token for its logits */
 		keep--;
 	e->n_cache = keep;
-	int rc = model_forward(e->model, prompt + keep, n - keep, keep, e->logits);
+	int rc = eng_forward(e, prompt + keep, n - keep, keep, DIST_STEP_NEW_REQUEST);
 	if (rc)
 		return rc;
 	memcpy(e->cache + keep, prompt + keep, (size_t)(n - keep) * sizeof *prompt);
@@ -328,6 +412,9 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		s = &def;
 	}
 	int n_ctx = e->info.n_ctx, n_vocab = e->meta.n_vocab;
+	if (e->dist && dist_rank(e->dist) != 0)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "only rank 0 of a group generates");
 	if (n_prompt <= 0)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL, "empty prompt");
 	if (n_prompt >= n_ctx)
@@ -354,7 +441,7 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 	if (rc) {
 		e->n_cache = 0;
 		sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
-			sh_strerror(rc));
+			eng_forward_why(e, rc));
 		goto out;
 	}
 	sampler_reset(e->samp, s, prompt, n_prompt);
@@ -412,10 +499,10 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 			break;
 		}
 		/* feed the token: its keys/values join the cache */
-		if ((rc = model_forward(e->model, &t, 1, pos, e->logits))) {
+		if ((rc = eng_forward(e, &t, 1, pos, 0))) {
 			e->n_cache = 0;
 			sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
-				sh_strerror(rc));
+				eng_forward_why(e, rc));
 			break;
 		}
 		e->cache[pos++] = t;

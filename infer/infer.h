@@ -18,11 +18,27 @@
 
 typedef struct eng eng_t;
 
+struct tp_group;
+
+/* One rank of a group computing the model together (docs/parallel.md). */
+typedef struct eng_dist {
+	struct tp_group *group; /* formed group (transport.h), borrowed: outlives the engine and is
+				   used only by the engine's generate / worker thread */
+	int pipeline;           /* 0 = tensor parallel, 1 = pipeline (contiguous layers per rank) */
+	int step_timeout_ms;    /* bound on every wait inside a step; 0 = 10000 */
+	int has_ranges;         /* 1: this rank's share is the ranges below (a plan's), 0: computed
+				   from weights */
+	const int *weights;     /* world relative shares when !has_ranges (NULL = even) */
+	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1; /* half-open, as planner.h's plan_rank_t */
+} eng_dist_t;
+
 typedef struct eng_opts {
 	const char *model_path;    /* GGUF file (borrowed for the call) */
 	int threads;               /* compute threads; 0 = number of cores */
 	int ctx;                   /* context length; 0 = model's, capped to what memory allows */
 	const char *chat_template; /* family name override ("chatml", "llama3", ...) or NULL */
+	const eng_dist_t *dist;    /* NULL = this node alone; else read during eng_open only (the
+				      group it names is kept) */
 } eng_opts_t;
 
 typedef struct eng_info {
@@ -34,6 +50,7 @@ typedef struct eng_info {
 	int bos, eos;              /* token ids, -1 when absent */
 	uint64_t weight_bytes;     /* bytes of tensor data */
 	const char *chat_template; /* family in use, or NULL when none */
+	int rank, world;           /* 0 and 1 on one node */
 } eng_info_t;
 
 typedef struct eng_msg {
@@ -117,5 +134,26 @@ int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids
  * res->error says why; a prompt longer than the context is SH_EINVAL). */
 int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
 		 eng_token_cb cb, void *ud, eng_result_t *res);
+
+/* ---- several ranks (eng_opts_t.dist) ------------------------------------------------------
+ * eng_open with a dist is collective: every rank of the group calls it (it agrees on the
+ * context, checks the model and the shares). On rank 0 the engine is used as on one node:
+ * eng_generate drives the group step by step, and a rank that dies or stalls makes the request
+ * fail within the step timeout (the engine is then unusable: every later request fails; form a
+ * new group). eng_free on rank 0 tells the workers to stop. Every other rank calls
+ * eng_worker_run, which computes the steps rank 0 sends until rank 0 stops the group (returns 0)
+ * or the group fails (returns the error, reason in err). */
+int eng_worker_run(eng_t *e, char *err, size_t errlen);
+
+/* Communication figures of this rank (zeros on one node). */
+typedef struct eng_comm {
+	uint64_t steps, tokens; /* forward passes and the tokens in them */
+	uint64_t bytes_sent;    /* payload bytes this rank sent to other ranks */
+	double comm_ms;         /* time inside collectives and step messages */
+	double step_ms;         /* time of the passes, communication included */
+	double comm_min_ms;     /* least communication of one decode step (~ the network's share
+				   without waiting for a slower rank) */
+} eng_comm_t;
+void eng_comm_stats(const eng_t *e, eng_comm_t *out);
 
 #endif

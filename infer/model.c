@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #ifdef SHOAL_ACCELERATE
 #include <Accelerate/Accelerate.h>
@@ -42,15 +44,16 @@ typedef struct wmat {
 } wmat_t;
 
 typedef struct layer {
-	float *attn_norm;       /* [dim] */
-	wmat_t wq;              /* [n_heads*head_dim x dim] */
-	wmat_t wk, wv;          /* [n_kv_heads*head_dim x dim] */
-	wmat_t wo;              /* [dim x n_heads*head_dim] */
-	float *bq, *bk, *bv;    /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
-	float *q_norm, *k_norm; /* qwen3: [head_dim] */
-	float *ffn_norm;        /* [dim] */
-	wmat_t w_gate, w_up;    /* [ffn x dim] */
-	wmat_t w_down;          /* [dim x ffn] */
+	float *attn_norm;           /* [dim] */
+	wmat_t wq;                  /* [n_heads*head_dim x dim] */
+	wmat_t wk, wv;              /* [n_kv_heads*head_dim x dim] */
+	wmat_t wo;                  /* [dim x n_heads*head_dim] */
+	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
+	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
+	float *ffn_norm;            /* [dim] */
+	wmat_t w_gate, w_up;        /* [ffn x dim] */
+	wmat_t w_down;              /* [dim x ffn] */
+	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
 } layer_t;
 
 struct model {
@@ -62,9 +65,9 @@ struct model {
 	wmat_t embd;     /* [n_vocab x dim] */
 	wmat_t out;      /* [n_vocab x dim] (= embd when tied) */
 	float *out_norm; /* [dim] */
-	layer_t *layers; /* [n_layers] */
+	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
-	float *kc, *vc;  /* [n_layers][n_ctx][kvd] */
+	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -77,6 +80,8 @@ struct model {
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	model_pipe_fn pipe;
+	void *pipe_ctx;
 	const quant_ops_t *f32; /* F32 matvec, for attention scores */
 	quant_wsum_fn wsum;     /* attention's weighted sum of values */
 	quant_expsum_fn expsum; /* softmax numerators */
@@ -137,6 +142,8 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->n_kv_heads = meta->n_kv_heads;
 	s->ffn0 = 0;
 	s->n_ffn = meta->ffn;
+	s->layer0 = 0;
+	s->layer1 = meta->n_layers;
 }
 
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard)
@@ -146,8 +153,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		model_shard_full(meta, &full);
 		shard = &full;
 	}
-	return (size_t)meta->n_layers * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim *
-	       sizeof(float);
+	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
+	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim * sizeof(float);
 }
 
 static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err, size_t errlen)
@@ -155,7 +162,8 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	int grp = mt->n_heads / mt->n_kv_heads;
 	if (s->n_q_heads <= 0 || s->q_head0 < 0 || s->q_head0 + s->n_q_heads > mt->n_heads ||
 	    s->n_kv_heads <= 0 || s->kv_head0 < 0 || s->kv_head0 + s->n_kv_heads > mt->n_kv_heads ||
-	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn)
+	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn || s->layer0 < 0 ||
+	    s->layer0 >= s->layer1 || s->layer1 > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "shard out of range");
 	if (s->q_head0 / grp < s->kv_head0 ||
 	    (s->q_head0 + s->n_q_heads - 1) / grp >= s->kv_head0 + s->n_kv_heads)
@@ -172,14 +180,34 @@ static wmat_t mat_rows(wmat_t w, int r0, int n)
 	return w;
 }
 
-/* A column slice [c0, c0+n) of w: rows keep their stride, data starts c0's block. */
-static int mat_cols(wmat_t *w, int c0, int n, const char *name, char *err, size_t errlen)
+/* A column slice [c0, c0+n) of w. A partial slice is copied into private memory (*own, freed
+ * with the model) and the mapping's pages of the whole matrix are released from this process:
+ * each row's slice is only part of a page, so reading it in place would keep every page of the
+ * matrix resident on every rank. */
+static int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+		    size_t errlen)
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
 		return sh_fail(err, errlen, SH_EINVAL, "shard splits %s inside a %d-element block",
 			       name, be);
-	w->data += quant_row_bytes(w->type, c0);
+	if (n == w->cols)
+		return 0;
+	size_t off = quant_row_bytes(w->type, c0), sb = quant_row_bytes(w->type, n);
+	uint8_t *buf = malloc((size_t)w->rows * sb);
+	if (!buf)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %s", name);
+	for (int r = 0; r < w->rows; r++)
+		memcpy(buf + (size_t)r * sb, w->data + (size_t)r * w->row_bytes + off, sb);
+	/* whole pages inside the matrix only (its neighbours may be someone's rows) */
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+	uintptr_t b = ((uintptr_t)w->data + (size_t)w->rows * w->row_bytes) & ~(pg - 1);
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+	*own = buf;
+	w->data = buf;
+	w->row_bytes = sb;
 	w->cols = n;
 	return 0;
 }
@@ -193,6 +221,12 @@ void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 {
 	m->ar = fn;
 	m->ar_ctx = ctx;
+}
+
+void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx)
+{
+	m->pipe = fn;
+	m->pipe_ctx = ctx;
 }
 
 static int alloc_scratch(model_t *m, int max_b)
@@ -238,6 +272,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		m->sh = *shard;
 	else
 		model_shard_full(meta, &m->sh);
+	if (m->sh.layer1 == 0 && m->sh.layer0 == 0)
+		m->sh.layer1 = meta->n_layers;
 	if ((rc = shard_check(meta, &m->sh, err, errlen)))
 		goto err;
 	m->pool = pool;
@@ -260,7 +296,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		goto err;
 	}
 	int q0 = m->sh.q_head0 * hd, k0 = m->sh.kv_head0 * hd;
-	for (int l = 0; l < meta->n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
@@ -293,14 +329,15 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		L->wv = mat_rows(L->wv, k0, m->kvd);
 		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
 		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(&L->wo, q0, m->qd, "attn_output", err, errlen)) ||
-		    (rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, "ffn_down", err, errlen)))
+		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)) ||
+		    (rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
+				   err, errlen)))
 			goto err;
 	}
 
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
-	size_t kv_elems = (size_t)meta->n_layers * (size_t)n_ctx * (size_t)m->kvd;
+	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
 	m->kc = malloc(kv_elems * sizeof(float));
 	m->vc = malloc(kv_elems * sizeof(float));
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64)) {
@@ -336,6 +373,8 @@ void model_free(model_t *m)
 			free(L->bv);
 			free(L->q_norm);
 			free(L->k_norm);
+			free(L->wo_own);
+			free(L->down_own);
 		}
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
@@ -363,7 +402,7 @@ void model_free(model_t *m)
 uint64_t model_bytes_per_token(const model_t *m)
 {
 	uint64_t b = m->out.row_bytes * (uint64_t)m->out.rows + m->embd.row_bytes;
-	for (int l = 0; l < m->meta.n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		const layer_t *L = &m->layers[l];
 		const wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
 		for (size_t i = 0; i < ARRAY_LEN(w); i++)
@@ -568,14 +607,22 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
 	int rc;
 
-	/* x[B][D] = token_embd[tokens] */
-	for (int b = 0; b < B; b++)
-		quant_dequant_row(m->embd.type,
-				  m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
-				  m->x + (size_t)b * D, D);
+	/* x[B][D] = token_embd[tokens], or the previous pipeline stage's output */
+	if (m->sh.layer0 > 0) {
+		if (!m->pipe)
+			return SH_EINVAL;
+		if ((rc = m->pipe(m->pipe_ctx, 0, m->x, B, D)))
+			return rc;
+	} else {
+		for (int b = 0; b < B; b++)
+			quant_dequant_row(m->embd.type,
+					  m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
+					  m->x + (size_t)b * D, D);
+	}
 
-	for (int l = 0; l < p->n_layers; l++) {
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
+		int lc = l - m->sh.layer0; /* index into the KV cache */
 		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
@@ -604,11 +651,11 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
 				rope(m, k + h * hd, pos + b);
 			}
-			size_t at = ((size_t)l * m->n_ctx + (size_t)(pos + b)) * m->kvd;
+			size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
 			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
 			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 		}
-		att_job_t aj = {m, l, B, pos};
+		att_job_t aj = {m, lc, B, pos};
 		int items = B * m->sh.n_q_heads;
 		pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
@@ -636,6 +683,9 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 			m->x[i] += m->xb2[i];
 	}
 
+	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
+	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
+		return rc;
 	if (logits) { /* only the last token's logits are needed */
 		float *xl = m->x + (size_t)(B - 1) * D;
 		rmsnorm(m->xb, xl, m->out_norm, D, p->rms_eps);

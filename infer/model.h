@@ -10,7 +10,8 @@
  * the KV heads they use, FFN columns; default: everything). Q/K/V/gate/up are read by output rows,
  * attn_output/ffn_down by input columns (each row's slice is a contiguous run of quant blocks);
  * after each of those two projections the partial sums go through the all-reduce hook (NULL on
- * one node), so every rank ends the layer with the full residual stream.
+ * one node), so every rank ends the layer with the full residual stream. Pipeline seam: a shard
+ * may hold a contiguous range of layers; the pipe hook moves the hidden state between stages.
  *
  * Threads: one caller thread drives a model_t; the compute runs on the pool given at creation.
  */
@@ -33,10 +34,19 @@ typedef struct model_shard {
 	int kv_head0, n_kv_heads; /* KV heads held in this rank's cache; must cover the groups of
 				   * its query heads */
 	int ffn0, n_ffn;          /* FFN hidden units [ffn0, ffn0 + n_ffn) */
+	int layer0, layer1;       /* pipeline stage: layers [layer0, layer1); layer1 == 0 means
+				   * every layer (so older initializers keep working) */
 } model_shard_t;
 
 /* Sums x[n] over all ranks in place; returns 0 or a negative SH_E* code. */
 typedef int (*model_allreduce_fn)(void *ctx, float *x, int n);
+
+/* Pipeline hook. dir 0 (in): a stage that does not start at layer 0 receives the hidden state
+ * x[B][dim] before its first layer (instead of the embedding). dir 1 (out): called after the
+ * stage's last layer when the shard is a partial range of layers; the stage sends x on, and the
+ * stage that computes the head (logits != NULL) must leave the final hidden state of the batch's
+ * last token in x[B-1] when it returns. Returns 0 or a negative SH_E* code. */
+typedef int (*model_pipe_fn)(void *ctx, int dir, float *x, int B, int dim);
 
 /* The whole model on one rank. */
 void model_shard_full(const model_meta_t *meta, model_shard_t *s);
@@ -49,6 +59,9 @@ void model_free(model_t *m); /* NULL-safe */
 
 /* Installs the all-reduce hook (fn NULL = single node). */
 void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx);
+
+/* Installs the pipeline hook (fn NULL = no pipeline). */
+void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);
 
 /* Bytes of KV cache per position for a shard (for sizing n_ctx before model_new). */
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard);

@@ -1,0 +1,645 @@
+/*
+ * tp.c: the lock-step protocol and the model hooks that let several ranks compute one model.
+ *
+ * Rank 0 owns the request: it broadcasts each forward pass as a STEP (64 bytes, tokens inline
+ * up to DIST_INLINE_TOKENS, else a second broadcast of the ids), then computes. Every rank runs
+ * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass (tensor
+ * mode: two all-reduces per layer; pipeline mode: hidden state rank r -> r+1, and the last
+ * stage's final row back to rank 0, which computes the head).
+ *
+ * Invariant: d->seq is the number of STEPs sent (rank 0) or run (others); a STEP whose sequence
+ * number is not the next one is a protocol error, so no rank ever computes a pass out of order.
+ * d->err holds the first failure; once set every call fails with it.
+ */
+#include "infer/tp.h"
+#include "common/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIST_SHARE_WORDS 10 /* status, version, q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1 */
+
+struct dist {
+	tp_group_t *g;
+	int rank, world, pipeline, timeout_ms;
+	model_t *m;
+	uint64_t seq;
+	int rc; /* first failure, 0 while healthy */
+	char err[320];
+	int *tok; /* [tok_cap] receive space for long STEPs */
+	int tok_cap;
+	dist_stats_t st;
+	double pass_comm_ms; /* communication of the pass in progress */
+	int n_layers;        /* all-reduces per forward batch: 2 x n_layers (tensor mode) */
+	int ar_calls;        /* all-reduce hook calls in the pass in progress */
+	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
+	size_t red_cap;
+	FILE *trace; /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
+};
+
+/* ---- little-endian fields ----------------------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* ---- shares ------------------------------------------------------------------------------- */
+
+/* Largest-remainder split of units over n weights, at least one each (units >= n). */
+static void split_units(int *out, int n, int units, const int *w)
+{
+	int64_t total = 0;
+	int given = 0;
+	int64_t rem[TP_MAX_WORLD];
+	for (int i = 0; i < n; i++)
+		total += w ? w[i] : 1;
+	for (int i = 0; i < n; i++) {
+		int64_t q = (int64_t)units * (w ? w[i] : 1);
+		out[i] = (int)(q / total);
+		rem[i] = q % total;
+		given += out[i];
+	}
+	for (; given < units; given++) {
+		int best = 0;
+		for (int i = 1; i < n; i++)
+			if (rem[i] > rem[best])
+				best = i;
+		out[best]++;
+		rem[best] = -1;
+	}
+	for (int i = 0; i < n; i++)
+		while (out[i] < 1) {
+			int top = 0;
+			for (int j = 1; j < n; j++)
+				if (out[j] >= out[top])
+					top = j;
+			out[top]--;
+			out[i]++;
+		}
+}
+
+int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, const int *w,
+	       model_shard_t *out, char *err, size_t errlen)
+{
+	int cnt[TP_MAX_WORLD], pos = 0;
+	if (world < 1 || world > TP_MAX_WORLD || ffn_block < 1)
+		return sh_fail(err, errlen, SH_EINVAL, "bad world size %d", world);
+	for (int r = 0; w && r < world; r++)
+		if (w[r] <= 0)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "share %d of rank %d is not positive", w[r], r);
+	int grp = mt->n_heads / mt->n_kv_heads;
+	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
+	if (pipeline && world > mt->n_layers)
+		return sh_fail(err, errlen, SH_EINVAL, "%d ranks for %d layers", world,
+			       mt->n_layers);
+	if (!pipeline && (world > mt->n_heads || world > blocks))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "%d ranks for %d query heads and %d FFN blocks of %d", world,
+			       mt->n_heads, blocks, ffn_block);
+	for (int r = 0; r < world; r++)
+		model_shard_full(mt, &out[r]);
+	if (pipeline) {
+		split_units(cnt, world, mt->n_layers, w);
+		for (int r = 0; r < world; pos += cnt[r++])
+			out[r].layer0 = pos, out[r].layer1 = pos + cnt[r];
+		return 0;
+	}
+	if (world <= mt->n_kv_heads) { /* whole KV-head groups */
+		split_units(cnt, world, mt->n_kv_heads, w);
+		for (int r = 0; r < world; pos += cnt[r++]) {
+			out[r].kv_head0 = pos, out[r].n_kv_heads = cnt[r];
+			out[r].q_head0 = pos * grp, out[r].n_q_heads = cnt[r] * grp;
+		}
+	} else { /* query heads; KV heads replicated on every rank that uses them */
+		split_units(cnt, world, mt->n_heads, w);
+		for (int r = 0; r < world; pos += cnt[r++]) {
+			int q0 = pos, q1 = pos + cnt[r];
+			out[r].q_head0 = q0, out[r].n_q_heads = cnt[r];
+			out[r].kv_head0 = q0 / grp,
+			out[r].n_kv_heads = (q1 - 1) / grp + 1 - q0 / grp;
+		}
+	}
+	split_units(cnt, world, blocks, w);
+	pos = 0;
+	for (int r = 0; r < world; pos += cnt[r++]) {
+		out[r].ffn0 = pos * ffn_block;
+		out[r].n_ffn = MIN((pos + cnt[r]) * ffn_block, mt->ffn) - out[r].ffn0;
+	}
+	return 0;
+}
+
+void dist_even_weights(const gguf_t *g, int world, int *w)
+{
+	uint64_t layers = 0, head = 0, embd = 0;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		if (!strncmp(t->name, "blk.", 4))
+			layers += t->nbytes;
+		else if (!strcmp(t->name, "output.weight"))
+			head = t->nbytes;
+		else if (!strcmp(t->name, "token_embd.weight"))
+			embd = t->nbytes;
+	}
+	if (!head) /* tied: the head reads the embedding matrix */
+		head = embd;
+	/* rank 0 also reads the head: s0 * L + H = s * L with s0 + (N - 1) s = 1 */
+	double h = layers ? (double)head / (double)layers : 0, s = (1 + h) / world;
+	double s0 = MAX(s - h, s / 4);
+	for (int r = 0; r < world; r++)
+		w[r] = (int)(10000 * (r ? s : s0)) + 1;
+}
+
+/* ---- object ------------------------------------------------------------------------------- */
+
+int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms)
+{
+	dist_t *d = calloc(1, sizeof *d);
+	*out = NULL;
+	if (!d)
+		return SH_ENOMEM;
+	d->g = g;
+	d->rank = tp_group_rank(g);
+	d->world = tp_group_world(g);
+	d->pipeline = pipeline;
+	d->timeout_ms = step_timeout_ms > 0 ? step_timeout_ms : 10000;
+	const char *tr = getenv("SHOAL_TP_TRACE");
+	if (tr && *tr) { /* a bench aid: pairing ranks' lines separates transfer from skew */
+		char path[512];
+		snprintf(path, sizeof path, "%s.%d", tr, d->rank);
+		if (!(d->trace = fopen(path, "w")))
+			LOG(LOG_WARN, "cannot write %s", path);
+	}
+	*out = d;
+	return 0;
+}
+
+void dist_free(dist_t *d)
+{
+	if (!d)
+		return;
+	free(d->tok);
+	free(d->red);
+	if (d->trace)
+		fclose(d->trace);
+	free(d);
+}
+
+int dist_rank(const dist_t *d)
+{
+	return d->rank;
+}
+int dist_world(const dist_t *d)
+{
+	return d->world;
+}
+const char *dist_error(const dist_t *d)
+{
+	return d->err;
+}
+
+void dist_get_stats(const dist_t *d, dist_stats_t *s)
+{
+	*s = d->st;
+	s->bytes_sent = tp_group_bytes_sent(d->g);
+}
+
+/* Records the first failure (later ones keep the first message). */
+static int dist_fail(dist_t *d, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int dist_fail(dist_t *d, int rc, const char *fmt, ...)
+{
+	if (d->rc)
+		return d->rc;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(d->err, sizeof d->err, fmt, ap);
+	va_end(ap);
+	d->rc = rc;
+	LOG(LOG_WARN, "rank %d: %s", d->rank, d->err);
+	return rc;
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+/* SETUP layout (64 bytes): type u32, version u32, ctx u32, pipeline u32, world u32, then the
+ * shape: n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, n_vocab (u32 each), rest zero. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+uint64_t dist_model_fingerprint(const gguf_t *g)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		uint8_t f[16];
+		put32(f, (uint32_t)t->type);
+		put64(f + 4, t->nbytes);
+		put32(f + 12, (uint32_t)t->n_dims);
+		h = fnv(h, t->name, strlen(t->name));
+		h = fnv(h, f, sizeof f);
+		h = fnv(h, t->ne, sizeof t->ne);
+		size_t k = (size_t)MIN(t->nbytes, 32);
+		h = fnv(h, t->data, k); /* first and last bytes: one page each */
+		h = fnv(h, (const uint8_t *)t->data + t->nbytes - k, k);
+	}
+	return h;
+}
+
+/* SETUP layout (64 bytes): 12 u32 (see setup_encode) then the model fingerprint u64 at 48. */
+static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world,
+			 uint64_t fp)
+{
+	memset(h, 0, DIST_HDR_BYTES);
+	put64(h + 48, fp);
+	uint32_t f[] = {DIST_MSG_SETUP,         DIST_VERSION,          (uint32_t)ctx,
+			(uint32_t)pipeline,     (uint32_t)world,       (uint32_t)mt->n_layers,
+			(uint32_t)mt->dim,      (uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads,
+			(uint32_t)mt->head_dim, (uint32_t)mt->ffn,     (uint32_t)mt->n_vocab};
+	for (size_t i = 0; i < ARRAY_LEN(f); i++)
+		put32(h + 4 * i, f[i]);
+}
+
+int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard_t *mine, int *ctx,
+	       char *err, size_t errlen)
+{
+	uint8_t h[DIST_HDR_BYTES], ours[DIST_HDR_BYTES];
+	char why[256];
+	int rc;
+	if (d->rank == 0)
+		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp);
+	if ((rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why)))
+		return sh_fail(err, errlen, rc, "setup: %s", why);
+	int status = 0;
+	char bad[160] = "";
+	if (get32(h) != DIST_MSG_SETUP || get32(h + 4) != DIST_VERSION) {
+		status = SH_EUNSUPP;
+		snprintf(bad, sizeof bad,
+			 "lock-step message %#x version %u, we speak %#x version %d", get32(h),
+			 get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
+	} else {
+		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp);
+		if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
+			status = SH_EINVAL;
+			snprintf(
+			    bad, sizeof bad,
+			    "rank 0's model file differs from ours (same shape, other weights: "
+			    "fingerprint %016llx, ours %016llx)",
+			    (unsigned long long)get64(h + 48), (unsigned long long)fp);
+		} else if (memcmp(h, ours, sizeof h)) {
+			status = SH_EINVAL;
+			snprintf(
+			    bad, sizeof bad,
+			    "rank 0 has %s mode, %u ranks, %u layers, dim %u, %u heads, vocab %u; "
+			    "we have %s, %d, %d, %d, %d, %d",
+			    get32(h + 12) ? "pipeline" : "tensor", get32(h + 16), get32(h + 20),
+			    get32(h + 24), get32(h + 28), get32(h + 44),
+			    d->pipeline ? "pipeline" : "tensor", d->world, mt->n_layers, mt->dim,
+			    mt->n_heads, mt->n_vocab);
+		}
+	}
+	*ctx = (int)get32(h + 8);
+	d->n_layers = mt->n_layers;
+	/* every rank learns every rank's status and shares */
+	uint32_t sh[DIST_SHARE_WORDS] = {
+	    (uint32_t)-status,        DIST_VERSION,
+	    (uint32_t)mine->q_head0,  (uint32_t)(mine->q_head0 + mine->n_q_heads),
+	    (uint32_t)mine->kv_head0, (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
+	    (uint32_t)mine->ffn0,     (uint32_t)(mine->ffn0 + mine->n_ffn),
+	    (uint32_t)mine->layer0,   (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers)};
+	uint8_t me[4 * DIST_SHARE_WORDS], *all = malloc((size_t)d->world * sizeof me);
+	if (!all)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	for (int i = 0; i < DIST_SHARE_WORDS; i++)
+		put32(me + 4 * i, sh[i]);
+	if ((rc = tp_all_gather(d->g, me, sizeof me, all, d->timeout_ms, why, sizeof why))) {
+		free(all);
+		return sh_fail(err, errlen, rc, "setup: %s", why);
+	}
+	if (status) {
+		free(all);
+		return sh_fail(err, errlen, status, "setup: %s", bad);
+	}
+	/* shares must tile each split dimension in rank order */
+	int q = 0, f = 0, l = 0;
+	rc = 0;
+	for (int r = 0; r < d->world && !rc; r++) {
+		const uint8_t *s = all + (size_t)r * sizeof me;
+		if (get32(s)) {
+			rc = sh_fail(
+			    err, errlen, -(int)get32(s),
+			    "setup: rank %d rejected rank 0's setup (model or options differ)", r);
+			break;
+		}
+		int q0 = (int)get32(s + 8), q1 = (int)get32(s + 12), f0 = (int)get32(s + 24);
+		int f1 = (int)get32(s + 28), l0 = (int)get32(s + 32), l1 = (int)get32(s + 36);
+		if (d->pipeline) {
+			if (l0 != l)
+				rc = sh_fail(err, errlen, SH_EINVAL,
+					     "setup: rank %d starts at layer %d, expected %d", r,
+					     l0, l);
+			l = l1;
+		} else {
+			if (q0 != q || f0 != f)
+				rc = sh_fail(
+				    err, errlen, SH_EINVAL,
+				    "setup: rank %d's share (heads %d.., FFN %d..) does not "
+				    "follow rank %d's (heads ..%d, FFN ..%d)",
+				    r, q0, f0, r - 1, q, f);
+			q = q1, f = f1;
+		}
+	}
+	free(all);
+	if (rc)
+		return rc;
+	if (d->pipeline ? l != mt->n_layers : (q != mt->n_heads || f != mt->ffn))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "setup: the ranks' shares do not cover the "
+			       "model (%s)",
+			       d->pipeline ? "layers" : "heads or FFN columns");
+	return 0;
+}
+
+/* ---- hooks -------------------------------------------------------------------------------- */
+
+/* Accounts one sync of ms milliseconds. */
+static void sync_done(dist_t *d, double ms)
+{
+	d->st.comm_ms += ms;
+	d->pass_comm_ms += ms;
+	if (d->trace)
+		fprintf(d->trace, "%.1f\n", ms * 1000);
+}
+
+/* The last sum of a batch (after the last layer's ffn_down) is only needed by rank 0, which
+ * computes the head: the workers send their partial sums to rank 0, which adds them in rank
+ * order 0..N-1, the order of the transport's direct all-reduce. Saves one send per worker peer
+ * and rank 0's sends. */
+static int reduce_to_root(dist_t *d, float *x, int n, char *why, size_t whylen)
+{
+	size_t bytes = (size_t)n * sizeof *x;
+	if (d->rank != 0)
+		return tp_group_send(d->g, 0, x, bytes, d->timeout_ms, why, whylen);
+	if ((size_t)n > d->red_cap) {
+		float *r = realloc(d->red, bytes);
+		if (!r)
+			return sh_fail(why, whylen, SH_ENOMEM, "out of memory");
+		d->red = r;
+		d->red_cap = (size_t)n;
+	}
+	for (int p = 1; p < d->world; p++) {
+		int rc = tp_group_recv(d->g, p, d->red, bytes, d->timeout_ms, why, whylen);
+		if (rc)
+			return rc;
+		for (int i = 0; i < n; i++)
+			x[i] += d->red[i];
+	}
+	return 0;
+}
+
+static int hook_allreduce(void *ctx, float *x, int n)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int64_t t0 = now_ns();
+	int per = 2 * d->n_layers, k = d->ar_calls++;
+	int rc = per && k % per == per - 1
+		     ? reduce_to_root(d, x, n, why, sizeof why)
+		     : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
+	sync_done(d, (double)(now_ns() - t0) / 1e6);
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+/* Stage r receives from r-1 and sends to r+1; the last stage sends the final row to rank 0,
+ * which receives it into its last row before computing the head. */
+static int hook_pipe(void *ctx, int dir, float *x, int B, int dim)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int rc = 0, last = d->rank == d->world - 1;
+	size_t all = (size_t)B * dim * sizeof *x, row = (size_t)dim * sizeof *x;
+	int64_t t0 = now_ns();
+	if (dir == 0) {
+		rc = tp_group_recv(d->g, d->rank - 1, x, all, d->timeout_ms, why, sizeof why);
+	} else if (!last) {
+		rc = tp_group_send(d->g, d->rank + 1, x, all, d->timeout_ms, why, sizeof why);
+		if (!rc && d->rank == 0)
+			rc = tp_group_recv(d->g, d->world - 1, x + (size_t)(B - 1) * dim, row,
+					   d->timeout_ms, why, sizeof why);
+	} else {
+		rc = tp_group_send(d->g, 0, x + (size_t)(B - 1) * dim, row, d->timeout_ms, why,
+				   sizeof why);
+	}
+	sync_done(d, (double)(now_ns() - t0) / 1e6);
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+void dist_attach(dist_t *d, model_t *m)
+{
+	d->m = m;
+	if (d->world == 1)
+		return;
+	if (d->pipeline)
+		model_set_pipe(m, hook_pipe, d);
+	else
+		model_set_allreduce(m, hook_allreduce, d);
+}
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+_Static_assert(28 + 4 * DIST_INLINE_TOKENS <= DIST_HDR_BYTES, "inline tokens fit a STEP");
+
+/* STEP layout (64 bytes): type u32, version u32, seq u64, flags u32, pos u32, n u32, then up
+ * to DIST_INLINE_TOKENS token ids (u32); more tokens follow as a second broadcast of n x u32. */
+static void step_encode(uint8_t *h, uint32_t type, uint64_t seq, unsigned flags, int pos,
+			const int *tokens, int n)
+{
+	memset(h, 0, DIST_HDR_BYTES);
+	put32(h, type);
+	put32(h + 4, DIST_VERSION);
+	put64(h + 8, seq);
+	put32(h + 16, flags);
+	put32(h + 20, (uint32_t)pos);
+	put32(h + 24, (uint32_t)n);
+	for (int i = 0; i < n && i < DIST_INLINE_TOKENS; i++)
+		put32(h + 28 + 4 * i, (uint32_t)tokens[i]);
+}
+
+int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	if (len != DIST_HDR_BYTES)
+		return sh_fail(err, errlen, SH_EFORMAT, "lock-step message of %zu bytes", len);
+	s->type = get32(h);
+	uint32_t ver = get32(h + 4);
+	if (ver != DIST_VERSION)
+		return sh_fail(err, errlen, SH_EUNSUPP, "rank 0 speaks lock-step version %u, we %d",
+			       ver, DIST_VERSION);
+	s->seq = get64(h + 8);
+	s->flags = get32(h + 16);
+	uint32_t pos = get32(h + 20), n = get32(h + 24);
+	if (s->type == DIST_MSG_STOP)
+		return 0;
+	if (s->type != DIST_MSG_STEP || n == 0 || n > DIST_MAX_STEP_TOKENS || pos > INT32_MAX)
+		return sh_fail(err, errlen, SH_EFORMAT, "bad lock-step message %#x (n %u, pos %u)",
+			       s->type, n, pos);
+	s->pos = (int)pos;
+	s->n = (int)n;
+	for (int i = 0; i < s->n && i < DIST_INLINE_TOKENS; i++)
+		s->inline_tokens[i] = (int)get32(h + 28 + 4 * i);
+	return 0;
+}
+
+static int tok_room(dist_t *d, int n)
+{
+	if (n <= d->tok_cap)
+		return 0;
+	int *t = realloc(d->tok, (size_t)n * sizeof *t);
+	if (!t)
+		return SH_ENOMEM;
+	d->tok = t;
+	d->tok_cap = n;
+	return 0;
+}
+
+/* msg_ms: time of the step message that preceded the pass (rank 0). */
+static int pass_run(dist_t *d, const int *tokens, int n, int pos, float *logits, double msg_ms)
+{
+	int64_t t0 = now_ns();
+	d->pass_comm_ms = msg_ms;
+	d->ar_calls = 0;
+	int rc = model_forward(d->m, tokens, n, pos, logits);
+	if (!rc && n == 1 && d->world > 1 &&
+	    (d->st.comm_min_ms == 0 || d->pass_comm_ms < d->st.comm_min_ms))
+		d->st.comm_min_ms = d->pass_comm_ms;
+	d->st.step_ms += (double)(now_ns() - t0) / 1e6;
+	d->st.steps++;
+	d->st.tokens += (uint64_t)n;
+	if (rc && !d->rc)
+		dist_fail(d, rc, "forward pass at position %d failed: %s", pos, sh_strerror(rc));
+	return rc;
+}
+
+int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, float *logits)
+{
+	uint8_t h[DIST_HDR_BYTES];
+	char why[256];
+	int rc;
+	if (d->rc)
+		return d->rc;
+	if (d->world == 1)
+		return pass_run(d, tokens, n, pos, logits, 0);
+	int64_t t0 = now_ns();
+	step_encode(h, DIST_MSG_STEP, d->seq + 1, flags, pos, tokens, n);
+	rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
+	if (!rc && n > DIST_INLINE_TOKENS) {
+		if ((rc = tok_room(d, n)))
+			return dist_fail(d, rc, "out of memory");
+		for (int i = 0; i < n; i++) /* ids go out little-endian like every field */
+			put32((uint8_t *)&d->tok[i], (uint32_t)tokens[i]);
+		rc = tp_broadcast(d->g, d->tok, (size_t)n * 4, 0, d->timeout_ms, why, sizeof why);
+	}
+	double msg_ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += msg_ms;
+	if (rc)
+		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)(d->seq + 1), why);
+	d->seq++;
+	int64_t t1 = now_ns();
+	rc = pass_run(d, tokens, n, pos, logits, msg_ms);
+	d->st.step_ms += (double)(t1 - t0) / 1e6; /* the step message is part of the step */
+	return rc;
+}
+
+int dist_stop(dist_t *d)
+{
+	uint8_t h[DIST_HDR_BYTES];
+	char why[256];
+	if (d->rc || d->world == 1 || d->rank != 0)
+		return d->rc;
+	step_encode(h, DIST_MSG_STOP, d->seq + 1, 0, 0, NULL, 0);
+	int rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
+	if (rc)
+		return dist_fail(d, rc, "stop: %s", why);
+	d->seq++;
+	return 0;
+}
+
+int dist_serve(dist_t *d, char *err, size_t errlen)
+{
+	uint8_t h[DIST_HDR_BYTES];
+	char why[256];
+	int rc;
+	while (!d->rc) {
+		/* idle between requests: no deadline (a lost rank 0 closes the connection) */
+		if ((rc = tp_broadcast(d->g, h, sizeof h, 0, -1, why, sizeof why))) {
+			dist_fail(d, rc, "waiting for rank 0: %s", why);
+			break;
+		}
+		dist_step_t st;
+		char bad[160];
+		if ((rc = dist_step_decode(h, sizeof h, &st, bad, sizeof bad))) {
+			dist_fail(d, rc, "%s", bad);
+			break;
+		}
+		uint64_t seq = st.seq;
+		int pos = st.pos, n = st.n;
+		if (seq != d->seq + 1) {
+			dist_fail(d, SH_EFORMAT, "step %llu out of order (expected %llu)",
+				  (unsigned long long)seq, (unsigned long long)(d->seq + 1));
+			break;
+		}
+		d->seq = seq;
+		if (st.type == DIST_MSG_STOP) {
+			LOG(LOG_INFO, "rank %d: rank 0 ended the session after %llu steps", d->rank,
+			    (unsigned long long)seq - 1);
+			return 0;
+		}
+		if (st.flags & DIST_STEP_NEW_REQUEST)
+			LOG(LOG_DEBUG, "rank %d: new request at position %d", d->rank, pos);
+		if ((rc = tok_room(d, n))) {
+			dist_fail(d, rc, "out of memory for %d tokens", n);
+			break;
+		}
+		if (n <= DIST_INLINE_TOKENS) {
+			memcpy(d->tok, st.inline_tokens, (size_t)n * sizeof *d->tok);
+		} else {
+			int64_t t0 = now_ns();
+			rc = tp_broadcast(d->g, d->tok, (size_t)n * 4, 0, d->timeout_ms, why,
+					  sizeof why);
+			d->st.comm_ms += (double)(now_ns() - t0) / 1e6;
+			if (rc) {
+				dist_fail(d, rc, "step %llu: %s", (unsigned long long)seq, why);
+				break;
+			}
+			for (int i = 0; i < n; i++)
+				d->tok[i] = (int)get32((const uint8_t *)&d->tok[i]);
+		}
+		if (pass_run(d, d->tok, n, pos, NULL, 0))
+			break;
+	}
+	return sh_fail(err, errlen, d->rc, "%s", d->err);
+}

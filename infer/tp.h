@@ -1,0 +1,124 @@
+/*
+ * tp.h: several ranks computing one model (internal to infer/; the engine and tests use it).
+ *
+ * A dist_t ties a model_t to a group of ranks (transport.h) and runs the lock-step protocol:
+ * rank 0 drives; before every forward pass it broadcasts a STEP message (sequence number, flags,
+ * position, tokens) and then computes its own part; every other rank waits in dist_serve() for
+ * the next STEP and computes its part of the same pass. Within a pass the ranks meet in the
+ * model's hooks: in tensor mode an all-reduce after attn_output and after ffn_down (the
+ * transport sums in rank order on every rank, so every rank holds the same bits; the last one of
+ * a batch is a reduce to rank 0, the only rank that needs the final residual); in pipeline
+ * mode each stage receives the hidden state from the previous rank and sends it to the next,
+ * and the last stage returns the last token's hidden state to rank 0. Only rank 0 computes the
+ * output head and samples (docs/parallel.md says why).
+ *
+ * Messages (payloads of transport broadcasts from rank 0; docs/parallel.md has the layouts).
+ * Numbers are in the lock-step range 0x0200-0x02ff of docs/protocol.md and never reused.
+ *
+ * Invariant: every rank has run exactly the steps rank 0 sent, in order (the sequence number
+ * is checked), so every rank's KV cache holds the same positions. After any failure the group
+ * is broken: every later call fails with the first error (form a new group to go on).
+ *
+ * Threads: a dist_t is driven by one thread (the engine's generate thread on rank 0, the
+ * worker loop elsewhere), the same one that drives its model.
+ */
+#ifndef SHOAL_INFER_TP_H
+#define SHOAL_INFER_TP_H
+
+#include "infer/meta.h"
+#include "infer/model.h"
+#include "transport/transport.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DIST_VERSION       1
+#define DIST_HDR_BYTES     64 /* SETUP and STEP are this size on the wire */
+#define DIST_INLINE_TOKENS 9  /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
+
+enum dist_msg {
+	DIST_MSG_SETUP = 0x0200, /* rank 0 -> all: version, context, model shape, strategy */
+	DIST_MSG_STEP = 0x0201,  /* rank 0 -> all: one forward pass */
+	DIST_MSG_STOP = 0x0202,  /* rank 0 -> all: leave the worker loop */
+	DIST_MSG_SHARE = 0x0203, /* all <-> all (all-gather): status and share ranges */
+};
+
+#define DIST_STEP_NEW_REQUEST 1u        /* first pass of a request (prefill); informative */
+#define DIST_MAX_STEP_TOKENS  (1 << 24) /* more tokens in one STEP is a protocol error */
+
+/* A decoded STEP or STOP. */
+typedef struct dist_step {
+	uint32_t type; /* DIST_MSG_STEP or DIST_MSG_STOP */
+	uint64_t seq;
+	uint32_t flags;
+	int pos, n; /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
+	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 9) ids */
+} dist_step_t;
+
+/* Decodes a STEP/STOP message of len bytes (pure; the worker loop and the fuzz target use it).
+ * Returns 0, SH_EUNSUPP (another version) or SH_EFORMAT (wrong size, type or counts). Token ids
+ * are checked against the vocabulary by the forward pass. */
+int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen);
+
+typedef struct dist dist_t;
+
+typedef struct dist_stats {
+	uint64_t steps;      /* forward passes */
+	uint64_t tokens;     /* tokens in those passes */
+	uint64_t bytes_sent; /* payload bytes this rank sent through the group */
+	double comm_ms;      /* wall time inside collectives (step message, all-reduce, pipe) */
+	double step_ms;      /* wall time of the passes (compute + communication) */
+	double comm_min_ms;  /* smallest communication time of one decode pass (1 token): close
+				to the pure network cost, without waiting for a slower rank */
+} dist_stats_t;
+
+/* Splits the model over `world` ranks in proportion to weights (NULL = even) as the planner does:
+ * tensor mode splits KV-head groups when world <= n_kv_heads, else query heads with their KV
+ * heads replicated; FFN columns in multiples of ffn_block; pipeline mode splits layers. Every
+ * rank gets at least one unit. out has world entries. Returns 0 or SH_EINVAL with a reason. */
+int dist_split(const model_meta_t *meta, int ffn_block, int pipeline, int world, const int *weights,
+	       model_shard_t *out, char *err, size_t errlen);
+
+/* Weights (world entries) that even out the work when rank 0 also computes the output head:
+ * rank 0's share of the layers is smaller by the head's bytes (at least a quarter of the
+ * others'). What dist_split gets when the user gave no shares. */
+void dist_even_weights(const gguf_t *g, int world, int *w);
+
+/* g borrowed (must outlive the dist). step_timeout_ms bounds every wait inside a pass. */
+int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms);
+void dist_free(dist_t *d); /* NULL-safe; does not stop the workers (see dist_stop) */
+
+int dist_rank(const dist_t *d);
+int dist_world(const dist_t *d);
+
+/* Collective: agrees on the context length (rank 0's *ctx wins; others receive it), checks that
+ * every rank loaded the same model (shape and fingerprint fp) and protocol version, and that the
+ * shares of all ranks cover the model exactly once. Call on every rank before model_new. */
+int dist_setup(dist_t *d, const model_meta_t *meta, uint64_t fp, const model_shard_t *mine,
+	       int *ctx, char *err, size_t errlen);
+
+/* A fingerprint of a model file (tensor names, types, shapes, sizes, the first and last 32 bytes
+ * of each tensor): ranks whose files differ fail the setup instead of computing garbage. Reads one
+ * or two pages per tensor. */
+uint64_t dist_model_fingerprint(const gguf_t *g);
+
+/* Installs the model's hooks (all-reduce or pipe). m borrowed; detach by freeing both. */
+void dist_attach(dist_t *d, model_t *m);
+
+/* Rank 0: one lock-step forward pass (as model_forward), logits on rank 0 only. Returns 0 or
+ * an error (then dist_error says which rank and why). */
+int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, float *logits);
+
+/* Ranks > 0: runs the passes rank 0 sends until STOP (returns 0) or a failure (error, message in
+ * err). Waits for the next step without a time limit (a lost rank 0 closes the connection). */
+int dist_serve(dist_t *d, char *err, size_t errlen);
+
+/* Rank 0: tells the workers to leave dist_serve (best effort, bounded by the step timeout). */
+int dist_stop(dist_t *d);
+
+/* The first failure's message ("" when none). */
+const char *dist_error(const dist_t *d);
+
+void dist_get_stats(const dist_t *d, dist_stats_t *s);
+
+#endif

@@ -1,0 +1,615 @@
+/* test_tp.c: several ranks (threads in this process, loopback groups) computing one model
+ * through infer/tp.c: the share splitter, tensor-parallel and pipeline passes whose logits equal
+ * one rank's within 1e-4 (relative to the largest logit) and whose greedy ids are identical,
+ * on stories260K and a generated qwen2-shaped model, with even and unequal shares, KV heads
+ * replicated; setup mismatches; a stalled and a vanished rank failing the step in bounded time. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "harness.h"
+#include "infer/gguf.h"
+#include "infer/gguf_write.h"
+#include "infer/infer.h"
+#include "infer/meta.h"
+#include "infer/model.h"
+#include "infer/pool.h"
+#include "infer/quant.h"
+#include "infer/tp.h"
+#include "transport/transport.h"
+
+#define MAXR     4
+#define N_PROMPT 12 /* more than a STEP carries inline: the second broadcast too */
+#define N_GEN    12
+#define CTX      64
+
+static tp_keys_t KEYS;
+static char QWEN[256], QWEN16[256];
+
+/* One run: prompt then N_GEN greedy steps; logits of every step and the chosen ids. */
+typedef struct run {
+	float *logits; /* [N_GEN + 1][n_vocab] */
+	int ids[N_GEN + 1];
+	int n_vocab;
+	int rc;
+	char err[320];
+} run_t;
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+static const int PROMPT[N_PROMPT] = {1, 20, 31, 42, 53, 64, 75, 86, 97, 108, 119, 130};
+
+/* Drives steps through fwd(ctx, tokens, n, pos, logits). */
+typedef int (*fwd_fn)(void *ctx, const int *t, int n, int pos, float *logits);
+
+static int drive(run_t *r, fwd_fn fwd, void *ctx)
+{
+	int rc = fwd(ctx, PROMPT, N_PROMPT, 0, r->logits);
+	if (rc)
+		return rc;
+	for (int s = 0; s < N_GEN; s++) {
+		float *l = r->logits + (size_t)s * r->n_vocab;
+		r->ids[s] = argmax(l, r->n_vocab);
+		if ((rc = fwd(ctx, &r->ids[s], 1, N_PROMPT + s, l + r->n_vocab)))
+			return rc;
+	}
+	r->ids[N_GEN] = argmax(r->logits + (size_t)N_GEN * r->n_vocab, r->n_vocab);
+	return 0;
+}
+
+static int fwd_model(void *ctx, const int *t, int n, int pos, float *logits)
+{
+	return model_forward(ctx, t, n, pos, logits);
+}
+
+static int fwd_dist(void *ctx, const int *t, int n, int pos, float *logits)
+{
+	return dist_forward(ctx, t, n, pos, pos == 0 ? DIST_STEP_NEW_REQUEST : 0, logits);
+}
+
+/* The single-rank reference. */
+static int run_one(const char *path, run_t *r)
+{
+	gguf_t *g = NULL;
+	model_meta_t mt;
+	model_t *m = NULL;
+	pool_t *p = pool_new(1);
+	int rc = gguf_open(&g, path, r->err, sizeof r->err);
+	if (!rc)
+		rc = meta_load(&mt, g, r->err, sizeof r->err);
+	if (!rc) {
+		r->n_vocab = mt.n_vocab;
+		r->logits = calloc((size_t)(N_GEN + 1) * mt.n_vocab, sizeof(float));
+		rc = model_new(&m, g, &mt, NULL, CTX, p, r->err, sizeof r->err);
+	}
+	if (!rc)
+		rc = drive(r, fwd_model, m);
+	model_free(m);
+	pool_free(p);
+	gguf_free(g);
+	return rc;
+}
+
+typedef enum { BEHAVE_OK, BEHAVE_STALL, BEHAVE_VANISH, BEHAVE_BAD_SHARE } behave_t;
+
+typedef struct rank_ctx {
+	int rank, world, lfd, pipeline;
+	const char **hosts;
+	int *ports;
+	const char *path;
+	const int *weights;
+	behave_t behave; /* what rank 1 does */
+	int step_timeout;
+	run_t run; /* rank 0's results */
+	int rc;
+	char err[320];
+	int64_t fail_ms; /* rank 0: time from the failing step's start to its error */
+} rank_ctx_t;
+
+static void *rank_main(void *arg)
+{
+	rank_ctx_t *c = arg;
+	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)c->rank};
+	tp_group_cfg_t cfg = {.rank = c->rank,
+			      .world = c->world,
+			      .hosts = c->hosts,
+			      .ports = c->ports,
+			      .listen_fd = c->lfd,
+			      .tag = 7,
+			      .keys = &KEYS,
+			      .node_id = id,
+			      .timeout_ms = 20000};
+	tp_group_t *grp = NULL;
+	gguf_t *g = NULL;
+	model_meta_t mt;
+	model_t *m = NULL;
+	dist_t *d = NULL;
+	pool_t *p = pool_new(1);
+	model_shard_t sh[MAXR];
+	int ctx = CTX, rc;
+	if ((rc = tp_group_new(&grp, &cfg, c->err, sizeof c->err)) ||
+	    (rc = gguf_open(&g, c->path, c->err, sizeof c->err)) ||
+	    (rc = meta_load(&mt, g, c->err, sizeof c->err)))
+		goto out;
+	const gguf_tensor_t *t = gguf_find_tensor(g, "blk.0.ffn_down.weight");
+	int blk = MAX(quant_block_elems(t->type), 32);
+	if ((rc = dist_split(&mt, blk, c->pipeline, c->world, c->weights, sh, c->err,
+			     sizeof c->err)))
+		goto out;
+	if (c->rank == 1 && c->behave == BEHAVE_BAD_SHARE)
+		sh[1].q_head0 += 1, sh[1].n_q_heads -= 1;
+	if ((rc = dist_new(&d, grp, c->pipeline, c->step_timeout)) ||
+	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[c->rank], &ctx, c->err,
+			     sizeof c->err)) ||
+	    (rc = model_new(&m, g, &mt, &sh[c->rank], ctx, p, c->err, sizeof c->err)))
+		goto out;
+	dist_attach(d, m);
+	if (c->rank == 0) {
+		c->run.n_vocab = mt.n_vocab;
+		c->run.logits = calloc((size_t)(N_GEN + 1) * mt.n_vocab, sizeof(float));
+		int64_t t0 = now_ms();
+		rc = drive(&c->run, fwd_dist, d);
+		c->fail_ms = now_ms() - t0;
+		if (rc)
+			snprintf(c->err, sizeof c->err, "%s", dist_error(d));
+		else
+			dist_stop(d);
+	} else if (c->rank == 1 && c->behave == BEHAVE_STALL) {
+		usleep((useconds_t)(c->step_timeout + 500) * 1000); /* hold the socket open */
+	} else if (c->rank == 1 && c->behave == BEHAVE_VANISH) {
+		/* close everything without a word */
+	} else {
+		rc = dist_serve(d, c->err, sizeof c->err);
+	}
+out:
+	c->rc = rc;
+	dist_free(d);
+	model_free(m);
+	tp_group_free(grp);
+	pool_free(p);
+	gguf_free(g);
+	return NULL;
+}
+
+/* Runs `world` ranks; returns rank 0's context (in ctx[0]). */
+static void run_group(rank_ctx_t *ctx, int world, const char *path, int pipeline,
+		      const int *weights, behave_t behave, int step_timeout)
+{
+	static const char *hosts[MAXR];
+	static int ports[MAXR];
+	pthread_t th[MAXR];
+	char err[128];
+	memset(ctx, 0, sizeof *ctx * (size_t)world);
+	for (int r = 0; r < world; r++) {
+		hosts[r] = "127.0.0.1";
+		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
+			abort();
+	}
+	for (int r = 0; r < world; r++) {
+		rank_ctx_t *c = &ctx[r];
+		*c = (rank_ctx_t){.rank = r,
+				  .world = world,
+				  .lfd = c->lfd,
+				  .pipeline = pipeline,
+				  .hosts = hosts,
+				  .ports = ports,
+				  .path = path,
+				  .weights = weights,
+				  .behave = behave,
+				  .step_timeout = step_timeout};
+		pthread_create(&th[r], NULL, rank_main, c);
+	}
+	for (int r = 0; r < world; r++) {
+		pthread_join(th[r], NULL);
+		close(ctx[r].lfd);
+	}
+}
+
+/* The same greedy ids, and logits within tol x the largest reference logit; or, with tol < 0,
+ * a root-mean-square difference within -tol x the reference's RMS (8-bit activations: rare
+ * one-step rounding flips move single logits, see docs/parallel.md). */
+static void compare(const run_t *ref, const run_t *got, float tol, const char *what)
+{
+	double mx = 0, worst = 0, se = 0, sr = 0;
+	size_t n = (size_t)(N_GEN + 1) * ref->n_vocab;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)ref->logits[i] - got->logits[i]);
+		mx = fmax(mx, fabs(ref->logits[i]));
+		worst = fmax(worst, d);
+		se += d * d;
+		sr += (double)ref->logits[i] * ref->logits[i];
+	}
+	double rms = sqrt(se / sr);
+	int ok = tol > 0 ? worst <= tol * mx : rms <= -tol;
+	if (!ok)
+		printf("  %s: logits differ by %g at most (largest %g), relative RMS %g\n", what,
+		       worst, mx, rms);
+	CHECK(ok);
+	if (!ok && getenv("TP_DBG"))
+		for (int st = 0; st <= N_GEN; st++) {
+			double w = 0;
+			int at = 0;
+			for (int i = 0; i < ref->n_vocab; i++) {
+				double d = fabs((double)ref->logits[(size_t)st * ref->n_vocab + i] -
+						got->logits[(size_t)st * ref->n_vocab + i]);
+				if (d > w)
+					w = d, at = i;
+			}
+			printf("   step %d: %g at %d\n", st, w, at);
+		}
+	int same = !memcmp(ref->ids, got->ids, sizeof ref->ids);
+	if (!same)
+		printf("  %s: greedy ids differ\n", what);
+	CHECK(same);
+}
+
+static void check_config(const char *path, int world, int pipeline, const int *weights, float tol,
+			 const char *what)
+{
+	run_t ref = {0};
+	rank_ctx_t ctx[MAXR];
+	if (run_one(path, &ref)) {
+		printf("  %s: reference: %s\n", what, ref.err);
+		CHECK(0);
+		return;
+	}
+	run_group(ctx, world, path, pipeline, weights, BEHAVE_OK, 10000);
+	for (int r = 0; r < world; r++) {
+		if (ctx[r].rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
+		CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+	if (!ctx[0].rc)
+		compare(&ref, &ctx[0].run, tol, what);
+	free(ref.logits);
+	free(ctx[0].run.logits);
+}
+
+static const char *stories(void)
+{
+	static char p[512];
+	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
+	return access(p, R_OK) ? NULL : p;
+}
+
+TEST(split)
+{
+	model_meta_t mt = {.n_layers = 6, .n_heads = 8, .n_kv_heads = 2, .ffn = 172, .dim = 64};
+	model_shard_t s[8];
+	char err[200];
+	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, NULL, s, err, sizeof err), 0);
+	CHECK_EQ_INT(s[0].n_kv_heads, 1);
+	CHECK_EQ_INT(s[0].n_q_heads, 4);
+	CHECK_EQ_INT(s[1].q_head0, 4);
+	CHECK_EQ_INT(s[0].n_ffn, 96);
+	CHECK_EQ_INT(s[1].ffn0 + s[1].n_ffn, 172);
+	/* more ranks than KV heads: query heads split, KV heads replicated */
+	const int w3[] = {2, 1, 1};
+	CHECK_EQ_INT(dist_split(&mt, 32, 0, 3, w3, s, err, sizeof err), 0);
+	CHECK_EQ_INT(s[0].q_head0, 0);
+	CHECK_EQ_INT(s[0].n_q_heads, 4);
+	CHECK_EQ_INT(s[1].q_head0, 4);
+	CHECK_EQ_INT(s[1].n_q_heads, 2);
+	CHECK_EQ_INT(s[1].kv_head0, 1);
+	CHECK_EQ_INT(s[2].kv_head0, 1);
+	CHECK_EQ_INT(s[2].n_kv_heads, 1);
+	CHECK_EQ_INT(s[2].ffn0 + s[2].n_ffn, 172);
+	for (int r = 0; r < 3; r++)
+		CHECK_EQ_INT(s[r].ffn0 % 32, 0);
+	/* 3:1 */
+	const int w2[] = {3, 1};
+	mt.n_kv_heads = 8;
+	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, w2, s, err, sizeof err), 0);
+	CHECK_EQ_INT(s[0].n_kv_heads, 6);
+	CHECK_EQ_INT(s[1].n_q_heads, 2);
+	/* pipeline: layers */
+	CHECK_EQ_INT(dist_split(&mt, 32, 1, 3, w3, s, err, sizeof err), 0);
+	CHECK_EQ_INT(s[0].layer1, 3);
+	CHECK_EQ_INT(s[1].layer0, 3);
+	CHECK_EQ_INT(s[2].layer1, 6);
+	CHECK_EQ_INT(s[2].n_q_heads, 8);
+	/* impossible splits are errors */
+	CHECK_EQ_INT(dist_split(&mt, 32, 1, 7, NULL, s, err, sizeof err), SH_EINVAL);
+	const int bad[] = {1, 0};
+	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, bad, s, err, sizeof err), SH_EINVAL);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+TEST(step_decode)
+{
+	uint8_t h[DIST_HDR_BYTES] = {0};
+	dist_step_t s;
+	char err[160];
+	put32(h, DIST_MSG_STEP);
+	put32(h + 4, DIST_VERSION);
+	put32(h + 8, 5); /* seq, low half */
+	put32(h + 16, DIST_STEP_NEW_REQUEST);
+	put32(h + 20, 9);
+	put32(h + 24, 2);
+	put32(h + 28, 17);
+	put32(h + 32, 300);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
+	CHECK_EQ_INT((int)s.seq, 5);
+	CHECK_EQ_INT(s.pos, 9);
+	CHECK_EQ_INT(s.n, 2);
+	CHECK_EQ_INT(s.inline_tokens[1], 300);
+	CHECK_EQ_INT((int)s.flags, DIST_STEP_NEW_REQUEST);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h - 1, &s, err, sizeof err), SH_EFORMAT);
+	put32(h + 24, 0); /* a STEP without tokens */
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
+	put32(h + 24, 1);
+	put32(h + 4, DIST_VERSION + 1);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EUNSUPP);
+	CHECK(strstr(err, "version") != NULL);
+	put32(h + 4, DIST_VERSION);
+	put32(h, 0x0299); /* a type we do not know */
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
+	put32(h, DIST_MSG_STOP);
+	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
+	CHECK_EQ_INT((int)s.type, DIST_MSG_STOP);
+}
+
+TEST(stories_tensor)
+{
+	const char *p = stories();
+	if (!p)
+		SKIP("no stories260K.gguf");
+	const int w31[] = {3, 1}, w211[] = {2, 1, 1};
+	check_config(p, 2, 0, NULL, 1e-4f, "stories 2 ranks");
+	check_config(p, 3, 0, NULL, 1e-4f, "stories 3 ranks");
+	check_config(p, 2, 0, w31, 1e-4f, "stories 3:1");
+	check_config(p, 3, 0, w211, 1e-4f, "stories 2:1:1");
+	check_config(p, 4, 0, NULL, 1e-4f, "stories 4 ranks (KV heads replicated)");
+}
+
+TEST(stories_pipeline)
+{
+	const char *p = stories();
+	if (!p)
+		SKIP("no stories260K.gguf");
+	const int w211[] = {2, 1, 1};
+	check_config(p, 2, 1, NULL, 1e-4f, "stories pipeline 2");
+	check_config(p, 3, 1, w211, 1e-4f, "stories pipeline 2:1:1");
+}
+
+TEST(qwen2)
+{
+	const int w31[] = {3, 1}, w211[] = {2, 1, 1};
+	/* F16 weights: F32 activations, so ranks differ from one rank only in the order of float
+	 * additions: within 1e-4 */
+	check_config(QWEN16, 2, 0, NULL, 1e-4f, "qwen2 f16 2 ranks");
+	check_config(QWEN16, 3, 0, NULL, 1e-4f, "qwen2 f16 3 ranks (KV heads replicated)");
+	check_config(QWEN16, 2, 0, w31, 1e-4f, "qwen2 f16 3:1");
+	check_config(QWEN16, 3, 0, w211, 1e-4f, "qwen2 f16 2:1:1");
+	check_config(QWEN16, 3, 1, NULL, 1e-4f, "qwen2 f16 pipeline 3");
+	/* Q8_0: activations are rounded to 8 bits per block, so a last-bit difference in the
+	 * residual can move one activation by one quantization step; that position's keys and
+	 * values then differ slightly and every later logit moves a little (seen: 1% RMS, 0.12
+	 * on a largest logit of 10.6; docs/parallel.md). A wrong slice would move them by O(1).
+	 * Greedy ids stay identical. */
+	check_config(QWEN, 2, 0, NULL, -3e-2f, "qwen2 q8_0 2 ranks");
+	check_config(QWEN, 3, 0, w211, -3e-2f, "qwen2 q8_0 2:1:1");
+	check_config(QWEN, 2, 1, NULL, 1e-4f, "qwen2 q8_0 pipeline 2");
+}
+
+/* ---- the engine interface: rank 0 generates, the others run the worker loop ---------------- */
+
+#define ENG_GEN 16
+
+typedef struct eng_rank {
+	int rank, world, lfd, pipeline;
+	const char **hosts;
+	int *ports;
+	const char *path;
+	int ids[2][ENG_GEN], n_ids[2]; /* rank 0: two requests' ids */
+	int rc;
+	char err[320];
+} eng_rank_t;
+
+static int eng_collect(void *ud, const eng_token_t *t)
+{
+	int *buf = ud; /* buf[0] = count, then ids */
+	if (buf[0] < ENG_GEN)
+		buf[1 + buf[0]++] = t->id;
+	return 0;
+}
+
+/* Two greedy requests; the second starts with the first's prompt and output (prefix reuse: the
+ * ranks rewind to the shared length). With e NULL the ids come from a one-node engine. */
+static int eng_two_requests(eng_t *e, int ids[2][ENG_GEN], int n_ids[2], char *err, size_t errlen)
+{
+	eng_sampling_t sp;
+	eng_sampling_default(&sp);
+	sp.max_tokens = ENG_GEN;
+	int prompt[N_PROMPT + ENG_GEN], buf[1 + ENG_GEN];
+	memcpy(prompt, PROMPT, sizeof PROMPT);
+	eng_result_t res;
+	for (int r = 0; r < 2; r++) {
+		int n =
+		    r ? N_PROMPT + n_ids[0] - 4 : N_PROMPT; /* request 2: a prefix of request 1 */
+		if (r)
+			memcpy(prompt + N_PROMPT, ids[0], (size_t)(n - N_PROMPT) * sizeof(int));
+		buf[0] = 0;
+		if (eng_generate(e, prompt, n, &sp, eng_collect, buf, &res)) {
+			snprintf(err, errlen, "%s", res.error);
+			return -1;
+		}
+		n_ids[r] = buf[0];
+		memcpy(ids[r], buf + 1, (size_t)buf[0] * sizeof(int));
+	}
+	return 0;
+}
+
+static void *eng_rank_main(void *arg)
+{
+	eng_rank_t *c = arg;
+	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)(c->rank + 1)};
+	tp_group_cfg_t cfg = {.rank = c->rank,
+			      .world = c->world,
+			      .hosts = c->hosts,
+			      .ports = c->ports,
+			      .listen_fd = c->lfd,
+			      .tag = 9,
+			      .keys = &KEYS,
+			      .node_id = id,
+			      .timeout_ms = 20000};
+	tp_group_t *g = NULL;
+	eng_t *e = NULL;
+	if ((c->rc = tp_group_new(&g, &cfg, c->err, sizeof c->err)))
+		goto out;
+	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 10000};
+	eng_opts_t o = {.model_path = c->path, .threads = 1, .ctx = 128, .dist = &d};
+	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
+		goto out;
+	if (c->rank == 0) {
+		c->rc = eng_two_requests(e, c->ids, c->n_ids, c->err, sizeof c->err);
+		if (eng_info(e)->world != c->world)
+			c->rc = -1;
+	} else {
+		c->rc = eng_worker_run(e, c->err, sizeof c->err);
+	}
+out:
+	eng_free(e); /* rank 0: tells the workers to stop */
+	tp_group_free(g);
+	return NULL;
+}
+
+static void check_engine(const char *path, int world, int pipeline, const char *what)
+{
+	static const char *hosts[MAXR];
+	static int ports[MAXR];
+	eng_rank_t ctx[MAXR];
+	pthread_t th[MAXR];
+	char err[320];
+	int want[2][ENG_GEN], n_want[2];
+	eng_t *one = NULL;
+	eng_opts_t o = {.model_path = path, .threads = 1, .ctx = 128};
+	if (eng_open(&one, &o, err, sizeof err) ||
+	    eng_two_requests(one, want, n_want, err, sizeof err)) {
+		printf("  %s: one node: %s\n", what, err);
+		CHECK(0);
+		eng_free(one);
+		return;
+	}
+	eng_free(one);
+	memset(ctx, 0, sizeof ctx);
+	for (int r = 0; r < world; r++) {
+		hosts[r] = "127.0.0.1";
+		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
+			abort();
+	}
+	for (int r = 0; r < world; r++) {
+		ctx[r].rank = r, ctx[r].world = world, ctx[r].pipeline = pipeline;
+		ctx[r].hosts = hosts, ctx[r].ports = ports, ctx[r].path = path;
+		pthread_create(&th[r], NULL, eng_rank_main, &ctx[r]);
+	}
+	for (int r = 0; r < world; r++) {
+		pthread_join(th[r], NULL);
+		close(ctx[r].lfd);
+		if (ctx[r].rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
+		CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+	for (int q = 0; q < 2; q++) {
+		CHECK_EQ_INT(ctx[0].n_ids[q], n_want[q]);
+		CHECK(!memcmp(ctx[0].ids[q], want[q], (size_t)n_want[q] * sizeof(int)));
+	}
+}
+
+TEST(engine_interface)
+{
+	const char *p = stories();
+	check_engine(QWEN, 2, 0, "engine qwen2 2 ranks");
+	check_engine(QWEN, 3, 1, "engine qwen2 pipeline 3");
+	if (p)
+		check_engine(p, 3, 0, "engine stories 3 ranks");
+}
+
+TEST(setup_mismatch)
+{
+	rank_ctx_t ctx[MAXR];
+	run_group(ctx, 2, QWEN, 0, NULL, BEHAVE_BAD_SHARE, 5000);
+	CHECK(ctx[0].rc != 0);
+	CHECK(ctx[1].rc != 0);
+	CHECK(strstr(ctx[0].err, "share") != NULL);
+	free(ctx[0].run.logits);
+}
+
+TEST(stalled_rank)
+{
+	rank_ctx_t ctx[MAXR];
+	run_group(ctx, 2, QWEN, 0, NULL, BEHAVE_STALL, 300);
+	CHECK_EQ_INT(ctx[0].rc, SH_ETIMEDOUT);
+	CHECK(strstr(ctx[0].err, "rank 1") != NULL);
+	CHECK(ctx[0].fail_ms < 300 * 10 + 5000); /* bounded, not a hang (generous: shared CPU) */
+	free(ctx[0].run.logits);
+}
+
+TEST(vanished_rank)
+{
+	rank_ctx_t ctx[MAXR];
+	run_group(ctx, 3, QWEN, 0, NULL, BEHAVE_VANISH, 2000);
+	CHECK(ctx[0].rc != 0);
+	CHECK(strstr(ctx[0].err, "rank 1") != NULL);
+	CHECK(ctx[2].rc != 0); /* the other worker fails its step too */
+	free(ctx[0].run.logits);
+}
+
+int main(void)
+{
+	char err[256];
+	quant_init(getenv("TP_REF") != NULL);
+	if (tp_keys_derive(&KEYS, "test-tp", 7, err, sizeof err)) {
+		fprintf(stderr, "keys: %s\n", err);
+		return 1;
+	}
+	snprintf(QWEN, sizeof QWEN, "/tmp/shoal-test-tp-%d-qwen2.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "qwen2",
+			    .dim = 128,
+			    .layers = 3,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_Q8_0,
+			    .seed = 11};
+	if (mkmodel_write(&o, QWEN, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		return 1;
+	}
+	snprintf(QWEN16, sizeof QWEN16, "/tmp/shoal-test-tp-%d-qwen2-f16.gguf", (int)getpid());
+	o.type = QT_F16;
+	if (mkmodel_write(&o, QWEN16, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		return 1;
+	}
+	RUN(split);
+	RUN(step_decode);
+	RUN(stories_tensor);
+	RUN(stories_pipeline);
+	RUN(qwen2);
+	RUN(engine_interface);
+	RUN(setup_mismatch);
+	RUN(stalled_rank);
+	RUN(vanished_rank);
+	unlink(QWEN);
+	unlink(QWEN16);
+	return harness_done();
+}
