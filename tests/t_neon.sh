@@ -1,0 +1,111 @@
+#!/bin/sh
+# t_neon.sh: the NEON kernels (infer/quant_neon.c), cross-compiled for aarch64 and run under
+# qemu-user. The program is tests/test_quant.c itself, so the NEON tables are checked against the
+# same reference kernels (infer/quant.c), on the same data and NMSE bounds, as the AVX2 ones.
+# Two builds: -march=armv8.2-a+dotprod (sdot, run on qemu's default "max" CPU) and a baseline
+# -march=armv8-a one run on a Cortex-A72 model, which has no sdot: it would die of SIGILL if the
+# baseline path used it. Last, every infer/*.c is compiled for aarch64 with the warning flags.
+# Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user (optional packages of
+# scripts/install-deps.sh); skips with one line without them. binfmt_misc is not assumed: qemu
+# is always called explicitly. Emulated speed means nothing here; this is correctness only.
+. tests/lib.sh
+
+XCC=${XCC:-aarch64-linux-gnu-gcc}
+XDUMP=${XDUMP:-aarch64-linux-gnu-objdump}
+SYSROOT=${SYSROOT:-/usr/aarch64-linux-gnu}
+QEMU=${QEMU:-qemu-aarch64}
+
+if ! command -v "$XCC" >/dev/null 2>&1 || ! command -v "$XDUMP" >/dev/null 2>&1; then
+	skip "aarch64 cross compiler missing (apt-get install gcc-aarch64-linux-gnu)"
+	done_tests
+	exit
+fi
+if [ ! -e "$SYSROOT/lib/libc.so.6" ] || [ ! -e "$SYSROOT/include/stdio.h" ]; then
+	skip "aarch64 sysroot missing at $SYSROOT (apt-get install libc6-dev-arm64-cross)"
+	done_tests
+	exit
+fi
+if ! command -v "$QEMU" >/dev/null 2>&1; then
+	skip "$QEMU missing (apt-get install qemu-user)"
+	done_tests
+	exit
+fi
+
+OUT=$BUILD/aarch64
+mkdir -p "$OUT/obj"
+CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread -I."
+# Only what test_quant needs: the block formats and kernels, the thread pool, common/.
+SRC="tests/test_quant.c $(ls infer/quant*.c) infer/pool.c $(ls common/*.c)"
+
+# build NAME MARCH: cross-compiles test_quant into $OUT/test_quant_NAME (log in $OUT/NAME.log).
+build() {
+	# shellcheck disable=SC2086
+	"$XCC" $CFLAGS -march="$2" $SRC -lm -o "$OUT/test_quant_$1" >"$OUT/$1.log" 2>&1
+	rc=$?
+	[ $rc -ne 0 ] && sed 's/^/    /' "$OUT/$1.log" >&2
+	return $rc
+}
+
+# run NAME CPU: runs a build under qemu; passes when test_quant closes with "N passed, 0 failed".
+run() {
+	"$QEMU" -L "$SYSROOT" -cpu "$2" "$OUT/test_quant_$1" >"$OUT/$1.out" 2>"$OUT/$1.err"
+	rc=$?
+	sed "s/^/    $1 on $2: /" "$OUT/$1.out" "$OUT/$1.err" >&2
+	[ $rc -eq 0 ] && grep -qE '^[0-9]+ passed, 0 failed' "$OUT/$1.out"
+}
+
+# count_insn BINARY MNEMONIC [FUNCTION-PREFIX]: how many such instructions (in those functions).
+count_insn() {
+	"$XDUMP" -d "$1" | awk -v op="$2" -v fp="${3:-}" '
+		/^[0-9a-f]+ <.*>:$/ { fn = substr($2, 2, length($2) - 3); next }
+		$3 == op && (fp == "" || index(fn, fp) == 1) { n++ }
+		END { print n + 0 }'
+}
+
+# 1. dotprod build: the NEON kernels use sdot and pass the shared test.
+if build dotprod armv8.2-a+dotprod; then
+	pass
+	n=$(count_insn "$OUT/test_quant_dotprod" sdot neon_rows_)
+	check "dotprod build: sdot in the NEON kernels (found $n)" [ "$n" -gt 0 ]
+	check "dotprod build passes test_quant under qemu (cpu max)" run dotprod max
+	# The control for step 2: this CPU model really lacks sdot, so the dotprod build must die.
+	"$QEMU" -L "$SYSROOT" -cpu cortex-a72 "$OUT/test_quant_dotprod" >/dev/null 2>&1
+	rc=$?
+	check "dotprod build dies of SIGILL on cortex-a72 (exit $rc, want 132)" [ $rc -eq 132 ]
+else
+	fail "cross-compile test_quant with -march=armv8.2-a+dotprod"
+fi
+
+# 2. baseline build: vmull_s8/vpadalq_s16 path, no sdot anywhere, runs on a CPU without it.
+if build base armv8-a; then
+	pass
+	n=$(count_insn "$OUT/test_quant_base" sdot)
+	check "baseline build contains no sdot (found $n)" [ "$n" -eq 0 ]
+	n=$(count_insn "$OUT/test_quant_base" sadalp neon_rows_)
+	check "baseline build: sadalp in the NEON kernels (found $n)" [ "$n" -gt 0 ]
+	check "baseline build passes test_quant under qemu (cpu cortex-a72)" run base cortex-a72
+else
+	fail "cross-compile test_quant with -march=armv8-a"
+fi
+
+# 3. The whole infer/ module compiles for aarch64 without warnings. pcre2.h is arch-independent
+# and found in /usr/include (Debian's cross gcc searches it); no arm64 cblas.h is installed, so
+# model.c is compiled against the host's OpenBLAS header (the same cblas prototypes on arm64);
+# without one, model.c is left out with a note.
+BLAS_INC=$(pkg-config --cflags openblas 2>/dev/null)
+bad=
+for f in infer/*.c; do
+	if [ "$f" = infer/model.c ] && [ -z "$BLAS_INC" ]; then
+		skip "infer/model.c not cross-compiled: no cblas.h (libopenblas-dev) to compile against"
+		continue
+	fi
+	o=$OUT/obj/$(basename "$f" .c).o
+	# shellcheck disable=SC2086
+	if ! "$XCC" $CFLAGS $BLAS_INC -march=armv8.2-a+dotprod -c "$f" -o "$o" >"$o.log" 2>&1; then
+		sed 's/^/    /' "$o.log" >&2
+		bad="$bad $f"
+	fi
+done
+check "infer/*.c compile for aarch64 with -Wall -Wextra -Werror (failed:${bad:- none})" [ -z "$bad" ]
+
+done_tests
