@@ -4,7 +4,8 @@
 # same reference kernels (infer/quant.c), on the same data and NMSE bounds, as the AVX2 ones.
 # Two builds: -march=armv8.2-a+dotprod (sdot, run on qemu's default "max" CPU) and a baseline
 # -march=armv8-a one run on a Cortex-A72 model, which has no sdot: it would die of SIGILL if the
-# baseline path used it. Last, every infer/*.c is compiled for aarch64 with the warning flags.
+# baseline path used it. Then the dotprod build again under ASan+UBSan, and last every infer/*.c
+# compiled for aarch64 with the warning flags.
 # Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user (optional packages of
 # scripts/install-deps.sh); skips with one line without them. binfmt_misc is not assumed: qemu
 # is always called explicitly. Emulated speed means nothing here; this is correctness only.
@@ -37,12 +38,15 @@ CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread -I."
 # Only what test_quant needs: the block formats and kernels, the thread pool, common/.
 SRC="tests/test_quant.c $(ls infer/quant*.c) infer/pool.c $(ls common/*.c)"
 
-# build NAME MARCH: cross-compiles test_quant into $OUT/test_quant_NAME (log in $OUT/NAME.log).
+# build NAME MARCH [FLAGS...]: cross-compiles test_quant into $OUT/test_quant_NAME (log in
+# $OUT/NAME.log).
 build() {
+	name=$1 march=$2
+	shift 2
 	# shellcheck disable=SC2086
-	"$XCC" $CFLAGS -march="$2" $SRC -lm -o "$OUT/test_quant_$1" >"$OUT/$1.log" 2>&1
+	"$XCC" $CFLAGS -march="$march" "$@" $SRC -lm -o "$OUT/test_quant_$name" >"$OUT/$name.log" 2>&1
 	rc=$?
-	[ $rc -ne 0 ] && sed 's/^/    /' "$OUT/$1.log" >&2
+	[ $rc -ne 0 ] && sed 's/^/    /' "$OUT/$name.log" >&2
 	return $rc
 }
 
@@ -88,7 +92,18 @@ else
 	fail "cross-compile test_quant with -march=armv8-a"
 fi
 
-# 3. The whole infer/ module compiles for aarch64 without warnings. pcre2.h is arch-independent
+# 3. The dotprod build under ASan+UBSan (LeakSanitizer cannot run under qemu-user: leaks off).
+if build san armv8.2-a+dotprod -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer; then
+	pass
+	ASAN_OPTIONS=detect_leaks=0
+	export ASAN_OPTIONS
+	check "ASan+UBSan build passes test_quant under qemu (cpu max)" run san max
+else
+	fail "cross-compile test_quant with -fsanitize=address,undefined"
+fi
+
+# 4. The whole infer/ module compiles for aarch64 without warnings. pcre2.h is arch-independent
 # and found in /usr/include (Debian's cross gcc searches it); no arm64 cblas.h is installed, so
 # model.c is compiled against the host's OpenBLAS header (the same cblas prototypes on arm64);
 # without one, model.c is left out with a note.
