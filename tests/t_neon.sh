@@ -4,8 +4,8 @@
 # same reference kernels (infer/quant.c), on the same data and NMSE bounds, as the AVX2 ones.
 # Two builds: -march=armv8.2-a+dotprod (sdot, run on qemu's default "max" CPU) and a baseline
 # -march=armv8-a one run on a Cortex-A72 model, which has no sdot: it would die of SIGILL if the
-# baseline path used it. Then the dotprod build again under ASan+UBSan, and last every infer/*.c
-# compiled for aarch64 with the warning flags.
+# baseline path used it. Then the dotprod build again under ASan+UBSan and with clang (the Mac
+# compiler), and last every infer/*.c compiled for aarch64 with the warning flags.
 # Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user (optional packages of
 # scripts/install-deps.sh); skips with one line without them. binfmt_misc is not assumed: qemu
 # is always called explicitly. Emulated speed means nothing here; this is correctness only.
@@ -38,13 +38,13 @@ CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread -I."
 # Only what test_quant needs: the block formats and kernels, the thread pool, common/.
 SRC="tests/test_quant.c $(ls infer/quant*.c) infer/pool.c $(ls common/*.c)"
 
-# build NAME MARCH [FLAGS...]: cross-compiles test_quant into $OUT/test_quant_NAME (log in
-# $OUT/NAME.log).
+# build NAME MARCH [FLAGS...]: cross-compiles test_quant with $BCC (default $XCC) into
+# $OUT/test_quant_NAME (log in $OUT/NAME.log).
 build() {
 	name=$1 march=$2
 	shift 2
 	# shellcheck disable=SC2086
-	"$XCC" $CFLAGS -march="$march" "$@" $SRC -lm -o "$OUT/test_quant_$name" >"$OUT/$name.log" 2>&1
+	${BCC:-$XCC} $CFLAGS -march="$march" "$@" $SRC -lm -o "$OUT/test_quant_$name" >"$OUT/$name.log" 2>&1
 	rc=$?
 	[ $rc -ne 0 ] && sed 's/^/    /' "$OUT/$name.log" >&2
 	return $rc
@@ -103,22 +103,54 @@ else
 	fail "cross-compile test_quant with -fsanitize=address,undefined"
 fi
 
-# 4. The whole infer/ module compiles for aarch64 without warnings. pcre2.h is arch-independent
-# and found in /usr/include (Debian's cross gcc searches it); no arm64 cblas.h is installed, so
-# model.c is compiled against the host's OpenBLAS header (the same cblas prototypes on arm64);
-# without one, model.c is left out with a note.
+# 4. clang, the compiler macOS builds with (its own arm_neon.h): the dotprod build again.
+if command -v clang >/dev/null 2>&1; then
+	if BCC="clang --target=aarch64-linux-gnu" build clang armv8.2-a+dotprod; then
+		pass
+		check "clang build passes test_quant under qemu (cpu max)" run clang max
+	else
+		fail "cross-compile test_quant with clang --target=aarch64-linux-gnu"
+	fi
+else
+	skip "clang missing: the clang build of the NEON kernels is not checked"
+fi
+
+# 5. The whole infer/ module compiles for aarch64 without warnings (gcc -O2 -c, so the
+# optimizer's warnings count; clang -fsyntax-only). pcre2.h is arch-independent and found in
+# /usr/include (Debian's cross compilers search it); no arm64 cblas.h is installed, so model.c
+# is compiled against the host's OpenBLAS header (the same CBLAS prototypes on arm64), and once
+# more with -DSHOAL_ACCELERATE (the macOS branch) against a stand-in Accelerate/Accelerate.h that
+# includes it: Accelerate's cblas_sgemm has the same prototype. Without cblas.h, model.c is left
+# out with a note.
 BLAS_INC=$(pkg-config --cflags openblas 2>/dev/null)
+mkdir -p "$OUT/shim/Accelerate"
+echo '#include <cblas.h> /* t_neon.sh stand-in: Accelerate exports the same CBLAS API */' \
+	>"$OUT/shim/Accelerate/Accelerate.h"
+# xcompile CC OUTPUT FILE FLAGS...: compiles one file; prints its log and returns 1 on failure.
+xcompile() {
+	cc=$1 o=$2 f=$3
+	shift 3
+	# shellcheck disable=SC2086
+	if ! $cc $CFLAGS $BLAS_INC "$@" "$f" -o "$o" >"$o.log" 2>&1; then
+		sed 's/^/    /' "$o.log" >&2
+		return 1
+	fi
+}
 bad=
 for f in infer/*.c; do
 	if [ "$f" = infer/model.c ] && [ -z "$BLAS_INC" ]; then
 		skip "infer/model.c not cross-compiled: no cblas.h (libopenblas-dev) to compile against"
 		continue
 	fi
-	o=$OUT/obj/$(basename "$f" .c).o
-	# shellcheck disable=SC2086
-	if ! "$XCC" $CFLAGS $BLAS_INC -march=armv8.2-a+dotprod -c "$f" -o "$o" >"$o.log" 2>&1; then
-		sed 's/^/    /' "$o.log" >&2
-		bad="$bad $f"
+	b=$OUT/obj/$(basename "$f" .c)
+	xcompile "$XCC" "$b.o" "$f" -march=armv8.2-a+dotprod -c || bad="$bad $f"
+	if command -v clang >/dev/null 2>&1; then
+		xcompile "clang --target=aarch64-linux-gnu" "$b.clang" "$f" -march=armv8.2-a+dotprod \
+			-fsyntax-only || bad="$bad $f(clang)"
+	fi
+	if [ "$f" = infer/model.c ]; then
+		xcompile "$XCC" "$b.accel.o" "$f" -march=armv8.2-a+dotprod -c -DSHOAL_ACCELERATE \
+			-I"$OUT/shim" || bad="$bad $f(SHOAL_ACCELERATE)"
 	fi
 done
 check "infer/*.c compile for aarch64 with -Wall -Wextra -Werror (failed:${bad:- none})" [ -z "$bad" ]
