@@ -138,14 +138,16 @@ static void neon_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrow
 		float32x4_t a0 = vdupq_n_f32(0), a1 = a0;
 		int i = 0;
 		for (; i + 2 <= nb; i += 2) {
-			int32x4_t p0 = dot_blk32(vld1q_s8(b[i].q), vld1q_s8(b[i].q + 16), x->q + i * 32);
+			int32x4_t p0 =
+			    dot_blk32(vld1q_s8(b[i].q), vld1q_s8(b[i].q + 16), x->q + i * 32);
 			int32x4_t p1 = dot_blk32(vld1q_s8(b[i + 1].q), vld1q_s8(b[i + 1].q + 16),
 						 x->q + i * 32 + 32);
 			a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(p0), f16(b[i].d) * x->d[i]);
 			a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(p1), f16(b[i + 1].d) * x->d[i + 1]);
 		}
 		for (; i < nb; i++) {
-			int32x4_t p0 = dot_blk32(vld1q_s8(b[i].q), vld1q_s8(b[i].q + 16), x->q + i * 32);
+			int32x4_t p0 =
+			    dot_blk32(vld1q_s8(b[i].q), vld1q_s8(b[i].q + 16), x->q + i * 32);
 			a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(p0), f16(b[i].d) * x->d[i]);
 		}
 		out[r] = vaddvq_f32(vaddq_f32(a0, a1));
@@ -220,7 +222,8 @@ static void neon_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrow
 			int32x4_t mp = vmull_s16(vget_low_s16(mv), vget_low_s16(pair));
 			mp = vmlal_high_s16(mp, mv, pair);
 			int32x4_t acc = vdupq_n_s32(0);
-			for (int c = 0; c < 4; c++) { /* 64 elements: sub-blocks 2c (low), 2c+1 (high) */
+			/* 64 elements per step: sub-blocks 2c (low nibbles), 2c+1 (high) */
+			for (int c = 0; c < 4; c++) {
 				uint8x16_t v0 = vld1q_u8(b[i].qs + 32 * c);
 				uint8x16_t v1 = vld1q_u8(b[i].qs + 32 * c + 16);
 				int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(v0, m4));
@@ -228,7 +231,8 @@ static void neon_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrow
 				int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
 				int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
 				acc = vmlaq_n_s32(acc, dot_blk32(l0, l1, q + 64 * c), sc[2 * c]);
-				acc = vmlaq_n_s32(acc, dot_blk32(h0, h1, q + 64 * c + 32), sc[2 * c + 1]);
+				acc = vmlaq_n_s32(acc, dot_blk32(h0, h1, q + 64 * c + 32),
+						  sc[2 * c + 1]);
 			}
 			int isum = vaddvq_s32(acc), msum = vaddvq_s32(mp);
 			s += x->d[i] * (f16(b[i].d) * (float)isum - f16(b[i].dmin) * (float)msum);
@@ -237,39 +241,39 @@ static void neon_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrow
 	}
 }
 
-/* Q6_K: for half h and k = 0..3, elements 128h+32k+l (l < 32) take nibble (k&2 ? high : low) of
- * ql[64h + 32(k&1) + l] and bits 2k..2k+1 of qh[32h + l] on top, minus 32 (quant.c: q6k_get). */
+/* Q6_K: group g (16 elements, 16g..16g+15) lies in half h = g/8, quarter k = (g%8)/2, part t =
+ * g%2. Element 128h+32k+l (l < 32) takes the nibble (k&2 ? high : low) of ql[64h + 32(k&1) + l]
+ * and bits 2k..2k+1 of qh[32h + l] on top, minus 32 (quant.c: q6k_get). Returns the block's
+ * exact sum over g of scale[g] * (group g . q). */
+static inline int q6k_block_dot(const blk_q6_k *b, const int8_t *q)
+{
+	const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);
+	const int8x16_t k32 = vdupq_n_s8(32);
+	int32x4_t acc = vdupq_n_s32(0);
+	for (int g = 0; g < 16; g++) {
+		int h = g / 8, k = (g % 8) / 2, t = g % 2;
+		uint8x16_t lo = vld1q_u8(b->ql + 64 * h + 32 * (k & 1) + 16 * t);
+		lo = (k & 2) ? vshrq_n_u8(lo, 4) : vandq_u8(lo, m4);
+		/* bits 2k..2k+1 to bits 4..5: shift by 4-2k (a negative count shifts right) */
+		uint8x16_t hb = vld1q_u8(b->qh + 32 * h + 16 * t);
+		uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(4 - 2 * k))), m3);
+		int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), k32);
+		int32x4_t p = dot_i8(vdupq_n_s32(0), v, vld1q_s8(q + 16 * g));
+		acc = vmlaq_n_s32(acc, p, b->scales[g]);
+	}
+	return vaddvq_s32(acc);
+}
+
 static void neon_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows,
 			   const quant_act_t *x, int n)
 {
 	const int nb = n / QK_K;
-	const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);
-	const int8x16_t k32 = vdupq_n_s8(32);
 	for (int r = 0; r < nrows; r++) {
 		const blk_q6_k *b = (const blk_q6_k *)(w + r * stride);
 		float s = 0;
 		for (int i = 0; i < nb; i++) {
-			const int8_t *q = x->q + i * QK_K;
-			const int8_t *sc = b[i].scales;
-			int32x4_t acc = vdupq_n_s32(0);
-			for (int h = 0; h < 2; h++) {
-				const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-				const uint8x16_t hb[2] = {vld1q_u8(qh), vld1q_u8(qh + 16)};
-				for (int k = 0; k < 4; k++) {
-					const int8_t *qq = q + 128 * h + 32 * k;
-					/* bits 2k..2k+1 of qh to bits 4..5 (negative: right shift) */
-					const int8x16_t sh = vdupq_n_s8((int8_t)(4 - 2 * k));
-					for (int t = 0; t < 2; t++) { /* 16 elements: group 8h+2k+t */
-						uint8x16_t lo = vld1q_u8(ql + 32 * (k & 1) + 16 * t);
-						lo = (k & 2) ? vshrq_n_u8(lo, 4) : vandq_u8(lo, m4);
-						uint8x16_t hi = vandq_u8(vshlq_u8(hb[t], sh), m3);
-						int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), k32);
-						int32x4_t p = dot_i8(vdupq_n_s32(0), v, vld1q_s8(qq + 16 * t));
-						acc = vmlaq_n_s32(acc, p, sc[8 * h + 2 * k + t]);
-					}
-				}
-			}
-			s += x->d[i] * f16(b[i].d) * (float)vaddvq_s32(acc);
+			int acc = q6k_block_dot(&b[i], x->q + i * QK_K);
+			s += x->d[i] * f16(b[i].d) * (float)acc;
 		}
 		out[r] = s;
 	}
@@ -340,22 +344,14 @@ static const quant_ops_t neon_q6_k = {IMPL, QT_Q8_K, neon_rows_q6_k, NULL};
 const quant_ops_t *quant_neon_ops(int wtype)
 {
 	switch (wtype) {
-	case QT_F32:
-		return &neon_f32;
-	case QT_F16:
-		return &neon_f16;
-	case QT_BF16:
-		return &neon_bf16;
-	case QT_Q8_0:
-		return &neon_q8_0;
-	case QT_Q4_0:
-		return &neon_q4_0;
-	case QT_Q4_K:
-		return &neon_q4_k;
-	case QT_Q6_K:
-		return &neon_q6_k;
-	default:
-		return NULL;
+	case QT_F32: return &neon_f32;
+	case QT_F16: return &neon_f16;
+	case QT_BF16: return &neon_bf16;
+	case QT_Q8_0: return &neon_q8_0;
+	case QT_Q4_0: return &neon_q4_0;
+	case QT_Q4_K: return &neon_q4_k;
+	case QT_Q6_K: return &neon_q6_k;
+	default: return NULL;
 	}
 }
 
