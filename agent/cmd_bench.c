@@ -22,6 +22,16 @@ static void usage(FILE *f)
 		   "peak RSS for one run (defaults: all cores, 128-token prompt, 64 tokens).\n");
 }
 
+/* CPU seconds used by the process so far (all threads): on a shared machine, wall time / CPU
+ * time shows how much of a run was lost to other processes. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
 static int argmax(const float *x, int n)
 {
 	int b = 0;
@@ -98,10 +108,12 @@ int cmd_bench(int argc, char **argv)
 	int w = toks[0];
 	if (model_forward(m, &w, 1, 0, logits))
 		goto out;
+	double c0 = cpu_s();
 	int64_t t0 = now_ns();
 	if (model_forward(m, toks, n_prompt, 0, logits))
 		goto out;
 	int64_t t1 = now_ns();
+	double c1 = cpu_s();
 	int pos = n_prompt;
 	for (int i = 0; i < n_gen; i++) {
 		int t = argmax(logits, meta.n_vocab);
@@ -109,6 +121,7 @@ int cmd_bench(int argc, char **argv)
 			goto out;
 	}
 	int64_t t2 = now_ns();
+	double c2 = cpu_s();
 	double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
 	uint64_t bpt = model_bytes_per_token(m);
 	struct rusage ru;
@@ -117,10 +130,12 @@ int cmd_bench(int argc, char **argv)
 	meta_types_str(&meta, types, sizeof types);
 	printf("model=%s types=\"%s\" kernels=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
 	       "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
-	       "file_mb=%.0f\n",
+	       "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
+	       "decode_wall_s=%.2f\n",
 	       path, types, impl, pool_threads(pool), n_prompt, n_prompt / pre_s, n_gen,
 	       n_gen / dec_s, (unsigned long long)bpt, (double)bpt * n_gen / dec_s / 1e9,
-	       (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0);
+	       (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s,
+	       c2 - c1, dec_s);
 	rc = 0;
 out:
 	free(logits);

@@ -357,6 +357,14 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		float lp = 0;
 		int t = sampler_sample(e->samp, e->logits, &lp, top, n_top);
 		if (tok_is_eog(e->tok, t)) {
+			/* text still held back (a partial stop string, an unfinished character) is
+			 * output after all: one last callback, carrying the end-of-generation id */
+			size_t plen;
+			const char *rest = tok_stream_flush(&ts, &plen);
+			if (held_add(&held, rest, plen) == 0 && held.len && cb) {
+				eng_token_t tk = {t, held.buf, held.len, lp, top, n_top};
+				cb(ud, &tk);
+			}
 			res->finish = ENG_FINISH_STOP;
 			break;
 		}

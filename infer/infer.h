@@ -69,7 +69,9 @@ typedef struct eng_logprob {
 
 /* One generated token, handed to the callback. text holds the bytes this token completes
  * (UTF-8, never half a character; may be empty while a character is incomplete or while text
- * could still turn into a stop string). Pointers are valid during the callback only. */
+ * could still turn into a stop string). When generation ends at an end-of-generation token while
+ * text is still held back, one last callback carries that text with the end token's id (it is
+ * not counted in completion_tokens). Pointers are valid during the callback only. */
 typedef struct eng_token {
 	int id;
 	const char *text;

@@ -4,9 +4,11 @@
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
  * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
  * down -> residual; final norm and the head. Every matrix product goes through matmul(), the one
- * place that chooses the kernel: a batch of fewer than BLAS_MIN tokens uses the integer matvec
- * kernels (weights read once per batch, rows split over the pool); a larger batch dequantizes
- * tiles of rows and calls cblas_sgemm on each pool thread (OpenBLAS itself single-threaded).
+ * place that chooses the kernel: types with a batched integer kernel (rows8: Q8_0/Q4_0 with
+ * AVX512-VNNI) use it for any batch; otherwise a batch of fewer than BLAS_MIN tokens uses the
+ * integer matvec kernels (weights read once per batch, rows split over the pool) and a larger
+ * one dequantizes tiles of rows and calls cblas_sgemm on each pool thread (OpenBLAS itself
+ * single-threaded).
  *
  * Invariant: the KV cache holds positions [0, pos) of the current sequence for this shard's KV
  * heads; model_forward() only appends.
@@ -75,6 +77,8 @@ struct model {
 	float **tiles;       /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	const quant_ops_t *f32; /* F32 matvec, for attention scores */
+	quant_axpy_fn axpy;     /* for attention's weighted sum of values */
 };
 
 /* ---- binding ------------------------------------------------------------------------------ */
@@ -203,7 +207,7 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
-	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 4 + 63) & ~63u;
+	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 6 + 63) & ~63u;
 	m->act = aligned_alloc(64, b * m->act_stride);
 	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
@@ -296,6 +300,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
+	m->f32 = quant_ops(QT_F32);
+	m->axpy = quant_axpy();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
 #ifndef SHOAL_ACCELERATE
@@ -393,6 +399,12 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
+		if (j->B > 1 && w->ops->rows8) { /* one pass over these rows per 8 inputs */
+			for (int b = 0; b < j->B; b += 8)
+				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
+					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b), j->cols);
+			continue;
+		}
 		for (int b = 0; b < j->B; b++)
 			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
 				     &j->acts[b], j->cols);
@@ -433,7 +445,7 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		j.out[k] = out[k];
 	}
 	int nt = pool_threads(m->pool), rows = w[0]->rows;
-	if (B >= BLAS_MIN) {
+	if (B >= BLAS_MIN && !w[0]->ops->rows8) {
 		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
 		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);
 		return;
@@ -520,13 +532,13 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		int kvh = (m->sh.q_head0 + h) / grp - m->sh.kv_head0;
 		int T = j->pos + b + 1;
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
+		/* sc[t] = q . k_t: the F32 matvec kernel over the cache rows of this KV head */
+		quant_act_t qa = {.type = QT_F32, .f = q};
+		m->f32->rows(sc, (const uint8_t *)(kc + (size_t)kvh * hd), (size_t)m->kvd * sizeof(float),
+			     T, &qa, hd);
 		float mx = -INFINITY;
 		for (int t = 0; t < T; t++) {
-			const float *k = kc + (size_t)t * m->kvd + (size_t)kvh * hd;
-			float s = 0;
-			for (int i = 0; i < hd; i++)
-				s += q[i] * k[i];
-			sc[t] = s * scale;
+			sc[t] *= scale;
 			mx = fmaxf(mx, sc[t]);
 		}
 		float sum = 0;
@@ -536,12 +548,8 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		}
 		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
 		memset(o, 0, (size_t)hd * sizeof *o);
-		for (int t = 0; t < T; t++) {
-			const float *v = vc + (size_t)t * m->kvd + (size_t)kvh * hd;
-			float a = sc[t] / sum;
-			for (int i = 0; i < hd; i++)
-				o[i] += a * v[i];
-		}
+		for (int t = 0; t < T; t++)
+			m->axpy(o, sc[t] / sum, vc + (size_t)t * m->kvd + (size_t)kvh * hd, hd);
 	}
 }
 

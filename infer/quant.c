@@ -447,7 +447,7 @@ size_t quant_act_bytes(int wtype, int n)
 {
 	switch (act_type_of(wtype)) {
 	case QT_Q8_0:
-		return (size_t)n + (size_t)(n / QK8_0) * 4;
+		return (size_t)n + (size_t)(n / QK8_0) * 6;
 	case QT_Q8_K:
 		return (size_t)n + (size_t)(n / QK_K) * 4 + (size_t)(n / 16) * 2;
 	default:
@@ -463,6 +463,7 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 	if (a->type == QT_Q8_0) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
+		int16_t *bs = (int16_t *)(p + n + (n / QK8_0) * 4);
 		for (int i = 0; i < n / QK8_0; i++) {
 			const float *xb = x + i * QK8_0;
 			float amax = 0;
@@ -470,11 +471,16 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 				amax = fmaxf(amax, fabsf(xb[j]));
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 			d[i] = s;
-			for (int j = 0; j < QK8_0; j++)
+			int sum = 0;
+			for (int j = 0; j < QK8_0; j++) {
 				q[i * QK8_0 + j] = (int8_t)nearest(xb[j] * is);
+				sum += q[i * QK8_0 + j];
+			}
+			bs[i] = (int16_t)sum;
 		}
 		a->q = q;
 		a->d = d;
+		a->bsums = bs;
 	} else if (a->type == QT_Q8_K) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
@@ -494,6 +500,7 @@ quant_act_t quant_act_slice(const quant_act_t *a, int col0)
 	if (a->type == QT_Q8_0) {
 		s.q += col0;
 		s.d += col0 / QK8_0;
+		s.bsums += col0 / QK8_0;
 	} else if (a->type == QT_Q8_K) {
 		s.q += col0;
 		s.d += col0 / QK_K;
@@ -634,13 +641,13 @@ REF_DEQUANT(ref_dq_q4_0, QT_Q4_0)
 REF_DEQUANT(ref_dq_q4_k, QT_Q4_K)
 REF_DEQUANT(ref_dq_q6_k, QT_Q6_K)
 
-static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32};
-static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16};
-static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16};
-static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0};
-static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0};
-static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k};
-static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k};
+static const quant_ops_t ref_f32 = {"ref", QT_F32, ref_rows_f32, ref_dq_f32, NULL};
+static const quant_ops_t ref_f16 = {"ref", QT_F32, ref_rows_f16, ref_dq_f16, NULL};
+static const quant_ops_t ref_bf16 = {"ref", QT_F32, ref_rows_bf16, ref_dq_bf16, NULL};
+static const quant_ops_t ref_q8_0 = {"ref", QT_Q8_0, ref_rows_q8_0, ref_dq_q8_0, NULL};
+static const quant_ops_t ref_q4_0 = {"ref", QT_Q8_0, ref_rows_q4_0, ref_dq_q4_0, NULL};
+static const quant_ops_t ref_q4_k = {"ref", QT_Q8_K, ref_rows_q4_k, ref_dq_q4_k, NULL};
+static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k, NULL};
 
 const quant_ops_t *quant_ops_ref(int wtype)
 {
@@ -673,6 +680,18 @@ const quant_ops_t *quant_ops_opt(int wtype)
 }
 
 static int quant_use_ref; /* set once by quant_init before threads start */
+
+static void ref_axpy(float *y, float a, const float *x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+quant_axpy_fn quant_axpy(void)
+{
+	quant_axpy_fn f = quant_use_ref ? NULL : quant_x86_axpy();
+	return f ? f : ref_axpy;
+}
 
 const char *quant_init(int force_ref)
 {

@@ -67,8 +67,9 @@ _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k block");
 _Static_assert(sizeof(blk_q6_k) == 210, "q6_k block");
 
-/* An activation vector prepared for one weight type. For QT_Q8_0 activations: q[n] and
- * d[n/32]; for QT_Q8_K: q[n], d[n/256], bsums[n/16] (sum of each 16 q's); for QT_F32: f[n]. */
+/* An activation vector prepared for one weight type. For QT_Q8_0 activations: q[n], d[n/32]
+ * and bsums[n/32] (sum of each block's q); for QT_Q8_K: q[n], d[n/256], bsums[n/16] (sum of
+ * each 16 q's); for QT_F32: f[n]. */
 typedef struct quant_act {
 	int type;
 	const int8_t *q;
@@ -82,6 +83,11 @@ typedef struct quant_act {
 typedef void (*quant_rows_fn)(float *out, const uint8_t *w, size_t stride, int nrows,
 			      const quant_act_t *x, int n);
 
+/* out[t * ldo + r] = dot(row r of w, x[t]) for r in [0, nrows), t in [0, nt) (nt <= 8): one
+ * pass over the weights serves up to 8 activation vectors (prompt processing). */
+typedef void (*quant_rows8_fn)(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, int nt, int n);
+
 /* dst[n] = the n elements of one row (n a whole number of blocks). */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int n);
 
@@ -91,6 +97,7 @@ typedef struct quant_ops {
 	quant_rows_fn rows;       /* matvec over a row range */
 	quant_dequant_fn dequant; /* row to F32 (prefill tiles for sgemm); optional in optimized
 				   * tables (NULL: use quant_ops_ref(t)->dequant) */
+	quant_rows8_fn rows8;     /* optional: batched integer kernel; NULL = use sgemm/rows */
 } quant_ops_t;
 
 /* fp16 / bf16 helpers (plain C, exact). */
@@ -127,6 +134,11 @@ size_t quant_act_bytes(int wtype, int n);
 void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t *a);
 /* The activation restricted to columns [col0, ...) (col0 a multiple of the block size). */
 quant_act_t quant_act_slice(const quant_act_t *a, int col0);
+
+/* y[i] += a * x[i] for i < n (attention's weighted sum of values): best available version. */
+typedef void (*quant_axpy_fn)(float *y, float a, const float *x, int n);
+quant_axpy_fn quant_axpy(void);
+quant_axpy_fn quant_x86_axpy(void); /* NULL when unavailable */
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);

@@ -8,6 +8,8 @@
 #include "infer/model.h"
 #include "infer/quant.h"
 
+#include <pthread.h>
+
 static int argmax(const float *x, int n)
 {
 	int b = 0;
@@ -200,6 +202,113 @@ TEST(batched_llama_q4_0) { batched_vs_sequential("llama", QT_Q4_0); }
 TEST(batched_llama_q6_k) { batched_vs_sequential("llama", QT_Q6_K); }
 TEST(batched_llama_f16) { batched_vs_sequential("llama", QT_F16); }
 
+/* ---- the tensor-parallel seam: two shards in two threads, summed by a toy all-reduce ---- */
+
+typedef struct toy_ar {
+	pthread_barrier_t bar;
+	float *slot[2];
+	int n;
+} toy_ar_t;
+
+typedef struct rank_ctx {
+	toy_ar_t *ar;
+	int rank;
+	model_t *m;
+	float *logits;
+	int rc;
+} rank_ctx_t;
+
+static int toy_allreduce(void *ctx, float *x, int n)
+{
+	rank_ctx_t *r = ctx;
+	toy_ar_t *a = r->ar;
+	memcpy(a->slot[r->rank], x, (size_t)n * sizeof *x);
+	pthread_barrier_wait(&a->bar);
+	const float *o = a->slot[1 - r->rank];
+	for (int i = 0; i < n; i++) /* the same order on both ranks: identical sums */
+		x[i] = r->rank == 0 ? x[i] + o[i] : o[i] + x[i];
+	pthread_barrier_wait(&a->bar);
+	return 0;
+}
+
+static void *rank_main(void *arg)
+{
+	rank_ctx_t *r = arg;
+	r->rc = model_forward(r->m, prompt24, 24, 0, r->logits); /* batched: the sgemm path */
+	for (int i = 0; i < 4 && !r->rc; i++) {
+		int t = prompt24[i];
+		r->rc = model_forward(r->m, &t, 1, 24 + i, r->logits); /* decode: the matvec path */
+	}
+	return NULL;
+}
+
+static void sharded_matches_full(int type, const model_shard_t *sh)
+{
+	char path[256], err[256];
+	gen_t full;
+	if (gen_open(&full, "qwen2", type, 1, path)) {
+		CHECK(0);
+		return;
+	}
+	int n = full.meta.n_vocab;
+	float *want = malloc(n * sizeof *want);
+	CHECK_EQ_INT(model_forward(full.m, prompt24, 24, 0, want), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ_INT(model_forward(full.m, &prompt24[i], 1, 24 + i, want), 0);
+
+	toy_ar_t ar;
+	pthread_barrier_init(&ar.bar, NULL, 2);
+	rank_ctx_t rk[2];
+	pool_t *pools[2];
+	pthread_t th[2];
+	for (int r = 0; r < 2; r++) {
+		ar.slot[r] = malloc(64 * full.meta.dim * sizeof(float));
+		pools[r] = pool_new(1);
+		rk[r] = (rank_ctx_t){&ar, r, NULL, malloc(n * sizeof(float)), 0};
+		CHECK_EQ_INT(model_new(&rk[r].m, full.g, &full.meta, &sh[r], 256, pools[r], err,
+				       sizeof err), 0);
+		model_set_allreduce(rk[r].m, toy_allreduce, &rk[r]);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_create(&th[r], NULL, rank_main, &rk[r]);
+	for (int r = 0; r < 2; r++)
+		pthread_join(th[r], NULL);
+	double num = 0, den = 0;
+	for (int k = 0; k < n; k++) {
+		num += (rk[0].logits[k] - want[k]) * (rk[0].logits[k] - want[k]);
+		den += want[k] * want[k];
+	}
+	CHECK_EQ_INT(rk[0].rc, 0);
+	CHECK_EQ_INT(rk[1].rc, 0);
+	CHECK(!memcmp(rk[0].logits, rk[1].logits, n * sizeof(float))); /* ranks agree exactly */
+	CHECK_EQ_INT(argmax(rk[0].logits, n), argmax(want, n));
+	if (!(num / den < 1e-8))
+		fprintf(stderr, "sharded vs full (type %d): nmse %g\n", type, num / den);
+	CHECK(num / den < 1e-8);
+	/* a shard whose column slice would split a quant block is refused */
+	model_shard_t bad = {0, 4, 0, 1, 0, 100};
+	model_t *mb = NULL;
+	if (type != QT_F32)
+		CHECK(model_new(&mb, full.g, &full.meta, &bad, 256, pools[0], err, sizeof err) < 0);
+	model_free(mb);
+	for (int r = 0; r < 2; r++) {
+		model_free(rk[r].m);
+		pool_free(pools[r]);
+		free(rk[r].logits);
+		free(ar.slot[r]);
+	}
+	pthread_barrier_destroy(&ar.bar);
+	free(want);
+	gen_close(&full, path);
+}
+
+/* 8 heads / 2 KV heads / ffn 512: an even split, and a 3:1 split where rank 0 holds both KV
+ * heads and rank 1 a replica of the second. */
+static const model_shard_t even[2] = {{0, 4, 0, 1, 0, 256}, {4, 4, 1, 1, 256, 256}};
+static const model_shard_t uneven[2] = {{0, 6, 0, 2, 0, 384}, {6, 2, 1, 1, 384, 128}};
+TEST(tensor_parallel_seam_f32) { sharded_matches_full(QT_F32, even); }
+TEST(tensor_parallel_seam_q8_0_uneven) { sharded_matches_full(QT_Q8_0, uneven); }
+
 TEST(bad_input)
 {
 	char p1[256];
@@ -226,6 +335,8 @@ int main(void)
 	RUN(batched_llama_q4_0);
 	RUN(batched_llama_q6_k);
 	RUN(batched_llama_f16);
+	RUN(tensor_parallel_seam_f32);
+	RUN(tensor_parallel_seam_q8_0_uneven);
 	RUN(bad_input);
 	return harness_done();
 }

@@ -210,6 +210,53 @@ static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 	atomic_fetch_add(&pool_hits[chunk], 1);
 }
 
+/* Batched kernels (rows8) against the reference one vector at a time, for 1..8 vectors. */
+TEST(batched_kernels_vs_reference)
+{
+	enum { ROWS = 19, N = 512 };
+	static float w[ROWS * N], x[8][N], ref[8][ROWS], opt[8][ROWS];
+	static uint8_t wq[ROWS * N * 4], act[8][N * 2];
+	for (int i = 0; i < ROWS * N; i++)
+		w[i] = frand();
+	for (int t = 0; t < 8; t++)
+		for (int i = 0; i < N; i++)
+			x[t][i] = frand() * (float)(t + 1);
+	int tested = 0;
+	for (size_t k = 0; k < ARRAY_LEN(types); k++) {
+		int t = types[k];
+		const quant_ops_t *ro = quant_ops_ref(t), *oo = quant_ops_opt(t);
+		if (!oo->rows8)
+			continue;
+		tested++;
+		size_t rb = quant_row_bytes(t, N);
+		for (int r = 0; r < ROWS; r++)
+			quant_quantize_row(t, w + r * N, wq + r * rb, N);
+		quant_act_t a[8];
+		for (int v = 0; v < 8; v++) {
+			quant_act_prepare(t, x[v], N, act[v], &a[v]);
+			ro->rows(ref[v], wq, rb, ROWS, &a[v], N);
+		}
+		for (int nt = 1; nt <= 8; nt++) {
+			memset(opt, 0, sizeof opt);
+			oo->rows8(&opt[0][0], ROWS, wq, rb, ROWS, a, nt, N);
+			for (int v = 0; v < nt; v++)
+				CHECK(nmse(opt[v], ref[v], ROWS) <= 1e-10);
+			for (int v = nt; v < 8; v++) /* nothing written past nt */
+				CHECK(opt[v][0] == 0);
+		}
+	}
+	if (!tested)
+		SKIP("no batched kernel on this CPU");
+}
+
+/* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */
+TEST(kernels_vs_reference_avx2)
+{
+	setenv("SHOAL_NO_VNNI", "1", 1);
+	test_kernels_vs_reference();
+	unsetenv("SHOAL_NO_VNNI");
+}
+
 TEST(pool_runs_every_thread)
 {
 	pool_t *p = pool_new(3);
@@ -235,6 +282,8 @@ int main(void)
 	RUN(quantize_roundtrip);
 	RUN(block_layouts);
 	RUN(kernels_vs_reference);
+	RUN(kernels_vs_reference_avx2);
+	RUN(batched_kernels_vs_reference);
 	RUN(pool_runs_every_thread);
 	return harness_done();
 }
