@@ -332,14 +332,16 @@ static void neon_dq_q4_0(const void *src, float *dst, int n)
 #endif
 
 /* Q4_K / Q6_K / F32 / BF16 dequantize: NULL, the reference is used (their float expressions are
- * left to the compiler's contraction, which an exact copy here could not promise to match). */
-static const quant_ops_t neon_f32 = {IMPL, QT_F32, neon_rows_f32, NULL};
-static const quant_ops_t neon_f16 = {IMPL, QT_F32, neon_rows_f16, neon_dq_f16};
-static const quant_ops_t neon_bf16 = {IMPL, QT_F32, neon_rows_bf16, NULL};
-static const quant_ops_t neon_q8_0 = {IMPL, QT_Q8_0, neon_rows_q8_0, neon_dq_q8_0};
-static const quant_ops_t neon_q4_0 = {IMPL, QT_Q8_0, neon_rows_q4_0, neon_dq_q4_0};
-static const quant_ops_t neon_q4_k = {IMPL, QT_Q8_K, neon_rows_q4_k, NULL};
-static const quant_ops_t neon_q6_k = {IMPL, QT_Q8_K, neon_rows_q6_k, NULL};
+ * left to the compiler's contraction, which an exact copy here could not promise to match).
+ * rows8 (batched integer kernel): NULL, on purpose: with it model.c would never use sgemm for
+ * these types, and on a Mac sgemm is Accelerate's, which nothing measured here says to give up. */
+static const quant_ops_t neon_f32 = {IMPL, QT_F32, neon_rows_f32, NULL, NULL};
+static const quant_ops_t neon_f16 = {IMPL, QT_F32, neon_rows_f16, neon_dq_f16, NULL};
+static const quant_ops_t neon_bf16 = {IMPL, QT_F32, neon_rows_bf16, NULL, NULL};
+static const quant_ops_t neon_q8_0 = {IMPL, QT_Q8_0, neon_rows_q8_0, neon_dq_q8_0, NULL};
+static const quant_ops_t neon_q4_0 = {IMPL, QT_Q8_0, neon_rows_q4_0, neon_dq_q4_0, NULL};
+static const quant_ops_t neon_q4_k = {IMPL, QT_Q8_K, neon_rows_q4_k, NULL, NULL};
+static const quant_ops_t neon_q6_k = {IMPL, QT_Q8_K, neon_rows_q6_k, NULL, NULL};
 
 const quant_ops_t *quant_neon_ops(int wtype)
 {
