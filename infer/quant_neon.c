@@ -5,7 +5,7 @@
  * and chosen at compile time: with __ARM_FEATURE_DOTPROD (Apple clang's default, or
  * -march=armv8.2-a+dotprod) dot_i8() is one sdot; without it, the baseline build multiplies byte
  * pairs into int16 (vmull_s8) and folds pairs into int32 (vpadalq_s16), and contains no sdot.
- * On other targets this file is empty (quant_neon_ops() returns NULL).
+ * On other targets this file is empty (quant_neon_ops() and quant_neon_axpy() return NULL).
  *
  * Float types: four vfmaq_f32 accumulators (F16 widened with vcvt_f32_f16, BF16 by a 16-bit
  * shift). Q8_0/Q4_0: per block one int32x4 dot, scaled into float accumulators. Q4_K/Q6_K: an
@@ -325,6 +325,18 @@ static void neon_dq_q4_0(const void *src, float *dst, int n)
 	}
 }
 
+/* y[i] += a * x[i] (attention's weighted sum of values). */
+static void neon_axpy(float *y, float a, const float *x, int n)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), vld1q_f32(x + i), a));
+		vst1q_f32(y + i + 4, vfmaq_n_f32(vld1q_f32(y + i + 4), vld1q_f32(x + i + 4), a));
+	}
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
 #if defined(__ARM_FEATURE_DOTPROD)
 #define IMPL "neon-dotprod"
 #else
@@ -357,11 +369,21 @@ const quant_ops_t *quant_neon_ops(int wtype)
 	}
 }
 
+quant_axpy_fn quant_neon_axpy(void)
+{
+	return neon_axpy;
+}
+
 #else
 
 const quant_ops_t *quant_neon_ops(int wtype)
 {
 	(void)wtype;
+	return NULL;
+}
+
+quant_axpy_fn quant_neon_axpy(void)
+{
 	return NULL;
 }
 
