@@ -690,6 +690,8 @@ static void ref_axpy(float *y, float a, const float *x, int n)
 quant_axpy_fn quant_axpy(void)
 {
 	quant_axpy_fn f = quant_use_ref ? NULL : quant_x86_axpy();
+	if (!f && !quant_use_ref)
+		f = quant_neon_axpy();
 	return f ? f : ref_axpy;
 }
 

@@ -139,6 +139,7 @@ quant_act_t quant_act_slice(const quant_act_t *a, int col0);
 typedef void (*quant_axpy_fn)(float *y, float a, const float *x, int n);
 quant_axpy_fn quant_axpy(void);
 quant_axpy_fn quant_x86_axpy(void); /* NULL when unavailable */
+quant_axpy_fn quant_neon_axpy(void); /* NULL when not built for aarch64 */
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);
