@@ -257,6 +257,23 @@ TEST(kernels_vs_reference_avx2)
 	unsetenv("SHOAL_NO_VNNI");
 }
 
+/* The chosen axpy (attention's weighted sum) against the plain loop; 37 reaches the tail. */
+TEST(axpy_vs_reference)
+{
+	enum { N = 37 };
+	float x[N], y[N], yref[N];
+	quant_init(0);
+	quant_axpy_fn f = quant_axpy();
+	for (int i = 0; i < N; i++) {
+		x[i] = frand();
+		y[i] = yref[i] = frand();
+	}
+	f(y, 0.75f, x, N);
+	for (int i = 0; i < N; i++)
+		yref[i] += 0.75f * x[i];
+	CHECK(nmse(y, yref, N) <= 1e-10);
+}
+
 TEST(pool_runs_every_thread)
 {
 	pool_t *p = pool_new(3);
@@ -284,6 +301,7 @@ int main(void)
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);
+	RUN(axpy_vs_reference);
 	RUN(pool_runs_every_thread);
 	return harness_done();
 }
