@@ -2,7 +2,7 @@
  * quant_neon.c: Arm NEON matvec kernels (Apple silicon, Graviton, Raspberry Pi 4/5). NEON is part
  * of every AArch64 CPU, so unlike the x86 tables there is no run-time check: an aarch64 build
  * always hands these tables out. The 8-bit dot product (sdot, vdotq_s32) is optional in Armv8.2
- * and chosen at compile time: with __ARM_FEATURE_DOTPROD (Apple clang's default, or
+ * and chosen at compile time: with __ARM_FEATURE_DOTPROD (clang's default for arm64 macOS, or
  * -march=armv8.2-a+dotprod) dot_i8() is one sdot; without it, the baseline build multiplies byte
  * pairs into int16 (vmull_s8) and folds pairs into int32 (vpadalq_s16), and contains no sdot.
  * On other targets this file is empty (quant_neon_ops() and quant_neon_axpy() return NULL).
