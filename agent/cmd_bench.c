@@ -44,33 +44,21 @@ static int argmax(const float *x, int n)
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
-		{"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
-		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
+	    {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
+	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
 	};
 	const char *path = NULL;
 	int threads = 0, n_prompt = 128, n_gen = 64, c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'm':
-			path = optarg;
-			break;
-		case 't':
-			threads = atoi(optarg);
-			break;
-		case 'p':
-			n_prompt = atoi(optarg);
-			break;
-		case 'g':
-			n_gen = atoi(optarg);
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
+		case 'm': path = optarg; break;
+		case 't': threads = atoi(optarg); break;
+		case 'p': n_prompt = atoi(optarg); break;
+		case 'g': n_gen = atoi(optarg); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
 		}
 	}
 	if (!path || optind != argc || threads < 0 || n_prompt < 1 || n_gen < 1) {

@@ -16,22 +16,23 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal generate --model FILE.gguf (--prompt TEXT | --chat MESSAGE) [options]\n"
-		"  --max-tokens N        stop after N tokens (default 256; 0 = until EOS/context end)\n"
-		"  --temperature T       0 = greedy (default)\n"
-		"  --top-k K, --top-p P, --min-p P\n"
-		"  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
-		"  --seed S              sampling seed (default: from the clock)\n"
-		"  --stop TEXT           stop string (repeatable, up to %d)\n"
-		"  --threads N           compute threads (default: all cores)\n"
-		"  --ctx N               context length (default: the model's, capped by memory)\n"
-		"  --system TEXT         system message for --chat\n"
-		"  --chat-template NAME  template family override (chatml, llama3, ...)\n"
-		"  --ids                 print the generated token ids on one line instead of text\n"
-		"  --top-logprobs K      print one JSON line per token with the top K alternatives\n"
-		"  --stats               print prompt and generation speed to stderr\n",
-		MAX_STOPS);
+	fprintf(
+	    f,
+	    "usage: shoal generate --model FILE.gguf (--prompt TEXT | --chat MESSAGE) [options]\n"
+	    "  --max-tokens N        stop after N tokens (default 256; 0 = until EOS/context end)\n"
+	    "  --temperature T       0 = greedy (default)\n"
+	    "  --top-k K, --top-p P, --min-p P\n"
+	    "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
+	    "  --seed S              sampling seed (default: from the clock)\n"
+	    "  --stop TEXT           stop string (repeatable, up to %d)\n"
+	    "  --threads N           compute threads (default: all cores)\n"
+	    "  --ctx N               context length (default: the model's, capped by memory)\n"
+	    "  --system TEXT         system message for --chat\n"
+	    "  --chat-template NAME  template family override (chatml, llama3, ...)\n"
+	    "  --ids                 print the generated token ids on one line instead of text\n"
+	    "  --top-logprobs K      print one JSON line per token with the top K alternatives\n"
+	    "  --stats               print prompt and generation speed to stderr\n",
+	    MAX_STOPS);
 }
 
 typedef struct gen_out {
@@ -91,29 +92,29 @@ static int num(const char *s, double lo, double hi, double *out)
 int cmd_generate(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, 0, 'm'},
-		{"prompt", required_argument, 0, 'p'},
-		{"chat", required_argument, 0, 'c'},
-		{"system", required_argument, 0, 'S'},
-		{"max-tokens", required_argument, 0, 'n'},
-		{"temperature", required_argument, 0, 'T'},
-		{"top-k", required_argument, 0, 'k'},
-		{"top-p", required_argument, 0, 'P'},
-		{"min-p", required_argument, 0, 'M'},
-		{"repeat-penalty", required_argument, 0, 'r'},
-		{"presence-penalty", required_argument, 0, 'e'},
-		{"frequency-penalty", required_argument, 0, 'f'},
-		{"seed", required_argument, 0, 's'},
-		{"stop", required_argument, 0, 'x'},
-		{"threads", required_argument, 0, 't'},
-		{"ctx", required_argument, 0, 'C'},
-		{"chat-template", required_argument, 0, 'y'},
-		{"ids", no_argument, 0, 'i'},
-		{"top-logprobs", required_argument, 0, 'l'},
-		{"stats", no_argument, 0, 'z'},
-		{"log-level", required_argument, 0, 'L'},
-		{"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"prompt", required_argument, 0, 'p'},
+	    {"chat", required_argument, 0, 'c'},
+	    {"system", required_argument, 0, 'S'},
+	    {"max-tokens", required_argument, 0, 'n'},
+	    {"temperature", required_argument, 0, 'T'},
+	    {"top-k", required_argument, 0, 'k'},
+	    {"top-p", required_argument, 0, 'P'},
+	    {"min-p", required_argument, 0, 'M'},
+	    {"repeat-penalty", required_argument, 0, 'r'},
+	    {"presence-penalty", required_argument, 0, 'e'},
+	    {"frequency-penalty", required_argument, 0, 'f'},
+	    {"seed", required_argument, 0, 's'},
+	    {"stop", required_argument, 0, 'x'},
+	    {"threads", required_argument, 0, 't'},
+	    {"ctx", required_argument, 0, 'C'},
+	    {"chat-template", required_argument, 0, 'y'},
+	    {"ids", no_argument, 0, 'i'},
+	    {"top-logprobs", required_argument, 0, 'l'},
+	    {"stats", no_argument, 0, 'z'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	eng_opts_t eo = {0};
 	eng_sampling_t sp;
@@ -128,18 +129,10 @@ int cmd_generate(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "m:p:h", opts, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 'm':
-			eo.model_path = optarg;
-			break;
-		case 'p':
-			prompt = optarg;
-			break;
-		case 'c':
-			chat = optarg;
-			break;
-		case 'S':
-			system = optarg;
-			break;
+		case 'm': eo.model_path = optarg; break;
+		case 'p': prompt = optarg; break;
+		case 'c': chat = optarg; break;
+		case 'S': system = optarg; break;
 		case 'n':
 			bad = num(optarg, 0, 1 << 24, &v);
 			sp.max_tokens = (int)v;
@@ -172,9 +165,7 @@ int cmd_generate(int argc, char **argv)
 			bad = num(optarg, -10, 10, &v);
 			sp.frequency_penalty = (float)v;
 			break;
-		case 's':
-			sp.seed = strtoull(optarg, NULL, 10);
-			break;
+		case 's': sp.seed = strtoull(optarg, NULL, 10); break;
 		case 'x':
 			if (n_stop == MAX_STOPS)
 				bad = 1;
@@ -189,30 +180,20 @@ int cmd_generate(int argc, char **argv)
 			bad = num(optarg, 0, 1 << 24, &v);
 			eo.ctx = (int)v;
 			break;
-		case 'y':
-			eo.chat_template = optarg;
-			break;
-		case 'i':
-			out.ids_only = 1;
-			break;
+		case 'y': eo.chat_template = optarg; break;
+		case 'i': out.ids_only = 1; break;
 		case 'l':
 			bad = num(optarg, 0, 20, &v);
 			sp.top_logprobs = (int)v;
 			out.json = sp.top_logprobs > 0;
 			break;
-		case 'z':
-			stats = 1;
-			break;
+		case 'z': stats = 1; break;
 		case 'L':
 			if (cli_set_log_level(optarg))
 				return 2;
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
 		}
 		if (bad) {
 			fprintf(stderr, "shoal generate: bad value '%s'\n", optarg);
@@ -261,13 +242,14 @@ int cmd_generate(int argc, char **argv)
 	fflush(stdout);
 	if (stats) {
 		const char *why = res.finish == ENG_FINISH_STOP ? "stop" : "length";
-		fprintf(stderr,
-			"prompt: %d tokens in %.1f ms (%.1f tok/s); generation: %d tokens in %.1f ms "
-			"(%.2f tok/s); finish: %s\n",
-			res.prompt_tokens, res.prompt_ms,
-			res.prompt_ms > 0 ? res.prompt_tokens * 1000.0 / res.prompt_ms : 0.0,
-			res.completion_tokens, res.gen_ms,
-			res.gen_ms > 0 ? res.completion_tokens * 1000.0 / res.gen_ms : 0.0, why);
+		fprintf(
+		    stderr,
+		    "prompt: %d tokens in %.1f ms (%.1f tok/s); generation: %d tokens in %.1f ms "
+		    "(%.2f tok/s); finish: %s\n",
+		    res.prompt_tokens, res.prompt_ms,
+		    res.prompt_ms > 0 ? res.prompt_tokens * 1000.0 / res.prompt_ms : 0.0,
+		    res.completion_tokens, res.gen_ms,
+		    res.gen_ms > 0 ? res.completion_tokens * 1000.0 / res.gen_ms : 0.0, why);
 	}
 	rc = 0;
 out:

@@ -17,9 +17,10 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: shoal info --model FILE.gguf\n"
-		   "  Prints the architecture, sizes, tensor types, tokenizer, chat template family\n"
-		   "  and the memory the weights take. Exits 1 when the model cannot run here.\n");
+	fprintf(f,
+		"usage: shoal info --model FILE.gguf\n"
+		"  Prints the architecture, sizes, tensor types, tokenizer, chat template family\n"
+		"  and the memory the weights take. Exits 1 when the model cannot run here.\n");
 }
 
 static void human(uint64_t b, char *buf, size_t n)
@@ -35,10 +36,10 @@ static void human(uint64_t b, char *buf, size_t n)
 int cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, 0, 'm'},
-		{"help", no_argument, 0, 'h'},
-		{"log-level", required_argument, 0, 'L'},
-		{0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"help", no_argument, 0, 'h'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {0, 0, 0, 0},
 	};
 	const char *model = NULL;
 	int c;
@@ -105,9 +106,10 @@ int cmd_info(int argc, char **argv)
 		printf("tokenizer:     not supported: %s\n", err);
 		rc = 1;
 	} else {
-		printf("tokenizer:     %s, pre-tokenizer %s, %d tokens, bos %d, eos %d, add bos %s\n",
-		       tok_kind_name(t), tok_pre_name(t), tok_n_vocab(t), tok_bos(t), tok_eos(t),
-		       tok_add_bos(t) ? "yes" : "no");
+		printf(
+		    "tokenizer:     %s, pre-tokenizer %s, %d tokens, bos %d, eos %d, add bos %s\n",
+		    tok_kind_name(t), tok_pre_name(t), tok_n_vocab(t), tok_bos(t), tok_eos(t),
+		    tok_add_bos(t) ? "yes" : "no");
 	}
 	const char *tmpl = NULL, *fam;
 	size_t tl = 0;

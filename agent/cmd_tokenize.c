@@ -66,8 +66,9 @@ static int do_decode(const tok_t *t, const char *in, int special)
 		errno = 0;
 		long v = strtol(p, &end, 10);
 		if (end == p || errno || v < 0 || v >= tok_n_vocab(t)) {
-			fprintf(stderr, "shoal tokenize: bad token id near '%.12s' (vocabulary has %d)\n",
-				p, tok_n_vocab(t));
+			int w = (int)strcspn(p, " \t\r\n,[]");
+			fprintf(stderr, "shoal tokenize: bad token id '%.*s' (vocabulary has %d)\n",
+				w > 20 ? 20 : w, p, tok_n_vocab(t));
 			goto done;
 		}
 		if (n == cap) {
@@ -97,10 +98,13 @@ done:
 int cmd_tokenize(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"model", required_argument, 0, 'm'}, {"bos", no_argument, 0, 'b'},
-		{"special", no_argument, 0, 's'},     {"decode", no_argument, 0, 'd'},
-		{"help", no_argument, 0, 'h'},	      {"log-level", required_argument, 0, 'L'},
-		{0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"bos", no_argument, 0, 'b'},
+	    {"special", no_argument, 0, 's'},
+	    {"decode", no_argument, 0, 'd'},
+	    {"help", no_argument, 0, 'h'},
+	    {"log-level", required_argument, 0, 'L'},
+	    {0, 0, 0, 0},
 	};
 	const char *model = NULL;
 	int bos = 0, special = 0, decode = 0, c;

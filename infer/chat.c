@@ -15,11 +15,27 @@
 #include <string.h>
 
 static const char *const families[] = {
-	"chatml",	 "llama2",	     "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
-	"mistral-v1",	 "mistral-v3",	     "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken",
-	"llama3",	 "gemma",	     "phi3",	   "zephyr",	     "deepseek",
-	"deepseek2",	 "deepseek3",	     "command-r",  "openchat",	     "vicuna",
-	"vicuna-orca",
+    "chatml",
+    "llama2",
+    "llama2-sys",
+    "llama2-sys-bos",
+    "llama2-sys-strip",
+    "mistral-v1",
+    "mistral-v3",
+    "mistral-v3-tekken",
+    "mistral-v7",
+    "mistral-v7-tekken",
+    "llama3",
+    "gemma",
+    "phi3",
+    "zephyr",
+    "deepseek",
+    "deepseek2",
+    "deepseek3",
+    "command-r",
+    "openchat",
+    "vicuna",
+    "vicuna-orca",
 };
 
 const char *chat_family_names(void)
@@ -360,7 +376,8 @@ int chat_render(const char *f, const eng_msg_t *m, int n, int add, const char *e
 			else if (r == R_USER)
 				sb_cat(&b, "User: ", m[i].content, "\n\n", NULL);
 			else
-				sb_cat(&b, "Assistant: ", m[i].content, "<｜end▁of▁sentence｜>", NULL);
+				sb_cat(&b, "Assistant: ", m[i].content, "<｜end▁of▁sentence｜>",
+				       NULL);
 		}
 		if (add)
 			sb_cat(&b, "Assistant:", NULL);

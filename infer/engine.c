@@ -11,10 +11,10 @@
  * Invariant: e->cache[0..n_cache) are the tokens whose keys/values the model's KV cache holds,
  * so a request that starts with the same tokens (a chat's earlier turns) only computes the rest.
  */
-#include "infer/infer.h"
 #include "common/common.h"
 #include "infer/chat.h"
 #include "infer/gguf.h"
+#include "infer/infer.h"
 #include "infer/meta.h"
 #include "infer/model.h"
 #include "infer/pool.h"
@@ -33,15 +33,15 @@ struct eng {
 	gguf_t *g;
 	model_meta_t meta;
 	tok_t *tok;
-	const char *chat;  /* template family (static string), NULL when unusable */
+	const char *chat;   /* template family (static string), NULL when unusable */
 	char chat_err[256]; /* why there is no template */
 	pool_t *pool;
 	model_t *model;
 	sampler_t *samp;
 	eng_info_t info;
 	char name[160];
-	float *logits;  /* [n_vocab] */
-	int *cache;     /* [n_ctx] tokens held in the KV cache */
+	float *logits; /* [n_vocab] */
+	int *cache;    /* [n_ctx] tokens held in the KV cache */
 	int n_cache;
 };
 
@@ -183,7 +183,10 @@ void eng_free(eng_t *e)
 	free(e);
 }
 
-const eng_info_t *eng_info(const eng_t *e) { return &e->info; }
+const eng_info_t *eng_info(const eng_t *e)
+{
+	return &e->info;
+}
 
 int eng_tokenize(const eng_t *e, const char *text, int add_bos, int special, int **ids, int *n_ids,
 		 char *err, size_t errlen)
@@ -192,8 +195,8 @@ int eng_tokenize(const eng_t *e, const char *text, int add_bos, int special, int
 	*n_ids = 0;
 	if (!text)
 		return sh_fail(err, errlen, SH_EINVAL, "no text");
-	int rc = tok_encode(e->tok, text, strlen(text), add_bos && tok_add_bos(e->tok), special, ids,
-			    n_ids);
+	int rc = tok_encode(e->tok, text, strlen(text), add_bos && tok_add_bos(e->tok), special,
+			    ids, n_ids);
 	if (rc)
 		return sh_fail(err, errlen, rc, "cannot tokenize: %s", sh_strerror(rc));
 	return 0;
@@ -214,7 +217,8 @@ int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids
 	if (!e->chat)
 		return sh_fail(err, errlen, SH_EUNSUPP, "%s", e->chat_err);
 	size_t elen = 0;
-	const char *eos = tok_eos(e->tok) >= 0 ? tok_piece(e->tok, tok_eos(e->tok), 1, &elen) : NULL;
+	const char *eos =
+	    tok_eos(e->tok) >= 0 ? tok_piece(e->tok, tok_eos(e->tok), 1, &elen) : NULL;
 	char eosbuf[64];
 	if (eos) { /* a piece is not NUL-terminated */
 		snprintf(eosbuf, sizeof eosbuf, "%.*s", (int)MIN(elen, sizeof eosbuf - 1), eos);
@@ -328,7 +332,8 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL, "empty prompt");
 	if (n_prompt >= n_ctx)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
-			       "prompt of %d tokens does not fit the context of %d", n_prompt, n_ctx);
+			       "prompt of %d tokens does not fit the context of %d", n_prompt,
+			       n_ctx);
 	for (int i = 0; i < n_prompt; i++)
 		if (prompt[i] < 0 || prompt[i] >= n_vocab)
 			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
@@ -348,7 +353,8 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 	res->prompt_ms = (double)(t1 - t0) / 1e6;
 	if (rc) {
 		e->n_cache = 0;
-		sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s", sh_strerror(rc));
+		sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
+			sh_strerror(rc));
 		goto out;
 	}
 	sampler_reset(e->samp, s, prompt, n_prompt);
@@ -386,7 +392,8 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		} else if (last) {
 			const char *rest = tok_stream_flush(&ts, &plen);
 			if (held_add(&held, rest, plen)) {
-				rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+				rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM,
+					     "out of memory");
 				break;
 			}
 			emit = held.len;

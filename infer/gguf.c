@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define GGUF_MAGIC       0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_NESTING 8
 
 struct gguf_kv {
@@ -55,21 +55,27 @@ static const struct {
 	const char *name;
 	int block, size;
 } types[GGML_NTYPES] = {
-	[0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
-	[3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
-	[8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},     [10] = {"Q2_K", 256, 84},
-	[11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
-	[14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
-	[17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-	[20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-	[23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},        [25] = {"I16", 1, 2},
-	[26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
-	[29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
-	[35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 
-int gguf_type_block(int t) { return t >= 0 && t < GGML_NTYPES ? types[t].block : 0; }
-int gguf_type_size(int t) { return t >= 0 && t < GGML_NTYPES ? types[t].size : 0; }
+int gguf_type_block(int t)
+{
+	return t >= 0 && t < GGML_NTYPES ? types[t].block : 0;
+}
+int gguf_type_size(int t)
+{
+	return t >= 0 && t < GGML_NTYPES ? types[t].size : 0;
+}
 
 const char *gguf_type_name(int t)
 {
@@ -143,10 +149,17 @@ static int cur_str(struct cur *c, uint64_t *off, uint64_t *len)
 static int vtype_size(int t)
 {
 	switch (t) {
-	case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-	case GGUF_U16: case GGUF_I16: return 2;
-	case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-	case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+	case GGUF_U8:
+	case GGUF_I8:
+	case GGUF_BOOL: return 1;
+	case GGUF_U16:
+	case GGUF_I16: return 2;
+	case GGUF_U32:
+	case GGUF_I32:
+	case GGUF_F32: return 4;
+	case GGUF_U64:
+	case GGUF_I64:
+	case GGUF_F64: return 8;
 	}
 	return 0;
 }
@@ -230,8 +243,8 @@ static int parse_kv(gguf_t *g, struct cur *c)
 		return SH_EFORMAT;
 	/* a key/value takes at least 8 (key length) + 4 (type) + 1 bytes */
 	if (n_kv > (c->size - c->pos) / 13 || n_kv > INT_MAX / 2)
-		return sh_fail(c->err, c->errlen, SH_EFORMAT, "key/value count %llu past end of file",
-			       (unsigned long long)n_kv);
+		return sh_fail(c->err, c->errlen, SH_EFORMAT,
+			       "key/value count %llu past end of file", (unsigned long long)n_kv);
 	g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
 	g->kv_hash = hash_new((int)n_kv, &g->kv_hash_n);
 	if (!g->kv || !g->kv_hash)
@@ -244,8 +257,8 @@ static int parse_kv(gguf_t *g, struct cur *c)
 		if (cur_str(c, &koff, &klen))
 			return SH_EFORMAT;
 		if (klen > 65535 || memchr(c->p + koff, 0, klen))
-			return sh_fail(c->err, c->errlen, SH_EFORMAT, "key %llu is not a valid name",
-				       (unsigned long long)i);
+			return sh_fail(c->err, c->errlen, SH_EFORMAT,
+				       "key %llu is not a valid name", (unsigned long long)i);
 		kv->key = malloc(klen + 1);
 		if (!kv->key)
 			return sh_fail(c->err, c->errlen, SH_ENOMEM, "out of memory");
@@ -269,7 +282,8 @@ static int parse_kv(gguf_t *g, struct cur *c)
 			if (et == GGUF_STR && kv->n <= (c->size - c->pos) / 8) {
 				kv->str_off = malloc((kv->n ? kv->n : 1) * sizeof(uint64_t));
 				if (!kv->str_off)
-					return sh_fail(c->err, c->errlen, SH_ENOMEM, "out of memory");
+					return sh_fail(c->err, c->errlen, SH_ENOMEM,
+						       "out of memory");
 				for (uint64_t j = 0; j < kv->n; j++) {
 					uint64_t so, sl;
 					kv->str_off[j] = c->pos;
@@ -353,13 +367,14 @@ static int parse_tensors(gguf_t *g, struct cur *c, uint64_t n_t)
 		uint64_t blocks = (uint64_t)nel / (uint64_t)gguf_type_block((int)ty);
 		uint64_t bs = (uint64_t)gguf_type_size((int)ty);
 		if (blocks > UINT64_MAX / bs)
-			return sh_fail(c->err, c->errlen, SH_EFORMAT, "tensor %s is too large", name);
+			return sh_fail(c->err, c->errlen, SH_EFORMAT, "tensor %s is too large",
+				       name);
 		t->nbytes = blocks * bs;
 		size_t m = g->t_hash_n - 1, h = hash_str(name, nlen) & m;
 		while (g->t_hash[h] >= 0) {
 			if (!strcmp(g->tensors[g->t_hash[h]].name, name))
-				return sh_fail(c->err, c->errlen, SH_EFORMAT,
-					       "duplicate tensor %s", name);
+				return sh_fail(c->err, c->errlen, SH_EFORMAT, "duplicate tensor %s",
+					       name);
 			h = (h + 1) & m;
 		}
 		g->t_hash[h] = (int)i;
@@ -499,13 +514,34 @@ int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen)
 
 /* ---- accessors ---- */
 
-uint32_t gguf_version(const gguf_t *g) { return g->version; }
-uint64_t gguf_file_size(const gguf_t *g) { return g->size; }
-uint32_t gguf_alignment(const gguf_t *g) { return g->alignment; }
-uint64_t gguf_data_offset(const gguf_t *g) { return g->data_off; }
-int gguf_n_kv(const gguf_t *g) { return g->n_kv; }
-int gguf_n_tensors(const gguf_t *g) { return g->n_tensors; }
-uint64_t gguf_tensor_bytes(const gguf_t *g) { return g->tensor_bytes; }
+uint32_t gguf_version(const gguf_t *g)
+{
+	return g->version;
+}
+uint64_t gguf_file_size(const gguf_t *g)
+{
+	return g->size;
+}
+uint32_t gguf_alignment(const gguf_t *g)
+{
+	return g->alignment;
+}
+uint64_t gguf_data_offset(const gguf_t *g)
+{
+	return g->data_off;
+}
+int gguf_n_kv(const gguf_t *g)
+{
+	return g->n_kv;
+}
+int gguf_n_tensors(const gguf_t *g)
+{
+	return g->n_tensors;
+}
+uint64_t gguf_tensor_bytes(const gguf_t *g)
+{
+	return g->tensor_bytes;
+}
 
 int gguf_find_key(const gguf_t *g, const char *key)
 {
@@ -525,31 +561,68 @@ const char *gguf_key(const gguf_t *g, int i)
 	return i >= 0 && i < g->n_kv ? g->kv[i].key : NULL;
 }
 
-int gguf_kv_type(const gguf_t *g, int i) { return i >= 0 && i < g->n_kv ? g->kv[i].type : -1; }
+int gguf_kv_type(const gguf_t *g, int i)
+{
+	return i >= 0 && i < g->n_kv ? g->kv[i].type : -1;
+}
 
 /* Reads a scalar of type t at off as an integer (is_int = 1) or a double. */
-static int read_scalar(const gguf_t *g, int t, uint64_t off, int64_t *iv, uint64_t *uv,
-		       double *dv, int *is_int, int *is_uns)
+static int read_scalar(const gguf_t *g, int t, uint64_t off, int64_t *iv, uint64_t *uv, double *dv,
+		       int *is_int, int *is_uns)
 {
 	const uint8_t *p = g->base + off;
 	*is_int = 1;
 	*is_uns = 0;
 	switch (t) {
-	case GGUF_U8: case GGUF_BOOL: *iv = p[0]; break;
+	case GGUF_U8:
+	case GGUF_BOOL: *iv = p[0]; break;
 	case GGUF_I8: *iv = (int8_t)p[0]; break;
-	case GGUF_U16: { uint16_t v; memcpy(&v, p, 2); *iv = v; break; }
-	case GGUF_I16: { int16_t v; memcpy(&v, p, 2); *iv = v; break; }
-	case GGUF_U32: { uint32_t v; memcpy(&v, p, 4); *iv = v; break; }
-	case GGUF_I32: { int32_t v; memcpy(&v, p, 4); *iv = v; break; }
-	case GGUF_I64: { memcpy(iv, p, 8); break; }
+	case GGUF_U16: {
+		uint16_t v;
+		memcpy(&v, p, 2);
+		*iv = v;
+		break;
+	}
+	case GGUF_I16: {
+		int16_t v;
+		memcpy(&v, p, 2);
+		*iv = v;
+		break;
+	}
+	case GGUF_U32: {
+		uint32_t v;
+		memcpy(&v, p, 4);
+		*iv = v;
+		break;
+	}
+	case GGUF_I32: {
+		int32_t v;
+		memcpy(&v, p, 4);
+		*iv = v;
+		break;
+	}
+	case GGUF_I64: {
+		memcpy(iv, p, 8);
+		break;
+	}
 	case GGUF_U64: {
 		memcpy(uv, p, 8);
 		*is_uns = 1;
 		*iv = *uv > INT64_MAX ? INT64_MAX : (int64_t)*uv;
 		break;
 	}
-	case GGUF_F32: { float v; memcpy(&v, p, 4); *dv = v; *is_int = 0; break; }
-	case GGUF_F64: { memcpy(dv, p, 8); *is_int = 0; break; }
+	case GGUF_F32: {
+		float v;
+		memcpy(&v, p, 4);
+		*dv = v;
+		*is_int = 0;
+		break;
+	}
+	case GGUF_F64: {
+		memcpy(dv, p, 8);
+		*is_int = 0;
+		break;
+	}
 	default: return SH_EFORMAT;
 	}
 	if (*is_int) {

@@ -56,17 +56,17 @@ enum ggml_type {
 	GGML_NTYPES = 40
 };
 
-#define GGUF_MAX_DIMS 4
+#define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
 typedef struct gguf_tensor {
-	const char *name;        /* NUL-terminated copy */
-	int n_dims;              /* 0..4 */
+	const char *name;          /* NUL-terminated copy */
+	int n_dims;                /* 0..4 */
 	int64_t ne[GGUF_MAX_DIMS]; /* ne[0] = row length (fastest varying); unused dims are 1 */
-	int type;                /* enum ggml_type (any type gguf_type_size() knows) */
-	uint64_t offset;         /* from the start of the data section */
-	uint64_t nbytes;         /* size of the data */
-	const void *data;        /* into the mapping; nbytes readable */
+	int type;                  /* enum ggml_type (any type gguf_type_size() knows) */
+	uint64_t offset;           /* from the start of the data section */
+	uint64_t nbytes;           /* size of the data */
+	const void *data;          /* into the mapping; nbytes readable */
 } gguf_tensor_t;
 
 /* Opens and validates path. Returns 0 or a negative SH_E* code (SH_EIO: cannot open/map,
@@ -99,12 +99,13 @@ int gguf_get_f32(const gguf_t *g, const char *key, float *out);
 int gguf_get_bool(const gguf_t *g, const char *key, int *out);
 /* String value: pointer into the mapping, not NUL-terminated, *len bytes. */
 int gguf_get_str(const gguf_t *g, const char *key, const char **s, size_t *len);
-/* The same, copied into a malloc'd NUL-terminated string the caller frees (*out = NULL on error). */
+/* The same, copied into a malloc'd NUL-terminated string the caller frees (*out = NULL on error).
+ */
 int gguf_get_strdup(const gguf_t *g, const char *key, char **out);
 
 /* The same by index (for iterating, e.g. `shoal info`). */
-int gguf_kv_i64(const gguf_t *g, int i, int64_t *out);  /* any integer type (u64 must fit) */
-int gguf_kv_f64(const gguf_t *g, int i, double *out);   /* floats and integers */
+int gguf_kv_i64(const gguf_t *g, int i, int64_t *out); /* any integer type (u64 must fit) */
+int gguf_kv_f64(const gguf_t *g, int i, double *out);  /* floats and integers */
 int gguf_kv_str(const gguf_t *g, int i, const char **s, size_t *len);
 
 /* Arrays (by kv index). gguf_arr_type: element type or -1 when kv i is not an array.

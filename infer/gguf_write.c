@@ -21,10 +21,10 @@ struct tinfo {
 };
 
 struct gguf_writer {
-	uint8_t *kv;   /* serialized key/values */
+	uint8_t *kv; /* serialized key/values */
 	size_t kv_len, kv_cap;
 	uint64_t n_kv;
-	uint8_t *ti;   /* serialized tensor infos */
+	uint8_t *ti; /* serialized tensor infos */
 	size_t ti_len, ti_cap;
 	struct tinfo *t;
 	int n_t, cap_t;
@@ -57,8 +57,14 @@ static void put(gguf_writer_t *w, uint8_t **buf, size_t *len, size_t *cap, const
 #define KV(p, n) put(w, &w->kv, &w->kv_len, &w->kv_cap, (p), (n))
 #define TI(p, n) put(w, &w->ti, &w->ti_len, &w->ti_cap, (p), (n))
 
-static void kv_u32(gguf_writer_t *w, uint32_t v) { KV(&v, 4); }
-static void kv_u64(gguf_writer_t *w, uint64_t v) { KV(&v, 8); }
+static void kv_u32(gguf_writer_t *w, uint32_t v)
+{
+	KV(&v, 4);
+}
+static void kv_u64(gguf_writer_t *w, uint64_t v)
+{
+	KV(&v, 8);
+}
 static void kv_string(gguf_writer_t *w, const char *s)
 {
 	kv_u64(w, strlen(s));
@@ -72,7 +78,10 @@ static int kv_key(gguf_writer_t *w, const char *key, uint32_t type)
 	return w->oom ? SH_ENOMEM : 0;
 }
 
-gguf_writer_t *gw_new(void) { return calloc(1, sizeof(gguf_writer_t)); }
+gguf_writer_t *gw_new(void)
+{
+	return calloc(1, sizeof(gguf_writer_t));
+}
 
 void gw_free(gguf_writer_t *w)
 {
@@ -226,7 +235,8 @@ int gw_begin(gguf_writer_t *w, const char *path, char *err, size_t errlen)
 int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t errlen)
 {
 	if (!w->f || w->cur >= w->n_t || w->cur_done + len > w->t[w->cur].nbytes)
-		return sh_fail(err, errlen, SH_EINVAL, "gguf writer: data beyond the declared tensors");
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "gguf writer: data beyond the declared tensors");
 	if (fwrite(data, 1, len, w->f) != len)
 		return sh_fail(err, errlen, SH_EIO, "%s: %s", w->tmp, strerror(errno));
 	w->cur_done += len;

@@ -45,8 +45,8 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 typedef struct mkmodel_opts {
 	const char *arch; /* "llama", "qwen2", "qwen3" */
 	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
-	int head_dim;     /* 0 = dim / heads (qwen3 may differ) */
-	int type;         /* enum qtype of the 2-D weights; norms and biases are F32 */
+	int head_dim; /* 0 = dim / heads (qwen3 may differ) */
+	int type;     /* enum qtype of the 2-D weights; norms and biases are F32 */
 	uint64_t seed;
 	const char *name; /* general.name, or NULL */
 } mkmodel_opts_t;

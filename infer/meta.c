@@ -24,8 +24,8 @@ static int get_req(const gguf_t *g, const char *arch, const char *suffix, uint32
 	return 0;
 }
 
-static int get_opt_f32(const gguf_t *g, const char *arch, const char *suffix, float *out,
-		       char *err, size_t errlen)
+static int get_opt_f32(const gguf_t *g, const char *arch, const char *suffix, float *out, char *err,
+		       size_t errlen)
 {
 	char key[128];
 	snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -144,7 +144,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	}
 	m->rms_eps = 1e-5f;
 	m->rope_base = 10000.0f;
-	if ((rc = get_opt_f32(g, a, "attention.layer_norm_rms_epsilon", &m->rms_eps, err, errlen)) ||
+	if ((rc =
+		 get_opt_f32(g, a, "attention.layer_norm_rms_epsilon", &m->rms_eps, err, errlen)) ||
 	    (rc = get_opt_f32(g, a, "rope.freq_base", &m->rope_base, err, errlen)))
 		return rc;
 	if (!(m->rms_eps > 0 && m->rms_eps < 1) || !(m->rope_base > 0 && m->rope_base < 1e12f))
@@ -157,8 +158,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->rope_dim = (int)v;
 	}
 	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
-		return sh_fail(err, errlen, SH_EFORMAT, "rope dimension %d does not fit head size %d",
-			       m->rope_dim, m->head_dim);
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "rope dimension %d does not fit head size %d", m->rope_dim,
+			       m->head_dim);
 
 	/* tensors */
 	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
@@ -180,13 +182,13 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			const char *name;
 			int r0, r1; /* 0 D, 1 QD, 2 KD, 3 F, 4 head_dim, -1 vector */
 		} need[] = {
-			{"attn_norm.weight", 0, -1},   {"attn_q.weight", 0, 1},
-			{"attn_k.weight", 0, 2},       {"attn_v.weight", 0, 2},
-			{"attn_output.weight", 1, 0},  {"ffn_norm.weight", 0, -1},
-			{"ffn_gate.weight", 0, 3},     {"ffn_up.weight", 0, 3},
-			{"ffn_down.weight", 3, 0},     {"attn_q.bias", 1, -1},
-			{"attn_k.bias", 2, -1},        {"attn_v.bias", 2, -1},
-			{"attn_q_norm.weight", 4, -1}, {"attn_k_norm.weight", 4, -1},
+		    {"attn_norm.weight", 0, -1},   {"attn_q.weight", 0, 1},
+		    {"attn_k.weight", 0, 2},       {"attn_v.weight", 0, 2},
+		    {"attn_output.weight", 1, 0},  {"ffn_norm.weight", 0, -1},
+		    {"ffn_gate.weight", 0, 3},     {"ffn_up.weight", 0, 3},
+		    {"ffn_down.weight", 3, 0},     {"attn_q.bias", 1, -1},
+		    {"attn_k.bias", 2, -1},        {"attn_v.bias", 2, -1},
+		    {"attn_q_norm.weight", 4, -1}, {"attn_k_norm.weight", 4, -1},
 		};
 		int64_t sz[5] = {D, QD, KD, F, m->head_dim};
 		for (size_t i = 0; i < ARRAY_LEN(need); i++) {

@@ -18,25 +18,25 @@ enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3 };
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
 typedef struct model_meta {
-	int arch;          /* enum meta_arch */
+	int arch;           /* enum meta_arch */
 	char arch_name[16]; /* "llama", "qwen2", "qwen3" */
-	char name[128];    /* general.name, or "" */
+	char name[128];     /* general.name, or "" */
 	int n_layers;
-	int dim;           /* embedding length */
+	int dim; /* embedding length */
 	int n_heads, n_kv_heads;
-	int head_dim;      /* qwen3: attention.key_length; else dim / n_heads */
-	int ffn;           /* feed-forward hidden size */
-	int n_vocab;       /* rows of token_embd */
-	int n_ctx;         /* training context length */
-	float rms_eps;     /* default 1e-5 */
-	float rope_base;   /* default 10000 */
-	int rope_dim;      /* rotated dims per head; default head_dim */
-	int rope_style;    /* enum meta_rope */
-	int has_qkv_bias;  /* qwen2 */
-	int has_qk_norm;   /* qwen3 */
-	int tied_output;   /* no output.weight: the head reuses token_embd */
-	uint64_t weight_bytes;      /* sum of all tensor data */
-	uint64_t types_used;        /* bit t set when some tensor has ggml type t */
+	int head_dim;          /* qwen3: attention.key_length; else dim / n_heads */
+	int ffn;               /* feed-forward hidden size */
+	int n_vocab;           /* rows of token_embd */
+	int n_ctx;             /* training context length */
+	float rms_eps;         /* default 1e-5 */
+	float rope_base;       /* default 10000 */
+	int rope_dim;          /* rotated dims per head; default head_dim */
+	int rope_style;        /* enum meta_rope */
+	int has_qkv_bias;      /* qwen2 */
+	int has_qk_norm;       /* qwen3 */
+	int tied_output;       /* no output.weight: the head reuses token_embd */
+	uint64_t weight_bytes; /* sum of all tensor data */
+	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
 } model_meta_t;
 
 /* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,

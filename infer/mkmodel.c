@@ -20,24 +20,26 @@
 #include <string.h>
 
 static const char *const words[] = {
-	"the", "and", "to", "of", "a", "in", "is", "it", "you", "that", "he", "was", "for", "on",
-	"are", "with", "as", "I", "his", "they", "be", "at", "one", "have", "this", "from", "or",
-	"had", "by", "not", "but", "what", "some", "we", "can", "out", "other", "were", "all",
-	"there", "when", "up", "use", "your", "how", "said", "an", "each", "she", "which", "do",
-	"their", "time", "if", "will", "way", "about", "many", "then", "them", "would", "write",
-	"like", "so", "these", "her", "long", "make", "thing", "see", "him", "two", "has", "look",
-	"more", "day", "could", "go", "come", "did", "my", "sound", "no", "most", "people", "over",
-	"know", "water", "than", "call", "first", "who", "may", "down", "side", "been", "now",
-	"find", "hello", "world", "story", "once", "upon", "little", "girl", "boy", "happy",
-	"play", "friend", "model", "token", "cluster", "shoal", "fish", "sea", "swim",
+    "the",   "and",     "to",    "of",     "a",      "in",   "is",    "it",    "you",    "that",
+    "he",    "was",     "for",   "on",     "are",    "with", "as",    "I",     "his",    "they",
+    "be",    "at",      "one",   "have",   "this",   "from", "or",    "had",   "by",     "not",
+    "but",   "what",    "some",  "we",     "can",    "out",  "other", "were",  "all",    "there",
+    "when",  "up",      "use",   "your",   "how",    "said", "an",    "each",  "she",    "which",
+    "do",    "their",   "time",  "if",     "will",   "way",  "about", "many",  "then",   "them",
+    "would", "write",   "like",  "so",     "these",  "her",  "long",  "make",  "thing",  "see",
+    "him",   "two",     "has",   "look",   "more",   "day",  "could", "go",    "come",   "did",
+    "my",    "sound",   "no",    "most",   "people", "over", "know",  "water", "than",   "call",
+    "first", "who",     "may",   "down",   "side",   "been", "now",   "find",  "hello",  "world",
+    "story", "once",    "upon",  "little", "girl",   "boy",  "happy", "play",  "friend", "model",
+    "token", "cluster", "shoal", "fish",   "sea",    "swim",
 };
 
 static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
 static const char chatml[] =
-	"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-	"message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-	"{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /* GPT-2's byte -> code point map, as UTF-8 into out (at most 3 bytes + NUL). */
 static void byte_spelling(int b, char *out)
@@ -48,7 +50,8 @@ static void byte_spelling(int b, char *out)
 	} else {
 		int n = 0; /* rank of b among the bytes that are remapped */
 		for (int c = 0; c < b; c++)
-			if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255)))
+			if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) ||
+			      (c >= 174 && c <= 255)))
 				n++;
 		cp = 256 + n;
 	}
@@ -170,7 +173,7 @@ typedef struct tspec {
 	char name[64];
 	int64_t rows, cols; /* rows = 0: a vector of cols */
 	int type;
-	float scale;        /* uniform in [-scale, scale); for norms, around 1 */
+	float scale; /* uniform in [-scale, scale); for norms, around 1 */
 	int is_norm;
 } tspec_t;
 
@@ -247,31 +250,32 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	char key[96];
 	const char *a = o->arch;
 #define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
-	int krc = gw_kv_str(w, "general.architecture", a) |
-		  gw_kv_str(w, "general.name", o->name ? o->name : "shoal-generated") |
-		  gw_kv_u32(w, "general.alignment", 32) |
-		  gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
-		  gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
-		  gw_kv_u32(w, K("block_count"), (uint32_t)L) |
-		  gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
-		  gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
-		  gw_kv_u32(w, K("attention.head_count_kv"), (uint32_t)o->kv_heads) |
-		  gw_kv_u32(w, K("attention.key_length"), (uint32_t)hd) |
-		  gw_kv_u32(w, K("attention.value_length"), (uint32_t)hd) |
-		  gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
-		  gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
-		  gw_kv_u32(w, K("rope.dimension_count"), (uint32_t)hd) |
-		  gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-		  gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
-		  gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
-		  gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
-		  gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
-				(size_t)v.n_merges) |
-		  gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, specials[0])) |
-		  gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, specials[2])) |
-		  gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
-		  gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
-		  gw_kv_str(w, "tokenizer.chat_template", chatml);
+	int krc =
+	    gw_kv_str(w, "general.architecture", a) |
+	    gw_kv_str(w, "general.name", o->name ? o->name : "shoal-generated") |
+	    gw_kv_u32(w, "general.alignment", 32) |
+	    gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
+	    gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
+	    gw_kv_u32(w, K("block_count"), (uint32_t)L) |
+	    gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
+	    gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
+	    gw_kv_u32(w, K("attention.head_count_kv"), (uint32_t)o->kv_heads) |
+	    gw_kv_u32(w, K("attention.key_length"), (uint32_t)hd) |
+	    gw_kv_u32(w, K("attention.value_length"), (uint32_t)hd) |
+	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
+	    gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
+	    gw_kv_u32(w, K("rope.dimension_count"), (uint32_t)hd) |
+	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
+	    gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
+	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
+	    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
+	    gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+			  (size_t)v.n_merges) |
+	    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, specials[0])) |
+	    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, specials[2])) |
+	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
+	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
+	    gw_kv_str(w, "tokenizer.chat_template", chatml);
 #undef K
 	for (int i = 0; i < n_t && !krc; i++) {
 		int64_t ne[2] = {ts[i].cols, ts[i].rows};

@@ -28,10 +28,10 @@
 #include <cblas.h>
 #endif
 
-#define BLAS_MIN 16     /* batches this large go through sgemm */
-#define TILE_ROWS 256   /* rows dequantized per sgemm call (amortizes packing x) */
-#define MV_CHUNK 16     /* rows per batched matvec step (stay in L1/L2 across the batch) */
-#define MAX_MULTI 3     /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
+#define BLAS_MIN  16  /* batches this large go through sgemm */
+#define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
+#define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
+#define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
 
 typedef struct wmat {
 	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
@@ -58,13 +58,13 @@ struct model {
 	model_shard_t sh;
 	pool_t *pool;
 	int n_ctx;
-	int qd, kvd;       /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
-	wmat_t embd;       /* [n_vocab x dim] */
-	wmat_t out;        /* [n_vocab x dim] (= embd when tied) */
-	float *out_norm;   /* [dim] */
-	layer_t *layers;   /* [n_layers] */
-	float *inv_freq;   /* [rope_dim/2] */
-	float *kc, *vc;    /* [n_layers][n_ctx][kvd] */
+	int qd, kvd;     /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
+	wmat_t embd;     /* [n_vocab x dim] */
+	wmat_t out;      /* [n_vocab x dim] (= embd when tied) */
+	float *out_norm; /* [dim] */
+	layer_t *layers; /* [n_layers] */
+	float *inv_freq; /* [rope_dim/2] */
+	float *kc, *vc;  /* [n_layers][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -74,7 +74,7 @@ struct model {
 	float *scores;       /* [threads][n_ctx] */
 	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
-	float **tiles;       /* [threads][TILE_ROWS * max_cols] for sgemm */
+	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
 	const quant_ops_t *f32; /* F32 matvec, for attention scores */
@@ -93,8 +93,9 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
 			       gguf_type_name(t->type), name);
 	if (t->ne[0] % quant_block_elems(t->type))
-		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: row of %lld is not whole blocks",
-			       name, (long long)t->ne[0]);
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "tensor %s: row of %lld is not whole blocks", name,
+			       (long long)t->ne[0]);
 	w->data = t->data;
 	w->type = t->type;
 	w->cols = (int)t->ne[0];
@@ -157,7 +158,8 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 		return sh_fail(err, errlen, SH_EINVAL, "shard out of range");
 	if (s->q_head0 / grp < s->kv_head0 ||
 	    (s->q_head0 + s->n_q_heads - 1) / grp >= s->kv_head0 + s->n_kv_heads)
-		return sh_fail(err, errlen, SH_EINVAL, "shard's KV heads do not cover its query heads");
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "shard's KV heads do not cover its query heads");
 	return 0;
 }
 
@@ -174,14 +176,17 @@ static int mat_cols(wmat_t *w, int c0, int n, const char *name, char *err, size_
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
-		return sh_fail(err, errlen, SH_EINVAL,
-			       "shard splits %s inside a %d-element block", name, be);
+		return sh_fail(err, errlen, SH_EINVAL, "shard splits %s inside a %d-element block",
+			       name, be);
 	w->data += quant_row_bytes(w->type, c0);
 	w->cols = n;
 	return 0;
 }
 
-int model_n_ctx(const model_t *m) { return m->n_ctx; }
+int model_n_ctx(const model_t *m)
+{
+	return m->n_ctx;
+}
 
 void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 {
@@ -275,9 +280,10 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		     (rc = bind_vec(g, NAME("attn_k.bias"), k0, m->kvd, &L->bk, err, errlen)) ||
 		     (rc = bind_vec(g, NAME("attn_v.bias"), k0, m->kvd, &L->bv, err, errlen))))
 			goto err;
-		if (meta->has_qk_norm &&
-		    ((rc = bind_vec(g, NAME("attn_q_norm.weight"), 0, hd, &L->q_norm, err, errlen)) ||
-		     (rc = bind_vec(g, NAME("attn_k_norm.weight"), 0, hd, &L->k_norm, err, errlen))))
+		if (meta->has_qk_norm && ((rc = bind_vec(g, NAME("attn_q_norm.weight"), 0, hd,
+							 &L->q_norm, err, errlen)) ||
+					  (rc = bind_vec(g, NAME("attn_k_norm.weight"), 0, hd,
+							 &L->k_norm, err, errlen))))
 			goto err;
 #undef NAME
 		/* this shard's slices: Q/K/V/gate/up by rows, O/down by input columns */
@@ -375,8 +381,8 @@ typedef struct mm_job {
 	float *out[MAX_MULTI]; /* [B][w->rows] */
 	const float *x;        /* [B][cols] (same cols for every matrix) */
 	int B, cols;
-	int per;               /* chunks per matrix */
-	quant_act_t acts[64];  /* per input, integer path */
+	int per;              /* chunks per matrix */
+	quant_act_t acts[64]; /* per input, integer path */
 } mm_job_t;
 
 /* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
@@ -402,7 +408,8 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 		if (j->B > 1 && w->ops->rows8) { /* one pass over these rows per 8 inputs */
 			for (int b = 0; b < j->B; b += 8)
 				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
-					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b), j->cols);
+					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b),
+					      j->cols);
 			continue;
 		}
 		for (int b = 0; b < j->B; b++)
@@ -534,8 +541,8 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
 		/* sc[t] = q . k_t: the F32 matvec kernel over the cache rows of this KV head */
 		quant_act_t qa = {.type = QT_F32, .f = q};
-		m->f32->rows(sc, (const uint8_t *)(kc + (size_t)kvh * hd), (size_t)m->kvd * sizeof(float),
-			     T, &qa, hd);
+		m->f32->rows(sc, (const uint8_t *)(kc + (size_t)kvh * hd),
+			     (size_t)m->kvd * sizeof(float), T, &qa, hd);
 		float mx = -INFINITY;
 		for (int t = 0; t < T; t++) {
 			sc[t] *= scale;
@@ -563,14 +570,16 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 
 	/* x[B][D] = token_embd[tokens] */
 	for (int b = 0; b < B; b++)
-		quant_dequant_row(m->embd.type, m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
+		quant_dequant_row(m->embd.type,
+				  m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
 				  m->x + (size_t)b * D, D);
 
 	for (int l = 0; l < p->n_layers; l++) {
 		layer_t *L = &m->layers[l];
 		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] */
 		for (int b = 0; b < B; b++)
-			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D, p->rms_eps);
+			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
+				p->rms_eps);
 		const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
 		float *qkv_out[3] = {m->q, m->k, m->v};
 		matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
@@ -611,7 +620,8 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 
 		/* FFN block: hb[B][F] = silu(gate(xb)) * up(xb); xb2 = down(hb) */
 		for (int b = 0; b < B; b++)
-			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->ffn_norm, D, p->rms_eps);
+			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->ffn_norm, D,
+				p->rms_eps);
 		const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 		float *gu_out[2] = {m->hb, m->hb2};
 		matmul_same_input(m, 2, gu, gu_out, m->xb, B);

@@ -139,7 +139,10 @@ void pool_free(pool_t *p)
 	free(p);
 }
 
-int pool_threads(const pool_t *p) { return p ? p->n : 1; }
+int pool_threads(const pool_t *p)
+{
+	return p ? p->n : 1;
+}
 
 void pool_run(pool_t *p, pool_fn fn, void *ctx, int n_chunks)
 {
@@ -170,7 +173,10 @@ void pool_run(pool_t *p, pool_fn fn, void *ctx, int n_chunks)
 	}
 }
 
-static inline int pool_min(int a, int b) { return a < b ? a : b; }
+static inline int pool_min(int a, int b)
+{
+	return a < b ? a : b;
+}
 
 void pool_split(int n, int ith, int nth, int align, int *lo, int *hi)
 {

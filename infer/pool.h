@@ -22,7 +22,7 @@ typedef void (*pool_fn)(void *ctx, int chunk, int n_chunks, int tid);
 
 /* n_threads <= 0 means the number of online cores. Returns NULL on failure. */
 pool_t *pool_new(int n_threads);
-void pool_free(pool_t *p); /* NULL-safe; joins the threads */
+void pool_free(pool_t *p);         /* NULL-safe; joins the threads */
 int pool_threads(const pool_t *p); /* 1 for NULL */
 
 /* Runs fn over chunks [0, n_chunks) on the pool and waits for all. With one thread (or a NULL

@@ -57,7 +57,8 @@ uint16_t quant_f32_to_f16(float f)
 			return (uint16_t)sign;
 		man |= 0x800000;
 		int shift = 14 - exp;
-		uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+		uint32_t h = man >> shift, rem = man & ((1u << shift) - 1),
+			 half = 1u << (shift - 1);
 		if (rem > half || (rem == half && (h & 1)))
 			h++;
 		return (uint16_t)(sign | h);
@@ -94,13 +95,13 @@ static const struct qtraits {
 	int elems;
 	size_t bytes;
 } traits[] = {
-	{QT_F32, "f32", 1, 4},
-	{QT_F16, "f16", 1, 2},
-	{QT_BF16, "bf16", 1, 2},
-	{QT_Q8_0, "q8_0", QK8_0, sizeof(blk_q8_0)},
-	{QT_Q4_0, "q4_0", QK4_0, sizeof(blk_q4_0)},
-	{QT_Q4_K, "q4_k", QK_K, sizeof(blk_q4_k)},
-	{QT_Q6_K, "q6_k", QK_K, sizeof(blk_q6_k)},
+    {QT_F32, "f32", 1, 4},
+    {QT_F16, "f16", 1, 2},
+    {QT_BF16, "bf16", 1, 2},
+    {QT_Q8_0, "q8_0", QK8_0, sizeof(blk_q8_0)},
+    {QT_Q4_0, "q4_0", QK4_0, sizeof(blk_q4_0)},
+    {QT_Q4_K, "q4_k", QK_K, sizeof(blk_q4_k)},
+    {QT_Q6_K, "q6_k", QK_K, sizeof(blk_q6_k)},
 };
 
 static const struct qtraits *traits_of(int t)
@@ -111,7 +112,10 @@ static const struct qtraits *traits_of(int t)
 	return NULL;
 }
 
-int quant_type_supported(int t) { return traits_of(t) != NULL; }
+int quant_type_supported(int t)
+{
+	return traits_of(t) != NULL;
+}
 
 const char *quant_type_name(int t)
 {
@@ -209,9 +213,7 @@ static void dequant_q6k_block(const blk_q6_k *b, float *y)
 void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 {
 	switch (t) {
-	case QT_F32:
-		memcpy(dst, src, (size_t)n * 4);
-		break;
+	case QT_F32: memcpy(dst, src, (size_t)n * 4); break;
 	case QT_F16: {
 		const uint16_t *s = src;
 		for (int64_t i = 0; i < n; i++)
@@ -256,21 +258,30 @@ void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 			dequant_q6k_block(&b[i], dst + i * QK_K);
 		break;
 	}
-	default:
-		memset(dst, 0, (size_t)n * 4);
+	default: memset(dst, 0, (size_t)n * 4);
 	}
 }
 
 /* ---- quantize ----------------------------------------------------------------------------- */
 
-static inline int nearest(float x) { return (int)lrintf(x); }
+static inline int nearest(float x)
+{
+	return (int)lrintf(x);
+}
+
+/* max(m, |v|) without a libm call (the activation quantizer runs for every matvec) */
+static inline float absmax(float m, float v)
+{
+	float a = v < 0 ? -v : v;
+	return a > m ? a : m;
+}
 
 static void quantize_q8_0(const float *x, blk_q8_0 *b, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
 		float amax = 0;
 		for (int j = 0; j < QK8_0; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
+			amax = absmax(amax, x[j]);
 		float d = amax / 127.f, id = d ? 1.f / d : 0.f;
 		b[i].d = quant_f32_to_f16(d);
 		for (int j = 0; j < QK8_0; j++)
@@ -347,7 +358,7 @@ static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t n)
 		for (int g = 0; g < 16; g++) {
 			float amax = 0;
 			for (int l = 0; l < 16; l++)
-				amax = fmaxf(amax, fabsf(x[16 * g + l]));
+				amax = absmax(amax, x[16 * g + l]);
 			gs[g] = amax / 31.f;
 			gmax = fmaxf(gmax, gs[g]);
 		}
@@ -382,7 +393,7 @@ static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, i
 		const float *xb = x + i * QK_K;
 		float amax = 0;
 		for (int j = 0; j < QK_K; j++)
-			amax = fmaxf(amax, fabsf(xb[j]));
+			amax = absmax(amax, xb[j]);
 		float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 		d[i] = s;
 		for (int j = 0; j < QK_K; j++)
@@ -399,9 +410,7 @@ static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, i
 int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 {
 	switch (t) {
-	case QT_F32:
-		memcpy(dst, src, (size_t)n * 4);
-		return 0;
+	case QT_F32: memcpy(dst, src, (size_t)n * 4); return 0;
 	case QT_F16:
 		for (int64_t i = 0; i < n; i++)
 			((uint16_t *)dst)[i] = quant_f32_to_f16(src[i]);
@@ -410,20 +419,11 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 		for (int64_t i = 0; i < n; i++)
 			((uint16_t *)dst)[i] = quant_f32_to_bf16(src[i]);
 		return 0;
-	case QT_Q8_0:
-		quantize_q8_0(src, dst, n);
-		return 0;
-	case QT_Q4_0:
-		quantize_q4_0(src, dst, n);
-		return 0;
-	case QT_Q4_K:
-		quantize_q4_k(src, dst, n);
-		return 0;
-	case QT_Q6_K:
-		quantize_q6_k(src, dst, n);
-		return 0;
-	default:
-		return SH_EUNSUPP;
+	case QT_Q8_0: quantize_q8_0(src, dst, n); return 0;
+	case QT_Q4_0: quantize_q4_0(src, dst, n); return 0;
+	case QT_Q4_K: quantize_q4_k(src, dst, n); return 0;
+	case QT_Q6_K: quantize_q6_k(src, dst, n); return 0;
+	default: return SH_EUNSUPP;
 	}
 }
 
@@ -433,25 +433,19 @@ static int act_type_of(int wtype)
 {
 	switch (wtype) {
 	case QT_Q8_0:
-	case QT_Q4_0:
-		return QT_Q8_0;
+	case QT_Q4_0: return QT_Q8_0;
 	case QT_Q4_K:
-	case QT_Q6_K:
-		return QT_Q8_K;
-	default:
-		return QT_F32;
+	case QT_Q6_K: return QT_Q8_K;
+	default: return QT_F32;
 	}
 }
 
 size_t quant_act_bytes(int wtype, int n)
 {
 	switch (act_type_of(wtype)) {
-	case QT_Q8_0:
-		return (size_t)n + (size_t)(n / QK8_0) * 6;
-	case QT_Q8_K:
-		return (size_t)n + (size_t)(n / QK_K) * 4 + (size_t)(n / 16) * 2;
-	default:
-		return 0;
+	case QT_Q8_0: return (size_t)n + (size_t)(n / QK8_0) * 6;
+	case QT_Q8_K: return (size_t)n + (size_t)(n / QK_K) * 4 + (size_t)(n / 16) * 2;
+	default: return 0;
 	}
 }
 
@@ -468,7 +462,7 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 			const float *xb = x + i * QK8_0;
 			float amax = 0;
 			for (int j = 0; j < QK8_0; j++)
-				amax = fmaxf(amax, fabsf(xb[j]));
+				amax = absmax(amax, xb[j]);
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
 			d[i] = s;
 			int sum = 0;
@@ -575,7 +569,8 @@ static void ref_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrows
 			const int8_t *q = x->q + i * QK4_0;
 			int sum = 0;
 			for (int j = 0; j < 16; j++)
-				sum += ((b[i].qs[j] & 0xf) - 8) * q[j] + ((b[i].qs[j] >> 4) - 8) * q[j + 16];
+				sum += ((b[i].qs[j] & 0xf) - 8) * q[j] +
+				       ((b[i].qs[j] >> 4) - 8) * q[j + 16];
 			s += quant_f16_to_f32(b[i].d) * x->d[i] * (float)sum;
 		}
 		out[r] = s;
@@ -601,7 +596,8 @@ static void ref_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows
 					s1 += (b[i].qs[32 * c + l] >> 4) * q[64 * c + 32 + l];
 				}
 				acc += sc0 * s0 + sc1 * s1;
-				macc += m0 * (bs[4 * c] + bs[4 * c + 1]) + m1 * (bs[4 * c + 2] + bs[4 * c + 3]);
+				macc += m0 * (bs[4 * c] + bs[4 * c + 1]) +
+					m1 * (bs[4 * c + 2] + bs[4 * c + 3]);
 			}
 			s += x->d[i] * (quant_f16_to_f32(b[i].d) * (float)acc -
 					quant_f16_to_f32(b[i].dmin) * (float)macc);
@@ -632,7 +628,10 @@ static void ref_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows
 }
 
 #define REF_DEQUANT(name, t)                                                                       \
-	static void name(const void *src, float *dst, int n) { quant_dequant_row(t, src, dst, n); }
+	static void name(const void *src, float *dst, int n)                                       \
+	{                                                                                          \
+		quant_dequant_row(t, src, dst, n);                                                 \
+	}
 REF_DEQUANT(ref_dq_f32, QT_F32)
 REF_DEQUANT(ref_dq_f16, QT_F16)
 REF_DEQUANT(ref_dq_bf16, QT_BF16)
@@ -652,22 +651,14 @@ static const quant_ops_t ref_q6_k = {"ref", QT_Q8_K, ref_rows_q6_k, ref_dq_q6_k,
 const quant_ops_t *quant_ops_ref(int wtype)
 {
 	switch (wtype) {
-	case QT_F32:
-		return &ref_f32;
-	case QT_F16:
-		return &ref_f16;
-	case QT_BF16:
-		return &ref_bf16;
-	case QT_Q8_0:
-		return &ref_q8_0;
-	case QT_Q4_0:
-		return &ref_q4_0;
-	case QT_Q4_K:
-		return &ref_q4_k;
-	case QT_Q6_K:
-		return &ref_q6_k;
-	default:
-		return NULL;
+	case QT_F32: return &ref_f32;
+	case QT_F16: return &ref_f16;
+	case QT_BF16: return &ref_bf16;
+	case QT_Q8_0: return &ref_q8_0;
+	case QT_Q4_0: return &ref_q4_0;
+	case QT_Q4_K: return &ref_q4_k;
+	case QT_Q6_K: return &ref_q6_k;
+	default: return NULL;
 	}
 }
 

@@ -36,7 +36,7 @@ enum qtype {
 
 #define QK8_0 32
 #define QK4_0 32
-#define QK_K 256
+#define QK_K  256
 
 typedef struct {
 	uint16_t d; /* f16 scale */
@@ -44,22 +44,22 @@ typedef struct {
 } blk_q8_0;
 
 typedef struct {
-	uint16_t d;           /* f16 scale */
+	uint16_t d;            /* f16 scale */
 	uint8_t qs[QK4_0 / 2]; /* element j in the low nibble of qs[j], j+16 in the high nibble */
 } blk_q4_0;
 
 typedef struct {
-	uint16_t d;          /* f16 super-scale of the 6-bit scales */
-	uint16_t dmin;       /* f16 super-scale of the 6-bit mins */
-	uint8_t scales[12];  /* 8 x (6-bit scale, 6-bit min), packed (see quant.c) */
+	uint16_t d;           /* f16 super-scale of the 6-bit scales */
+	uint16_t dmin;        /* f16 super-scale of the 6-bit mins */
+	uint8_t scales[12];   /* 8 x (6-bit scale, 6-bit min), packed (see quant.c) */
 	uint8_t qs[QK_K / 2]; /* 64-element chunk c: low nibbles = sub-block 2c, high = 2c+1 */
 } blk_q4_k;
 
 typedef struct {
-	uint8_t ql[QK_K / 2];    /* low 4 bits */
-	uint8_t qh[QK_K / 4];    /* high 2 bits */
+	uint8_t ql[QK_K / 2];     /* low 4 bits */
+	uint8_t qh[QK_K / 4];     /* high 2 bits */
 	int8_t scales[QK_K / 16]; /* one 8-bit scale per 16 elements */
-	uint16_t d;              /* f16 super-scale */
+	uint16_t d;               /* f16 super-scale */
 } blk_q6_k;
 
 _Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
@@ -108,10 +108,10 @@ uint16_t quant_f32_to_bf16(float f);
 
 /* 1 when this build can compute with type t (weights). */
 int quant_type_supported(int t);
-const char *quant_type_name(int t); /* "q8_0", ...; "?" when unknown */
-int quant_type_parse(const char *s); /* name -> type, -1 when unknown */
-int quant_block_elems(int t);       /* elements per block (1 for float types) */
-size_t quant_block_bytes(int t);    /* bytes per block */
+const char *quant_type_name(int t);       /* "q8_0", ...; "?" when unknown */
+int quant_type_parse(const char *s);      /* name -> type, -1 when unknown */
+int quant_block_elems(int t);             /* elements per block (1 for float types) */
+size_t quant_block_bytes(int t);          /* bytes per block */
 size_t quant_row_bytes(int t, int64_t n); /* n must be a multiple of the block size */
 
 /* Reference dequantize of n elements (a multiple of the block size). */

@@ -49,8 +49,10 @@ TGT static void avx2_rows_f32(float *out, const uint8_t *w, size_t stride, int n
 		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
 		int i = 0;
 		for (; i + 16 <= n; i += 16) {
-			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x->f + i), a0);
-			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
+			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x->f + i),
+					     a0);
+			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8),
+					     _mm256_loadu_ps(x->f + i + 8), a1);
 		}
 		float s = hsum8(_mm256_add_ps(a0, a1));
 		for (; i < n; i++)
@@ -68,7 +70,8 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
 		int i = 0;
 		for (; i + 16 <= n; i += 16) {
 			__m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i)));
-			__m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i + 8)));
+			__m256 w1 =
+			    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i + 8)));
 			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x->f + i), a0);
 			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x->f + i + 8), a1);
 		}
@@ -94,7 +97,8 @@ TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int 
 		int i = 0;
 		for (; i + 16 <= n; i += 16) {
 			a0 = _mm256_fmadd_ps(bf16x8(row + i), _mm256_loadu_ps(x->f + i), a0);
-			a1 = _mm256_fmadd_ps(bf16x8(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
+			a1 =
+			    _mm256_fmadd_ps(bf16x8(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
 		}
 		float s = hsum8(_mm256_add_ps(a0, a1));
 		for (; i < n; i++)
@@ -114,8 +118,9 @@ TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int 
 		for (; i + 2 <= nb; i += 2) {
 			__m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)b[i].q),
 					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
-			__m256i p1 = dot_i8(_mm256_loadu_si256((const __m256i *)b[i + 1].q),
-					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
+			__m256i p1 =
+			    dot_i8(_mm256_loadu_si256((const __m256i *)b[i + 1].q),
+				   _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
@@ -151,8 +156,9 @@ TGT static void avx2_rows_q4_0(float *out, const uint8_t *w, size_t stride, int 
 		for (; i + 2 <= nb; i += 2) {
 			__m256i p0 = dot_i8(q4_0_bytes(&b[i]),
 					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
-			__m256i p1 = dot_i8(q4_0_bytes(&b[i + 1]),
-					    _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
+			__m256i p1 =
+			    dot_i8(q4_0_bytes(&b[i + 1]),
+				   _mm256_loadu_si256((const __m256i *)(x->q + i * 32 + 32)));
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 			a1 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i + 1].d) * x->d[i + 1]),
@@ -178,6 +184,18 @@ static inline void q4k_unpack_scales(const uint8_t *s, int16_t *sc, int16_t *m)
 	}
 }
 
+/* Q4_K scales and mins of one super-block as 8 bytes each (see quant.c for the packing):
+ * four 32-bit word operations instead of sixteen byte ones. */
+static inline void q4k_scales_words(const uint8_t *s, uint32_t *sc, uint32_t *mn)
+{
+	uint32_t u[3];
+	memcpy(u, s, 12);
+	sc[0] = u[0] & 0x3f3f3f3f;
+	sc[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+	mn[0] = u[1] & 0x3f3f3f3f;
+	mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+}
+
 TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows,
 			       const quant_act_t *x, int n)
 {
@@ -186,34 +204,41 @@ TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int 
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_k *b = (const blk_q4_k *)(w + r * stride);
 		__m256 acc = _mm256_setzero_ps();
-		float macc = 0;
+		__m128 macc = _mm_setzero_ps();
 		for (int i = 0; i < nb; i++) {
-			int16_t sc[8], m[8];
-			q4k_unpack_scales(b[i].scales, sc, m);
+			uint32_t scw[2], mnw[2];
+			q4k_scales_words(b[i].scales, scw, mnw);
+			uint8_t sc[8];
+			memcpy(sc, scw, 8);
 			const int8_t *q = x->q + i * QK_K;
-			const int16_t *bs = x->bsums + i * 16;
+			/* mins . (sums of x per 32): the 16 bsums pairwise added, one madd */
+			__m128i bs = _mm_hadd_epi16(
+			    _mm_loadu_si128((const __m128i *)(x->bsums + i * 16)),
+			    _mm_loadu_si128((const __m128i *)(x->bsums + i * 16 + 8)));
+			__m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mnw));
+			__m128i ms = _mm_madd_epi16(mn, bs);
 			__m256i sumi = _mm256_setzero_si256();
-			int msum = 0;
 			for (int c = 0; c < 4; c++) {
 				__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
 				__m256i lo = _mm256_and_si256(v, m4);
 				__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 				__m256i p0 = _mm256_maddubs_epi16(
-					lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
+				    lo, _mm256_loadu_si256((const __m256i *)(q + 64 * c)));
 				__m256i p1 = _mm256_maddubs_epi16(
-					hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
+				    hi, _mm256_loadu_si256((const __m256i *)(q + 64 * c + 32)));
 				p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
 				p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
 				sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-				msum += m[2 * c] * (bs[4 * c] + bs[4 * c + 1]) +
-					m[2 * c + 1] * (bs[4 * c + 2] + bs[4 * c + 3]);
 			}
 			float dx = x->d[i];
 			acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * dx),
 					      _mm256_cvtepi32_ps(sumi), acc);
-			macc += _cvtsh_ss(b[i].dmin) * dx * (float)msum;
+			macc = _mm_fmadd_ps(_mm_set1_ps(_cvtsh_ss(b[i].dmin) * dx),
+					    _mm_cvtepi32_ps(ms), macc);
 		}
-		out[r] = hsum8(acc) - macc;
+		macc = _mm_add_ps(macc, _mm_movehl_ps(macc, macc));
+		macc = _mm_add_ss(macc, _mm_movehdup_ps(macc));
+		out[r] = hsum8(acc) - _mm_cvtss_f32(macc);
 	}
 }
 
@@ -230,29 +255,35 @@ TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int 
 			const int16_t *bs = x->bsums + i * 16;
 			const int8_t *sc = b[i].scales;
 			__m256i sumi = _mm256_setzero_si256();
-			int off = 0;
-			for (int g = 0; g < 16; g++)
-				off += sc[g] * bs[g];
+			/* sum of scale x block sum over the 16 groups: one madd, then a reduction
+			 */
+			__m256i so = _mm256_madd_epi16(
+			    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)),
+			    _mm256_loadu_si256((const __m256i *)bs));
 			for (int h = 0; h < 2; h++) {
-				__m256i la = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
-				__m256i lb = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
-				__m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
+				__m256i la =
+				    _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
+				__m256i lb =
+				    _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
+				__m256i hb =
+				    _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
 				for (int k = 0; k < 4; k++) {
 					__m256i l = (k & 1) ? lb : la;
 					l = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4)
 						    : _mm256_and_si256(l, m4);
-					__m256i hh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+					__m256i hh =
+					    _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
 					__m256i v = _mm256_or_si256(l, _mm256_slli_epi16(hh, 4));
 					const int8_t *qq = q + 128 * h + 32 * k;
 					__m256i p = _mm256_maddubs_epi16(
-						v, _mm256_loadu_si256((const __m256i *)qq));
+					    v, _mm256_loadu_si256((const __m256i *)qq));
 					int g = 8 * h + 2 * k;
 					__m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]),
 								     _mm_set1_epi16(sc[g]));
 					sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
 				}
 			}
-			int tot = hsum8i(sumi) - 32 * off;
+			int tot = hsum8i(_mm256_sub_epi32(sumi, _mm256_slli_epi32(so, 5)));
 			acc += _cvtsh_ss(b[i].d) * x->d[i] * (float)tot;
 		}
 		out[r] = acc;
@@ -292,7 +323,8 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 	const uint16_t *s = src;
 	int i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+		_mm256_storeu_ps(dst + i,
+				 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
 	for (; i < n; i++)
 		dst[i] = _cvtsh_ss(s[i]);
 }
@@ -302,10 +334,72 @@ TGT static void avx2_axpy(float *y, float a, const float *x, int n)
 	__m256 va = _mm256_set1_ps(a);
 	int i = 0;
 	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
-							_mm256_loadu_ps(y + i)));
+		_mm256_storeu_ps(
+		    y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
 	for (; i < n; i++)
 		y[i] += a * x[i];
+}
+
+/* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
+TGT static inline void u8x32_affine(__m256i v, float a, float m, float *dst)
+{
+	__m256 va = _mm256_set1_ps(a), vm = _mm256_set1_ps(m);
+	__m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+	__m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+	for (int k = 0; k < 4; k++) {
+		__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));
+		_mm256_storeu_ps(dst + 8 * k, _mm256_fmsub_ps(va, f, vm));
+	}
+}
+
+TGT static void avx2_dq_q4_k(const void *src, float *dst, int n)
+{
+	const blk_q4_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		int16_t sc[8], m[8];
+		q4k_unpack_scales(b[i].scales, sc, m);
+		float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+		for (int c = 0; c < 4; c++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+			u8x32_affine(_mm256_and_si256(v, m4), d * sc[2 * c], dmin * m[2 * c],
+				     dst + 64 * c);
+			u8x32_affine(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+				     d * sc[2 * c + 1], dmin * m[2 * c + 1], dst + 64 * c + 32);
+		}
+	}
+}
+
+/* Q6_K: 32 values (0..63, offset 32) per (half, k) as in avx2_rows_q6_k; two scales per 32. */
+TGT static void avx2_dq_q6_k(const void *src, float *dst, int n)
+{
+	const blk_q6_k *b = src;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+	for (int i = 0; i < n / QK_K; i++, dst += QK_K) {
+		float d = _cvtsh_ss(b[i].d);
+		for (int h = 0; h < 2; h++) {
+			__m256i la = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h));
+			__m256i lb = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
+			__m256i hb = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
+			for (int k = 0; k < 4; k++) {
+				__m256i l = (k & 1) ? lb : la;
+				l = (k & 2) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4)
+					    : _mm256_and_si256(l, m4);
+				__m256i hh = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * k), m3);
+				__m256i v = _mm256_or_si256(l, _mm256_slli_epi16(hh, 4));
+				int g = 8 * h + 2 * k;
+				float *o = dst + 128 * h + 32 * k;
+				/* the two halves of these 32 values have their own scales */
+				float a0 = d * b[i].scales[g], a1 = d * b[i].scales[g + 1];
+				float tmp[32];
+				u8x32_affine(v, 1.0f, 32.0f, tmp);
+				for (int e = 0; e < 16; e++) {
+					o[e] = a0 * tmp[e];
+					o[e + 16] = a1 * tmp[e + 16];
+				}
+			}
+		}
+	}
 }
 
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
@@ -313,8 +407,8 @@ static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16,
 static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
 static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
 static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
-static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, NULL, NULL};
-static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, NULL, NULL};
+static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, avx2_dq_q4_k, NULL};
+static const quant_ops_t avx2_q6_k = {"avx2", QT_Q8_K, avx2_rows_q6_k, avx2_dq_q6_k, NULL};
 
 /* ---- AVX512-VNNI (256-bit, EVEX) variants: vpdpbusd does maddubs + madd in one step ---- */
 
@@ -365,7 +459,7 @@ TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int
 		__m256i wv = _mm256_loadu_si256((const __m256i *)bg[k].q);                         \
 		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (k)));                 \
 		__m256i p = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv)); \
-		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                    \
 	} while (0)
 			Q8STEP(0, a0);
 			Q8STEP(1, a1);
@@ -380,7 +474,8 @@ TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int
 		for (int i = 8 * ng; i < nb; i++) {
 			__m256i w0 = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + i * 32));
-			__m256i p0 = _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
+			__m256i p0 =
+			    _mm256_dpbusd_epi32(z, _mm256_abs_epi8(w0), _mm256_sign_epi8(x0, w0));
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 		}
@@ -404,20 +499,22 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 	const __m256i z = _mm256_setzero_si256();
 	for (int r = 0; r < nrows; r++) {
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(),
+		       off = _mm256_setzero_ps();
 		for (int g = 0; g < ng; g++) {
 			const blk_q4_0 *bg = b + 8 * g;
 			__m256 sc = _mm256_mul_ps(scales8((const uint8_t *)bg, sizeof *bg),
 						  _mm256_loadu_ps(x->d + 8 * g));
 			__m256 bs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
-				_mm_loadu_si128((const __m128i *)(x->bsums + 8 * g))));
+			    _mm_loadu_si128((const __m128i *)(x->bsums + 8 * g))));
 			off = _mm256_fmadd_ps(sc, bs, off);
 			const int8_t *xq = x->q + 256 * g;
 #define Q4STEP(k, acc)                                                                             \
 	do {                                                                                       \
-		__m256i p = _mm256_dpbusd_epi32(z, q4_0_nibbles(&bg[k]),                           \
-						_mm256_loadu_si256((const __m256i *)(xq + 32 * (k)))); \
-		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                   \
+		__m256i p =                                                                        \
+		    _mm256_dpbusd_epi32(z, q4_0_nibbles(&bg[k]),                                   \
+					_mm256_loadu_si256((const __m256i *)(xq + 32 * (k))));     \
+		acc = _mm256_fmadd_ps(LANE(sc, k), _mm256_cvtepi32_ps(p), acc);                    \
 	} while (0)
 			Q4STEP(0, a0);
 			Q4STEP(1, a1);
@@ -431,8 +528,9 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 		}
 		float tail = 0;
 		for (int i = 8 * ng; i < nb; i++) {
-			__m256i p0 = _mm256_dpbusd_epi32(z, q4_0_nibbles(&b[i]),
-							 _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
+			__m256i p0 = _mm256_dpbusd_epi32(
+			    z, q4_0_nibbles(&b[i]),
+			    _mm256_loadu_si256((const __m256i *)(x->q + i * 32)));
 			float s0 = _cvtsh_ss(b[i].d) * x->d[i];
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), _mm256_cvtepi32_ps(p0), a0);
 			tail += s0 * (float)x->bsums[i];
@@ -476,10 +574,11 @@ TGTV static inline __m256i hsum8x8(__m256i p0, __m256i p1, __m256i p2, __m256i p
 				_mm256_permute2x128_si256(a, b, 0x31));
 }
 
-#define R8_DOT(t, wexpr) _mm256_dpbusd_epi32(z, wexpr, _mm256_loadu_si256((const __m256i *)(q[t] + i * 32)))
+#define R8_DOT(t, wexpr)                                                                           \
+	_mm256_dpbusd_epi32(z, wexpr, _mm256_loadu_si256((const __m256i *)(q[t] + i * 32)))
 #define R8_DOTS(t)                                                                                 \
 	_mm256_dpbusd_epi32(                                                                       \
-		z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
+	    z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
 
 TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
@@ -499,8 +598,8 @@ TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t s
 		for (int i = 0; i < nb; i++) {
 			__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);
 			__m256i aw = _mm256_abs_epi8(wv);
-			__m256i s = hsum8x8(R8_DOTS(0), R8_DOTS(1), R8_DOTS(2), R8_DOTS(3), R8_DOTS(4),
-					    R8_DOTS(5), R8_DOTS(6), R8_DOTS(7));
+			__m256i s = hsum8x8(R8_DOTS(0), R8_DOTS(1), R8_DOTS(2), R8_DOTS(3),
+					    R8_DOTS(4), R8_DOTS(5), R8_DOTS(6), R8_DOTS(7));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
 			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
@@ -529,8 +628,9 @@ TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t s
 		__m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			__m256i wu = q4_0_nibbles(&b[i]);
-			__m256i s = hsum8x8(R8_DOT(0, wu), R8_DOT(1, wu), R8_DOT(2, wu), R8_DOT(3, wu),
-					    R8_DOT(4, wu), R8_DOT(5, wu), R8_DOT(6, wu), R8_DOT(7, wu));
+			__m256i s =
+			    hsum8x8(R8_DOT(0, wu), R8_DOT(1, wu), R8_DOT(2, wu), R8_DOT(3, wu),
+				    R8_DOT(4, wu), R8_DOT(5, wu), R8_DOT(6, wu), R8_DOT(7, wu));
 			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
 						  _mm256_loadu_ps(dT + i * 8));
 			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
@@ -565,22 +665,14 @@ const quant_ops_t *quant_x86_ops(int wtype)
 			return &vnni_q4_0;
 	}
 	switch (wtype) {
-	case QT_F32:
-		return &avx2_f32;
-	case QT_F16:
-		return &avx2_f16;
-	case QT_BF16:
-		return &avx2_bf16;
-	case QT_Q8_0:
-		return &avx2_q8_0;
-	case QT_Q4_0:
-		return &avx2_q4_0;
-	case QT_Q4_K:
-		return &avx2_q4_k;
-	case QT_Q6_K:
-		return &avx2_q6_k;
-	default:
-		return NULL;
+	case QT_F32: return &avx2_f32;
+	case QT_F16: return &avx2_f16;
+	case QT_BF16: return &avx2_bf16;
+	case QT_Q8_0: return &avx2_q8_0;
+	case QT_Q4_0: return &avx2_q4_0;
+	case QT_Q4_K: return &avx2_q4_k;
+	case QT_Q6_K: return &avx2_q6_k;
+	default: return NULL;
 	}
 }
 
@@ -591,7 +683,10 @@ quant_axpy_fn quant_x86_axpy(void)
 
 #else
 
-quant_axpy_fn quant_x86_axpy(void) { return NULL; }
+quant_axpy_fn quant_x86_axpy(void)
+{
+	return NULL;
+}
 
 const quant_ops_t *quant_x86_ops(int wtype)
 {

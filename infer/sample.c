@@ -75,13 +75,15 @@ void sampler_accept(sampler_t *s, int token)
 void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int n_prompt)
 {
 	s->p = *p;
-	s->p.stop = NULL; /* stop strings are the engine's business; do not keep borrowed pointers */
+	s->p.stop =
+	    NULL; /* stop strings are the engine's business; do not keep borrowed pointers */
 	s->p.n_stop = 0;
 	s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < s->n_hist; i++)
 		s->count[s->hist[(s->head + i) % SAMPLE_PENALTY_WINDOW]] = 0;
 	s->n_hist = s->head = 0;
-	for (int i = n_prompt > SAMPLE_PENALTY_WINDOW ? n_prompt - SAMPLE_PENALTY_WINDOW : 0; i < n_prompt; i++)
+	for (int i = n_prompt > SAMPLE_PENALTY_WINDOW ? n_prompt - SAMPLE_PENALTY_WINDOW : 0;
+	     i < n_prompt; i++)
 		sampler_accept(s, prompt[i]);
 }
 

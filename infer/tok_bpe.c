@@ -12,7 +12,10 @@
 
 /* GPT-2's mapping: printable Latin-1 bytes stand for themselves, the other 68 bytes take the
  * code points 256.. in byte order. */
-static int printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174; }
+static int printable(int b)
+{
+	return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+}
 
 uint32_t tok_byte_to_cp(uint8_t b)
 {
@@ -50,12 +53,12 @@ struct pair {
 struct work {
 	const tok_t *t;
 	tok_ids_t *out;
-	char *enc;       /* byte-level text of the current word */
+	char *enc; /* byte-level text of the current word */
 	size_t enc_cap;
-	char *key;       /* "left right" lookup buffer */
+	char *key; /* "left right" lookup buffer */
 	struct sym *sy;
 	size_t sy_cap;
-	struct pair *h;  /* min-heap */
+	struct pair *h; /* min-heap */
 	size_t hn, hcap;
 	char cp_utf8[256][2];
 	uint8_t cp_len[256];

@@ -42,19 +42,20 @@ struct tok {
 	int n_vocab;
 	const char **text; /* vocabulary texts (into the mapping) */
 	uint32_t *text_len;
-	float *score;      /* SPM scores (NULL = all 0) */
-	uint8_t *type;     /* enum tok_type */
-	char **piece;      /* decoded bytes per token (malloc'd block, see piece_buf) */
+	float *score;  /* SPM scores (NULL = all 0) */
+	uint8_t *type; /* enum tok_type */
+	char **piece;  /* decoded bytes per token (malloc'd block, see piece_buf) */
 	uint32_t *piece_len;
 	char *piece_buf;
-	tok_map_t vocab;   /* text -> id */
-	tok_map_t merges;  /* "left right" -> rank (BPE) */
+	tok_map_t vocab;  /* text -> id */
+	tok_map_t merges; /* "left right" -> rank (BPE) */
 	int bos, eos, eot, eom, unk;
 	int add_bos, add_space_prefix, ignore_merges;
-	uint8_t *eog;      /* per id: ends generation */
-	int *special;      /* ids of control/user-defined tokens, longest text first */
+	uint8_t *eog; /* per id: ends generation */
+	int *special; /* control/user-defined/unknown ids by first byte, longest first */
 	int n_special;
-	int byte_tok[256]; /* SPM: id of <0xNN> (or of the byte itself), -1 when absent */
+	int special_at[257]; /* special[special_at[c] .. special_at[c+1]) start with byte c */
+	int byte_tok[256];   /* SPM: id of <0xNN> (or of the byte itself), -1 when absent */
 	struct tok_pre *pre_re;
 };
 

@@ -18,36 +18,36 @@
 #include <string.h>
 
 #define CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+#define GPT2_RE      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define LLAMA3_RE                                                                                  \
-	CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"   \
+	CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"  \
 		     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define QWEN2_RE                                                                                   \
-	CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"        \
+	CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"       \
 		     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define CJK_RE "[一-龥ࠀ-一가-퟿]+"
-#define UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
-#define LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+#define UPPER  "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define LOWER  "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 
 /* Letters of the DeepSeek LLM tokenizer (its own explicit class rather than \p{L}). */
 #define DEEPSEEK_LETTERS                                                                           \
-	"[\\x{41}-\\x{5a}\\x{61}-\\x{7a}\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}"            \
-	"\\x{1bc}-\\x{1bf}\\x{1c4}-\\x{293}\\x{295}-\\x{2af}\\x{370}-\\x{373}\\x{376}\\x{377}"            \
-	"\\x{37b}-\\x{37d}\\x{37f}\\x{386}\\x{388}-\\x{38a}\\x{38c}\\x{38e}-\\x{3a1}"                     \
-	"\\x{3a3}-\\x{3f5}\\x{3f7}-\\x{481}\\x{48a}-\\x{52f}\\x{531}-\\x{556}\\x{10a0}-\\x{10c5}"         \
-	"\\x{13a0}-\\x{13f5}\\x{13f8}-\\x{13fd}\\x{1c90}-\\x{1cba}\\x{1cbd}-\\x{1cbf}"                    \
-	"\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}\\x{1d79}-\\x{1d9a}\\x{1e00}-\\x{1f15}"                    \
-	"\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}\\x{1f59}"           \
-	"\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}\\x{1fbe}"            \
-	"\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}"                    \
-	"\\x{1fe0}-\\x{1fec}\\x{1ff2}-\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}"                     \
-	"\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}\\x{2124}\\x{2126}\\x{2128}"                      \
-	"\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}\\x{2145}-\\x{2149}"           \
-	"\\x{214e}\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"            \
-	"\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}"                     \
-	"\\x{a771}-\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}"                    \
-	"\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}"                  \
-	"\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}"            \
+	"[\\x{41}-\\x{5a}\\x{61}-\\x{7a}\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}"     \
+	"\\x{1bc}-\\x{1bf}\\x{1c4}-\\x{293}\\x{295}-\\x{2af}\\x{370}-\\x{373}\\x{376}\\x{377}"     \
+	"\\x{37b}-\\x{37d}\\x{37f}\\x{386}\\x{388}-\\x{38a}\\x{38c}\\x{38e}-\\x{3a1}"              \
+	"\\x{3a3}-\\x{3f5}\\x{3f7}-\\x{481}\\x{48a}-\\x{52f}\\x{531}-\\x{556}\\x{10a0}-\\x{10c5}"  \
+	"\\x{13a0}-\\x{13f5}\\x{13f8}-\\x{13fd}\\x{1c90}-\\x{1cba}\\x{1cbd}-\\x{1cbf}"             \
+	"\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}\\x{1d79}-\\x{1d9a}\\x{1e00}-\\x{1f15}"             \
+	"\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}\\x{1f59}"    \
+	"\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}\\x{1fbe}"     \
+	"\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}"             \
+	"\\x{1fe0}-\\x{1fec}\\x{1ff2}-\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}"              \
+	"\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}\\x{2124}\\x{2126}\\x{2128}"               \
+	"\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}\\x{2145}-\\x{2149}"    \
+	"\\x{214e}\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"     \
+	"\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}"              \
+	"\\x{a771}-\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}"             \
+	"\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}"           \
+	"\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}"     \
 	"\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]"
 
 struct pre_def {
@@ -57,43 +57,49 @@ struct pre_def {
 };
 
 static const struct pre_def defs[] = {
-	{"default", 0,
-	 {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+", "[0-9][0-9][0-9]"}},
-	{"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", 1, {LLAMA3_RE}},
-	{"dbrx smaug-bpe chatglm-bpe", 0, {LLAMA3_RE}},
-	{"deepseek-llm", 0,
-	 {"[\r\n]", "\\s?" DEEPSEEK_LETTERS "+", "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", CJK_RE,
-	  "\\p{N}+"}},
-	{"deepseek-coder", 0, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", CJK_RE, "\\p{N}"}},
-	{"deepseek-v3 hunyuan-dense", 0,
-	 {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
-	  "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
-	  "\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}},
-	{"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]"}},
-	{"starcoder refact command-r smollm codeshell exaone minerva-7b", 0, {"\\p{N}", GPT2_RE}},
-	{"gpt-2 phi-2 mpt olmo jais trillion granite-docling roberta-bpe gigachat jina-es jina-de "
-	 "jina-v1-en jina-v2-es jina-v2-de jina-v2-code",
-	 0,
-	 {GPT2_RE}},
-	{"qwen2 stablelm2 deepseek-r1-qwen hunyuan megrez grok-2", 0, {QWEN2_RE}},
-	{"poro-chat bloom gpt3-finnish", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+"}},
-	{"viking", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"}},
-	{"tekken", 1,
-	 {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" UPPER "+" LOWER
-	  "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-	{"gpt-4o minimax-m2", 0,
-	 {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?" UPPER
-	  "+" LOWER "*" CONTRACTIONS "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
-	  "\\s+(?!\\S)|\\s+"}},
-	{"seed-coder", 0,
-	 {CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|"
-		       "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
-	{"bailingmoe llada-moe", 0,
-	 {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-	  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
-	{"chameleon", 0,
-	 {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
-	  "[\\p{P}!-/:-@\\[-`{-~]", GPT2_RE}},
+    {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", 1, {LLAMA3_RE}},
+    {"dbrx smaug-bpe chatglm-bpe", 0, {LLAMA3_RE}},
+    {"deepseek-llm",
+     0,
+     {"[\r\n]", "\\s?" DEEPSEEK_LETTERS "+", "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", CJK_RE,
+      "\\p{N}+"}},
+    {"deepseek-coder", 0, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", CJK_RE, "\\p{N}"}},
+    {"deepseek-v3 hunyuan-dense",
+     0,
+     {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
+      "\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}},
+    {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]"}},
+    {"starcoder refact command-r smollm codeshell exaone minerva-7b", 0, {"\\p{N}", GPT2_RE}},
+    {"gpt-2 phi-2 mpt olmo jais trillion granite-docling roberta-bpe gigachat jina-es jina-de "
+     "jina-v1-en jina-v2-es jina-v2-de jina-v2-code",
+     0,
+     {GPT2_RE}},
+    {"qwen2 stablelm2 deepseek-r1-qwen hunyuan megrez grok-2", 0, {QWEN2_RE}},
+    {"poro-chat bloom gpt3-finnish", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+"}},
+    {"viking", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"}},
+    {"tekken",
+     1,
+     {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" UPPER "+" LOWER
+      "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"gpt-4o minimax-m2",
+     0,
+     {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?" UPPER
+      "+" LOWER "*" CONTRACTIONS "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+"}},
+    {"seed-coder",
+     0,
+     {CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|"
+		   "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    {"bailingmoe llada-moe",
+     0,
+     {"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"}},
+    {"chameleon",
+     0,
+     {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
+      "[\\p{P}!-/:-@\\[-`{-~]", GPT2_RE}},
 };
 
 struct tok_pre {
@@ -142,9 +148,9 @@ int tok_pre_new(struct tok_pre **out, const char *name, int *ignore_merges, char
 	for (int i = 0; i < 7 && d->re[i]; i++) {
 		int ec;
 		PCRE2_SIZE eo;
-		p->re[i] = pcre2_compile((PCRE2_SPTR)d->re[i], PCRE2_ZERO_TERMINATED,
-					 PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eo,
-					 NULL);
+		p->re[i] =
+		    pcre2_compile((PCRE2_SPTR)d->re[i], PCRE2_ZERO_TERMINATED,
+				  PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
 		if (!p->re[i]) {
 			PCRE2_UCHAR msg[128];
 			pcre2_get_error_message(ec, msg, sizeof msg);
@@ -221,8 +227,18 @@ int tok_pre_split(const struct tok_pre *p, const char *s, size_t n, tok_word_fn 
 			while (pos <= g.len) {
 				int m = pcre2_match(p->re[r], (PCRE2_SPTR)sub, g.len, pos,
 						    PCRE2_NO_UTF_CHECK, md, NULL);
-				if (m < 0)
+				if (m < 0 && m != PCRE2_ERROR_NOMATCH) /* e.g. JIT stack limit */
+					m = pcre2_match(p->re[r], (PCRE2_SPTR)sub, g.len, pos,
+							PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+							NULL);
+				if (m < 0) {
+					if (m != PCRE2_ERROR_NOMATCH)
+						LOG(LOG_WARN,
+						    "pre-tokenizer: regex error %d on a "
+						    "%zu-byte piece",
+						    m, g.len);
 					break;
+				}
 				PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
 				size_t ms = ov[0], me = ov[1];
 				if (me == ms) { /* empty match: step over one character */

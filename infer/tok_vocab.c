@@ -201,7 +201,10 @@ static size_t make_piece(const tok_t *t, int id, char *dst)
 			dst[k++] = s[i++];
 			continue;
 		}
-		uint32_t cp = (uint8_t)s[i] & (l == 1 ? 0x7f : l == 2 ? 0x1f : l == 3 ? 0x0f : 0x07);
+		uint32_t cp = (uint8_t)s[i] & (l == 1   ? 0x7f
+					       : l == 2 ? 0x1f
+					       : l == 3 ? 0x0f
+							: 0x07);
 		for (int j = 1; j < l; j++)
 			cp = (cp << 6) | ((uint8_t)s[i + j] & 0x3f);
 		int b = tok_cp_to_byte(cp);
@@ -228,25 +231,35 @@ static int get_id(const gguf_t *g, const char *key, int n_vocab, int dflt)
 }
 
 struct len_id {
+	uint8_t first;
 	uint32_t len;
 	int id;
 };
 
+/* Grouped by first byte, longest text first within a group (the longest match wins). */
 static int cmp_special(const void *a, const void *b)
 {
 	const struct len_id *x = a, *y = b;
+	if (x->first != y->first)
+		return x->first < y->first ? -1 : 1;
 	if (x->len != y->len)
 		return x->len > y->len ? -1 : 1;
 	return x->id - y->id;
 }
 
 static const char *const eog_texts[] = {
-	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-	"<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>", "<|call|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>",         "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>",
+    "<|call|>",
 };
 static const char *const eot_texts[] = {
-	"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
-	"<｜end▁of▁sentence｜>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "<｜end▁of▁sentence｜>",
 };
 
 int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
@@ -302,8 +315,9 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		t->text_len[i] = (uint32_t)n;
 		t->type[i] = TOK_T_NORMAL;
 		total += n;
-		/* the first id wins: added tokens that repeat a base token (DeepSeek's "ÿ") must not
-		 * shadow it, as in Hugging Face where the model's own vocabulary is looked up */
+		/* the first id wins: added tokens that repeat a base token (DeepSeek's "ÿ") must
+		 * not shadow it, as in Hugging Face where the model's own vocabulary is looked up
+		 */
 		if (tok_map_get(&t->vocab, s, n) < 0)
 			tok_map_put(&t->vocab, s, n, i);
 	}
@@ -318,7 +332,8 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		for (int i = 0; i < t->n_vocab; i++) {
 			int64_t v;
 			if (gguf_arr_i64(g, ty, (uint64_t)i, &v)) {
-				rc = sh_fail(err, errlen, SH_EFORMAT, "bad tokenizer.ggml.token_type");
+				rc = sh_fail(err, errlen, SH_EFORMAT,
+					     "bad tokenizer.ggml.token_type");
 				goto fail;
 			}
 			t->type[i] = (v >= 1 && v <= 6) ? (uint8_t)v : TOK_T_NORMAL;
@@ -418,11 +433,20 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		goto oom;
 	}
 	for (int i = 0; i < t->n_vocab; i++)
-		if ((t->type[i] == TOK_T_CONTROL || t->type[i] == TOK_T_USER) && t->text_len[i])
-			li[t->n_special++] = (struct len_id){t->text_len[i], i};
+		if ((t->type[i] == TOK_T_CONTROL || t->type[i] == TOK_T_USER ||
+		     t->type[i] == TOK_T_UNKNOWN) &&
+		    t->text_len[i])
+			li[t->n_special++] =
+			    (struct len_id){(uint8_t)t->text[i][0], t->text_len[i], i};
 	qsort(li, (size_t)t->n_special, sizeof *li, cmp_special);
 	for (int i = 0; i < t->n_special; i++)
 		t->special[i] = li[i].id;
+	for (int c = 0, i = 0; c < 256; c++) {
+		t->special_at[c] = i;
+		while (i < t->n_special && li[i].first == c)
+			i++;
+	}
+	t->special_at[256] = t->n_special;
 	free(li);
 
 	for (int c = 0; c < 256; c++) {
@@ -477,16 +501,46 @@ void tok_free(tok_t *t)
 
 /* ---- queries ---- */
 
-int tok_kind(const tok_t *t) { return t->kind; }
-const char *tok_kind_name(const tok_t *t) { return t->kind == TOK_SPM ? "spm" : "bpe"; }
-const char *tok_pre_name(const tok_t *t) { return t->pre; }
-int tok_n_vocab(const tok_t *t) { return t->n_vocab; }
-int tok_bos(const tok_t *t) { return t->bos; }
-int tok_eos(const tok_t *t) { return t->eos; }
-int tok_eot(const tok_t *t) { return t->eot; }
-int tok_add_bos(const tok_t *t) { return t->add_bos; }
-int tok_type(const tok_t *t, int id) { return id >= 0 && id < t->n_vocab ? t->type[id] : 0; }
-int tok_is_eog(const tok_t *t, int id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
+int tok_kind(const tok_t *t)
+{
+	return t->kind;
+}
+const char *tok_kind_name(const tok_t *t)
+{
+	return t->kind == TOK_SPM ? "spm" : "bpe";
+}
+const char *tok_pre_name(const tok_t *t)
+{
+	return t->pre;
+}
+int tok_n_vocab(const tok_t *t)
+{
+	return t->n_vocab;
+}
+int tok_bos(const tok_t *t)
+{
+	return t->bos;
+}
+int tok_eos(const tok_t *t)
+{
+	return t->eos;
+}
+int tok_eot(const tok_t *t)
+{
+	return t->eot;
+}
+int tok_add_bos(const tok_t *t)
+{
+	return t->add_bos;
+}
+int tok_type(const tok_t *t, int id)
+{
+	return id >= 0 && id < t->n_vocab ? t->type[id] : 0;
+}
+int tok_is_eog(const tok_t *t, int id)
+{
+	return id >= 0 && id < t->n_vocab && t->eog[id];
+}
 
 const char *tok_text(const tok_t *t, int id, size_t *len)
 {
@@ -498,27 +552,30 @@ const char *tok_text(const tok_t *t, int id, size_t *len)
 	return t->text[id];
 }
 
-int tok_find(const tok_t *t, const char *s, size_t len) { return tok_map_get(&t->vocab, s, len); }
+int tok_find(const tok_t *t, const char *s, size_t len)
+{
+	return tok_map_get(&t->vocab, s, len);
+}
 
 /* ---- encode ---- */
 
 /* Longest special token starting at s (n bytes left), or -1. */
 static int match_special(const tok_t *t, const char *s, size_t n, int parse_special)
 {
-	for (int i = 0; i < t->n_special; i++) {
+	uint8_t c = (uint8_t)s[0];
+	for (int i = t->special_at[c]; i < t->special_at[c + 1]; i++) {
 		int id = t->special[i];
 		size_t l = t->text_len[id];
-		if (l > n || (uint8_t)t->text[id][0] != (uint8_t)s[0] || memcmp(t->text[id], s, l))
+		if (l > n || memcmp(t->text[id], s, l))
 			continue;
-		if (t->type[id] == TOK_T_CONTROL && !parse_special)
+		if (t->type[id] != TOK_T_USER && !parse_special)
 			continue;
 		return id;
 	}
 	return -1;
 }
 
-static void encode_fragment(const tok_t *t, const char *s, size_t n, int prev_special,
-			    tok_ids_t *o)
+static void encode_fragment(const tok_t *t, const char *s, size_t n, int prev_special, tok_ids_t *o)
 {
 	if (t->kind == TOK_BPE) {
 		tok_bpe_encode(t, s, n, o);
@@ -547,15 +604,10 @@ int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int pa
 	*n_ids = 0;
 	if (add_bos && t->bos >= 0)
 		tok_ids_push(&o, t->bos);
-	/* first byte of any special token, to skip positions quickly */
-	uint8_t first[256] = {0};
-	for (int i = 0; i < t->n_special; i++)
-		first[(uint8_t)t->text[t->special[i]][0]] = 1;
 	int prev_special = 1; /* SentencePiece prefixes a space to the first fragment */
 	size_t start = 0;
 	for (size_t i = 0; i < len;) {
-		int id = first[(uint8_t)text[i]] ? match_special(t, text + i, len - i, parse_special)
-						 : -1;
+		int id = match_special(t, text + i, len - i, parse_special);
 		if (id < 0) {
 			i++;
 			continue;
@@ -615,13 +667,13 @@ int tok_decode(const tok_t *t, const int *ids, int n_ids, int flags, char **text
 	for (int i = 0; i < n_ids; i++) {
 		size_t l;
 		const char *p = tok_piece(t, ids[i], special, &l);
-		if (strip && ids[i] == t->bos)
-			continue; /* the space to drop follows BOS */
-		if (strip && l && p[0] == ' ') {
-			p++;
-			l--;
+		if (strip && ids[i] != t->bos) { /* the space to drop follows BOS */
+			if (l && p[0] == ' ') {
+				p++;
+				l--;
+			}
+			strip = 0;
 		}
-		strip = 0;
 		memcpy(out + k, p, l);
 		k += l;
 	}

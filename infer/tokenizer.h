@@ -39,14 +39,14 @@ enum tok_type {
 int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen);
 void tok_free(tok_t *t); /* NULL-safe */
 
-int tok_kind(const tok_t *t);             /* enum tok_kind */
+int tok_kind(const tok_t *t);              /* enum tok_kind */
 const char *tok_kind_name(const tok_t *t); /* "spm" or "bpe" */
-const char *tok_pre_name(const tok_t *t); /* the pre-tokenizer ("default" when unnamed) */
+const char *tok_pre_name(const tok_t *t);  /* the pre-tokenizer ("default" when unnamed) */
 int tok_n_vocab(const tok_t *t);
-int tok_bos(const tok_t *t);      /* -1 when absent */
-int tok_eos(const tok_t *t);      /* -1 when absent */
-int tok_eot(const tok_t *t);      /* end of turn (<|eot_id|>, <|im_end|>, ...) or -1 */
-int tok_add_bos(const tok_t *t);  /* the model wants BOS prepended */
+int tok_bos(const tok_t *t);          /* -1 when absent */
+int tok_eos(const tok_t *t);          /* -1 when absent */
+int tok_eot(const tok_t *t);          /* end of turn (<|eot_id|>, <|im_end|>, ...) or -1 */
+int tok_add_bos(const tok_t *t);      /* the model wants BOS prepended */
 int tok_type(const tok_t *t, int id); /* enum tok_type, or 0 for a bad id */
 /* End of generation: eos, eot, eom and control tokens such as <|im_end|>, <|eot_id|>, <|end|>. */
 int tok_is_eog(const tok_t *t, int id);
@@ -55,15 +55,18 @@ const char *tok_text(const tok_t *t, int id, size_t *len);
 /* Id of the token whose vocabulary text is exactly s[0..len), or -1. */
 int tok_find(const tok_t *t, const char *s, size_t len);
 
-/* Text -> ids. add_bos: prepend BOS (when the vocabulary has one). parse_special: control tokens
- * written in the text (e.g. "<|im_start|>") become their ids; user-defined tokens always do,
- * as in Hugging Face. Invalid UTF-8 is encoded byte by byte, never rejected.
- * *ids is malloc'd (caller frees), *n_ids its length. Returns 0 or SH_ENOMEM. */
+/* Text -> ids. add_bos: prepend BOS (when the vocabulary has one). parse_special: control and
+ * unknown tokens written in the text (e.g. "<|im_start|>", "<unk>") become their ids (the
+ * longest match wins); user-defined tokens always do, as in Hugging Face and llama.cpp. Invalid
+ * UTF-8 is encoded byte by byte, never rejected. *ids is malloc'd (caller frees), *n_ids its
+ * length. Returns 0 or SH_ENOMEM. */
 int tok_encode(const tok_t *t, const char *text, size_t len, int add_bos, int parse_special,
 	       int **ids, int *n_ids);
 
-enum { TOK_DECODE_SPECIAL = 1, /* render control tokens' text (else they decode to nothing) */
-       TOK_DECODE_STRIP = 2    /* drop the leading space SentencePiece adds (whole texts) */ };
+enum {
+	TOK_DECODE_SPECIAL = 1, /* render control tokens' text (else they decode to nothing) */
+	TOK_DECODE_STRIP = 2    /* drop the leading space SentencePiece adds (whole texts) */
+};
 
 /* The bytes id stands for (spaces restored, byte tokens as their byte, BPE characters mapped
  * back to bytes). Control tokens give "" unless special. Pointer lives as long as t. */

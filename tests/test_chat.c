@@ -6,10 +6,10 @@
 #include "infer/gguf.h"
 
 static const eng_msg_t conv[] = {
-	{"system", "You are helpful."},
-	{"user", "Hi"},
-	{"assistant", "Hello!"},
-	{"user", "Name a fruit."},
+    {"system", "You are helpful."},
+    {"user", "Hi"},
+    {"assistant", "Hello!"},
+    {"user", "Name a fruit."},
 };
 
 static void expect(const char *family, const char *want)
@@ -27,19 +27,27 @@ static void expect(const char *family, const char *want)
 
 TEST(render_families)
 {
-	expect("chatml", "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-			 "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nName a fruit.<|im_end|>\n"
-			 "<|im_start|>assistant\n");
-	expect("llama2", "[INST] You are helpful.\nHi [/INST]Hello!</s>[INST] Name a fruit. [/INST]");
+	expect(
+	    "chatml",
+	    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+	    "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nName a fruit.<|im_end|>\n"
+	    "<|im_start|>assistant\n");
+	expect("llama2",
+	       "[INST] You are helpful.\nHi [/INST]Hello!</s>[INST] Name a fruit. [/INST]");
 	expect("llama2-sys", "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST]Hello!</s>"
 			     "[INST] Name a fruit. [/INST]");
-	expect("llama2-sys-bos", "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST]Hello!</s>"
-				 "<s>[INST] Name a fruit. [/INST]");
-	expect("mistral-v1", " [INST] You are helpful.\n\nHi [/INST] Hello!</s> [INST] Name a fruit. [/INST]");
-	expect("mistral-v3", "[INST] You are helpful.\n\nHi[/INST] Hello!</s>[INST] Name a fruit.[/INST]");
-	expect("mistral-v3-tekken", "[INST]You are helpful.\n\nHi[/INST]Hello!</s>[INST]Name a fruit.[/INST]");
-	expect("mistral-v7", "[SYSTEM_PROMPT] You are helpful.[/SYSTEM_PROMPT][INST] Hi[/INST] Hello!</s>"
-			     "[INST] Name a fruit.[/INST]");
+	expect("llama2-sys-bos",
+	       "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST]Hello!</s>"
+	       "<s>[INST] Name a fruit. [/INST]");
+	expect("mistral-v1",
+	       " [INST] You are helpful.\n\nHi [/INST] Hello!</s> [INST] Name a fruit. [/INST]");
+	expect("mistral-v3",
+	       "[INST] You are helpful.\n\nHi[/INST] Hello!</s>[INST] Name a fruit.[/INST]");
+	expect("mistral-v3-tekken",
+	       "[INST]You are helpful.\n\nHi[/INST]Hello!</s>[INST]Name a fruit.[/INST]");
+	expect("mistral-v7",
+	       "[SYSTEM_PROMPT] You are helpful.[/SYSTEM_PROMPT][INST] Hi[/INST] Hello!</s>"
+	       "[INST] Name a fruit.[/INST]");
 	expect("llama3", "<|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>"
 			 "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
 			 "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
@@ -48,18 +56,23 @@ TEST(render_families)
 	expect("gemma", "<start_of_turn>user\nYou are helpful.\n\nHi<end_of_turn>\n"
 			"<start_of_turn>model\nHello!<end_of_turn>\n"
 			"<start_of_turn>user\nName a fruit.<end_of_turn>\n<start_of_turn>model\n");
-	expect("phi3", "<|system|>\nYou are helpful.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+	expect("phi3", "<|system|>\nYou are "
+		       "helpful.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
 		       "<|user|>\nName a fruit.<|end|>\n<|assistant|>\n");
-	expect("zephyr", "<|system|>\nYou are helpful.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello!</s>\n"
-			 "<|user|>\nName a fruit.</s>\n<|assistant|>\n");
+	expect("zephyr",
+	       "<|system|>\nYou are helpful.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello!</s>\n"
+	       "<|user|>\nName a fruit.</s>\n<|assistant|>\n");
 	expect("deepseek", "You are helpful.### Instruction:\nHi\n### Response:\nHello!\n<|EOT|>\n"
 			   "### Instruction:\nName a fruit.\n### Response:\n");
-	expect("vicuna", "You are helpful.\n\nUSER: Hi\nASSISTANT: Hello!</s>\nUSER: Name a fruit.\nASSISTANT:");
-	expect("command-r", "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are helpful.<|END_OF_TURN_TOKEN|>"
-			    "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
-			    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hello!<|END_OF_TURN_TOKEN|>"
-			    "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Name a fruit.<|END_OF_TURN_TOKEN|>"
-			    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+	expect(
+	    "vicuna",
+	    "You are helpful.\n\nUSER: Hi\nASSISTANT: Hello!</s>\nUSER: Name a fruit.\nASSISTANT:");
+	expect("command-r",
+	       "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are helpful.<|END_OF_TURN_TOKEN|>"
+	       "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
+	       "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hello!<|END_OF_TURN_TOKEN|>"
+	       "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Name a fruit.<|END_OF_TURN_TOKEN|>"
+	       "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
 }
 
 TEST(detect)
@@ -67,31 +80,32 @@ TEST(detect)
 	struct {
 		const char *tmpl, *family;
 	} cases[] = {
-		{"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-		 "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
-		 "chatml"},
-		{"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ "
-		 "'[INST] ' + message['content'] + ' [/INST]' }}{% endif %}{% endfor %}",
-		 "llama2"},
-		{"{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + "
-		 "messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}{% endif %}[INST]",
-		 "llama2-sys"},
-		{"{% set content = '<|start_header_id|>' + message['role'] + "
-		 "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}",
-		 "llama3"},
-		{"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
-		 "'<end_of_turn>\\n' }}",
-		 "gemma"},
-		{"{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}"
-		 "{{ '<|assistant|>\\n' }}",
-		 "phi3"},
-		{"{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}"
-		 "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n'  + message['content'] "
-		 "+ eos_token }}{% endif %}",
-		 "zephyr"},
-		{"{{ '### Instruction:\\n' + message['content'] + '\\n' }}{{ '### Response:\\n' + "
-		 "message['content'] + '\\n<|EOT|>\\n' }}",
-		 "deepseek"},
+	    {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+	     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
+	     "chatml"},
+	    {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ "
+	     "'[INST] ' + message['content'] + ' [/INST]' }}{% endif %}{% endfor %}",
+	     "llama2"},
+	    {"{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + "
+	     "messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}{% endif %}[INST]",
+	     "llama2-sys"},
+	    {"{% set content = '<|start_header_id|>' + message['role'] + "
+	     "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}",
+	     "llama3"},
+	    {"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+	     "'<end_of_turn>\\n' }}",
+	     "gemma"},
+	    {"{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}"
+	     "{{ '<|assistant|>\\n' }}",
+	     "phi3"},
+	    {"{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token "
+	     "}}"
+	     "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\\n'  + message['content'] "
+	     "+ eos_token }}{% endif %}",
+	     "zephyr"},
+	    {"{{ '### Instruction:\\n' + message['content'] + '\\n' }}{{ '### Response:\\n' + "
+	     "message['content'] + '\\n<|EOT|>\\n' }}",
+	     "deepseek"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		const char *f = chat_detect(cases[i].tmpl, strlen(cases[i].tmpl));

@@ -1,8 +1,8 @@
 /* test_engine.c: the engine interface (infer.h) on stories260K: streamed text equals the
  * detokenized ids, stop strings (never emitted, held text released when they do not complete),
  * max_tokens, cancellation, KV prefix reuse, seeds, and errors as values. */
-#include "harness.h"
 #include "common/common.h"
+#include "harness.h"
 #include "infer/infer.h"
 
 typedef struct sink {
@@ -130,8 +130,9 @@ TEST(seeds_and_errors)
 	CHECK_EQ_INT(run(e, "Once", &sp, &a, &res), 0);
 	CHECK_EQ_INT(res.finish, a.n + 2 == 16 ? ENG_FINISH_LENGTH : ENG_FINISH_STOP);
 	/* a prompt longer than the context is an error value */
-	CHECK_EQ_INT(run(e, "Once upon a time there was a big dog who liked to run and play", &sp,
-			 &a, &res), SH_EINVAL);
+	CHECK_EQ_INT(
+	    run(e, "Once upon a time there was a big dog who liked to run and play", &sp, &a, &res),
+	    SH_EINVAL);
 	CHECK_EQ_INT(res.finish, ENG_FINISH_ERROR);
 	CHECK(strstr(res.error, "context") != NULL);
 	int bad = 9999;

@@ -25,8 +25,14 @@ static void put(struct buf *b, const void *d, size_t n)
 	memcpy(b->p + b->n, d, n);
 	b->n += n;
 }
-static void put_u32(struct buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(struct buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_u32(struct buf *b, uint32_t v)
+{
+	put(b, &v, 4);
+}
+static void put_u64(struct buf *b, uint64_t v)
+{
+	put(b, &v, 8);
+}
 static void put_str(struct buf *b, const char *s)
 {
 	put_u64(b, strlen(s));

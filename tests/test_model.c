@@ -2,8 +2,8 @@
  * exactly llama.cpp's 64 ids; a generated model in F32 and in Q8_0 must agree on the top-1 token
  * at every position of a prompt (catches layout bugs a self-consistent quantizer would hide);
  * one-token decoding must match batched prefill. */
-#include "harness.h"
 #include "common/common.h"
+#include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/model.h"
 #include "infer/quant.h"
@@ -90,8 +90,14 @@ static void run_stories(int threads, int batched)
 	gguf_free(g);
 }
 
-TEST(stories260K_greedy) { run_stories(1, 0); }
-TEST(stories260K_greedy_batched_2threads) { run_stories(2, 1); }
+TEST(stories260K_greedy)
+{
+	run_stories(1, 0);
+}
+TEST(stories260K_greedy_batched_2threads)
+{
+	run_stories(2, 1);
+}
 
 /* A generated model, opened: returns 0 on success. */
 typedef struct gen {
@@ -105,8 +111,16 @@ static int gen_open(gen_t *x, const char *arch, int type, int threads, char *pat
 {
 	char err[256];
 	memset(x, 0, sizeof *x);
-	mkmodel_opts_t o = {.arch = arch, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2,
-			    .ffn = 512, .vocab = 512, .ctx = 256, .type = type, .seed = 7};
+	mkmodel_opts_t o = {.arch = arch,
+			    .dim = 256,
+			    .layers = 2,
+			    .heads = 8,
+			    .kv_heads = 2,
+			    .ffn = 512,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = type,
+			    .seed = 7};
 	if (!strcmp(arch, "qwen3"))
 		o.head_dim = 64; /* heads * head_dim (512) != dim: the explicit head size path */
 	snprintf(path, 256, "/tmp/shoal-test-model-%d-%s-%d.gguf", (int)getpid(), arch, type);
@@ -127,8 +141,8 @@ static void gen_close(gen_t *x, const char *path)
 	unlink(path);
 }
 
-static const int prompt24[24] = {300, 10, 47, 299, 256, 100, 101, 102, 32, 33, 34, 35,
-				 400, 401, 402, 403, 270, 271, 272, 273, 5, 6, 7, 8};
+static const int prompt24[24] = {300, 10,  47,  299, 256, 100, 101, 102, 32, 33, 34, 35,
+				 400, 401, 402, 403, 270, 271, 272, 273, 5,  6,  7,  8};
 
 /* F32 vs Q8_0 of the same weights: top-1 agreement at every prompt position. */
 TEST(f32_vs_q8_0_top1)
@@ -195,12 +209,30 @@ static void batched_vs_sequential(const char *arch, int type)
 	gen_close(&a, p1);
 }
 
-TEST(batched_llama_f32) { batched_vs_sequential("llama", QT_F32); }
-TEST(batched_qwen2_q8_0) { batched_vs_sequential("qwen2", QT_Q8_0); }
-TEST(batched_qwen3_q4_k) { batched_vs_sequential("qwen3", QT_Q4_K); }
-TEST(batched_llama_q4_0) { batched_vs_sequential("llama", QT_Q4_0); }
-TEST(batched_llama_q6_k) { batched_vs_sequential("llama", QT_Q6_K); }
-TEST(batched_llama_f16) { batched_vs_sequential("llama", QT_F16); }
+TEST(batched_llama_f32)
+{
+	batched_vs_sequential("llama", QT_F32);
+}
+TEST(batched_qwen2_q8_0)
+{
+	batched_vs_sequential("qwen2", QT_Q8_0);
+}
+TEST(batched_qwen3_q4_k)
+{
+	batched_vs_sequential("qwen3", QT_Q4_K);
+}
+TEST(batched_llama_q4_0)
+{
+	batched_vs_sequential("llama", QT_Q4_0);
+}
+TEST(batched_llama_q6_k)
+{
+	batched_vs_sequential("llama", QT_Q6_K);
+}
+TEST(batched_llama_f16)
+{
+	batched_vs_sequential("llama", QT_F16);
+}
 
 /* ---- the tensor-parallel seam: two shards in two threads, summed by a toy all-reduce ---- */
 
@@ -265,8 +297,9 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 		ar.slot[r] = malloc(64 * full.meta.dim * sizeof(float));
 		pools[r] = pool_new(1);
 		rk[r] = (rank_ctx_t){&ar, r, NULL, malloc(n * sizeof(float)), 0};
-		CHECK_EQ_INT(model_new(&rk[r].m, full.g, &full.meta, &sh[r], 256, pools[r], err,
-				       sizeof err), 0);
+		CHECK_EQ_INT(
+		    model_new(&rk[r].m, full.g, &full.meta, &sh[r], 256, pools[r], err, sizeof err),
+		    0);
 		model_set_allreduce(rk[r].m, toy_allreduce, &rk[r]);
 	}
 	for (int r = 0; r < 2; r++)
@@ -306,8 +339,14 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
  * heads and rank 1 a replica of the second. */
 static const model_shard_t even[2] = {{0, 4, 0, 1, 0, 256}, {4, 4, 1, 1, 256, 256}};
 static const model_shard_t uneven[2] = {{0, 6, 0, 2, 0, 384}, {6, 2, 1, 1, 384, 128}};
-TEST(tensor_parallel_seam_f32) { sharded_matches_full(QT_F32, even); }
-TEST(tensor_parallel_seam_q8_0_uneven) { sharded_matches_full(QT_Q8_0, uneven); }
+TEST(tensor_parallel_seam_f32)
+{
+	sharded_matches_full(QT_F32, even);
+}
+TEST(tensor_parallel_seam_q8_0_uneven)
+{
+	sharded_matches_full(QT_Q8_0, uneven);
+}
 
 TEST(bad_input)
 {

@@ -1,10 +1,10 @@
 /* test_quant.c: block formats and matvec kernels. Every type's optimized kernel is compared with
  * the plain reference on generated tensors (NMSE bound 1e-10: they differ only in summation
  * order), and the reference with the exact float dot of the dequantized weights and activations
- * (NMSE bounds: 1e-10 for float activations, 1e-4 for Q8_0 ones, 5e-4 for Q8_K). Quantize/dequantize round trips are checked
- * against the format's expected error. */
-#include "harness.h"
+ * (NMSE bounds: 1e-10 for float activations, 1e-4 for Q8_0 ones, 5e-4 for Q8_K).
+ * Quantize/dequantize round trips are checked against the format's expected error. */
 #include "common/common.h"
+#include "harness.h"
 #include "infer/pool.h"
 #include "infer/quant.h"
 
@@ -51,18 +51,12 @@ TEST(f16_conversion)
 static double roundtrip_bound(int t)
 {
 	switch (t) {
-	case QT_F32:
-		return 0;
-	case QT_F16:
-		return 1e-6;
-	case QT_BF16:
-		return 3e-5;
-	case QT_Q8_0:
-		return 1e-4;
-	case QT_Q6_K:
-		return 2e-3;
-	default: /* 4-bit */
-		return 1.5e-2;
+	case QT_F32: return 0;
+	case QT_F16: return 1e-6;
+	case QT_BF16: return 3e-5;
+	case QT_Q8_0: return 1e-4;
+	case QT_Q6_K: return 2e-3;
+	default: /* 4-bit */ return 1.5e-2;
 	}
 }
 
@@ -100,12 +94,12 @@ TEST(block_layouts)
 	memset(&k4, 0, sizeof k4);
 	k4.d = quant_f32_to_f16(1.f);
 	k4.dmin = quant_f32_to_f16(1.f);
-	k4.scales[0] = 2;          /* sub-block 0: scale 2 */
-	k4.scales[4] = 1;          /* sub-block 0: min 1 */
-	k4.scales[8] = 0x53;       /* sub-block 4: scale 3 | 16*? , min 5 (low nibbles) */
-	k4.scales[0] |= 1u << 6;   /* sub-block 4 scale high bits: 1 -> scale 3 + 16 = 19 */
-	k4.qs[0] = 0x73;           /* element 0 = 3, element 32 = 7 */
-	k4.qs[64] = 0x02;          /* element 128 (sub-block 4) = 2 */
+	k4.scales[0] = 2;        /* sub-block 0: scale 2 */
+	k4.scales[4] = 1;        /* sub-block 0: min 1 */
+	k4.scales[8] = 0x53;     /* sub-block 4: scale 3 | 16*? , min 5 (low nibbles) */
+	k4.scales[0] |= 1u << 6; /* sub-block 4 scale high bits: 1 -> scale 3 + 16 = 19 */
+	k4.qs[0] = 0x73;         /* element 0 = 3, element 32 = 7 */
+	k4.qs[64] = 0x02;        /* element 128 (sub-block 4) = 2 */
 	quant_dequant_row(QT_Q4_K, &k4, y, QK_K);
 	CHECK_NEAR(y[0], 2 * 3 - 1, 0);
 	CHECK_NEAR(y[32], 0 * 7 - 0, 0);
@@ -169,11 +163,11 @@ TEST(kernels_vs_reference)
 				quant_type_name(t), oo->impl, e1, e2);
 		CHECK(e1 <= bound_exact);
 		CHECK(e2 <= 1e-10);
-		if (oo->dequant) { /* optimized dequantize: bit-exact with the reference */
+		if (oo->dequant) { /* optimized dequantize: equal up to FMA contraction */
 			static float d1[N], d2[N];
 			oo->dequant(wq + 3 * rb, d1, N);
 			ro->dequant(wq + 3 * rb, d2, N);
-			CHECK(!memcmp(d1, d2, sizeof d1));
+			CHECK(nmse(d1, d2, N) <= 1e-12);
 		}
 
 		/* A column slice [256, 768): each row's slice is a contiguous run of blocks. */

@@ -5,6 +5,7 @@
 
 #include "common/common.h"
 #include "infer/gguf.h"
+#include "infer/tok_internal.h"
 #include "infer/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
@@ -73,7 +74,8 @@ static int run_vectors(const char *name, int expect_roundtrip)
 		size_t k = 0;
 		got[0] = 0;
 		for (int i = 0; i < n && k + 16 < sizeof got; i++)
-			k += (size_t)snprintf(got + k, sizeof got - k, "%s%d", i ? " " : "", ids[i]);
+			k +=
+			    (size_t)snprintf(got + k, sizeof got - k, "%s%d", i ? " " : "", ids[i]);
 		/* expected lines may carry spaces around the ids */
 		char *want = o;
 		while (*want == ' ')
@@ -83,15 +85,16 @@ static int run_vectors(const char *name, int expect_roundtrip)
 			want[--wl] = 0;
 		if (strcmp(got, want)) {
 			bad++;
-			fprintf(stderr, "%s line %d: %.*s\n  want: %s\n  got:  %s\n", name, lines + 1,
-				(int)MIN(e - p, 60), p, want, got);
+			fprintf(stderr, "%s line %d: %.*s\n  want: %s\n  got:  %s\n", name,
+				lines + 1, (int)MIN(e - p, 60), p, want, got);
 		}
 		char *dec;
 		size_t dl;
 		CHECK_EQ_INT(tok_decode(v.t, ids, n, TOK_DECODE_STRIP, &dec, &dl), 0);
 		if (expect_roundtrip && (dl != (size_t)(e - p) || memcmp(dec, p, dl))) {
 			rt_bad++;
-			fprintf(stderr, "%s line %d: round trip gives \"%s\"\n", name, lines + 1, dec);
+			fprintf(stderr, "%s line %d: round trip gives \"%s\"\n", name, lines + 1,
+				dec);
 		}
 		free(dec);
 		free(ids);
@@ -114,7 +117,7 @@ static int run_vectors(const char *name, int expect_roundtrip)
 	{                                                                                          \
 		int bad = run_vectors(name, rt);                                                   \
 		if (bad < 0)                                                                       \
-			SKIP("vocabulary " name " not available");                                \
+			SKIP("vocabulary " name " not available");                                 \
 		CHECK_EQ_INT(bad, 0);                                                              \
 	}
 
@@ -246,6 +249,77 @@ TEST(invalid_utf8_and_long_prompt)
 	}
 }
 
+struct words {
+	char buf[512];
+	size_t n;
+};
+
+static void collect(void *ud, const char *w, size_t n)
+{
+	struct words *o = ud;
+	if (o->n + n + 2 < sizeof o->buf) {
+		memcpy(o->buf + o->n, w, n);
+		o->n += n;
+		o->buf[o->n++] = '|';
+		o->buf[o->n] = 0;
+	}
+}
+
+static void expect_split(const char *pre, const char *text, const char *want)
+{
+	struct tok_pre *p;
+	int im;
+	char err[256];
+	CHECK_EQ_INT(tok_pre_new(&p, pre, &im, err, sizeof err), 0);
+	struct words w = {{0}, 0};
+	CHECK_EQ_INT(tok_pre_split(p, text, strlen(text), collect, &w), 0);
+	if (strcmp(w.buf, want))
+		fprintf(stderr, "pre-tokenizer %s\n", pre);
+	CHECK_EQ_STR(w.buf, want);
+	tok_pre_free(p);
+}
+
+TEST(pre_tokenizers)
+{
+	/* every name compiles */
+	const char *names[] = {
+	    "default",        "llama3",      "llama-bpe", "dbrx",       "smaug-bpe", "deepseek-llm",
+	    "deepseek-coder", "deepseek-v3", "falcon",    "mpt",        "starcoder", "refact",
+	    "command-r",      "gpt-2",       "qwen2",     "stablelm2",  "olmo",      "poro-chat",
+	    "bloom",          "chatglm-bpe", "viking",    "jais",       "tekken",    "smollm",
+	    "codeshell",      "exaone",      "chameleon", "minerva-7b", "gpt-4o",    "seed-coder",
+	    "grok-2",         "bailingmoe",  "trillion"};
+	for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+		struct tok_pre *p;
+		int im;
+		char err[256];
+		int rc = tok_pre_new(&p, names[i], &im, err, sizeof err);
+		if (rc)
+			fprintf(stderr, "%s\n", err);
+		CHECK_EQ_INT(rc, 0);
+		tok_pre_free(p);
+	}
+	struct tok_pre *p;
+	int im;
+	char err[256];
+	CHECK_EQ_INT(tok_pre_new(&p, "no-such-pre", &im, err, sizeof err), SH_EUNSUPP);
+	CHECK(strstr(err, "no-such-pre") != NULL);
+	/* the characteristic splits of each family */
+	expect_split("llama3", "I've 1234567 apples!!\n\n  x",
+		     "I|'ve| |123|456|7| apples|!!\n\n| | x|");
+	expect_split("qwen2", "I'VE 123", "I|'VE| |1|2|3|");
+	expect_split("gpt-2", "Hello  world's 42", "Hello| | world|'s| 42|");
+	expect_split("starcoder", "abc 123", "abc| |1|2|3|");
+	expect_split("deepseek-coder", "a+b\n12", "a|+|b|\n|1|2|");
+	expect_split("tekken", "HelloWorld 42", "Hello|World| |4|2|");
+	/* invalid UTF-8 bytes become words of their own and never reach PCRE2 */
+	expect_split("llama3",
+		     "ab\xff"
+		     "cd",
+		     "ab|\xff"
+		     "|cd|");
+}
+
 int main(void)
 {
 	RUN(llama_spm);
@@ -256,5 +330,6 @@ int main(void)
 	RUN(specials_and_eog);
 	RUN(stream_never_splits_chars);
 	RUN(invalid_utf8_and_long_prompt);
+	RUN(pre_tokenizers);
 	return harness_done();
 }

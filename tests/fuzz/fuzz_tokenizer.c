@@ -41,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			continue;
 		char *text;
 		size_t len;
-		if (tok_decode(t[i], ids, n, TOK_DECODE_STRIP | TOK_DECODE_SPECIAL, &text, &len) == 0) {
+		if (tok_decode(t[i], ids, n, TOK_DECODE_STRIP | TOK_DECODE_SPECIAL, &text, &len) ==
+		    0) {
 			/* byte-exact round trip where every byte has a token (SentencePiece
 			 * reads a literal U+2581 as a space, so such inputs cannot) */
 			int rt = i == 1 || (i == 0 && !memmem(data, size, "\xe2\x96\x81", 3));
