@@ -17,7 +17,8 @@ ifeq ($(UNAME_S),Darwin)
 PKGS      := libsodium libmicrohttpd jansson libpcre2-8
 DISC_BACKEND ?= dnssd
 BLAS_LIBS := -framework Accelerate
-BLAS_CFLAGS := -DSHOAL_ACCELERATE
+# ACCELERATE_NEW_LAPACK: without it SDK 13.3+ marks cblas_sgemm deprecated, an error with -Werror.
+BLAS_CFLAGS := -DSHOAL_ACCELERATE -DACCELERATE_NEW_LAPACK
 RDMA_LIBS := $(if $(wildcard /usr/lib/libibverbs.dylib /usr/local/lib/libibverbs.dylib),-libverbs,)
 else
 PKGS      := libsodium libmicrohttpd jansson libpcre2-8

@@ -665,7 +665,8 @@ const quant_ops_t *quant_ops_ref(int wtype)
 const quant_ops_t *quant_ops_opt(int wtype)
 {
 	const quant_ops_t *o = quant_x86_ops(wtype);
-	/* NEON (issue 10) slots in here: a quant_arm_ops() table tried the same way. */
+	if (!o)
+		o = quant_neon_ops(wtype);
 	return o ? o : quant_ops_ref(wtype);
 }
 

@@ -6,7 +6,7 @@
  * activation vector prepared once per matvec by quant_act_prepare(): 8-bit blocks for the
  * quantized types (so the inner loops are integer dot products), plain F32 for F32/F16/BF16.
  * Every weight type has one table of function pointers (quant_ops_t); the table in use is chosen
- * once at start (AVX2/FMA when the CPU has them, else the plain C reference; NEON later), and
+ * once at start (AVX2/FMA when the CPU has them, NEON on aarch64, else the plain C reference), and
  * the reference table stays reachable for tests.
  *
  * Invariant: a row of n elements of type t is quant_row_bytes(t, n) bytes of whole blocks; a
@@ -150,5 +150,7 @@ quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);
+/* NEON tables (quant_neon.c); NULL when not built for aarch64. */
+const quant_ops_t *quant_neon_ops(int wtype);
 
 #endif
