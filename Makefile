@@ -50,6 +50,14 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
+# On Linux with avahi, a second binary with the dns_sd backend (avahi's compat library, the API
+# macOS has) is linked from the same objects, so `make test` runs the discovery suite with both.
+ifeq ($(UNAME_S)$(DISC_BACKEND),Linuxavahi)
+DNSSD_CFLAGS := $(shell pkg-config --cflags avahi-compat-libdns_sd 2>/dev/null)
+DNSSD_LIBS   := $(shell pkg-config --libs avahi-compat-libdns_sd 2>/dev/null)
+ALT_BIN      := $(BUILD)/shoal-dnssd
+endif
+
 MODULES  := common discovery planner transport infer web agent
 # A discovery backend file is named *_avahi.c or *_dnssd.c; only the chosen one is built.
 ALL_SRC  := $(wildcard $(addsuffix /*.c,$(MODULES)))
@@ -68,7 +76,7 @@ FUZZ_CFLAGS = $(filter-out -Werror,$(CFLAGS)) -fsanitize=fuzzer-no-link,address,
 .PHONY: all test test-asan test-dnssd bench demo fuzz clean format help
 
 # Builds the binary build/shoal (and the test programs).
-all: $(BUILD)/shoal $(TEST_BIN)
+all: $(BUILD)/shoal $(TEST_BIN) $(ALT_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -77,13 +85,20 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/shoal: $(BUILD)/obj/agent/main.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
+$(BUILD)/obj/discovery/mdns_dnssd.o: CFLAGS += $(DNSSD_CFLAGS)
+
+$(BUILD)/shoal-dnssd: $(BUILD)/obj/agent/main.o $(filter-out %/mdns_avahi.o,$(LIB_OBJ)) \
+		$(BUILD)/obj/discovery/mdns_dnssd.o
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(DNSSD_LIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 # Installs missing packages, builds, runs every test; closes with "N passed, N failed".
 test: all
-	@SHOAL_BIN=$(BUILD)/shoal sh tests/run.sh $(BUILD) $(T)
+	@SHOAL_BIN=$(BUILD)/shoal SHOAL_DNSSD_BIN=$(if $(SANITIZE),,$(ALT_BIN)) \
+		sh tests/run.sh $(BUILD) $(T)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer (build-san/).
 test-asan:
