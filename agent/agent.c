@@ -590,8 +590,10 @@ static void track_leader(agent_t *a)
 	}
 	if (have && a->state == AGENT_DISCOVERING)
 		agent_convert(a, AGENT_SETTLED, "leader known");
-	else if (!have && a->state != AGENT_DISCOVERING)
+	else if (!have && a->state == AGENT_SETTLED)
 		agent_convert(a, AGENT_DISCOVERING, "no leader");
+	/* with a plan running, a moment without a leader (a member flapping) changes nothing:
+	 * a new leader, or the group failing, ends the session (cluster.c) */
 }
 
 int agent_run(agent_t *a)

@@ -59,6 +59,7 @@ typedef struct conn {
 	disc_info_t info;         /* from the peer's INFO */
 	node_desc_t desc;         /* from the peer's NODE */
 	char ack_hash[20];        /* plan hash of its last ACK */
+	char sent_hash[20];       /* plan hash last sent to it (leader) */
 	char ack_state[16];       /* "planned", "loading", "serving", "failed" ("" = none yet) */
 	char excluded[160];       /* why the leader left it out ("" = not excluded) */
 } conn_t;

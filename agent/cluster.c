@@ -354,7 +354,8 @@ static void plan_accept(agent_t *a, const char *text, size_t len)
 		send_ack(a, "", "failed", err);
 		return;
 	}
-	if (a->plan && !strcmp(plan_hash(a->plan), plan_hash(p)) && a->sess) {
+	if ((a->plan && a->sess && !strcmp(plan_hash(a->plan), plan_hash(p))) ||
+	    (a->pending && !strcmp(plan_hash(a->pending), plan_hash(p)))) {
 		plan_free(p); /* a repeat of the plan we run */
 		return;
 	}
@@ -437,6 +438,7 @@ static void leader_plan(agent_t *a, int64_t now)
 		if (disc_id_parse(plan_rank(p, r)->node_id, &id) == 0 &&
 		    (c = agent_conn_find(a, &id)) != NULL) {
 			c->ack_hash[0] = c->ack_state[0] = 0;
+			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(p));
 			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
 		}
 	}
@@ -683,20 +685,35 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 {
 	disc_id_t l;
 	int have = elec_leader(a->elec, &l);
-	/* a new leader (or none): the old plan's session is over */
-	if (!have || disc_id_cmp(&l, &a->plan_leader)) {
+	/* a new leader: the old plan's session is over (no leader for a moment changes nothing) */
+	if (have && disc_id_cmp(&l, &a->plan_leader)) {
 		if (a->sess)
 			session_stop(a->sess);
 		plan_free(a->pending);
 		a->pending = NULL;
-		if (have)
-			a->plan_leader = l;
-		else
-			memset(&a->plan_leader, 0, sizeof a->plan_leader);
+		a->plan_leader = l;
 		a->planned_sig[0] = 0;
 		a->want_sig[0] = 0;
 		if (a->state > AGENT_SETTLED)
-			agent_convert(a, have ? AGENT_SETTLED : AGENT_DISCOVERING, "leader changed");
+			agent_convert(a, AGENT_SETTLED, "leader changed");
+	}
+	/* the leader: a member of the current plan that (re)joined gets the plan again (a repeat
+	 * of the plan a member runs is ignored there) */
+	const plan_t *cur = a->pending ? a->pending : a->plan;
+	if (have && agent_is_leader(a) && cur && !strcmp(a->want_sig, a->planned_sig)) {
+		char *text = NULL;
+		for (int i = 0; i < a->nconns; i++) {
+			conn_t *c = &a->conns[i];
+			char h[DISC_ID_HEX];
+			disc_id_hex(&c->id, h);
+			if (plan_rank_of(cur, h) < 0 || !strcmp(c->sent_hash, plan_hash(cur)))
+				continue;
+			if (!text && !(text = plan_to_json(cur)))
+				break;
+			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(cur));
+			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
+		}
+		free(text);
 	}
 	if (have) {
 		set_leader_url(a);
@@ -710,7 +727,7 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 					LOG(LOG_INFO, "plan: members changed; re-planning in %lld ms",
 					    (long long)a->cfg.replan_delay_ms);
 			}
-			int first = !a->plan && !a->pending && !a->sess;
+			int first = !a->planned_sig[0]; /* no plan of this leader yet */
 			int64_t delay = first ? 0 : a->cfg.replan_delay_ms;
 			/* a member's description follows its handshake at once: wait for it (a
 			 * little) rather than plan without the member and re-plan right after */
