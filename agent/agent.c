@@ -41,17 +41,37 @@ const char *agent_state_name(agent_state_t s)
 	switch (s) {
 	case AGENT_DISCOVERING: return "discovering";
 	case AGENT_SETTLED: return "settled";
+	case AGENT_PLANNED: return "planned";
+	case AGENT_LOADING: return "loading";
+	case AGENT_SERVING: return "serving";
 	}
 	return "?";
 }
 
-static void agent_convert(agent_t *a, agent_state_t to, const char *why)
+void agent_convert(agent_t *a, agent_state_t to, const char *why)
 {
 	if (a->state == to)
 		return;
 	LOG(LOG_INFO, "agent: %s -> %s (%s)", agent_state_name(a->state), agent_state_name(to),
 	    why);
 	a->state = to;
+}
+
+int agent_is_leader(agent_t *a)
+{
+	disc_id_t l;
+	return elec_leader(a->elec, &l) && !disc_id_cmp(&l, &a->self);
+}
+
+int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len)
+{
+	(void)a;
+	int rc = tp_chan_send(c->ch, type, p, len);
+	if (rc)
+		LOG(LOG_DEBUG, "agent: sending 0x%04x failed: %s", type, sh_strerror(rc));
+	else
+		c->last_tx_ms = now_ms();
+	return rc;
 }
 
 int agent_status_path(const char *state_dir, char *out, size_t len)
@@ -311,6 +331,7 @@ static void on_dial_result(agent_t *a, dial_t *d)
 		old->last_rx_ms = now_ms();
 		snprintf(old->addr, sizeof old->addr, "%s", addr);
 		send_info(a, old);
+		agent_send_node(a, old);
 		free(d);
 		return;
 	}
@@ -325,13 +346,14 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	c->ch = d->ch;
 	c->id = pid;
 	c->initiator_is_me = me_init;
-	c->last_rx_ms = now_ms();
+	c->last_rx_ms = c->joined_ms = now_ms();
 	snprintf(c->addr, sizeof c->addr, "%s", addr);
 	free(d);
 	tp_chan_set_send_timeout(c->ch, 1000);
 	LOG(LOG_INFO, "agent: member %s joined from %s (%s)", ph, c->addr,
 	    me_init ? "we connected" : "it connected");
 	send_info(a, c);
+	agent_send_node(a, c);
 	elec_member_up(a->elec, &pid, now_ms());
 	log_members(a, "+", &pid, c->addr);
 }
@@ -399,7 +421,11 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		elec_on_smaller(a->elec, &c->id, &s, now);
 		return 0;
 	}
-	default: LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type); return 0;
+	default:
+		if (type >= 0x0300 && type <= 0x03ff)
+			return agent_cluster_msg(a, c, type, p, len);
+		LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type);
+		return 0;
 	}
 }
 
@@ -562,9 +588,9 @@ static void track_leader(agent_t *a)
 		    have && !disc_id_cmp(&l, &a->self) ? ", this node" : "");
 		a->last_leader = l;
 	}
-	if (have)
+	if (have && a->state == AGENT_DISCOVERING)
 		agent_convert(a, AGENT_SETTLED, "leader known");
-	else
+	else if (!have && a->state != AGENT_DISCOVERING)
 		agent_convert(a, AGENT_DISCOVERING, "no leader");
 }
 
@@ -632,6 +658,7 @@ int agent_run(agent_t *a)
 		elec_tick(a->elec, now);
 		send_elec_msgs(a);
 		track_leader(a);
+		agent_cluster_tick(a, now);
 		dial_missing(a, now);
 	}
 }
@@ -666,6 +693,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->keys = *keys;
 	a->listen_fd = a->status_fd = -1;
 	a->result_pipe[0] = a->result_pipe[1] = a->stop_pipe[0] = a->stop_pipe[1] = -1;
+	pthread_mutex_init(&a->pub_mu, NULL);
 	int created = 0, port = 0;
 	if (disc_identity_load(cfg->state_dir, &a->self, &created, errbuf, errlen))
 		goto err;
@@ -683,6 +711,17 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	fcntl(a->listen_fd, F_SETFL, fcntl(a->listen_fd, F_GETFL) | O_NONBLOCK);
 	a->cfg.port = port;
 	if (agent_status_listen(a, errbuf, errlen))
+		goto err;
+	if (cfg->model) {
+		int64_t t0 = now_ms();
+		if (agent_model_hash(cfg->model, a->model_hash, &a->model_size, errbuf, errlen))
+			goto err;
+		LOG(LOG_INFO, "model %s: %llu bytes, hash %.16s (%lld ms)", cfg->model,
+		    (unsigned long long)a->model_size, a->model_hash, (long long)(now_ms() - t0));
+	} else
+		LOG(LOG_WARN, "agent: no --model: this node waits for model transfer from the "
+			      "leader, which this version does not support yet; it will not be planned");
+	if (agent_web_start(a, errbuf, errlen))
 		goto err;
 	elec_config_t ec = {.settle_ms = cfg->settle_ms,
 			    .expect = cfg->expect,
@@ -724,6 +763,10 @@ void agent_free(agent_t *a)
 {
 	if (!a)
 		return;
+	agent_cluster_free(a); /* the session's thread reads the keys and the web server */
+	web_free(a->web);
+	free(a->pub_cluster);
+	pthread_mutex_destroy(&a->pub_mu);
 	disc_mdns_free(a->mdns);
 	/* handshakes still running hold a pointer to us: let them finish (bounded by their
 	 * timeout); each writes its result into the pipe, which we drain and free */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -480,6 +481,17 @@ fail:
 	sh_fail(err, errlen, rc, "%s", e);
 	tp_group_free(g);
 	return rc;
+}
+
+void tp_group_abort(tp_group_t *g)
+{
+	if (!g)
+		return;
+	/* shutdown keeps the descriptors valid for the thread using them; its next wait or
+	 * read sees end-of-file or an error at once */
+	for (int p = 0; p < g->world; p++)
+		if (g->chan[p] && g->chan[p]->fd >= 0)
+			shutdown(g->chan[p]->fd, SHUT_RDWR);
 }
 
 void tp_group_free(tp_group_t *g)

@@ -186,6 +186,11 @@ typedef struct tp_group_cfg {
 int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
 void tp_group_free(tp_group_t *g);
 
+/* Makes every pending and later call on the group fail soon (its sockets are shut down, not
+ * closed): the one call that may come from another thread than the group's user, e.g. an agent
+ * stopping a worker loop that waits for the next step. Free the group afterwards as usual. */
+void tp_group_abort(tp_group_t *g);
+
 int tp_group_rank(const tp_group_t *g);
 int tp_group_world(const tp_group_t *g);
 /* "tcp" or "rdma" for the link to a peer rank ("self" for our own rank). */
