@@ -21,45 +21,10 @@
 #include <ifaddrs.h>
 #include <jansson.h>
 #include <net/if.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-
-/* ---- the model's content hash --------------------------------------------------------------
- * BLAKE2b-256 of the whole file. The modelsync module may later supply the cluster-wide hash
- * (per-slice); this is the one place to swap it in. */
-
-int agent_model_hash(const char *path, char hex[AGENT_HASH_HEX], uint64_t *size, char *err,
-		     size_t errlen)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return sh_fail(err, errlen, SH_EIO, "%s: cannot open", path);
-	crypto_generichash_state st;
-	crypto_generichash_init(&st, NULL, 0, 32);
-	size_t cap = 1u << 20, n;
-	unsigned char *buf = malloc(cap), out[32];
-	if (!buf) {
-		fclose(f);
-		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-	}
-	uint64_t total = 0;
-	while ((n = fread(buf, 1, cap, f)) > 0) {
-		crypto_generichash_update(&st, buf, n);
-		total += n;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	free(buf);
-	if (bad)
-		return sh_fail(err, errlen, SH_EIO, "%s: read error", path);
-	crypto_generichash_final(&st, out, sizeof out);
-	sodium_bin2hex(hex, AGENT_HASH_HEX, out, sizeof out);
-	*size = total;
-	return 0;
-}
 
 /* ---- node descriptions ---------------------------------------------------------------------- */
 
@@ -108,6 +73,7 @@ void agent_send_node(agent_t *a, conn_t *c)
 	json_t *o = json_object(), *addrs = json_array();
 	json_object_set_new(o, "v", json_integer(1));
 	json_object_set_new(o, "http_port", json_integer(d.http_port));
+	json_object_set_new(o, "sync_port", json_integer(a->sync_port));
 	if (d.model_hash[0])
 		json_object_set_new(o, "model",
 				    json_pack("{s:s,s:I}", "hash", d.model_hash, "size",
@@ -141,6 +107,9 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 	    json_integer_value(hp) > 65535 || !json_is_array(addrs))
 		goto done;
 	d->http_port = (int)json_integer_value(hp);
+	json_t *sp = json_object_get(o, "sync_port");
+	if (json_is_integer(sp) && json_integer_value(sp) > 0 && json_integer_value(sp) <= 65535)
+		d->sync_port = (int)json_integer_value(sp);
 	if (json_is_object(m)) {
 		const char *h = json_string_value(json_object_get(m, "hash"));
 		json_t *sz = json_object_get(m, "size");
@@ -180,9 +149,7 @@ static void plannable(agent_t *a, conn_t *c, char *why, size_t len)
 	if (!c->desc.have || !c->info.version)
 		snprintf(why, len, "its description has not arrived");
 	else if (!c->desc.model_hash[0])
-		snprintf(why, len,
-			 "started without --model: it waits for model transfer from the leader "
-			 "(not supported by this version)");
+		snprintf(why, len, "it has no model yet (receiving it from the leader)");
 	else if (strcmp(c->desc.model_hash, a->model_hash) || c->desc.model_size != a->model_size)
 		snprintf(why, len,
 			 "its model file differs from the leader's (hash %.12s, %llu bytes; the "
@@ -391,8 +358,8 @@ static void leader_plan(agent_t *a, int64_t now)
 	if (!a->model_hash[0]) {
 		if (now - a->no_plan_log_ms > 10000) {
 			a->no_plan_log_ms = now;
-			LOG(LOG_WARN, "plan: this node leads but was started without --model: nothing "
-				      "to plan (model transfer is not supported by this version)");
+			LOG(LOG_WARN, "plan: this node leads but has no model (start it with "
+				      "--model): nothing to plan");
 		}
 		snprintf(a->why, sizeof a->why, "the leader has no model");
 		return;
