@@ -101,6 +101,7 @@ ns_exec 1 "$SHOAL" status --state-dir "$(state 1)"
 
 say "the plan (plan.json on the leader; every host wrote the same file)"
 PLAN=$(state "$LEADER")/plan.json
+STRATEGY=$(sed -n 's/.*"strategy": *"\([a-z]*\)".*/\1/p' "$PLAN" | head -n 1)
 if command -v jq >/dev/null 2>&1; then
 	jq -r '"strategy \(.strategy), \(.ranks | length) ranks, epoch \(.epoch), hash \(.hash): \(.reason)",
 	       (.ranks[] | "  rank \(.rank) \(.host) \(.ip):\(.port) q_heads \(.q_heads) kv_heads \(.kv_heads) ffn \(.ffn) layers \(.layers)")' "$PLAN"
@@ -130,7 +131,7 @@ if [ -z "$NTOK" ]; then
 	exit 1
 fi
 echo "answer: $ANSWER"
-echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", ms > 0 ? n * 1000 / ms : 0 }') tokens/s (3 ranks, tensor parallel, including the prompt)"
+echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s (3 ranks, $STRATEGY, prompt included)"
 
 say "done: tearing the hosts down"
 [ -n "$DEMO_KEEP" ] && echo "logs kept in $NS_ROOT"
