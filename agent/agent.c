@@ -590,13 +590,15 @@ static void track_leader(agent_t *a)
 	}
 	if (have && a->state == AGENT_DISCOVERING)
 		agent_convert(a, AGENT_SETTLED, "leader known");
-	else if (!have && a->state != AGENT_DISCOVERING)
+	else if (!have && a->state == AGENT_SETTLED)
 		agent_convert(a, AGENT_DISCOVERING, "no leader");
+	/* with a plan running, a moment without a leader (a member flapping) changes nothing:
+	 * a new leader, or the group failing, ends the session (cluster.c) */
 }
 
 int agent_run(agent_t *a)
 {
-	struct pollfd pf[6 + MAX_CONNS];
+	struct pollfd pf[7 + MAX_CONNS];
 	for (;;) {
 		int n = 0;
 		pf[n++] = (struct pollfd){.fd = a->stop_pipe[0], .events = POLLIN};
@@ -605,6 +607,7 @@ int agent_run(agent_t *a)
 		pf[n++] = (struct pollfd){.fd = a->status_fd, .events = POLLIN};
 		pf[n++] =
 		    (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
+		pf[n++] = (struct pollfd){.fd = a->sync_fd, .events = POLLIN};
 		int base = n, nc = a->nconns, timeout = 100;
 		for (int i = 0; i < nc; i++) {
 			pf[n++] =
@@ -646,6 +649,8 @@ int agent_run(agent_t *a)
 			while (disc_mdns_next(a->mdns, &ev))
 				on_mdns(a, &ev);
 		}
+		if (pf[5].revents & POLLIN)
+			agent_sync_accept(a);
 		/* conns[] may have changed above: read only those still at their slot */
 		for (int i = nc - 1; i >= 0; i--) {
 			if (i >= a->nconns || tp_chan_fd(a->conns[i].ch) != pf[base + i].fd)
@@ -658,6 +663,7 @@ int agent_run(agent_t *a)
 		elec_tick(a->elec, now);
 		send_elec_msgs(a);
 		track_leader(a);
+		agent_model_tick(a, now);
 		agent_cluster_tick(a, now);
 		dial_missing(a, now);
 	}
@@ -691,7 +697,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	}
 	a->cfg = *cfg;
 	a->keys = *keys;
-	a->listen_fd = a->status_fd = -1;
+	a->listen_fd = a->status_fd = a->sync_fd = -1;
 	a->result_pipe[0] = a->result_pipe[1] = a->stop_pipe[0] = a->stop_pipe[1] = -1;
 	pthread_mutex_init(&a->pub_mu, NULL);
 	int created = 0, port = 0;
@@ -712,15 +718,8 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->cfg.port = port;
 	if (agent_status_listen(a, errbuf, errlen))
 		goto err;
-	if (cfg->model) {
-		int64_t t0 = now_ms();
-		if (agent_model_hash(cfg->model, a->model_hash, &a->model_size, errbuf, errlen))
-			goto err;
-		LOG(LOG_INFO, "model %s: %llu bytes, hash %.16s (%lld ms)", cfg->model,
-		    (unsigned long long)a->model_size, a->model_hash, (long long)(now_ms() - t0));
-	} else
-		LOG(LOG_WARN, "agent: no --model: this node waits for model transfer from the "
-			      "leader, which this version does not support yet; it will not be planned");
+	if (agent_model_init(a, errbuf, errlen))
+		goto err;
 	if (agent_web_start(a, errbuf, errlen))
 		goto err;
 	elec_config_t ec = {.settle_ms = cfg->settle_ms,
@@ -764,6 +763,7 @@ void agent_free(agent_t *a)
 	if (!a)
 		return;
 	agent_cluster_free(a); /* the session's thread reads the keys and the web server */
+	agent_model_free(a);
 	web_free(a->web);
 	free(a->pub_cluster);
 	pthread_mutex_destroy(&a->pub_mu);

@@ -42,7 +42,8 @@ enum agent_msg {
 typedef struct node_desc {
 	int have; /* the message arrived */
 	int http_port;
-	char model_hash[AGENT_HASH_HEX]; /* "" = started without --model */
+	int sync_port;                   /* where its model file may be fetched (0 = none) */
+	char model_hash[AGENT_HASH_HEX]; /* "" = no model (yet) */
 	uint64_t model_size;
 	int naddrs;
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
@@ -59,6 +60,7 @@ typedef struct conn {
 	disc_info_t info;         /* from the peer's INFO */
 	node_desc_t desc;         /* from the peer's NODE */
 	char ack_hash[20];        /* plan hash of its last ACK */
+	char sent_hash[20];       /* plan hash last sent to it (leader) */
 	char ack_state[16];       /* "planned", "loading", "serving", "failed" ("" = none yet) */
 	char excluded[160];       /* why the leader left it out ("" = not excluded) */
 } conn_t;
@@ -116,9 +118,15 @@ struct agent {
 	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
 	int nforeign;
 	disc_id_t last_leader;
-	/* the model */
-	char model_hash[AGENT_HASH_HEX]; /* "" without --model */
+	/* the model (model.c) */
+	char model_hash[AGENT_HASH_HEX]; /* "" without --model until fetched */
 	uint64_t model_size;
+	char model_path[4200]; /* a fetched model's path (then cfg.model points here) */
+	int sync_fd, sync_port; /* model transfer listener */
+	atomic_int sync_running; /* serving threads */
+	struct fetch *fetch;     /* the running fetch, or NULL */
+	int64_t fetch_retry_ms;
+	atomic_int fetch_permille;
 	/* plans (cluster.c) */
 	plan_t *plan;           /* the plan this node runs (or last ran), or NULL */
 	plan_t *pending;        /* a newer plan waiting for the old session to end */
@@ -151,10 +159,17 @@ int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len);
 /* Is this node the leader now? */
 int agent_is_leader(agent_t *a);
 
+/* ---- model.c ---- */
+/* Content hash of the model file (BLAKE2b-256, hex; cached in state_dir) and its size. */
+int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
+		     uint64_t *size, char *err, size_t errlen);
+/* Hashes --model (if any) and opens the transfer listener. */
+int agent_model_init(agent_t *a, char *err, size_t errlen);
+void agent_sync_accept(agent_t *a); /* the transfer listener is readable */
+void agent_model_tick(agent_t *a, int64_t now);
+void agent_model_free(agent_t *a);
+
 /* ---- cluster.c ---- */
-/* Content hash of the model file (BLAKE2b-256, hex) and its size. */
-int agent_model_hash(const char *path, char hex[AGENT_HASH_HEX], uint64_t *size, char *err,
-		     size_t errlen);
 void agent_send_node(agent_t *a, conn_t *c);
 /* Handles an agent message (0x0300-0x03ff). Returns 0 or SH_EFORMAT (drop the member). */
 int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, size_t len);

@@ -21,45 +21,10 @@
 #include <ifaddrs.h>
 #include <jansson.h>
 #include <net/if.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-
-/* ---- the model's content hash --------------------------------------------------------------
- * BLAKE2b-256 of the whole file. The modelsync module may later supply the cluster-wide hash
- * (per-slice); this is the one place to swap it in. */
-
-int agent_model_hash(const char *path, char hex[AGENT_HASH_HEX], uint64_t *size, char *err,
-		     size_t errlen)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return sh_fail(err, errlen, SH_EIO, "%s: cannot open", path);
-	crypto_generichash_state st;
-	crypto_generichash_init(&st, NULL, 0, 32);
-	size_t cap = 1u << 20, n;
-	unsigned char *buf = malloc(cap), out[32];
-	if (!buf) {
-		fclose(f);
-		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-	}
-	uint64_t total = 0;
-	while ((n = fread(buf, 1, cap, f)) > 0) {
-		crypto_generichash_update(&st, buf, n);
-		total += n;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	free(buf);
-	if (bad)
-		return sh_fail(err, errlen, SH_EIO, "%s: read error", path);
-	crypto_generichash_final(&st, out, sizeof out);
-	sodium_bin2hex(hex, AGENT_HASH_HEX, out, sizeof out);
-	*size = total;
-	return 0;
-}
 
 /* ---- node descriptions ---------------------------------------------------------------------- */
 
@@ -108,6 +73,7 @@ void agent_send_node(agent_t *a, conn_t *c)
 	json_t *o = json_object(), *addrs = json_array();
 	json_object_set_new(o, "v", json_integer(1));
 	json_object_set_new(o, "http_port", json_integer(d.http_port));
+	json_object_set_new(o, "sync_port", json_integer(a->sync_port));
 	if (d.model_hash[0])
 		json_object_set_new(o, "model",
 				    json_pack("{s:s,s:I}", "hash", d.model_hash, "size",
@@ -141,6 +107,9 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 	    json_integer_value(hp) > 65535 || !json_is_array(addrs))
 		goto done;
 	d->http_port = (int)json_integer_value(hp);
+	json_t *sp = json_object_get(o, "sync_port");
+	if (json_is_integer(sp) && json_integer_value(sp) > 0 && json_integer_value(sp) <= 65535)
+		d->sync_port = (int)json_integer_value(sp);
 	if (json_is_object(m)) {
 		const char *h = json_string_value(json_object_get(m, "hash"));
 		json_t *sz = json_object_get(m, "size");
@@ -180,9 +149,7 @@ static void plannable(agent_t *a, conn_t *c, char *why, size_t len)
 	if (!c->desc.have || !c->info.version)
 		snprintf(why, len, "its description has not arrived");
 	else if (!c->desc.model_hash[0])
-		snprintf(why, len,
-			 "started without --model: it waits for model transfer from the leader "
-			 "(not supported by this version)");
+		snprintf(why, len, "it has no model yet (receiving it from the leader)");
 	else if (strcmp(c->desc.model_hash, a->model_hash) || c->desc.model_size != a->model_size)
 		snprintf(why, len,
 			 "its model file differs from the leader's (hash %.12s, %llu bytes; the "
@@ -354,7 +321,8 @@ static void plan_accept(agent_t *a, const char *text, size_t len)
 		send_ack(a, "", "failed", err);
 		return;
 	}
-	if (a->plan && !strcmp(plan_hash(a->plan), plan_hash(p)) && a->sess) {
+	if ((a->plan && a->sess && !strcmp(plan_hash(a->plan), plan_hash(p))) ||
+	    (a->pending && !strcmp(plan_hash(a->pending), plan_hash(p)))) {
 		plan_free(p); /* a repeat of the plan we run */
 		return;
 	}
@@ -390,8 +358,8 @@ static void leader_plan(agent_t *a, int64_t now)
 	if (!a->model_hash[0]) {
 		if (now - a->no_plan_log_ms > 10000) {
 			a->no_plan_log_ms = now;
-			LOG(LOG_WARN, "plan: this node leads but was started without --model: nothing "
-				      "to plan (model transfer is not supported by this version)");
+			LOG(LOG_WARN, "plan: this node leads but has no model (start it with "
+				      "--model): nothing to plan");
 		}
 		snprintf(a->why, sizeof a->why, "the leader has no model");
 		return;
@@ -437,6 +405,7 @@ static void leader_plan(agent_t *a, int64_t now)
 		if (disc_id_parse(plan_rank(p, r)->node_id, &id) == 0 &&
 		    (c = agent_conn_find(a, &id)) != NULL) {
 			c->ack_hash[0] = c->ack_state[0] = 0;
+			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(p));
 			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
 		}
 	}
@@ -683,20 +652,35 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 {
 	disc_id_t l;
 	int have = elec_leader(a->elec, &l);
-	/* a new leader (or none): the old plan's session is over */
-	if (!have || disc_id_cmp(&l, &a->plan_leader)) {
+	/* a new leader: the old plan's session is over (no leader for a moment changes nothing) */
+	if (have && disc_id_cmp(&l, &a->plan_leader)) {
 		if (a->sess)
 			session_stop(a->sess);
 		plan_free(a->pending);
 		a->pending = NULL;
-		if (have)
-			a->plan_leader = l;
-		else
-			memset(&a->plan_leader, 0, sizeof a->plan_leader);
+		a->plan_leader = l;
 		a->planned_sig[0] = 0;
 		a->want_sig[0] = 0;
 		if (a->state > AGENT_SETTLED)
-			agent_convert(a, have ? AGENT_SETTLED : AGENT_DISCOVERING, "leader changed");
+			agent_convert(a, AGENT_SETTLED, "leader changed");
+	}
+	/* the leader: a member of the current plan that (re)joined gets the plan again (a repeat
+	 * of the plan a member runs is ignored there) */
+	const plan_t *cur = a->pending ? a->pending : a->plan;
+	if (have && agent_is_leader(a) && cur && !strcmp(a->want_sig, a->planned_sig)) {
+		char *text = NULL;
+		for (int i = 0; i < a->nconns; i++) {
+			conn_t *c = &a->conns[i];
+			char h[DISC_ID_HEX];
+			disc_id_hex(&c->id, h);
+			if (plan_rank_of(cur, h) < 0 || !strcmp(c->sent_hash, plan_hash(cur)))
+				continue;
+			if (!text && !(text = plan_to_json(cur)))
+				break;
+			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(cur));
+			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
+		}
+		free(text);
 	}
 	if (have) {
 		set_leader_url(a);
@@ -710,7 +694,7 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 					LOG(LOG_INFO, "plan: members changed; re-planning in %lld ms",
 					    (long long)a->cfg.replan_delay_ms);
 			}
-			int first = !a->plan && !a->pending && !a->sess;
+			int first = !a->planned_sig[0]; /* no plan of this leader yet */
 			int64_t delay = first ? 0 : a->cfg.replan_delay_ms;
 			/* a member's description follows its handshake at once: wait for it (a
 			 * little) rather than plan without the member and re-plan right after */

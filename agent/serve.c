@@ -42,6 +42,7 @@ struct session {
 	char rdma_path[4200];
 	char hash[20];
 	atomic_int phase;
+	atomic_int cancel; /* set by session_stop: forming gives up */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int stop;          /* under mu */
@@ -76,7 +77,8 @@ static void *session_main(void *arg)
 				     .node_id = a->self.b,
 				     .peer_ids = (const uint8_t(*)[TP_NODE_ID_BYTES])s->peer_ids,
 				     .timeout_ms = GROUP_FORM_MS,
-				     .rdma_devices = s->rdma_path};
+				     .rdma_devices = s->rdma_path,
+				     .cancel = &s->cancel};
 		if (tp_group_new(&g, &gc, err, sizeof err))
 			goto done;
 		pthread_mutex_lock(&s->mu);
@@ -177,6 +179,7 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .layer1 = me->layer1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
 	atomic_init(&s->phase, SESSION_FORMING);
+	atomic_init(&s->cancel, 0);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if (pthread_create(&s->th, NULL, session_main, s)) {
@@ -208,6 +211,7 @@ void session_stop(session_t *s)
 	if (!s->stop)
 		LOG(LOG_INFO, "plan %s: stopping this node's session", s->hash);
 	s->stop = 1;
+	atomic_store(&s->cancel, 1);
 	tp_group_abort(s->group);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);

@@ -31,6 +31,7 @@
 #define SHOAL_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* ---- keys --------------------------------------------------------------------------------- */
@@ -177,6 +178,8 @@ typedef struct tp_group_cfg {
 	const uint8_t (*peer_ids)[TP_NODE_ID_BYTES]; /* NULL, or world expected node IDs */
 	int timeout_ms;           /* for forming the whole group (peers may start later) */
 	const char *rdma_devices; /* NULL, or a JACCL device matrix file (docs/rdma.md) */
+	const atomic_int *cancel; /* NULL, or a flag another thread may set: forming then gives
+				     up within ~100 ms with SH_ECANCELED */
 } tp_group_cfg_t;
 
 #define TP_MAX_WORLD 64
