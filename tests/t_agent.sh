@@ -84,11 +84,16 @@ expected() {
 	_v=${_v%x}
 	printf '%s' "${_v%?}" >"$2"
 }
-# complete HOST OUT: the greedy completion from HOST's API (following a redirect) into OUT
-complete() {
+# complete HOST OUT: the greedy completion from HOST's API (following a redirect) into OUT; a 503
+# (the cluster re-forms right after a plan change) is retried for up to 20 s, as a client would
+_complete1() {
 	ns_exec 5 curl -s -L --max-time 60 -H 'Content-Type: application/json' \
 		-d "{\"prompt\":\"$PROMPT\",\"max_tokens\":$N,\"temperature\":0}" \
 		"$(url "$1" /v1/completions)" >"$2.json"
+	! grep -q '"type":"unavailable"' "$2.json"
+}
+complete() {
+	ns_wait 20 _complete1 "$1" "$2"
 	jq -j '.choices[0].text' "$2.json" >"$2" 2>/dev/null
 }
 # same_answer HOST EXPECTED: the completion from HOST equals the file EXPECTED
@@ -147,7 +152,7 @@ else
 			-d "{\"prompt\":\"$PROMPT\",\"max_tokens\":1500,\"temperature\":0,\"stream\":true}" \
 			"$(url "$L2" /v1/completions)" >"$TMP/stream.txt" 2>&1 &
 		CURL=$!
-		ns_wait 10 grep -q '^data: {' "$TMP/stream.txt"
+		ns_wait 10 grep -qs "^data: {" "$TMP/stream.txt"
 		ns_kill "$F" agent KILL
 		ns_wait 30 sh -c "! kill -0 $CURL 2>/dev/null"
 		wait $CURL 2>/dev/null
