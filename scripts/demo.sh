@@ -7,9 +7,10 @@
 # one chat completion with curl, prints the answer and the speed, and tears everything down.
 #
 # Flags beyond `--token demo`: every simulated host shares this machine's filesystem, so each gets
-# its own --state-dir (on real machines the default is used). Model: every host gets --model for
-# now, because the agent does not yet fetch a missing model from the leader (the transfer itself
-# is in agent/modelsync.c, docs/agent-modelsync.md); DEMO_MODEL_ONE=1 gives it to host 1 only.
+# its own --state-dir (on real machines the default is used). Model: every host gets --model.
+# DEMO_MODEL_ONE=1 gives it to host 1 only and the other two fetch it from the leader over the
+# authenticated channel (docs/agent-modelsync.md); the leader (smallest node ID) must be a node
+# that has the model, so host 1 then gets the node ID 00..01.
 # DEMO_KEEP=1 leaves the logs in /tmp (the path is printed).
 BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
@@ -49,6 +50,9 @@ if ! ns_setup 3; then
 	exit 1
 fi
 state() { echo "$(ns_dir "$1")/state"; }
+if [ -n "$DEMO_MODEL_ONE" ]; then
+	mkdir -p "$(state 1)" && echo 00000000000000000000000000000001 >"$(state 1)/node_id"
+fi
 for h in 1 2 3; do
 	model_arg=
 	[ "$h" = 1 ] || [ -z "$DEMO_MODEL_ONE" ] && model_arg="--model $MODEL"
@@ -98,6 +102,12 @@ fi
 echo "serving $(($(now_ms) - T_LAST_START)) ms after the last agent started"
 # the member table again: now with states
 ns_exec 1 "$SHOAL" status --state-dir "$(state 1)"
+
+if [ -n "$DEMO_MODEL_ONE" ]; then
+	for h in 2 3; do
+		echo "host $h received the model: $(ls "$(state $h)"/models/*.gguf 2>/dev/null || echo no)"
+	done
+fi
 
 say "the plan (plan.json on the leader; every host wrote the same file)"
 PLAN=$(state "$LEADER")/plan.json
