@@ -72,7 +72,10 @@ leader_host() {
 	return 1
 }
 http_code() { ns_exec 1 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$(ns_ip "$1"):8080$2"; }
-serving() { [ "$(http_code "$LEADER" /health)" = 200 ]; }
+plan_ranks() { grep -o '"rank": *[0-9]*' "$(state "$LEADER")/plan.json" 2>/dev/null | wc -l; }
+# the leader answers 200 and its plan has the 3 hosts (with DEMO_MODEL_ONE it first serves alone
+# while the others fetch the model, then re-plans)
+serving() { [ "$(http_code "$LEADER" /health)" = 200 ] && [ "$(plan_ranks)" -eq 3 ]; }
 
 say "waiting for the cluster to form (mDNS discovery, token handshake, election)"
 if ! ns_wait 30 three_members; then
@@ -141,7 +144,7 @@ if [ -z "$NTOK" ]; then
 	exit 1
 fi
 echo "answer: $ANSWER"
-echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s (3 ranks, $STRATEGY, prompt included)"
+echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s ($(plan_ranks) ranks, $STRATEGY, prompt included)"
 
 say "done: tearing the hosts down"
 [ -n "$DEMO_KEEP" ] && echo "logs kept in $NS_ROOT"
