@@ -358,8 +358,8 @@ static void leader_plan(agent_t *a, int64_t now)
 	if (!a->model_hash[0]) {
 		if (now - a->no_plan_log_ms > 10000) {
 			a->no_plan_log_ms = now;
-			LOG(LOG_WARN, "plan: this node leads but has no model (start it with "
-				      "--model): nothing to plan");
+			LOG(LOG_WARN, "plan: this node leads but has no model yet: it fetches one "
+				      "from a member that has it, then plans");
 		}
 		snprintf(a->why, sizeof a->why, "the leader has no model");
 		return;

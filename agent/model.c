@@ -4,8 +4,9 @@
  * NODE message; it also listens on a second port (any free one, announced as "sync_port") where
  * any member may fetch the file: each accepted connection runs the handshake and modelsync_serve
  * on its own detached thread. A node started without --model fetches the leader's file (the hash
- * the leader announced) on a thread into STATE_DIR/models/HASH.gguf, then uses it as its model
- * and announces the hash to every member, which makes the leader plan it.
+ * the leader announced; when this node is itself the leader, the file of the smallest member that
+ * has one) on a thread into STATE_DIR/models/HASH.gguf, then uses it as its model and announces
+ * the hash to every member, which makes the leader plan it.
  *
  * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, once, when a fetch
  * has finished and verified the file; the serving threads copy what they need at their start.
@@ -172,11 +173,22 @@ void agent_model_tick(agent_t *a, int64_t now)
 	}
 	if (a->model_hash[0] || a->fetch || now < a->fetch_retry_ms)
 		return;
+	/* the source: the leader; when this node leads, the smallest member that has a model */
 	disc_id_t l;
-	conn_t *c;
+	conn_t *c = NULL;
 	uint8_t want[MS_HASH_BYTES];
-	if (!elec_leader(a->elec, &l) || !(c = agent_conn_find(a, &l)) || !c->desc.have ||
-	    !c->desc.model_hash[0] || !c->desc.sync_port ||
+	if (!elec_leader(a->elec, &l))
+		return;
+	if (disc_id_cmp(&l, &a->self))
+		c = agent_conn_find(a, &l);
+	else
+		for (int i = 0; i < a->nconns; i++) {
+			conn_t *x = &a->conns[i];
+			if (x->desc.have && x->desc.model_hash[0] && x->desc.sync_port &&
+			    (!c || disc_id_cmp(&x->id, &c->id) < 0))
+				c = x;
+		}
+	if (!c || !c->desc.have || !c->desc.model_hash[0] || !c->desc.sync_port ||
 	    modelsync_unhex(want, c->desc.model_hash))
 		return;
 	f = calloc(1, sizeof *f);
@@ -193,7 +205,7 @@ void agent_model_tick(agent_t *a, int64_t now)
 		return;
 	}
 	a->fetch = f;
-	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from the leader at %s:%d", c->desc.model_hash,
+	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from %s:%d", c->desc.model_hash,
 	    (unsigned long long)c->desc.model_size, c->addr, c->desc.sync_port);
 	snprintf(a->why, sizeof a->why, "receiving the model from the leader");
 }

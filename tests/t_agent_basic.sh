@@ -6,7 +6,9 @@
 #   and the plan has 2 ranks;
 # - the leader's greedy chat completion equals `shoal generate --chat` for the same request;
 # - the follower answers /v1/ paths with 307 to the leader; /v1/cluster lists both with ranks;
-# - kill -9 of the follower: the leader re-plans alone and serves the same answer again.
+# - kill -9 of the follower: the leader re-plans alone and serves the same answer again;
+# - a node started without --model fetches the leader's file, is planned, answers stay equal;
+# - a node whose model file differs (one byte) stays out of the plan and says why.
 # The netns acceptance suite (3 nodes, failover, joins, tokens, mDNS) is tests/t_agent.sh.
 . tests/lib.sh
 
@@ -21,6 +23,7 @@ TMP=$(mktemp -d)
 # ports from the pid, spaced so that ranks' data ports (control port + 1 + rank) never collide
 BASE=$((20000 + ($$ % 200) * 100))
 PA=$BASE PB=$((BASE + 50)) HA=$((BASE + 10)) HB=$((BASE + 60))
+PC=$((BASE + 70)) HC=$((BASE + 80)) PD=$((BASE + 90)) HD=$((BASE + 95))
 PIDS=""
 cleanup() {
 	for p in $PIDS; do kill "$p" 2>/dev/null; done
@@ -29,12 +32,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start() { # name port http-port
-	"$SHOAL" agent --token basic-test --model "$MODEL" --state-dir "$TMP/$1" --port "$2" \
-		--http-port "$3" --no-mdns --peer "127.0.0.1:$PA" --peer "127.0.0.1:$PB" --expect 2 \
-		--threads 1 --replan-delay 200 >"$TMP/$1.log" 2>&1 &
+start() { # name port http-port [model file, or - for none]
+	n=$1 p=$2 h=$3 m=${4:-$MODEL}
+	set --
+	[ "$m" != - ] && set -- --model "$m"
+	"$SHOAL" agent --token basic-test "$@" --state-dir "$TMP/$n" --port "$p" \
+		--http-port "$h" --no-mdns --peer "127.0.0.1:$PA" --peer "127.0.0.1:$PB" --expect 2 \
+		--threads 1 --replan-delay 200 >"$TMP/$n.log" 2>&1 &
 	PIDS="$PIDS $!"
-	eval "PID_$1=$!"
+	eval "PID_$n=$!"
+}
+# wait_ranks PORT N: until /v1/cluster's plan has N ranks (at most ~15 s)
+wait_ranks() {
+	i=0
+	while [ $i -lt 150 ]; do
+		curl -s "http://127.0.0.1:$1/v1/cluster" | grep -q "\"ranks\":$2," && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
 }
 # wait_health PORT CODE: until /health answers CODE (at most ~15 s)
 wait_health() {
@@ -102,5 +118,40 @@ wait_health "$LEADER_HTTP" 200
 GOT=$(chat "$LEADER_HTTP" | content)
 check "same answer on the smaller cluster" [ "$GOT" = "$EXPECT" ]
 check "the state machine logged its transitions" grep -q "agent: loading -> serving" "$TMP/a.log"
+
+# a node without --model: fetches the leader's file, joins the plan
+start c "$PC" "$HC" -
+check "the node without a model joins the plan" wait_ranks "$LEADER_HTTP" 2
+check "it fetched the file into its state dir" sh -c "ls $TMP/c/models/*.gguf >/dev/null 2>&1"
+check "its fetched file equals the leader's" sh -c "cmp -s $TMP/c/models/*.gguf '$MODEL'"
+wait_health "$LEADER_HTTP" 200
+GOT=$(chat "$LEADER_HTTP" | content)
+check "same answer with the fetched copy" [ "$GOT" = "$EXPECT" ]
+
+# a node with another file of the same size: left out, with the reason on both sides
+cp "$MODEL" "$TMP/other.gguf"
+sz=$(wc -c <"$TMP/other.gguf")
+printf 'x' | dd of="$TMP/other.gguf" bs=1 seek=$((sz - 10)) conv=notrunc 2>/dev/null
+start d "$PD" "$HD" "$TMP/other.gguf"
+i=0
+while [ $i -lt 100 ] && ! grep -q "model file differs" "$TMP/d.log"; do sleep 0.1; i=$((i + 1)); done
+check "the node with another file logs why it is left out" grep -q "model file differs" "$TMP/d.log"
+# (the smallest ID leads: when that is d, it plans alone and leaves the others out instead)
+D_LEADS=$(curl -s "http://127.0.0.1:$HD/v1/cluster" | python3 -c '
+import json,sys
+d=json.load(sys.stdin)
+print(1 if d["leader"]==d["self"] else 0)')
+if [ "$D_LEADS" = 1 ]; then
+	check "d leads alone and marks the others excluded" sh -c \
+		"curl -s http://127.0.0.1:$HD/v1/cluster | grep -q '\"state\":\"excluded\"'"
+else
+	i=0
+	while [ $i -lt 20 ] && ! curl -s "http://127.0.0.1:$HD/health" | grep -q 'model file differs'; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	check "its /health says why" sh -c "curl -s http://127.0.0.1:$HD/health | grep -q 'model file differs'"
+	check "the plan keeps 2 ranks" wait_ranks "$LEADER_HTTP" 2
+fi
 
 done_tests
