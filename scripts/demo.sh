@@ -2,15 +2,15 @@
 # demo.sh (`make demo`): a 3-host shoal cluster on this machine, end to end. Needs root (network
 # namespaces). It generates a small llama-shaped model, starts 3 simulated hosts (network
 # namespaces with their own avahi-daemon, tests/netns.sh), each running
-#     shoal agent --token demo --model build/demo/demo.gguf
+#     shoal agent --token demo                 (host 1 also --model build/demo/demo.gguf)
 # waits until the elected leader serves the OpenAI API, prints the member table and the plan, asks
 # one chat completion with curl, prints the answer and the speed, and tears everything down.
 #
 # Flags beyond `--token demo`: every simulated host shares this machine's filesystem, so each gets
-# its own --state-dir (on real machines the default is used). Model: every host gets --model.
-# DEMO_MODEL_ONE=1 gives it to host 1 only and the other two fetch it from the leader over the
-# authenticated channel (docs/agent-modelsync.md); the leader (smallest node ID) must be a node
-# that has the model, so host 1 then gets the node ID 00..01.
+# its own --state-dir (on real machines the default is used). Model: only host 1 gets --model;
+# hosts 2 and 3 run `shoal agent --token demo` and receive the file over the authenticated
+# channel, verified by its hash (docs/agent-modelsync.md). DEMO_MODEL_ALL=1 gives every host
+# --model instead.
 # DEMO_KEEP=1 leaves the logs in /tmp (the path is printed).
 BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
@@ -50,12 +50,9 @@ if ! ns_setup 3; then
 	exit 1
 fi
 state() { echo "$(ns_dir "$1")/state"; }
-if [ -n "$DEMO_MODEL_ONE" ]; then
-	mkdir -p "$(state 1)" && echo 00000000000000000000000000000001 >"$(state 1)/node_id"
-fi
 for h in 1 2 3; do
 	model_arg=
-	[ "$h" = 1 ] || [ -z "$DEMO_MODEL_ONE" ] && model_arg="--model $MODEL"
+	[ "$h" = 1 ] || [ -n "$DEMO_MODEL_ALL" ] && model_arg="--model $MODEL"
 	echo "host $h ($(ns_ip $h)): shoal agent --token demo $model_arg"
 	ns_start $h agent "$SHOAL" agent --token demo --state-dir "$(state $h)" $model_arg
 	T_LAST_START=$(now_ms)
@@ -73,8 +70,8 @@ leader_host() {
 }
 http_code() { ns_exec 1 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$(ns_ip "$1"):8080$2"; }
 plan_ranks() { grep -o '"rank": *[0-9]*' "$(state "$LEADER")/plan.json" 2>/dev/null | wc -l; }
-# the leader answers 200 and its plan has the 3 hosts (with DEMO_MODEL_ONE it first serves alone
-# while the others fetch the model, then re-plans)
+# the leader answers 200 and its plan has the 3 hosts (it may first serve alone while the others
+# fetch the model, then re-plan)
 serving() { [ "$(http_code "$LEADER" /health)" = 200 ] && [ "$(plan_ranks)" -eq 3 ]; }
 
 say "waiting for the cluster to form (mDNS discovery, token handshake, election)"
@@ -106,7 +103,7 @@ echo "serving $(($(now_ms) - T_LAST_START)) ms after the last agent started"
 # the member table again: now with states
 ns_exec 1 "$SHOAL" status --state-dir "$(state 1)"
 
-if [ -n "$DEMO_MODEL_ONE" ]; then
+if [ -z "$DEMO_MODEL_ALL" ]; then
 	for h in 2 3; do
 		echo "host $h received the model: $(ls "$(state $h)"/models/*.gguf 2>/dev/null || echo no)"
 	done
