@@ -71,4 +71,23 @@ if ns_wait 60 leader_ok "$A" "$L"; then
 else
 	echo "failover: no new leader served within 60 s of kill -9 of the leader"
 fi
+
+# model transfer: a 2-node cluster where only host 1 has a ~120 MB model; host 2 fetches it
+for h in 1 2 3; do ns_kill $h agent KILL 2>/dev/null; done
+BIG=$NS_ROOT/big.gguf
+"$SHOAL" mkmodel --arch llama --dim 1024 --layers 4 --heads 16 --kv-heads 4 --ffn 2816 \
+	--vocab 32000 --type q8_0 -o "$BIG" >/dev/null 2>&1 || { echo "mkmodel (big) failed"; exit 0; }
+BMB=$(($(wc -c <"$BIG") / 1000000))
+rm -rf "$(state 1)" "$(state 2)"
+ns_start 1 agent "$SHOAL" agent --token bench2 --state-dir "$(state 1)" --model "$BIG"
+ns_start 2 agent "$SHOAL" agent --token bench2 --state-dir "$(state 2)"
+t0=$(ns_now_ms)
+fetched() { ls "$(state 2)"/models/*.gguf >/dev/null 2>&1; }
+if ns_wait 120 fetched; then
+	ms=$(($(ns_now_ms) - t0))
+	awk -v mb="$BMB" -v ms="$ms" 'BEGIN { printf "model transfer: a node without --model had the %d MB model %d ms after its start (%.0f MB/s including discovery and hashing)\n", mb, ms, (ms > 0 ? mb * 1000 / ms : 0) }'
+	grep -h 'MB/s' "$(ns_dir 2)/agent.log" | tail -n 1 | sed 's/^/  last progress line: /'
+else
+	echo "model transfer: host 2 did not receive the model within 120 s"
+fi
 exit 0
