@@ -606,8 +606,8 @@ static void set_leader_url(agent_t *a)
 static void sessions_step(agent_t *a, int64_t now)
 {
 	if (a->sess && session_phase(a->sess) == SESSION_DONE) {
-		const char *e = session_error(a->sess);
-		char hash[20] = "";
+		char e[256], hash[20] = "";
+		snprintf(e, sizeof e, "%s", session_error(a->sess)); /* the session is freed below */
 		if (a->plan)
 			snprintf(hash, sizeof hash, "%s", plan_hash(a->plan));
 		if (e[0] && !a->pending) {

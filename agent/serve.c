@@ -103,17 +103,20 @@ static void *session_main(void *arg)
 	if (stopping(s))
 		goto done;
 	if (s->rank == 0) {
-		web_set_rank_count(a->web, s->world);
-		for (int r = 0; r < s->world; r++)
-			web_set_rank_health(a->web, r, 1);
-		web_set_engine(a->web, e);
+		if (a->web) { /* NULL when the API port could not be opened (logged) */
+			web_set_rank_count(a->web, s->world);
+			for (int r = 0; r < s->world; r++)
+				web_set_rank_health(a->web, r, 1);
+			web_set_engine(a->web, e);
+		}
 		atomic_store(&s->phase, SESSION_READY);
 		pthread_mutex_lock(&s->mu);
 		while (!s->stop)
 			pthread_cond_wait(&s->cv, &s->mu);
 		pthread_mutex_unlock(&s->mu);
 		/* the group is aborted: a running request fails at its next step */
-		web_set_engine(a->web, NULL);
+		if (a->web)
+			web_set_engine(a->web, NULL);
 	} else {
 		atomic_store(&s->phase, SESSION_READY);
 		if (eng_worker_run(e, err, sizeof err) == 0)
@@ -272,8 +275,12 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 	o.ud = a;
 	a->pub_state = WEB_FORMING;
 	snprintf(a->pub_reason, sizeof a->pub_reason, "waiting for peers");
-	int rc = web_new(&a->web, &o, NULL, err, errlen);
+	char e[256];
+	int rc = web_new(&a->web, &o, NULL, e, sizeof e);
 	if (!rc)
 		LOG(LOG_INFO, "api: listening on port %d", web_port(a->web));
-	return rc;
+	else /* discovery, planning and computing go on; only the API is missing here */
+		LOG(LOG_ERROR, "api: %s: this node serves no API (pick another --http-port)", e);
+	(void)err, (void)errlen;
+	return 0;
 }

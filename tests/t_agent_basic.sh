@@ -21,13 +21,18 @@ fi
 command -v curl >/dev/null || { skip "t_agent_basic: no curl"; done_tests; exit; }
 TMP=$(mktemp -d)
 # ports from the pid, spaced so that ranks' data ports (control port + 1 + rank) never collide
-BASE=$((20000 + ($$ % 200) * 100))
+BASE=$((20000 + ($$ % 120) * 100)) # below the ephemeral range (32768-)
 PA=$BASE PB=$((BASE + 50)) HA=$((BASE + 10)) HB=$((BASE + 60))
 PC=$((BASE + 70)) HC=$((BASE + 80)) PD=$((BASE + 90)) HD=$((BASE + 95))
 PIDS=""
 cleanup() {
 	for p in $PIDS; do kill "$p" 2>/dev/null; done
 	for p in $PIDS; do wait "$p" 2>/dev/null; done
+	# keep the agents' logs of a failed run
+	if [ "$T_FAIL" -gt 0 ]; then
+		mkdir -p "$BUILD/t_agent_basic.logs" && cp "$TMP"/*.log "$BUILD/t_agent_basic.logs/"
+		echo "agent logs: $BUILD/t_agent_basic.logs" >&2
+	fi
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -37,7 +42,8 @@ start() { # name port http-port [model file, or - for none]
 	set --
 	[ "$m" != - ] && set -- --model "$m"
 	"$SHOAL" agent --token basic-test "$@" --state-dir "$TMP/$n" --port "$p" \
-		--http-port "$h" --no-mdns --peer "127.0.0.1:$PA" --peer "127.0.0.1:$PB" --expect 2 \
+		--http-port "$h" --no-mdns --peer "127.0.0.1:$PA" --peer "127.0.0.1:$PB" \
+		--peer "127.0.0.1:$PC" --expect 2 \
 		--threads 1 --replan-delay 200 >"$TMP/$n.log" 2>&1 &
 	PIDS="$PIDS $!"
 	eval "PID_$n=$!"
@@ -64,7 +70,7 @@ wait_health() {
 	return 1
 }
 chat() { # port -> prints the reply JSON
-	curl -s "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
+	curl -sL "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
 		-d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":40,"temperature":0}'
 }
 content() { python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])'; }
