@@ -48,6 +48,7 @@ typedef struct node_desc {
 	int naddrs;
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
+	int kind[AGENT_MAX_ADDRS]; /* plan_link_t, as the node itself sees its interface */
 } node_desc_t;
 
 typedef struct conn {

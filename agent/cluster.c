@@ -25,8 +25,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 /* ---- node descriptions ---------------------------------------------------------------------- */
+
+/* The kind of a local interface: its name when that says (en*, wl*, thunderbolt*, ...); else, on
+ * Linux, what the kernel says (a wireless directory: Wi-Fi; link type 1, Ethernet: veth pairs,
+ * bridges' ports and renamed NICs). */
+static int if_kind(const char *ifname)
+{
+	plan_link_t k = plan_link_guess(ifname);
+	if (k != PLAN_LINK_OTHER)
+		return k;
+	char path[128], buf[16] = "";
+	snprintf(path, sizeof path, "/sys/class/net/%s/wireless", ifname);
+	if (access(path, F_OK) == 0)
+		return PLAN_LINK_WIFI;
+	snprintf(path, sizeof path, "/sys/class/net/%s/type", ifname);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = 0;
+		fclose(f);
+	}
+	return atoi(buf) == 1 ? PLAN_LINK_ETHERNET : PLAN_LINK_OTHER;
+}
 
 /* This host's addresses (IPv4 and global IPv6, no loopback; loopback only when nothing else). */
 static void self_desc(agent_t *a, node_desc_t *d)
@@ -55,6 +78,7 @@ static void self_desc(agent_t *a, node_desc_t *d)
 				continue;
 			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", buf);
 			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", it->ifa_name);
+			d->kind[d->naddrs] = if_kind(it->ifa_name);
 			d->naddrs++;
 		}
 		freeifaddrs(ifs);
@@ -81,7 +105,8 @@ void agent_send_node(agent_t *a, conn_t *c)
 	else
 		json_object_set_new(o, "model", json_null());
 	for (int i = 0; i < d.naddrs; i++)
-		json_array_append_new(addrs, json_pack("{s:s,s:s}", "ip", d.ip[i], "if", d.ifname[i]));
+		json_array_append_new(addrs, json_pack("{s:s,s:s,s:s}", "ip", d.ip[i], "if", d.ifname[i],
+						       "kind", plan_link_name((plan_link_t)d.kind[i])));
 	json_object_set_new(o, "addrs", addrs);
 	char *s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
@@ -127,7 +152,10 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 		const char *ifn = json_string_value(json_object_get(x, "if"));
 		if (!ip || !ifn || strlen(ip) >= PLAN_IP_MAX || strlen(ifn) >= PLAN_IFNAME_MAX)
 			goto done;
+		const char *ks = json_string_value(json_object_get(x, "kind"));
+		int k = ks ? plan_link_parse(ks) : -1;
 		if (d->naddrs < AGENT_MAX_ADDRS) {
+			d->kind[d->naddrs] = k >= 0 && k <= PLAN_LINK_THUNDERBOLT ? k : (int)plan_link_guess(ifn);
 			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", ip);
 			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", ifn);
 			d->naddrs++;
@@ -210,7 +238,7 @@ static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int p
 		plan_addr_t *ad = &pn->addrs[pn->n_addrs++];
 		snprintf(ad->ip, sizeof ad->ip, "%s", d->ip[i]);
 		snprintf(ad->ifname, sizeof ad->ifname, "%s", d->ifname[i]);
-		ad->kind = plan_link_guess(d->ifname[i]);
+		ad->kind = (plan_link_t)d->kind[i];
 	}
 	/* "dev:ifname,dev:ifname": devices discovery found with an active port */
 	char tmp[256];
