@@ -72,7 +72,11 @@ http_code() { ns_exec 1 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "htt
 plan_ranks() { grep -o '"rank": *[0-9]*' "$(state "$LEADER")/plan.json" 2>/dev/null | wc -l; }
 # the leader answers 200 and its plan has the 3 hosts (it may first serve alone while the others
 # fetch the model, then re-plan)
-serving() { [ "$(http_code "$LEADER" /health)" = 200 ] && [ "$(plan_ranks)" -eq 3 ]; }
+leader_state() { status_json "$LEADER" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p' | head -n 1; }
+serving() {
+	[ "$(plan_ranks)" -eq 3 ] && [ "$(leader_state)" = serving ] &&
+		[ "$(http_code "$LEADER" /health)" = 200 ]
+}
 
 say "waiting for the cluster to form (mDNS discovery, token handshake, election)"
 if ! ns_wait 30 three_members; then
@@ -125,10 +129,15 @@ for h in 1 2 3; do cmp -s "$PLAN" "$(state $h)/plan.json" || same=0; done
 say "one chat completion (curl from host 1 to the leader)"
 BODY='{"model":"shoal-demo","messages":[{"role":"user","content":"Tell me about fish."}],"max_tokens":48,"temperature":0}'
 echo "curl http://$(ns_ip "$LEADER"):8080/v1/chat/completions -d '$BODY'"
-t0=$(now_ms)
-RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$BODY" \
-	"http://$(ns_ip "$LEADER"):8080/v1/chat/completions")
-ms=$(($(now_ms) - t0))
+# a 503 (the cluster re-forming) is retried for up to 20 s, as a client would
+for try in $(seq 1 40); do
+	t0=$(now_ms)
+	RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$BODY" \
+		"http://$(ns_ip "$LEADER"):8080/v1/chat/completions")
+	ms=$(($(now_ms) - t0))
+	echo "$RESP" | grep -q '"type":"unavailable"' || break
+	sleep 0.5
+done
 if command -v jq >/dev/null 2>&1 && echo "$RESP" | jq -e .choices >/dev/null 2>&1; then
 	ANSWER=$(echo "$RESP" | jq -r '.choices[0].message.content')
 	NTOK=$(echo "$RESP" | jq -r '.usage.completion_tokens')
