@@ -2,14 +2,15 @@
 # demo.sh (`make demo`): a 3-host shoal cluster on this machine, end to end. Needs root (network
 # namespaces). It generates a small llama-shaped model, starts 3 simulated hosts (network
 # namespaces with their own avahi-daemon, tests/netns.sh), each running
-#     shoal agent --token demo --model build/demo/demo.gguf
+#     shoal agent --token demo                 (host 1 also --model build/demo/demo.gguf)
 # waits until the elected leader serves the OpenAI API, prints the member table and the plan, asks
 # one chat completion with curl, prints the answer and the speed, and tears everything down.
 #
 # Flags beyond `--token demo`: every simulated host shares this machine's filesystem, so each gets
-# its own --state-dir (on real machines the default is used). Model: every host gets --model for
-# now, because the agent does not yet fetch a missing model from the leader (the transfer itself
-# is in agent/modelsync.c, docs/agent-modelsync.md); DEMO_MODEL_ONE=1 gives it to host 1 only.
+# its own --state-dir (on real machines the default is used). Model: only host 1 gets --model;
+# hosts 2 and 3 run `shoal agent --token demo` and receive the file over the authenticated
+# channel, verified by its hash (docs/agent-modelsync.md). DEMO_MODEL_ALL=1 gives every host
+# --model instead.
 # DEMO_KEEP=1 leaves the logs in /tmp (the path is printed).
 BUILD=${1:-build}
 cd "$(dirname "$0")/.." || exit 1
@@ -51,7 +52,7 @@ fi
 state() { echo "$(ns_dir "$1")/state"; }
 for h in 1 2 3; do
 	model_arg=
-	[ "$h" = 1 ] || [ -z "$DEMO_MODEL_ONE" ] && model_arg="--model $MODEL"
+	[ "$h" = 1 ] || [ -n "$DEMO_MODEL_ALL" ] && model_arg="--model $MODEL"
 	echo "host $h ($(ns_ip $h)): shoal agent --token demo $model_arg"
 	ns_start $h agent "$SHOAL" agent --token demo --state-dir "$(state $h)" $model_arg
 	T_LAST_START=$(now_ms)
@@ -68,7 +69,14 @@ leader_host() {
 	return 1
 }
 http_code() { ns_exec 1 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$(ns_ip "$1"):8080$2"; }
-serving() { [ "$(http_code "$LEADER" /health)" = 200 ]; }
+plan_ranks() { grep -o '"rank": *[0-9]*' "$(state "$LEADER")/plan.json" 2>/dev/null | wc -l; }
+# the leader answers 200 and its plan has the 3 hosts (it may first serve alone while the others
+# fetch the model, then re-plan)
+leader_state() { status_json "$LEADER" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p' | head -n 1; }
+serving() {
+	[ "$(plan_ranks)" -eq 3 ] && [ "$(leader_state)" = serving ] &&
+		[ "$(http_code "$LEADER" /health)" = 200 ]
+}
 
 say "waiting for the cluster to form (mDNS discovery, token handshake, election)"
 if ! ns_wait 30 three_members; then
@@ -99,8 +107,15 @@ echo "serving $(($(now_ms) - T_LAST_START)) ms after the last agent started"
 # the member table again: now with states
 ns_exec 1 "$SHOAL" status --state-dir "$(state 1)"
 
+if [ -z "$DEMO_MODEL_ALL" ]; then
+	for h in 2 3; do
+		echo "host $h received the model: $(ls "$(state $h)"/models/*.gguf 2>/dev/null || echo no)"
+	done
+fi
+
 say "the plan (plan.json on the leader; every host wrote the same file)"
 PLAN=$(state "$LEADER")/plan.json
+STRATEGY=$(sed -n 's/.*"strategy": *"\([a-z]*\)".*/\1/p' "$PLAN" | head -n 1)
 if command -v jq >/dev/null 2>&1; then
 	jq -r '"strategy \(.strategy), \(.ranks | length) ranks, epoch \(.epoch), hash \(.hash): \(.reason)",
 	       (.ranks[] | "  rank \(.rank) \(.host) \(.ip):\(.port) q_heads \(.q_heads) kv_heads \(.kv_heads) ffn \(.ffn) layers \(.layers)")' "$PLAN"
@@ -114,10 +129,15 @@ for h in 1 2 3; do cmp -s "$PLAN" "$(state $h)/plan.json" || same=0; done
 say "one chat completion (curl from host 1 to the leader)"
 BODY='{"model":"shoal-demo","messages":[{"role":"user","content":"Tell me about fish."}],"max_tokens":48,"temperature":0}'
 echo "curl http://$(ns_ip "$LEADER"):8080/v1/chat/completions -d '$BODY'"
-t0=$(now_ms)
-RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$BODY" \
-	"http://$(ns_ip "$LEADER"):8080/v1/chat/completions")
-ms=$(($(now_ms) - t0))
+# a 503 (the cluster re-forming) is retried for up to 20 s, as a client would
+for try in $(seq 1 40); do
+	t0=$(now_ms)
+	RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$BODY" \
+		"http://$(ns_ip "$LEADER"):8080/v1/chat/completions")
+	ms=$(($(now_ms) - t0))
+	echo "$RESP" | grep -q '"type":"unavailable"' || break
+	sleep 0.5
+done
 if command -v jq >/dev/null 2>&1 && echo "$RESP" | jq -e .choices >/dev/null 2>&1; then
 	ANSWER=$(echo "$RESP" | jq -r '.choices[0].message.content')
 	NTOK=$(echo "$RESP" | jq -r '.usage.completion_tokens')
@@ -130,7 +150,7 @@ if [ -z "$NTOK" ]; then
 	exit 1
 fi
 echo "answer: $ANSWER"
-echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", ms > 0 ? n * 1000 / ms : 0 }') tokens/s (3 ranks, tensor parallel, including the prompt)"
+echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s ($(plan_ranks) ranks, $STRATEGY, prompt included)"
 
 say "done: tearing the hosts down"
 [ -n "$DEMO_KEEP" ] && echo "logs kept in $NS_ROOT"
