@@ -41,17 +41,37 @@ const char *agent_state_name(agent_state_t s)
 	switch (s) {
 	case AGENT_DISCOVERING: return "discovering";
 	case AGENT_SETTLED: return "settled";
+	case AGENT_PLANNED: return "planned";
+	case AGENT_LOADING: return "loading";
+	case AGENT_SERVING: return "serving";
 	}
 	return "?";
 }
 
-static void agent_convert(agent_t *a, agent_state_t to, const char *why)
+void agent_convert(agent_t *a, agent_state_t to, const char *why)
 {
 	if (a->state == to)
 		return;
 	LOG(LOG_INFO, "agent: %s -> %s (%s)", agent_state_name(a->state), agent_state_name(to),
 	    why);
 	a->state = to;
+}
+
+int agent_is_leader(agent_t *a)
+{
+	disc_id_t l;
+	return elec_leader(a->elec, &l) && !disc_id_cmp(&l, &a->self);
+}
+
+int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len)
+{
+	(void)a;
+	int rc = tp_chan_send(c->ch, type, p, len);
+	if (rc)
+		LOG(LOG_DEBUG, "agent: sending 0x%04x failed: %s", type, sh_strerror(rc));
+	else
+		c->last_tx_ms = now_ms();
+	return rc;
 }
 
 int agent_status_path(const char *state_dir, char *out, size_t len)
@@ -311,6 +331,7 @@ static void on_dial_result(agent_t *a, dial_t *d)
 		old->last_rx_ms = now_ms();
 		snprintf(old->addr, sizeof old->addr, "%s", addr);
 		send_info(a, old);
+		agent_send_node(a, old);
 		free(d);
 		return;
 	}
@@ -325,13 +346,14 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	c->ch = d->ch;
 	c->id = pid;
 	c->initiator_is_me = me_init;
-	c->last_rx_ms = now_ms();
+	c->last_rx_ms = c->joined_ms = now_ms();
 	snprintf(c->addr, sizeof c->addr, "%s", addr);
 	free(d);
 	tp_chan_set_send_timeout(c->ch, 1000);
 	LOG(LOG_INFO, "agent: member %s joined from %s (%s)", ph, c->addr,
 	    me_init ? "we connected" : "it connected");
 	send_info(a, c);
+	agent_send_node(a, c);
 	elec_member_up(a->elec, &pid, now_ms());
 	log_members(a, "+", &pid, c->addr);
 }
@@ -399,7 +421,11 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		elec_on_smaller(a->elec, &c->id, &s, now);
 		return 0;
 	}
-	default: LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type); return 0;
+	default:
+		if (type >= 0x0300 && type <= 0x03ff)
+			return agent_cluster_msg(a, c, type, p, len);
+		LOG(LOG_DEBUG, "agent: ignoring message type 0x%04x", type);
+		return 0;
 	}
 }
 
@@ -562,15 +588,17 @@ static void track_leader(agent_t *a)
 		    have && !disc_id_cmp(&l, &a->self) ? ", this node" : "");
 		a->last_leader = l;
 	}
-	if (have)
+	if (have && a->state == AGENT_DISCOVERING)
 		agent_convert(a, AGENT_SETTLED, "leader known");
-	else
+	else if (!have && a->state == AGENT_SETTLED)
 		agent_convert(a, AGENT_DISCOVERING, "no leader");
+	/* with a plan running, a moment without a leader (a member flapping) changes nothing:
+	 * a new leader, or the group failing, ends the session (cluster.c) */
 }
 
 int agent_run(agent_t *a)
 {
-	struct pollfd pf[6 + MAX_CONNS];
+	struct pollfd pf[7 + MAX_CONNS];
 	for (;;) {
 		int n = 0;
 		pf[n++] = (struct pollfd){.fd = a->stop_pipe[0], .events = POLLIN};
@@ -579,6 +607,7 @@ int agent_run(agent_t *a)
 		pf[n++] = (struct pollfd){.fd = a->status_fd, .events = POLLIN};
 		pf[n++] =
 		    (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
+		pf[n++] = (struct pollfd){.fd = a->sync_fd, .events = POLLIN};
 		int base = n, nc = a->nconns, timeout = 100;
 		for (int i = 0; i < nc; i++) {
 			pf[n++] =
@@ -620,6 +649,8 @@ int agent_run(agent_t *a)
 			while (disc_mdns_next(a->mdns, &ev))
 				on_mdns(a, &ev);
 		}
+		if (pf[5].revents & POLLIN)
+			agent_sync_accept(a);
 		/* conns[] may have changed above: read only those still at their slot */
 		for (int i = nc - 1; i >= 0; i--) {
 			if (i >= a->nconns || tp_chan_fd(a->conns[i].ch) != pf[base + i].fd)
@@ -632,6 +663,8 @@ int agent_run(agent_t *a)
 		elec_tick(a->elec, now);
 		send_elec_msgs(a);
 		track_leader(a);
+		agent_model_tick(a, now);
+		agent_cluster_tick(a, now);
 		dial_missing(a, now);
 	}
 }
@@ -664,8 +697,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	}
 	a->cfg = *cfg;
 	a->keys = *keys;
-	a->listen_fd = a->status_fd = -1;
+	a->listen_fd = a->status_fd = a->sync_fd = -1;
 	a->result_pipe[0] = a->result_pipe[1] = a->stop_pipe[0] = a->stop_pipe[1] = -1;
+	pthread_mutex_init(&a->pub_mu, NULL);
 	int created = 0, port = 0;
 	if (disc_identity_load(cfg->state_dir, &a->self, &created, errbuf, errlen))
 		goto err;
@@ -683,6 +717,10 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	fcntl(a->listen_fd, F_SETFL, fcntl(a->listen_fd, F_GETFL) | O_NONBLOCK);
 	a->cfg.port = port;
 	if (agent_status_listen(a, errbuf, errlen))
+		goto err;
+	if (agent_model_init(a, errbuf, errlen))
+		goto err;
+	if (agent_web_start(a, errbuf, errlen))
 		goto err;
 	elec_config_t ec = {.settle_ms = cfg->settle_ms,
 			    .expect = cfg->expect,
@@ -724,6 +762,11 @@ void agent_free(agent_t *a)
 {
 	if (!a)
 		return;
+	agent_cluster_free(a); /* the session's thread reads the keys and the web server */
+	agent_model_free(a);
+	web_free(a->web);
+	free(a->pub_cluster);
+	pthread_mutex_destroy(&a->pub_mu);
 	disc_mdns_free(a->mdns);
 	/* handshakes still running hold a pointer to us: let them finish (bounded by their
 	 * timeout); each writes its result into the pipe, which we drain and free */

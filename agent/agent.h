@@ -2,15 +2,19 @@
  * agent.h: the agent's state machine (discovering -> settled -> planned -> loading -> serving)
  * that ties discovery, planner, transport, infer and web together on every node.
  *
- * Today the agent runs discovery and the election: it publishes itself over mDNS, connects to the
- * peers it finds (and to --peer addresses) over the authenticated control channel, keeps members
- * alive with heartbeats, runs the election core, and answers `shoal status` on a unix socket in
- * its state directory (STATE_DIR/agent.sock: connect, read one JSON object, EOF).
+ * The agent publishes itself over mDNS, connects to the peers it finds (and to --peer addresses)
+ * over the authenticated control channel, keeps members alive with heartbeats and runs the
+ * election core. The leader plans the cluster from the members' descriptions and sends the plan
+ * to every member; each writes the plan files into its state directory, forms the
+ * tensor-parallel group and loads its share; the leader serves the OpenAI API on --http-port,
+ * followers redirect there. It answers `shoal status` on a unix socket in its state directory
+ * (STATE_DIR/agent.sock: connect, read one JSON object, EOF). docs/agent.md.
  *
  * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
  * through a queue); each handshake runs on a short-lived thread that hands the finished channel
- * back through a pipe. agent_stop is the only call allowed from another thread or a signal
- * handler.
+ * back through a pipe; a plan's session (group, engine, worker loop) runs on its own thread; the
+ * web server has its threads and reads the published health and cluster document. agent_stop is the
+ * only call allowed from another thread or a signal handler.
  */
 #ifndef SHOAL_AGENT_H
 #define SHOAL_AGENT_H
@@ -28,8 +32,10 @@
 
 typedef enum agent_state {
 	AGENT_DISCOVERING, /* the view is not settled: no leader yet */
-	AGENT_SETTLED,     /* a leader is known (this node or another) */
-			   /* planned, loading, serving: arrive with "Agent end to end" */
+	AGENT_SETTLED,     /* a leader is known (this node or another); no plan runs here */
+	AGENT_PLANNED,     /* a plan that includes this node arrived; its files are written */
+	AGENT_LOADING,     /* forming the group and loading this node's share */
+	AGENT_SERVING,     /* the leader serves the API; followers compute their share */
 } agent_state_t;
 
 const char *agent_state_name(agent_state_t s);
@@ -38,13 +44,17 @@ const char *agent_state_name(agent_state_t s);
 typedef struct agent_config {
 	const char *state_dir;
 	int port;      /* control port (TCP, and the port published over mDNS) */
-	int http_port; /* the API port (stored; served by a later version) */
+	int http_port; /* the API port (every node; followers redirect to the leader) */
 	int expect;    /* settle at once with this many members; 0 = wait settle_ms */
 	int64_t settle_ms;
 	const char *peers[AGENT_MAX_STATIC_PEERS]; /* "HOST:PORT" or "[V6]:PORT" */
 	int npeers;
-	const char *model; /* stored; loaded by a later version */
-	int no_mdns;       /* static peers only */
+	const char *model;       /* GGUF path, or NULL (the node waits for model transfer) */
+	int no_mdns;             /* static peers only */
+	int64_t replan_delay_ms; /* a membership change waits this long before re-planning */
+	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
+	int threads;             /* compute threads (0 = cores) */
+	int ctx;                 /* context length (0 = the model's) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -1,14 +1,22 @@
 /*
  * agent_int.h: the agent's internals shared by its files (agent.c: the loop, members and
- * handshakes; status.c: the status socket and its JSON). Not for other modules.
+ * handshakes; cluster.c: node descriptions, the view, the plan and its distribution, the
+ * /v1/cluster document; serve.c: a plan's session (group, engine, worker loop) and the web glue;
+ * status.c: the status socket and its JSON). Not for other modules.
  *
- * Everything here is owned by the thread that runs agent_run (see agent.h).
+ * Everything here is owned by the thread that runs agent_run (see agent.h), except the fields
+ * marked "pub" (behind pub_mu, read by the web server's threads) and a session's own fields
+ * (serve.c says which thread touches what).
  */
 #ifndef SHOAL_AGENT_INT_H
 #define SHOAL_AGENT_INT_H
 
 #include "agent/agent.h"
 
+#include "planner/planner.h"
+#include "web/web.h"
+
+#include <pthread.h>
 #include <stdatomic.h>
 
 #define HANDSHAKE_MS    2000
@@ -19,14 +27,49 @@
 #define MAX_DIALS       32
 #define MAX_HANDSHAKES  64 /* handshake threads at once, both directions */
 
+/* Agent messages on the control channel (range 0x0300-0x03ff, docs/agent.md; never reused). */
+enum agent_msg {
+	AGENT_MSG_NODE = 0x0300, /* JSON: this node's addresses, API port, model hash (on join) */
+	AGENT_MSG_PLAN = 0x0301, /* leader -> member: the plan JSON (plan_to_json) */
+	AGENT_MSG_ACK = 0x0302,  /* member -> leader: JSON {"hash","state","error"} */
+	AGENT_MSG_EXCLUDED = 0x0303, /* leader -> member: text, why it is left out of the plan */
+};
+
+#define AGENT_MAX_ADDRS 16
+#define AGENT_HASH_HEX  65 /* model content hash: 64 hex characters + NUL */
+
+/* What a node says about itself in AGENT_MSG_NODE. */
+typedef struct node_desc {
+	int have; /* the message arrived */
+	int http_port;
+	int sync_port;                   /* where its model file may be fetched (0 = none) */
+	char model_hash[AGENT_HASH_HEX]; /* "" = no model (yet) */
+	uint64_t model_size;
+	int naddrs;
+	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
+	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
+	int kind[AGENT_MAX_ADDRS]; /* plan_link_t, as the node itself sees its interface */
+} node_desc_t;
+
 typedef struct conn {
 	tp_chan_t *ch;
 	disc_id_t id;
 	int initiator_is_me;
 	int64_t last_rx_ms, last_tx_ms;
+	int64_t joined_ms;
 	char addr[DISC_ADDR_MAX]; /* peer address without port */
 	disc_info_t info;         /* from the peer's INFO */
+	node_desc_t desc;         /* from the peer's NODE */
+	char ack_hash[20];        /* plan hash of its last ACK */
+	char sent_hash[20];       /* plan hash last sent to it (leader) */
+	char ack_state[16];       /* "planned", "loading", "serving", "failed" ("" = none yet) */
+	char excluded[160];       /* why the leader left it out ("" = not excluded) */
 } conn_t;
+
+/* A plan's session on this node: forming the group, loading the engine, serving (rank 0) or
+ * running the worker loop (others), on its own thread. serve.c. */
+typedef struct session session_t;
+enum session_phase { SESSION_FORMING, SESSION_LOADING, SESSION_READY, SESSION_DONE };
 
 /* A handshake on its own thread; the result comes back through result_pipe. */
 typedef struct dial {
@@ -76,7 +119,79 @@ struct agent {
 	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
 	int nforeign;
 	disc_id_t last_leader;
+	/* the model (model.c) */
+	char model_hash[AGENT_HASH_HEX]; /* "" without --model until fetched */
+	uint64_t model_size;
+	char model_path[4200];   /* a fetched model's path (then cfg.model points here) */
+	int sync_fd, sync_port;  /* model transfer listener */
+	atomic_int sync_running; /* serving threads */
+	struct fetch *fetch;     /* the running fetch, or NULL */
+	int64_t fetch_retry_ms;
+	atomic_int fetch_permille;
+	/* plans (cluster.c) */
+	plan_t *plan;          /* the plan this node runs (or last ran), or NULL */
+	plan_t *pending;       /* a newer plan waiting for the old session to end */
+	session_t *sess;       /* the running session, or NULL */
+	disc_id_t plan_leader; /* the leader whose plan we run */
+	int served_once;       /* for /health: replanning rather than forming */
+	char why[200];         /* why we are not serving (health reason) */
+	/* leader only */
+	char want_sig[PLAN_MAX_NODES * 33 + 1];    /* the plannable members now */
+	char planned_sig[PLAN_MAX_NODES * 33 + 1]; /* ... when the current plan was made */
+	int64_t change_ms;                         /* when want_sig last changed */
+	int64_t no_plan_log_ms;
+	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
+	int have_pmodel;
+	int64_t retry_ms; /* a failed session: re-plan not before this */
+	/* the API */
+	web_t *web;
+	char leader_url[128];
+	pthread_mutex_t pub_mu;
+	int pub_state;        /* pub: enum web_state */
+	char pub_reason[200]; /* pub */
+	char *pub_cluster;    /* pub: the /v1/cluster JSON */
+	int64_t pub_ms;
 };
+
+/* ---- agent.c ---- */
+void agent_convert(agent_t *a, agent_state_t to, const char *why);
+/* Sends to one member; a failure drops nothing here (heartbeats notice). */
+int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len);
+/* Is this node the leader now? */
+int agent_is_leader(agent_t *a);
+
+/* ---- model.c ---- */
+/* Content hash of the model file (BLAKE2b-256, hex; cached in state_dir) and its size. */
+int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
+		     uint64_t *size, char *err, size_t errlen);
+/* Hashes --model (if any) and opens the transfer listener. */
+int agent_model_init(agent_t *a, char *err, size_t errlen);
+void agent_sync_accept(agent_t *a); /* the transfer listener is readable */
+void agent_model_tick(agent_t *a, int64_t now);
+void agent_model_free(agent_t *a);
+
+/* ---- cluster.c ---- */
+void agent_send_node(agent_t *a, conn_t *c);
+/* Handles an agent message (0x0300-0x03ff). Returns 0 or SH_EFORMAT (drop the member). */
+int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, size_t len);
+/* Once per loop turn: planning (leader), sessions, state, the published health and cluster. */
+void agent_cluster_tick(agent_t *a, int64_t now);
+/* Stops and frees the session and plans (agent_free). */
+void agent_cluster_free(agent_t *a);
+
+/* ---- serve.c ---- */
+/* Starts the session for plan p (borrowed for the call) as rank `rank`. NULL on failure. */
+session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_t errlen);
+int session_phase(session_t *s);
+const char *session_error(session_t *s); /* valid once DONE */
+/* Asks the session to end (any phase); returns at once. */
+void session_stop(session_t *s);
+/* Joins the thread: only once DONE (or at exit, where it waits). NULL-safe. */
+void session_free(session_t *s);
+/* Starts the API server (every node). */
+int agent_web_start(agent_t *a, char *err, size_t errlen);
+/* Publishes the health state and reason (called by the loop). */
+void agent_pub_set(agent_t *a, int web_state, const char *reason, char *cluster_json);
 
 /* The member with this node ID, or NULL. */
 conn_t *agent_conn_find(agent_t *a, const disc_id_t *id);

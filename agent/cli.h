@@ -6,6 +6,10 @@
 #ifndef SHOAL_CLI_H
 #define SHOAL_CLI_H
 
+#include "planner/planner.h"
+
+#include <stddef.h>
+
 int cmd_agent(int argc, char **argv);    /* run the agent: discovery, election, plan, serve */
 int cmd_status(int argc, char **argv);   /* ask the local agent for its member table */
 int cmd_plan(int argc, char **argv);     /* compute a plan from a view file */
@@ -24,6 +28,10 @@ struct eng_dist;
 struct eng;
 int cli_generate(int argc, char **argv, const char *name, const struct eng_dist *dist);
 void cli_comm_stats(const struct eng *e); /* one line on stderr */
+
+/* Model shapes and exact tensor sizes from a GGUF file, for the planner (cmd_plan.c; the agent's
+ * leader uses it too). Returns 0 or an error with "PATH: reason" in err. */
+int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
 
 /* Prints "shoal NAME: not built yet (ISSUE)" and returns 1; used by stubs until their issue lands. */
 int cli_not_yet(const char *name, const char *issue);

@@ -44,7 +44,12 @@ static void usage(FILE *f)
 	    "  --peer HOST:PORT   also connect to this agent (repeatable; for networks without "
 	    "mDNS)\n"
 	    "  --no-mdns          static peers only\n"
-	    "  --model M          the GGUF model to serve\n"
+	    "  --model M          the GGUF model to serve (checked against the leader's by hash)\n"
+	    "  --replan-delay MS  wait this long after a membership change before re-planning\n"
+	    "                     (default 500)\n"
+	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
+	    "  --threads N        compute threads (default: the number of cores)\n"
+	    "  --ctx N            context length (default: the model's)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
 }
@@ -84,10 +89,17 @@ int cmd_agent(int argc, char **argv)
 					     {"model", required_argument, 0, 'm'},
 					     {"log-level", required_argument, 0, 'l'},
 					     {"no-mdns", no_argument, 0, 'N'},
+					     {"replan-delay", required_argument, 0, 'R'},
+					     {"step-timeout", required_argument, 0, 'S'},
+					     {"threads", required_argument, 0, 'T'},
+					     {"ctx", required_argument, 0, 'C'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
-	agent_config_t cfg = {
-	    .port = AGENT_DEFAULT_PORT, .http_port = AGENT_DEFAULT_HTTP_PORT, .settle_ms = 1000};
+	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
+			      .http_port = AGENT_DEFAULT_HTTP_PORT,
+			      .settle_ms = 1000,
+			      .replan_delay_ms = 500,
+			      .step_timeout_ms = 10000};
 	char token[1024] = "", state_dir[4096] = "", err[512];
 	int c, rc = 1;
 	optind = 1;
@@ -148,6 +160,39 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 'm': cfg.model = optarg; break;
 		case 'N': cfg.no_mdns = 1; break;
+		case 'R':
+		case 'S':
+		case 'T':
+		case 'C': {
+			static const struct {
+				int opt;
+				const char *name;
+				long lo, hi;
+			} lim[] = {{'R', "--replan-delay", 0, 600000},
+				   {'S', "--step-timeout", 100, 3600000},
+				   {'T', "--threads", 0, 1024},
+				   {'C', "--ctx", 0, 1 << 24}};
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
+				end += 2;
+			for (size_t i = 0; i < ARRAY_LEN(lim); i++)
+				if (lim[i].opt == c &&
+				    (end == optarg || *end || v < lim[i].lo || v > lim[i].hi)) {
+					fprintf(stderr, "shoal agent: bad %s '%s' (%ld to %ld)\n",
+						lim[i].name, optarg, lim[i].lo, lim[i].hi);
+					return 2;
+				}
+			if (c == 'R')
+				cfg.replan_delay_ms = v;
+			else if (c == 'S')
+				cfg.step_timeout_ms = (int)v;
+			else if (c == 'T')
+				cfg.threads = (int)v;
+			else
+				cfg.ctx = (int)v;
+			break;
+		}
 		case 'l':
 			if (cli_set_log_level(optarg))
 				return 2;
@@ -174,8 +219,6 @@ int cmd_agent(int argc, char **argv)
 		return 2;
 	}
 	cfg.state_dir = state_dir;
-	if (cfg.model)
-		LOG(LOG_INFO, "agent: model %s (served once planning arrives)", cfg.model);
 
 	tp_keys_t keys;
 	int64_t t0 = now_ms();

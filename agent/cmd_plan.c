@@ -67,6 +67,13 @@ static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
 }
 
 /* Model shapes and exact tensor sizes from a GGUF file. */
+static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
+
+int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
+{
+	return load_gguf(path, m, err, errlen);
+}
+
 static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
 {
 	gguf_t *g = NULL;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -348,6 +349,8 @@ static int tp_group_connect_lower(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 	for (int attempt = 0;; attempt++) {
 		tp_chan_t *c = NULL;
 		int left = tp_left_ms(deadline);
+		if (cfg->cancel && atomic_load(cfg->cancel))
+			return sh_fail(err, errlen, SH_ECANCELED, "forming canceled");
 		if (left == 0)
 			return sh_fail(err, errlen, SH_ETIMEDOUT, "rank %d (%s:%d) not reachable: %s",
 				       p, cfg->hosts[p], cfg->ports[p], e);
@@ -390,8 +393,14 @@ static int tp_group_accept_higher(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 	tp_join_t mine = {.rank = (uint32_t)g->rank, .world = (uint32_t)g->world, .group = g->tag};
 	while (missing > 0) {
 		int fd, left = tp_left_ms(deadline);
-		int rc = left == 0 ? SH_ETIMEDOUT : tp_accept(lfd, &fd, peer, sizeof peer, left, e,
+		if (cfg->cancel && atomic_load(cfg->cancel))
+			return sh_fail(err, errlen, SH_ECANCELED, "forming canceled");
+		/* with a cancel flag, wait in slices so that the flag is seen soon */
+		int slice = cfg->cancel && (left < 0 || left > 100) ? 100 : left;
+		int rc = left == 0 ? SH_ETIMEDOUT : tp_accept(lfd, &fd, peer, sizeof peer, slice, e,
 							      sizeof e);
+		if (rc == SH_ETIMEDOUT && slice != left)
+			continue;
 		if (rc) {
 			char lst[128] = "";
 			for (int p = g->rank + 1; p < g->world; p++)
@@ -480,6 +489,17 @@ fail:
 	sh_fail(err, errlen, rc, "%s", e);
 	tp_group_free(g);
 	return rc;
+}
+
+void tp_group_abort(tp_group_t *g)
+{
+	if (!g)
+		return;
+	/* shutdown keeps the descriptors valid for the thread using them; its next wait or
+	 * read sees end-of-file or an error at once */
+	for (int p = 0; p < g->world; p++)
+		if (g->chan[p] && g->chan[p]->fd >= 0)
+			shutdown(g->chan[p]->fd, SHUT_RDWR);
 }
 
 void tp_group_free(tp_group_t *g)

@@ -31,6 +31,7 @@
 #define SHOAL_TRANSPORT_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* ---- keys --------------------------------------------------------------------------------- */
@@ -177,6 +178,8 @@ typedef struct tp_group_cfg {
 	const uint8_t (*peer_ids)[TP_NODE_ID_BYTES]; /* NULL, or world expected node IDs */
 	int timeout_ms;           /* for forming the whole group (peers may start later) */
 	const char *rdma_devices; /* NULL, or a JACCL device matrix file (docs/rdma.md) */
+	const atomic_int *cancel; /* NULL, or a flag another thread may set: forming then gives
+				     up within ~100 ms with SH_ECANCELED */
 } tp_group_cfg_t;
 
 #define TP_MAX_WORLD 64
@@ -185,6 +188,11 @@ typedef struct tp_group_cfg {
  * SH_EINVAL with a message naming the rank. */
 int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
 void tp_group_free(tp_group_t *g);
+
+/* Makes every pending and later call on the group fail soon (its sockets are shut down, not
+ * closed): the one call that may come from another thread than the group's user, e.g. an agent
+ * stopping a worker loop that waits for the next step. Free the group afterwards as usual. */
+void tp_group_abort(tp_group_t *g);
 
 int tp_group_rank(const tp_group_t *g);
 int tp_group_world(const tp_group_t *g);

@@ -1,0 +1,247 @@
+/*
+ * model.c: the agent's model availability, on top of modelsync.h. A node started with --model
+ * hashes its file once (cached by modelsync in the state directory) and announces the hash in its
+ * NODE message; it also listens on a second port (any free one, announced as "sync_port") where
+ * any member may fetch the file: each accepted connection runs the handshake and modelsync_serve
+ * on its own detached thread. A node started without --model fetches the leader's file (the hash
+ * the leader announced; when this node is itself the leader, the file of the smallest member that
+ * has one) on a thread into STATE_DIR/models/HASH.gguf, then uses it as its model and announces
+ * the hash to every member, which makes the leader plan it.
+ *
+ * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, once, when a fetch
+ * has finished and verified the file; the serving threads copy what they need at their start.
+ */
+#include "agent/agent_int.h"
+#include "agent/modelsync.h"
+#include "common/common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SYNC_TIMEOUT_MS  15000 /* a silent peer ends a transfer after this */
+#define SYNC_MAX_SERVERS 8
+#define FETCH_RETRY_MS   3000
+
+struct fetch {
+	agent_t *a; /* read only: keys, self, state dir */
+	pthread_t th;
+	char host[DISC_ADDR_MAX];
+	int port;
+	uint8_t want[MS_HASH_BYTES];
+	atomic_int done;
+	int rc;
+	char path[4200];
+	char err[256];
+};
+
+typedef struct sync_srv {
+	agent_t *a;
+	int fd;
+	char path[4096];
+	uint8_t hash[MS_HASH_BYTES];
+} sync_srv_t;
+
+int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
+		     uint64_t *size, char *err, size_t errlen)
+{
+	uint8_t h[MS_HASH_BYTES];
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return sh_fail(err, errlen, SH_ENOENT, "%s: %s", path, strerror(errno));
+	int rc = modelsync_hash_file(path, state_dir, h, err, errlen);
+	if (rc)
+		return rc;
+	modelsync_hex(hex, h);
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* ---- serving the file ----------------------------------------------------------------------- */
+
+static void *sync_srv_main(void *arg)
+{
+	sync_srv_t *s = arg;
+	agent_t *a = s->a;
+	tp_chan_t *c = NULL;
+	char err[256];
+	if (tp_chan_accept(&c, s->fd, &a->keys, a->self.b, HANDSHAKE_MS, err, sizeof err) == 0) {
+		int64_t t0 = now_ms();
+		int rc = modelsync_serve(c, s->path, s->hash, 0, NULL, 0, SYNC_TIMEOUT_MS, err,
+					 sizeof err);
+		if (rc)
+			LOG(LOG_WARN, "model transfer to %s: %s", tp_chan_peer_addr(c), err);
+		else
+			LOG(LOG_INFO, "model transfer to %s done in %lld ms", tp_chan_peer_addr(c),
+			    (long long)(now_ms() - t0));
+	}
+	tp_chan_free(c);
+	free(s);
+	atomic_fetch_sub(&a->sync_running, 1);
+	return NULL;
+}
+
+void agent_sync_accept(agent_t *a)
+{
+	int fd;
+	char peer[128];
+	if (tp_accept(a->sync_fd, &fd, peer, sizeof peer, 0, NULL, 0) != 0)
+		return;
+	uint8_t h[MS_HASH_BYTES];
+	sync_srv_t *s = NULL;
+	if (!a->model_hash[0] || atomic_load(&a->sync_running) >= SYNC_MAX_SERVERS ||
+	    modelsync_unhex(h, a->model_hash) || !(s = calloc(1, sizeof *s))) {
+		close(fd); /* nothing to serve, or busy: the fetcher retries */
+		return;
+	}
+	s->a = a;
+	s->fd = fd;
+	memcpy(s->hash, h, sizeof h);
+	snprintf(s->path, sizeof s->path, "%s", a->cfg.model);
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	atomic_fetch_add(&a->sync_running, 1);
+	if (pthread_create(&t, &at, sync_srv_main, s)) {
+		atomic_fetch_sub(&a->sync_running, 1);
+		close(fd);
+		free(s);
+	}
+	pthread_attr_destroy(&at);
+}
+
+/* ---- fetching it ---------------------------------------------------------------------------- */
+
+static void progress(uint64_t done, uint64_t total, void *ud)
+{
+	agent_t *a = ud;
+	atomic_store(&a->fetch_permille, total ? (int)(done * 1000 / total) : 0);
+}
+
+static void *fetch_main(void *arg)
+{
+	struct fetch *f = arg;
+	tp_chan_t *c = NULL;
+	f->rc = tp_chan_connect(&c, f->host, f->port, &f->a->keys, f->a->self.b, HANDSHAKE_MS,
+				f->err, sizeof f->err);
+	if (!f->rc)
+		f->rc = modelsync_fetch(c, f->want, f->a->cfg.state_dir, f->path, sizeof f->path,
+					progress, f->a, SYNC_TIMEOUT_MS, f->err, sizeof f->err);
+	tp_chan_free(c);
+	atomic_store(&f->done, 1);
+	return NULL;
+}
+
+/* Once per loop turn: a node without a model fetches the leader's. */
+void agent_model_tick(agent_t *a, int64_t now)
+{
+	struct fetch *f = a->fetch;
+	if (f && atomic_load(&f->done)) {
+		pthread_join(f->th, NULL);
+		a->fetch = NULL;
+		if (f->rc) {
+			LOG(LOG_WARN, "model: fetching from the leader (%s) failed: %s; retrying",
+			    f->host, f->err);
+			snprintf(a->why, sizeof a->why, "model transfer failed: %.160s", f->err);
+			a->fetch_retry_ms = now + FETCH_RETRY_MS;
+		} else {
+			char hex[MS_HASH_HEX], err[256];
+			modelsync_hex(hex, f->want);
+			snprintf(a->model_path, sizeof a->model_path, "%s", f->path);
+			if (agent_model_hash(a->model_path, a->cfg.state_dir, a->model_hash,
+					     &a->model_size, err, sizeof err) ||
+			    strcmp(a->model_hash, hex)) {
+				LOG(LOG_ERROR, "model: %s does not hash as expected", f->path);
+				a->model_hash[0] = 0;
+				a->fetch_retry_ms = now + FETCH_RETRY_MS;
+			} else {
+				a->cfg.model = a->model_path;
+				LOG(LOG_INFO, "model: using %s (%llu bytes, from the leader)",
+				    a->model_path, (unsigned long long)a->model_size);
+				a->why[0] = 0;
+				for (int i = 0; i < a->nconns; i++)
+					agent_send_node(a, &a->conns[i]);
+			}
+		}
+		free(f);
+	}
+	if (a->model_hash[0] || a->fetch || now < a->fetch_retry_ms)
+		return;
+	/* the source: the leader; when this node leads, the smallest member that has a model */
+	disc_id_t l;
+	conn_t *c = NULL;
+	uint8_t want[MS_HASH_BYTES];
+	if (!elec_leader(a->elec, &l))
+		return;
+	if (disc_id_cmp(&l, &a->self))
+		c = agent_conn_find(a, &l);
+	else
+		for (int i = 0; i < a->nconns; i++) {
+			conn_t *x = &a->conns[i];
+			if (x->desc.have && x->desc.model_hash[0] && x->desc.sync_port &&
+			    (!c || disc_id_cmp(&x->id, &c->id) < 0))
+				c = x;
+		}
+	if (!c || !c->desc.have || !c->desc.model_hash[0] || !c->desc.sync_port ||
+	    modelsync_unhex(want, c->desc.model_hash))
+		return;
+	f = calloc(1, sizeof *f);
+	if (!f)
+		return;
+	f->a = a;
+	snprintf(f->host, sizeof f->host, "%s", c->addr);
+	f->port = c->desc.sync_port;
+	memcpy(f->want, want, sizeof want);
+	atomic_init(&f->done, 0);
+	if (pthread_create(&f->th, NULL, fetch_main, f)) {
+		free(f);
+		a->fetch_retry_ms = now + FETCH_RETRY_MS;
+		return;
+	}
+	a->fetch = f;
+	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from %s:%d", c->desc.model_hash,
+	    (unsigned long long)c->desc.model_size, c->addr, c->desc.sync_port);
+	snprintf(a->why, sizeof a->why, "receiving the model from the leader");
+}
+
+int agent_model_init(agent_t *a, char *err, size_t errlen)
+{
+	atomic_init(&a->sync_running, 0);
+	atomic_init(&a->fetch_permille, 0);
+	a->sync_fd = -1;
+	if (a->cfg.model) {
+		int64_t t0 = now_ms();
+		if (agent_model_hash(a->cfg.model, a->cfg.state_dir, a->model_hash, &a->model_size,
+				     err, errlen))
+			return SH_EIO;
+		LOG(LOG_INFO, "model %s: %llu bytes, hash %.16s (%lld ms)", a->cfg.model,
+		    (unsigned long long)a->model_size, a->model_hash, (long long)(now_ms() - t0));
+	} else
+		LOG(LOG_INFO, "agent: no --model: this node fetches the leader's model once a "
+			      "leader is known");
+	int rc = tp_listen(NULL, 0, &a->sync_fd, &a->sync_port, err, errlen);
+	if (!rc)
+		fcntl(a->sync_fd, F_SETFL, fcntl(a->sync_fd, F_GETFL) | O_NONBLOCK);
+	return rc;
+}
+
+void agent_model_free(agent_t *a)
+{
+	if (a->fetch) {
+		pthread_join(a->fetch->th, NULL); /* bounded by the transfer's timeout */
+		free(a->fetch);
+		a->fetch = NULL;
+	}
+	if (a->sync_fd >= 0)
+		close(a->sync_fd);
+	a->sync_fd = -1;
+	int64_t end = now_ms() + SYNC_TIMEOUT_MS;
+	while (atomic_load(&a->sync_running) > 0 && now_ms() < end)
+		usleep(10000);
+}
