@@ -432,8 +432,10 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 		rc = recv_msg(c, &type, &p, &len, timeout_ms, peer, err, errlen);
 		if (rc)
 			goto out;
+		/* GETs went out in order, each MIN(chunk, rest) long: DATA must match exactly */
+		uint64_t want_n = MIN((uint64_t)chunk, total - got);
 		if (type != MS_MSG_DATA || len < 12 || get_u64(p) != got ||
-		    get_u32(p + 8) != len - 12 || len == 12 || len - 12 > total - got) {
+		    get_u32(p + 8) != len - 12 || len - 12 != want_n) {
 			rc = sh_fail(err, errlen, SH_EFORMAT,
 				     "model transfer: %s sent an unexpected message 0x%04x (%zu "
 				     "bytes) at offset %llu",
