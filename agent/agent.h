@@ -13,8 +13,8 @@
  * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
  * through a queue); each handshake runs on a short-lived thread that hands the finished channel
  * back through a pipe; a plan's session (group, engine, worker loop) runs on its own thread; the
- * web server has its threads and reads the published health and cluster document. agent_stop is the only call allowed from another thread or a signal
- * handler.
+ * web server has its threads and reads the published health and cluster document. agent_stop is the
+ * only call allowed from another thread or a signal handler.
  */
 #ifndef SHOAL_AGENT_H
 #define SHOAL_AGENT_H
@@ -49,8 +49,8 @@ typedef struct agent_config {
 	int64_t settle_ms;
 	const char *peers[AGENT_MAX_STATIC_PEERS]; /* "HOST:PORT" or "[V6]:PORT" */
 	int npeers;
-	const char *model; /* GGUF path, or NULL (the node waits for model transfer) */
-	int no_mdns;       /* static peers only */
+	const char *model;       /* GGUF path, or NULL (the node waits for model transfer) */
+	int no_mdns;             /* static peers only */
 	int64_t replan_delay_ms; /* a membership change waits this long before re-planning */
 	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
 	int threads;             /* compute threads (0 = cores) */

@@ -29,9 +29,9 @@
 
 /* Agent messages on the control channel (range 0x0300-0x03ff, docs/agent.md; never reused). */
 enum agent_msg {
-	AGENT_MSG_NODE = 0x0300,     /* JSON: this node's addresses, API port, model hash (on join) */
-	AGENT_MSG_PLAN = 0x0301,     /* leader -> member: the plan JSON (plan_to_json) */
-	AGENT_MSG_ACK = 0x0302,      /* member -> leader: JSON {"hash","state","error"} */
+	AGENT_MSG_NODE = 0x0300, /* JSON: this node's addresses, API port, model hash (on join) */
+	AGENT_MSG_PLAN = 0x0301, /* leader -> member: the plan JSON (plan_to_json) */
+	AGENT_MSG_ACK = 0x0302,  /* member -> leader: JSON {"hash","state","error"} */
 	AGENT_MSG_EXCLUDED = 0x0303, /* leader -> member: text, why it is left out of the plan */
 };
 
@@ -122,19 +122,19 @@ struct agent {
 	/* the model (model.c) */
 	char model_hash[AGENT_HASH_HEX]; /* "" without --model until fetched */
 	uint64_t model_size;
-	char model_path[4200]; /* a fetched model's path (then cfg.model points here) */
-	int sync_fd, sync_port; /* model transfer listener */
+	char model_path[4200];   /* a fetched model's path (then cfg.model points here) */
+	int sync_fd, sync_port;  /* model transfer listener */
 	atomic_int sync_running; /* serving threads */
 	struct fetch *fetch;     /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
 	/* plans (cluster.c) */
-	plan_t *plan;           /* the plan this node runs (or last ran), or NULL */
-	plan_t *pending;        /* a newer plan waiting for the old session to end */
-	session_t *sess;        /* the running session, or NULL */
-	disc_id_t plan_leader;  /* the leader whose plan we run */
-	int served_once;        /* for /health: replanning rather than forming */
-	char why[200];          /* why we are not serving (health reason) */
+	plan_t *plan;          /* the plan this node runs (or last ran), or NULL */
+	plan_t *pending;       /* a newer plan waiting for the old session to end */
+	session_t *sess;       /* the running session, or NULL */
+	disc_id_t plan_leader; /* the leader whose plan we run */
+	int served_once;       /* for /health: replanning rather than forming */
+	char why[200];         /* why we are not serving (health reason) */
 	/* leader only */
 	char want_sig[PLAN_MAX_NODES * 33 + 1];    /* the plannable members now */
 	char planned_sig[PLAN_MAX_NODES * 33 + 1]; /* ... when the current plan was made */
@@ -147,9 +147,9 @@ struct agent {
 	web_t *web;
 	char leader_url[128];
 	pthread_mutex_t pub_mu;
-	int pub_state;       /* pub: enum web_state */
+	int pub_state;        /* pub: enum web_state */
 	char pub_reason[200]; /* pub */
-	char *pub_cluster;   /* pub: the /v1/cluster JSON */
+	char *pub_cluster;    /* pub: the /v1/cluster JSON */
 	int64_t pub_ms;
 };
 

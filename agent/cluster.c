@@ -61,15 +61,18 @@ static void self_desc(agent_t *a, node_desc_t *d)
 	d->model_size = a->model_size;
 	struct ifaddrs *ifs = NULL;
 	if (getifaddrs(&ifs) == 0) {
-		for (struct ifaddrs *it = ifs; it && d->naddrs < AGENT_MAX_ADDRS; it = it->ifa_next) {
+		for (struct ifaddrs *it = ifs; it && d->naddrs < AGENT_MAX_ADDRS;
+		     it = it->ifa_next) {
 			char buf[INET6_ADDRSTRLEN] = "";
-			if (!it->ifa_addr || (it->ifa_flags & IFF_LOOPBACK) || !(it->ifa_flags & IFF_UP))
+			if (!it->ifa_addr || (it->ifa_flags & IFF_LOOPBACK) ||
+			    !(it->ifa_flags & IFF_UP))
 				continue;
 			if (it->ifa_addr->sa_family == AF_INET)
 				inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr,
 					  buf, sizeof buf);
 			else if (it->ifa_addr->sa_family == AF_INET6) {
-				struct in6_addr *x = &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr;
+				struct in6_addr *x =
+				    &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr;
 				if (IN6_IS_ADDR_LINKLOCAL(x))
 					continue; /* needs a scope: useless in a hostfile */
 				inet_ntop(AF_INET6, x, buf, sizeof buf);
@@ -99,14 +102,15 @@ void agent_send_node(agent_t *a, conn_t *c)
 	json_object_set_new(o, "http_port", json_integer(d.http_port));
 	json_object_set_new(o, "sync_port", json_integer(a->sync_port));
 	if (d.model_hash[0])
-		json_object_set_new(o, "model",
-				    json_pack("{s:s,s:I}", "hash", d.model_hash, "size",
-					      (json_int_t)d.model_size));
+		json_object_set_new(
+		    o, "model",
+		    json_pack("{s:s,s:I}", "hash", d.model_hash, "size", (json_int_t)d.model_size));
 	else
 		json_object_set_new(o, "model", json_null());
 	for (int i = 0; i < d.naddrs; i++)
-		json_array_append_new(addrs, json_pack("{s:s,s:s,s:s}", "ip", d.ip[i], "if", d.ifname[i],
-						       "kind", plan_link_name((plan_link_t)d.kind[i])));
+		json_array_append_new(addrs,
+				      json_pack("{s:s,s:s,s:s}", "ip", d.ip[i], "if", d.ifname[i],
+						"kind", plan_link_name((plan_link_t)d.kind[i])));
 	json_object_set_new(o, "addrs", addrs);
 	char *s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
@@ -128,8 +132,8 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 	int rc = SH_EFORMAT;
 	json_t *hp = json_object_get(o, "http_port"), *m = json_object_get(o, "model");
 	json_t *addrs = json_object_get(o, "addrs");
-	if (!json_is_integer(hp) || json_integer_value(hp) < 0 ||
-	    json_integer_value(hp) > 65535 || !json_is_array(addrs))
+	if (!json_is_integer(hp) || json_integer_value(hp) < 0 || json_integer_value(hp) > 65535 ||
+	    !json_is_array(addrs))
 		goto done;
 	d->http_port = (int)json_integer_value(hp);
 	json_t *sp = json_object_get(o, "sync_port");
@@ -155,7 +159,8 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 		const char *ks = json_string_value(json_object_get(x, "kind"));
 		int k = ks ? plan_link_parse(ks) : -1;
 		if (d->naddrs < AGENT_MAX_ADDRS) {
-			d->kind[d->naddrs] = k >= 0 && k <= PLAN_LINK_THUNDERBOLT ? k : (int)plan_link_guess(ifn);
+			d->kind[d->naddrs] =
+			    k >= 0 && k <= PLAN_LINK_THUNDERBOLT ? k : (int)plan_link_guess(ifn);
 			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", ip);
 			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", ifn);
 			d->naddrs++;
@@ -182,8 +187,8 @@ static void plannable(agent_t *a, conn_t *c, char *why, size_t len)
 		snprintf(why, len,
 			 "its model file differs from the leader's (hash %.12s, %llu bytes; the "
 			 "leader's %.12s, %llu bytes)",
-			 c->desc.model_hash, (unsigned long long)c->desc.model_size,
-			 a->model_hash, (unsigned long long)a->model_size);
+			 c->desc.model_hash, (unsigned long long)c->desc.model_size, a->model_hash,
+			 (unsigned long long)a->model_size);
 }
 
 static int cmp_str(const void *x, const void *y)
@@ -222,8 +227,8 @@ static void members_sig(agent_t *a, char *sig, size_t len)
 		off += (size_t)snprintf(sig + off, len - off, "%s%s", i ? "," : "", ids[i]);
 }
 
-static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int port,
-		     uint64_t mem, int cores, const char *rdma, const node_desc_t *d)
+static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int port, uint64_t mem,
+		     int cores, const char *rdma, const node_desc_t *d)
 {
 	snprintf(pn->node_id, sizeof pn->node_id, "%s", idhex);
 	snprintf(pn->host, sizeof pn->host, "%s", host);
@@ -458,7 +463,8 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 	case AGENT_MSG_PLAN: {
 		disc_id_t l;
 		if (!elec_leader(a->elec, &l) || disc_id_cmp(&l, &c->id)) {
-			LOG(LOG_INFO, "plan: ignoring a plan from %.8s, which is not our leader", h);
+			LOG(LOG_INFO, "plan: ignoring a plan from %.8s, which is not our leader",
+			    h);
 			return 0;
 		}
 		a->plan_leader = l;
@@ -511,13 +517,12 @@ static json_t *member_obj(agent_t *a, const char *id, const char *name, const ch
 {
 	char ap[96];
 	snprintf(ap, sizeof ap, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, http_port);
-	json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:I}", "id", id, "name", name, "addr", ap,
-			      "role", role, "state", state, "healthy", 1, "mem_total",
-			      (json_int_t)mem);
+	json_t *m =
+	    json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:I}", "id", id, "name", name, "addr", ap, "role",
+		      role, "state", state, "healthy", 1, "mem_total", (json_int_t)mem);
 	json_object_set_new(m, "rank", rank >= 0 ? json_integer(rank) : json_null());
 	const plan_rank_t *pr = a->plan && rank >= 0 ? plan_rank(a->plan, rank) : NULL;
-	json_object_set_new(m, "mem_model",
-			    json_integer(pr ? (json_int_t)pr->weight_bytes : 0));
+	json_object_set_new(m, "mem_model", json_integer(pr ? (json_int_t)pr->weight_bytes : 0));
 	json_t *rd = json_array();
 	char tmp[256];
 	snprintf(tmp, sizeof tmp, "%s", rdma ? rdma : "");
@@ -553,22 +558,22 @@ static char *cluster_json(agent_t *a, const char *state)
 			break;
 		}
 	int myrank = a->plan ? plan_rank_of(a->plan, a->self_hex) : -1;
-	json_array_append_new(ms, member_obj(a, a->self_hex, a->facts.hostname, self_addr,
-					     me.http_port, have && !strcmp(lh, a->self_hex) ? "leader" : "follower",
-					     myrank, agent_state_name(a->state), a->facts.mem_bytes,
-					     a->facts.rdma));
+	json_array_append_new(
+	    ms, member_obj(a, a->self_hex, a->facts.hostname, self_addr, me.http_port,
+			   have && !strcmp(lh, a->self_hex) ? "leader" : "follower", myrank,
+			   agent_state_name(a->state), a->facts.mem_bytes, a->facts.rdma));
 	for (int i = 0; i < a->nconns; i++) {
 		conn_t *c = &a->conns[i];
 		char h[DISC_ID_HEX];
 		disc_id_hex(&c->id, h);
 		int r = a->plan ? plan_rank_of(a->plan, h) : -1;
 		const char *st = c->excluded[0] ? "excluded" : "member";
-		if (a->plan && r >= 0 && c->ack_state[0] && !strcmp(c->ack_hash, plan_hash(a->plan)))
+		if (a->plan && r >= 0 && c->ack_state[0] &&
+		    !strcmp(c->ack_hash, plan_hash(a->plan)))
 			st = c->ack_state;
-		json_array_append_new(ms, member_obj(a, h, c->info.host, c->addr,
-						     c->desc.http_port,
-						     have && !strcmp(lh, h) ? "leader" : "follower", r,
-						     st, c->info.mem_bytes, c->info.rdma));
+		json_array_append_new(ms, member_obj(a, h, c->info.host, c->addr, c->desc.http_port,
+						     have && !strcmp(lh, h) ? "leader" : "follower",
+						     r, st, c->info.mem_bytes, c->info.rdma));
 	}
 	json_object_set_new(o, "members", ms);
 	if (a->plan) {
@@ -587,8 +592,9 @@ static char *cluster_json(agent_t *a, const char *state)
 			for (int k = r + 1; k < n; k++) {
 				const plan_rank_t *pk = plan_rank(a->plan, k);
 				const char *dev = pr->rdma[k];
-				json_t *lk = json_pack("{s:s,s:s,s:s}", "a", pr->node_id, "b",
-						       pk->node_id, "kind", dev[0] ? "rdma" : "tcp");
+				json_t *lk =
+				    json_pack("{s:s,s:s,s:s}", "a", pr->node_id, "b", pk->node_id,
+					      "kind", dev[0] ? "rdma" : "tcp");
 				if (dev[0])
 					json_object_set_new(lk, "dev", json_string(dev));
 				json_array_append_new(links, lk);
@@ -596,13 +602,13 @@ static char *cluster_json(agent_t *a, const char *state)
 		}
 		const char *name = a->cfg.model ? strrchr(a->cfg.model, '/') : NULL;
 		name = name ? name + 1 : a->cfg.model ? a->cfg.model : "";
-		json_object_set_new(
-		    o, "plan",
-		    json_pack("{s:s,s:i,s:o,s:s,s:i,s:i,s:s,s:I}", "strategy",
-			      plan_strategy_name(plan_strategy(a->plan)), "ranks", n, "shares",
-			      shares, "model", name, "layers", a->pmodel.n_layers, "n_ctx",
-			      plan_ctx(a->plan), "hash", plan_hash(a->plan), "epoch",
-			      (json_int_t)plan_epoch(a->plan)));
+		json_object_set_new(o, "plan",
+				    json_pack("{s:s,s:i,s:o,s:s,s:i,s:i,s:s,s:I}", "strategy",
+					      plan_strategy_name(plan_strategy(a->plan)), "ranks",
+					      n, "shares", shares, "model", name, "layers",
+					      a->pmodel.n_layers, "n_ctx", plan_ctx(a->plan),
+					      "hash", plan_hash(a->plan), "epoch",
+					      (json_int_t)plan_epoch(a->plan)));
 	} else
 		json_object_set_new(o, "plan", json_null());
 	json_object_set_new(o, "links", links);
@@ -620,8 +626,9 @@ static void set_leader_url(agent_t *a)
 	if (elec_leader(a->elec, &l) && disc_id_cmp(&l, &a->self)) {
 		conn_t *c = agent_conn_find(a, &l);
 		if (c && c->desc.have)
-			snprintf(url, sizeof url, strchr(c->addr, ':') ? "http://[%s]:%d" : "http://%s:%d",
-				 c->addr, c->desc.http_port);
+			snprintf(url, sizeof url,
+				 strchr(c->addr, ':') ? "http://[%s]:%d" : "http://%s:%d", c->addr,
+				 c->desc.http_port);
 	}
 	if (strcmp(url, a->leader_url)) {
 		snprintf(a->leader_url, sizeof a->leader_url, "%s", url);
@@ -635,7 +642,8 @@ static void sessions_step(agent_t *a, int64_t now)
 {
 	if (a->sess && session_phase(a->sess) == SESSION_DONE) {
 		char e[256], hash[20] = "";
-		snprintf(e, sizeof e, "%s", session_error(a->sess)); /* the session is freed below */
+		snprintf(e, sizeof e, "%s",
+			 session_error(a->sess)); /* the session is freed below */
 		if (a->plan)
 			snprintf(hash, sizeof hash, "%s", plan_hash(a->plan));
 		if (e[0] && !a->pending) {
@@ -669,7 +677,8 @@ static void sessions_step(agent_t *a, int64_t now)
 		}
 	}
 	if (a->sess && a->state == AGENT_LOADING && session_phase(a->sess) == SESSION_READY) {
-		agent_convert(a, AGENT_SERVING, agent_is_leader(a) ? "serving the API" : "computing");
+		agent_convert(a, AGENT_SERVING,
+			      agent_is_leader(a) ? "serving the API" : "computing");
 		a->served_once = 1;
 		a->why[0] = 0;
 		send_ack(a, plan_hash(a->plan), "serving", "");
@@ -719,7 +728,8 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 				snprintf(a->want_sig, sizeof a->want_sig, "%s", sig);
 				a->change_ms = now;
 				if (a->planned_sig[0])
-					LOG(LOG_INFO, "plan: members changed; re-planning in %lld ms",
+					LOG(LOG_INFO,
+					    "plan: members changed; re-planning in %lld ms",
 					    (long long)a->cfg.replan_delay_ms);
 			}
 			int first = !a->planned_sig[0]; /* no plan of this leader yet */
@@ -728,7 +738,8 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 			 * little) rather than plan without the member and re-plan right after */
 			int waiting = 0;
 			for (int i = 0; i < a->nconns; i++)
-				waiting |= !a->conns[i].desc.have && now - a->conns[i].joined_ms < 1000;
+				waiting |=
+				    !a->conns[i].desc.have && now - a->conns[i].joined_ms < 1000;
 			if (!waiting && strcmp(a->want_sig, a->planned_sig) &&
 			    now - a->change_ms >= delay && now >= a->retry_ms)
 				leader_plan(a, now);

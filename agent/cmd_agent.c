@@ -177,8 +177,8 @@ int cmd_agent(int argc, char **argv)
 			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
 				end += 2;
 			for (size_t i = 0; i < ARRAY_LEN(lim); i++)
-				if (lim[i].opt == c && (end == optarg || *end || v < lim[i].lo ||
-							v > lim[i].hi)) {
+				if (lim[i].opt == c &&
+				    (end == optarg || *end || v < lim[i].lo || v > lim[i].hi)) {
 					fprintf(stderr, "shoal agent: bad %s '%s' (%ld to %ld)\n",
 						lim[i].name, optarg, lim[i].lo, lim[i].hi);
 					return 2;

@@ -24,9 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SYNC_TIMEOUT_MS 15000 /* a silent peer ends a transfer after this */
+#define SYNC_TIMEOUT_MS  15000 /* a silent peer ends a transfer after this */
 #define SYNC_MAX_SERVERS 8
-#define FETCH_RETRY_MS  3000
+#define FETCH_RETRY_MS   3000
 
 struct fetch {
 	agent_t *a; /* read only: keys, self, state dir */
