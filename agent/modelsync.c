@@ -24,11 +24,11 @@
 
 #include "common/common.h"
 
-#define HASH_BUF (8u << 20)             /* read size while hashing */
-#define HASH_LOG_MIN (256ull << 20)     /* files above this log hashing progress */
-#define PROGRESS_LOG_MS 2000            /* at most one progress line this often */
+#define HASH_BUF          (8u << 20)     /* read size while hashing */
+#define HASH_LOG_MIN      (256ull << 20) /* files above this log hashing progress */
+#define PROGRESS_LOG_MS   2000           /* at most one progress line this often */
 #define CACHE_MAX_ENTRIES 64
-#define STOP_SLICE_MS 200               /* a serving thread checks its stop flag this often */
+#define STOP_SLICE_MS     200 /* a serving thread checks its stop flag this often */
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -200,8 +200,8 @@ static void cache_store(const char *state_dir, const char *abs, uint64_t size, i
 /* ---- hashing ------------------------------------------------------------------------------ */
 
 /* Feeds bytes [0, len) of fd into st. */
-static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const char *what,
-		   char *err, size_t errlen)
+static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const char *what, char *err,
+		   size_t errlen)
 {
 	uint8_t *buf = malloc(HASH_BUF);
 	if (!buf)
@@ -274,7 +274,8 @@ int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES
 			 size_t path_len)
 {
 	char hex[MS_HASH_HEX];
-	int n = snprintf(path_out, path_len, "%s/models/%s.gguf", state_dir, modelsync_hex(hex, hash));
+	int n =
+	    snprintf(path_out, path_len, "%s/models/%s.gguf", state_dir, modelsync_hex(hex, hash));
 	return n > 0 && (size_t)n < path_len ? 0 : SH_EINVAL;
 }
 
@@ -373,8 +374,8 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 	if (sodium_memcmp(p, want, MS_HASH_BYTES) != 0) {
 		char got[MS_HASH_HEX];
 		modelsync_hex(got, p);
-		return sh_fail(err, errlen, SH_ENOENT, "model transfer: %s offers model %.16s, want %.16s",
-			       peer, got, hex);
+		return sh_fail(err, errlen, SH_ENOENT,
+			       "model transfer: %s offers model %.16s, want %.16s", peer, got, hex);
 	}
 	uint64_t total = get_u64(p + 32);
 	uint32_t chunk = get_u32(p + 40);
@@ -408,7 +409,8 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 		if (rc)
 			goto out;
 	} else {
-		LOG(LOG_INFO, "model %.12s: fetching %.1f MB from %s", hex, (double)total / 1e6, peer);
+		LOG(LOG_INFO, "model %.12s: fetching %.1f MB from %s", hex, (double)total / 1e6,
+		    peer);
 	}
 
 	struct progress pg = {.start_off = have, .t0 = now_ms(), .last = now_ms()};
@@ -432,8 +434,10 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 		rc = recv_msg(c, &type, &p, &len, timeout_ms, peer, err, errlen);
 		if (rc)
 			goto out;
+		/* GETs went out in order, each MIN(chunk, rest) long: DATA must match exactly */
+		uint64_t want_n = MIN((uint64_t)chunk, total - got);
 		if (type != MS_MSG_DATA || len < 12 || get_u64(p) != got ||
-		    get_u32(p + 8) != len - 12 || len == 12 || len - 12 > total - got) {
+		    get_u32(p + 8) != len - 12 || len - 12 != want_n) {
 			rc = sh_fail(err, errlen, SH_EFORMAT,
 				     "model transfer: %s sent an unexpected message 0x%04x (%zu "
 				     "bytes) at offset %llu",
@@ -466,9 +470,10 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 		char gothex[MS_HASH_HEX];
 		unlink(part);
 		send_err(c, "received file does not match the hash");
-		rc = sh_fail(err, errlen, SH_EFORMAT,
-			     "model transfer: the file from %s hashes to %.16s, not %.16s: rejected",
-			     peer, modelsync_hex(gothex, h), hex);
+		rc =
+		    sh_fail(err, errlen, SH_EFORMAT,
+			    "model transfer: the file from %s hashes to %.16s, not %.16s: rejected",
+			    peer, modelsync_hex(gothex, h), hex);
 		goto out;
 	}
 	if (fsync(fd) != 0 || rename(part, final_path) != 0) {
@@ -513,7 +518,8 @@ static int serve_one(tp_chan_t *c, int fd, uint64_t size, const uint8_t hash[MS_
 			snprintf(m, sizeof m, "this node serves model %.16s, not %.16s",
 				 modelsync_hex(a, hash), modelsync_hex(b, p));
 			send_err(c, m);
-			return sh_fail(err, errlen, SH_ENOENT, "model request from %s: %s", peer, m);
+			return sh_fail(err, errlen, SH_ENOENT, "model request from %s: %s", peer,
+				       m);
 		}
 		uint8_t info[48];
 		memcpy(info, hash, MS_HASH_BYTES);
@@ -528,7 +534,8 @@ static int serve_one(tp_chan_t *c, int fd, uint64_t size, const uint8_t hash[MS_
 	case MS_MSG_GET: {
 		if (len != 12) {
 			send_err(c, "malformed GET");
-			return sh_fail(err, errlen, SH_EFORMAT, "model GET from %s: malformed", peer);
+			return sh_fail(err, errlen, SH_EFORMAT, "model GET from %s: malformed",
+				       peer);
 		}
 		uint64_t off = get_u64(p);
 		uint32_t n = get_u32(p + 8);
@@ -558,8 +565,7 @@ static int serve_one(tp_chan_t *c, int fd, uint64_t size, const uint8_t hash[MS_
 				    sh_strerror(rc))
 			  : 0;
 	}
-	case MS_MSG_DONE:
-		return 1;
+	case MS_MSG_DONE: return 1;
 	case MS_MSG_ERR: {
 		char t[260];
 		err_text(t, sizeof t, p, len);
@@ -657,8 +663,9 @@ static void *server_main(void *arg)
 }
 
 int modelsync_server_start(modelsync_server_t **out, tp_chan_t *c, const char *path,
-			   const uint8_t hash[MS_HASH_BYTES], uint16_t first_type, const void *first,
-			   size_t first_len, int timeout_ms, char *err, size_t errlen)
+			   const uint8_t hash[MS_HASH_BYTES], uint16_t first_type,
+			   const void *first, size_t first_len, int timeout_ms, char *err,
+			   size_t errlen)
 {
 	*out = NULL;
 	modelsync_server_t *s = calloc(1, sizeof *s);

@@ -26,23 +26,25 @@
 #include "transport/transport.h"
 
 #define MS_HASH_BYTES 32
-#define MS_HASH_HEX (2 * MS_HASH_BYTES + 1)
+#define MS_HASH_HEX   (2 * MS_HASH_BYTES + 1)
 
 /* Message types (fields little-endian; docs/agent-modelsync.md). Numbers are never reused. */
 enum {
-	MS_MSG_REQ = 0x0380,  /* fetcher -> server, 32: want_hash[32] */
-	MS_MSG_INFO = 0x0381, /* server -> fetcher, 48: hash[32], size u64, chunk u32, flags u32 (0) */
+	MS_MSG_REQ = 0x0380, /* fetcher -> server, 32: want_hash[32] */
+	MS_MSG_INFO =
+	    0x0381, /* server -> fetcher, 48: hash[32], size u64, chunk u32, flags u32 (0) */
 	MS_MSG_GET = 0x0382,  /* fetcher -> server, 12: offset u64, len u32 (1 .. MS_CHUNK_MAX) */
 	MS_MSG_DATA = 0x0383, /* server -> fetcher, 12 + len: offset u64, len u32, data[len] */
-	MS_MSG_ERR = 0x0384,  /* either way, <= 256: reason as text (no NUL); the sender then stops */
-	MS_MSG_DONE = 0x0385  /* fetcher -> server, 0: file received and verified */
+	MS_MSG_ERR =
+	    0x0384, /* either way, <= 256: reason as text (no NUL); the sender then stops */
+	MS_MSG_DONE = 0x0385 /* fetcher -> server, 0: file received and verified */
 };
 #define MS_MSG_FIRST 0x0380
-#define MS_MSG_LAST 0x038f
+#define MS_MSG_LAST  0x038f
 
 #define MS_CHUNK_DEFAULT (1u << 20) /* bytes per GET */
-#define MS_CHUNK_MAX (4u << 20)
-#define MS_WINDOW 4 /* GETs the fetcher keeps outstanding */
+#define MS_CHUNK_MAX     (4u << 20)
+#define MS_WINDOW        4 /* GETs the fetcher keeps outstanding */
 
 /* 1 when type is one of ours (a dispatcher hands such a channel to modelsync_serve). */
 int modelsync_is_msg(uint16_t type);
@@ -74,9 +76,9 @@ typedef void (*modelsync_progress_fn)(uint64_t done, uint64_t total, void *ud);
 
 /* Fetches the file with content hash want over c (connected and authenticated to a node running
  * modelsync_serve; borrowed, left open) into STATE_DIR/models/HEX.gguf; path_out gets its path.
- * Returns at once, without using c, when that file is already there. Resumes a .part left by an earlier attempt.
- * Logs progress (percent, MB/s) at most every 2 s, and calls progress (may be NULL) per chunk.
- * timeout_ms bounds every wait for the peer (the whole transfer may take longer).
+ * Returns at once, without using c, when that file is already there. Resumes a .part left by an
+ * earlier attempt. Logs progress (percent, MB/s) at most every 2 s, and calls progress (may be
+ * NULL) per chunk. timeout_ms bounds every wait for the peer (the whole transfer may take longer).
  * Returns 0; SH_ENOENT (the peer has another model or none: its reason is in err);
  * SH_EFORMAT (the received file does not hash to want: .part deleted; or a malformed reply);
  * SH_ETIMEDOUT (the peer went silent); SH_ECLOSED (the peer closed); SH_EIO (disk). After an
@@ -99,8 +101,9 @@ int modelsync_serve(tp_chan_t *c, const char *path, const uint8_t hash[MS_HASH_B
 typedef struct modelsync_server modelsync_server_t;
 
 int modelsync_server_start(modelsync_server_t **out, tp_chan_t *c, const char *path,
-			   const uint8_t hash[MS_HASH_BYTES], uint16_t first_type, const void *first,
-			   size_t first_len, int timeout_ms, char *err, size_t errlen);
+			   const uint8_t hash[MS_HASH_BYTES], uint16_t first_type,
+			   const void *first, size_t first_len, int timeout_ms, char *err,
+			   size_t errlen);
 
 /* 1 once the thread has finished (then *rc, if not NULL, is modelsync_serve's result). */
 int modelsync_server_done(modelsync_server_t *s, int *rc);

@@ -72,6 +72,15 @@ else
 	echo "failover: no new leader served within 60 s of kill -9 of the leader"
 fi
 
+# the baseline: an agent alone without a model (libraries, threads, buffers)
+for h in 1 2 3; do ns_kill $h agent KILL 2>/dev/null; done
+rm -rf "$(state 3)"
+ns_start 3 agent "$SHOAL" agent --token alone --state-dir "$(state 3)"
+sleep 2
+rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$(ns_pid 3 agent)/status" 2>/dev/null)
+awk -v rss="${rss:-0}" 'BEGIN { printf "memory baseline: an agent without a model: RSS %.1f MB\n", rss / 1024 }'
+ns_kill 3 agent KILL
+
 # model transfer: a 2-node cluster where only host 1 has a ~120 MB model; host 2 fetches it
 for h in 1 2 3; do ns_kill $h agent KILL 2>/dev/null; done
 BIG=$NS_ROOT/big.gguf

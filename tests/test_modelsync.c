@@ -31,8 +31,8 @@ struct hs {
 static void *hs_thread(void *p)
 {
 	struct hs *a = p;
-	a->rc = tp_chan_open_fd(&a->ch, a->fd, a->initiator, &K, a->id, 3000, a->err,
-				sizeof a->err);
+	a->rc =
+	    tp_chan_open_fd(&a->ch, a->fd, a->initiator, &K, a->id, 3000, a->err, sizeof a->err);
 	return NULL;
 }
 
@@ -163,10 +163,11 @@ TEST(full_transfer)
 	if (chan_pair(&f, &s))
 		SKIP("no channel pair");
 	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err), 0);
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
+		     0);
 	struct prog pg = {0};
-	int rc = modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err,
-				 sizeof err);
+	int rc =
+	    modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err, sizeof err);
 	if (rc)
 		fprintf(stderr, "fetch: %s\n", err);
 	CHECK_EQ_INT(rc, 0);
@@ -186,9 +187,8 @@ TEST(full_transfer)
 
 	/* Already there: returns at once without the peer. */
 	char out2[600];
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out2, sizeof out2, NULL, NULL, 100, err,
-				     sizeof err),
-		     0);
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out2, sizeof out2, NULL, NULL, 100, err, sizeof err), 0);
 	CHECK_EQ_STR(out2, out);
 	CHECK_EQ_INT(modelsync_cached(state, h, out2, sizeof out2), 1);
 	tp_chan_free(f);
@@ -225,11 +225,12 @@ TEST(resume_partial)
 	if (chan_pair(&f, &s))
 		SKIP("no channel pair");
 	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err), 0);
-	struct prog pg = {0};
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err,
-				     sizeof err),
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
 		     0);
+	struct prog pg = {0};
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err, sizeof err),
+	    0);
 	CHECK(file_equals(out, b, n));
 	/* The first chunk received starts where the .part ended: k + one chunk. */
 	CHECK_EQ_INT((int64_t)pg.first, (int64_t)(k + MS_CHUNK_DEFAULT));
@@ -258,9 +259,9 @@ TEST(corrupted_data_rejected)
 	/* The server announces h but sends other's bytes. */
 	CHECK_EQ_INT(modelsync_server_start(&srv, s, other, h, 0, NULL, 0, 3000, err, sizeof err),
 		     0);
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err,
-				     sizeof err),
-		     SH_EFORMAT);
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err),
+	    SH_EFORMAT);
 	CHECK(strstr(err, "rejected") != NULL);
 	CHECK(access(fin, F_OK) != 0);
 	char part[620];
@@ -273,19 +274,20 @@ TEST(corrupted_data_rejected)
 	make_part(state, h, b, 1 << 20, 1);
 	if (chan_pair(&f, &s))
 		SKIP("no channel pair");
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err), 0);
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err,
-				     sizeof err),
-		     SH_EFORMAT);
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
+		     0);
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err),
+	    SH_EFORMAT);
 	CHECK(access(part, F_OK) != 0);
 	modelsync_server_free(srv); /* the fetcher told it to stop (ERR): retry on a new channel */
 	tp_chan_free(f);
 	if (chan_pair(&f, &s))
 		SKIP("no channel pair");
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err), 0);
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err,
-				     sizeof err),
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
 		     0);
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err), 0);
 	CHECK(file_equals(out, b, n));
 	modelsync_server_free(srv);
 	tp_chan_free(f);
@@ -308,9 +310,9 @@ TEST(other_model_is_a_clear_error)
 	modelsync_server_t *srv;
 	CHECK_EQ_INT(modelsync_server_start(&srv, s, other, hb, 0, NULL, 0, 3000, err, sizeof err),
 		     0);
-	CHECK_EQ_INT(modelsync_fetch(f, ha, state, out, sizeof out, NULL, NULL, 3000, err,
-				     sizeof err),
-		     SH_ENOENT);
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, ha, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err),
+	    SH_ENOENT);
 	CHECK(strstr(err, "serves model") != NULL);
 	int64_t t0 = now_ms();
 	int src = 0;
@@ -381,13 +383,17 @@ TEST(peer_vanishing_mid_transfer)
 		tp_chan_t *f, *s;
 		if (chan_pair(&f, &s))
 			SKIP("no channel pair");
-		struct fake fk = {.c = s, .hash = h, .data = b, .size = n,
-				  .close_after = close_after, .hold_ms = 1500};
+		struct fake fk = {.c = s,
+				  .hash = h,
+				  .data = b,
+				  .size = n,
+				  .close_after = close_after,
+				  .hold_ms = 1500};
 		pthread_t t;
 		pthread_create(&t, NULL, fake_main, &fk);
 		int64_t t0 = now_ms();
-		int rc = modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 500, err,
-					 sizeof err);
+		int rc =
+		    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 500, err, sizeof err);
 		int64_t took = now_ms() - t0;
 		CHECK_EQ_INT(rc, close_after ? SH_ECLOSED : SH_ETIMEDOUT);
 		CHECK(took < 1400); /* the fetch's own timeout (500 ms), not the peer's hold */
@@ -405,11 +411,12 @@ TEST(peer_vanishing_mid_transfer)
 	if (chan_pair(&f, &s))
 		SKIP("no channel pair");
 	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err), 0);
-	struct prog pg = {0};
-	CHECK_EQ_INT(modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err,
-				     sizeof err),
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
 		     0);
+	struct prog pg = {0};
+	CHECK_EQ_INT(
+	    modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err, sizeof err),
+	    0);
 	CHECK(file_equals(out, b, n));
 	CHECK_EQ_INT((int64_t)pg.first, 3 * (int64_t)MS_CHUNK_DEFAULT);
 	modelsync_server_free(srv);
