@@ -453,7 +453,15 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 			    s->name, s->addr, s->cid);
 			return;
 		}
+		int self = DISC_SELF_NOT;
 		if (!disc_id_cmp(&s->id, &a->self)) {
+			disc_publish_t me = {.id = a->self, .port = (uint16_t)a->cfg.port,
+					     .nonce = a->nonce};
+			self = disc_sighting_self(&me, s, is_local_addr(s->addr));
+		}
+		if (self == DISC_SELF_OURS)
+			return; /* re-registered by the daemon, or our crashed predecessor's record */
+		if (self == DISC_SELF_DUPLICATE) {
 			if (!a->duplicate)
 				LOG(LOG_ERROR,
 				    "duplicate node ID %s: '%s' at %s advertises it too (a copied "
