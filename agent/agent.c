@@ -261,6 +261,19 @@ static int is_local_addr(const char *addr)
 	return found;
 }
 
+/* Records a live node using our ID. When we have no member yet (the newcomer: typically the copy
+ * of a state directory), we stand down: no dialing, no accepting, so peers never take us for the
+ * node that already holds the ID (they fold both under one ID). */
+static void duplicate_found(agent_t *a, const char *where)
+{
+	a->duplicate = 1;
+	snprintf(a->duplicate_where, sizeof a->duplicate_where, "%s", where);
+	if (a->nconns == 0 && !a->stood_down) {
+		a->stood_down = 1;
+		LOG(LOG_ERROR, "agent: not joining the cluster: %s already holds our node ID", where);
+	}
+}
+
 static void on_dial_result(agent_t *a, dial_t *d)
 {
 	if (d->outgoing && !disc_id_is_zero(&d->target))
@@ -305,8 +318,12 @@ static void on_dial_result(agent_t *a, dial_t *d)
 		    "duplicate node ID %s: the node at %s uses it too (a copied state directory?); "
 		    "stop one and remove its %s/node_id",
 		    ph, addr, a->cfg.state_dir);
-		a->duplicate = 1;
-		snprintf(a->duplicate_where, sizeof a->duplicate_where, "%s", addr);
+		duplicate_found(a, addr);
+		tp_chan_free(d->ch);
+		free(d);
+		return;
+	}
+	if (a->stood_down) {
 		tp_chan_free(d->ch);
 		free(d);
 		return;
@@ -479,15 +496,22 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 			    s->name, s->addr, s->cid);
 			return;
 		}
+		int self = DISC_SELF_NOT;
 		if (!disc_id_cmp(&s->id, &a->self)) {
+			disc_publish_t me = {.id = a->self, .port = (uint16_t)a->cfg.port,
+					     .nonce = a->nonce};
+			self = disc_sighting_self(&me, s, is_local_addr(s->addr));
+		}
+		if (self == DISC_SELF_OURS)
+			return; /* re-registered by the daemon, or our crashed predecessor's record */
+		if (self == DISC_SELF_DUPLICATE) {
 			if (!a->duplicate)
 				LOG(LOG_ERROR,
 				    "duplicate node ID %s: '%s' at %s advertises it too (a copied "
 				    "state "
 				    "directory?); stop one and remove its node_id file",
 				    a->self_hex, s->name, s->addr);
-			a->duplicate = 1;
-			snprintf(a->duplicate_where, sizeof a->duplicate_where, "%s", s->addr);
+			duplicate_found(a, s->addr);
 			return;
 		}
 		if (s->version != DISC_PROTO_VERSION) {
@@ -508,7 +532,7 @@ static void dial_missing(agent_t *a, int64_t now)
 {
 	disc_id_t hint;
 	int have_hint = elec_hint(a->elec, &hint);
-	for (int i = 0; i < disc_table_count(a->table); i++) {
+	for (int i = 0; i < disc_table_count(a->table) && !a->stood_down; i++) {
 		const disc_peer_t *p = disc_table_at(a->table, i);
 		if (agent_conn_find(a, &p->id) || is_dialing(a, &p->id) || !p->naddrs)
 			continue;
@@ -622,7 +646,10 @@ int agent_run(agent_t *a)
 		if (pf[1].revents & POLLIN) {
 			int fd;
 			char peer[128];
-			if (tp_accept(a->listen_fd, &fd, peer, sizeof peer, 0, NULL, 0) == 0) {
+			int acc = tp_accept(a->listen_fd, &fd, peer, sizeof peer, 0, NULL, 0);
+			if (acc == 0 && a->stood_down)
+				close(fd); /* peers must not take us for the ID's holder */
+			else if (acc == 0) {
 				/* handshakes in flight are bounded: a flood of connections costs
 				 * closed sockets, not threads */
 				dial_t *d = atomic_load(&a->dials_running) < MAX_HANDSHAKES

@@ -116,6 +116,7 @@ struct agent {
 	int64_t last_hb_ms;
 	int duplicate; /* another live node uses our ID */
 	char duplicate_where[128];
+	int stood_down; /* found the duplicate before joining anyone: the other node keeps the ID */
 	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
 	int nforeign;
 	disc_id_t last_leader;

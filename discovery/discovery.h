@@ -130,6 +130,14 @@ const char *disc_mdns_backend(void); /* "avahi" or "dnssd" */
 int disc_txt_items(const disc_publish_t *pub, char items[][300], int max);
 void disc_txt_parse_item(disc_sighting_t *s, const char *key, const char *val, size_t vlen);
 
+/* How a sighting carrying our own node ID relates to us: DISC_SELF_NOT (another ID),
+ * DISC_SELF_OURS (our own record: this process's nonce, or our port on one of our own addresses,
+ * i.e. a re-registration by the daemon or the record our predecessor left behind after a crash,
+ * with another nonce), or DISC_SELF_DUPLICATE (another node uses our ID: a copied state directory).
+ * addr_is_local says whether s->addr is one of this host's addresses (the caller knows them). */
+enum { DISC_SELF_NOT = 0, DISC_SELF_OURS = 1, DISC_SELF_DUPLICATE = 2 };
+int disc_sighting_self(const disc_publish_t *pub, const disc_sighting_t *s, int addr_is_local);
+
 /* ---- the sighting table (pure) -------------------------------------------------------------- */
 
 #define DISC_MAX_PEERS 64

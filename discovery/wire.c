@@ -79,6 +79,17 @@ void disc_txt_parse_item(disc_sighting_t *s, const char *key, const char *val, s
 		copy_val(s->rdma, sizeof s->rdma, val, vlen);
 }
 
+int disc_sighting_self(const disc_publish_t *pub, const disc_sighting_t *s, int addr_is_local)
+{
+	if (disc_id_cmp(&s->id, &pub->id))
+		return DISC_SELF_NOT;
+	/* A copy on this very host needs a port of its own (the control port is bound by us), so our
+	 * address with our port is always us, whatever the nonce or instance name says. */
+	if (s->nonce == pub->nonce || (addr_is_local && s->port == pub->port))
+		return DISC_SELF_OURS;
+	return DISC_SELF_DUPLICATE;
+}
+
 int disc_leader_encode(const elec_msg_t *m, uint8_t *buf, size_t cap)
 {
 	if (m->n < 0 || m->n > ELEC_MAX_MEMBERS)

@@ -200,6 +200,30 @@ TEST(table_folds_sightings_by_id)
 	disc_table_free(NULL);
 }
 
+TEST(own_records_are_never_a_duplicate)
+{
+	disc_publish_t pub;
+	memset(&pub, 0, sizeof pub);
+	pub.id.b[0] = 1;
+	pub.port = 7411;
+	pub.nonce = 0x1234;
+	disc_sighting_t s = sighting(1, "shoal-01", 2, "10.0.0.1");
+	s.nonce = 0x1234;
+	CHECK_EQ_INT(disc_sighting_self(&pub, &s, 0), DISC_SELF_OURS); /* this process */
+	/* the daemon re-registered us under "#2", or our crashed predecessor's record lingers:
+	 * another nonce or name, but our own address and port */
+	snprintf(s.name, sizeof s.name, "shoal-01 #2");
+	s.nonce = 0x9999;
+	CHECK_EQ_INT(disc_sighting_self(&pub, &s, 1), DISC_SELF_OURS);
+	/* a copy elsewhere, or a copy on this host (it needs another port) */
+	CHECK_EQ_INT(disc_sighting_self(&pub, &s, 0), DISC_SELF_DUPLICATE);
+	s.port = 7412;
+	CHECK_EQ_INT(disc_sighting_self(&pub, &s, 1), DISC_SELF_DUPLICATE);
+	disc_sighting_t other = sighting(2, "shoal-02", 2, "10.0.0.1");
+	other.nonce = 0x1234;
+	CHECK_EQ_INT(disc_sighting_self(&pub, &other, 1), DISC_SELF_NOT);
+}
+
 TEST(queue_fd_readable_while_not_empty)
 {
 	disc_queue_t *q = disc_queue_new();
@@ -253,6 +277,7 @@ int main(void)
 	RUN(txt_round_trip_never_holds_more_than_published);
 	RUN(info_round_trip_and_bad_input);
 	RUN(table_folds_sightings_by_id);
+	RUN(own_records_are_never_a_duplicate);
 	RUN(queue_fd_readable_while_not_empty);
 	RUN(mdns_backend_starts_without_a_daemon);
 	return harness_done();
