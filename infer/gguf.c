@@ -657,46 +657,44 @@ static int key_scalar(const gguf_t *g, const char *key, int *t, uint64_t *off)
 	return 0;
 }
 
-int gguf_get_u32(const gguf_t *g, const char *key, uint32_t *out)
+/* An integer key's value, checked to lie in [lo, hi] (bools are not integers here). */
+static int key_int(const gguf_t *g, const char *key, int64_t lo, uint64_t hi, int64_t *v)
 {
 	int t;
 	uint64_t off;
-	int64_t v;
 	int rc = key_scalar(g, key, &t, &off);
 	if (rc)
 		return rc;
-	if (t == GGUF_BOOL || get_int(g, t, off, 0, UINT32_MAX, &v))
+	if (t == GGUF_BOOL || get_int(g, t, off, lo, hi, v))
 		return SH_EFORMAT;
-	*out = (uint32_t)v;
 	return 0;
+}
+
+int gguf_get_u32(const gguf_t *g, const char *key, uint32_t *out)
+{
+	int64_t v;
+	int rc = key_int(g, key, 0, UINT32_MAX, &v);
+	if (!rc)
+		*out = (uint32_t)v;
+	return rc;
 }
 
 int gguf_get_i32(const gguf_t *g, const char *key, int32_t *out)
 {
-	int t;
-	uint64_t off;
 	int64_t v;
-	int rc = key_scalar(g, key, &t, &off);
-	if (rc)
-		return rc;
-	if (t == GGUF_BOOL || get_int(g, t, off, INT32_MIN, INT32_MAX, &v))
-		return SH_EFORMAT;
-	*out = (int32_t)v;
-	return 0;
+	int rc = key_int(g, key, INT32_MIN, INT32_MAX, &v);
+	if (!rc)
+		*out = (int32_t)v;
+	return rc;
 }
 
 int gguf_get_u64(const gguf_t *g, const char *key, uint64_t *out)
 {
-	int t;
-	uint64_t off;
 	int64_t v;
-	int rc = key_scalar(g, key, &t, &off);
-	if (rc)
-		return rc;
-	if (t == GGUF_BOOL || get_int(g, t, off, 0, UINT64_MAX, &v))
-		return SH_EFORMAT;
-	*out = (uint64_t)v;
-	return 0;
+	int rc = key_int(g, key, 0, UINT64_MAX, &v);
+	if (!rc)
+		*out = (uint64_t)v;
+	return rc;
 }
 
 int gguf_get_f32(const gguf_t *g, const char *key, float *out)
