@@ -195,6 +195,28 @@ TEST(full_transfer)
 	free(b);
 }
 
+#define NO_PAIR (-1000) /* serve_fetch could not make a channel pair */
+
+/* Serves serve_path (announced as serve_h) on a fresh channel pair and fetches want_h into
+ * state; frees both sides. Returns modelsync_fetch's code, or NO_PAIR. pg may be NULL. */
+static int serve_fetch(const char *serve_path, const uint8_t serve_h[32], const uint8_t want_h[32],
+		       const char *state, char *out, size_t outlen, struct prog *pg, char *err,
+		       size_t errlen)
+{
+	tp_chan_t *f, *s;
+	if (chan_pair(&f, &s))
+		return NO_PAIR;
+	modelsync_server_t *srv;
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, serve_path, serve_h, 0, NULL, 0, 3000, err,
+					    errlen),
+		     0);
+	int rc = modelsync_fetch(f, want_h, state, out, outlen, pg ? on_progress : NULL, pg, 3000,
+				 err, errlen);
+	modelsync_server_free(srv);
+	tp_chan_free(f);
+	return rc;
+}
+
 /* Writes the first k bytes of b as the .part of hash h in state (optionally corrupting one). */
 static void make_part(const char *state, const uint8_t h[32], const uint8_t *b, size_t k,
 		      int corrupt)
@@ -221,21 +243,14 @@ TEST(resume_partial)
 	uint8_t h[32];
 	CHECK_EQ_INT(modelsync_hash_file(path, NULL, h, err, sizeof err), 0);
 	make_part(state, h, b, k, 0);
-	tp_chan_t *f, *s;
-	if (chan_pair(&f, &s))
-		SKIP("no channel pair");
-	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
-		     0);
 	struct prog pg = {0};
-	CHECK_EQ_INT(
-	    modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err, sizeof err),
-	    0);
+	int rc = serve_fetch(path, h, h, state, out, sizeof out, &pg, err, sizeof err);
+	if (rc == NO_PAIR)
+		SKIP("no channel pair");
+	CHECK_EQ_INT(rc, 0);
 	CHECK(file_equals(out, b, n));
 	/* The first chunk received starts where the .part ended: k + one chunk. */
 	CHECK_EQ_INT((int64_t)pg.first, (int64_t)(k + MS_CHUNK_DEFAULT));
-	modelsync_server_free(srv);
-	tp_chan_free(f);
 	free(b);
 }
 
@@ -252,45 +267,25 @@ TEST(corrupted_data_rejected)
 	CHECK_EQ_INT(modelsync_hash_file(path, NULL, h, err, sizeof err), 0);
 	modelsync_model_path(state, h, fin, sizeof fin);
 
-	tp_chan_t *f, *s;
-	if (chan_pair(&f, &s))
-		SKIP("no channel pair");
-	modelsync_server_t *srv;
 	/* The server announces h but sends other's bytes. */
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, other, h, 0, NULL, 0, 3000, err, sizeof err),
-		     0);
-	CHECK_EQ_INT(
-	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err),
-	    SH_EFORMAT);
+	int rc = serve_fetch(other, h, h, state, out, sizeof out, NULL, err, sizeof err);
+	if (rc == NO_PAIR)
+		SKIP("no channel pair");
+	CHECK_EQ_INT(rc, SH_EFORMAT);
 	CHECK(strstr(err, "rejected") != NULL);
 	CHECK(access(fin, F_OK) != 0);
 	char part[620];
 	snprintf(part, sizeof part, "%s.part", fin);
 	CHECK(access(part, F_OK) != 0);
-	modelsync_server_free(srv);
-	tp_chan_free(f);
 
-	/* A corrupted .part prefix (disk) is caught the same way, then a fresh fetch succeeds. */
+	/* A corrupted .part prefix (disk) is caught the same way (the fetcher tells the server to
+	 * stop), then a fresh fetch on a new channel succeeds. */
 	make_part(state, h, b, 1 << 20, 1);
-	if (chan_pair(&f, &s))
-		SKIP("no channel pair");
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
-		     0);
-	CHECK_EQ_INT(
-	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err),
-	    SH_EFORMAT);
+	CHECK_EQ_INT(serve_fetch(path, h, h, state, out, sizeof out, NULL, err, sizeof err),
+		     SH_EFORMAT);
 	CHECK(access(part, F_OK) != 0);
-	modelsync_server_free(srv); /* the fetcher told it to stop (ERR): retry on a new channel */
-	tp_chan_free(f);
-	if (chan_pair(&f, &s))
-		SKIP("no channel pair");
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
-		     0);
-	CHECK_EQ_INT(
-	    modelsync_fetch(f, h, state, out, sizeof out, NULL, NULL, 3000, err, sizeof err), 0);
+	CHECK_EQ_INT(serve_fetch(path, h, h, state, out, sizeof out, NULL, err, sizeof err), 0);
 	CHECK(file_equals(out, b, n));
-	modelsync_server_free(srv);
-	tp_chan_free(f);
 	free(b);
 	free(b2);
 }
@@ -407,20 +402,10 @@ TEST(peer_vanishing_mid_transfer)
 	strcat(part, ".part");
 	struct stat sb;
 	CHECK(stat(part, &sb) == 0 && sb.st_size == 2 * (off_t)MS_CHUNK_DEFAULT);
-	tp_chan_t *f, *s;
-	if (chan_pair(&f, &s))
-		SKIP("no channel pair");
-	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, path, h, 0, NULL, 0, 3000, err, sizeof err),
-		     0);
 	struct prog pg = {0};
-	CHECK_EQ_INT(
-	    modelsync_fetch(f, h, state, out, sizeof out, on_progress, &pg, 3000, err, sizeof err),
-	    0);
+	CHECK_EQ_INT(serve_fetch(path, h, h, state, out, sizeof out, &pg, err, sizeof err), 0);
 	CHECK(file_equals(out, b, n));
 	CHECK_EQ_INT((int64_t)pg.first, 3 * (int64_t)MS_CHUNK_DEFAULT);
-	modelsync_server_free(srv);
-	tp_chan_free(f);
 	free(b);
 }
 
