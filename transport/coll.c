@@ -41,6 +41,23 @@ static void tp_add_f32(float *dst, const uint8_t *src, size_t n)
 		dst[i] += tp_ldf(src + 4 * i);
 }
 
+/* acc[0..len) = the ranks' contributions summed in rank order: this rank's is mine, every
+ * other's the bytes received from it. The fixed order makes every rank's sum bit-identical. */
+static void tp_sum_rank_order(tp_group_t *g, float *acc, const float *mine, size_t len)
+{
+	for (int p = 0; p < g->world; p++) {
+		if (p == 0 && g->rank == 0)
+			memcpy(acc, mine, len * 4);
+		else if (p == 0)
+			memcpy(acc, g->xf[0].rdata, len * 4);
+		else if (p == g->rank)
+			for (size_t i = 0; i < len; i++)
+				acc[i] += mine[i];
+		else
+			tp_add_f32(acc, g->xf[p].rdata, len);
+	}
+}
+
 static int tp_scratch(tp_group_t *g, size_t n, char *err, size_t errlen)
 {
 	if (g->scratch_cap >= n)
@@ -70,21 +87,8 @@ static int tp_allreduce_direct(tp_group_t *g, float *buf, size_t n, int64_t dead
 			       "all_reduce", err, errlen);
 	if (rc)
 		return rc;
-	float *acc = g->scratch;
-	for (int p = 0; p < g->world; p++) {
-		if (p == 0) {
-			if (g->rank == 0)
-				memcpy(acc, buf, n * 4);
-			else
-				memcpy(acc, g->xf[0].rdata, n * 4);
-		} else if (p == g->rank) {
-			for (size_t i = 0; i < n; i++)
-				acc[i] += buf[i];
-		} else {
-			tp_add_f32(acc, g->xf[p].rdata, n);
-		}
-	}
-	memcpy(buf, acc, n * 4);
+	tp_sum_rank_order(g, g->scratch, buf, n);
+	memcpy(buf, g->scratch, n * 4);
 	return 0;
 }
 
@@ -120,19 +124,8 @@ static int tp_allreduce_2phase(tp_group_t *g, float *buf, size_t n, int64_t dead
 			       "all_reduce", err, errlen);
 	if (rc)
 		return rc;
-	float *acc = g->scratch;
-	for (int p = 0; p < g->world; p++) {
-		if (p == 0 && g->rank == 0)
-			memcpy(acc, buf + m0, ml * 4);
-		else if (p == 0)
-			memcpy(acc, g->xf[0].rdata, ml * 4);
-		else if (p == g->rank)
-			for (size_t i = 0; i < ml; i++)
-				acc[i] += buf[m0 + i];
-		else
-			tp_add_f32(acc, g->xf[p].rdata, ml);
-	}
-	memcpy(buf + m0, acc, ml * 4);
+	tp_sum_rank_order(g, g->scratch, buf + m0, ml);
+	memcpy(buf + m0, g->scratch, ml * 4);
 	tp_xfer_reset(g);
 	for (int p = 0; p < g->world; p++) {
 		if (p == g->rank)
