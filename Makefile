@@ -60,7 +60,8 @@ endif
 
 MODULES  := common discovery planner transport infer web agent
 # A discovery backend file is named *_avahi.c or *_dnssd.c; only the chosen one is built.
-ALL_SRC  := $(wildcard $(addsuffix /*.c,$(MODULES)))
+# infer/ keeps kernels, tokenizers and the model in sub-folders (infer/quant, infer/tok, infer/model).
+ALL_SRC  := $(wildcard $(addsuffix /*.c,$(MODULES)) $(addsuffix /*/*.c,$(MODULES)))
 OTHER_BACKEND := $(if $(filter avahi,$(DISC_BACKEND)),dnssd,avahi)
 LIB_SRC  := $(filter-out agent/main.c %_$(OTHER_BACKEND).c,$(ALL_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -133,11 +134,11 @@ clean:
 
 # Formats the C sources with the committed .clang-format.
 format:
-	clang-format -i $(ALL_SRC) $(wildcard */*.h tests/*.c tests/*.h)
+	clang-format -i $(ALL_SRC) $(wildcard */*.h */*/*.h tests/*.c tests/*.h)
 
 # Lists the targets.
 help:
 	@grep -B1 -E '^[a-z-]+:' Makefile | grep -E '^#' | sed 's/^# //'
 
--include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/tests/fuzz/*.d)
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/*/*/*.d build-fuzz/obj/tests/fuzz/*.d)
 -include $(LIB_OBJ:.o=.d) $(BUILD)/obj/agent/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/obj/tests/%.d)

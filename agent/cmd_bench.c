@@ -5,10 +5,10 @@
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/meta.h"
-#include "infer/model.h"
+#include "infer/model/meta.h"
+#include "infer/model/model.h"
 #include "infer/pool.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
 #include "common/common.h"
 #include "infer/chat.h"
 #include "infer/gguf.h"
-#include "infer/meta.h"
-#include "infer/tokenizer.h"
+#include "infer/model/meta.h"
+#include "infer/tok/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>

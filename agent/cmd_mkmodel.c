@@ -3,7 +3,7 @@
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/meta.h"
+#include "infer/model/meta.h"
 #include "planner/planner.h"
 
 #include <getopt.h>

@@ -7,7 +7,7 @@
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/tokenizer.h"
+#include "infer/tok/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>

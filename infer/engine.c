@@ -15,12 +15,12 @@
 #include "infer/chat.h"
 #include "infer/gguf.h"
 #include "infer/infer.h"
-#include "infer/meta.h"
-#include "infer/model.h"
+#include "infer/model/meta.h"
+#include "infer/model/model.h"
 #include "infer/pool.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 #include "infer/sample.h"
-#include "infer/tokenizer.h"
+#include "infer/tok/tokenizer.h"
 #include "infer/tp.h"
 
 #include <stdio.h>

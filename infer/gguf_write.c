@@ -6,7 +6,7 @@
  */
 #include "infer/gguf_write.h"
 #include "common/common.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -25,8 +25,8 @@
 #ifndef SHOAL_INFER_TP_H
 #define SHOAL_INFER_TP_H
 
-#include "infer/meta.h"
-#include "infer/model.h"
+#include "infer/model/meta.h"
+#include "infer/model/model.h"
 #include "transport/transport.h"
 
 #include <stddef.h>

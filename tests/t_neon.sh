@@ -1,7 +1,7 @@
 #!/bin/sh
-# t_neon.sh: the NEON kernels (infer/quant_neon.c), cross-compiled for aarch64 and run under
+# t_neon.sh: the NEON kernels (infer/quant/quant_neon.c), cross-compiled for aarch64 and run under
 # qemu-user. The program is tests/test_quant.c itself, so the NEON tables are checked against the
-# same reference kernels (infer/quant.c), on the same data and NMSE bounds, as the AVX2 ones.
+# same reference kernels (infer/quant/quant.c), on the same data and NMSE bounds, as the AVX2 ones.
 # Two builds: -march=armv8.2-a+dotprod (sdot, run on qemu's default "max" CPU) and a baseline
 # -march=armv8-a one run on a Cortex-A72 model, which has no sdot: it would die of SIGILL if the
 # baseline path used it. Then the dotprod build again under ASan+UBSan and with clang (the Mac
@@ -37,7 +37,7 @@ OUT=$BUILD/aarch64
 mkdir -p "$OUT/obj"
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread -I."
 # Only what test_quant needs: the block formats and kernels, the thread pool, common/.
-SRC="tests/test_quant.c $(ls infer/quant*.c) infer/pool.c $(ls common/*.c)"
+SRC="tests/test_quant.c $(ls infer/quant/*.c) infer/pool.c $(ls common/*.c)"
 
 # build NAME MARCH [FLAGS...]: cross-compiles test_quant with $BCC (default $XCC) into
 # $OUT/test_quant_NAME (log in $OUT/NAME.log).
@@ -120,8 +120,8 @@ fi
 # llama.cpp's; batched prefill, which goes through sgemm, must match one-token decoding in every
 # weight type) with model.c's -DSHOAL_ACCELERATE branch, as on a Mac. There is no arm64 BLAS
 # here: tests/cross/ has a stand-in Accelerate/Accelerate.h and a plain C cblas_sgemm.
-MODEL_SRC="tests/test_model.c infer/model.c infer/gguf.c infer/gguf_write.c infer/meta.c
-infer/mkmodel.c $(ls infer/quant*.c) infer/pool.c $(ls common/*.c) tests/cross/sgemm_ref.c"
+MODEL_SRC="tests/test_model.c $(ls infer/model/*.c) infer/gguf.c infer/gguf_write.c
+$(ls infer/quant/*.c) infer/pool.c $(ls common/*.c) tests/cross/sgemm_ref.c"
 # shellcheck disable=SC2086
 if "$XCC" $CFLAGS -march=armv8.2-a+dotprod -DSHOAL_ACCELERATE -Itests/cross $MODEL_SRC -lm \
 	-o "$OUT/test_model_accel" >"$OUT/model.log" 2>&1; then
@@ -155,9 +155,9 @@ xcompile() {
 	fi
 }
 bad=
-for f in infer/*.c; do
-	if [ "$f" = infer/model.c ] && [ -z "$BLAS_INC" ]; then
-		skip "infer/model.c not cross-compiled: no cblas.h (libopenblas-dev) to compile against"
+for f in infer/*.c infer/*/*.c; do
+	if grep -q "cblas" "$f" && [ -z "$BLAS_INC" ]; then
+		skip "$f not cross-compiled: no cblas.h (libopenblas-dev) to compile against"
 		continue
 	fi
 	b=$OUT/obj/$(basename "$f" .c)
@@ -167,6 +167,6 @@ for f in infer/*.c; do
 			-fsyntax-only || bad="$bad $f(clang)"
 	fi
 done
-check "infer/*.c compile for aarch64 with -Wall -Wextra -Werror (failed:${bad:- none})" [ -z "$bad" ]
+check "infer/**.c compile for aarch64 with -Wall -Wextra -Werror (failed:${bad:- none})" [ -z "$bad" ]
 
 done_tests

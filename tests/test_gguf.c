@@ -4,8 +4,8 @@
 
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/meta.h"
-#include "infer/tokenizer.h"
+#include "infer/model/meta.h"
+#include "infer/tok/tokenizer.h"
 
 #include <stdint.h>
 

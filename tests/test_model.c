@@ -5,8 +5,8 @@
 #include "common/common.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
-#include "infer/model.h"
-#include "infer/quant.h"
+#include "infer/model/model.h"
+#include "infer/quant/quant.h"
 
 #include <pthread.h>
 

@@ -6,7 +6,7 @@
 #include "common/common.h"
 #include "harness.h"
 #include "infer/pool.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -5,8 +5,8 @@
 
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/tok_internal.h"
-#include "infer/tokenizer.h"
+#include "infer/tok/tok_internal.h"
+#include "infer/tok/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
 

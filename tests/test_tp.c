@@ -15,10 +15,10 @@
 #include "infer/gguf.h"
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
-#include "infer/meta.h"
-#include "infer/model.h"
+#include "infer/model/meta.h"
+#include "infer/model/model.h"
 #include "infer/pool.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 #include "infer/tp.h"
 #include "transport/transport.h"
 

@@ -5,7 +5,7 @@
 #define _GNU_SOURCE /* memmem */
 #include "common/common.h"
 #include "infer/gguf.h"
-#include "infer/tokenizer.h"
+#include "infer/tok/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
 #define SHOAL_MODEL_H
 
 #include "infer/gguf.h"
-#include "infer/meta.h"
+#include "infer/model/meta.h"
 #include "infer/pool.h"
 
 #include <stddef.h>

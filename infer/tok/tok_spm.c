@@ -6,7 +6,7 @@
  * candidates are recognised by their length no longer matching. A final piece missing from the
  * vocabulary falls back to its bytes (<0xNN> tokens), else to <unk>.
  */
-#include "infer/tok_internal.h"
+#include "infer/tok/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

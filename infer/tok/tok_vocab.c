@@ -6,7 +6,7 @@
  * tokens) is either -1 or < n_vocab, and piece[id] holds the decoded bytes of every id, so
  * decoding never touches the GGUF again.
  */
-#include "infer/tok_internal.h"
+#include "infer/tok/tok_internal.h"
 
 #include "common/common.h"
 

@@ -3,19 +3,14 @@
  *
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
  * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
- * down -> residual; final norm and the head. Every matrix product goes through matmul(), the one
- * place that chooses the kernel: types with a batched integer kernel (rows8: Q8_0/Q4_0 with
- * AVX512-VNNI) use it for any batch; otherwise a batch of fewer than BLAS_MIN tokens uses the
- * integer matvec kernels (weights read once per batch, rows split over the pool) and a larger
- * one dequantizes tiles of rows and calls cblas_sgemm on each pool thread (OpenBLAS itself
- * single-threaded).
+ * down -> residual; final norm and the head. Every matrix product goes through matmul()
+ * (matmul.c, the one place that chooses the kernel); attention is attn.c's.
  *
  * Invariant: the KV cache holds positions [0, pos) of the current sequence for this shard's KV
  * heads; model_forward() only appends.
  */
-#include "infer/model.h"
 #include "common/common.h"
-#include "infer/quant.h"
+#include "infer/model/model_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,63 +24,6 @@
 #else
 #include <cblas.h>
 #endif
-
-#define BLAS_MIN  16  /* batches this large go through sgemm */
-#define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
-#define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
-#define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
-
-typedef struct wmat {
-	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
-	int type, rows, cols;
-	size_t row_bytes;
-	const quant_ops_t *ops;
-	quant_dequant_fn dequant;
-} wmat_t;
-
-typedef struct layer {
-	float *attn_norm;           /* [dim] */
-	wmat_t wq;                  /* [n_heads*head_dim x dim] */
-	wmat_t wk, wv;              /* [n_kv_heads*head_dim x dim] */
-	wmat_t wo;                  /* [dim x n_heads*head_dim] */
-	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
-	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
-	float *ffn_norm;            /* [dim] */
-	wmat_t w_gate, w_up;        /* [ffn x dim] */
-	wmat_t w_down;              /* [dim x ffn] */
-	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
-} layer_t;
-
-struct model {
-	model_meta_t meta;
-	model_shard_t sh;
-	pool_t *pool;
-	int n_ctx;
-	int qd, kvd;     /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
-	wmat_t embd;     /* [n_vocab x dim] */
-	wmat_t out;      /* [n_vocab x dim] (= embd when tied) */
-	float *out_norm; /* [dim] */
-	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
-	float *inv_freq; /* [rope_dim/2] */
-	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
-	/* scratch for a batch of up to max_b tokens */
-	int max_b;
-	float *x, *xb, *xb2; /* [max_b][dim] */
-	float *q, *k, *v;    /* [max_b][qd], [max_b][kvd] x2 */
-	float *att;          /* [max_b][qd] */
-	float *hb, *hb2;     /* [max_b][n_ffn] */
-	float *scores;       /* [threads][n_ctx] */
-	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
-	size_t act_stride;
-	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
-	model_allreduce_fn ar;
-	void *ar_ctx;
-	model_pipe_fn pipe;
-	void *pipe_ctx;
-	const quant_ops_t *f32; /* F32 matvec, for attention scores */
-	quant_wsum_fn wsum;     /* attention's weighted sum of values */
-	quant_expsum_fn expsum; /* softmax numerators */
-};
 
 /* ---- binding ------------------------------------------------------------------------------ */
 
@@ -413,121 +351,9 @@ uint64_t model_bytes_per_token(const model_t *m)
 	return b;
 }
 
-/* ---- matmul: out[b][r] = W[r, :] . x[b][:] for B inputs and up to MAX_MULTI matrices -------- */
-
-typedef struct mm_job {
-	model_t *m;
-	int n_mat;
-	const wmat_t *w[MAX_MULTI];
-	float *out[MAX_MULTI]; /* [B][w->rows] */
-	const float *x;        /* [B][cols] (same cols for every matrix) */
-	int B, cols;
-	int per;              /* chunks per matrix */
-	quant_act_t acts[64]; /* per input, integer path */
-} mm_job_t;
-
-/* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
-static void mm_chunk_rows(const mm_job_t *j, int c, int align, const wmat_t **w, int *k, int *lo,
-			  int *hi)
-{
-	*k = c / j->per;
-	*w = j->w[*k];
-	pool_split((*w)->rows, c % j->per, j->per, align, lo, hi);
-}
-
-static void mm_matvec_task(void *ctx, int c, int nc, int tid)
-{
-	mm_job_t *j = ctx;
-	const wmat_t *w;
-	int k, lo, hi;
-	(void)nc;
-	(void)tid;
-	mm_chunk_rows(j, c, 4, &w, &k, &lo, &hi);
-	for (int r = lo; r < hi; r += MV_CHUNK) {
-		int nr = MIN(MV_CHUNK, hi - r);
-		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
-		if (j->B > 1 && w->ops->rows8) { /* one pass over these rows per 8 inputs */
-			for (int b = 0; b < j->B; b += 8)
-				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
-					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b),
-					      j->cols);
-			continue;
-		}
-		for (int b = 0; b < j->B; b++)
-			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
-				     &j->acts[b], j->cols);
-	}
-}
-
-static void mm_sgemm_task(void *ctx, int c, int nc, int tid)
-{
-	mm_job_t *j = ctx;
-	float *tile = j->m->tiles[tid];
-	const wmat_t *w;
-	int k, lo, hi;
-	(void)nc;
-	mm_chunk_rows(j, c, 16, &w, &k, &lo, &hi);
-	for (int r = lo; r < hi; r += TILE_ROWS) {
-		int nr = MIN(TILE_ROWS, hi - r);
-		for (int i = 0; i < nr; i++)
-			w->dequant(w->data + (size_t)(r + i) * w->row_bytes,
-				   tile + (size_t)i * j->cols, j->cols);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nr, j->cols, 1.0f, j->x,
-			    j->cols, tile, j->cols, 0.0f, j->out[k] + r, w->rows);
-	}
-}
-
-/* All matrices must share cols and weight type (true for Q/K/V and gate/up of one file in
- * practice; otherwise call once per matrix). */
-static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, const float *x,
-			 int B)
-{
-	mm_job_t j;
-	j.m = m;
-	j.n_mat = n_mat;
-	j.x = x;
-	j.B = B;
-	j.cols = w[0]->cols;
-	for (int k = 0; k < n_mat; k++) {
-		j.w[k] = w[k];
-		j.out[k] = out[k];
-	}
-	int nt = pool_threads(m->pool), rows = w[0]->rows;
-	if (B >= BLAS_MIN && !w[0]->ops->rows8) {
-		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
-		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);
-		return;
-	}
-	for (int b = 0; b < B; b++)
-		quant_act_prepare(w[0]->type, x + (size_t)b * j.cols, j.cols,
-				  m->act + (size_t)b * m->act_stride, &j.acts[b]);
-	j.per = nt == 1 ? 1 : MAX(1, MIN(rows / 64, 4 * nt));
-	pool_run(m->pool, mm_matvec_task, &j, n_mat * j.per);
-}
-
-static void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B)
-{
-	matmul_multi(m, 1, &w, &out, x, B);
-}
-
-/* Q, K, V (or gate, up) in one dispatch when their types agree. */
-static void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x,
-			      int B)
-{
-	int same = 1;
-	for (int k = 1; k < n; k++)
-		same &= w[k]->type == w[0]->type && w[k]->cols == w[0]->cols;
-	if (same) {
-		matmul_multi(m, n, w, out, x, B);
-		return;
-	}
-	for (int k = 0; k < n; k++)
-		matmul(m, w[k], out[k], x, B);
-}
-
 /* ---- small kernels ------------------------------------------------------------------------ */
 
-static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
+void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 {
 	double ss = 0;
 	for (int i = 0; i < n; i++)
@@ -537,8 +363,7 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 		o[i] = x[i] * s * w[i];
 }
 
-/* Rotates one head vector h[head_dim] for position pos. */
-static void rope(const model_t *m, float *h, int pos)
+void rope(const model_t *m, float *h, int pos)
 {
 	int half = m->meta.rope_dim / 2;
 	for (int i = 0; i < half; i++) {
@@ -551,51 +376,6 @@ static void rope(const model_t *m, float *h, int pos)
 		float x0 = h[i0], x1 = h[i1];
 		h[i0] = x0 * c - x1 * s;
 		h[i1] = x0 * s + x1 * c;
-	}
-}
-
-/* ---- attention ---------------------------------------------------------------------------- */
-
-typedef struct att_job {
-	model_t *m;
-	int layer, B, pos;
-} att_job_t;
-
-/* Work item i = (token b, local head h): att[b][h] = softmax(q . K^T / sqrt(hd)) V over
- * positions [0, pos + b]. */
-static void att_task(void *ctx, int c, int nc, int tid)
-{
-	att_job_t *j = ctx;
-	model_t *m = j->m;
-	int hd = m->meta.head_dim, nh = m->sh.n_q_heads;
-	int grp = m->meta.n_heads / m->meta.n_kv_heads;
-	float scale = 1.0f / sqrtf((float)hd);
-	float *sc = m->scores + (size_t)tid * m->n_ctx;
-	const float *kc = m->kc + (size_t)j->layer * m->n_ctx * m->kvd;
-	const float *vc = m->vc + (size_t)j->layer * m->n_ctx * m->kvd;
-	int lo, hi;
-	pool_split(j->B * nh, c, nc, 1, &lo, &hi);
-	for (int it = lo; it < hi; it++) {
-		int b = it / nh, h = it % nh;
-		int kvh = (m->sh.q_head0 + h) / grp - m->sh.kv_head0;
-		int T = j->pos + b + 1;
-		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
-		/* sc[t] = q . k_t: the F32 matvec kernel over the cache rows of this KV head */
-		quant_act_t qa = {.type = QT_F32, .f = q};
-		m->f32->rows(sc, (const uint8_t *)(kc + (size_t)kvh * hd),
-			     (size_t)m->kvd * sizeof(float), T, &qa, hd);
-		float mx = -INFINITY;
-		for (int t = 0; t < T; t++) {
-			sc[t] *= scale;
-			mx = fmaxf(mx, sc[t]);
-		}
-		float sum = m->expsum(sc, T, mx);
-		float inv = 1.0f / sum;
-		for (int t = 0; t < T; t++)
-			sc[t] *= inv;
-		/* att[b][h] = sum_t sc[t] * v_t */
-		m->wsum(m->att + (size_t)b * m->qd + (size_t)h * hd, sc, vc + (size_t)kvh * hd,
-			(size_t)m->kvd, T, hd);
 	}
 }
 
@@ -655,9 +435,7 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
 			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 		}
-		att_job_t aj = {m, lc, B, pos};
-		int items = B * m->sh.n_q_heads;
-		pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
+		attention(m, lc, B, pos);
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

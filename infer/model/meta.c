@@ -4,7 +4,7 @@
  * n_kv_heads, and each required tensor exists with exactly the shape below and a type the engine
  * has kernels for, so the engine can index weights without further checks.
  */
-#include "infer/meta.h"
+#include "infer/model/meta.h"
 
 #include "common/common.h"
 

@@ -5,7 +5,7 @@
  * As in llama.cpp, a min-heap of candidate pairs makes this O(n log n) per word; a candidate is
  * stale when either side has changed size since it was queued.
  */
-#include "infer/tok_internal.h"
+#include "infer/tok/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * does and x as prepared by quant_act_prepare(); an optimized kernel may only differ in the order
  * of float additions.
  */
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 #include "common/common.h"
 
 #include <math.h>

@@ -14,7 +14,7 @@
  * Invariant: the results equal the reference kernels (quant.c) up to float summation order; the
  * dequantize entries given here are bit-exact with the reference.
  */
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 

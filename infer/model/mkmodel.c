@@ -12,7 +12,7 @@
  */
 #include "common/common.h"
 #include "infer/gguf_write.h"
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * madd to int32 (folding a sub-block scale in where there is one), one float FMA per block.
  * Invariant: the results equal the reference kernels up to float summation order.
  */
-#include "infer/quant.h"
+#include "infer/quant/quant.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 

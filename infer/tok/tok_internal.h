@@ -5,7 +5,7 @@
 #ifndef SHOAL_TOK_INTERNAL_H
 #define SHOAL_TOK_INTERNAL_H
 
-#include "infer/tokenizer.h"
+#include "infer/tok/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
  * are not valid UTF-8 never reach PCRE2: each becomes a word of its own.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "infer/tok_internal.h"
+#include "infer/tok/tok_internal.h"
 
 #include "common/common.h"
 

@@ -1,0 +1,97 @@
+/*
+ * model_int.h: the model's internals shared by the files of infer/model/ (never included from
+ * outside it): the weight-matrix view, the layer and model structs, and the verbs forward() uses.
+ *
+ * Split by concept: model.c binds the weights and holds forward(); matmul.c is the one place that
+ * chooses a matrix kernel; attn.c is attention over the KV cache. A new architecture's block
+ * (experts, latent attention) gets its own file here and is called from the one forward().
+ *
+ * Threads: as model.h: one caller thread drives a model_t; the verbs below dispatch on its pool.
+ */
+#ifndef SHOAL_MODEL_INT_H
+#define SHOAL_MODEL_INT_H
+
+#include "infer/model/model.h"
+#include "infer/quant/quant.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BLAS_MIN  16  /* batches this large go through sgemm */
+#define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
+#define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
+#define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
+
+typedef struct wmat {
+	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
+	int type, rows, cols;
+	size_t row_bytes;
+	const quant_ops_t *ops;
+	quant_dequant_fn dequant;
+} wmat_t;
+
+typedef struct layer {
+	float *attn_norm;           /* [dim] */
+	wmat_t wq;                  /* [n_heads*head_dim x dim] */
+	wmat_t wk, wv;              /* [n_kv_heads*head_dim x dim] */
+	wmat_t wo;                  /* [dim x n_heads*head_dim] */
+	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
+	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
+	float *ffn_norm;            /* [dim] */
+	wmat_t w_gate, w_up;        /* [ffn x dim] */
+	wmat_t w_down;              /* [dim x ffn] */
+	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
+} layer_t;
+
+struct model {
+	model_meta_t meta;
+	model_shard_t sh;
+	pool_t *pool;
+	int n_ctx;
+	int qd, kvd;     /* this shard's q and kv widths: n_q_heads*hd, n_kv_heads*hd */
+	wmat_t embd;     /* [n_vocab x dim] */
+	wmat_t out;      /* [n_vocab x dim] (= embd when tied) */
+	float *out_norm; /* [dim] */
+	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
+	float *inv_freq; /* [rope_dim/2] */
+	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
+	/* scratch for a batch of up to max_b tokens */
+	int max_b;
+	float *x, *xb, *xb2; /* [max_b][dim] */
+	float *q, *k, *v;    /* [max_b][qd], [max_b][kvd] x2 */
+	float *att;          /* [max_b][qd] */
+	float *hb, *hb2;     /* [max_b][n_ffn] */
+	float *scores;       /* [threads][n_ctx] */
+	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
+	size_t act_stride;
+	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
+	model_allreduce_fn ar;
+	void *ar_ctx;
+	model_pipe_fn pipe;
+	void *pipe_ctx;
+	const quant_ops_t *f32; /* F32 matvec, for attention scores */
+	quant_wsum_fn wsum;     /* attention's weighted sum of values */
+	quant_expsum_fn expsum; /* softmax numerators */
+};
+
+/* ---- matmul.c ---------------------------------------------------------------------------- */
+
+/* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
+void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B);
+/* Several matrices (n <= MAX_MULTI) over the same input x[B][cols] (Q, K, V or gate, up): one
+ * pool dispatch when their types and widths agree. */
+void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x, int B);
+
+/* ---- attn.c ------------------------------------------------------------------------------ */
+
+/* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, pos + b], for each of the B
+ * tokens and each of the shard's query heads, reading layer lc of the KV cache. */
+void attention(model_t *m, int lc, int B, int pos);
+
+/* ---- model.c: small kernels ------------------------------------------------------------- */
+
+void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
+/* Rotates one head vector h[head_dim] for position pos. */
+void rope(const model_t *m, float *h, int pos);
+
+#endif
