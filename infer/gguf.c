@@ -84,8 +84,21 @@ const char *gguf_type_name(int t)
 
 int gguf_type_supported(int t)
 {
-	return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 ||
-	       t == GGML_Q4_0 || t == GGML_Q4_K || t == GGML_Q6_K;
+	switch (t) {
+	case GGML_F32:
+	case GGML_F16:
+	case GGML_BF16:
+	case GGML_Q8_0:
+	case GGML_Q4_0:
+	case GGML_Q5_0:
+	case GGML_Q5_1:
+	case GGML_Q2_K:
+	case GGML_Q3_K:
+	case GGML_Q4_K:
+	case GGML_Q5_K:
+	case GGML_Q6_K: return 1;
+	default: return 0;
+	}
 }
 
 uint64_t gguf_row_bytes(int t, int64_t n)
