@@ -662,6 +662,8 @@ const quant_ops_t *quant_ops_opt(int wtype)
 {
 	const quant_ops_t *o = quant_x86_ops(wtype);
 	if (!o)
+		o = quant_lowbit_x86_ops(wtype);
+	if (!o)
 		o = quant_neon_ops(wtype);
 	return o ? o : quant_ops_ref(wtype);
 }

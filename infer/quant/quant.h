@@ -164,6 +164,8 @@ void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s);
 void quant_lowbit_dequant(int t, const void *src, float *dst, int64_t n);
 int quant_lowbit_quantize(int t, const float *src, void *dst, int64_t n);
 const quant_ops_t *quant_lowbit_ops_ref(int t);
+/* Their AVX2 tables (quant_lowbit_x86.c); NULL when the CPU lacks AVX2/FMA or off x86. */
+const quant_ops_t *quant_lowbit_x86_ops(int t);
 
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);
