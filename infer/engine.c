@@ -219,6 +219,11 @@ err:
 	return rc;
 }
 
+int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen)
+{
+	return gguf_header_bytes(prefix, len, need, err, errlen);
+}
+
 static int range_cmp(const void *a, const void *b)
 {
 	const model_range_t *x = a, *y = b;

@@ -81,6 +81,10 @@ int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen);
 /* The same on a caller's buffer (borrowed; must outlive the gguf_t). */
 int gguf_open_mem(gguf_t **out, const void *data, size_t len, char *err, size_t errlen);
 void gguf_free(gguf_t *g); /* NULL-safe; unmaps */
+/* The size of the header (metadata, tensor table, padding: where the data section starts) of the
+ * GGUF file whose first len bytes are prefix. SH_EFORMAT when the prefix does not hold a whole
+ * valid header (a longer prefix may). */
+int gguf_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
 uint32_t gguf_version(const gguf_t *g);
 uint64_t gguf_file_size(const gguf_t *g);

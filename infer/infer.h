@@ -166,6 +166,11 @@ typedef struct eng_range {
 int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_range_t **out, int *n,
 		     char *err, size_t errlen);
 
+/* The bytes a GGUF file's header takes (metadata, tokenizer, tensor table: the start of its data
+ * section), from its first len bytes; SH_EFORMAT when they hold no whole valid header (a longer
+ * prefix may). For a node that fetches the header before its slice. */
+int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
+
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {
 	uint64_t steps, tokens; /* forward passes and the tokens in them */
