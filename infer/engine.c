@@ -269,7 +269,7 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 		goto nomem;
 	/* the header, and every vector (norms, biases: read whole by every rank) */
 	uint64_t doff = gguf_data_offset(g);
-	model_range_t *nr = realloc(r, (size_t)(n + 1 + gguf_n_tensors(g)) * sizeof *nr);
+	model_range_t *nr = realloc(r, (size_t)(n + 1 + 3 * gguf_n_tensors(g)) * sizeof *nr);
 	if (!nr)
 		goto nomem;
 	r = nr;
@@ -278,6 +278,11 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		if (t->n_dims <= 1 && t->nbytes)
 			r[n++] = (model_range_t){doff + t->offset, t->nbytes};
+		/* the first and last 32 bytes of every tensor: dist_model_fingerprint reads them
+		 * so that ranks agree they hold the same file */
+		uint64_t k = MIN(t->nbytes, 32);
+		r[n++] = (model_range_t){doff + t->offset, k};
+		r[n++] = (model_range_t){doff + t->offset + t->nbytes - k, k};
 	}
 	qsort(r, (size_t)n, sizeof *r, range_cmp);
 	int k = 0; /* merge overlapping and touching ranges */
