@@ -49,6 +49,7 @@ typedef struct layer {
 
 struct model {
 	model_meta_t meta;
+	const gguf_t *g; /* the file (borrowed), for gguf_at when copying column slices */
 	model_shard_t sh;
 	pool_t *pool;
 	int n_ctx;
