@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GROUP_FORM_MS 10000 /* every rank must show up within this after a plan */
 
@@ -79,8 +80,14 @@ static void *session_main(void *arg)
 				     .timeout_ms = GROUP_FORM_MS,
 				     .rdma_devices = s->rdma_path,
 				     .cancel = &s->cancel};
-		if (tp_group_new(&g, &gc, err, sizeof err))
-			goto done;
+		/* a peer whose previous plan's group still holds its port refuses us as "another
+		 * group" for a moment: try again while the forming window lasts */
+		while (tp_group_new(&g, &gc, err, sizeof err)) {
+			if (!strstr(err, "another group") || atomic_load(&s->cancel) ||
+			    now_ms() - t0 > GROUP_FORM_MS - 500)
+				goto done;
+			usleep(100 * 1000);
+		}
 		pthread_mutex_lock(&s->mu);
 		s->group = g;
 		int st = s->stop;

@@ -109,7 +109,7 @@ static char *status_json(agent_t *a)
 		disc_id_hex(&l, lh);
 	json_t *root = json_object();
 	json_object_set_new(root, "node_id", json_string(a->self_hex));
-	json_object_set_new(root, "state", json_string(agent_state_name(a->state)));
+	json_object_set_new(root, "state", json_string(agent_state_name(core_state(a->core))));
 	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(a->elec))));
 	json_object_set_new(root, "leader", lh[0] ? json_string(lh) : json_null());
 	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));

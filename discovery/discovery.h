@@ -222,6 +222,7 @@ typedef struct elec_config {
 		     */
 	int64_t grace_ms; /* a node alone waits this much longer after start (mDNS needs ~1 s) */
 	int64_t hold_ms;  /* a leader told of a smaller node it cannot see holds back this long */
+	uint64_t min_epoch; /* the largest epoch seen before a restart (epochs only grow) */
 } elec_config_t;
 
 #define ELEC_MAX_MEMBERS DISC_MAX_PEERS
@@ -260,6 +261,7 @@ elec_state_t elec_state(const elec_t *e);
 /* The leader this node follows or is; returns 0 and a zero ID when there is none. */
 int elec_leader(const elec_t *e, disc_id_t *out);
 uint64_t elec_epoch(const elec_t *e);
+uint64_t elec_max_epoch(const elec_t *e); /* the largest epoch seen (persist it: min_epoch) */
 int elec_member_count(const elec_t *e);
 const disc_id_t *elec_member_at(const elec_t *e, int i); /* sorted ascending, self included */
 int elec_is_member(const elec_t *e, const disc_id_t *id);

@@ -9,8 +9,11 @@
  * start, the time mDNS needs to find anyone), or expect members present. The smallest member then
  * announces itself with a view epoch one above every epoch it has seen; others follow the
  * announcement of the node they too see as smallest, and tell a leader about a smaller member it
- * does not seem to know. A larger node joining never moves leadership (no flapping); losing the
- * leader makes the next smallest take over once the survivors' view settles.
+ * does not seem to know. Epochs only grow: a leader that hears of an epoch above its own (it was
+ * paused or partitioned while others elected someone) announces again above it before anyone
+ * follows it, and a node never follows an announcement older than the largest epoch it has seen
+ * (min_epoch carries that across restarts). A larger node joining never moves leadership (no
+ * flapping); losing the leader makes the next smallest take over once the survivors' view settles.
  *
  * Invariant: members[] is sorted ascending, contains self, and has no duplicates; state changes
  * happen only in convert(), which logs old -> new.
@@ -119,6 +122,7 @@ elec_t *elec_new(const disc_id_t *self, const elec_config_t *cfg, int64_t now_ms
 	e->n = 1;
 	e->members[0] = *self;
 	e->state = ELEC_UNSETTLED;
+	e->max_epoch = cfg->min_epoch;
 	return e;
 }
 
@@ -244,7 +248,18 @@ static void follow(elec_t *e, const disc_id_t *from, uint64_t epoch)
 {
 	if (e->state == ELEC_FOLLOWER && !disc_id_cmp(&e->leader, from) && epoch <= e->epoch)
 		return; /* an older or repeated announcement */
+	if (epoch < e->max_epoch)
+		return; /* a stale term (the sender was away): it announces again above ours */
 	convert(e, ELEC_FOLLOWER, from, epoch);
+}
+
+/* Another node speaks of a newer epoch than the one we lead: announce again above it. */
+static void epoch_seen(elec_t *e, uint64_t epoch)
+{
+	if (epoch > e->max_epoch)
+		e->max_epoch = epoch;
+	if (e->state == ELEC_LEADER && epoch > e->epoch)
+		e->dirty = 1;
 }
 
 void elec_on_leader(elec_t *e, const disc_id_t *from, uint64_t epoch, const disc_id_t *members,
@@ -252,8 +267,7 @@ void elec_on_leader(elec_t *e, const disc_id_t *from, uint64_t epoch, const disc
 {
 	(void)members;
 	(void)n;
-	if (epoch > e->max_epoch)
-		e->max_epoch = epoch;
+	epoch_seen(e, epoch);
 	if (find(e, from) < 0 || is_self(e, from))
 		return; /* not (yet) a member of our view */
 	if (disc_id_cmp(&e->members[0], from) < 0) {
@@ -267,8 +281,7 @@ void elec_on_heartbeat(elec_t *e, const disc_id_t *from, uint64_t epoch, const d
 		       int sender_is_leader, int64_t now_ms)
 {
 	(void)leader;
-	if (epoch > e->max_epoch)
-		e->max_epoch = epoch;
+	epoch_seen(e, epoch);
 	if (!sender_is_leader || find(e, from) < 0 || is_self(e, from))
 		return;
 	if (disc_id_cmp(&e->members[0], from) < 0)
@@ -309,6 +322,11 @@ int elec_leader(const elec_t *e, disc_id_t *out)
 uint64_t elec_epoch(const elec_t *e)
 {
 	return e->epoch;
+}
+
+uint64_t elec_max_epoch(const elec_t *e)
+{
+	return e->max_epoch;
 }
 
 int elec_member_count(const elec_t *e)
