@@ -128,5 +128,6 @@ for s in $PAUSES; do
 	done
 done
 pause follower "${SHOAL_FOLLOWER_PAUSE:-6}"
+[ -n "$SHOAL_KEEP_LOGS" ] && for _h in 1 2 3; do cp "$(ns_dir $_h)/agent.log" "$SHOAL_KEEP_LOGS/h$_h.log"; done
 stop_all
 done_tests
