@@ -37,6 +37,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#ifdef __APPLE__
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
 
 const char *agent_state_name(agent_state_t s)
 {
@@ -75,6 +79,66 @@ static void short_id(const disc_id_t *id, char out[9])
 	disc_id_hex(id, h);
 	memcpy(out, h, 8);
 	out[8] = 0;
+}
+
+/* ---- memory the model may take ------------------------------------------------------------ */
+
+/* What the system can give a new process without swapping: Linux's MemAvailable; on macOS the
+ * physical memory minus what is wired, active and compressed (free, inactive and purgeable pages
+ * can be reclaimed). 0 when unknown. */
+static uint64_t mem_available(void)
+{
+#ifdef __APPLE__
+	uint64_t total = 0;
+	size_t len = sizeof total;
+	vm_statistics64_data_t vs;
+	mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+	vm_size_t page = 0;
+	if (sysctlbyname("hw.memsize", &total, &len, NULL, 0) != 0 ||
+	    host_page_size(mach_host_self(), &page) != KERN_SUCCESS ||
+	    host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vs, &n) !=
+		KERN_SUCCESS)
+		return 0;
+	uint64_t used = ((uint64_t)vs.wire_count + vs.active_count + vs.compressor_page_count) *
+			(uint64_t)page;
+	return used < total ? total - used : 0;
+#else
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+#endif
+}
+
+int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || v < 0)
+		return SH_EINVAL;
+	if (!strcmp(end, "%")) {
+		if (v <= 0 || v > 100)
+			return SH_EINVAL;
+		*out = (uint64_t)((double)total * v / 100);
+		return 0;
+	}
+	static const char units[] = "KMGT";
+	const char *u = *end ? strchr(units, *end) : NULL;
+	if (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))
+		return SH_EINVAL;
+	for (const char *k = units; u && k <= u; k++)
+		v *= 1024;
+	if (v < 1 || v > 1e18)
+		return SH_EINVAL;
+	*out = (uint64_t)v;
+	return 0;
 }
 
 /* ---- handshakes on their own threads -------------------------------------------------------- */
@@ -761,6 +825,23 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	LOG(LOG_INFO, "node ID %s (%s %s/node_id)", a->self_hex, created ? "created" : "from",
 	    cfg->state_dir);
 	disc_host_facts_get(&a->facts);
+	a->mem_avail = mem_available();
+	if (!a->mem_avail || a->mem_avail > a->facts.mem_bytes)
+		a->mem_avail = a->facts.mem_bytes;
+	if (cfg->memory_limit) {
+		uint64_t cap;
+		if (agent_memory_limit_parse(cfg->memory_limit, a->facts.mem_bytes, &cap)) {
+			sh_fail(errbuf, errlen, SH_EINVAL,
+				"bad --memory-limit '%s' (BYTES with K, M, G or T, or PCT%%)",
+				cfg->memory_limit);
+			goto err;
+		}
+		if (cap < a->mem_avail)
+			a->mem_avail = cap;
+	}
+	LOG(LOG_INFO, "memory: %.1f GiB of %.1f GiB for the model%s",
+	    (double)a->mem_avail / (1 << 30), (double)a->facts.mem_bytes / (1 << 30),
+	    cfg->memory_limit ? " (--memory-limit)" : " (available now)");
 	randombytes_buf(&a->nonce, sizeof a->nonce);
 	if (make_pipe(a->result_pipe) || make_pipe(a->stop_pipe)) {
 		sh_fail(errbuf, errlen, SH_EIO, "pipe: %s", strerror(errno));

@@ -55,6 +55,9 @@ typedef struct agent_config {
 	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
 	int threads;             /* compute threads (0 = cores) */
 	int ctx;                 /* context length (0 = the model's) */
+	const char *memory_limit; /* cap on the memory the model may take on this node: BYTES
+				     (K, M, G, T suffixes: powers of 1024) or PCT% of the
+				     total; NULL = what the system has available */
 } agent_config_t;
 
 typedef struct agent agent_t;
@@ -71,6 +74,10 @@ void agent_stop(agent_t *a);
 
 /* Closes everything (waits for running handshakes, at most their timeout). NULL is fine. */
 void agent_free(agent_t *a);
+
+/* Parses a --memory-limit (see agent_config_t) against a machine with `total` bytes. Returns 0
+ * and the bytes, or SH_EINVAL. */
+int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out);
 
 /* The status socket of a state directory: STATE_DIR/agent.sock. */
 int agent_status_path(const char *state_dir, char *out, size_t len);

@@ -677,6 +677,16 @@ static void session_poll(agent_t *a)
 		snprintf(e, sizeof e, "%s", session_error(a->sess));
 		session_free(a->sess);
 		a->sess = NULL;
+		/* "STEP: rank N (ADDR) did not answer within MS ms": a rank that stalled while its
+		 * channel stayed up (transport/group.c says it so) */
+		const char *r = strstr(e, "rank ");
+		int rank;
+		if (r && strstr(e, " did not ") && sscanf(r, "rank %d (", &rank) == 1 && a->plan &&
+		    rank > 0 && rank < plan_n_ranks(a->plan)) {
+			core_event_t st = {.type = CORE_EV_RANK_STALLED};
+			if (disc_id_parse(plan_rank(a->plan, rank)->node_id, &st.id) == 0)
+				agent_core_feed(a, &st);
+		}
 		core_event_t ev = {.type = CORE_EV_SESSION_DONE, .text = e};
 		agent_core_feed(a, &ev);
 	}

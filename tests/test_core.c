@@ -867,6 +867,21 @@ TEST(random_schedules)
 	CHECK(bad == 0);
 }
 
+TEST(memory_limit_parse)
+{
+	uint64_t v = 0, g = 1ull << 30;
+	CHECK(agent_memory_limit_parse("8G", 16 * g, &v) == 0 && v == 8 * g);
+	CHECK(agent_memory_limit_parse("1.5GiB", 16 * g, &v) == 0 && v == 3 * g / 2);
+	CHECK(agent_memory_limit_parse("512M", 16 * g, &v) == 0 && v == g / 2);
+	CHECK(agent_memory_limit_parse("50%", 16 * g, &v) == 0 && v == 8 * g);
+	CHECK(agent_memory_limit_parse("1000000", 16 * g, &v) == 0 && v == 1000000);
+	CHECK(agent_memory_limit_parse("foo", 16 * g, &v) == SH_EINVAL);
+	CHECK(agent_memory_limit_parse("8X", 16 * g, &v) == SH_EINVAL);
+	CHECK(agent_memory_limit_parse("0", 16 * g, &v) == SH_EINVAL);
+	CHECK(agent_memory_limit_parse("150%", 16 * g, &v) == SH_EINVAL);
+	CHECK(agent_memory_limit_parse("-1G", 16 * g, &v) == SH_EINVAL);
+}
+
 TEST(table_dot)
 {
 	char *buf = NULL;
@@ -891,6 +906,7 @@ int main(void)
 	RUN(duplicate_id_ignored);
 	RUN(flapping_link);
 	RUN(random_schedules);
+	RUN(memory_limit_parse);
 	RUN(table_dot);
 	return harness_done();
 }
