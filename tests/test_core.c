@@ -882,14 +882,27 @@ TEST(memory_limit_parse)
 	CHECK(agent_memory_limit_parse("-1G", 16 * g, &v) == SH_EINVAL);
 }
 
+/* docs/agent.md shows the diagram generated from the transition table: the block between
+ * "```dot" and "```" must be core_table_dot's output (SHOAL_CORE_DOT=1 prints it). */
 TEST(table_dot)
 {
-	char *buf = NULL;
-	size_t len = 0;
+	char *buf = NULL, *doc = NULL, err[256];
+	size_t len = 0, dlen = 0;
 	FILE *f = open_memstream(&buf, &len);
 	core_table_dot(f);
 	fclose(f);
 	CHECK(buf && strstr(buf, "digraph agent") && strstr(buf, "loading -> serving"));
+	if (getenv("SHOAL_CORE_DOT"))
+		printf("%s", buf);
+	if (read_file_all("docs/agent.md", &doc, &dlen, err, sizeof err) == 0) {
+		char *a = strstr(doc, "```dot\n"), *b = a ? strstr(a + 7, "```") : NULL;
+		int same = a && b && (size_t)(b - (a + 7)) == len && !memcmp(a + 7, buf, len);
+		CHECK(same);
+		if (!same)
+			fprintf(stderr, "  docs/agent.md's state diagram is stale: paste the output of "
+					"SHOAL_CORE_DOT=1 build/tests/test_core\n");
+	}
+	free(doc);
 	free(buf);
 }
 
