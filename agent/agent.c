@@ -99,8 +99,8 @@ static uint64_t mem_available(void)
 	    host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vs, &n) !=
 		KERN_SUCCESS)
 		return 0;
-	uint64_t used = ((uint64_t)vs.wire_count + vs.active_count + vs.compressor_page_count) *
-			(uint64_t)page;
+	uint64_t used =
+	    ((uint64_t)vs.wire_count + vs.active_count + vs.compressor_page_count) * (uint64_t)page;
 	return used < total ? total - used : 0;
 #else
 	FILE *f = fopen("/proc/meminfo", "r");

@@ -173,11 +173,12 @@ void agent_model_tick(agent_t *a, int64_t now)
 	}
 	if (a->model_hash[0] || a->fetch || now < a->fetch_retry_ms)
 		return;
-	/* the source: the leader; when this node leads, the smallest member that has a model */
+	/* the source: the planner (the majority model's smallest holder, core.c); when this node
+	 * would plan, the smallest member that has a model */
 	disc_id_t l;
 	conn_t *c = NULL;
 	uint8_t want[MS_HASH_BYTES];
-	if (!elec_leader(a->elec, &l))
+	if (!core_planner(a->core, &l))
 		return;
 	if (disc_id_cmp(&l, &a->self))
 		c = agent_conn_find(a, &l);
