@@ -631,6 +631,27 @@ static void dial_missing(agent_t *a, int64_t now)
 	}
 }
 
+/* Is every node discovery knows of (mDNS sightings, static peers) a member? Then the view need
+ * not wait the whole settle time (election.c's quick_ms). */
+static int view_complete(agent_t *a)
+{
+	int known = 0;
+	for (int i = 0; i < disc_table_count(a->table); i++) {
+		const disc_peer_t *p = disc_table_at(a->table, i);
+		if (!agent_conn_find(a, &p->id))
+			return 0;
+		known++;
+	}
+	for (int i = 0; i < a->cfg.npeers; i++) {
+		if (a->static_self[i])
+			continue;
+		if (disc_id_is_zero(&a->static_id[i]) || !agent_conn_find(a, &a->static_id[i]))
+			return 0;
+		known++;
+	}
+	return known > 0;
+}
+
 /* ---- the loop ------------------------------------------------------------------------------- */
 
 static void heartbeat_and_reap(agent_t *a, int64_t now)
@@ -778,6 +799,7 @@ int agent_run(agent_t *a)
 		}
 		int64_t now = now_ms();
 		heartbeat_and_reap(a, now);
+		elec_set_complete(a->elec, view_complete(a));
 		elec_tick(a->elec, now);
 		send_elec_msgs(a);
 		track_leader(a);
@@ -862,7 +884,8 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 			    .expect = cfg->expect,
 			    .grace_ms = cfg->no_mdns ? 0 : 1000,
 			    .hold_ms = 5000,
-			    .min_epoch = a->term_saved};
+			    .min_epoch = a->term_saved,
+			    .quick_ms = 250};
 	a->elec = elec_new(&a->self, &ec, now_ms());
 	a->table = disc_table_new();
 	core_config_t cc;

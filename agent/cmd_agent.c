@@ -232,7 +232,7 @@ int cmd_agent(int argc, char **argv)
 		fprintf(stderr, "shoal agent: %s\n", err);
 		return 1;
 	}
-	LOG(LOG_DEBUG, "agent: keys derived in %lld ms", (long long)(now_ms() - t0));
+	LOG(LOG_INFO, "agent: keys derived in %lld ms (Argon2id)", (long long)(now_ms() - t0));
 	agent_t *a = agent_new(&cfg, &keys, err, sizeof err);
 	tp_keys_wipe(&keys);
 	if (!a) {

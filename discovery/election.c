@@ -6,10 +6,11 @@
  *
  * Rule: the leader is the member with the smallest node ID (self included). A node decides only
  * when its view is settled: unchanged for settle_ms (a node still alone also waits grace_ms after
- * start, the time mDNS needs to find anyone), or expect members present. The smallest member then
- * announces itself with a view epoch one above every epoch it has seen; others follow the
- * announcement of the node they too see as smallest, and tell a leader about a smaller member it
- * does not seem to know. Epochs only grow: a leader that hears of an epoch above its own (it was
+ * start, the time mDNS needs to find anyone), or for quick_ms while the shell says the view is
+ * complete (every node discovery knows of is a member), or expect members present. The smallest
+ * member then announces itself with a view epoch one above every epoch it has seen; others follow
+ * the announcement of the node they too see as smallest, and tell a leader about a smaller member
+ * it does not seem to know. Epochs only grow: a leader that hears of an epoch above its own (it was
  * paused or partitioned while others elected someone) announces again above it before anyone
  * follows it, and a node never follows an announcement older than the largest epoch it has seen
  * (min_epoch carries that across restarts). A larger node joining never moves leadership (no
@@ -36,8 +37,9 @@ struct elec {
 	disc_id_t leader; /* zero when none */
 	uint64_t epoch;   /* of the announcement we lead or follow */
 	uint64_t max_epoch;
-	int dirty;   /* leader: the view changed since the last announcement */
-	int holding; /* leader told of a smaller node it cannot see */
+	int dirty;    /* leader: the view changed since the last announcement */
+	int holding;  /* leader told of a smaller node it cannot see */
+	int complete; /* the shell: every node discovery knows of is a member */
 	disc_id_t hint;
 	int64_t hold_until_ms;
 	int64_t last_smaller_ms;
@@ -139,6 +141,11 @@ static int find(const elec_t *e, const disc_id_t *id)
 	return -1;
 }
 
+void elec_set_complete(elec_t *e, int complete)
+{
+	e->complete = complete;
+}
+
 int elec_is_member(const elec_t *e, const disc_id_t *id)
 {
 	return find(e, id) >= 0;
@@ -186,6 +193,8 @@ static int settled(const elec_t *e, int64_t now_ms)
 	if (e->cfg.expect > 0 && e->n >= e->cfg.expect)
 		return 1;
 	int64_t at = e->last_change_ms + e->cfg.settle_ms;
+	if (e->complete && e->n > 1 && e->cfg.quick_ms > 0)
+		at = e->last_change_ms + MIN(e->cfg.quick_ms, e->cfg.settle_ms);
 	if (e->n == 1)
 		at = MAX(at, e->start_ms + e->cfg.settle_ms + e->cfg.grace_ms);
 	return now_ms >= at;

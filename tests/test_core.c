@@ -867,6 +867,24 @@ TEST(random_schedules)
 	CHECK(bad == 0);
 }
 
+/* Formation: a complete view (every sighted node is a member) settles after quick_ms, not the
+ * whole settle time; an incomplete one waits settle_ms. */
+TEST(quick_settle)
+{
+	disc_id_t a = {{1}}, b = {{2}};
+	elec_config_t ec = {.settle_ms = 1000, .grace_ms = 1000, .quick_ms = 250};
+	for (int complete = 0; complete < 2; complete++) {
+		elec_t *e = elec_new(&a, &ec, 0);
+		elec_member_up(e, &b, 100);
+		elec_set_complete(e, complete);
+		elec_tick(e, 360);
+		CHECK((elec_state(e) == ELEC_LEADER) == complete);
+		elec_tick(e, 1100);
+		CHECK(elec_state(e) == ELEC_LEADER);
+		elec_free(e);
+	}
+}
+
 TEST(memory_limit_parse)
 {
 	uint64_t v = 0, g = 1ull << 30;
@@ -899,8 +917,9 @@ TEST(table_dot)
 		int same = a && b && (size_t)(b - (a + 7)) == len && !memcmp(a + 7, buf, len);
 		CHECK(same);
 		if (!same)
-			fprintf(stderr, "  docs/agent.md's state diagram is stale: paste the output of "
-					"SHOAL_CORE_DOT=1 build/tests/test_core\n");
+			fprintf(stderr,
+				"  docs/agent.md's state diagram is stale: paste the output of "
+				"SHOAL_CORE_DOT=1 build/tests/test_core\n");
 	}
 	free(doc);
 	free(buf);
@@ -919,6 +938,7 @@ int main(void)
 	RUN(duplicate_id_ignored);
 	RUN(flapping_link);
 	RUN(random_schedules);
+	RUN(quick_settle);
 	RUN(memory_limit_parse);
 	RUN(table_dot);
 	return harness_done();
