@@ -93,7 +93,7 @@ struct agent {
 	uint64_t nonce;
 	core_t *core;          /* the cluster core (core.h): states, planning, health */
 	disc_id_t core_leader; /* the election's leader and epoch as last fed to the core */
-	uint64_t core_epoch;
+	uint64_t core_epoch, core_max_epoch;
 	char core_model[AGENT_HASH_HEX]; /* the model hash as last fed to the core */
 	uint64_t mem_avail;              /* memory this node gives the model (--memory-limit) */
 	uint64_t term_saved;             /* the election epoch last written to STATE_DIR/term */

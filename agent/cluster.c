@@ -362,8 +362,8 @@ static void send_ack(agent_t *a, const core_action_t *x)
 	conn_t *c = agent_conn_find(a, &x->to);
 	if (!c)
 		return;
-	json_t *o = json_pack("{s:s,s:s,s:s}", "hash", x->hash, "state", core_ack_name(x->ack),
-			      "error", x->text);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "hash", x->hash, "state", core_ack_name(x->ack),
+			      "error", x->text, "epoch", (json_int_t)x->epoch);
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (s)
@@ -439,11 +439,14 @@ void agent_core_leader(agent_t *a)
 	if (!elec_leader(a->elec, &l))
 		memset(&l, 0, sizeof l);
 	uint64_t e = elec_epoch(a->elec);
-	if (!disc_id_cmp(&l, &a->core_leader) && e == a->core_epoch)
+	if (!disc_id_cmp(&l, &a->core_leader) && e == a->core_epoch &&
+	    elec_max_epoch(a->elec) == a->core_max_epoch)
 		return;
+	a->core_max_epoch = elec_max_epoch(a->elec);
 	a->core_leader = l;
 	a->core_epoch = e;
-	core_event_t ev = {.type = CORE_EV_LEADER, .id = l, .epoch = e};
+	core_event_t ev = {
+	    .type = CORE_EV_LEADER, .id = l, .epoch = e, .max_epoch = elec_max_epoch(a->elec)};
 	agent_core_feed(a, &ev);
 }
 
@@ -485,7 +488,6 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		ev.type = CORE_EV_MEMBER_DESC;
 		ev.model = c->desc.model_hash;
 		ev.model_size = c->desc.model_size;
-		ev.mem = c->desc.mem_avail;
 		agent_core_feed(a, &ev);
 		return 0;
 	case AGENT_MSG_PLAN: on_plan(a, c, p, len); return 0;
@@ -504,6 +506,9 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		ev.hash = hs;
 		ev.ack = core_ack_parse(st);
 		ev.text = er ? er : "";
+		json_t *ep = json_object_get(o, "epoch"); /* optional: older nodes do not say */
+		if (json_is_integer(ep) && json_integer_value(ep) > 0)
+			ev.epoch = (uint64_t)json_integer_value(ep);
 		agent_core_feed(a, &ev);
 		json_decref(o);
 		return 0;

@@ -117,6 +117,9 @@ struct core {
 	int nwant, nplanned;
 	int64_t change_ms, retry_ms;
 	uint64_t seq_term, seq;
+	int stale;               /* the election knows a newer epoch than the one we follow/lead */
+	uint64_t max_plan_epoch; /* the largest plan epoch seen (made, received, acknowledged) */
+	uint64_t ran_epoch;      /* the largest epoch of a plan this node accepted */
 	char broken[CORE_WHY_MAX]; /* why the made plan does not compute ("" = it does) */
 	/* actions */
 	int qhead, qlen;
@@ -247,6 +250,7 @@ static void ack(core_t *c, const char *hash, core_ack_t a, const char *err)
 	core_action_t *x = push(c, CORE_ACT_ACK);
 	x->to = c->following;
 	x->ack = a;
+	x->epoch = c->ran_epoch;
 	snprintf(x->hash, sizeof x->hash, "%s", hash);
 	snprintf(x->text, sizeof x->text, "%s", err ? err : "");
 }
@@ -506,12 +510,19 @@ static void lead_step(core_t *c, int64_t now)
 				     : "the leader has no model");
 		return;
 	}
+	if (c->stale) { /* we were away: the election announces above the newer epoch first */
+		snprintf(c->why, sizeof c->why, "waiting for the election's newer epoch");
+		return;
+	}
 	if (c->seq_term != c->term) {
 		c->seq_term = c->term;
 		c->seq = 0;
 	}
 	core_action_t *x = push(c, CORE_ACT_MAKE_PLAN);
 	x->epoch = c->term << 20 | ++c->seq;
+	if (x->epoch <= c->max_plan_epoch) /* another planner's plans in this term: go above */
+		x->epoch = c->max_plan_epoch + 1;
+	c->max_plan_epoch = x->epoch;
 	x->n = c->nwant;
 	memcpy(x->ids, c->want, (size_t)c->nwant * sizeof *c->want);
 	memcpy(c->planned, c->want, (size_t)c->nwant * sizeof *c->want);
@@ -560,6 +571,15 @@ static void plan_accept(core_t *c, const disc_id_t *from, const core_plan_t *p)
 		ack(c, p->hash, my_ack(c), ""); /* a repeat: say where we are */
 		return;
 	}
+	if (p->epoch < c->ran_epoch) { /* epochs only grow: the ack tells the planner ours */
+		char e[96];
+		snprintf(e, sizeof e, "plan epoch %llx is older than epoch %llx this node ran",
+			 (unsigned long long)p->epoch, (unsigned long long)c->ran_epoch);
+		LOG(LOG_WARN, "plan %s: refused: %s", p->hash, e);
+		ack(c, p->hash, CORE_ACK_FAILED, e);
+		return;
+	}
+	c->ran_epoch = p->epoch;
 	c->pending = *p;
 	c->have_pending = 1;
 	if (c->sess == SESS_RUNNING || c->sess == SESS_READY) {
@@ -573,7 +593,7 @@ static void plan_accept(core_t *c, const disc_id_t *from, const core_plan_t *p)
 }
 
 /* Follows the planner; a new one ends what the old one planned here. */
-static void follow_step(core_t *c, int64_t now)
+static void follow_step(core_t *c)
 {
 	disc_id_t p;
 	if (c->have_leader && c->state == AGENT_DISCOVERING)
@@ -603,7 +623,6 @@ static void follow_step(core_t *c, int64_t now)
 	c->broken[0] = 0;
 	c->lead = LEAD_OFF;
 	ack(c, "", CORE_ACK_IDLE, ""); /* tells the planner what runs here: nothing of its own */
-	(void)now;
 }
 
 static void session_step(core_t *c)
@@ -652,7 +671,9 @@ static void on_ack(core_t *c, member_t *m, const core_event_t *ev, int64_t now)
 		/* it runs nothing of ours. Once our own share of the made plan is formed, the group
 		 * has lost it (it followed someone else meanwhile): plan again. Before, it may just
 		 * have ignored the plan while it followed someone else: send it again. */
-		if (c->sess == SESS_READY && c->have_cur && !strcmp(c->cur.hash, c->made.hash))
+		int formed =
+		    c->sess == SESS_READY && c->have_cur && !strcmp(c->cur.hash, c->made.hash);
+		if (formed || c->made.epoch >> 20 < c->term) /* or made in an older term */
 			snprintf(m->left_hash, sizeof m->left_hash, "%s", c->made.hash);
 		else
 			m->sent_hash[0] = 0;
@@ -666,6 +687,7 @@ static void on_ack(core_t *c, member_t *m, const core_event_t *ev, int64_t now)
 	}
 	m->ack = ev->ack;
 	snprintf(m->ack_hash, sizeof m->ack_hash, "%s", hash);
+	c->max_plan_epoch = MAX(c->max_plan_epoch, ev->epoch);
 }
 
 void core_step(core_t *c, int64_t now, const core_event_t *ev)
@@ -681,6 +703,7 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		c->leader = ev->id;
 		if (ev->epoch > c->term)
 			c->term = ev->epoch;
+		c->stale = ev->max_epoch > ev->epoch;
 		break;
 	case CORE_EV_MEMBER_UP:
 		if (m || is_self(c, &ev->id) || c->n == CORE_MAX_MEMBERS)
@@ -706,8 +729,10 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		c->model_size = ev->model_size;
 		break;
 	case CORE_EV_PLAN:
-		if (ev->plan)
-			plan_accept(c, &ev->id, ev->plan);
+		if (!ev->plan)
+			break;
+		c->max_plan_epoch = MAX(c->max_plan_epoch, ev->plan->epoch);
+		plan_accept(c, &ev->id, ev->plan);
 		break;
 	case CORE_EV_PLAN_BAD:
 		LOG(LOG_ERROR, "plan: refused a plan: %s", ev->text ? ev->text : "?");
@@ -774,7 +799,7 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		}
 		break;
 	}
-	follow_step(c, now);
+	follow_step(c);
 	lead_step(c, now);
 	session_step(c);
 }

@@ -51,7 +51,7 @@ typedef enum core_ev_type {
 	CORE_EV_LEADER,        /* the election's leader (zero id: none) and epoch changed */
 	CORE_EV_MEMBER_UP,     /* id: a channel to it is up */
 	CORE_EV_MEMBER_DOWN,   /* id: its channel is gone */
-	CORE_EV_MEMBER_DESC,   /* id described itself: model, size, mem (0: unknown) */
+	CORE_EV_MEMBER_DESC,   /* id described itself: model, model_size */
 	CORE_EV_MODEL,         /* this node's own model is known (model, size) */
 	CORE_EV_PLAN,          /* id sent plan (parsed and verified by the shell) */
 	CORE_EV_PLAN_BAD,      /* id sent a plan the shell could not use; text says why */
@@ -67,14 +67,14 @@ typedef enum core_ev_type {
 typedef struct core_event {
 	core_ev_type_t type;
 	disc_id_t id;
-	uint64_t epoch;          /* LEADER */
+	uint64_t epoch;          /* LEADER: its epoch; ACK: the largest plan epoch the sender ran */
+	uint64_t max_epoch;      /* LEADER: the largest epoch the election has seen */
 	const core_plan_t *plan; /* PLAN, PLAN_MADE */
 	const char *hash;        /* ACK */
 	core_ack_t ack;          /* ACK */
 	const char *text;        /* PLAN_BAD, PLAN_FAILED, ACK, EXCLUDED, SESSION_DONE */
 	const char *model;       /* MEMBER_DESC, MODEL: content hash ("" = none) */
 	uint64_t model_size;     /* MEMBER_DESC, MODEL */
-	uint64_t mem;            /* MEMBER_DESC: memory it can give (0 = unknown) */
 } core_event_t;
 
 typedef enum core_act_type {
@@ -82,7 +82,8 @@ typedef enum core_act_type {
 				   with CORE_EV_PLAN_MADE or CORE_EV_PLAN_FAILED */
 	CORE_ACT_SEND_PLAN,     /* send the plan with hash to `to` */
 	CORE_ACT_EXCLUDE,       /* tell `to` it is left out: text */
-	CORE_ACT_ACK,           /* send `to` (the leader) ack about hash, text = error */
+	CORE_ACT_ACK,           /* send `to` (the leader) ack about hash, text = error, epoch =
+				   the largest plan epoch this node ran */
 	CORE_ACT_START_SESSION, /* start the session of plan hash as rank `rank` */
 	CORE_ACT_STOP_SESSION,  /* ask the running session to end (CORE_EV_SESSION_DONE follows) */
 	CORE_ACT_PLAN_IN_FORCE, /* the plan hash serves now (hook: --exec and friends) */

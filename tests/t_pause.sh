@@ -47,7 +47,13 @@ start() {
 	ns_start "$1" agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(state "$1")" \
 		--settle 0.5 --step-timeout "$STEP_MS" --model "$GEN"
 }
-stop_all() { for _h in 1 2 3; do ns_kill $_h agent CONT 2>/dev/null; ns_kill $_h agent TERM 2>/dev/null; done; return 0; }
+stop_all() {
+	for _h in 1 2 3; do
+		kill -CONT "$(ns_pid $_h agent)" 2>/dev/null
+		ns_kill $_h agent TERM 2>/dev/null
+	done
+	return 0
+}
 status_json() { ns_exec "$1" "$SHOAL" status --json --state-dir "$(state "$1")" 2>/dev/null; }
 leader_of() { status_json "$1" | jq -r .leader 2>/dev/null; }
 leader_host() {
@@ -57,8 +63,6 @@ leader_host() {
 }
 url() { echo "http://$(ns_ip "$1"):8080$2"; }
 health() { [ "$(ns_exec 4 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$(url "$1" /health)")" = 200 ]; }
-plan_hash() { ns_exec 4 curl -s --max-time 2 "$(url "$1" /v1/cluster)" | jq -r '.plan.hash // empty' 2>/dev/null; }
-plan_ranks() { ns_exec 4 curl -s --max-time 2 "$(url "$1" /v1/cluster)" | jq -r '.plan.ranks // 0' 2>/dev/null; }
 # complete HOST: one completion through HOST's API (following a redirect) succeeds
 complete() {
 	_c=$(ns_exec 4 curl -s -L -o "$TMP/c.json" -w '%{http_code}' --max-time 20 \
@@ -66,17 +70,22 @@ complete() {
 		-d "{\"prompt\":\"$PROMPT\",\"max_tokens\":8,\"temperature\":0}" "$(url "$1" /v1/completions)")
 	[ "$_c" = 200 ] && jq -e '.choices[0].text' "$TMP/c.json" >/dev/null 2>&1
 }
-# agree HOSTS...: every host names the same leader and the same plan (with that many ranks), and
-# every host's API completes a request
-agree() {
-	_l=$(leader_of "$1") _p=$(plan_hash "$1")
-	[ -n "$_l" ] && [ "$_l" != null ] && [ -n "$_p" ] || return 1
-	for _h in "$@"; do
-		[ "$(leader_of "$_h")" = "$_l" ] && [ "$(plan_hash "$_h")" = "$_p" ] || return 1
-	done
-	[ "$(plan_ranks "$1")" = $# ] || return 1
-	for _h in "$@"; do complete "$_h" || return 1; done
+# cluster_of HOST: "LEADER PLAN RANKS" from HOST's /v1/cluster (one request)
+cluster_of() {
+	ns_exec 4 curl -s --max-time 2 "$(url "$1" /v1/cluster)" |
+		jq -r '"\(.leader) \(.plan.hash // "-") \(.plan.ranks // 0)"' 2>/dev/null
 }
+# agree HOSTS...: every host names the same leader and the same plan, with that many ranks, and a
+# completion through the first host succeeds
+agree() {
+	_c=$(cluster_of "$1")
+	case "$_c" in null*|*" - "*|"") return 1 ;; esac
+	[ "${_c##* }" = $# ] || return 1
+	for _h in "$@"; do [ "$(cluster_of "$_h")" = "$_c" ] || return 1; done
+	complete "$1"
+}
+# serves_all HOSTS...: a completion through every host succeeds
+serves_all() { for _h in "$@"; do complete "$_h" || return 1; done; }
 
 for h in 1 2 3; do start $h; done
 if ! ns_wait 40 agree 1 2 3; then
@@ -95,10 +104,11 @@ pause() {
 	_V=$_L
 	[ "$_who" = follower ] && _V=$((_L % 3 + 1))
 	_o1=$((_V % 3 + 1)) _o2=$(((_V + 1) % 3 + 1))
-	ns_kill "$_V" agent STOP
+	_pid=$(ns_pid "$_V" agent)
+	kill -STOP "$_pid" # not ns_kill: it waits for the process to end
 	_t0=$(ns_now_ms)
 	if [ "$_who" = follower ] && [ "$_s" -ge 5 ]; then
-		if ns_wait $((STEP_MS / 1000 + 2 + 3)) agree $_o1 $_o2; then
+		if ns_wait $((STEP_MS / 1000 + 2)) agree $_o1 $_o2; then
 			pass
 			echo "  $_who paused: the others serve again after $(($(ns_now_ms) - _t0)) ms" >&2
 		else
@@ -107,14 +117,15 @@ pause() {
 	fi
 	_left=$((_s * 1000 - ($(ns_now_ms) - _t0)))
 	[ $_left -gt 0 ] && sleep "$(echo "$_left" | awk '{printf "%.3f", $1 / 1000}')"
-	ns_kill "$_V" agent CONT
+	kill -CONT "$_pid"
 	_t1=$(ns_now_ms)
 	if ns_wait 5 agree 1 2 3; then
 		pass
 		echo "  $_who paused $_s s: all agree and serve $(($(ns_now_ms) - _t1)) ms after SIGCONT" >&2
+		check "$_who paused $_s s: completions through every node succeed" serves_all 1 2 3
 	else
 		fail "$_who paused $_s s: within 5 s after SIGCONT all 3 agree on one leader and plan and serve"
-		for _h in 1 2 3; do echo "  host $_h: leader $(leader_of $_h) plan $(plan_hash $_h)" >&2; done
+		for _h in 1 2 3; do echo "  host $_h: $(cluster_of $_h)" >&2; done
 		[ -n "$SHOAL_KEEP_LOGS" ] && for _h in 1 2 3; do cp "$(ns_dir $_h)/agent.log" "$SHOAL_KEEP_LOGS/h$_h.log"; done
 		ns_wait 30 agree 1 2 3 || { fail "$_who paused $_s s: not even after 35 s"; return 1; }
 	fi

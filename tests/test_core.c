@@ -53,6 +53,7 @@ typedef struct node {
 	char model[CORE_MODEL_MAX];
 	disc_id_t fed_leader;
 	uint64_t fed_epoch, term; /* term: the durable STATE_DIR/term */
+	uint64_t plan_epoch;      /* the largest plan epoch it ran (across restarts) */
 	int64_t next_hb;
 	enum sess sess;
 	char sess_hash[CORE_HASH_MAX];
@@ -78,6 +79,7 @@ typedef struct sim {
 	int max_delay;
 	int64_t lie_ms, lie_max; /* the planner says 200 while its plan cannot compute */
 	unsigned groups;
+	int epoch_back; /* a node ran a plan older than one it had run before */
 } sim_t;
 
 static uint32_t rng_state;
@@ -172,14 +174,13 @@ static void feed_leader(sim_t *s, int i)
 	disc_id_t l;
 	if (!elec_leader(d->e, &l))
 		memset(&l, 0, sizeof l);
-	uint64_t ep = elec_epoch(d->e);
-	if (elec_max_epoch(d->e) > d->term)
-		d->term = elec_max_epoch(d->e);
-	if (!disc_id_cmp(&l, &d->fed_leader) && ep == d->fed_epoch)
+	uint64_t ep = elec_epoch(d->e), mx = elec_max_epoch(d->e);
+	if (!disc_id_cmp(&l, &d->fed_leader) && ep == d->fed_epoch && mx == d->term)
 		return;
+	d->term = MAX(d->term, mx);
 	d->fed_leader = l;
 	d->fed_epoch = ep;
-	core_event_t ev = {.type = CORE_EV_LEADER, .id = l, .epoch = ep};
+	core_event_t ev = {.type = CORE_EV_LEADER, .id = l, .epoch = ep, .max_epoch = mx};
 	feed(s, i, &ev);
 }
 
@@ -260,6 +261,7 @@ static void feed(sim_t *s, int i, const core_event_t *ev)
 		case CORE_ACT_ACK:
 			m.kind = M_ACK;
 			m.ack = x.ack;
+			m.epoch = x.epoch;
 			snprintf(m.hash, sizeof m.hash, "%s", x.hash);
 			if (j >= 0)
 				bus_send(s, i, j, m);
@@ -373,6 +375,7 @@ static void deliver(sim_t *s, const msg_t *m)
 		break;
 	case M_ACK:
 		ev.type = CORE_EV_ACK;
+		ev.epoch = m->epoch;
 		ev.hash = m->hash;
 		ev.ack = m->ack;
 		ev.text = "";
@@ -523,6 +526,17 @@ static void sim_step(sim_t *s)
 			lying |= !running(s, index_of(s, &p->ranks[r]));
 	}
 	s->lie_ms = lying ? s->lie_ms + STEP : 0;
+	for (int i = 0; i < s->n; i++) {
+		const core_plan_t *p = running(s, i) ? core_plan(s->nd[i].c) : NULL;
+		if (!p)
+			continue;
+		if (p->epoch < s->nd[i].plan_epoch && getenv("SHOAL_CORE_SEED"))
+			fprintf(stderr, "  t=%lld node %d runs plan epoch %llx after %llx\n",
+				(long long)s->now, i, (unsigned long long)p->epoch,
+				(unsigned long long)s->nd[i].plan_epoch);
+		s->epoch_back += p->epoch < s->nd[i].plan_epoch;
+		s->nd[i].plan_epoch = MAX(s->nd[i].plan_epoch, p->epoch);
+	}
 	s->lie_max = MAX(s->lie_max, s->lie_ms);
 }
 
@@ -844,11 +858,13 @@ static int random_schedule(uint32_t seed, int verbose)
 	s.p_drop = 0;
 	s.lie_max = 0;
 	int64_t t = until_serving(&s, all_mask(n), 0, 12000);
-	int ok = t >= 0 && s.lie_max < 2000;
+	int ok = t >= 0 && s.lie_max < 2000 && !s.epoch_back;
 	if (!ok || verbose)
-		fprintf(stderr, "  seed %u: %d nodes, %s after healing (%lld ms), lie %lld ms\n",
+		fprintf(stderr,
+			"  seed %u: %d nodes, %s after healing (%lld ms), lie %lld ms, %d older "
+			"plans\n",
 			seed, n, t >= 0 ? "serving" : "NOT serving", (long long)t,
-			(long long)s.lie_max);
+			(long long)s.lie_max, s.epoch_back);
 	sim_free(&s);
 	return ok;
 }
@@ -862,7 +878,9 @@ TEST(random_schedules)
 		return;
 	}
 	int bad = 0;
-	for (uint32_t seed = 1; seed <= 250; seed++)
+	const char *many = getenv("SHOAL_CORE_SEEDS"); /* a longer soak: SHOAL_CORE_SEEDS=5000 */
+	uint32_t nseeds = many ? (uint32_t)strtoul(many, NULL, 10) : 250;
+	for (uint32_t seed = 1; seed <= nseeds; seed++)
 		bad += !random_schedule(seed, 0);
 	CHECK(bad == 0);
 }
