@@ -19,8 +19,12 @@
  * CORE_ACT_PLAN_GONE and entering it CORE_ACT_PLAN_IN_FORCE. A session runs at most once at a
  * time: a newer plan waits in `pending` until the running session reports DONE.
  *
- * Invariant: members[] holds each ID at most once and never self; plan epochs this node makes
- * grow with the election's epoch (term << 20 | sequence), and the term never shrinks.
+ * Epochs only grow: a plan's epoch (its group's tag) is term << 20 | sequence, raised above every
+ * plan epoch this node has seen (made, received, or reported in an acknowledgement); a node never
+ * runs a plan older than one it ran (it refuses it and says its epoch), and a planner that the
+ * election knows to be behind (it was paused or partitioned) plans only after it announced above.
+ *
+ * Invariant: members[] holds each ID at most once and never self; the term never shrinks.
  */
 #include "agent/core.h"
 #include "common/common.h"
