@@ -41,7 +41,7 @@ for h in 1 2 3; do ns_start $h agent "$SHOAL" agent --token bench --state-dir "$
 t0=$(ns_now_ms)
 if ns_wait 60 leader_ok 1 0 3; then
 	echo "cluster start: the leader's first 200 on /health with a 3-rank plan $(($(ns_now_ms) - t0)) ms after the last agent started (3 nodes, $MB MB demo model; target <= 2000; load average $(cut -d' ' -f1 /proc/loadavg))"
-	grep -h "keys derived" "$(ns_dir 1)/agent.log" "$(ns_dir 2)/agent.log" "$(ns_dir 3)/agent.log" 2>/dev/null | sed 's/^/  /
+	grep -h "keys derived" "$(ns_dir 1)/agent.log" "$(ns_dir 2)/agent.log" "$(ns_dir 3)/agent.log" 2>/dev/null | sed 's/^/  /'
 else
 	echo "cluster start: no leader served within 60 s"
 	exit 0
