@@ -174,6 +174,10 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 void agent_core_feed(agent_t *a, const core_event_t *ev);
 /* Feeds the election's leader and epoch to the core when they moved. */
 void agent_core_leader(agent_t *a);
+/* The one place for what runs beside the engine (e.g. --exec): plan `hash` (a->plan) serves on
+ * this node from now on (in_force = 1: its session is ready, the plan files are in the state
+ * directory), or no longer (0: its session is ending or ended). Agent thread; must not block. */
+void agent_plan_hook(agent_t *a, const char *hash, int in_force);
 /* Once per loop turn: the core's tick, sessions, the published health and cluster. */
 void agent_cluster_tick(agent_t *a, int64_t now);
 /* Stops and frees the session and plans (agent_free). */

@@ -396,9 +396,7 @@ static void start_session(agent_t *a, const core_action_t *x)
 	}
 }
 
-/* The hook for whatever runs beside the engine (--exec): the plan hash serves from now on
- * (in_force = 1) or no longer (0). Called on the agent's thread. */
-static void plan_hook(agent_t *a, const char *hash, int in_force)
+void agent_plan_hook(agent_t *a, const char *hash, int in_force)
 {
 	LOG(LOG_INFO, "plan %s: %s", hash, in_force ? "in force" : "no longer in force");
 	(void)a;
@@ -426,8 +424,8 @@ void agent_core_feed(agent_t *a, const core_event_t *ev)
 		case CORE_ACT_ACK: send_ack(a, &x); break;
 		case CORE_ACT_START_SESSION: start_session(a, &x); break;
 		case CORE_ACT_STOP_SESSION: session_stop(a->sess); break;
-		case CORE_ACT_PLAN_IN_FORCE: plan_hook(a, x.hash, 1); break;
-		case CORE_ACT_PLAN_GONE: plan_hook(a, x.hash, 0); break;
+		case CORE_ACT_PLAN_IN_FORCE: agent_plan_hook(a, x.hash, 1); break;
+		case CORE_ACT_PLAN_GONE: agent_plan_hook(a, x.hash, 0); break;
 		}
 	}
 }
