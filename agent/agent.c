@@ -744,7 +744,9 @@ int agent_run(agent_t *a)
 		pf[n++] =
 		    (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = a->sync_fd, .events = POLLIN};
-		int base = n, nc = a->nconns, timeout = 100;
+		/* a session forming or loading is polled more often: its READY is the cluster's
+		 * first 200 (formation time) */
+		int base = n, nc = a->nconns, timeout = a->sess && !a->sess_ready ? 20 : 100;
 		for (int i = 0; i < nc; i++) {
 			pf[n++] =
 			    (struct pollfd){.fd = tp_chan_fd(a->conns[i].ch), .events = POLLIN};

@@ -885,6 +885,40 @@ TEST(random_schedules)
 	CHECK(bad == 0);
 }
 
+/* Epochs only grow (discovery/election.c): a leader that hears of a larger epoch announces again
+ * above it; a node does not follow an announcement older than the largest epoch it has seen; a
+ * restarted node starts from its durable term. */
+TEST(epochs_only_grow)
+{
+	disc_id_t a = {{1}}, b = {{2}};
+	elec_config_t ec = {.settle_ms = 100, .grace_ms = 0};
+	elec_t *l = elec_new(&a, &ec, 0), *f = elec_new(&b, &ec, 0);
+	elec_member_up(l, &b, 0);
+	elec_member_up(f, &a, 0);
+	elec_tick(l, 200);
+	CHECK(elec_state(l) == ELEC_LEADER && elec_epoch(l) == 1);
+	/* f saw epoch 7 meanwhile (it followed someone else while l was paused) */
+	elec_on_heartbeat(f, &b, 7, &b, 0, 200);
+	elec_on_leader(f, &a, 1, NULL, 0, 210);
+	CHECK(elec_state(f) != ELEC_FOLLOWER); /* a stale announcement */
+	elec_msg_t m;
+	while (elec_next_msg(l, &m))
+		;
+	elec_on_heartbeat(l, &b, 7, &b, 0, 220); /* f's heartbeat carries its largest epoch */
+	elec_tick(l, 230);
+	CHECK(elec_state(l) == ELEC_LEADER && elec_epoch(l) == 8);
+	CHECK(elec_next_msg(l, &m) && m.type == DISC_MSG_LEADER && m.epoch == 8);
+	elec_on_leader(f, &a, 8, NULL, 0, 240);
+	CHECK(elec_state(f) == ELEC_FOLLOWER && elec_epoch(f) == 8);
+	elec_free(l);
+	elec_free(f);
+	ec.min_epoch = 8; /* STATE_DIR/term after a restart */
+	l = elec_new(&a, &ec, 0);
+	elec_tick(l, 500);
+	CHECK(elec_state(l) == ELEC_LEADER && elec_epoch(l) == 9);
+	elec_free(l);
+}
+
 /* Formation: a complete view (every sighted node is a member) settles after quick_ms, not the
  * whole settle time; an incomplete one waits settle_ms. */
 TEST(quick_settle)
@@ -956,6 +990,7 @@ int main(void)
 	RUN(duplicate_id_ignored);
 	RUN(flapping_link);
 	RUN(random_schedules);
+	RUN(epochs_only_grow);
 	RUN(quick_settle);
 	RUN(memory_limit_parse);
 	RUN(table_dot);
