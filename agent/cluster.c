@@ -1,17 +1,18 @@
 /*
- * cluster.c: from members to a running plan. Every node describes itself to every member once
- * (AGENT_MSG_NODE: addresses with interface names, API port, model content hash). The leader
- * builds a plan_view_t from itself and the members whose model matches its own, runs plan_make
- * once the set of plannable members has been stable for --replan-delay, and sends the plan JSON
- * to each of them (AGENT_MSG_PLAN); members it leaves out hear why (AGENT_MSG_EXCLUDED). Every
- * node in the plan (the leader too) verifies the hash, writes hostfile.json, mlx-hosts.json,
- * rdma-devices.json and plan.json into its state directory (the same bytes everywhere: they are
- * written from the one plan the leader sent), answers AGENT_MSG_ACK, and starts the plan's
- * session (serve.c) once the previous one has ended.
+ * cluster.c: the shell around the cluster core (core.c) for plans. Every node describes itself to
+ * every member once (AGENT_MSG_NODE: addresses with interface names, API port, model content hash
+ * and size, the memory it gives the model). What those descriptions mean (who plans, who is left
+ * out, when to plan again, when a session starts or stops, what /health says) is the core's
+ * decision; this file feeds it events (agent_core_feed) and carries out its actions: it builds
+ * the plan_view_t of the nodes the core names and runs plan_make (CORE_ACT_MAKE_PLAN), sends the
+ * plan JSON (AGENT_MSG_PLAN), acknowledgements (AGENT_MSG_ACK) and reasons for leaving a member
+ * out (AGENT_MSG_EXCLUDED), parses and verifies received plans, writes hostfile.json,
+ * mlx-hosts.json, rdma-devices.json and plan.json into the state directory when a session starts
+ * (the same bytes everywhere: written from the one plan text), starts and stops sessions
+ * (serve.c), calls agent_plan_hook, and publishes health and the /v1/cluster document.
  *
- * Invariant: at most one session runs; a newer plan waits in a->pending until the old session
- * is DONE. Plans are accepted only from the node this node holds for leader. The state moves
- * only through agent_convert (agent.c), which logs old -> new.
+ * Invariant: a->plan is the plan of the running (or last) session, a->pending the plan the core
+ * accepted until its session starts, a->made the planner's last plan; at most one session runs.
  */
 #include "agent/agent_int.h"
 #include "agent/cli.h"
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 /* ---- node descriptions ---------------------------------------------------------------------- */
