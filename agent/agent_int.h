@@ -1,6 +1,7 @@
 /*
- * agent_int.h: the agent's internals shared by its files (agent.c: the loop, members and
- * handshakes; cluster.c: node descriptions, the view, the plan and its distribution, the
+ * agent_int.h: the agent's internals shared by its files (core.c, behind core.h: the pure cluster
+ * core that decides; agent.c: the loop, members and handshakes; cluster.c: node descriptions,
+ * the core's actions, the view, the plan and its distribution, the
  * /v1/cluster document; serve.c: a plan's session (group, engine, worker loop) and the web glue;
  * status.c: the status socket and its JSON). Not for other modules.
  *
