@@ -129,7 +129,7 @@ static void finish_job_locked(web_job_t *j)
 		}
 	}
 	j->state = JOB_DONE;
-	pthread_cond_broadcast(&j->cv);
+	web_job_wake_locked(j);
 }
 
 /* ---- the token callback --------------------------------------------------------------------- */
@@ -181,10 +181,10 @@ static int on_token(void *ud, const eng_token_t *t)
 				arr = json_array();
 				json_array_append_new(arr, lp);
 			}
-			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, t->text, t->text_len,
-							    ENG_FINISH_NONE, j->req.include_usage,
-							    arr));
-			pthread_cond_broadcast(&j->cv);
+			web_sse_add(&j->out,
+				    web_json_chunk(&j->rid, NULL, t->text, t->text_len,
+						   ENG_FINISH_NONE, j->req.include_usage, arr));
+			web_job_wake_locked(j);
 		}
 	} else {
 		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
@@ -209,7 +209,7 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 		web_sse_add(&j->out, web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
 						    j->req.include_usage, NULL));
 		j->sent_role = 1;
-		pthread_cond_broadcast(&j->cv);
+		web_job_wake_locked(j);
 	}
 	pthread_mutex_unlock(&j->mu);
 
@@ -235,7 +235,8 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 		if (rc == SH_EINVAL)
 			web_err_set(&j->err, 400, "invalid_request_error", "messages",
 				    "context_length_exceeded", "%s",
-				    res.error[0] ? res.error : "the prompt does not fit the context");
+				    res.error[0] ? res.error
+						 : "the prompt does not fit the context");
 		else
 			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
 				    res.error[0] ? res.error : sh_strerror(rc));
@@ -245,7 +246,8 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 	if (s->m && !j->err.status)
 		web_metrics_finished(s->m, &res);
 	if (j->err.status && j->err.status != 499)
-		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status, j->err.message);
+		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status,
+		    j->err.message);
 }
 
 static void *sched_main(void *arg)
