@@ -53,6 +53,7 @@ struct web {
 	long long started; /* unix seconds */
 	web_guard_t *guard;
 	int tls;
+	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
 };
 
 /* Per-request state: the body while it uploads, then the job a non-streaming reply waits for. */
@@ -534,12 +535,36 @@ static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	return send_body(w, c, 200, body, "application/json", NULL, NULL);
 }
 
+/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
+static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn)
+{
+	if (!cn->parked) {
+		cn->park.c = c;
+		cn->park.fd = conn_fd(c);
+		web_park_attach(w->guard, &cn->park);
+		cn->parked = 1;
+	}
+	atomic_store(&cn->park.wake_at, now_ms() + 20);
+	if (web_park_suspend(w->guard, &cn->park))
+		return MHD_YES;
+	return send_errorf(w, c, 503, "unavailable", "unavailable",
+			   "the server is stopping; retry");
+}
+
 static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *cn)
 {
 	web_req_t rq;
 	web_err_t err;
 	int kind = cn->route == R_CHAT ? WEB_CHAT : WEB_COMPLETION;
-	if (web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err)) {
+	/* a parsed tree is bounded by the pre-scan; at most WEB_PARSE_CONCURRENCY exist at once */
+	if (atomic_fetch_add(&w->parsing, 1) >= WEB_PARSE_CONCURRENCY) {
+		atomic_fetch_sub(&w->parsing, 1);
+		return park_retry(w, c, cn);
+	}
+	int prc = web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err);
+	atomic_fetch_sub(&w->parsing, 1);
+	web_buf_free(&cn->body);
+	if (prc) {
 		web_req_clear(&rq);
 		return send_error(w, c, &err);
 	}
@@ -611,11 +636,14 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		return ok;
 	}
 	cn->job = j; /* the request's reference, dropped in completed() */
-	cn->park.c = c;
-	cn->park.fd = fd;
+	if (!cn->parked) {
+		cn->park.c = c;
+		cn->park.fd = fd;
+		web_park_attach(w->guard, &cn->park);
+		cn->parked = 1;
+	}
+	atomic_store(&cn->park.wake_at, 0);
 	cn->park.job = j;
-	web_park_attach(w->guard, &cn->park);
-	cn->parked = 1;
 	pthread_mutex_lock(&j->mu);
 	j->wake = web_park_wake;
 	j->wake_ud = &cn->park;
@@ -810,6 +838,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_NO;
 	cn->route = rt->route;
 	*con_cls = cn;
+	unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
+	if (announced > 0 && web_buf_add(&cn->body, "", 0) == 0) { /* one allocation, exact size */
+		char *p = realloc(cn->body.p, (size_t)announced + 1);
+		if (p) {
+			cn->body.p = p;
+			cn->body.cap = (size_t)announced + 1;
+		}
+	}
 	/* the body (if any) must arrive within the body deadline, however slowly it trickles */
 	web_guard_phase(w->guard, c, strcmp(method, "POST") ? WEB_PHASE_WORK : WEB_PHASE_BODY);
 	return MHD_YES;

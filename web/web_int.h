@@ -79,9 +79,8 @@ typedef struct web_req {
 
 /* Parses and validates a body for kind. Returns 0, or the HTTP status (400; 413 for a body
  * nested or numerous beyond the WEB_JSON_* caps, which a linear pre-scan finds before any tree is
- * built; 503 when the parse slots stay busy) with err filled. At most WEB_PARSE_CONCURRENCY
- * calls build a tree at once. Always leaves r safe to pass to web_req_clear. Never reads past
- * len. */
+ * built) with err filled. Always leaves r safe to pass to web_req_clear. Never reads past len.
+ * (server.c lets at most WEB_PARSE_CONCURRENCY calls run at once.) */
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
 void web_req_clear(web_req_t *r);
 
