@@ -237,6 +237,10 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 				    "context_length_exceeded", "%s",
 				    res.error[0] ? res.error
 						 : "the prompt does not fit the context");
+		else if (web_engine_lost(rc))
+			web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
+				    "the cluster lost a rank and is re-planning; retry (%s)",
+				    res.error[0] ? res.error : sh_strerror(rc));
 		else
 			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
 				    res.error[0] ? res.error : sh_strerror(rc));

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/common.h"
 #include "infer/infer.h"
 #include "web/web.h"
 
@@ -197,6 +198,13 @@ void web_sched_engine_release(web_sched_t *s);
 void web_sched_set_engine(web_sched_t *s, eng_t *e);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
+
+/* 1 when an eng_generate error means the group behind the engine broke (a rank lost or silent,
+ * its link failed): the request is answered 503 + Retry-After, as during a re-plan, never 500. */
+static inline int web_engine_lost(int rc)
+{
+	return rc == SH_ECLOSED || rc == SH_ETIMEDOUT || rc == SH_EIO;
+}
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
