@@ -55,6 +55,9 @@ typedef struct agent_config {
 	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
 	int threads;             /* compute threads (0 = cores) */
 	int ctx;                 /* context length (0 = the model's) */
+	const char *api_key;     /* Bearer key for the API (NULL: SHOAL_API_KEY, else none) */
+	const char *tls_cert;    /* PEM files: both given = the API is HTTPS only */
+	const char *tls_key;
 } agent_config_t;
 
 typedef struct agent agent_t;

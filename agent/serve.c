@@ -273,6 +273,10 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 	o.health = on_health;
 	o.cluster = on_cluster;
 	o.ud = a;
+	if (a->cfg.api_key && a->cfg.api_key[0])
+		o.api_key = a->cfg.api_key;
+	o.tls_cert = a->cfg.tls_cert;
+	o.tls_key = a->cfg.tls_key;
 	a->pub_state = WEB_FORMING;
 	snprintf(a->pub_reason, sizeof a->pub_reason, "waiting for peers");
 	char e[256];
