@@ -181,9 +181,9 @@ static int on_token(void *ud, const eng_token_t *t)
 				arr = json_array();
 				json_array_append_new(arr, lp);
 			}
-			web_sse_add(&j->out,
-				    web_json_chunk(&j->rid, NULL, t->text, t->text_len,
-						   ENG_FINISH_NONE, j->req.include_usage, arr));
+			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, t->text, t->text_len,
+							    ENG_FINISH_NONE, j->req.include_usage,
+							    arr));
 			web_job_wake_locked(j);
 		}
 	} else {
@@ -235,8 +235,7 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 		if (rc == SH_EINVAL)
 			web_err_set(&j->err, 400, "invalid_request_error", "messages",
 				    "context_length_exceeded", "%s",
-				    res.error[0] ? res.error
-						 : "the prompt does not fit the context");
+				    res.error[0] ? res.error : "the prompt does not fit the context");
 		else if (web_engine_lost(rc))
 			web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
 				    "the cluster lost a rank and is re-planning; retry (%s)",
@@ -250,8 +249,7 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 	if (s->m && !j->err.status)
 		web_metrics_finished(s->m, &res);
 	if (j->err.status && j->err.status != 499)
-		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status,
-		    j->err.message);
+		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status, j->err.message);
 }
 
 static void *sched_main(void *arg)

@@ -46,21 +46,21 @@ typedef int (*web_health_fn)(void *ud, char *reason, size_t reason_len);
 typedef char *(*web_cluster_fn)(void *ud);
 
 typedef struct web_opts {
-	const char *host;       /* address to bind; default "127.0.0.1"; "0.0.0.0" for all */
-	int port;               /* default 8080; 0 = any free port (see web_port) */
-	const char *api_key;    /* NULL/"" = no auth, else "Authorization: Bearer KEY" on /v1/ */
-	int queue_max;          /* requests waiting (not counting the running one); default 16 */
-	int request_timeout_ms; /* from acceptance to the last token; default 300000 */
-	const char *model_name; /* id in /v1/models and replies; NULL = the engine's name */
-	web_health_fn health;   /* NULL: serving when an engine is attached, else loading */
-	web_cluster_fn cluster; /* NULL: a one-node description built from the engine */
-	void *ud;               /* passed to health and cluster */
-	const char *tls_cert;   /* PEM files: both given = HTTPS only; NULL = plain HTTP */
+	const char *host;         /* address to bind; default "127.0.0.1"; "0.0.0.0" for all */
+	int port;                 /* default 8080; 0 = any free port (see web_port) */
+	const char *api_key;      /* NULL/"" = no auth, else "Authorization: Bearer KEY" on /v1/ */
+	int queue_max;            /* requests waiting (not counting the running one); default 16 */
+	int request_timeout_ms;   /* from acceptance to the last token; default 300000 */
+	const char *model_name;   /* id in /v1/models and replies; NULL = the engine's name */
+	web_health_fn health;     /* NULL: serving when an engine is attached, else loading */
+	web_cluster_fn cluster;   /* NULL: a one-node description built from the engine */
+	void *ud;                 /* passed to health and cluster */
+	const char *tls_cert;     /* PEM files: both given = HTTPS only; NULL = plain HTTP */
 	const char *tls_key;
-	int max_conns;         /* open connections; 0 = 2048 (less if the fd limit is low) */
-	int per_ip_max;        /* connections from one client address; 0 = 64 */
-	int header_timeout_ms; /* headers complete within this; 0 = 15000 */
-	int body_timeout_ms;   /* body complete within this after the headers; 0 = 60000 */
+	int max_conns;            /* open connections; 0 = 2048 (less if the fd limit is low) */
+	int per_ip_max;           /* connections from one client address; 0 = 64 */
+	int header_timeout_ms;    /* headers complete within this; 0 = 15000 */
+	int body_timeout_ms;      /* body complete within this after the headers; 0 = 60000 */
 } web_opts_t;
 
 /* Fills o with the defaults above, then applies SHOAL_API_KEY from the environment if set. */
