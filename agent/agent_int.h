@@ -129,6 +129,8 @@ struct agent {
 	struct fetch *fetch;     /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
+	struct verify *verify;  /* the running periodic re-hash, or NULL */
+	int64_t verify_next_ms; /* when the next one starts */
 	/* plans (cluster.c) */
 	plan_t *plan;          /* the plan this node runs (or last ran), or NULL */
 	plan_t *pending;       /* a newer plan waiting for the old session to end */

@@ -8,8 +8,16 @@
  * has one) on a thread into STATE_DIR/models/HASH.gguf, then uses it as its model and announces
  * the hash to every member, which makes the leader plan it.
  *
- * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, once, when a fetch
- * has finished and verified the file; the serving threads copy what they need at their start.
+ * Every start reads the whole file (the size-and-mtime cache is not trusted then: a disk can rot
+ * a byte and keep the mtime), a cached copy in STATE_DIR/models included (modelsync_cached), and
+ * a long-running node re-reads it every SHOAL_MODEL_VERIFY_S seconds (default 6 h) on a thread.
+ * A fetched copy that no longer matches is deleted and fetched again; the node announces that it
+ * has no model meanwhile, so the leader plans without it. A --model file that changed is the
+ * user's: its new hash is announced (the leader then decides whether it still fits the plan).
+ *
+ * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, when a fetch
+ * has finished and verified the file or a re-check found it changed; the serving threads copy
+ * what they need at their start.
  */
 #include "agent/agent_int.h"
 #include "agent/modelsync.h"
@@ -27,6 +35,16 @@
 #define SYNC_TIMEOUT_MS  15000 /* a silent peer ends a transfer after this */
 #define SYNC_MAX_SERVERS 8
 #define FETCH_RETRY_MS   3000
+#define VERIFY_DEFAULT_S (6 * 3600)
+
+struct verify {
+	pthread_t th;
+	char path[4200], state_dir[4096];
+	atomic_int done;
+	int rc;
+	uint8_t got[MS_HASH_BYTES];
+	char err[256];
+};
 
 struct fetch {
 	agent_t *a; /* read only: keys, self, state dir */
@@ -138,9 +156,82 @@ static void *fetch_main(void *arg)
 	return NULL;
 }
 
-/* Once per loop turn: a node without a model fetches the leader's. */
+/* ---- re-checking it ------------------------------------------------------------------------- */
+
+static int64_t verify_period_ms(void)
+{
+	const char *s = getenv("SHOAL_MODEL_VERIFY_S");
+	long v = s && *s ? strtol(s, NULL, 10) : VERIFY_DEFAULT_S;
+	return (int64_t)(v > 0 ? v : VERIFY_DEFAULT_S) * 1000;
+}
+
+static void *verify_main(void *arg)
+{
+	struct verify *v = arg;
+	v->rc = modelsync_verify_file(v->path, v->state_dir, v->got, v->err, sizeof v->err);
+	atomic_store(&v->done, 1);
+	return NULL;
+}
+
+/* The periodic re-hash: starts one when due, acts on its result when it ends. */
+static void verify_tick(agent_t *a, int64_t now)
+{
+	struct verify *v = a->verify;
+	if (v && atomic_load(&v->done)) {
+		pthread_join(v->th, NULL);
+		a->verify = NULL;
+		a->verify_next_ms = now + verify_period_ms();
+		char hex[MS_HASH_HEX];
+		modelsync_hex(hex, v->got);
+		if (v->rc)
+			LOG(LOG_WARN, "model: re-check of %s failed: %s", v->path, v->err);
+		else if (a->cfg.model && !strcmp(a->cfg.model, v->path) && a->model_hash[0] &&
+			 strcmp(hex, a->model_hash)) {
+			int fetched = a->cfg.model == a->model_path;
+			LOG(LOG_ERROR, "model: %s changed on disk (hash %.16s, was %.16s)%s",
+			    v->path, hex, a->model_hash,
+			    fetched ? ": deleted, fetching it again" : "");
+			if (fetched) {
+				unlink(v->path);
+				a->cfg.model = NULL;
+				a->model_hash[0] = 0;
+				snprintf(a->why, sizeof a->why,
+					 "the model copy rotted on disk: "
+					 "fetching it again");
+			} else {
+				snprintf(a->model_hash, sizeof a->model_hash, "%s", hex);
+			}
+			for (int i = 0; i < a->nconns; i++)
+				agent_send_node(a, &a->conns[i]);
+		} else {
+			LOG(LOG_DEBUG, "model: %s re-checked, unchanged", v->path);
+		}
+		free(v);
+		return;
+	}
+	if (v || !a->cfg.model || !a->model_hash[0])
+		return;
+	if (!a->verify_next_ms) {
+		a->verify_next_ms = now + verify_period_ms();
+		return;
+	}
+	if (now < a->verify_next_ms || !(v = calloc(1, sizeof *v)))
+		return;
+	snprintf(v->path, sizeof v->path, "%s", a->cfg.model);
+	snprintf(v->state_dir, sizeof v->state_dir, "%s", a->cfg.state_dir);
+	atomic_init(&v->done, 0);
+	if (pthread_create(&v->th, NULL, verify_main, v)) {
+		free(v);
+		a->verify_next_ms = now + verify_period_ms();
+		return;
+	}
+	a->verify = v;
+}
+
+/* Once per loop turn: a node without a model fetches the leader's; the file is re-checked. */
 void agent_model_tick(agent_t *a, int64_t now)
 {
+	verify_tick(a, now);
 	struct fetch *f = a->fetch;
 	if (f && atomic_load(&f->done)) {
 		pthread_join(f->th, NULL);
@@ -217,9 +308,15 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 	a->sync_fd = -1;
 	if (a->cfg.model) {
 		int64_t t0 = now_ms();
-		if (agent_model_hash(a->cfg.model, a->cfg.state_dir, a->model_hash, &a->model_size,
-				     err, errlen))
+		uint8_t h[MS_HASH_BYTES];
+		struct stat st;
+		/* every byte, every start: the cache would trust a size and mtime a bad disk kept
+		 */
+		if (modelsync_verify_file(a->cfg.model, a->cfg.state_dir, h, err, errlen) ||
+		    stat(a->cfg.model, &st) != 0)
 			return SH_EIO;
+		modelsync_hex(a->model_hash, h);
+		a->model_size = (uint64_t)st.st_size;
 		LOG(LOG_INFO, "model %s: %llu bytes, hash %.16s (%lld ms)", a->cfg.model,
 		    (unsigned long long)a->model_size, a->model_hash, (long long)(now_ms() - t0));
 	} else
@@ -233,6 +330,11 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 
 void agent_model_free(agent_t *a)
 {
+	if (a->verify) {
+		pthread_join(a->verify->th, NULL); /* one pass over the file at most */
+		free(a->verify);
+		a->verify = NULL;
+	}
 	if (a->fetch) {
 		pthread_join(a->fetch->th, NULL); /* bounded by the transfer's timeout */
 		free(a->fetch);

@@ -234,8 +234,10 @@ static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const cha
 	return rc;
 }
 
-int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
-			char *err, size_t errlen)
+/* modelsync_hash_file and modelsync_verify_file: use_cache 0 reads every byte and only updates
+ * the cache. */
+static int hash_file(const char *path, const char *state_dir, int use_cache,
+		     uint8_t out[MS_HASH_BYTES], char *err, size_t errlen)
 {
 	if (sodium_init() < 0)
 		return sh_fail(err, errlen, SH_EIO, "libsodium failed to initialize");
@@ -254,7 +256,7 @@ int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_
 	}
 	int64_t mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 	uint64_t size = (uint64_t)sb.st_size;
-	if (state_dir && cache_lookup(state_dir, abs, size, mtime, out)) {
+	if (state_dir && use_cache && cache_lookup(state_dir, abs, size, mtime, out)) {
 		close(fd);
 		return 0;
 	}
@@ -268,6 +270,18 @@ int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_
 	if (state_dir)
 		cache_store(state_dir, abs, size, mtime, out);
 	return 0;
+}
+
+int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
+			char *err, size_t errlen)
+{
+	return hash_file(path, state_dir, 1, out, err, errlen);
+}
+
+int modelsync_verify_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
+			  char *err, size_t errlen)
+{
+	return hash_file(path, state_dir, 0, out, err, errlen);
 }
 
 int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
@@ -286,7 +300,8 @@ int modelsync_cached(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], c
 	uint8_t got[MS_HASH_BYTES];
 	if (modelsync_model_path(state_dir, hash, p, sizeof p) || access(p, F_OK) != 0)
 		return 0;
-	if (modelsync_hash_file(p, state_dir, got, err, sizeof err) != 0)
+	/* every byte: a copy whose size and mtime were kept can still have rotted */
+	if (modelsync_verify_file(p, state_dir, got, err, sizeof err) != 0)
 		return 0;
 	if (sodium_memcmp(got, hash, MS_HASH_BYTES) != 0) {
 		LOG(LOG_WARN, "%s does not match its name: deleted", p);
