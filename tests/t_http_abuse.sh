@@ -69,8 +69,13 @@ sed 's/^/  flood: /' "$TMP/flood" "$TMP/flood.err" >&2
 f=$TMP/flood
 base=$(val "$f" rss_base_mb) peak=$(val "$f" rss_peak_mb) after=$(val "$f" rss_after_mb)
 check "flood ran" [ -n "$base" ] && [ -n "$peak" ] && [ -n "$after" ]
-check "peak RSS < 300 MB over idle ($base -> $peak MB)" [ $((peak - base)) -lt 300 ]
-check "RSS back within 50 MB ($base -> $after MB)" [ $((after - base)) -lt 50 ]
+case "$SHOAL" in
+*-san/*) # ASan's shadow memory and free quarantine say nothing about ours: figures only
+	echo "  (sanitizer build: RSS $base -> $peak -> $after MB, not asserted)" >&2 ;;
+*)
+	check "peak RSS < 300 MB over idle ($base -> $peak MB)" [ $((peak - base)) -lt 300 ]
+	check "RSS back within 50 MB ($base -> $after MB)" [ $((after - base)) -lt 50 ] ;;
+esac
 for k in big under chunked; do
 	check "flood $k: all 413" [ "$(val "$f" "flood_$k")" = 413 ]
 done

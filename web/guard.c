@@ -43,7 +43,6 @@ struct web_guard {
 	pthread_cond_t cv;  /* the watch thread's sleep; signalled at free */
 	cx_t *conns;
 	web_park_t *parks;
-	int n_open;
 	atomic_int stopping;
 	int quit;
 	int header_ms, body_ms;
@@ -215,7 +214,6 @@ void web_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context
 		if (g->conns)
 			g->conns->prev = x;
 		g->conns = x;
-		g->n_open++;
 		pthread_mutex_unlock(&g->mu);
 		*socket_context = x;
 		return;
@@ -230,7 +228,6 @@ void web_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context
 		g->conns = x->next;
 	if (x->next)
 		x->next->prev = x->prev;
-	g->n_open--;
 	pthread_mutex_unlock(&g->mu);
 	free(x);
 	*socket_context = NULL;
@@ -249,14 +246,6 @@ void web_guard_phase(web_guard_t *g, struct MHD_Connection *c, int phase)
 		      : phase == WEB_PHASE_BODY  ? now + g->body_ms
 						 : 0;
 	pthread_mutex_unlock(&g->mu);
-}
-
-int web_guard_open(web_guard_t *g)
-{
-	pthread_mutex_lock(&g->mu);
-	int n = g->n_open;
-	pthread_mutex_unlock(&g->mu);
-	return n;
 }
 
 void web_park_attach(web_guard_t *g, web_park_t *p)

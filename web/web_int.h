@@ -278,8 +278,6 @@ void web_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context
 		      enum MHD_ConnectionNotificationCode toe);
 /* Moves c's deadline to phase (enum web_phase), from now. */
 void web_guard_phase(web_guard_t *g, struct MHD_Connection *c, int phase);
-/* Connections currently open (for /metrics and tests). */
-int web_guard_open(web_guard_t *g);
 
 /* Attaches p (zeroed by the caller except c, fd, job) / detaches it (before its owner frees). */
 void web_park_attach(web_guard_t *g, web_park_t *p);
