@@ -5,7 +5,8 @@ usage: slow_clients.py PORT N SOURCES SECONDS [API_KEY]
 
 Opens N sockets to 127.0.0.1:PORT from SOURCES loopback addresses (127.0.0.2, .3, ...), each
 sending a request one byte every 5 s (the headers never end). Meanwhile, from 127.0.0.1, GET
-/health every second and a short completion every 4 s. Then 100 more sockets from one address
+/health every second and a short completion every 4 s (every other one streamed: SSE must keep
+flowing on the event-loop threads; it counts when it ends with data: [DONE]). Then 100 more sockets from one address
 (127.0.0.200) test the per-address cap. Prints one "key value" line per figure; the shell test
 (tests/t_http_abuse.sh) asserts on them. Bounded: SECONDS + a few.
 """
@@ -19,12 +20,14 @@ import time
 
 port, n, sources, secs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 key = sys.argv[5] if len(sys.argv) > 5 else ""
-good = {"health_ok": 0, "health_bad": 0, "comp_ok": 0, "comp_bad": 0, "worst_ms": 0}
+good = {"health_ok": 0, "health_bad": 0, "comp_ok": 0, "comp_bad": 0, "stream_ok": 0,
+        "stream_bad": 0, "worst_ms": 0}
 stop = False
 
 
 def well_behaved():
     last_comp = 0.0
+    n_comp = 0
     while not stop:
         t0 = time.time()
         try:
@@ -39,16 +42,23 @@ def well_behaved():
             print("health error", repr(e), file=sys.stderr)
         if time.time() - last_comp >= 4:
             last_comp = time.time()
+            n_comp += 1
+            stream = n_comp % 2 == 0
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 8})
+                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 8,
+                                   "stream": stream})
                 hdr = {"Content-Type": "application/json"}
                 if key:
                     hdr["Authorization"] = "Bearer " + key
                 c.request("POST", "/v1/completions", body, hdr)
                 r = c.getresponse()
-                d = json.loads(r.read())
-                ok = r.status == 200 and d["choices"][0]["text"] is not None
+                raw = r.read()
+                if stream:
+                    ok = r.status == 200 and raw.rstrip().endswith(b"data: [DONE]")
+                    good["stream_ok" if ok else "stream_bad"] += 1
+                else:
+                    ok = r.status == 200 and json.loads(raw)["choices"][0]["text"] is not None
                 good["comp_ok" if ok else "comp_bad"] += 1
                 c.close()
             except Exception as e:  # noqa: BLE001

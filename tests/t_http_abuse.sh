@@ -2,7 +2,8 @@
 # t_http_abuse.sh: hostile HTTP clients against `shoal serve` and against a lone `shoal agent`
 # (loopback only, no root):
 # - 600 slow sockets (one header byte per 5 s, from 10 loopback addresses) against each at once:
-#   /health every second and a completion every 4 s from 127.0.0.1 succeed throughout, and the
+#   /health every second and a completion every 4 s from 127.0.0.1 (every other one streamed)
+#   succeed throughout, and the
 #   server closes every slow socket by its header deadline (15 s), bytes trickling in or not;
 # - 100 connections from one address: at most the per-address cap (64) stay open;
 # - 100 concurrent 1 MiB bodies {"x":[{},{},...]}, 100 just under the 512 KiB limit and 100
@@ -58,6 +59,8 @@ for who in serve agent; do
 	check "$who: /health answered throughout" [ "$(val "$f" health_ok)" -ge 12 ]
 	check "$who: completions never failed" [ "$(val "$f" comp_bad)" = 0 ]
 	check "$who: completions answered" [ "$(val "$f" comp_ok)" -ge 3 ]
+	check "$who: streamed ones ended with [DONE]" [ "$(val "$f" stream_ok)" -ge 1 ]
+	check "$who: no stream failed" [ "$(val "$f" stream_bad)" = 0 ]
 	check "$who: every slow socket closed by the server" [ "$(val "$f" slow_closed_by_server)" = 600 ]
 	check "$who: by the header deadline (15 s)" [ "$(val "$f" slow_longest_s)" -le 17 ]
 	check "$who: one address keeps at most 64 connections" [ "$(val "$f" one_address_kept)" -le 64 ]

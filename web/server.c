@@ -948,19 +948,28 @@ static int httpd_start(web_t *w, const web_opts_t *o, const struct addrinfo *ai,
 		flags |= MHD_USE_TLS;
 		w->tls = 1;
 	}
+	/* TLS 1.2 and 1.3 only (a GnuTLS priority string) */
+	static char prio[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
 	struct MHD_OptionItem tls_opts[] = {
-	    {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
-	    {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
-	    {MHD_OPTION_END, 0, NULL},
+		{cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
+		{MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+		{MHD_OPTION_HTTPS_PRIORITIES, 0, prio},
+		{MHD_OPTION_END, 0, NULL},
 	};
-	w->d = MHD_start_daemon(
-	    flags, 0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-	    MHD_OPTION_THREAD_POOL_SIZE, pool, MHD_OPTION_CONNECTION_LIMIT, max_conns,
-	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)HTTP_IDLE_S, MHD_OPTION_NOTIFY_COMPLETED, completed, w,
-	    MHD_OPTION_NOTIFY_CONNECTION, web_guard_notify, w->guard, MHD_OPTION_EXTERNAL_LOGGER,
-	    mhd_log, w, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_ARRAY, tls_opts,
-	    MHD_OPTION_END);
+	/* clang-format off */
+	w->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, w,
+				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_THREAD_POOL_SIZE, pool,
+				MHD_OPTION_CONNECTION_LIMIT, max_conns,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+				MHD_OPTION_NOTIFY_COMPLETED, completed, w,
+				MHD_OPTION_NOTIFY_CONNECTION, web_guard_notify, w->guard,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, w,
+				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+				MHD_OPTION_ARRAY, tls_opts, /* empty without TLS */
+				MHD_OPTION_END);
+	/* clang-format on */
 	int e = errno;
 	/* libmicrohttpd copies neither PEM: it hands them to GnuTLS at start, which copies them */
 	if (key) {
