@@ -35,6 +35,9 @@
 #define SSE_BLOCK 16384
 #define KEEPALIVE_MS 15000
 #define HTTP_IDLE_S  60 /* libmicrohttpd's own idle timeout (restarts on every byte) */
+#ifndef MSG_NOSIGNAL /* macOS: both commands ignore SIGPIPE (the early 413 send) */
+#define MSG_NOSIGNAL 0
+#endif
 
 struct web {
 	struct MHD_Daemon *d;
