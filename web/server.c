@@ -19,7 +19,6 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
-#include <poll.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,8 +48,7 @@ struct web {
 	void *ud;
 	web_sched_t *sched;
 	web_metrics_t metrics;
-	pthread_mutex_t mu; /* leader, and the events wake-up */
-	pthread_cond_t cv;  /* signalled at shutdown (events streams sleep on it) */
+	pthread_mutex_t mu; /* leader */
 	char *leader;       /* follower mode when non-NULL */
 	atomic_int stopping;
 	long long started; /* unix seconds */
@@ -997,7 +995,6 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	if (!w)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
 	web_metrics_init(&w->metrics);
 	w->host = xstrdup(o->host && o->host[0] ? o->host : "127.0.0.1");
 	w->api_key = o->api_key && o->api_key[0] ? xstrdup(o->api_key) : NULL;
@@ -1055,7 +1052,6 @@ void web_free(web_t *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	atomic_store(&w->stopping, 1);
-	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	if (w->sched)
 		web_sched_stop(w->sched); /* every job ends and wakes its parked connection */
@@ -1065,7 +1061,6 @@ void web_free(web_t *w)
 	web_guard_free(w->guard);
 	web_sched_free(w->sched);
 	web_metrics_destroy(&w->metrics);
-	pthread_cond_destroy(&w->cv);
 	pthread_mutex_destroy(&w->mu);
 	free(w->host);
 	free(w->api_key);
