@@ -154,6 +154,7 @@ struct agent {
 	char pub_reason[200]; /* pub */
 	char *pub_cluster;    /* pub: the /v1/cluster JSON */
 	int64_t pub_ms;
+	atomic_int group_broken; /* set by the web server when a request met a broken group */
 };
 
 /* ---- agent.c ---- */

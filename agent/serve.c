@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define GROUP_FORM_MS 10000 /* every rank must show up within this after a plan */
 
@@ -109,10 +110,28 @@ static void *session_main(void *arg)
 				web_set_rank_health(a->web, r, 1);
 			web_set_engine(a->web, e);
 		}
+		atomic_store(&a->group_broken, 0); /* a late word about an older group */
 		atomic_store(&s->phase, SESSION_READY);
+		/* until told to stop, or until a request meets a broken group (a rank lost or
+		 * silent while its node still answers the control channel): the session then ends
+		 * with an error, which makes the leader re-plan (cluster.c) instead of serving 503s
+		 */
 		pthread_mutex_lock(&s->mu);
-		while (!s->stop)
-			pthread_cond_wait(&s->cv, &s->mu);
+		while (!s->stop) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 200 * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			if (s->world > 1 && atomic_exchange(&a->group_broken, 0)) {
+				snprintf(err, sizeof err,
+					 "the group broke: a rank stopped answering");
+				break;
+			}
+		}
 		pthread_mutex_unlock(&s->mu);
 		/* the group is aborted: a running request fails at its next step */
 		if (a->web)
@@ -243,6 +262,12 @@ static int on_health(void *ud, char *reason, size_t len)
 	return st;
 }
 
+static void on_engine_lost(void *ud)
+{
+	agent_t *a = ud;
+	atomic_store(&a->group_broken, 1);
+}
+
 static char *on_cluster(void *ud)
 {
 	agent_t *a = ud;
@@ -272,6 +297,7 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 	o.port = a->cfg.http_port;
 	o.health = on_health;
 	o.cluster = on_cluster;
+	o.engine_lost = on_engine_lost;
 	o.ud = a;
 	if (a->cfg.api_key && a->cfg.api_key[0])
 		o.api_key = a->cfg.api_key;

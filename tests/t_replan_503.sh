@@ -16,6 +16,7 @@ cleanup() {
 	for p in $PIDS; do kill "$p" 2>/dev/null; done
 	for p in $PIDS; do wait "$p" 2>/dev/null; done
 	[ "$T_FAIL" -gt 0 ] && tail -n 30 "$TMP"/*.log >&2
+	[ -n "$KEEPLOG" ] && cat "$TMP"/*.log >&2
 	rm -rf "$TMP"
 }
 trap cleanup EXIT

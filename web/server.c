@@ -45,6 +45,7 @@ struct web {
 	int queue_max, timeout_ms;
 	web_health_fn health;
 	web_cluster_fn cluster;
+	web_engine_lost_fn engine_lost;
 	void *ud;
 	web_sched_t *sched;
 	web_metrics_t metrics;
@@ -393,6 +394,13 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	return ok;
 }
 
+/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
+static void check_engine_lost(web_t *w, const web_job_t *j)
+{
+	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
+		w->engine_lost(w->ud);
+}
+
 /* ---- completions ---------------------------------------------------------------------------- */
 
 typedef struct stream {
@@ -422,6 +430,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (j->state == JOB_DONE) {
 		pthread_mutex_unlock(&j->mu);
+		check_engine_lost(st->w, j);
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	}
 	if (now - st->last_write_ms >= KEEPALIVE_MS) {
@@ -512,6 +521,7 @@ static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
 				   "the server is stopping; retry");
 	}
 	pthread_mutex_unlock(&j->mu);
+	check_engine_lost(w, j);
 	if (j->err.status)
 		return send_error(w, c, &j->err);
 	web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
@@ -1003,6 +1013,7 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	w->timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : 300000;
 	w->health = o->health;
 	w->cluster = o->cluster;
+	w->engine_lost = o->engine_lost;
 	w->ud = o->ud;
 	w->started = (long long)time(NULL);
 	if (!w->host)

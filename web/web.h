@@ -45,6 +45,11 @@ typedef int (*web_health_fn)(void *ud, char *reason, size_t reason_len);
  * in the shape docs/api.md gives for GET /v1/cluster, or NULL. Called from connection threads. */
 typedef char *(*web_cluster_fn)(void *ud);
 
+/* Group-lost callback: a request failed because the engine's group broke (a rank lost or
+ * silent: the request got 503); the owner should form a new group. Called from libmicrohttpd's
+ * threads, possibly more than once per break; must not block. */
+typedef void (*web_engine_lost_fn)(void *ud);
+
 typedef struct web_opts {
 	const char *host;         /* address to bind; default "127.0.0.1"; "0.0.0.0" for all */
 	int port;                 /* default 8080; 0 = any free port (see web_port) */
@@ -54,7 +59,8 @@ typedef struct web_opts {
 	const char *model_name;   /* id in /v1/models and replies; NULL = the engine's name */
 	web_health_fn health;     /* NULL: serving when an engine is attached, else loading */
 	web_cluster_fn cluster;   /* NULL: a one-node description built from the engine */
-	void *ud;                 /* passed to health and cluster */
+	void *ud;                 /* passed to health, cluster and engine_lost */
+	web_engine_lost_fn engine_lost; /* NULL: nobody to tell */
 	const char *tls_cert;     /* PEM files: both given = HTTPS only; NULL = plain HTTP */
 	const char *tls_key;
 	int max_conns;            /* open connections; 0 = 2048 (less if the fd limit is low) */
