@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """replan_requests.py: completions in a steady stream while a rank is killed.
 
-usage: replan_requests.py PORT SECONDS KILL_PID KILL_AT_S
+usage: replan_requests.py PORT SECONDS KILL_PID KILL_AT_S [stop:S]
 
 Three clients send non-streaming completions to 127.0.0.1:PORT back to back for SECONDS; at
-KILL_AT_S the process KILL_PID (a rank of the plan) gets SIGKILL. Prints "status N" per HTTP
+KILL_AT_S the process KILL_PID (a rank of the plan) gets SIGKILL, or with stop:S it is paused
+(SIGSTOP) for S seconds and then continued. Prints "status N" per HTTP
 status seen, "no_retry_after N" (503s without Retry-After), "ok_after_kill N" (200s that started
 after the kill) and "other N" (failures that were no HTTP answer at all).
 """
@@ -17,6 +18,7 @@ import threading
 import time
 
 port, secs, kill_pid, kill_at = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+pause = float(sys.argv[5].split(":")[1]) if len(sys.argv) > 5 else 0.0
 t0 = time.time()
 killed_at = [0.0]
 counts, lock = {}, threading.Lock()
@@ -55,7 +57,12 @@ ts = [threading.Thread(target=client) for _ in range(3)]
 for t in ts:
     t.start()
 time.sleep(kill_at)
-os.kill(kill_pid, signal.SIGKILL)
+if pause:
+    os.kill(kill_pid, signal.SIGSTOP)
+    time.sleep(pause)
+    os.kill(kill_pid, signal.SIGCONT)
+else:
+    os.kill(kill_pid, signal.SIGKILL)
 killed_at[0] = time.time()
 for t in ts:
     t.join()

@@ -1,8 +1,12 @@
 #!/bin/sh
 # t_replan_503.sh: completions sent while the cluster loses a rank get 200 or 503 with
-# Retry-After, never 500 (issue 14): two agents on loopback (static peers, no root), three clients
-# sending completions back to back to the leader, the follower (rank 1) killed with SIGKILL
-# mid-stream; the leader re-plans alone and serves 200 again. Helper: tests/replan_requests.py.
+# Retry-After, never 500 (issue 14): two agents on loopback (static peers, no root, a 400 ms step
+# timeout), three clients sending completions back to back to the leader, and
+# - the follower (rank 1) paused for 1 s (SIGSTOP, shorter than the 1.5 s that drops a member):
+#   the step times out, the leader's session ends on that 503 (web_opts.engine_lost) and it
+#   re-plans with both nodes; served 200 again after;
+# - then the follower killed with SIGKILL: the leader re-plans alone and serves 200 again.
+# Helper: tests/replan_requests.py.
 . tests/lib.sh
 
 MODEL=$SHARED/models/stories260K.gguf
@@ -23,7 +27,7 @@ trap cleanup EXIT
 start() { # name port http-port
 	"$SHOAL" agent --token replan-test --model "$MODEL" --state-dir "$TMP/$1" --port "$2" \
 		--http-port "$3" --no-mdns --peer "127.0.0.1:$PA" --peer "127.0.0.1:$PB" --expect 2 \
-		--threads 1 --replan-delay 200 >"$TMP/$1.log" 2>&1 &
+		--threads 1 --replan-delay 200 --step-timeout 400 >"$TMP/$1.log" 2>&1 &
 	PIDS="$PIDS $!"
 	eval "PID_$1=$!"
 }
@@ -46,13 +50,21 @@ d=json.load(sys.stdin)
 print([m["addr"].rsplit(":",1)[1] for m in d["members"] if m["id"]==d["leader"]][0])')
 if [ "$LEADER_HTTP" = "$HA" ]; then VICTIM=$PID_b; else VICTIM=$PID_a; fi
 
-python3 tests/replan_requests.py "$LEADER_HTTP" 12 "$VICTIM" 2 >"$TMP/out" 2>"$TMP/err"
-sed 's/^/  /' "$TMP/out" >&2
 val() { sed -n "s/^$1 //p" "$TMP/out"; }
-check "no status other than 200 and 503" \
-	sh -c "! grep '^status_' '$TMP/out' | grep -v -e '^status_200 ' -e '^status_503 '"
-check "every 503 carries Retry-After" [ "$(val no_retry_after)" = 0 ]
-check "every request got an HTTP answer" [ "$(val other)" = 0 ]
-check "served before the kill" [ "$(val status_200)" -gt 0 ]
-check "served again after the re-plan" [ "$(val ok_after_kill)" -gt 0 ]
+outcome() { # what
+	sed 's/^/  /' "$TMP/out" >&2
+	check "$1: no status other than 200 and 503" \
+		sh -c "! grep '^status_' '$TMP/out' | grep -v -e '^status_200 ' -e '^status_503 '"
+	check "$1: every 503 carries Retry-After" [ "$(val no_retry_after)" = 0 ]
+	check "$1: every request got an HTTP answer" [ "$(val other)" = 0 ]
+	check "$1: served" [ "$(val status_200)" -gt 0 ]
+	check "$1: served again after" [ "$(val ok_after_kill)" -gt 0 ]
+}
+python3 tests/replan_requests.py "$LEADER_HTTP" 9 "$VICTIM" 1.5 stop:1 >"$TMP/out" 2>"$TMP/err"
+outcome "follower paused 1 s"
+check "follower paused: the leader's session ended on the broken group" \
+	sh -c "grep -q 'the group broke' '$TMP'/*.log"
+check "follower paused: both ranks serve again" wait_ranks "$LEADER_HTTP" 2
+python3 tests/replan_requests.py "$LEADER_HTTP" 10 "$VICTIM" 2 >"$TMP/out" 2>"$TMP/err"
+outcome "follower killed"
 done_tests
