@@ -40,7 +40,7 @@
 struct verify {
 	pthread_t th;
 	char path[4200], state_dir[4096];
-	atomic_int done;
+	atomic_int done, cancel;
 	int rc;
 	uint8_t got[MS_HASH_BYTES];
 	char err[256];
@@ -168,7 +168,8 @@ static int64_t verify_period_ms(void)
 static void *verify_main(void *arg)
 {
 	struct verify *v = arg;
-	v->rc = modelsync_verify_file(v->path, v->state_dir, v->got, v->err, sizeof v->err);
+	v->rc =
+	    modelsync_verify_file(v->path, v->state_dir, &v->cancel, v->got, v->err, sizeof v->err);
 	atomic_store(&v->done, 1);
 	return NULL;
 }
@@ -220,6 +221,7 @@ static void verify_tick(agent_t *a, int64_t now)
 	snprintf(v->path, sizeof v->path, "%s", a->cfg.model);
 	snprintf(v->state_dir, sizeof v->state_dir, "%s", a->cfg.state_dir);
 	atomic_init(&v->done, 0);
+	atomic_init(&v->cancel, 0);
 	if (pthread_create(&v->th, NULL, verify_main, v)) {
 		free(v);
 		a->verify_next_ms = now + verify_period_ms();
@@ -312,7 +314,7 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 		struct stat st;
 		/* every byte, every start: the cache would trust a size and mtime a bad disk kept
 		 */
-		if (modelsync_verify_file(a->cfg.model, a->cfg.state_dir, h, err, errlen) ||
+		if (modelsync_verify_file(a->cfg.model, a->cfg.state_dir, NULL, h, err, errlen) ||
 		    stat(a->cfg.model, &st) != 0)
 			return SH_EIO;
 		modelsync_hex(a->model_hash, h);
@@ -331,7 +333,8 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 void agent_model_free(agent_t *a)
 {
 	if (a->verify) {
-		pthread_join(a->verify->th, NULL); /* one pass over the file at most */
+		atomic_store(&a->verify->cancel, 1); /* ends within one read */
+		pthread_join(a->verify->th, NULL);
 		free(a->verify);
 		a->verify = NULL;
 	}

@@ -20,6 +20,7 @@
 #ifndef SHOAL_AGENT_MODELSYNC_H
 #define SHOAL_AGENT_MODELSYNC_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,9 +65,10 @@ int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_
 
 /* As modelsync_hash_file, but reads every byte whatever the cache says (and then updates it):
  * for the checks that must see the content, not its size and mtime (each start, the periodic
- * re-check of a long-running node). */
-int modelsync_verify_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
-			  char *err, size_t errlen);
+ * re-check of a long-running node). cancel (may be NULL): once set, returns SH_ECANCELED within
+ * one read. */
+int modelsync_verify_file(const char *path, const char *state_dir, const atomic_int *cancel,
+			  uint8_t out[MS_HASH_BYTES], char *err, size_t errlen);
 
 /* Where a fetched model lives: STATE_DIR/models/HEX.gguf (path_out of path_len bytes). */
 int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
