@@ -59,6 +59,9 @@ typedef struct agent_config {
 	const char *memory_limit; /* cap on the memory the model may take on this node: BYTES
 				     (K, M, G, T suffixes: powers of 1024) or PCT% of the
 				     total; NULL = what the system has available */
+	const char *api_key;      /* Bearer key for the API (NULL: SHOAL_API_KEY, else none) */
+	const char *tls_cert;     /* PEM files: both given = the API is HTTPS only */
+	const char *tls_key;
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -133,6 +133,8 @@ struct agent {
 	struct fetch *fetch;     /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
+	struct verify *verify;  /* the running periodic re-hash, or NULL */
+	int64_t verify_next_ms; /* when the next one starts */
 	int model_slice; /* 1: cfg.model is a slice file holding only the bytes of this node's
 			  * shares (modelsync.h); it serves no one and fetches each new share's
 			  * bytes from a holder of the whole file when a session starts */
@@ -154,6 +156,7 @@ struct agent {
 	char pub_reason[200]; /* pub */
 	char *pub_cluster;    /* pub: the /v1/cluster JSON */
 	int64_t pub_ms;
+	atomic_int group_broken; /* set by the web server when a request met a broken group */
 };
 
 /* ---- agent.c ---- */
@@ -203,6 +206,8 @@ int session_phase(session_t *s);
 const char *session_error(session_t *s); /* valid once DONE */
 /* Asks the session to end (any phase); returns at once. */
 void session_stop(session_t *s);
+/* Stops it as session_stop, but it ends with the error why (the core then re-plans). */
+void session_fail(session_t *s, const char *why);
 /* Joins the thread: only once DONE (or at exit, where it waits). NULL-safe. */
 void session_free(session_t *s);
 /* Starts the API server (every node). */

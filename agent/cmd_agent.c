@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static agent_t *running;
 
@@ -52,8 +54,27 @@ static void usage(FILE *f)
 	    "  --ctx N            context length (default: the model's)\n"
 	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
+	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
+	    "  --api-key-file F   read that key from F (first line): keeps it out of ps\n"
+	    "  --tls-cert F       serve the API over HTTPS with this PEM certificate (chain)\n"
+	    "  --tls-key F        and this PEM private key\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
+}
+
+/* An existing state directory that others may write to lets them swap the node's key, plans or
+ * model copies: warn, and narrow it to 0700 when it is ours. */
+static void state_dir_check(const char *dir)
+{
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || !(st.st_mode & 077))
+		return;
+	if (st.st_mode & S_IWOTH)
+		LOG(LOG_WARN, "agent: state directory %s is world-writable (mode %03o)", dir,
+		    (unsigned)(st.st_mode & 0777));
+	if (st.st_uid == geteuid() && chmod(dir, 0700) == 0)
+		LOG(LOG_WARN, "agent: state directory %s: mode %03o -> 700", dir,
+		    (unsigned)(st.st_mode & 0777));
 }
 
 static int read_token_file(const char *path, char *out, size_t cap)
@@ -96,6 +117,10 @@ int cmd_agent(int argc, char **argv)
 					     {"threads", required_argument, 0, 'T'},
 					     {"ctx", required_argument, 0, 'C'},
 					     {"memory-limit", required_argument, 0, 'M'},
+					     {"api-key", required_argument, 0, 'k'},
+					     {"api-key-file", required_argument, 0, 'K'},
+					     {"tls-cert", required_argument, 0, 'c'},
+					     {"tls-key", required_argument, 0, 'y'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -103,7 +128,7 @@ int cmd_agent(int argc, char **argv)
 			      .settle_ms = 1000,
 			      .replan_delay_ms = 500,
 			      .step_timeout_ms = 10000};
-	char token[1024] = "", state_dir[4096] = "", err[512];
+	char token[1024] = "", state_dir[4096] = "", err[512], api_key[1024] = "";
 	int c, rc = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -163,6 +188,13 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 'm': cfg.model = optarg; break;
 		case 'M': cfg.memory_limit = optarg; break;
+		case 'k': snprintf(api_key, sizeof api_key, "%s", optarg); break;
+		case 'K':
+			if (read_token_file(optarg, api_key, sizeof api_key))
+				return 1;
+			break;
+		case 'c': cfg.tls_cert = optarg; break;
+		case 'y': cfg.tls_key = optarg; break;
 		case 'N': cfg.no_mdns = 1; break;
 		case 'R':
 		case 'S':
@@ -223,6 +255,14 @@ int cmd_agent(int argc, char **argv)
 		return 2;
 	}
 	cfg.state_dir = state_dir;
+	if (!cfg.tls_cert != !cfg.tls_key) {
+		fprintf(stderr, "shoal agent: --tls-cert and --tls-key go together\n");
+		return 2;
+	}
+	cfg.api_key = api_key[0] ? api_key : NULL;
+	/* Node key, plans, model copies, agent.sock: this user's alone, whatever the umask. */
+	umask(077);
+	state_dir_check(state_dir);
 
 	tp_keys_t keys;
 	int64_t t0 = now_ms();
@@ -253,5 +293,6 @@ int cmd_agent(int argc, char **argv)
 	running = NULL;
 	LOG(LOG_INFO, "agent: stopping");
 	agent_free(a);
+	sodium_memzero(api_key, sizeof api_key);
 	return rc;
 }

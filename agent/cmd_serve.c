@@ -32,6 +32,8 @@ static void usage(FILE *f)
 		"  --queue-max N         requests that may wait; more get 429 (default 16)\n"
 		"  --timeout-ms N        per-request deadline (default 300000)\n"
 		"  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
+		"  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
+		"  --tls-key F           and this PEM private key\n"
 		"  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
 		"model's\n"
 		"  --model-name NAME     model id reported by the API (default: the file name)\n"
@@ -62,6 +64,8 @@ int cmd_serve(int argc, char **argv)
 		{"chat-template", required_argument, NULL, 'C'},
 		{"model-name", required_argument, NULL, 'n'},
 		{"log-level", required_argument, NULL, 'L'},
+		{"tls-cert", required_argument, NULL, 'E'},
+		{"tls-key", required_argument, NULL, 'Y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -97,6 +101,8 @@ int cmd_serve(int argc, char **argv)
 		case 'k': wo.api_key = optarg; break;
 		case 'C': eo.chat_template = optarg; break;
 		case 'n': wo.model_name = optarg; break;
+		case 'E': wo.tls_cert = optarg; break;
+		case 'Y': wo.tls_key = optarg; break;
 		case 'L':
 			if ((rc = cli_set_log_level(optarg)) != 0)
 				return rc;
@@ -145,8 +151,9 @@ int cmd_serve(int argc, char **argv)
 		return 1;
 	}
 	const eng_info_t *in = eng_info(eng);
-	fprintf(stderr, "shoal serve: model %s (%s, context %d) on http://%s:%d/\n",
-		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, wo.host, web_port(w));
+	fprintf(stderr, "shoal serve: model %s (%s, context %d) on %s://%s:%d/\n",
+		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx,
+		wo.tls_cert ? "https" : "http", wo.host, web_port(w));
 	fflush(stderr);
 
 	int sig = 0;

@@ -373,6 +373,50 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 	return 0;
 }
 
+/*
+ * Bounds the tree jansson would build before it builds it: one linear pass counts containers
+ * (objects and arrays, ~250 bytes each once parsed), values (every comma separates two) and the
+ * deepest nesting, skipping strings. A 500 KiB body of "{}," would otherwise become a tree of
+ * ~40 MB. Whether the text is valid JSON is left to jansson. Returns 0 or 413 with err filled.
+ */
+static int json_prescan(const char *s, size_t len, web_err_t *err)
+{
+	size_t containers = 0, values = 1;
+	int depth = 0, in_str = 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+			continue;
+		}
+		switch (c) {
+		case '"': in_str = 1; break;
+		case ',': values++; break;
+		case '{':
+		case '[':
+			containers++;
+			if (++depth > WEB_JSON_DEPTH_MAX)
+				return web_err_set(err, 413, "invalid_request_error", NULL,
+						   "request_too_complex",
+						   "the JSON body nests deeper than %d levels",
+						   WEB_JSON_DEPTH_MAX);
+			break;
+		case '}':
+		case ']': depth--; break;
+		}
+		if (containers > WEB_JSON_CONTAINERS_MAX ||
+		    values + containers > WEB_JSON_VALUES_MAX)
+			return web_err_set(
+			    err, 413, "invalid_request_error", NULL, "request_too_complex",
+			    "the JSON body has more than %d objects and arrays or %d values",
+			    WEB_JSON_CONTAINERS_MAX, WEB_JSON_VALUES_MAX);
+	}
+	return 0;
+}
+
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err)
 {
 	memset(r, 0, sizeof *r);
@@ -387,6 +431,9 @@ int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
 				   "the request body is empty; expected a JSON object");
 	json_error_t je;
+	int pre = json_prescan(body, len, err);
+	if (pre)
+		return pre;
 	json_t *root = json_loadb(body, len, 0, &je);
 	if (!root)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",

@@ -129,7 +129,7 @@ static void finish_job_locked(web_job_t *j)
 		}
 	}
 	j->state = JOB_DONE;
-	pthread_cond_broadcast(&j->cv);
+	web_job_wake_locked(j);
 }
 
 /* ---- the token callback --------------------------------------------------------------------- */
@@ -184,7 +184,7 @@ static int on_token(void *ud, const eng_token_t *t)
 			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, t->text, t->text_len,
 							    ENG_FINISH_NONE, j->req.include_usage,
 							    arr));
-			pthread_cond_broadcast(&j->cv);
+			web_job_wake_locked(j);
 		}
 	} else {
 		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
@@ -209,7 +209,7 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 		web_sse_add(&j->out, web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
 						    j->req.include_usage, NULL));
 		j->sent_role = 1;
-		pthread_cond_broadcast(&j->cv);
+		web_job_wake_locked(j);
 	}
 	pthread_mutex_unlock(&j->mu);
 
@@ -236,6 +236,10 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 			web_err_set(&j->err, 400, "invalid_request_error", "messages",
 				    "context_length_exceeded", "%s",
 				    res.error[0] ? res.error : "the prompt does not fit the context");
+		else if (web_engine_lost(rc))
+			web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
+				    "the cluster lost a rank and is re-planning; retry (%s)",
+				    res.error[0] ? res.error : sh_strerror(rc));
 		else
 			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
 				    res.error[0] ? res.error : sh_strerror(rc));

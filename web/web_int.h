@@ -7,23 +7,30 @@
  *   sched.c    the bounded queue and the scheduler thread that runs eng_generate
  *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
+ *   guard.c    per-connection deadlines, parked (suspended) connections and their watch thread
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
  */
 #ifndef SHOAL_WEB_INT_H
 #define SHOAL_WEB_INT_H
 
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/common.h"
 #include "infer/infer.h"
 #include "web/web.h"
 
 struct json_t; /* jansson */
 
-#define WEB_BODY_MAX (1u << 20) /* request bodies above this are answered 413 */
+#define WEB_BODY_MAX (512u << 10) /* request bodies above this are answered 413 */
 #define WEB_STOP_MAX 16         /* stop strings per request */
 #define WEB_MSG_MAX 4096        /* messages per request */
+#define WEB_JSON_DEPTH_MAX 32   /* nesting of arrays and objects in a body */
+#define WEB_JSON_CONTAINERS_MAX 16384 /* arrays + objects in a body (~250 B each once parsed) */
+#define WEB_JSON_VALUES_MAX 131072    /* values of any kind in a body */
+#define WEB_PARSE_CONCURRENCY 2       /* bodies parsed into trees at once (bounds peak memory) */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -71,8 +78,10 @@ typedef struct web_req {
 	int seed_given;       /* samp.seed came from the request */
 } web_req_t;
 
-/* Parses and validates a body for kind. Returns 0, or the HTTP status (400) with err filled.
- * Always leaves r safe to pass to web_req_clear. Never reads past len. */
+/* Parses and validates a body for kind. Returns 0, or the HTTP status (400; 413 for a body
+ * nested or numerous beyond the WEB_JSON_* caps, which a linear pre-scan finds before any tree is
+ * built) with err filled. Always leaves r safe to pass to web_req_clear. Never reads past len.
+ * (server.c lets at most WEB_PARSE_CONCURRENCY calls run at once.) */
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
 void web_req_clear(web_req_t *r);
 
@@ -149,7 +158,17 @@ typedef struct web_job {
 	int sent_role;        /* streaming: the role chunk went out */
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
+	void (*wake)(void *); /* under mu: called with wake_ud whenever cv is broadcast (the */
+	void *wake_ud;        /* connection may be parked, see guard.c); NULL = none */
 } web_job_t;
+
+/* Wakes j's waiter (caller holds j->mu): the condition variable and the parked connection. */
+static inline void web_job_wake_locked(web_job_t *j)
+{
+	pthread_cond_broadcast(&j->cv);
+	if (j->wake)
+		j->wake(j->wake_ud);
+}
 
 /* A new job (refs = 1) owning req's contents (req is moved: zeroed on return) and ids. */
 web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, int timeout_ms);
@@ -179,6 +198,13 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
+/* 1 when an eng_generate error means the group behind the engine broke (a rank lost or silent,
+ * its link failed): the request is answered 503 + Retry-After, as during a re-plan, never 500. */
+static inline int web_engine_lost(int rc)
+{
+	return rc == SH_ECLOSED || rc == SH_ETIMEDOUT || rc == SH_EIO;
+}
+
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
 #define WEB_MAX_RANKS 256
@@ -203,6 +229,65 @@ void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
 
 /* Prometheus text exposition into out. */
 int web_metrics_prometheus(web_metrics_t *m, web_buf_t *out, int queued, int running, int state);
+
+/* ---- connection guard (guard.c) -------------------------------------------------------------- */
+
+/*
+ * libmicrohttpd runs a small pool of event-loop threads, so no callback may block. A reply that
+ * waits (a queued job, a stream between tokens, the events stream between snapshots) parks its
+ * connection: MHD_suspend_connection from inside the callback, MHD_resume_connection from the
+ * thread that has news (the scheduler through web_job_t.wake, or the guard's watch thread). The
+ * guard also gives each connection a hard deadline for its request headers and body that bytes
+ * trickling in do not extend (libmicrohttpd's own timeout restarts on every byte), and enforces
+ * it by shutting the socket down, which libmicrohttpd then sees as a closed peer.
+ *
+ * Lock order: guard mutex, then the scheduler's, then a job's mu, then a park's mu, then
+ * libmicrohttpd's own. Nothing that holds a job's mu takes the guard mutex.
+ */
+typedef struct web_guard web_guard_t;
+
+/* A connection whose reply waits. Lives inside its owner (stream, events or request state),
+ * attached to the guard from creation until its owner is freed (always before libmicrohttpd
+ * closes the socket, so fd and c stay valid while attached). */
+typedef struct web_park {
+	pthread_mutex_t mu; /* guards suspended */
+	struct MHD_Connection *c;
+	int fd;
+	int suspended;
+	web_job_t *job;               /* borrowed; the owner holds a reference. NULL for timers */
+	_Atomic int64_t wake_at;      /* now_ms() at which the watch thread resumes it; 0 = never */
+	struct web_park *prev, *next; /* the guard's list */
+} web_park_t;
+
+enum web_phase {
+	WEB_PHASE_HEADERS = 0, /* waiting for a request's headers: the header deadline runs */
+	WEB_PHASE_BODY,        /* headers done, body uploading: the body deadline runs */
+	WEB_PHASE_WORK,        /* request complete: no deadline (the job has its own) */
+};
+
+/* Starts the watch thread. header_ms / body_ms: the deadlines. sched: for cancelling jobs whose
+ * client went away. */
+int web_guard_new(web_guard_t **out, web_sched_t *sched, int header_ms, int body_ms);
+/* Refuses new parks and resumes every parked connection (before MHD_stop_daemon, which must not
+ * find a suspended one). Idempotent. */
+void web_guard_stop(web_guard_t *g);
+void web_guard_free(web_guard_t *g); /* stops the watch thread; NULL-safe */
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls = the guard). */
+void web_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+		      enum MHD_ConnectionNotificationCode toe);
+/* Moves c's deadline to phase (enum web_phase), from now. */
+void web_guard_phase(web_guard_t *g, struct MHD_Connection *c, int phase);
+
+/* Attaches p (zeroed by the caller except c, fd, job) / detaches it (before its owner frees). */
+void web_park_attach(web_guard_t *g, web_park_t *p);
+void web_park_detach(web_guard_t *g, web_park_t *p);
+/* From inside a libmicrohttpd callback of p's connection: suspends it. For a job park the caller
+ * holds the job's mu, so a wake-up cannot be lost. Returns 1 suspended, 0 when the guard stops
+ * (the caller then answers without waiting). */
+int web_park_suspend(web_guard_t *g, web_park_t *p);
+/* Resumes p if it is suspended; any thread (the job wake hook: void *). */
+void web_park_wake(void *p);
 
 /* ---- the page ------------------------------------------------------------------------------- */
 
