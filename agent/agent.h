@@ -55,6 +55,9 @@ typedef struct agent_config {
 	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
 	int threads;             /* compute threads (0 = cores) */
 	int ctx;                 /* context length (0 = the model's) */
+	const char *exec_cmd;    /* --exec: run this while a plan is in force (agent/exec.h); then
+				  * shoal loads no model share and the leader proxies /v1/ */
+	int exec_port;           /* --exec-port: rank 0's command serves the API here */
 } agent_config_t;
 
 typedef struct agent agent_t;

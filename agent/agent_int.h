@@ -144,6 +144,7 @@ struct agent {
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
 	int64_t retry_ms; /* a failed session: re-plan not before this */
+	struct exec *exec; /* --exec: the command's process group (exec.c), or NULL */
 	/* the API */
 	web_t *web;
 	char leader_url[128];

@@ -15,6 +15,7 @@
  */
 #include "agent/agent_int.h"
 #include "agent/cli.h"
+#include "agent/exec.h"
 #include "common/common.h"
 
 #include <arpa/inet.h>
@@ -746,6 +747,12 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 		}
 	}
 	sessions_step(a, now);
+	if (a->cfg.exec_cmd) { /* --exec (exec.c): the command runs while this node serves a plan */
+		exec_cfg_t ec = {a->cfg.exec_cmd, a->cfg.exec_port, a->cfg.state_dir};
+		int live = a->plan && a->state == AGENT_SERVING;
+		exec_sync(&a->exec, &ec, live ? a->plan : NULL,
+			  live ? plan_rank_of(a->plan, a->self_hex) : -1, now);
+	}
 	/* publish health and the cluster document (at most every 250 ms unless the state moved) */
 	int ws;
 	const char *reason;
@@ -769,6 +776,8 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 
 void agent_cluster_free(agent_t *a)
 {
+	exec_free(a->exec); /* --exec: the command's process group goes first */
+	a->exec = NULL;
 	if (a->sess) {
 		session_stop(a->sess);
 		session_free(a->sess);

@@ -8,6 +8,7 @@
  *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
+ *   proxy.c    --exec: /v1/... forwarded to the command's port (web_set_proxy)
  */
 #ifndef SHOAL_WEB_INT_H
 #define SHOAL_WEB_INT_H
@@ -178,6 +179,15 @@ void web_sched_engine_release(web_sched_t *s);
 void web_sched_set_engine(web_sched_t *s, eng_t *e);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
+
+/* ---- the --exec proxy (proxy.c) ------------------------------------------------------------ */
+
+struct MHD_Connection;
+/* Forwards method url with body to 127.0.0.1:port and queues the reply on c, streamed; answers
+ * 503 (with Retry-After) when nothing listens there, 502 on a bad reply. Returns libmicrohttpd's
+ * result (an enum MHD_Result). stopping: the server's flag (waits end when it is set). */
+int web_proxy_answer(struct MHD_Connection *c, int port, const char *method, const char *url,
+		     const char *body, size_t body_len, const atomic_int *stopping, int timeout_ms);
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
