@@ -142,6 +142,69 @@ static void output_drain(exec_t *x)
 
 extern char **environ;
 
+/*
+ * The forked child (async-signal-safe calls only: the agent has threads). It leads CMD's process
+ * group. On Linux it stays as a watcher between the agent and sh: when the agent dies, even by
+ * kill -9, the kernel sends it SIGUSR1 (PR_SET_PDEATHSIG) and it kills the whole group, whatever
+ * sh has forked (dash does not exec the last command of -c, so a death signal on sh alone would
+ * orphan CMD). It exits as sh did, so the agent sees CMD's own status.
+ */
+static _Noreturn void child_main(int out_fd, char **argv, char **envp, pid_t parent)
+{
+	setpgid(0, 0);
+	int devnull = open("/dev/null", O_RDONLY);
+	if (devnull >= 0)
+		dup2(devnull, 0);
+	dup2(out_fd, 1);
+	dup2(out_fd, 2);
+	long top = sysconf(_SC_OPEN_MAX);
+	for (long fd = 3; fd < (top > 0 && top < 65536 ? top : 65536); fd++)
+		close((int)fd);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGCHLD, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+#ifdef __linux__
+	sigset_t w;
+	sigemptyset(&w);
+	sigaddset(&w, SIGUSR1), sigaddset(&w, SIGCHLD), sigaddset(&w, SIGTERM);
+	sigaddset(&w, SIGINT), sigaddset(&w, SIGHUP);
+	sigprocmask(SIG_SETMASK, &w, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGUSR1);
+	if (getppid() != parent)
+		_exit(127); /* the agent died before prctl */
+	pid_t sh = fork();
+	if (sh == 0) {
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve("/bin/sh", argv, envp);
+		_exit(127);
+	}
+	if (sh < 0)
+		_exit(127);
+	for (;;) {
+		int sig = sigwaitinfo(&w, NULL), st;
+		if (sig == SIGUSR1) { /* the agent is gone: so is everything it started */
+			kill(0, SIGKILL);
+			_exit(137);
+		}
+		if (sig == SIGCHLD && waitpid(sh, &st, WNOHANG) == sh) {
+			if (WIFSIGNALED(st)) { /* die the same way */
+				signal(WTERMSIG(st), SIG_DFL);
+				sigprocmask(SIG_SETMASK, &none, NULL);
+				kill(getpid(), WTERMSIG(st));
+			}
+			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
+		}
+		/* SIGTERM, SIGINT, SIGHUP went to the whole group: wait for sh to end */
+	}
+#else
+	(void)parent;
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execve("/bin/sh", argv, envp);
+	_exit(127);
+#endif
+}
+
 /* Is "NAME=..." one of the names CMD's environment sets or must not inherit? */
 static int env_overridden(const char *e, char env[][4300], int n_env)
 {
@@ -191,29 +254,8 @@ static int start(exec_t *x, const exec_cfg_t *cfg, const plan_t *p, int rank, in
 		free(envp);
 		return -1;
 	}
-	if (pid == 0) { /* the child: async-signal-safe calls only, up to execve */
-		setpgid(0, 0);
-#ifdef __linux__
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127); /* the agent died before prctl */
-#endif
-		(void)parent;
-		int devnull = open("/dev/null", O_RDONLY);
-		if (devnull >= 0)
-			dup2(devnull, 0);
-		dup2(fds[1], 1);
-		dup2(fds[1], 2);
-		long top = sysconf(_SC_OPEN_MAX);
-		for (long fd = 3; fd < (top > 0 && top < 65536 ? top : 65536); fd++)
-			close((int)fd);
-		signal(SIGPIPE, SIG_DFL);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve("/bin/sh", argv, envp);
-		_exit(127);
-	}
+	if (pid == 0)
+		child_main(fds[1], argv, envp, parent);
 	free(envp);
 	setpgid(pid, pid); /* also here: no race with a kill before the child ran */
 	close(fds[1]);

@@ -12,6 +12,7 @@
  */
 #include "planner/plan_int.h"
 
+#include "agent/exec.h"
 #include "common/common.h"
 #include "harness.h"
 
@@ -671,6 +672,60 @@ TEST(order_deterministic)
 	plan_free(a), plan_free(b);
 }
 
+/* Looks NAME up in env[n] ("NAME=value"); NULL when absent. */
+static const char *env_get(char env[][4300], int n, const char *name)
+{
+	size_t k = strlen(name);
+	for (int i = 0; i < n; i++)
+		if (!strncmp(env[i], name, k) && env[i][k] == '=')
+			return env[i] + k + 1;
+	return NULL;
+}
+
+/* --exec gives each rank what mlx.launch gives it (launch.py): launch_ring sets MLX_HOSTFILE
+ * (and MLX_RANK); launch_jaccl sets MLX_IBV_DEVICES, MLX_JACCL_COORDINATOR = hosts[0].ips[0] +
+ * ":" + starting port, MLX_JACCL_RING=1 for jaccl-ring, and the hosts file's envs. A variable
+ * of the other backend is absent (distributed.cpp init tries the ring first when MLX_HOSTFILE
+ * is set); one rank gets no MLX_HOSTFILE (its empty file is no JSON for load_nodes). */
+TEST(exec_env_per_backend)
+{
+	static char env[16][4300];
+	exec_cfg_t cfg = {"true", 18500, "/st"};
+	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4, &ONE};
+	for (size_t k = 0; k < ARRAY_LEN(fx); k++) {
+		plan_t *p = plan_fx(fx[k], 1);
+		if (!p)
+			continue;
+		int r = plan_n_ranks(p) - 1, n = exec_env(p, r, &cfg, env, 16);
+		char want[16];
+		snprintf(want, sizeof want, "%d", r);
+		CHECK_EQ_STR(env_get(env, n, "MLX_RANK"), want);
+		CHECK_EQ_STR(env_get(env, n, "SHOAL_PLAN"), "/st/plan.json");
+		CHECK_EQ_STR(env_get(env, n, "SHOAL_EXEC_PORT"), "18500");
+		const char *b = plan_mlx_backend(p);
+		if (!strcmp(b, "ring")) {
+			if (plan_n_ranks(p) > 1)
+				CHECK_EQ_STR(env_get(env, n, "MLX_HOSTFILE"), "/st/hostfile.json");
+			else
+				CHECK(env_get(env, n, "MLX_HOSTFILE") == NULL);
+			CHECK(env_get(env, n, "MLX_IBV_DEVICES") == NULL);
+			CHECK(env_get(env, n, "MLX_JACCL_COORDINATOR") == NULL);
+			CHECK(env_get(env, n, "MLX_METAL_FAST_SYNCH") == NULL);
+		} else {
+			CHECK(env_get(env, n, "MLX_HOSTFILE") == NULL);
+			CHECK_EQ_STR(env_get(env, n, "MLX_IBV_DEVICES"), "/st/rdma-devices.json");
+			CHECK_EQ_STR(env_get(env, n, "MLX_JACCL_COORDINATOR"),
+				     "192.168.1.11:32323");
+			CHECK_EQ_STR(env_get(env, n, "MLX_METAL_FAST_SYNCH"), "1");
+			if (!strcmp(b, "jaccl-ring"))
+				CHECK_EQ_STR(env_get(env, n, "MLX_JACCL_RING"), "1");
+			else
+				CHECK(env_get(env, n, "MLX_JACCL_RING") == NULL);
+		}
+		plan_free(p);
+	}
+}
+
 int main(void)
 {
 	RUN(f1_hostfile_nested);
@@ -680,5 +735,6 @@ int main(void)
 	RUN(f5_ranks_follow_cables);
 	RUN(f6_object_form);
 	RUN(order_deterministic);
+	RUN(exec_env_per_backend);
 	return harness_done();
 }
