@@ -158,13 +158,12 @@ void plan_ring_addr(plan_rank_t *r, const plan_node_t *a, const plan_node_t *pre
 		strcpy(r->ip, pick->ip);
 }
 
-/* Does node b reach address x of node a? Over the link between them (the interface a sees b on),
- * or, for an Ethernet or Wi-Fi address, when b has such an address in the same /24 (a LAN; the
- * view has no netmasks). A Thunderbolt address is a cable's end: only the node on the other end
- * reaches it. */
-static int reaches(const plan_node_t *a, const plan_addr_t *x, const plan_node_t *b)
+/* Does node b reach address x of node a (ifn: the interface a sees b on)? Over the link between
+ * them (the interface a sees b on), or, for an Ethernet or Wi-Fi address, when b has such an
+ * address in the same /24 (a LAN; the view has no netmasks). A Thunderbolt address is a cable's
+ * end: only the node on the other end reaches it. */
+static int reaches(const plan_addr_t *x, const plan_node_t *b, const char *ifn /* link_if(a, b) */)
 {
-	const char *ifn = link_if(a, b);
 	if (ifn && !strcmp(ifn, x->ifname))
 		return 1;
 	if (x->kind == PLAN_LINK_THUNDERBOLT)
@@ -189,14 +188,17 @@ int plan_lan_addr(char out[PLAN_IP_MAX], const plan_node_t *const *nodes, int n,
 	const plan_node_t *a = nodes[i];
 	const plan_addr_t *pick = NULL;
 	int pick_reach = -1;
+	const char *lif[PLAN_MAX_NODES];
 	out[0] = 0;
+	for (int j = 0; j < n; j++)
+		lif[j] = j == i ? NULL : link_if(a, nodes[j]);
 	for (size_t k = 0; k < a->n_addrs; k++) {
 		const plan_addr_t *x = &a->addrs[k];
 		if (!is_ipv4(x->ip) || addr_score(a, x) < 0)
 			continue;
 		int reach = 0;
 		for (int j = 0; j < n; j++)
-			reach += j != i && reaches(a, x, nodes[j]);
+			reach += j != i && reaches(x, nodes[j], lif[j]);
 		int better = !pick || reach > pick_reach;
 		if (pick && reach == pick_reach) {
 			int lx = lan_rank(x->kind), lp = lan_rank(pick->kind);
