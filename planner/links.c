@@ -81,14 +81,24 @@ static int addr_before(const plan_node_t *a, const plan_addr_t *x, const plan_ad
 	return c ? c < 0 : strcmp(x->ip, y->ip) < 0;
 }
 
-static int same_24(const char *x, const char *y)
+/* Are IPv4 addresses x and y on one subnet? The longer of their prefixes decides (a /30 cable
+ * end is not on the /24 of another cable); without a prefix a /24 is assumed. */
+static int same_net(const plan_addr_t *x, const plan_addr_t *y)
 {
 	unsigned char p[4], q[4];
-	return inet_pton(AF_INET, x, p) == 1 && inet_pton(AF_INET, y, q) == 1 && !memcmp(p, q, 3);
+	if (inet_pton(AF_INET, x->ip, p) != 1 || inet_pton(AF_INET, y->ip, q) != 1)
+		return 0;
+	int bits = MAX(x->prefix > 0 && x->prefix <= 32 ? x->prefix : 24,
+		       y->prefix > 0 && y->prefix <= 32 ? y->prefix : 24);
+	uint32_t a = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	uint32_t b = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+	uint32_t mask = bits >= 32 ? 0xffffffffu : ~(0xffffffffu >> bits);
+	return (a & mask) == (b & mask);
 }
 
 /* The interface on which a sees b: from a's seen_on; without one, a's best interface with an
- * IPv4 address in the same /24 as one of b's (a guess: the view carries no netmasks). */
+ * IPv4 address on the same subnet as one of b's (same_net: the prefix when the view gives it,
+ * else a /24). */
 static const char *link_if(const plan_node_t *a, const plan_node_t *b)
 {
 	const char *s = seen_if(a, b->node_id);
@@ -100,7 +110,7 @@ static const char *link_if(const plan_node_t *a, const plan_node_t *b)
 		if (!x->ifname[0] || addr_score(a, x) < 0)
 			continue;
 		for (size_t j = 0; j < b->n_addrs; j++)
-			if (addr_score(b, &b->addrs[j]) >= 0 && same_24(x->ip, b->addrs[j].ip) &&
+			if (addr_score(b, &b->addrs[j]) >= 0 && same_net(x, &b->addrs[j]) &&
 			    (!pick || addr_before(a, x, pick)))
 				pick = x;
 	}
@@ -170,8 +180,7 @@ static int reaches(const plan_addr_t *x, const plan_node_t *b, const char *ifn /
 		return 0;
 	for (size_t j = 0; j < b->n_addrs; j++) {
 		const plan_addr_t *y = &b->addrs[j];
-		if (y->kind != PLAN_LINK_THUNDERBOLT && addr_score(b, y) >= 0 &&
-		    same_24(x->ip, y->ip))
+		if (y->kind != PLAN_LINK_THUNDERBOLT && addr_score(b, y) >= 0 && same_net(x, y))
 			return 1;
 	}
 	return 0;

@@ -49,6 +49,7 @@ typedef struct {
 	char ip[PLAN_IP_MAX];
 	char ifname[PLAN_IFNAME_MAX];
 	plan_link_t kind; /* OTHER..THUNDERBOLT; guessed from ifname when the view gave none */
+	int prefix;       /* IPv4 netmask length (0..32); 0 = unknown: a /24 is assumed */
 } plan_addr_t;
 
 typedef struct {

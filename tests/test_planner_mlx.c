@@ -21,6 +21,9 @@
 
 /* ---- the physical fixtures ---- */
 
+/* The fixtures below leave a segment's trailing prefix out when it has none. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 #define MAXEND 4
 typedef struct {
 	const char *kind; /* "thunderbolt" (a cable, RDMA on both ends), "ethernet", "wifi" */
@@ -29,6 +32,7 @@ typedef struct {
 		int node;
 		const char *ifn, *ip;
 	} end[MAXEND];
+	int prefix; /* netmask length given in the view, 0 = none */
 } seg_t;
 
 typedef struct {
@@ -110,9 +114,11 @@ static plan_view_t *fx_view(const fixture_t *f, int with_seen)
 			for (int e = 0; e < g->n; e++) {
 				if (g->end[e].node != i)
 					continue;
-				json_array_append_new(
-				    addrs, json_pack("{s:s,s:s,s:s}", "ip", g->end[e].ip, "ifname",
-						     g->end[e].ifn, "kind", g->kind));
+				json_t *ad = json_pack("{s:s,s:s,s:s}", "ip", g->end[e].ip,
+						       "ifname", g->end[e].ifn, "kind", g->kind);
+				if (g->prefix)
+					json_object_set_new(ad, "prefix", json_integer(g->prefix));
+				json_array_append_new(addrs, ad);
 				if (!strcmp(g->kind, "thunderbolt")) {
 					char dev[64];
 					snprintf(dev, sizeof dev, "rdma_%s", g->end[e].ifn);
@@ -196,6 +202,27 @@ static const fixture_t RING4 = {4,
 				 TB(2, "en2", 1, "en1", 32),
 				 TB(1, "en2", 3, "en1", 24),
 				 TB(3, "en2", 0, "en2", 41)}};
+
+/* 3b: the same cables with the addresses MLX's config.py hands out (IPConfigurator: /30 pairs
+ * 192.168.0.1/.2, .5/.6, ... all inside one /24), their netmask in the view. Without the prefix
+ * every cable would look like one LAN. */
+#define TB30(a, ia, b, ib, x, y)                                                                   \
+	{                                                                                          \
+		"thunderbolt", 2, {{a, ia, "192.168.0." #x}, {b, ib, "192.168.0." #y}}, 30         \
+	}
+static const fixture_t RING4_CFG = {4,
+				    {"mac1.local", "mac2.local", "mac3.local", "mac4.local"},
+				    5,
+				    {{"wifi",
+				      4,
+				      {{0, "en0", "192.168.1.11"},
+				       {1, "en0", "192.168.1.12"},
+				       {2, "en0", "192.168.1.13"},
+				       {3, "en0", "192.168.1.14"}}},
+				     TB30(0, "en1", 2, "en1", 1, 2),
+				     TB30(2, "en2", 1, "en1", 5, 6),
+				     TB30(1, "en2", 3, "en1", 9, 10),
+				     TB30(3, "en2", 0, "en2", 13, 14)}};
 
 /* 4: one node. */
 static const fixture_t ONE = {
@@ -432,7 +459,7 @@ static const char *mlx_field(const files_t *x, const char *k)
  * (ring.cpp load_nodes iterates each rank's list), and the ring it describes forms. */
 TEST(f1_hostfile_nested)
 {
-	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4};
+	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4, &RING4_CFG};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++)
 		for (int seen = 0; seen < 2; seen++) {
 			plan_t *p = plan_fx(fx[k], seen);
@@ -526,7 +553,7 @@ TEST(f3_ips_per_backend)
  * (config.py configure_jaccl lists the en0 address, add_ips). */
 TEST(f4_coordinator_reachable)
 {
-	const fixture_t *fx[] = {&MESH4, &RING4};
+	const fixture_t *fx[] = {&MESH4, &RING4, &RING4_CFG};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++)
 		for (int seen = 0; seen < 2; seen++) {
 			plan_t *p = plan_fx(fx[k], seen);
@@ -549,8 +576,9 @@ TEST(f4_coordinator_reachable)
  * (is_valid_mesh). plan.json says which and why. */
 TEST(f5_ranks_follow_cables)
 {
-	for (int seen = 0; seen < 2; seen++) {
-		plan_t *p = plan_fx(&RING4, seen);
+	for (int seen = 0; seen < 4; seen++) {
+		const fixture_t *f = seen < 2 ? &RING4 : &RING4_CFG;
+		plan_t *p = plan_fx(f, seen & 1);
 		CHECK(p != NULL);
 		if (!p)
 			continue;
@@ -560,22 +588,23 @@ TEST(f5_ranks_follow_cables)
 		CHECK_EQ_INT(n, 4);
 		CHECK(jaccl_is_ring(n, cnt));
 		CHECK(!jaccl_is_mesh(n, cnt));
-		CHECK(jaccl_devices_real(&RING4, p, x.rdma));
-		CHECK_EQ_INT(node_of_rank(&RING4, p, 0), 0); /* mac1, the smallest id */
-		for (int r = 0; r < 4; r++)                  /* consecutive ranks share a cable */
-			CHECK(fx_cable_if(&RING4, node_of_rank(&RING4, p, r),
-					  node_of_rank(&RING4, p, (r + 1) % 4))[0]);
+		CHECK(jaccl_devices_real(f, p, x.rdma));
+		CHECK_EQ_INT(node_of_rank(f, p, 0), 0); /* mac1, the smallest id */
+		for (int r = 0; r < 4; r++)             /* consecutive ranks share a cable */
+			CHECK(fx_cable_if(f, node_of_rank(f, p, r),
+					  node_of_rank(f, p, (r + 1) % 4))[0]);
 		/* and the deterministic pick of the two directions: mac1, mac3, mac2, mac4 */
-		CHECK_EQ_INT(node_of_rank(&RING4, p, 1), 2);
-		CHECK_EQ_INT(node_of_rank(&RING4, p, 2), 1);
-		CHECK_EQ_INT(node_of_rank(&RING4, p, 3), 3);
+		CHECK_EQ_INT(node_of_rank(f, p, 1), 2);
+		CHECK_EQ_INT(node_of_rank(f, p, 2), 1);
+		CHECK_EQ_INT(node_of_rank(f, p, 3), 3);
 		CHECK_EQ_STR(mlx_field(&x, "jaccl"), "jaccl-ring");
 		CHECK_EQ_STR(mlx_field(&x, "backend"), "jaccl-ring");
 		CHECK(strstr(mlx_field(&x, "why"), "JACCL ring") != NULL);
 		CHECK_EQ_STR(plan_jaccl(p), "jaccl-ring");
 		/* no ring hop over Wi-Fi: the hostfile's addresses are cable ends */
 		for (int r = 0; r < 4; r++)
-			CHECK(!strncmp(plan_rank(p, r)->ip, "10.0.", 5));
+			CHECK(strncmp(plan_rank(p, r)->ip, "192.168.1.", 10));
+		CHECK_EQ_STR(mlx_ring_forms(f, p, x.hostfile), "");
 		files_free(&x);
 		plan_free(p);
 	}
