@@ -49,6 +49,7 @@ typedef struct node_desc {
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
 	int kind[AGENT_MAX_ADDRS]; /* plan_link_t, as the node itself sees its interface */
+	int prefix[AGENT_MAX_ADDRS]; /* IPv4 netmask length, 0 = unknown (the planner's /24) */
 } node_desc_t;
 
 typedef struct conn {
