@@ -29,6 +29,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifndef MSG_NOSIGNAL /* macOS: SO_NOSIGPIPE is set on the socket instead */
+#define MSG_NOSIGNAL 0
+#endif
+
 #define PROXY_HEAD_MAX   16384
 #define PROXY_CONNECT_MS 2000
 #define PROXY_SLICE_MS   250
@@ -65,6 +69,10 @@ static int upstream_connect(int port, char *err, size_t errlen)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return sh_fail(err, errlen, SH_EIO, "socket: %s", strerror(errno));
+#ifdef SO_NOSIGPIPE
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+#endif
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
