@@ -252,7 +252,8 @@ int web_proxy_answer(struct MHD_Connection *c, int port, const char *method, con
 		close(fd);
 		return MHD_NO;
 	}
-	memcpy(s->pre, end + 4, rest);
+	if (rest)
+		memcpy(s->pre, end + 4, rest);
 	s->pre_len = rest;
 	s->fd = fd;
 	s->stopping = stopping;
