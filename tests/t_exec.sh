@@ -5,8 +5,8 @@
 #   A. 3 agents run it: on every node it finds its environment matching the plan files, the ring
 #      forms over the hostfile addresses as MLX's ring backend forms it, and rank 0 serves an
 #      OpenAI-style stream that a client reads through the leader's API (streamed, piece by
-#      piece) and through a follower (redirect); /metrics, /v1/cluster and `shoal status` still
-#      answer. kill -9 of a follower's agent takes its program with it (no orphan), and the
+#      piece) and through a follower (redirect); /health, /metrics, /v1/cluster and `shoal status`
+#      still answer. kill -9 of a follower's agent takes its program with it (no orphan), and the
 #      survivors' programs restart with the new 2-rank plan, which the client then sees.
 #   B. a command that exits at once: logged with its exit status and last output line, retried
 #      with a growing backoff, never in a tight loop.
@@ -111,7 +111,9 @@ if ns_wait 40 all_ok 3; then
 	metrics_ok() { get "$L" /metrics | grep -q '^shoal_'; }
 	cluster_ok() { get "$L" /v1/cluster | jq -e '.members | length == 3' >/dev/null; }
 	status_ok() { status_json "$L" | jq -e '.members | length == 3' >/dev/null; }
+	health_ok() { [ "$(ns_exec 4 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$(url "$L" /health)")" = 200 ]; }
 	check "A: /v1/models comes from the command" models_ok
+	check "A: the leader's /health is 200 once the command answers" health_ok
 	check "A: /metrics still answers on the leader" metrics_ok
 	check "A: /v1/cluster still answers on the leader" cluster_ok
 	check "A: shoal status still answers" status_ok

@@ -109,12 +109,19 @@ static const char *POST = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConn
 			  "Content-Type: application/json\r\nContent-Length: 13\r\n%s\r\n"
 			  "{\"stream\":1}\n";
 
+static int serving(void *ud, char *reason, size_t len)
+{
+	(void)ud, (void)reason, (void)len;
+	return WEB_SERVING;
+}
+
 static web_t *server(const char *key)
 {
 	web_opts_t o;
 	web_opts_default(&o);
 	o.port = 0;
 	o.api_key = key;
+	o.health = serving; /* the agent says serving: /health then asks the command */
 	web_t *w = NULL;
 	char err[256];
 	CHECK_EQ_INT(web_new(&w, &o, NULL, err, sizeof err), 0);
@@ -168,7 +175,7 @@ TEST(bad_upstreams)
 	web_t *w = server("sekret");
 	if (!w)
 		return;
-	char req[1024], resp[8192];
+	char req[1024], resp[8192], noauth[1024];
 	snprintf(req, sizeof req, POST, "Authorization: Bearer sekret\r\n");
 	/* nothing listening (a port just closed): 503, Retry-After, an OpenAI error */
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -182,9 +189,14 @@ TEST(bad_upstreams)
 	CHECK_EQ_INT(http(web_port(w), req, resp, sizeof resp), 503);
 	CHECK(strstr(resp, "Retry-After: 2") != NULL);
 	CHECK(strstr(resp, "\"type\":\"unavailable\"") != NULL);
+	/* and /health says why the leader is not serving */
+	snprintf(noauth, sizeof noauth,
+		 "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+	CHECK_EQ_INT(http(web_port(w), noauth, resp, sizeof resp), 503);
+	CHECK(strstr(resp, "the --exec command does not answer on port") != NULL);
 	web_set_proxy(w, u.port);
+	CHECK_EQ_INT(http(web_port(w), noauth, resp, sizeof resp), 200);
 	/* no key: 401 before anything goes upstream */
-	char noauth[1024];
 	snprintf(noauth, sizeof noauth, POST, "");
 	u.got[0] = 0;
 	CHECK_EQ_INT(http(web_port(w), noauth, resp, sizeof resp), 401);

@@ -92,6 +92,15 @@ static int upstream_connect(int port, char *err, size_t errlen)
 	return fd;
 }
 
+int web_proxy_alive(int port)
+{
+	char err[64];
+	int fd = upstream_connect(port, err, sizeof err);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
 static int send_all(int fd, const char *p, size_t n, const atomic_int *stopping)
 {
 	while (n) {

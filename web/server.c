@@ -219,10 +219,17 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 
 /* ---- GET endpoints -------------------------------------------------------------------------- */
 
+static int is_follower(web_t *w);
+
 static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 {
 	char reason[200], model[128];
 	int st = node_state(w, reason, sizeof reason);
+	int pp = atomic_load(&w->proxy_port); /* --exec: serving means the command answers */
+	if (st == WEB_SERVING && pp > 0 && !is_follower(w) && !web_proxy_alive(pp)) {
+		st = WEB_LOADING;
+		snprintf(reason, sizeof reason, "the --exec command does not answer on port %d yet", pp);
+	}
 	int q, run;
 	web_sched_depth(w->sched, &q, &run);
 	if (st == WEB_SERVING) {

@@ -188,6 +188,8 @@ struct MHD_Connection;
  * result (an enum MHD_Result). stopping: the server's flag (waits end when it is set). */
 int web_proxy_answer(struct MHD_Connection *c, int port, const char *method, const char *url,
 		     const char *body, size_t body_len, const atomic_int *stopping, int timeout_ms);
+/* Does something accept connections on 127.0.0.1:port? (/health of an --exec leader) */
+int web_proxy_alive(int port);
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
