@@ -287,10 +287,10 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 	int rc = web_new(&a->web, &o, NULL, e, sizeof e);
 	if (!rc)
 		LOG(LOG_INFO, "api: listening on port %d", web_port(a->web));
-	if (!rc && a->cfg.exec_cmd && a->cfg.exec_port > 0)
-		web_set_proxy(a->web, a->cfg.exec_port); /* --exec: /v1/ goes to rank 0's command */
 	else /* discovery, planning and computing go on; only the API is missing here */
 		LOG(LOG_ERROR, "api: %s: this node serves no API (pick another --http-port)", e);
+	if (!rc && a->cfg.exec_cmd && a->cfg.exec_port > 0)
+		web_set_proxy(a->web, a->cfg.exec_port); /* --exec: /v1/ goes to rank 0's command */
 	(void)err, (void)errlen;
 	return 0;
 }
