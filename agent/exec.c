@@ -36,6 +36,7 @@
 #define EXEC_ENV_MAX     16
 #define EXEC_LINES       6 /* last output lines kept for the exit report */
 #define EXEC_LINE_MAX    200
+#define EXEC_LOG_LINES   200  /* output lines per run logged at info */
 #define EXEC_KILL_MS     3000 /* SIGTERM, then SIGKILL this long after */
 #define EXEC_BACKOFF_MS  1000 /* first retry */
 #define EXEC_BACKOFF_MAX 30000
@@ -106,7 +107,13 @@ static void line_add(exec_t *x, const char *s, size_t len)
 	for (char *c = dst; *c; c++)
 		if ((unsigned char)*c < 32)
 			*c = ' ';
-	LOG(LOG_INFO, "exec[%d]: %s", x->rank, dst);
+	/* a chatty command must not flood the log: its first lines at info, the rest at debug */
+	if (x->n_lines <= EXEC_LOG_LINES)
+		LOG(LOG_INFO, "exec[%d]: %s", x->rank, dst);
+	else
+		LOG(LOG_DEBUG, "exec[%d]: %s", x->rank, dst);
+	if (x->n_lines == EXEC_LOG_LINES)
+		LOG(LOG_INFO, "exec[%d]: (further output at --log-level debug)", x->rank);
 }
 
 /* Reads what CMD wrote (non-blocking), line by line. */
@@ -114,7 +121,10 @@ static void output_drain(exec_t *x)
 {
 	char buf[4096];
 	ssize_t k;
-	while (x->out_fd >= 0 && (k = read(x->out_fd, buf, sizeof buf)) != 0) {
+	int reads = 0;
+	/* at most 256 KB per loop turn: a command that writes without pause must not hold the
+	 * agent's loop (it blocks on the full pipe instead) */
+	while (x->out_fd >= 0 && reads++ < 64 && (k = read(x->out_fd, buf, sizeof buf)) != 0) {
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;
@@ -132,6 +142,8 @@ static void output_drain(exec_t *x)
 			x->part[x->part_len++] = buf[i];
 		}
 	}
+	if (reads > 64)
+		return; /* more next turn */
 	/* EOF (every writer gone) or an error: done with the pipe */
 	if (x->part_len)
 		line_add(x, x->part, x->part_len);
@@ -285,7 +297,8 @@ static int reap(exec_t *x, int *status)
 	kill(-x->pid, SIGKILL); /* the group id is still ours: its leader is not reaped yet */
 	while (waitpid(x->pid, status, 0) < 0 && errno == EINTR)
 		;
-	output_drain(x);
+	for (int i = 0; i < 64 && x->out_fd >= 0; i++) /* its last words, up to 4 MB */
+		output_drain(x);
 	if (x->out_fd >= 0) { /* a straggler holds the pipe: we have its last words already */
 		close(x->out_fd);
 		x->out_fd = -1;
