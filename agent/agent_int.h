@@ -51,7 +51,8 @@ typedef struct node_desc {
 	int naddrs;
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
-	int kind[AGENT_MAX_ADDRS]; /* plan_link_t, as the node itself sees its interface */
+	int kind[AGENT_MAX_ADDRS];   /* plan_link_t, as the node itself sees its interface */
+	int prefix[AGENT_MAX_ADDRS]; /* IPv4 netmask length, 0 = unknown (the planner's /24) */
 } node_desc_t;
 
 typedef struct conn {
@@ -148,6 +149,7 @@ struct agent {
 	char why[200];       /* the model transfer's news for /health (model.c) */
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
+	struct exec *exec; /* --exec: the command's process group (exec.c), or NULL */
 	/* the API */
 	web_t *web;
 	char leader_url[128];

@@ -5,6 +5,7 @@
  */
 #include "agent/agent.h"
 #include "agent/cli.h"
+#include "agent/exec.h"
 #include "common/common.h"
 
 #include <getopt.h>
@@ -58,8 +59,15 @@ static void usage(FILE *f)
 	    "  --api-key-file F   read that key from F (first line): keeps it out of ps\n"
 	    "  --tls-cert F       serve the API over HTTPS with this PEM certificate (chain)\n"
 	    "  --tls-key F        and this PEM private key\n"
+	    "  --exec 'CMD ...'   run CMD (sh -c) on every node while a plan is in force, with "
+	    "the\n"
+	    "                     environment mlx.launch gives its rank (MLX_RANK, MLX_HOSTFILE\n"
+	    "                     or MLX_IBV_DEVICES + MLX_JACCL_COORDINATOR, ...; docs/mlx.md);\n"
+	    "                     restarted on a new plan. shoal then loads no model share (the\n"
+	    "                     model still sizes the plan) and the leader's /v1/ goes to CMD\n"
+	    "  --exec-port P      port rank 0's CMD serves the API on (default %d; 0 = no proxy)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
-	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
+	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT, EXEC_DEFAULT_PORT);
 }
 
 /* An existing state directory that others may write to lets them swap the node's key, plans or
@@ -121,13 +129,16 @@ int cmd_agent(int argc, char **argv)
 					     {"api-key-file", required_argument, 0, 'K'},
 					     {"tls-cert", required_argument, 0, 'c'},
 					     {"tls-key", required_argument, 0, 'y'},
+					     {"exec", required_argument, 0, 'X'},
+					     {"exec-port", required_argument, 0, 'Y'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
 			      .http_port = AGENT_DEFAULT_HTTP_PORT,
 			      .settle_ms = 1000,
 			      .replan_delay_ms = 500,
-			      .step_timeout_ms = 10000};
+			      .step_timeout_ms = 10000,
+			      .exec_port = EXEC_DEFAULT_PORT};
 	char token[1024] = "", state_dir[4096] = "", err[512], api_key[1024] = "";
 	int c, rc = 1;
 	optind = 1;
@@ -150,6 +161,23 @@ int cmd_agent(int argc, char **argv)
 			break;
 		}
 		case 'd': snprintf(state_dir, sizeof state_dir, "%s", optarg); break;
+		case 'X':
+			if (!*optarg) {
+				fprintf(stderr, "shoal agent: --exec wants a command\n");
+				return 2;
+			}
+			cfg.exec_cmd = optarg;
+			break;
+		case 'Y': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v < 0 || v > 65535) {
+				fprintf(stderr, "shoal agent: bad --exec-port '%s'\n", optarg);
+				return 2;
+			}
+			cfg.exec_port = (int)v;
+			break;
+		}
 		case 'e':
 			cfg.expect = atoi(optarg);
 			if (cfg.expect < 0 || cfg.expect > DISC_MAX_PEERS) {

@@ -72,6 +72,14 @@ static void *session_main(void *arg)
 	eng_t *e = NULL;
 	char err[256] = "";
 	int64_t t0 = now_ms();
+	if (a->cfg.exec_cmd) { /* --exec: the command is the engine (exec.c); nothing to load */
+		atomic_store(&s->phase, SESSION_READY);
+		pthread_mutex_lock(&s->mu);
+		while (!s->stop)
+			pthread_cond_wait(&s->cv, &s->mu);
+		pthread_mutex_unlock(&s->mu);
+		goto done;
+	}
 	/* a slice node brings its share's bytes in before it joins the group (the others wait for
 	 * it up to GROUP_FORM_MS: a share that takes longer to arrive fails this plan, and the next
 	 * plan finds the bytes already here) */
@@ -352,6 +360,8 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 		LOG(LOG_INFO, "api: listening on port %d", web_port(a->web));
 	else /* discovery, planning and computing go on; only the API is missing here */
 		LOG(LOG_ERROR, "api: %s: this node serves no API (pick another --http-port)", e);
+	if (!rc && a->cfg.exec_cmd && a->cfg.exec_port > 0)
+		web_set_proxy(a->web, a->cfg.exec_port); /* --exec: /v1/ goes to rank 0's command */
 	(void)err, (void)errlen;
 	return 0;
 }

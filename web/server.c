@@ -56,6 +56,7 @@ struct web {
 	web_guard_t *guard;
 	int tls;
 	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
+	atomic_int proxy_port; /* --exec: /v1/... goes to 127.0.0.1:proxy_port (proxy.c) */
 };
 
 /* Per-request state: the body while it uploads, then the job a non-streaming reply waits for. */
@@ -68,10 +69,11 @@ typedef struct conn {
 	web_job_t *job;   /* non-streaming reply pending (a reference), parked in park */
 	web_park_t park;
 	int parked; /* park is attached */
+	char *url, method[16]; /* R_PROXY */
 } conn_t;
 
 enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_CHAT,
-	     R_COMPLETIONS };
+	     R_COMPLETIONS, R_PROXY };
 
 static const struct route_def {
 	const char *path;
@@ -203,10 +205,17 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 
 /* ---- GET endpoints -------------------------------------------------------------------------- */
 
+static int is_follower(web_t *w);
+
 static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 {
 	char reason[200], model[128];
 	int st = node_state(w, reason, sizeof reason);
+	int pp = atomic_load(&w->proxy_port); /* --exec: serving means the command answers */
+	if (st == WEB_SERVING && pp > 0 && !is_follower(w) && !web_proxy_alive(pp)) {
+		st = WEB_LOADING;
+		snprintf(reason, sizeof reason, "the --exec command does not answer on port %d yet", pp);
+	}
 	int q, run;
 	web_sched_depth(w->sched, &q, &run);
 	if (st == WEB_SERVING) {
@@ -713,6 +722,10 @@ static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	if (cn->too_large)
 		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
 				   "the request body is larger than %u bytes", WEB_BODY_MAX);
+	if (cn->route == R_PROXY)
+		return (enum MHD_Result)web_proxy_answer(c, atomic_load(&w->proxy_port), cn->method,
+							 cn->url, cn->body.p, cn->body.len,
+							 &w->stopping, w->timeout_ms);
 	return do_generate(w, c, cn);
 }
 
@@ -809,6 +822,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	int v1 = !strncmp(url, "/v1/", 4);
 	if ((!rt || rt->leader_only) && v1 && is_follower(w))
 		return redirect(w, c, url);
+	if ((!rt || rt->leader_only) && v1 && atomic_load(&w->proxy_port) > 0) { /* --exec */
+		if (!auth_ok(w, c))
+			return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
+					   "a valid API key is required: send 'Authorization: Bearer KEY'");
+		if (!(cn = calloc(1, sizeof *cn)) || !(cn->url = strdup(url))) {
+			free(cn);
+			return MHD_NO;
+		}
+		cn->route = R_PROXY;
+		snprintf(cn->method, sizeof cn->method, "%s", method);
+		*con_cls = cn;
+		return MHD_YES;
+	}
 	if (!rt)
 		return send_errorf(w, c, 404, "not_found_error", "unknown_url",
 				   "unknown path %.100s %.200s (see docs/api.md)", method, url);
@@ -868,6 +894,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		if (cn->parked)
 			web_park_detach(w->guard, &cn->park);
 		web_buf_free(&cn->body);
+		free(cn->url);
 		free(cn);
 		*con_cls = NULL;
 	}
@@ -1097,6 +1124,8 @@ void web_set_leader(web_t *w, const char *url)
 	w->leader = copy;
 	pthread_mutex_unlock(&w->mu);
 }
+
+void web_set_proxy(web_t *w, int port) { atomic_store(&w->proxy_port, port > 0 ? port : 0); }
 
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms)
 {

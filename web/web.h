@@ -93,6 +93,11 @@ void web_set_engine(web_t *w, eng_t *eng);
  * serve them here (leader). The string is copied. */
 void web_set_leader(web_t *w, const char *url);
 
+/* --exec: from now on this server forwards /v1/... (except /v1/cluster and /v1/events) to
+ * 127.0.0.1:port, streaming included (web/proxy.c); 0 = off. A follower still redirects to the
+ * leader, whose proxy answers. */
+void web_set_proxy(web_t *w, int port);
+
 /* Figures from the compute side, shown in /metrics and on the dashboard: time of one decode step
  * and the part of it spent communicating, in milliseconds (negative = unknown). */
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms);

@@ -9,6 +9,7 @@
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
  *   guard.c    per-connection deadlines, parked (suspended) connections and their watch thread
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
+ *   proxy.c    --exec: /v1/... forwarded to the command's port (web_set_proxy)
  */
 #ifndef SHOAL_WEB_INT_H
 #define SHOAL_WEB_INT_H
@@ -24,13 +25,13 @@
 
 struct json_t; /* jansson */
 
-#define WEB_BODY_MAX (512u << 10) /* request bodies above this are answered 413 */
-#define WEB_STOP_MAX 16         /* stop strings per request */
-#define WEB_MSG_MAX 4096        /* messages per request */
-#define WEB_JSON_DEPTH_MAX 32   /* nesting of arrays and objects in a body */
-#define WEB_JSON_CONTAINERS_MAX 16384 /* arrays + objects in a body (~250 B each once parsed) */
-#define WEB_JSON_VALUES_MAX 131072    /* values of any kind in a body */
-#define WEB_PARSE_CONCURRENCY 2       /* bodies parsed into trees at once (bounds peak memory) */
+#define WEB_BODY_MAX            (512u << 10) /* request bodies above this are answered 413 */
+#define WEB_STOP_MAX            16           /* stop strings per request */
+#define WEB_MSG_MAX             4096         /* messages per request */
+#define WEB_JSON_DEPTH_MAX      32           /* nesting of arrays and objects in a body */
+#define WEB_JSON_CONTAINERS_MAX 16384  /* arrays + objects in a body (~250 B each once parsed) */
+#define WEB_JSON_VALUES_MAX     131072 /* values of any kind in a body */
+#define WEB_PARSE_CONCURRENCY   2      /* bodies parsed into trees at once (bounds peak memory) */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -62,20 +63,20 @@ int web_err_set(web_err_t *e, int status, const char *type, const char *param, c
 enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
 
 typedef struct web_req {
-	int kind;             /* enum web_kind */
-	char *model;          /* as sent, or NULL */
-	eng_msg_t *msgs;      /* chat: n_msgs messages, role and content strings owned */
+	int kind;        /* enum web_kind */
+	char *model;     /* as sent, or NULL */
+	eng_msg_t *msgs; /* chat: n_msgs messages, role and content strings owned */
 	int n_msgs;
-	char *prompt;         /* completion: text prompt, or NULL when prompt_ids is used */
-	int *prompt_ids;      /* completion: prompt given as token ids */
+	char *prompt;    /* completion: text prompt, or NULL when prompt_ids is used */
+	int *prompt_ids; /* completion: prompt given as token ids */
 	int n_prompt_ids;
-	eng_sampling_t samp;  /* samp.stop points into stop[] */
+	eng_sampling_t samp; /* samp.stop points into stop[] */
 	char *stop[WEB_STOP_MAX];
 	int n_stop;
-	int stream;           /* Server-Sent Events */
-	int include_usage;    /* stream_options.include_usage */
-	int logprobs;         /* report log-probabilities of chosen tokens */
-	int seed_given;       /* samp.seed came from the request */
+	int stream;        /* Server-Sent Events */
+	int include_usage; /* stream_options.include_usage */
+	int logprobs;      /* report log-probabilities of chosen tokens */
+	int seed_given;    /* samp.seed came from the request */
 } web_req_t;
 
 /* Parses and validates a body for kind. Returns 0, or the HTTP status (400; 413 for a body
@@ -130,7 +131,8 @@ struct json_t *web_json_logprob(const char *text, size_t text_len, float logprob
 /* Appends "data: JSON\n\n" (takes ownership of json, frees it; NULL = out of memory). */
 int web_sse_add(web_buf_t *out, char *json);
 
-/* ---- the queue and the scheduler (sched.c) ---------------------------------------------------- */
+/* ---- the queue and the scheduler (sched.c) ----------------------------------------------------
+ */
 
 enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
 
@@ -143,15 +145,15 @@ typedef struct web_job {
 	pthread_cond_t cv;
 	int refs;
 	web_req_t req;
-	int *ids;             /* prompt token ids (owned) */
+	int *ids; /* prompt token ids (owned) */
 	int n_ids;
 	web_reply_id_t rid;
-	char model[128];      /* rid.model points here */
-	int64_t deadline_ms;  /* now_ms() clock */
-	atomic_int cancel;    /* 1 client gone, 2 timed out, 3 server stopping */
-	int state;            /* enum web_job_state */
-	web_buf_t out;        /* streaming: SSE bytes not yet sent to the client */
-	web_buf_t text;       /* non-streaming: the completion text */
+	char model[128];         /* rid.model points here */
+	int64_t deadline_ms;     /* now_ms() clock */
+	atomic_int cancel;       /* 1 client gone, 2 timed out, 3 server stopping */
+	int state;               /* enum web_job_state */
+	web_buf_t out;           /* streaming: SSE bytes not yet sent to the client */
+	web_buf_t text;          /* non-streaming: the completion text */
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
 	web_err_t err;        /* status != 0 when the request failed */
@@ -205,18 +207,29 @@ static inline int web_engine_lost(int rc)
 	return rc == SH_ECLOSED || rc == SH_ETIMEDOUT || rc == SH_EIO;
 }
 
+/* ---- the --exec proxy (proxy.c) ------------------------------------------------------------ */
+
+struct MHD_Connection;
+/* Forwards method url with body to 127.0.0.1:port and queues the reply on c, streamed; answers
+ * 503 (with Retry-After) when nothing listens there, 502 on a bad reply. Returns libmicrohttpd's
+ * result (an enum MHD_Result). stopping: the server's flag (waits end when it is set). */
+int web_proxy_answer(struct MHD_Connection *c, int port, const char *method, const char *url,
+		     const char *body, size_t body_len, const atomic_int *stopping, int timeout_ms);
+/* Does something accept connections on 127.0.0.1:port? (/health of an --exec leader) */
+int web_proxy_alive(int port);
+
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
 #define WEB_MAX_RANKS 256
 
 typedef struct web_metrics {
 	pthread_mutex_t mu;
-	uint64_t by_status[600];  /* finished HTTP requests per status code (API paths) */
+	uint64_t by_status[600]; /* finished HTTP requests per status code (API paths) */
 	uint64_t prompt_tokens, completion_tokens, api_requests;
 	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
-	double last_tps;          /* decode tokens/s of the last finished request */
-	double step_ms, comm_ms;  /* negative = unknown */
-	int step_external;        /* step_ms comes from web_set_step_metrics, not from results */
+	double last_tps;           /* decode tokens/s of the last finished request */
+	double step_ms, comm_ms;   /* negative = unknown */
+	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
 	int n_ranks;
 	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
 } web_metrics_t;
