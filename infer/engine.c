@@ -183,6 +183,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	if (e->dist)
 		dist_attach(e->dist, e->model);
 	e->samp = sampler_new(e->meta.n_vocab);
+	if (e->samp)
+		sampler_set_tok(e->samp, e->tok); /* structured output masks by token bytes */
 	e->logits = malloc((size_t)e->meta.n_vocab * sizeof *e->logits);
 	e->cache = malloc((size_t)ctx * sizeof *e->cache);
 	if (!e->samp || !e->logits || !e->cache) {
@@ -448,6 +450,9 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 	int pos = n_prompt;
 	for (;;) {
 		float lp = 0;
+		sampler_mask(e->samp, e->logits,
+			     MIN(s->max_tokens > 0 ? s->max_tokens - res->completion_tokens : n_ctx,
+				 n_ctx - pos));
 		int t = sampler_sample(e->samp, e->logits, &lp, top, n_top);
 		if (tok_is_eog(e->tok, t)) {
 			/* text still held back (a partial stop string, an unfinished character) is

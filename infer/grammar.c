@@ -1,0 +1,1324 @@
+/*
+ * grammar.c: JSON Schema -> node graph, the byte matcher over it, and the vocabulary walk that
+ * masks logits (see grammar.h for the form of the output and the termination rule).
+ *
+ * Invariant: every state a matcher can reach has a completion (the node costs are finite for
+ * every node reachable from the root), so masking with the cost rule never strands a request:
+ * some single byte always moves towards the end of the value.
+ */
+#include "infer/grammar.h"
+
+#include "common/common.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GDEPTH     24 /* nesting limit of generated values */
+#define GTHREADS   8  /* alternatives followed at once (anyOf) */
+#define GMAXSET    64 /* properties per object, values per enum */
+#define GINF       (1 << 28)
+#define NUM_DIGITS 15 /* digits per part of a number: stays exact in a double */
+
+enum gtype { G_OBJECT, G_ARRAY, G_STRING, G_NUMBER, G_INTEGER, G_LITS, G_ANYOF };
+
+typedef struct gprop {
+	char *key; /* JSON-encoded, quotes included */
+	int klen, node, req;
+} gprop_t;
+
+typedef struct gnode {
+	int type;
+	int a, n;   /* object: props[a..a+n); lits: lits[a..a+n); anyOf: alts[a..a+n) */
+	int child;  /* object without properties: node of every value (-1: only "{}"); array: items
+		     */
+	int lo, hi; /* string: length bounds; array: item bounds (hi INT_MAX = none) */
+	int cost;   /* bytes of the shortest value */
+	int *after; /* object with properties: [n+1] cost of closing once props before idx are done
+		     */
+} gnode_t;
+
+struct eng_grammar {
+	gnode_t *nodes;
+	int n_nodes, cap_nodes;
+	gprop_t *props;
+	int n_props, cap_props;
+	char **lits;
+	int *lit_len;
+	int n_lits, cap_lits;
+	int *alts;
+	int n_alts, cap_alts;
+	int root, any, str;
+};
+
+/* ---- compiling ---------------------------------------------------------------------------- */
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	int nc = *cap ? *cap * 2 : 16;
+	while (nc < need)
+		nc *= 2;
+	void *np = realloc(*p, (size_t)nc * elem);
+	if (!np)
+		return SH_ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+
+static int node_add(eng_grammar_t *g, int type)
+{
+	if (grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes))
+		return SH_ENOMEM;
+	gnode_t *n = &g->nodes[g->n_nodes];
+	memset(n, 0, sizeof *n);
+	n->type = type;
+	n->child = -1;
+	n->hi = INT_MAX;
+	return g->n_nodes++;
+}
+
+/* Adds the literals (JSON texts of values) as one node. */
+static int lits_add(eng_grammar_t *g, json_t **vals, int nv)
+{
+	int id = node_add(g, G_LITS);
+	if (id < 0)
+		return id;
+	if (grow((void **)&g->lits, &g->cap_lits, g->n_lits + nv, sizeof *g->lits))
+		return SH_ENOMEM;
+	/* lit_len follows lits' capacity */
+	int *ll = realloc(g->lit_len, (size_t)g->cap_lits * sizeof *ll);
+	if (!ll)
+		return SH_ENOMEM;
+	g->lit_len = ll;
+	g->nodes[id].a = g->n_lits;
+	for (int i = 0; i < nv; i++) {
+		char *s = json_dumps(vals[i], JSON_COMPACT | JSON_ENCODE_ANY);
+		if (!s)
+			return SH_ENOMEM;
+		g->lits[g->n_lits] = s;
+		g->lit_len[g->n_lits++] = (int)strlen(s);
+	}
+	g->nodes[id].n = nv;
+	return id;
+}
+
+static int lits_words(eng_grammar_t *g, const char *a, const char *b, const char *c)
+{
+	json_t *v[3];
+	int n = 0;
+	const char *w[3] = {a, b, c};
+	for (int i = 0; i < 3; i++)
+		if (w[i])
+			v[n++] = !strcmp(w[i], "null")   ? json_null()
+				 : !strcmp(w[i], "true") ? json_true()
+							 : json_false();
+	int rc = lits_add(g, v, n);
+	for (int i = 0; i < n; i++)
+		json_decref(v[i]);
+	return rc;
+}
+
+static int alts_add(eng_grammar_t *g, const int *alt, int n)
+{
+	int id = node_add(g, G_ANYOF);
+	if (id < 0)
+		return id;
+	if (grow((void **)&g->alts, &g->cap_alts, g->n_alts + n, sizeof *g->alts))
+		return SH_ENOMEM;
+	g->nodes[id].a = g->n_alts;
+	g->nodes[id].n = n;
+	memcpy(g->alts + g->n_alts, alt, (size_t)n * sizeof *alt);
+	g->n_alts += n;
+	return id;
+}
+
+/* The node for "any JSON value" (built once): anyOf object, array, string, number, literals. */
+static int any_node(eng_grammar_t *g)
+{
+	if (g->any >= 0)
+		return g->any;
+	int alt[5];
+	if ((alt[0] = node_add(g, G_OBJECT)) < 0 || (alt[1] = node_add(g, G_ARRAY)) < 0 ||
+	    (alt[2] = node_add(g, G_STRING)) < 0 || (alt[3] = node_add(g, G_NUMBER)) < 0 ||
+	    (alt[4] = lits_words(g, "true", "false", "null")) < 0)
+		return SH_ENOMEM;
+	int any = alts_add(g, alt, 5);
+	if (any < 0)
+		return any;
+	g->nodes[alt[0]].child = any;
+	g->nodes[alt[1]].child = any;
+	g->any = any;
+	return any;
+}
+
+typedef struct cctx {
+	eng_grammar_t *g;
+	char *err;
+	size_t errlen;
+	int depth;
+} cctx_t;
+
+static int compile(cctx_t *c, json_t *s, const char *path);
+
+static int unsupported(cctx_t *c, const char *kw, const char *path)
+{
+	return sh_fail(c->err, c->errlen, SH_EUNSUPP,
+		       "unsupported JSON Schema keyword '%s' at %s (supported: type, properties, "
+		       "required, additionalProperties, items, enum, const, anyOf, minLength, "
+		       "maxLength, minItems, maxItems)",
+		       kw, path[0] ? path : "/");
+}
+
+static int bad_schema(cctx_t *c, const char *path, const char *what)
+{
+	return sh_fail(c->err, c->errlen, SH_EINVAL, "invalid schema at %s: %s",
+		       path[0] ? path : "/", what);
+}
+
+/* A non-negative integer keyword, or dflt when absent. */
+static int get_bound(cctx_t *c, json_t *s, const char *k, int dflt, const char *path, int *out)
+{
+	json_t *v = json_object_get(s, k);
+	*out = dflt;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20)
+		return sh_fail(c->err, c->errlen, SH_EINVAL,
+			       "invalid schema at %s: '%s' must be a non-negative integer",
+			       path[0] ? path : "/", k);
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static int value_has_type(json_t *v, const char *t)
+{
+	if (!strcmp(t, "string"))
+		return json_is_string(v);
+	if (!strcmp(t, "number"))
+		return json_is_number(v);
+	if (!strcmp(t, "integer"))
+		return json_is_integer(v) ||
+		       (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+	if (!strcmp(t, "boolean"))
+		return json_is_boolean(v);
+	if (!strcmp(t, "null"))
+		return json_is_null(v);
+	if (!strcmp(t, "object"))
+		return json_is_object(v);
+	if (!strcmp(t, "array"))
+		return json_is_array(v);
+	return 0;
+}
+
+static int compile_object(cctx_t *c, json_t *s, const char *path)
+{
+	eng_grammar_t *g = c->g;
+	json_t *props = json_object_get(s, "properties");
+	json_t *req = json_object_get(s, "required");
+	json_t *addl = json_object_get(s, "additionalProperties");
+	char sub[512];
+	if (props && !json_is_object(props))
+		return bad_schema(c, path, "'properties' must be an object");
+	if (req && !json_is_array(req))
+		return bad_schema(c, path, "'required' must be an array of names");
+	if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+		return bad_schema(c, path, "'additionalProperties' must be a boolean or a schema");
+	size_t nreq = req ? json_array_size(req) : 0;
+	for (size_t i = 0; i < nreq; i++)
+		if (!json_is_string(json_array_get(req, i)))
+			return bad_schema(c, path, "'required' must be an array of names");
+	size_t np = props ? json_object_size(props) : 0;
+	/* required names that have no schema of their own take any value (or are impossible) */
+	int extra_req = 0;
+	for (size_t i = 0; i < nreq; i++)
+		if (!json_object_get(props, json_string_value(json_array_get(req, i))))
+			extra_req++;
+	if (extra_req && json_is_false(addl))
+		return bad_schema(c, path,
+				  "a required property is not in 'properties' while "
+				  "additionalProperties is false");
+	if (np + (size_t)extra_req > GMAXSET)
+		return sh_fail(c->err, c->errlen, SH_EUNSUPP,
+			       "schema at %s has more than %d properties", path[0] ? path : "/",
+			       GMAXSET);
+	if (np + (size_t)extra_req == 0) { /* a free-form object */
+		int id = node_add(g, G_OBJECT);
+		if (id < 0)
+			return id;
+		int child = -1; /* -1: only "{}" */
+		if (json_is_object(addl)) {
+			snprintf(sub, sizeof sub, "%s/additionalProperties", path);
+			if ((child = compile(c, addl, sub)) < 0)
+				return child;
+		} else if (!json_is_false(addl)) {
+			if ((child = any_node(g)) < 0)
+				return child;
+		}
+		g->nodes[id].child = child;
+		return id;
+	}
+	int kids[GMAXSET];
+	char *keys[GMAXSET];
+	int isreq[GMAXSET];
+	int k = 0;
+	const char *name;
+	json_t *ps;
+	json_object_foreach(props, name, ps)
+	{
+		snprintf(sub, sizeof sub, "%s/properties/%s", path, name);
+		if ((kids[k] = compile(c, ps, sub)) < 0)
+			return kids[k];
+		keys[k] = (char *)name;
+		isreq[k] = 0;
+		for (size_t i = 0; i < nreq; i++)
+			if (!strcmp(json_string_value(json_array_get(req, i)), name))
+				isreq[k] = 1;
+		k++;
+	}
+	for (size_t i = 0; i < nreq; i++) {
+		const char *rn = json_string_value(json_array_get(req, i));
+		if (json_object_get(props, rn))
+			continue;
+		int dup = 0;
+		for (int j = 0; j < k; j++)
+			dup |= !strcmp(keys[j], rn);
+		if (dup)
+			continue;
+		if ((kids[k] = json_is_object(addl) ? compile(c, addl, path) : any_node(g)) < 0)
+			return kids[k];
+		keys[k] = (char *)rn;
+		isreq[k++] = 1;
+	}
+	int id = node_add(g, G_OBJECT);
+	if (id < 0)
+		return id;
+	if (grow((void **)&g->props, &g->cap_props, g->n_props + k, sizeof *g->props))
+		return SH_ENOMEM;
+	g->nodes[id].a = g->n_props;
+	g->nodes[id].n = k;
+	for (int i = 0; i < k; i++) {
+		json_t *js = json_string(keys[i]);
+		char *kj = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+		json_decref(js);
+		if (!kj)
+			return SH_ENOMEM;
+		g->props[g->n_props++] = (gprop_t){kj, (int)strlen(kj), kids[i], isreq[i]};
+	}
+	return id;
+}
+
+/* One "type" of s (with the keywords that apply to it). */
+static int compile_typed(cctx_t *c, json_t *s, const char *t, const char *path)
+{
+	eng_grammar_t *g = c->g;
+	char sub[512];
+	int id, rc;
+	if (!strcmp(t, "object"))
+		return compile_object(c, s, path);
+	if (!strcmp(t, "array")) {
+		json_t *items = json_object_get(s, "items");
+		int item;
+		if (items && json_is_array(items))
+			return unsupported(c, "items (as an array)", path);
+		if (items) {
+			snprintf(sub, sizeof sub, "%s/items", path);
+			item = compile(c, items, sub);
+		} else {
+			item = any_node(g);
+		}
+		if (item < 0)
+			return item;
+		if ((id = node_add(g, G_ARRAY)) < 0)
+			return id;
+		g->nodes[id].child = item;
+		if ((rc = get_bound(c, s, "minItems", 0, path, &g->nodes[id].lo)) ||
+		    (rc = get_bound(c, s, "maxItems", INT_MAX, path, &g->nodes[id].hi)))
+			return rc;
+		if (g->nodes[id].lo > g->nodes[id].hi)
+			return bad_schema(c, path, "minItems is above maxItems");
+		return id;
+	}
+	if (!strcmp(t, "string")) {
+		if ((id = node_add(g, G_STRING)) < 0)
+			return id;
+		if ((rc = get_bound(c, s, "minLength", 0, path, &g->nodes[id].lo)) ||
+		    (rc = get_bound(c, s, "maxLength", INT_MAX, path, &g->nodes[id].hi)))
+			return rc;
+		if (g->nodes[id].lo > g->nodes[id].hi)
+			return bad_schema(c, path, "minLength is above maxLength");
+		return id;
+	}
+	if (!strcmp(t, "number"))
+		return node_add(g, G_NUMBER);
+	if (!strcmp(t, "integer"))
+		return node_add(g, G_INTEGER);
+	if (!strcmp(t, "boolean"))
+		return lits_words(g, "true", "false", NULL);
+	if (!strcmp(t, "null"))
+		return lits_words(g, "null", NULL, NULL);
+	char msg[96];
+	snprintf(msg, sizeof msg, "unknown type '%.40s'", t);
+	return bad_schema(c, path, msg);
+}
+
+static const char *const annotations[] = {"title",    "description", "$schema",  "$id",
+					  "default",  "examples",    "$comment", "deprecated",
+					  "readOnly", "writeOnly"};
+static const char *const keywords[] = {
+    "type",      "properties", "required", "additionalProperties",
+    "items",     "enum",       "const",    "anyOf",
+    "minLength", "maxLength",  "minItems", "maxItems"};
+
+static int compile(cctx_t *c, json_t *s, const char *path)
+{
+	eng_grammar_t *g = c->g;
+	if (json_is_true(s))
+		return any_node(g);
+	if (!json_is_object(s))
+		return bad_schema(c, path, "a schema must be an object");
+	if (++c->depth > 32) {
+		c->depth--;
+		return bad_schema(c, path, "nested more than 32 levels");
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(s, k, v)
+	{
+		int ok = 0;
+		for (size_t i = 0; i < ARRAY_LEN(annotations) && !ok; i++)
+			ok = !strcmp(k, annotations[i]);
+		for (size_t i = 0; i < ARRAY_LEN(keywords) && !ok; i++)
+			ok = !strcmp(k, keywords[i]);
+		if (!ok) {
+			c->depth--;
+			return unsupported(c, k, path);
+		}
+	}
+	int id;
+	json_t *type = json_object_get(s, "type");
+	json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+	json_t *any = json_object_get(s, "anyOf");
+	char sub[512];
+	if (type && !json_is_string(type) && !json_is_array(type)) {
+		id = bad_schema(c, path, "'type' must be a string or an array of strings");
+	} else if (cn || en) {
+		json_t *vals[GMAXSET];
+		int nv = 0;
+		size_t n = cn ? 1 : json_is_array(en) ? json_array_size(en) : 0;
+		if (!cn && (!json_is_array(en) || n == 0))
+			id = bad_schema(c, path, "'enum' must be a non-empty array");
+		else if (n > GMAXSET)
+			id = sh_fail(c->err, c->errlen, SH_EUNSUPP,
+				     "'enum' at %s has more than %d values", path[0] ? path : "/",
+				     GMAXSET);
+		else {
+			for (size_t i = 0; i < n; i++) {
+				json_t *x = cn ? cn : json_array_get(en, i);
+				int keep = !type;
+				for (size_t j = 0;
+				     type && j < (json_is_array(type) ? json_array_size(type) : 1);
+				     j++) {
+					json_t *tj =
+					    json_is_array(type) ? json_array_get(type, j) : type;
+					keep |= json_is_string(tj) &&
+						value_has_type(x, json_string_value(tj));
+				}
+				if (keep)
+					vals[nv++] = x;
+			}
+			id = nv ? lits_add(g, vals, nv)
+				: bad_schema(c, path, "no 'enum'/'const' value has the given type");
+		}
+	} else if (any) {
+		int alt[GMAXSET];
+		size_t n = json_is_array(any) ? json_array_size(any) : 0;
+		id = 0;
+		if (n == 0)
+			id = bad_schema(c, path, "'anyOf' must be a non-empty array");
+		else if (n > GMAXSET)
+			id = bad_schema(c, path, "'anyOf' has too many alternatives");
+		else if (type)
+			id = unsupported(c, "type (beside anyOf)", path);
+		for (size_t i = 0; id == 0 && i < n; i++) {
+			snprintf(sub, sizeof sub, "%s/anyOf/%zu", path, i);
+			int a = compile(c, json_array_get(any, i), sub);
+			if (a < 0)
+				id = a;
+			else
+				alt[i] = a;
+		}
+		if (id == 0)
+			id = alts_add(g, alt, (int)n);
+	} else if (json_is_string(type)) {
+		id = compile_typed(c, s, json_string_value(type), path);
+	} else if (json_is_array(type)) {
+		int alt[8];
+		size_t n = json_array_size(type);
+		id = 0;
+		if (n == 0 || n > 8)
+			id = bad_schema(c, path, "'type' must list 1 to 8 types");
+		for (size_t i = 0; id == 0 && i < n; i++) {
+			json_t *t = json_array_get(type, i);
+			int a = json_is_string(t) ? compile_typed(c, s, json_string_value(t), path)
+						  : bad_schema(c, path, "'type' must be strings");
+			if (a < 0)
+				id = a;
+			else
+				alt[i] = a;
+		}
+		if (id == 0)
+			id = n == 1 ? alt[0] : alts_add(g, alt, (int)n);
+	} else if (json_object_get(s, "properties") || json_object_get(s, "required") ||
+		   json_object_get(s, "additionalProperties")) {
+		id = compile_typed(c, s, "object", path);
+	} else if (json_object_get(s, "items")) {
+		id = compile_typed(c, s, "array", path);
+	} else {
+		id = any_node(g);
+	}
+	c->depth--;
+	return id;
+}
+
+static int sat(long long x)
+{
+	return x > GINF ? GINF : (int)x;
+}
+
+/* Shortest serialisations, to a fixed point (the "any" node refers to itself). */
+static int costs(eng_grammar_t *g)
+{
+	for (int i = 0; i < g->n_nodes; i++)
+		g->nodes[i].cost = GINF;
+	for (int pass = 0, changed = 1; changed && pass < 4 * g->n_nodes + 4; pass++) {
+		changed = 0;
+		for (int i = 0; i < g->n_nodes; i++) {
+			gnode_t *n = &g->nodes[i];
+			long long c = GINF;
+			switch (n->type) {
+			case G_OBJECT:
+				c = 2;
+				for (int j = 0, first = 1; j < n->n; j++) {
+					gprop_t *p = &g->props[n->a + j];
+					if (p->req) {
+						c += (first ? 0 : 1) + p->klen + 1 +
+						     g->nodes[p->node].cost;
+						first = 0;
+					}
+				}
+				break;
+			case G_ARRAY:
+				c = n->lo == 0 ? 2
+					       : 2 + (long long)n->lo * g->nodes[n->child].cost +
+						     (n->lo - 1);
+				break;
+			case G_STRING: c = 2 + (long long)n->lo; break;
+			case G_NUMBER:
+			case G_INTEGER: c = 1; break;
+			case G_LITS:
+				for (int j = 0; j < n->n; j++)
+					c = MIN(c, g->lit_len[n->a + j]);
+				break;
+			case G_ANYOF:
+				for (int j = 0; j < n->n; j++)
+					c = MIN(c, g->nodes[g->alts[n->a + j]].cost);
+				break;
+			}
+			if (sat(c) < n->cost) {
+				n->cost = sat(c);
+				changed = 1;
+			}
+		}
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		gnode_t *n = &g->nodes[i];
+		if (n->type != G_OBJECT || n->n == 0)
+			continue;
+		n->after = malloc((size_t)(n->n + 1) * sizeof *n->after);
+		if (!n->after)
+			return SH_ENOMEM;
+		long long c = 1;
+		n->after[n->n] = 1;
+		for (int j = n->n - 1; j >= 0; j--) {
+			gprop_t *p = &g->props[n->a + j];
+			if (p->req)
+				c += 1 + p->klen + 1 + g->nodes[p->node].cost;
+			n->after[j] = sat(c);
+		}
+	}
+	return 0;
+}
+
+void eng_grammar_free(eng_grammar_t *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->n_nodes; i++)
+		free(g->nodes[i].after);
+	for (int i = 0; i < g->n_props; i++)
+		free(g->props[i].key);
+	for (int i = 0; i < g->n_lits; i++)
+		free(g->lits[i]);
+	free(g->nodes);
+	free(g->props);
+	free(g->lits);
+	free(g->lit_len);
+	free(g->alts);
+	free(g);
+}
+
+int eng_grammar_new(eng_grammar_t **out, const char *schema, size_t len, char *err, size_t errlen)
+{
+	*out = NULL;
+	eng_grammar_t *g = calloc(1, sizeof *g);
+	if (!g)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	g->any = -1;
+	cctx_t c = {g, err, errlen, 0};
+	int rc;
+	if (!schema) { /* any JSON object */
+		int id = node_add(g, G_OBJECT);
+		int any = any_node(g);
+		rc = id < 0 ? id : any < 0 ? any : 0;
+		if (!rc) {
+			g->nodes[id].child = any;
+			g->root = id;
+		}
+	} else {
+		json_error_t je;
+		json_t *s = json_loadb(schema, len, JSON_DECODE_ANY, &je);
+		if (!s) {
+			rc = sh_fail(err, errlen, SH_EINVAL, "the schema is not JSON: %s", je.text);
+		} else {
+			rc = compile(&c, s, "");
+			if (rc >= 0) {
+				g->root = rc;
+				rc = 0;
+			}
+			json_decref(s);
+		}
+	}
+	if (!rc) {
+		g->str = node_add(g, G_STRING); /* keys of free-form objects */
+		rc = g->str < 0 ? g->str : costs(g);
+	}
+	if (!rc && g->nodes[g->root].cost >= GINF)
+		rc = sh_fail(err, errlen, SH_EINVAL, "no JSON value satisfies the schema");
+	if (rc) {
+		if (rc == SH_ENOMEM)
+			sh_fail(err, errlen, rc, "out of memory compiling the schema");
+		eng_grammar_free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+/* ---- matching ----------------------------------------------------------------------------- */
+
+typedef struct gframe {
+	int32_t node;
+	uint8_t st, sp, u8, pad; /* state; a space was taken; UTF-8 bytes owed; their lead */
+	int32_t pos;             /* key/literal byte, string character, item or digit count */
+	int32_t idx;             /* object: properties done */
+	uint64_t mask;           /* key or literal candidates */
+} gframe_t;
+
+typedef struct gthread {
+	int depth;
+	gframe_t f[GDEPTH];
+} gthread_t;
+
+typedef struct gset {
+	int n;
+	gthread_t t[GTHREADS];
+} gset_t;
+
+enum { O_START, O_FIRST, O_NEXT, O_KEY, O_COLON, O_VALUE, O_AFTER };
+enum { A_START, A_FIRST, A_AFTER, A_ITEM };
+enum { S_START, S_IN, S_ESC };
+enum { N_START, N_SIGN, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+enum { R_FAIL, R_OK, R_DONE, R_POP, R_PUSH };
+
+static size_t thread_size(const gthread_t *t)
+{
+	return offsetof(gthread_t, f) + (size_t)t->depth * sizeof(gframe_t);
+}
+
+static void set_copy(gset_t *d, const gset_t *s)
+{
+	d->n = s->n;
+	for (int i = 0; i < s->n; i++)
+		memcpy(&d->t[i], &s->t[i], thread_size(&s->t[i]));
+}
+
+static void set_add(gset_t *s, const gthread_t *t)
+{
+	size_t sz = thread_size(t);
+	for (int i = 0; i < s->n; i++)
+		if (s->t[i].depth == t->depth && !memcmp(&s->t[i], t, sz))
+			return;
+	if (s->n < GTHREADS) /* beyond: dropped; the others are still valid paths */
+		memcpy(&s->t[s->n++], t, sz);
+}
+
+static int push(gthread_t *t, int node)
+{
+	if (t->depth >= GDEPTH)
+		return R_FAIL;
+	gframe_t *f = &t->f[t->depth++];
+	memset(f, 0, sizeof *f);
+	f->node = node;
+	return R_PUSH;
+}
+
+/* Properties an object may name next: from idx up to and including the first required one. */
+static uint64_t candidates(const eng_grammar_t *g, const gnode_t *n, int idx)
+{
+	uint64_t m = 0;
+	for (int i = idx; i < n->n; i++) {
+		m |= 1ull << i;
+		if (g->props[n->a + i].req)
+			break;
+	}
+	return m;
+}
+
+static int may_close(const eng_grammar_t *g, const gnode_t *n, int idx)
+{
+	for (int i = idx; i < n->n; i++)
+		if (g->props[n->a + i].req)
+			return 0;
+	return 1;
+}
+
+static int obj_byte(const eng_grammar_t *g, gthread_t *t, gframe_t *f, const gnode_t *n, int b)
+{
+	int declared = n->n > 0;
+	switch (f->st) {
+	case O_START:
+		if (b != '{')
+			return R_FAIL;
+		f->st = O_FIRST;
+		return R_OK;
+	case O_FIRST:
+	case O_NEXT:
+		if (f->st == O_NEXT && b == ' ' && !f->sp) {
+			f->sp = 1;
+			return R_OK;
+		}
+		if (f->st == O_FIRST && b == '}')
+			return (declared ? may_close(g, n, f->idx) : 1) ? R_DONE : R_FAIL;
+		if (b != '"')
+			return R_FAIL;
+		if (!declared) {
+			if (n->child < 0)
+				return R_FAIL;
+			f->st = O_COLON;
+			return push(t, g->str);
+		}
+		f->mask = candidates(g, n, f->idx);
+		if (!f->mask)
+			return R_FAIL;
+		f->pos = 1;
+		f->st = O_KEY;
+		return R_OK;
+	case O_KEY: {
+		uint64_t m = 0;
+		int done = -1;
+		for (int i = 0; i < n->n; i++) {
+			const gprop_t *p = &g->props[n->a + i];
+			if ((f->mask >> i & 1) && p->klen > f->pos && p->key[f->pos] == b) {
+				m |= 1ull << i;
+				if (p->klen == f->pos + 1)
+					done = i;
+			}
+		}
+		if (!m)
+			return R_FAIL;
+		f->mask = m;
+		f->pos++;
+		if (done >= 0) {
+			f->idx = done + 1;
+			f->st = O_COLON;
+		}
+		return R_OK;
+	}
+	case O_COLON:
+		if (b != ':')
+			return R_FAIL;
+		f->st = O_VALUE;
+		f->sp = 0;
+		return R_OK;
+	case O_VALUE:
+		if (b == ' ' && !f->sp) {
+			f->sp = 1;
+			return R_OK;
+		}
+		f->st = O_AFTER;
+		return push(t, declared ? g->props[n->a + f->idx - 1].node : n->child);
+	case O_AFTER:
+		if (b == '}')
+			return (declared ? may_close(g, n, f->idx) : 1) ? R_DONE : R_FAIL;
+		if (b != ',' || (declared && !candidates(g, n, f->idx)))
+			return R_FAIL;
+		f->st = O_NEXT;
+		f->sp = 0;
+		return R_OK;
+	}
+	return R_FAIL;
+}
+
+static int arr_byte(gthread_t *t, gframe_t *f, const gnode_t *n, int b)
+{
+	switch (f->st) {
+	case A_START:
+		if (b != '[')
+			return R_FAIL;
+		f->st = A_FIRST;
+		return R_OK;
+	case A_FIRST:
+		if (b == ']')
+			return n->lo == 0 ? R_DONE : R_FAIL;
+		if (n->hi == 0)
+			return R_FAIL;
+		f->st = A_AFTER;
+		f->pos = 1;
+		return push(t, n->child);
+	case A_AFTER:
+		if (b == ']')
+			return f->pos >= n->lo ? R_DONE : R_FAIL;
+		if (b != ',' || f->pos >= n->hi)
+			return R_FAIL;
+		f->st = A_ITEM;
+		f->sp = 0;
+		return R_OK;
+	case A_ITEM:
+		if (b == ' ' && !f->sp) {
+			f->sp = 1;
+			return R_OK;
+		}
+		f->st = A_AFTER;
+		f->pos++;
+		return push(t, n->child);
+	}
+	return R_FAIL;
+}
+
+static int str_byte(gframe_t *f, const gnode_t *n, int b)
+{
+	if (f->st == S_START) {
+		if (b != '"')
+			return R_FAIL;
+		f->st = S_IN;
+		return R_OK;
+	}
+	if (f->st == S_ESC) {
+		if (!strchr("\"\\/bfnrt", b) || !b)
+			return R_FAIL;
+		f->st = S_IN;
+		return R_OK;
+	}
+	if (f->u8) {
+		/* the first continuation byte after E0, ED, F0, F4 is narrower: no overlong forms,
+		 * no surrogates, nothing above U+10FFFF */
+		int lo = 0x80, hi = 0xbf;
+		if (f->pad == 0xe0)
+			lo = 0xa0;
+		else if (f->pad == 0xed)
+			hi = 0x9f;
+		else if (f->pad == 0xf0)
+			lo = 0x90;
+		else if (f->pad == 0xf4)
+			hi = 0x8f;
+		if (b < lo || b > hi)
+			return R_FAIL;
+		f->pad = 0;
+		f->u8--;
+		return R_OK;
+	}
+	if (b == '"')
+		return f->pos >= n->lo ? R_DONE : R_FAIL;
+	if (b < 0x20 || f->pos >= n->hi)
+		return R_FAIL;
+	if (b == '\\')
+		f->st = S_ESC;
+	else if (b >= 0xc2 && b <= 0xdf)
+		f->u8 = 1;
+	else if (b >= 0xe0 && b <= 0xef)
+		f->u8 = 2;
+	else if (b >= 0xf0 && b <= 0xf4)
+		f->u8 = 3;
+	else if (b >= 0x80)
+		return R_FAIL;
+	if (f->u8)
+		f->pad = (uint8_t)b;
+	f->pos++;
+	return R_OK;
+}
+
+static int num_accepting(int st)
+{
+	return st == N_ZERO || st == N_INT || st == N_FRAC || st == N_EXP;
+}
+
+static int num_byte(gframe_t *f, const gnode_t *n, int b)
+{
+	int digit = b >= '0' && b <= '9', isint = n->type == G_INTEGER;
+	int next = -1;
+	switch (f->st) {
+	case N_START: next = b == '-' ? N_SIGN : b == '0' ? N_ZERO : digit ? N_INT : -1; break;
+	case N_SIGN: next = b == '0' ? N_ZERO : digit ? N_INT : -1; break;
+	case N_ZERO:
+	case N_INT:
+		if (digit && f->st == N_INT && f->pos < NUM_DIGITS)
+			next = N_INT;
+		else if (!isint && b == '.')
+			next = N_DOT;
+		else if (!isint && (b == 'e' || b == 'E'))
+			next = N_E;
+		break;
+	case N_DOT: next = digit ? N_FRAC : -1; break;
+	case N_FRAC:
+		if (digit && f->pos < NUM_DIGITS)
+			next = N_FRAC;
+		else if (b == 'e' || b == 'E')
+			next = N_E;
+		break;
+	case N_E: next = b == '+' || b == '-' ? N_ESIGN : digit ? N_EXP : -1; break;
+	case N_ESIGN: next = digit ? N_EXP : -1; break;
+	case N_EXP: next = digit && f->pos < 2 ? N_EXP : -1; break; /* stays finite */
+	}
+	if (next < 0)
+		return num_accepting(f->st) ? R_POP : R_FAIL;
+	f->pos = next == f->st ? f->pos + 1 : 1;
+	f->st = (uint8_t)next;
+	return R_OK;
+}
+
+static int lits_complete(const eng_grammar_t *g, const gframe_t *f, const gnode_t *n)
+{
+	if (f->st == 0)
+		return 0;
+	for (int i = 0; i < n->n; i++)
+		if ((f->mask >> i & 1) && g->lit_len[n->a + i] == f->pos)
+			return 1;
+	return 0;
+}
+
+static int lits_byte(const eng_grammar_t *g, gframe_t *f, const gnode_t *n, int b)
+{
+	if (f->st == 0) {
+		f->st = 1;
+		f->mask = n->n >= 64 ? ~0ull : (1ull << n->n) - 1;
+	}
+	uint64_t m = 0;
+	for (int i = 0; i < n->n; i++) {
+		int l = g->lit_len[n->a + i];
+		if ((f->mask >> i & 1) && l > f->pos &&
+		    (unsigned char)g->lits[n->a + i][f->pos] == b)
+			m |= 1ull << i;
+	}
+	if (!m)
+		return lits_complete(g, f, n) ? R_POP : R_FAIL;
+	f->mask = m;
+	f->pos++;
+	return R_OK;
+}
+
+/* Feeds byte b to thread t (modified), adding the resulting threads to out. */
+static void feed_thread(const eng_grammar_t *g, gthread_t *t, int b, gset_t *out)
+{
+	for (;;) {
+		if (t->depth == 0)
+			return;
+		gframe_t *f = &t->f[t->depth - 1];
+		const gnode_t *n = &g->nodes[f->node];
+		int r = R_FAIL;
+		switch (n->type) {
+		case G_ANYOF:
+			for (int i = 0; i < n->n; i++) {
+				gthread_t c;
+				memcpy(&c, t, thread_size(t));
+				c.f[c.depth - 1].node = g->alts[n->a + i];
+				feed_thread(g, &c, b, out);
+			}
+			return;
+		case G_OBJECT: r = obj_byte(g, t, f, n, b); break;
+		case G_ARRAY: r = arr_byte(t, f, n, b); break;
+		case G_STRING: r = str_byte(f, n, b); break;
+		case G_NUMBER:
+		case G_INTEGER: r = num_byte(f, n, b); break;
+		case G_LITS: r = lits_byte(g, f, n, b); break;
+		}
+		switch (r) {
+		case R_FAIL: return;
+		case R_OK: set_add(out, t); return;
+		case R_DONE:
+			t->depth--;
+			set_add(out, t);
+			return;
+		case R_POP: t->depth--; continue;
+		case R_PUSH: continue;
+		}
+	}
+}
+
+static void feed_set(const eng_grammar_t *g, const gset_t *in, int b, gset_t *out)
+{
+	out->n = 0;
+	for (int i = 0; i < in->n; i++) {
+		gthread_t t;
+		memcpy(&t, &in->t[i], thread_size(&in->t[i]));
+		feed_thread(g, &t, b, out);
+	}
+}
+
+static int thread_done(const eng_grammar_t *g, const gthread_t *t)
+{
+	if (t->depth == 0)
+		return 1;
+	if (t->depth > 1)
+		return 0;
+	const gframe_t *f = &t->f[0];
+	const gnode_t *n = &g->nodes[f->node];
+	if (n->type == G_NUMBER || n->type == G_INTEGER)
+		return f->st != N_START && num_accepting(f->st);
+	if (n->type == G_LITS)
+		return lits_complete(g, f, n);
+	return 0;
+}
+
+static int set_done(const eng_grammar_t *g, const gset_t *s)
+{
+	for (int i = 0; i < s->n; i++)
+		if (thread_done(g, &s->t[i]))
+			return 1;
+	return 0;
+}
+
+/* Bytes needed to finish the value of frame f from its state. */
+static long long frame_cost(const eng_grammar_t *g, const gframe_t *f)
+{
+	const gnode_t *n = &g->nodes[f->node];
+	int declared = n->n > 0;
+	switch (n->type) {
+	case G_ANYOF: return n->cost;
+	case G_OBJECT:
+		switch (f->st) {
+		case O_START: return n->cost;
+		case O_FIRST: return declared ? (n->after[0] > 1 ? n->after[0] - 1 : 1) : 1;
+		case O_NEXT:
+			if (!declared)
+				return 4 + (long long)g->nodes[n->child].cost;
+			if (n->after[f->idx] > 1)
+				return n->after[f->idx] - 1;
+			{
+				long long best = GINF;
+				uint64_t m = candidates(g, n, f->idx);
+				for (int i = 0; i < n->n; i++)
+					if (m >> i & 1)
+						best = MIN(
+						    best,
+						    g->props[n->a + i].klen + 1 +
+							(long long)g->nodes[g->props[n->a + i].node]
+							    .cost +
+							1);
+				return best;
+			}
+		case O_KEY: {
+			long long best = GINF;
+			for (int i = 0; i < n->n; i++)
+				if (f->mask >> i & 1) {
+					const gprop_t *p = &g->props[n->a + i];
+					best =
+					    MIN(best, (long long)(p->klen - f->pos) + 1 +
+							  g->nodes[p->node].cost + n->after[i + 1]);
+				}
+			return best;
+		}
+		case O_COLON:
+		case O_VALUE: {
+			long long colon = f->st == O_COLON;
+			if (!declared)
+				return colon + g->nodes[n->child].cost + 1;
+			return colon + g->nodes[g->props[n->a + f->idx - 1].node].cost +
+			       n->after[f->idx];
+		}
+		case O_AFTER: return declared ? n->after[f->idx] : 1;
+		}
+		return GINF;
+	case G_ARRAY: {
+		long long c = g->nodes[n->child].cost;
+		switch (f->st) {
+		case A_START: return n->cost;
+		case A_FIRST: return n->lo == 0 ? 1 : n->lo * c + (n->lo - 1) + 1;
+		case A_AFTER: return (long long)MAX(0, n->lo - f->pos) * (1 + c) + 1;
+		case A_ITEM: return c + (long long)MAX(0, n->lo - f->pos - 1) * (1 + c) + 1;
+		}
+		return GINF;
+	}
+	case G_STRING:
+		if (f->st == S_START)
+			return n->cost;
+		return f->u8 + MAX(0, n->lo - f->pos) + (f->st == S_ESC ? 2 : 1);
+	case G_NUMBER:
+	case G_INTEGER: return f->st != N_START && num_accepting(f->st) ? 0 : 1;
+	case G_LITS: {
+		if (f->st == 0)
+			return n->cost;
+		long long best = GINF;
+		for (int i = 0; i < n->n; i++)
+			if (f->mask >> i & 1)
+				best = MIN(best, g->lit_len[n->a + i] - f->pos);
+		return best;
+	}
+	}
+	return GINF;
+}
+
+static int set_min_close(const eng_grammar_t *g, const gset_t *s)
+{
+	long long best = GINF;
+	for (int i = 0; i < s->n; i++) {
+		long long c = 0;
+		for (int d = 0; d < s->t[i].depth; d++)
+			c += frame_cost(g, &s->t[i].f[d]);
+		best = MIN(best, c);
+	}
+	return sat(best);
+}
+
+/* ---- vocabulary ----------------------------------------------------------------------------- */
+
+struct gram_vocab {
+	int n;
+	char *blob;
+	size_t *off; /* [n] token i's bytes at blob + off[i] */
+	int *len;    /* [n] */
+	unsigned char *eog;
+	int *order; /* [n] ids sorted by bytes */
+	int *lcp;   /* [n] common prefix with the previous token in order */
+	int maxlen;
+};
+
+static const gram_vocab_t *sort_v;
+
+static int cmp_tok(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	int lx = sort_v->len[x], ly = sort_v->len[y];
+	int c = memcmp(sort_v->blob + sort_v->off[x], sort_v->blob + sort_v->off[y],
+		       (size_t)MIN(lx, ly));
+	if (c)
+		return c;
+	return lx != ly ? lx - ly : x - y;
+}
+
+gram_vocab_t *gram_vocab_new(const tok_t *t)
+{
+	static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER; /* qsort has no context */
+	gram_vocab_t *v = calloc(1, sizeof *v);
+	if (!v)
+		return NULL;
+	int n = v->n = tok_n_vocab(t);
+	if (n <= 0) {
+		free(v);
+		return NULL;
+	}
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		size_t l;
+		tok_piece(t, i, 0, &l);
+		total += l;
+	}
+	v->blob = malloc(total + 1);
+	v->off = malloc((size_t)n * sizeof *v->off);
+	v->len = malloc((size_t)n * sizeof *v->len);
+	v->eog = malloc((size_t)n);
+	v->order = malloc((size_t)n * sizeof *v->order);
+	v->lcp = malloc((size_t)n * sizeof *v->lcp);
+	if (!v->blob || !v->off || !v->len || !v->eog || !v->order || !v->lcp) {
+		gram_vocab_free(v);
+		return NULL;
+	}
+	size_t o = 0;
+	for (int i = 0; i < n; i++) {
+		size_t l;
+		const char *p = tok_piece(t, i, 0, &l);
+		memcpy(v->blob + o, p, l);
+		v->off[i] = o;
+		v->eog[i] = (unsigned char)tok_is_eog(t, i);
+		v->len[i] = v->eog[i] ? 0 : (int)l; /* an end token is never text */
+		v->maxlen = MAX(v->maxlen, (int)l);
+		o += l;
+		v->order[i] = i;
+	}
+	pthread_mutex_lock(&sort_mu);
+	sort_v = v;
+	qsort(v->order, (size_t)n, sizeof *v->order, cmp_tok);
+	pthread_mutex_unlock(&sort_mu);
+	for (int i = 0; i < n; i++) {
+		int k = 0;
+		if (i > 0) {
+			int a = v->order[i - 1], b = v->order[i];
+			while (k < v->len[a] && k < v->len[b] &&
+			       v->blob[v->off[a] + k] == v->blob[v->off[b] + k])
+				k++;
+		}
+		v->lcp[i] = k;
+	}
+	return v;
+}
+
+void gram_vocab_free(gram_vocab_t *v)
+{
+	if (!v)
+		return;
+	free(v->blob);
+	free(v->off);
+	free(v->len);
+	free(v->eog);
+	free(v->order);
+	free(v->lcp);
+	free(v);
+}
+
+/* ---- the matcher ---------------------------------------------------------------------------- */
+
+struct gram_match {
+	const eng_grammar_t *g;
+	const gram_vocab_t *v;
+	gset_t cur;
+	gset_t *walk; /* [maxlen + 1] states along the current token during a mask */
+};
+
+gram_match_t *gram_match_new(const eng_grammar_t *g, const gram_vocab_t *v)
+{
+	gram_match_t *m = calloc(1, sizeof *m);
+	if (!m)
+		return NULL;
+	m->g = g;
+	m->v = v;
+	m->walk = malloc((size_t)((v ? v->maxlen : 0) + 1) * sizeof *m->walk);
+	if (!m->walk) {
+		free(m);
+		return NULL;
+	}
+	m->cur.n = 1;
+	m->cur.t[0].depth = 0;
+	push(&m->cur.t[0], g->root);
+	return m;
+}
+
+gram_match_t *gram_match_clone(const gram_match_t *m)
+{
+	gram_match_t *c = gram_match_new(m->g, m->v);
+	if (c)
+		set_copy(&c->cur, &m->cur);
+	return c;
+}
+
+void gram_match_free(gram_match_t *m)
+{
+	if (!m)
+		return;
+	free(m->walk);
+	free(m);
+}
+
+int gram_match_feed(gram_match_t *m, const char *s, size_t n)
+{
+	gset_t *a = malloc(2 * sizeof *a);
+	if (!a)
+		return -1;
+	set_copy(&a[0], &m->cur);
+	int k = 0;
+	for (size_t i = 0; i < n; i++, k ^= 1) {
+		feed_set(m->g, &a[k], (unsigned char)s[i], &a[k ^ 1]);
+		if (a[k ^ 1].n == 0) {
+			free(a);
+			return -1;
+		}
+	}
+	set_copy(&m->cur, &a[k]);
+	free(a);
+	return 0;
+}
+
+int gram_match_accept(gram_match_t *m, int id)
+{
+	const gram_vocab_t *v = m->v;
+	if (!v || id < 0 || id >= v->n)
+		return -1;
+	return gram_match_feed(m, v->blob + v->off[id], (size_t)v->len[id]);
+}
+
+int gram_match_done(const gram_match_t *m)
+{
+	return set_done(m->g, &m->cur);
+}
+
+int gram_match_min_close(const gram_match_t *m)
+{
+	return set_min_close(m->g, &m->cur);
+}
+
+void gram_match_mask(gram_match_t *m, float *logits, int budget)
+{
+	const gram_vocab_t *v = m->v;
+	const eng_grammar_t *g = m->g;
+	int done = set_done(g, &m->cur);
+	int valid = 0;      /* walk[0..valid] hold the states along the current prefix */
+	int dead = INT_MAX; /* a prefix of this length (of the previous token) cannot occur */
+	int allowed = 0;
+	set_copy(&m->walk[0], &m->cur);
+	for (int i = 0; i < v->n; i++) {
+		int id = v->order[i], len = v->len[id], l = v->lcp[i];
+		const unsigned char *p = (const unsigned char *)v->blob + v->off[id];
+		if (l < valid)
+			valid = l;
+		if (l >= dead) {
+			logits[id] = -INFINITY;
+			continue;
+		}
+		dead = INT_MAX;
+		if (len == 0) {
+			if (v->eog[id] && done)
+				allowed++;
+			else
+				logits[id] = -INFINITY;
+			continue;
+		}
+		int j;
+		for (j = valid; j < len; j++) {
+			feed_set(g, &m->walk[j], p[j], &m->walk[j + 1]);
+			if (m->walk[j + 1].n == 0)
+				break;
+		}
+		if (j < len) {
+			valid = j;
+			dead = j + 1;
+			logits[id] = -INFINITY;
+			continue;
+		}
+		valid = len;
+		if (set_min_close(g, &m->walk[len]) > budget - 1) {
+			logits[id] = -INFINITY;
+			continue;
+		}
+		allowed++;
+	}
+	if (!allowed) /* nothing fits (bytes missing from the vocabulary): let it end */
+		for (int i = 0; i < v->n; i++)
+			if (v->eog[i])
+				logits[i] = 0;
+}
