@@ -1199,6 +1199,7 @@ struct gram_match {
 	const gram_vocab_t *v;
 	gset_t cur;
 	gset_t *walk; /* [maxlen + 1] states along the current token during a mask */
+	unsigned char *ok; /* [n vocab] verdicts of one mask */
 };
 
 gram_match_t *gram_match_new(const eng_grammar_t *g, const gram_vocab_t *v)
@@ -1209,7 +1210,10 @@ gram_match_t *gram_match_new(const eng_grammar_t *g, const gram_vocab_t *v)
 	m->g = g;
 	m->v = v;
 	m->walk = malloc((size_t)((v ? v->maxlen : 0) + 1) * sizeof *m->walk);
-	if (!m->walk) {
+	m->ok = malloc(v ? (size_t)v->n : 1);
+	if (!m->walk || !m->ok) {
+		free(m->walk);
+		free(m->ok);
 		free(m);
 		return NULL;
 	}
@@ -1232,6 +1236,7 @@ void gram_match_free(gram_match_t *m)
 	if (!m)
 		return;
 	free(m->walk);
+	free(m->ok);
 	free(m);
 }
 
@@ -1279,23 +1284,21 @@ void gram_match_mask(gram_match_t *m, float *logits, int budget)
 	int done = set_done(g, &m->cur);
 	int valid = 0;      /* walk[0..valid] hold the states along the current prefix */
 	int dead = INT_MAX; /* a prefix of this length (of the previous token) cannot occur */
-	int allowed = 0;
+	int fit = 0, any = 0;
+	unsigned char *ok = m->ok; /* 0 no, 1 grammar only, 2 grammar and budget */
 	set_copy(&m->walk[0], &m->cur);
 	for (int i = 0; i < v->n; i++) {
 		int id = v->order[i], len = v->len[id], l = v->lcp[i];
 		const unsigned char *p = (const unsigned char *)v->blob + v->off[id];
+		ok[id] = 0;
 		if (l < valid)
 			valid = l;
-		if (l >= dead) {
-			logits[id] = -INFINITY;
+		if (l >= dead)
 			continue;
-		}
 		dead = INT_MAX;
 		if (len == 0) {
 			if (v->eog[id] && done)
-				allowed++;
-			else
-				logits[id] = -INFINITY;
+				ok[id] = 2;
 			continue;
 		}
 		int j;
@@ -1307,18 +1310,21 @@ void gram_match_mask(gram_match_t *m, float *logits, int budget)
 		if (j < len) {
 			valid = j;
 			dead = j + 1;
-			logits[id] = -INFINITY;
 			continue;
 		}
 		valid = len;
-		if (set_min_close(g, &m->walk[len]) > budget - 1) {
-			logits[id] = -INFINITY;
-			continue;
-		}
-		allowed++;
+		/* budget counts tokens, the cost bytes: exact when the closing bytes are single
+		 * tokens, which byte-fallback and byte-level vocabularies always have */
+		ok[id] = set_min_close(g, &m->walk[len]) <= budget - 1 ? 2 : 1;
 	}
-	if (!allowed) /* nothing fits (bytes missing from the vocabulary): let it end */
-		for (int i = 0; i < v->n; i++)
-			if (v->eog[i])
-				logits[i] = 0;
+	for (int i = 0; i < v->n; i++) {
+		fit += ok[i] == 2;
+		any += ok[i] != 0;
+	}
+	/* nothing closes within the budget (the shortest value is longer than the tokens left):
+	 * follow the grammar alone; with nothing at all (bytes missing), let it end */
+	int need = fit ? 2 : any ? 1 : 0;
+	for (int i = 0; i < v->n; i++)
+		if (need ? ok[i] < need : !v->eog[i])
+			logits[i] = -INFINITY;
 }
