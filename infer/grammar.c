@@ -1105,10 +1105,52 @@ struct gram_vocab {
 	size_t *off; /* [n] token i's bytes at blob + off[i] */
 	int *len;    /* [n] */
 	unsigned char *eog;
+	int *chars; /* [n] characters when the token is plain string text (no quote, backslash,
+		       control byte, broken UTF-8), else -1: the fast path inside strings */
 	int *order; /* [n] ids sorted by bytes */
 	int *lcp;   /* [n] common prefix with the previous token in order */
 	int maxlen;
 };
+
+/* Characters of s[0..n) when every byte is string text a string frame takes without changing
+ * state (printable ASCII but '"' and '\\', or whole UTF-8 characters under str_byte's rules),
+ * else -1. */
+static int plain_chars(const unsigned char *s, int n)
+{
+	int chars = 0;
+	if (n == 0)
+		return -1;
+	for (int i = 0; i < n; chars++) {
+		unsigned b = s[i];
+		if (b < 0x80) {
+			if (b < 0x20 || b == '"' || b == '\\')
+				return -1;
+			i++;
+			continue;
+		}
+		int k = b >= 0xc2 && b <= 0xdf   ? 1
+			: b >= 0xe0 && b <= 0xef ? 2
+			: b >= 0xf0 && b <= 0xf4 ? 3
+						 : -1;
+		if (k < 0 || i + k >= n) /* not a lead byte, or the character is cut */
+			return -1;
+		for (int j = 1; j <= k; j++) {
+			unsigned c = s[i + j], lo = 0x80, hi = 0xbf;
+			if (j == 1 && b == 0xe0)
+				lo = 0xa0;
+			else if (j == 1 && b == 0xed)
+				hi = 0x9f;
+			else if (j == 1 && b == 0xf0)
+				lo = 0x90;
+			else if (j == 1 && b == 0xf4)
+				hi = 0x8f;
+			if (c < lo || c > hi)
+				return -1;
+		}
+		i += k + 1;
+	}
+	return chars;
+}
 
 static const gram_vocab_t *sort_v;
 
@@ -1146,7 +1188,8 @@ gram_vocab_t *gram_vocab_new(const tok_t *t)
 	v->eog = malloc((size_t)n);
 	v->order = malloc((size_t)n * sizeof *v->order);
 	v->lcp = malloc((size_t)n * sizeof *v->lcp);
-	if (!v->blob || !v->off || !v->len || !v->eog || !v->order || !v->lcp) {
+	v->chars = malloc((size_t)n * sizeof *v->chars);
+	if (!v->blob || !v->off || !v->len || !v->eog || !v->order || !v->lcp || !v->chars) {
 		gram_vocab_free(v);
 		return NULL;
 	}
@@ -1161,6 +1204,7 @@ gram_vocab_t *gram_vocab_new(const tok_t *t)
 		v->maxlen = MAX(v->maxlen, (int)l);
 		o += l;
 		v->order[i] = i;
+		v->chars[i] = plain_chars((const unsigned char *)p, v->len[i]);
 	}
 	pthread_mutex_lock(&sort_mu);
 	sort_v = v;
@@ -1189,6 +1233,7 @@ void gram_vocab_free(gram_vocab_t *v)
 	free(v->eog);
 	free(v->order);
 	free(v->lcp);
+	free(v->chars);
 	free(v);
 }
 
@@ -1198,7 +1243,7 @@ struct gram_match {
 	const eng_grammar_t *g;
 	const gram_vocab_t *v;
 	gset_t cur;
-	gset_t *walk; /* [maxlen + 1] states along the current token during a mask */
+	gset_t *walk;      /* [maxlen + 1] states along the current token during a mask */
 	unsigned char *ok; /* [n vocab] verdicts of one mask */
 };
 
@@ -1286,6 +1331,18 @@ void gram_match_mask(gram_match_t *m, float *logits, int budget)
 	int dead = INT_MAX; /* a prefix of this length (of the previous token) cannot occur */
 	int fit = 0, any = 0;
 	unsigned char *ok = m->ok; /* 0 no, 1 grammar only, 2 grammar and budget */
+	/* Inside a string (one alternative, no character half done), a token of plain text only
+	 * moves the character count: judged from its count, without walking its bytes. */
+	int fast = 0, lo = 0, hi = 0, pos = 0, base = 0;
+	if (m->cur.n == 1 && m->cur.t[0].depth > 0) {
+		const gframe_t *top = &m->cur.t[0].f[m->cur.t[0].depth - 1];
+		const gnode_t *tn = &g->nodes[top->node];
+		if (tn->type == G_STRING && top->st == S_IN && top->u8 == 0) {
+			fast = 1;
+			lo = tn->lo, hi = tn->hi, pos = top->pos;
+			base = set_min_close(g, &m->cur) - (MAX(0, lo - pos) + 1);
+		}
+	}
 	set_copy(&m->walk[0], &m->cur);
 	for (int i = 0; i < v->n; i++) {
 		int id = v->order[i], len = v->len[id], l = v->lcp[i];
@@ -1299,6 +1356,12 @@ void gram_match_mask(gram_match_t *m, float *logits, int budget)
 		if (len == 0) {
 			if (v->eog[id] && done)
 				ok[id] = 2;
+			continue;
+		}
+		if (fast && v->chars[id] > 0) {
+			int c = v->chars[id];
+			if ((long long)pos + c <= hi)
+				ok[id] = base + MAX(0, lo - pos - c) + 1 <= budget - 1 ? 2 : 1;
 			continue;
 		}
 		int j;
