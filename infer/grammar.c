@@ -637,6 +637,55 @@ void gram_vocab_free(gram_vocab_t *v)
 	free(v);
 }
 
+/* One table per tokenizer, however many samplers use it (a list: engines are few). */
+static struct shared_vocab {
+	const tok_t *t;
+	gram_vocab_t *v;
+	int refs;
+	struct shared_vocab *next;
+} * shared_list;
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+
+gram_vocab_t *gram_vocab_shared(const tok_t *t)
+{
+	pthread_mutex_lock(&shared_mu);
+	struct shared_vocab *e = shared_list;
+	while (e && e->t != t)
+		e = e->next;
+	if (!e && (e = calloc(1, sizeof *e))) {
+		e->t = t;
+		if (!(e->v = gram_vocab_new(t))) {
+			free(e);
+			e = NULL;
+		} else {
+			e->next = shared_list;
+			shared_list = e;
+		}
+	}
+	if (e)
+		e->refs++;
+	pthread_mutex_unlock(&shared_mu);
+	return e ? e->v : NULL;
+}
+
+void gram_vocab_release(gram_vocab_t *v)
+{
+	if (!v)
+		return;
+	pthread_mutex_lock(&shared_mu);
+	for (struct shared_vocab **pp = &shared_list; *pp; pp = &(*pp)->next)
+		if ((*pp)->v == v) {
+			struct shared_vocab *e = *pp;
+			if (--e->refs == 0) {
+				*pp = e->next;
+				gram_vocab_free(e->v);
+				free(e);
+			}
+			break;
+		}
+	pthread_mutex_unlock(&shared_mu);
+}
+
 /* ---- the matcher ---------------------------------------------------------------------------- */
 
 struct gram_match {

@@ -34,6 +34,11 @@ typedef struct gram_match gram_match_t;
  * allocation failure. */
 gram_vocab_t *gram_vocab_new(const tok_t *t);
 void gram_vocab_free(gram_vocab_t *v); /* NULL-safe */
+/* The same, shared by every caller with the same tokenizer (samplers of one engine): counted
+ * references under a lock; the table is built on the first call and freed with the last
+ * release. NULL on allocation failure. Any thread. */
+gram_vocab_t *gram_vocab_shared(const tok_t *t);
+void gram_vocab_release(gram_vocab_t *v); /* NULL-safe */
 
 /* A matcher at the start of the value; g and v are borrowed and must outlive it. */
 gram_match_t *gram_match_new(const eng_grammar_t *g, const gram_vocab_t *v);

@@ -26,7 +26,7 @@ struct sampler {
 	int *count;   /* [n_vocab] occurrences in the history window */
 	cand_t *cand; /* [n_vocab] */
 	const tok_t *tok;
-	gram_vocab_t *gv; /* built on the first constrained request */
+	gram_vocab_t *gv; /* shared table (grammar.c), taken on the first constrained request */
 	gram_match_t *gm; /* this request's grammar state, or NULL */
 };
 
@@ -61,7 +61,7 @@ void sampler_free(sampler_t *s)
 	free(s->count);
 	free(s->cand);
 	gram_match_free(s->gm);
-	gram_vocab_free(s->gv);
+	gram_vocab_release(s->gv);
 	free(s);
 }
 
@@ -111,7 +111,7 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 		sampler_accept(s, prompt[i]);
 	if (p->grammar) { /* after the prompt: its tokens are history, not output */
 		if (!s->gv && s->tok)
-			s->gv = gram_vocab_new(s->tok);
+			s->gv = gram_vocab_shared(s->tok);
 		if (s->gv)
 			s->gm = gram_match_new(p->grammar, s->gv);
 		if (!s->gm)
