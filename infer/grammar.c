@@ -703,14 +703,6 @@ gram_match_t *gram_match_new(const eng_grammar_t *g, const gram_vocab_t *v)
 		return NULL;
 	m->g = g;
 	m->v = v;
-	m->walk = malloc((size_t)((v ? v->maxlen : 0) + 1) * sizeof *m->walk);
-	m->ok = malloc(v ? (size_t)v->n : 1);
-	if (!m->walk || !m->ok) {
-		free(m->walk);
-		free(m->ok);
-		free(m);
-		return NULL;
-	}
 	m->cur.n = 1;
 	m->cur.t[0].depth = 0;
 	push(&m->cur.t[0], g->root);
@@ -779,6 +771,17 @@ void gram_match_mask(gram_match_t *m, float *logits, int budget)
 	int valid = 0;      /* walk[0..valid] hold the states along the current prefix */
 	int dead = INT_MAX; /* a prefix of this length (of the previous token) cannot occur */
 	int fit = 0, any = 0;
+	if (!m->walk) { /* the walk's buffers: only matchers that mask need them */
+		m->walk = malloc((size_t)(v->maxlen + 1) * sizeof *m->walk);
+		m->ok = malloc((size_t)v->n);
+		if (!m->walk || !m->ok) { /* no memory: this one step goes unmasked */
+			free(m->walk);
+			free(m->ok);
+			m->walk = NULL;
+			m->ok = NULL;
+			return;
+		}
+	}
 	unsigned char *ok = m->ok; /* 0 no, 1 grammar only, 2 grammar and budget */
 	/* Inside a string (one alternative, no character half done), a token of plain text only
 	 * moves the character count: judged from its count, without walking its bytes. */
