@@ -117,7 +117,7 @@ static void cancel_err(web_job_t *j, int reason)
 /* Ends j (caller holds j->mu): writes the stream's tail, marks it done and wakes its waiter. */
 static void finish_job_locked(web_job_t *j)
 {
-	if (j->req.tool_format && !j->err.status)
+	if ((j->req.tool_format || j->req.grammar) && !j->err.status)
 		web_tools_finish(j); /* calls in the text become tool_calls */
 	if (j->req.stream) {
 		if (j->err.status) {
@@ -182,6 +182,8 @@ static int on_token(void *ud, const eng_token_t *t)
 		web_tools_on_text(j);
 		json_decref(lp);
 	} else if (j->req.stream) {
+		if (j->req.grammar) /* kept to check the value at the end (tools.c) */
+			web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
 		if (t->text_len || lp) {
 			json_t *arr = NULL;
 			if (lp) {

@@ -500,6 +500,17 @@ void web_tools_finish(web_job_t *j)
 {
 	size_t content_len;
 	const char *s = j->text.p ? j->text.p : "";
+	if (!j->req.tool_format) { /* response_format alone */
+		/* a value that closed on the last token allowed ends as "stop": the grammar had
+		 * nothing but the end left */
+		json_t *v = j->res.finish == ENG_FINISH_LENGTH
+				? json_loadb(s, j->text.len, JSON_DECODE_ANY, NULL)
+				: NULL;
+		if (v)
+			j->res.finish = ENG_FINISH_STOP;
+		json_decref(v);
+		return;
+	}
 	json_t *calls = parse_calls(j, s, j->text.len, &content_len);
 	if (!calls) {
 		if (j->req.stream)

@@ -101,7 +101,8 @@ int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, 
 		    web_err_t *e);
 struct web_job;
 /* Scheduler side, with the job's mutex held: after text was appended (streams the part that
- * cannot be a call), and once at the end (turns calls into tool_calls). */
+ * cannot be a call), and once at the end of a job with tools or a grammar (turns calls into
+ * tool_calls; a constrained value that closed on the last allowed token ends as "stop"). */
 void web_tools_on_text(struct web_job *j);
 void web_tools_finish(struct web_job *j);
 

@@ -147,6 +147,21 @@ check("json_schema: 20 of 20 seeded replies validate", good === 20, good);
   check("json_object streamed: the same text", text === r.choices[0].message.content, { text, plain: r.choices[0].message.content });
 }
 
+// A tight max_tokens: the value still closes (the budget rule), and ends as "stop", streamed too.
+{
+  const tight = { type: "object", properties: { a: { type: "string" } }, required: ["a"], additionalProperties: false };
+  const rf = { type: "json_schema", json_schema: { name: "t", schema: tight } };
+  const r = await client.chat.completions.create({ model, messages: question, max_tokens: 12, seed: 11, response_format: rf });
+  let v = null;
+  try { v = JSON.parse(r.choices[0].message.content); } catch (e) { /* checked below */ }
+  check("tight budget: the value closes and validates", v !== null && ajv.validate(tight, v), r.choices[0].message.content);
+  check("tight budget: finish_reason stop", r.choices[0].finish_reason === "stop" && r.usage.completion_tokens <= 12, { f: r.choices[0].finish_reason, u: r.usage });
+  let text = "", finish = null;
+  for await (const ch of await client.chat.completions.create({ model, messages: question, max_tokens: 12, seed: 11, response_format: rf, stream: true }))
+    for (const x of ch.choices) { text += x.delta.content || ""; if (x.finish_reason) finish = x.finish_reason; }
+  check("tight budget streamed: same text, finish stop", text === r.choices[0].message.content && finish === "stop", { text, finish });
+}
+
 // 5. Unsupported keywords: a 400 that names the keyword.
 for (const [kw, sch] of [["pattern", { type: "string", pattern: "^a" }], ["minimum", { type: "object", properties: { n: { type: "integer", minimum: 3 } } }], ["$ref", { $ref: "#/$defs/x" }], ["oneOf", { oneOf: [{ type: "string" }] }]]) {
   try {
