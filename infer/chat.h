@@ -42,8 +42,9 @@ int chat_render(const char *family, const eng_msg_t *msgs, int n_msgs, int add_a
 		const char *eos, char **out, char *err, size_t errlen);
 
 /* ---- tools (chat_tools.c) ----
- * Tool styles: "llama3" (Llama 3.1/3.2 JSON calls), "qwen2.5", "qwen3" (<tool_call> tags, also
- * what Hermes models use), "mistral" (Mistral Nemo's [AVAILABLE_TOOLS]/[TOOL_CALLS]), and
+ * Tool styles: "llama3" (Llama 3.1/3.2 JSON calls), "qwen2.5", "qwen3", "hermes" (Hermes 2 Pro / 3
+ * tool_use; these three use <tool_call> tags), "mistral" (Mistral Nemo's [AVAILABLE_TOOLS] /
+ * [TOOL_CALLS]), and
  * "generic" for every other family (the <tool_call> text folded into the family's turns). */
 
 /* The style for a family and the model's template text (tmpl may be NULL). Static string. */

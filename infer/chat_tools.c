@@ -13,7 +13,10 @@
  *            <tool_call> tags, arguments rendered as an object (tojson), results in a user
  *            turn inside <tool_response> tags.
  *   qwen3    Qwen3's template: no default system text, arguments written as sent when they are
- *            a string; the same tags (Hermes 2 Pro / Hermes 3 use these tags too).
+ *            a string; the same tags.
+ *   hermes   NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja (llama.cpp's copy): its own
+ *            system text with Python-style signatures, the same tags, results in a "tool" turn
+ *            (without tools, its history renders in the Qwen 3 layout).
  *   mistral  mistralai-Mistral-Nemo-Instruct-2407.jinja: [AVAILABLE_TOOLS] before the last
  *            user message, [TOOL_CALLS][...] with 9-character ids, [TOOL_RESULTS].
  *   generic  every other family: the Qwen/Hermes tool text is appended to the system message
@@ -54,6 +57,10 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 		return "mistral";
 	if (!strcmp(family, "chatml")) {
 		static const char qwen25[] = "You are Qwen, created by Alibaba Cloud";
+		static const char hermes[] = "You are a function calling AI model";
+		for (size_t i = 0; tmpl && i + sizeof hermes - 1 <= len; i++)
+			if (!memcmp(tmpl + i, hermes, sizeof hermes - 1))
+				return "hermes";
 		for (size_t i = 0; tmpl && i + sizeof qwen25 - 1 <= len; i++)
 			if (!memcmp(tmpl + i, qwen25, sizeof qwen25 - 1))
 				return "qwen2.5";
@@ -351,6 +358,139 @@ static void render_mistral_tools(FILE *f, const eng_msg_t *m, int n, json_t *too
 	}
 }
 
+/* Hermes 3's json_to_python_type macro, quirks included: an array is "list[Union[]]" (its
+ * items filter yields pairs, which have no type) and a schema without a type is "Union[]". A
+ * type the macro does not map (e.g. "null") recurses without end in Jinja; "Any" here. */
+static void put_pytype(FILE *f, json_t *spec)
+{
+	json_t *t = json_object_get(spec, "type");
+	const char *ts = json_string_value(t);
+	if (ts) {
+		if (!strcmp(ts, "string"))
+			fputs("str", f);
+		else if (!strcmp(ts, "number"))
+			fputs("float", f);
+		else if (!strcmp(ts, "integer"))
+			fputs("int", f);
+		else if (!strcmp(ts, "boolean"))
+			fputs("bool", f);
+		else if (!strcmp(ts, "array"))
+			fputs("list[Union[]]", f);
+		else if (!strcmp(ts, "object")) {
+			json_t *addl = json_object_get(spec, "additionalProperties");
+			if (addl) {
+				fputs("dict[str, ", f);
+				put_pytype(f, addl);
+				fputs("]", f);
+			} else {
+				fputs("dict", f);
+			}
+		} else
+			fputs("Any", f);
+		return;
+	}
+	fputs("Union[", f);
+	size_t i;
+	json_t *x;
+	json_array_foreach(t, i, x)
+	{
+		json_t *one = json_pack("{s:O}", "type", x);
+		if (i)
+			fputc(',', f);
+		put_pytype(f, one);
+		json_decref(one);
+	}
+	fputs("]", f);
+}
+
+/* NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja (Hermes 2 Pro's is the same layout). */
+static void render_hermes(FILE *f, const eng_msg_t *m, int n, json_t *tools)
+{
+	fputs("<|im_start|>system\nYou are a function calling AI model. You are provided with "
+	      "function signatures within <tools></tools> XML tags. You may call one or more "
+	      "functions to assist with the user query. Don't make assumptions about what values "
+	      "to plug into functions. Here are the available tools: <tools> ",
+	      f);
+	size_t k;
+	json_t *t;
+	json_array_foreach(tools, k, t)
+	{
+		json_t *fn = json_object_get(t, "function");
+		json_t *params = json_object_get(fn, "parameters");
+		json_t *props = json_object_get(params, "properties");
+		const char *name = str_of(fn, "name"), *pname;
+		json_t *ps;
+		int i = 0;
+		fprintf(f,
+			"{\"type\": \"function\", \"function\": {\"name\": \"%s\", "
+			"\"description\": \"%s(",
+			name, name);
+		json_object_foreach(props, pname, ps)
+		{
+			fprintf(f, "%s%s: ", i++ ? ", " : "", pname);
+			put_pytype(f, ps);
+		}
+		fprintf(f, ") - %s\n\n", str_of(fn, "description"));
+		i = 0;
+		json_object_foreach(props, pname, ps)
+		{
+			fprintf(f, "%s        %s(", i++ ? "" : "    Args:\n", pname);
+			put_pytype(f, ps);
+			fputs("): ", f);
+			put_trim(f, str_of(ps, "description"));
+		}
+		fputs("\", \"parameters\": ", f);
+		if (json_object_size(props) == 0)
+			fputs("{}", f);
+		else
+			put_json(f, params, 0);
+		fputs("}", f);
+		if (k + 1 < json_array_size(tools))
+			fputc('\n', f);
+	}
+	fputs(" </tools>Use the following pydantic model json schema for each tool call you will "
+	      "make: {\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, "
+	      "\"arguments\": {\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": "
+	      "[\"name\", \"arguments\"], \"title\": \"FunctionCall\", \"type\": \"object\"}}\n"
+	      "For each function call return a json object with function name and arguments "
+	      "within <tool_call></tool_call> XML tags as follows:\n<tool_call>\n{\"name\": "
+	      "<function-name>, \"arguments\": <args-dict>}\n</tool_call><|im_end|>\n",
+	      f);
+	for (int i = 0; i < n; i++) {
+		json_t *calls = calls_of(&m[i]);
+		if (is_role(&m[i], "tool")) {
+			/* the template's own spacing: no newline after a tool turn's <|im_end|> */
+			if (i > 0 && !is_role(&m[i - 1], "tool"))
+				fputs("<|im_start|>tool\n", f);
+			fprintf(f, "<tool_response>\n%s\n</tool_response>%s", m[i].content,
+				i < n - 1 ? "\n" : "");
+			if (i == n - 1 || !is_role(&m[i + 1], "tool"))
+				fputs("<|im_end|>", f);
+		} else if (calls) {
+			fputs("<|im_start|>assistant", f);
+			size_t j;
+			json_t *call;
+			json_array_foreach(calls, j, call)
+			{
+				json_t *fn = json_object_get(call, "function");
+				json_t *a = json_object_get(fn, "arguments");
+				fprintf(f, "\n<tool_call>\n{\"name\": \"%s\", \"arguments\": ",
+					str_of(fn, "name"));
+				if (json_is_string(a))
+					fputs(json_string_value(a), f);
+				else
+					put_json(f, a ? a : json_object(), 0);
+				fputs("}\n</tool_call>", f);
+			}
+			fputs("<|im_end|>\n", f);
+		} else {
+			fprintf(f, "<|im_start|>%s\n%s<|im_end|>\n", m[i].role, m[i].content);
+		}
+		json_decref(calls);
+	}
+	fputs("<|im_start|>assistant\n", f);
+}
+
 /* Other families: tools and calls become ordinary text in the family's own turns. */
 static int render_generic(const char *family, const eng_msg_t *m, int n, json_t *tools,
 			  const char *eos, char **out, char *err, size_t errlen)
@@ -466,8 +606,10 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 			render_llama3(f, m, n, tools);
 		else if (!strcmp(style, "mistral"))
 			render_mistral_tools(f, m, n, tools, eos);
+		else if (!strcmp(style, "hermes") && tools)
+			render_hermes(f, m, n, tools);
 		else
-			render_qwen(f, m, n, tools, !strcmp(style, "qwen3"));
+			render_qwen(f, m, n, tools, strcmp(style, "qwen2.5") != 0);
 		fclose(f);
 		*out = buf;
 	}

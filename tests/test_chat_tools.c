@@ -56,6 +56,10 @@ TEST(qwen3)
 {
 	expect("chatml", "qwen3", "qwen3");
 }
+TEST(hermes)
+{
+	expect("chatml", "hermes", "hermes");
+}
 TEST(mistral)
 {
 	expect("mistral-v3-tekken", "mistral", "mistral");
@@ -72,6 +76,9 @@ TEST(styles)
 	    "helpful assistant.' }}<|im_start|>";
 	CHECK_EQ_STR(chat_tool_style("chatml", q25, sizeof q25 - 1), "qwen2.5");
 	CHECK_EQ_STR(chat_tool_style("chatml", "<|im_start|>", 12), "qwen3");
+	static const char h3[] = "{{- \"You are a function calling AI model. You are provided";
+	CHECK_EQ_STR(chat_tool_style("chatml", h3, sizeof h3 - 1), "hermes");
+	CHECK_EQ_STR(chat_tool_format("hermes"), "hermes");
 	CHECK_EQ_STR(chat_tool_style("llama3", NULL, 0), "llama3");
 	CHECK_EQ_STR(chat_tool_style("mistral-v3-tekken", NULL, 0), "mistral");
 	CHECK_EQ_STR(chat_tool_style("gemma", NULL, 0), "generic");
@@ -102,6 +109,7 @@ int main(void)
 	RUN(llama3);
 	RUN(qwen25);
 	RUN(qwen3);
+	RUN(hermes);
 	RUN(mistral);
 	RUN(generic);
 	RUN(styles);
