@@ -24,6 +24,7 @@ fi
 U=$P/lib/systemd/system/shoal.service
 check "unit runs the agent with the token file" grep -q -- "^ExecStart=/usr/local/bin/shoal agent --token-file /etc/shoal/token --state-dir /var/lib/shoal " "$U"
 check "unit restarts on failure" grep -q "^Restart=on-failure" "$U"
+check "unit refuses a token file that is not mode 0600" grep -q '^ExecStartPre=.*%%a.* = 600' "$U"
 $MK uninstall DESTDIR="$TMP/dest" >"$TMP/log" 2>&1 || fail "make uninstall: $(cat "$TMP/log")"
 check "uninstall removes every file" [ -z "$(find "$TMP/dest" -type f)" ]
 
