@@ -15,7 +15,9 @@ static void usage(FILE *f)
 	    f,
 	    "usage: shoal mkmodel [--arch llama|qwen2|qwen3] [--dim D] [--layers L] [--heads H]\n"
 	    "                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
-	    "                     [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S] [--ctx N]\n"
+	    "                     [--type "
+	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
+	    "                     q2_k] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048.\n");

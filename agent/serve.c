@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define GROUP_FORM_MS 10000 /* every rank must show up within this after a plan */
 
@@ -41,6 +43,9 @@ struct session {
 	eng_dist_t dist;
 	char rdma_path[4200];
 	char hash[20];
+	int slice;                      /* this node holds a slice: fetch the share's bytes first */
+	char slice_host[DISC_ADDR_MAX]; /* from this holder of the whole file */
+	int slice_port;
 	atomic_int phase;
 	atomic_int cancel; /* set by session_stop: forming gives up */
 	pthread_mutex_t mu;
@@ -66,6 +71,12 @@ static void *session_main(void *arg)
 	eng_t *e = NULL;
 	char err[256] = "";
 	int64_t t0 = now_ms();
+	/* a slice node brings its share's bytes in before it joins the group (the others wait for
+	 * it up to GROUP_FORM_MS: a share that takes longer to arrive fails this plan, and the next
+	 * plan finds the bytes already here) */
+	if (s->slice && agent_model_ensure_share(a, s->world > 1 ? &s->dist : NULL, s->rank,
+						 s->slice_host, s->slice_port, err, sizeof err))
+		goto done;
 	if (s->world > 1) {
 		tp_group_cfg_t gc = {.rank = s->rank,
 				     .world = s->world,
@@ -79,8 +90,14 @@ static void *session_main(void *arg)
 				     .timeout_ms = GROUP_FORM_MS,
 				     .rdma_devices = s->rdma_path,
 				     .cancel = &s->cancel};
-		if (tp_group_new(&g, &gc, err, sizeof err))
-			goto done;
+		/* a peer whose previous plan's group still holds its port refuses us as "another
+		 * group" for a moment: try again while the forming window lasts */
+		while (tp_group_new(&g, &gc, err, sizeof err)) {
+			if (!strstr(err, "another group") || atomic_load(&s->cancel) ||
+			    now_ms() - t0 > GROUP_FORM_MS - 500)
+				goto done;
+			usleep(100 * 1000);
+		}
 		pthread_mutex_lock(&s->mu);
 		s->group = g;
 		int st = s->stop;
@@ -110,9 +127,21 @@ static void *session_main(void *arg)
 			web_set_engine(a->web, e);
 		}
 		atomic_store(&s->phase, SESSION_READY);
+		/* serve until told to stop, or until a request breaks the group (a rank died or
+		 * missed the step timeout: the engine is unusable, the agent must plan again) */
 		pthread_mutex_lock(&s->mu);
-		while (!s->stop)
-			pthread_cond_wait(&s->cv, &s->mu);
+		while (!s->stop) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 250 * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			if (g && tp_group_check(g, err, sizeof err))
+				break;
+		}
 		pthread_mutex_unlock(&s->mu);
 		/* the group is aborted: a running request fails at its next step */
 		if (a->web)
@@ -181,6 +210,14 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .layer0 = me->layer0,
 			       .layer1 = me->layer1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
+	if (a->model_slice) {
+		conn_t *h = agent_model_holder(a);
+		s->slice = 1;
+		if (h) {
+			snprintf(s->slice_host, sizeof s->slice_host, "%s", h->addr);
+			s->slice_port = h->desc.sync_port;
+		}
+	}
 	atomic_init(&s->phase, SESSION_FORMING);
 	atomic_init(&s->cancel, 0);
 	pthread_mutex_init(&s->mu, NULL);

@@ -1,6 +1,6 @@
 /*
  * model.h: the transformer forward pass over weights bound to a memory-mapped GGUF file
- * (internal to infer/; the engine and, later, tensor-parallel workers use it).
+ * (internal to infer/; the engine and the tensor-parallel code in tp.c use it).
  *
  * A model_t holds pointers into the mapping (weights are never copied or expanded, except the
  * tiny norm and bias vectors, kept as F32), a KV cache for its context, and scratch buffers.
@@ -72,6 +72,18 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits);
 
 int model_n_ctx(const model_t *m);
+
+/* A byte range of the model file. */
+typedef struct model_range {
+	uint64_t off, len;
+	int compact; /* 1: a column slice's row piece (kept in a sidecar, see gguf.h) */
+} model_range_t;
+
+/* Appends to *r (realloc'd, *n entries, caller frees) the byte ranges of the file (offsets from
+ * its start) that this model's weight matrices read: the shard's rows and column slices, the
+ * embedding, and the output head when with_head. Returns 0 or SH_ENOMEM. */
+int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_range_t **r,
+			int *n);
 
 /* Weight bytes one decoded token reads (every matrix of the shard once, the head, one embedding
  * row): the numerator of the bandwidth figure in `shoal bench`. */
