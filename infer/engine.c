@@ -35,6 +35,7 @@ struct eng {
 	model_meta_t meta;
 	tok_t *tok;
 	const char *chat;   /* template family (static string), NULL when unusable */
+	const char *tool_style; /* how tools are rendered (chat.h), static string */
 	char chat_err[256]; /* why there is no template */
 	pool_t *pool;
 	model_t *model;
@@ -183,6 +184,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	if (e->dist)
 		dist_attach(e->dist, e->model);
 	e->samp = sampler_new(e->meta.n_vocab);
+	if (e->samp)
+		sampler_set_tok(e->samp, e->tok); /* structured output masks by token bytes */
 	e->logits = malloc((size_t)e->meta.n_vocab * sizeof *e->logits);
 	e->cache = malloc((size_t)ctx * sizeof *e->cache);
 	if (!e->samp || !e->logits || !e->cache) {
@@ -210,6 +213,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->eos = tok_eos(e->tok);
 	i->weight_bytes = e->meta.weight_bytes;
 	i->chat_template = e->chat;
+	e->tool_style = chat_tool_style(e->chat, tmpl, tlen);
+	i->tool_format = chat_tool_format(e->tool_style);
 	i->rank = e->dist ? dist_rank(e->dist) : 0;
 	i->world = e->dist ? dist_world(e->dist) : 1;
 	*out = e;
@@ -361,6 +366,13 @@ int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text)
 int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
 		    char *err, size_t errlen)
 {
+	return eng_chat_prompt_tools(e, msgs, n_msgs, NULL, 0, ids, n_ids, err, errlen);
+}
+
+int eng_chat_prompt_tools(const eng_t *e, const eng_msg_t *msgs, int n_msgs,
+			  const char *tools_json, int open_call, int **ids, int *n_ids, char *err,
+			  size_t errlen)
+{
 	*ids = NULL;
 	*n_ids = 0;
 	char *text = NULL;
@@ -374,7 +386,8 @@ int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids
 		snprintf(eosbuf, sizeof eosbuf, "%.*s", (int)MIN(elen, sizeof eosbuf - 1), eos);
 		eos = eosbuf;
 	}
-	int rc = chat_render(e->chat, msgs, n_msgs, 1, eos, &text, err, errlen);
+	int rc = chat_render_tools(e->chat, e->tool_style, msgs, n_msgs, tools_json, open_call,
+				   eos, &text, err, errlen);
 	if (rc)
 		return rc;
 	/* the rendered template spells out its special tokens; BOS as the model wants, unless the
@@ -545,6 +558,9 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 	int pos = n_prompt;
 	for (;;) {
 		float lp = 0;
+		sampler_mask(e->samp, e->logits,
+			     MIN(s->max_tokens > 0 ? s->max_tokens - res->completion_tokens : n_ctx,
+				 n_ctx - pos));
 		int t = sampler_sample(e->samp, e->logits, &lp, top, n_top);
 		if (tok_is_eog(e->tok, t)) {
 			/* text still held back (a partial stop string, an unfinished character) is

@@ -51,13 +51,27 @@ typedef struct eng_info {
 	int bos, eos;              /* token ids, -1 when absent */
 	uint64_t weight_bytes;     /* bytes of tensor data */
 	const char *chat_template; /* family in use, or NULL when none */
+	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
 	int rank, world;           /* 0 and 1 on one node */
 } eng_info_t;
 
 typedef struct eng_msg {
-	const char *role;    /* "system", "user", "assistant" */
-	const char *content; /* UTF-8 */
+	const char *role;         /* "system", "user", "assistant", "tool" */
+	const char *content;      /* UTF-8 ("" for an assistant message that only calls tools) */
+	const char *tool_calls;   /* assistant: OpenAI's tool_calls array as JSON text, or NULL */
+	const char *tool_call_id; /* tool: the id of the call this answers, or NULL */
 } eng_msg_t;
+
+/* A compiled JSON Schema for structured output (infer/grammar.h): the reply is then one JSON
+ * value that validates against it, and generation ends when the value is complete. Immutable
+ * once built; any thread may share it. */
+typedef struct eng_grammar eng_grammar_t;
+
+/* Compiles schema[0..len) (JSON text of a JSON Schema), or any JSON object when schema is NULL.
+ * Returns 0, SH_EUNSUPP (a keyword outside the supported set, named in err) or SH_EINVAL (not a
+ * valid schema, or no value satisfies it). */
+int eng_grammar_new(eng_grammar_t **out, const char *schema, size_t len, char *err, size_t errlen);
+void eng_grammar_free(eng_grammar_t *g); /* NULL-safe */
 
 typedef struct eng_sampling {
 	float temperature;       /* 0 = greedy */
@@ -71,7 +85,8 @@ typedef struct eng_sampling {
 	int max_tokens;          /* 0 = until EOS or the context is full */
 	const char *const *stop; /* stop strings (borrowed), n_stop of them */
 	int n_stop;
-	int top_logprobs; /* 0 = none; else report this many alternatives per token */
+	int top_logprobs;             /* 0 = none; else report this many alternatives per token */
+	const eng_grammar_t *grammar; /* structured output (borrowed for the request) or NULL */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
@@ -133,6 +148,11 @@ int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text);
  * for eng_generate. An unknown role is SH_EINVAL with a message. *ids is malloc'd. */
 int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
 		    char *err, size_t errlen);
+/* The same with tools offered (tools_json: OpenAI's "tools" array as JSON text, or NULL) and
+ * tool calls and results in the history, rendered as the model's family expects (infer/chat.h).
+ * open_call: the reply must be a tool call (tool_choice "required" or a named function). */
+int eng_chat_prompt_tools(const eng_t *e, const eng_msg_t *msgs, int n_msgs, const char *tools_json,
+			  int open_call, int **ids, int *n_ids, char *err, size_t errlen);
 
 /* Runs one request to completion on the calling thread: prefill prompt, then sample until EOS, a
  * stop string, max_tokens, the end of the context, cancellation, or an error. cb may be NULL.

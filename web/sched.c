@@ -90,6 +90,7 @@ void web_job_unref(web_job_t *j)
 	web_buf_free(&j->out);
 	web_buf_free(&j->text);
 	json_decref(j->logprobs);
+	json_decref(j->rid.tool_calls);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
@@ -116,6 +117,8 @@ static void cancel_err(web_job_t *j, int reason)
 /* Ends j (caller holds j->mu): writes the stream's tail, marks it done and wakes its waiter. */
 static void finish_job_locked(web_job_t *j)
 {
+	if ((j->req.tool_format || j->req.grammar) && !j->err.status)
+		web_tools_finish(j); /* calls in the text become tool_calls */
 	if (j->req.stream) {
 		if (j->err.status) {
 			web_sse_add(&j->out, web_json_error(&j->err));
@@ -174,7 +177,13 @@ static int on_token(void *ud, const eng_token_t *t)
 	}
 	json_t *lp = j->req.logprobs ? logprob_entry(c->e, t) : NULL;
 	pthread_mutex_lock(&j->mu);
-	if (j->req.stream) {
+	if (j->req.tool_format) { /* tools.c decides what is content and what is a call */
+		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
+		web_tools_on_text(j);
+		json_decref(lp);
+	} else if (j->req.stream) {
+		if (j->req.grammar) /* kept to check the value at the end (tools.c) */
+			web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
 		if (t->text_len || lp) {
 			json_t *arr = NULL;
 			if (lp) {

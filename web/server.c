@@ -480,7 +480,9 @@ static int build_prompt(web_t *w, eng_t *e, web_req_t *rq, int **ids, int *n_ids
 	const char *param = rq->kind == WEB_CHAT ? "messages" : "prompt";
 	(void)w;
 	if (rq->kind == WEB_CHAT) {
-		rc = eng_chat_prompt(e, rq->msgs, rq->n_msgs, ids, n_ids, msg, sizeof msg);
+		rc = web_chat_prompt(e, rq, ids, n_ids, msg, sizeof msg, err); /* tools.c */
+		if (rc >= 400)
+			return rc;
 	} else if (rq->prompt) {
 		rc = eng_tokenize(e, rq->prompt, 1, 0, ids, n_ids, msg, sizeof msg);
 	} else {

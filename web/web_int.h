@@ -77,7 +77,26 @@ typedef struct web_req {
 	int include_usage; /* stream_options.include_usage */
 	int logprobs;      /* report log-probabilities of chosen tokens */
 	int seed_given;    /* samp.seed came from the request */
+	/* tools and structured output (tools.c) */
+	eng_grammar_t *grammar; /* response_format or a forced call (owned); samp.grammar */
+	char *tools;            /* chat: the "tools" array as JSON text, or NULL */
+	int tool_choice;        /* enum web_tool_choice */
+	char tool_name[128];    /* WEB_TOOLS_NAMED: the function */
+	int parallel_tool_calls;
+	int tool_format; /* enum web_tool_format, set with the prompt (0: no tools) */
+	int mistral_ids; /* call ids of 9 alphanumeric characters */
 } web_req_t;
+
+enum web_tool_choice { WEB_TOOLS_NONE = 0, WEB_TOOLS_AUTO, WEB_TOOLS_REQUIRED, WEB_TOOLS_NAMED };
+enum web_tool_format {
+	WEB_TC_OFF = 0,
+	WEB_TC_HERMES,
+	WEB_TC_LLAMA3,
+	WEB_TC_MISTRAL,
+	WEB_TC_FORCED
+};
+/* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
+#define WEB_FINISH_TOOL_CALLS 100
 
 /* Parses and validates a body for kind. Returns 0, or the HTTP status (400; 413 for a body
  * nested or numerous beyond the WEB_JSON_* caps, which a linear pre-scan finds before any tree is
@@ -85,6 +104,24 @@ typedef struct web_req {
  * (server.c lets at most WEB_PARSE_CONCURRENCY calls run at once.) */
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
 void web_req_clear(web_req_t *r);
+
+/* ---- tools and structured output (tools.c) ----------------------------------------------------
+ */
+
+/* request.c: the tool and response_format fields of root; and one message's tool_calls /
+ * tool_call_id (m->role already set). 0 or the HTTP status with e filled. */
+int web_req_parse_tools(web_req_t *r, struct json_t *root, web_err_t *e);
+int web_msg_parse_tools(eng_msg_t *m, struct json_t *jm, size_t i, web_err_t *e);
+/* The chat prompt with tools (and the grammar of a forced call). 0, or an engine error code
+ * with msg filled, or an HTTP status (>= 400) with e filled. */
+int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, size_t msglen,
+		    web_err_t *e);
+struct web_job;
+/* Scheduler side, with the job's mutex held: after text was appended (streams the part that
+ * cannot be a call), and once at the end of a job with tools or a grammar (turns calls into
+ * tool_calls; a constrained value that closed on the last allowed token ends as "stop"). */
+void web_tools_on_text(struct web_job *j);
+void web_tools_finish(struct web_job *j);
 
 /* ---- replies (respond.c) -------------------------------------------------------------------- */
 
@@ -107,6 +144,7 @@ typedef struct web_reply_id {
 	char id[48];       /* "chatcmpl-..." or "cmpl-..." */
 	long long created; /* unix seconds */
 	const char *model;
+	struct json_t *tool_calls; /* chat reply that ends in calls: its tool_calls (owned) */
 } web_reply_id_t;
 
 /* The whole non-streaming reply. logprobs (may be NULL) is stolen: it is the array of
@@ -158,6 +196,7 @@ typedef struct web_job {
 	eng_result_t res;
 	web_err_t err;        /* status != 0 when the request failed */
 	int sent_role;        /* streaming: the role chunk went out */
+	size_t tc_sent;       /* tools: bytes of text already sent as content (tools.c) */
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
 	void (*wake)(void *); /* under mu: called with wake_ud whenever cv is broadcast (the */
