@@ -4,7 +4,7 @@
  *
  *   request.c  JSON body -> web_req_t (pure; every client mistake becomes a web_err_t)
  *   respond.c  replies, chunks, errors as JSON text; SSE framing; UTF-8 repair (pure)
- *   sched.c    the bounded queue and the scheduler thread that runs eng_generate
+ *   sched.c    the bounded queue and the continuous-batching scheduler thread (eng_step)
  *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
@@ -23,7 +23,7 @@ struct json_t; /* jansson */
 
 #define WEB_BODY_MAX (1u << 20) /* request bodies above this are answered 413 */
 #define WEB_STOP_MAX 16         /* stop strings per request */
-#define WEB_MSG_MAX 4096        /* messages per request */
+#define WEB_MSG_MAX  4096       /* messages per request */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -55,20 +55,20 @@ int web_err_set(web_err_t *e, int status, const char *type, const char *param, c
 enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
 
 typedef struct web_req {
-	int kind;             /* enum web_kind */
-	char *model;          /* as sent, or NULL */
-	eng_msg_t *msgs;      /* chat: n_msgs messages, role and content strings owned */
+	int kind;        /* enum web_kind */
+	char *model;     /* as sent, or NULL */
+	eng_msg_t *msgs; /* chat: n_msgs messages, role and content strings owned */
 	int n_msgs;
-	char *prompt;         /* completion: text prompt, or NULL when prompt_ids is used */
-	int *prompt_ids;      /* completion: prompt given as token ids */
+	char *prompt;    /* completion: text prompt, or NULL when prompt_ids is used */
+	int *prompt_ids; /* completion: prompt given as token ids */
 	int n_prompt_ids;
-	eng_sampling_t samp;  /* samp.stop points into stop[] */
+	eng_sampling_t samp; /* samp.stop points into stop[] */
 	char *stop[WEB_STOP_MAX];
 	int n_stop;
-	int stream;           /* Server-Sent Events */
-	int include_usage;    /* stream_options.include_usage */
-	int logprobs;         /* report log-probabilities of chosen tokens */
-	int seed_given;       /* samp.seed came from the request */
+	int stream;        /* Server-Sent Events */
+	int include_usage; /* stream_options.include_usage */
+	int logprobs;      /* report log-probabilities of chosen tokens */
+	int seed_given;    /* samp.seed came from the request */
 } web_req_t;
 
 /* Parses and validates a body for kind. Returns 0, or the HTTP status (400) with err filled.
@@ -121,7 +121,8 @@ struct json_t *web_json_logprob(const char *text, size_t text_len, float logprob
 /* Appends "data: JSON\n\n" (takes ownership of json, frees it; NULL = out of memory). */
 int web_sse_add(web_buf_t *out, char *json);
 
-/* ---- the queue and the scheduler (sched.c) ---------------------------------------------------- */
+/* ---- the queue and the scheduler (sched.c) ----------------------------------------------------
+ */
 
 enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
 
@@ -134,19 +135,22 @@ typedef struct web_job {
 	pthread_cond_t cv;
 	int refs;
 	web_req_t req;
-	int *ids;             /* prompt token ids (owned) */
+	int *ids; /* prompt token ids (owned) */
 	int n_ids;
 	web_reply_id_t rid;
-	char model[128];      /* rid.model points here */
-	int64_t deadline_ms;  /* now_ms() clock */
-	atomic_int cancel;    /* 1 client gone, 2 timed out, 3 server stopping */
-	int state;            /* enum web_job_state */
-	web_buf_t out;        /* streaming: SSE bytes not yet sent to the client */
-	web_buf_t text;       /* non-streaming: the completion text */
+	char model[128];         /* rid.model points here */
+	int64_t deadline_ms;     /* now_ms() clock */
+	atomic_int cancel;       /* 1 client gone, 2 timed out, 3 server stopping */
+	int state;               /* enum web_job_state */
+	web_buf_t out;           /* streaming: SSE bytes not yet sent to the client */
+	web_buf_t text;          /* non-streaming: the completion text */
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
-	web_err_t err;        /* status != 0 when the request failed */
-	int sent_role;        /* streaming: the role chunk went out */
+	web_err_t err;                  /* status != 0 when the request failed */
+	int sent_role;                  /* streaming: the role chunk went out */
+	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
+	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
+	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
 } web_job_t;
@@ -168,7 +172,7 @@ void web_sched_free(web_sched_t *s); /* stops if needed, then frees; NULL-safe *
 int web_sched_submit(web_sched_t *s, web_job_t *j);
 
 /* Cancels j for reason (1 gone, 2 timeout): a queued job is removed and finished now; a running
- * one stops at its next token. */
+ * one is ended by the scheduler before its next step (its slot is free within one step). */
 void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason);
 
 /* Engine use from connection threads (tokenizing): acquire returns the engine with a use count
@@ -181,18 +185,33 @@ void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
-#define WEB_MAX_RANKS 256
+#define WEB_MAX_RANKS    256
+#define WEB_HIST_BUCKETS 14
+#define WEB_MAX_SLOTS    256 /* = ENG_MAX_PARALLEL */
+
+/* A Prometheus histogram with fixed upper bounds (le, ascending; +Inf implied). */
+typedef struct web_hist {
+	const double *le;                   /* [WEB_HIST_BUCKETS] */
+	uint64_t cnt[WEB_HIST_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
+	uint64_t count;
+	double sum;
+} web_hist_t;
 
 typedef struct web_metrics {
 	pthread_mutex_t mu;
-	uint64_t by_status[600];  /* finished HTTP requests per status code (API paths) */
+	uint64_t by_status[600]; /* finished HTTP requests per status code (API paths) */
 	uint64_t prompt_tokens, completion_tokens, api_requests;
 	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
-	double last_tps;          /* decode tokens/s of the last finished request */
-	double step_ms, comm_ms;  /* negative = unknown */
-	int step_external;        /* step_ms comes from web_set_step_metrics, not from results */
+	double last_tps;           /* decode tokens/s of the last finished request */
+	double step_ms, comm_ms;   /* negative = unknown */
+	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
 	int n_ranks;
 	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
+	/* continuous batching (scheduler thread writes, under mu) */
+	web_hist_t ttft, itl;                  /* seconds: time to first token, between tokens */
+	web_hist_t batch;                      /* sequences per step */
+	int n_slots;                           /* of the engine in use, 0 before the first step */
+	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
@@ -200,6 +219,12 @@ void web_metrics_destroy(web_metrics_t *m);
 const char *web_state_name(int state); /* "serving", "forming", ... */
 void web_metrics_status(web_metrics_t *m, int status);
 void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
+/* Adds v to h (caller holds m->mu). */
+void web_hist_add(web_hist_t *h, double v);
+/* The q-quantile (0..1) of h, interpolated within its bucket; 0 when empty (caller holds mu). */
+double web_hist_quantile(const web_hist_t *h, double q);
+/* The dashboard's batching figures: {"slots": "FPD.", "ttft_p50": s, ...} (new reference). */
+struct json_t *web_metrics_batch_json(web_metrics_t *m);
 
 /* Prometheus text exposition into out. */
 int web_metrics_prometheus(web_metrics_t *m, web_buf_t *out, int queued, int running, int state);
