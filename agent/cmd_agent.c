@@ -6,6 +6,7 @@
 #include "agent/agent.h"
 #include "agent/cli.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -49,7 +50,9 @@ static void usage(FILE *f)
 	    "                     (default 500)\n"
 	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
 	    "  --threads N        compute threads (default: the number of cores)\n"
-	    "  --ctx N            context length (default: the model's)\n"
+	    "  --ctx N            context length of each slot (default: the model's)\n"
+	    "  --parallel N       sequences generated together, each with its own KV slot\n"
+	    "                     (default 4; the leader's value holds for the cluster)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
 }
@@ -93,6 +96,7 @@ int cmd_agent(int argc, char **argv)
 					     {"step-timeout", required_argument, 0, 'S'},
 					     {"threads", required_argument, 0, 'T'},
 					     {"ctx", required_argument, 0, 'C'},
+					     {"parallel", required_argument, 0, 'J'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -163,6 +167,7 @@ int cmd_agent(int argc, char **argv)
 		case 'R':
 		case 'S':
 		case 'T':
+		case 'J':
 		case 'C': {
 			static const struct {
 				int opt;
@@ -171,7 +176,8 @@ int cmd_agent(int argc, char **argv)
 			} lim[] = {{'R', "--replan-delay", 0, 600000},
 				   {'S', "--step-timeout", 100, 3600000},
 				   {'T', "--threads", 0, 1024},
-				   {'C', "--ctx", 0, 1 << 24}};
+				   {'C', "--ctx", 0, 1 << 24},
+				   {'J', "--parallel", 1, ENG_MAX_PARALLEL}};
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
@@ -189,6 +195,8 @@ int cmd_agent(int argc, char **argv)
 				cfg.step_timeout_ms = (int)v;
 			else if (c == 'T')
 				cfg.threads = (int)v;
+			else if (c == 'J')
+				cfg.parallel = (int)v;
 			else
 				cfg.ctx = (int)v;
 			break;

@@ -279,18 +279,20 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j)
 	web_job_unref(j); /* the queue's reference */
 }
 
-/* A running job left its slot: finish it and drop the queue's reference. */
+/* A running job left its slot: finish it, then free its place (set_engine waits for that, so
+ * the job is done before a detach returns) and drop the queue's reference. */
 static void slot_done(web_sched_t *s, int id, int rc)
 {
 	pthread_mutex_lock(&s->mu);
 	web_job_t *j = s->run[id];
 	s->run[id] = NULL;
+	pthread_mutex_unlock(&s->mu);
+	if (j)
+		end_job(s, j, rc);
+	pthread_mutex_lock(&s->mu);
 	s->n_running--;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	if (!j)
-		return;
-	end_job(s, j, rc);
 	web_job_unref(j);
 }
 
