@@ -29,7 +29,7 @@
 
 #include "common/common.h"
 
-#define SSE_BLOCK    16384
+#define SSE_BLOCK 16384
 #define KEEPALIVE_MS 15000
 
 struct web {
@@ -56,17 +56,8 @@ typedef struct conn {
 	int too_large;
 } conn_t;
 
-enum route {
-	R_NONE = 0,
-	R_DASH,
-	R_HEALTH,
-	R_METRICS,
-	R_MODELS,
-	R_CLUSTER,
-	R_EVENTS,
-	R_CHAT,
-	R_COMPLETIONS
-};
+enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_CHAT,
+	     R_COMPLETIONS };
 
 static const struct route_def {
 	const char *path;
@@ -75,22 +66,19 @@ static const struct route_def {
 	int auth;           /* needs the API key */
 	int leader_only;    /* followers redirect it */
 } routes[] = {
-    {"/", R_DASH, "GET", 0, 0},
-    {"/health", R_HEALTH, "GET", 0, 0},
-    {"/metrics", R_METRICS, "GET", 0, 0},
-    {"/v1/models", R_MODELS, "GET", 1, 1},
-    {"/v1/cluster", R_CLUSTER, "GET", 0, 0},
-    {"/v1/events", R_EVENTS, "GET", 0, 0},
-    {"/v1/chat/completions", R_CHAT, "POST", 1, 1},
-    {"/v1/completions", R_COMPLETIONS, "POST", 1, 1},
+	{"/", R_DASH, "GET", 0, 0},
+	{"/health", R_HEALTH, "GET", 0, 0},
+	{"/metrics", R_METRICS, "GET", 0, 0},
+	{"/v1/models", R_MODELS, "GET", 1, 1},
+	{"/v1/cluster", R_CLUSTER, "GET", 0, 0},
+	{"/v1/events", R_EVENTS, "GET", 0, 0},
+	{"/v1/chat/completions", R_CHAT, "POST", 1, 1},
+	{"/v1/completions", R_COMPLETIONS, "POST", 1, 1},
 };
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
-static char *xstrdup(const char *s)
-{
-	return s ? strdup(s) : NULL;
-}
+static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 
 /* 1 when the peer closed its end or the socket failed. */
 static int peer_gone(int fd)
@@ -123,7 +111,7 @@ static int peer_gone(int fd)
 static int conn_fd(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	return ci ? (int)ci->connect_fd : -1;
 }
 
@@ -147,7 +135,7 @@ static enum MHD_Result send_body(web_t *w, struct MHD_Connection *c, int status,
 		ctype = "application/json";
 	}
 	struct MHD_Response *r =
-	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		free(body);
 		return MHD_NO;
@@ -181,7 +169,7 @@ static enum MHD_Result send_error(web_t *w, struct MHD_Connection *c, const web_
 
 static enum MHD_Result send_errorf(web_t *w, struct MHD_Connection *c, int status, const char *type,
 				   const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+	__attribute__((format(printf, 6, 7)));
 
 static enum MHD_Result send_errorf(web_t *w, struct MHD_Connection *c, int status, const char *type,
 				   const char *code, const char *fmt, ...)
@@ -222,9 +210,7 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 {
 	const eng_info_t *in = e ? eng_info(e) : NULL;
 	snprintf(out, len, "%s",
-		 w->model_name    ? w->model_name
-		 : in && in->name ? in->name
-				  : "shoal");
+		 w->model_name ? w->model_name : in && in->name ? in->name : "shoal");
 	if (n_ctx)
 		*n_ctx = in ? in->n_ctx : 0;
 }
@@ -247,9 +233,8 @@ static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 					   "serving", "model", model, "queue_depth", q, "running",
 					   run));
 	}
-	json_t *body =
-	    json_pack("{s:s, s:s, s:s}", "status", "unavailable", "state", web_state_name(st),
-		      "reason", reason[0] ? reason : web_state_name(st));
+	json_t *body = json_pack("{s:s, s:s, s:s}", "status", "unavailable", "state",
+				 web_state_name(st), "reason", reason[0] ? reason : web_state_name(st));
 	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	return send_body(w, c, 503, s, "application/json", "Retry-After", "2");
@@ -264,12 +249,12 @@ static enum MHD_Result do_models(web_t *w, struct MHD_Connection *c)
 	json_t *data = json_array();
 	if (e) {
 		const eng_info_t *in = eng_info(e);
-		json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:s?, s:I}",
-						      "id", model, "object", "model", "created",
-						      (json_int_t)w->started, "owned_by", "shoal",
-						      "context_length", n_ctx, "max_model_len",
-						      n_ctx, "arch", in->arch, "weight_bytes",
-						      (json_int_t)in->weight_bytes));
+		json_array_append_new(
+			data, json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:s?, s:I}", "id", model,
+					"object", "model", "created", (json_int_t)w->started,
+					"owned_by", "shoal", "context_length", n_ctx, "max_model_len",
+					n_ctx, "arch", in->arch, "weight_bytes",
+					(json_int_t)in->weight_bytes));
 		web_sched_engine_release(w->sched);
 	}
 	return send_json(w, c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
@@ -306,15 +291,15 @@ static json_t *cluster_json(web_t *w)
 	}
 	char addr[300];
 	snprintf(addr, sizeof addr, "%s:%d", w->host, w->port);
-	json_t *member =
-	    json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[]}", "id", host, "name",
-		      host, "addr", addr, "role", "leader", "rank", 0, "state", web_state_name(st),
-		      "healthy", st == WEB_SERVING, "mem_total", (json_int_t)mem_total_bytes(),
-		      "mem_model", (json_int_t)wbytes, "rdma");
-	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}",
-			 "state", web_state_name(st), "leader", host, "self", host, "members",
-			 member, "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0,
-			 "model", model, "layers", layers, "n_ctx", n_ctx);
+	json_t *member = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[]}", "id", host,
+				   "name", host, "addr", addr, "role", "leader", "rank", 0, "state",
+				   web_state_name(st), "healthy", st == WEB_SERVING, "mem_total",
+				   (json_int_t)mem_total_bytes(), "mem_model", (json_int_t)wbytes,
+				   "rdma");
+	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}", "state",
+			 web_state_name(st), "leader", host, "self", host, "members", member,
+			 "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0, "model",
+			 model, "layers", layers, "n_ctx", n_ctx);
 }
 
 /* ---- the live events stream (dashboard) ----------------------------------------------------- */
@@ -351,12 +336,13 @@ static void events_snapshot(events_t *ev)
 	model_id(w, e, model, sizeof model, NULL);
 	if (e)
 		web_sched_engine_release(w->sched);
-	json_t *snap = json_pack(
-	    "{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}", "state",
-	    web_state_name(st), "reason", reason, "model", model, "tok_s", rate, "last_tok_s",
-	    last_tps, "queued", q, "running", run, "step_ms", step, "comm_ms", comm, "requests",
-	    (json_int_t)reqs, "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
-	    "cluster", cluster_json(w), "batch", web_metrics_batch_json(&w->metrics));
+	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}",
+				 "state", web_state_name(st), "reason", reason, "model", model,
+				 "tok_s", rate, "last_tok_s", last_tps, "queued", q, "running", run,
+				 "step_ms", step, "comm_ms", comm, "requests", (json_int_t)reqs,
+				 "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
+				 "cluster", cluster_json(w), "batch",
+				 web_metrics_batch_json(&w->metrics));
 	char *s = snap ? json_dumps(snap, JSON_COMPACT) : NULL;
 	json_decref(snap);
 	ev->pend.len = 0;
@@ -406,8 +392,9 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	if (!ev)
 		return MHD_NO;
 	ev->w = w;
-	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK,
-								   events_read, ev, events_free);
+	struct MHD_Response *r =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, events_read, ev,
+						  events_free);
 	if (!r) {
 		events_free(ev);
 		return MHD_NO;
@@ -503,11 +490,11 @@ static int build_prompt(web_t *w, eng_t *e, web_req_t *rq, int **ids, int *n_ids
 	} else {
 		for (int i = 0; i < rq->n_prompt_ids; i++)
 			if (rq->prompt_ids[i] >= in->n_vocab)
-				return web_err_set(
-				    err, 400, "invalid_request_error", "prompt", "invalid_value",
-				    "'prompt': token id %d is outside the vocabulary "
-				    "(%d tokens)",
-				    rq->prompt_ids[i], in->n_vocab);
+				return web_err_set(err, 400, "invalid_request_error", "prompt",
+						   "invalid_value",
+						   "'prompt': token id %d is outside the vocabulary "
+						   "(%d tokens)",
+						   rq->prompt_ids[i], in->n_vocab);
 		*ids = rq->prompt_ids;
 		*n_ids = rq->n_prompt_ids;
 		rq->prompt_ids = NULL;
@@ -638,8 +625,8 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		ok = send_error(w, c, &j->err);
 	} else {
 		web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
-		char *body =
-		    web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u, j->logprobs);
+		char *body = web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u,
+					    j->logprobs);
 		j->logprobs = NULL; /* stolen */
 		ok = send_body(w, c, 200, body, "application/json", NULL, NULL);
 	}
@@ -673,8 +660,8 @@ static enum MHD_Result redirect(web_t *w, struct MHD_Connection *c, const char *
 	snprintf(loc, sizeof loc, "%s%s", w->leader ? w->leader : "", url);
 	pthread_mutex_unlock(&w->mu);
 	web_err_t e;
-	web_err_set(&e, 307, "redirect", NULL, "not_leader",
-		    "this node is a follower; the API is at %s", loc);
+	web_err_set(&e, 307, "redirect", NULL, "not_leader", "this node is a follower; the API is at %s",
+		    loc);
 	return send_body(w, c, 307, web_json_error(&e), "application/json", "Location", loc);
 }
 
@@ -744,8 +731,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	}
 
 	if (!strcmp(method, "OPTIONS")) { /* CORS preflight from a browser page elsewhere */
-		struct MHD_Response *r =
-		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+		struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
 		if (!r)
 			return MHD_NO;
 		MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
@@ -860,8 +846,7 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 
 	char port[16];
 	snprintf(port, sizeof port, "%d", o->port < 0 ? 8080 : o->port);
-	struct addrinfo hints = {.ai_family = AF_UNSPEC,
-				 .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	int gai = getaddrinfo(w->host, port, &hints, &ai);
 	if (gai != 0) {
@@ -873,11 +858,12 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 			 MHD_USE_AUTO | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	w->d = MHD_start_daemon(
-	    flags, 0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED, completed, w, MHD_OPTION_EXTERNAL_LOGGER,
-	    mhd_log, w, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+	w->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+				MHD_OPTION_NOTIFY_COMPLETED, completed, w,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, w,
+				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
 	if (!w->d) {
 		rc = sh_fail(err, errlen, SH_EIO, "cannot listen on %s:%s: %s", w->host, port,
 			     strerror(errno ? errno : EADDRINUSE));
@@ -920,15 +906,9 @@ void web_free(web_t *w)
 	free(w);
 }
 
-int web_port(const web_t *w)
-{
-	return w->port;
-}
+int web_port(const web_t *w) { return w->port; }
 
-void web_set_engine(web_t *w, eng_t *eng)
-{
-	web_sched_set_engine(w->sched, eng);
-}
+void web_set_engine(web_t *w, eng_t *eng) { web_sched_set_engine(w->sched, eng); }
 
 void web_set_leader(web_t *w, const char *url)
 {
