@@ -23,7 +23,7 @@ struct json_t; /* jansson */
 
 #define WEB_BODY_MAX (1u << 20) /* request bodies above this are answered 413 */
 #define WEB_STOP_MAX 16         /* stop strings per request */
-#define WEB_MSG_MAX  4096       /* messages per request */
+#define WEB_MSG_MAX 4096        /* messages per request */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -55,20 +55,20 @@ int web_err_set(web_err_t *e, int status, const char *type, const char *param, c
 enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
 
 typedef struct web_req {
-	int kind;        /* enum web_kind */
-	char *model;     /* as sent, or NULL */
-	eng_msg_t *msgs; /* chat: n_msgs messages, role and content strings owned */
+	int kind;             /* enum web_kind */
+	char *model;          /* as sent, or NULL */
+	eng_msg_t *msgs;      /* chat: n_msgs messages, role and content strings owned */
 	int n_msgs;
-	char *prompt;    /* completion: text prompt, or NULL when prompt_ids is used */
-	int *prompt_ids; /* completion: prompt given as token ids */
+	char *prompt;         /* completion: text prompt, or NULL when prompt_ids is used */
+	int *prompt_ids;      /* completion: prompt given as token ids */
 	int n_prompt_ids;
-	eng_sampling_t samp; /* samp.stop points into stop[] */
+	eng_sampling_t samp;  /* samp.stop points into stop[] */
 	char *stop[WEB_STOP_MAX];
 	int n_stop;
-	int stream;        /* Server-Sent Events */
-	int include_usage; /* stream_options.include_usage */
-	int logprobs;      /* report log-probabilities of chosen tokens */
-	int seed_given;    /* samp.seed came from the request */
+	int stream;           /* Server-Sent Events */
+	int include_usage;    /* stream_options.include_usage */
+	int logprobs;         /* report log-probabilities of chosen tokens */
+	int seed_given;       /* samp.seed came from the request */
 } web_req_t;
 
 /* Parses and validates a body for kind. Returns 0, or the HTTP status (400) with err filled.
@@ -121,8 +121,7 @@ struct json_t *web_json_logprob(const char *text, size_t text_len, float logprob
 /* Appends "data: JSON\n\n" (takes ownership of json, frees it; NULL = out of memory). */
 int web_sse_add(web_buf_t *out, char *json);
 
-/* ---- the queue and the scheduler (sched.c) ----------------------------------------------------
- */
+/* ---- the queue and the scheduler (sched.c) ---------------------------------------------------- */
 
 enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
 
@@ -135,19 +134,19 @@ typedef struct web_job {
 	pthread_cond_t cv;
 	int refs;
 	web_req_t req;
-	int *ids; /* prompt token ids (owned) */
+	int *ids;             /* prompt token ids (owned) */
 	int n_ids;
 	web_reply_id_t rid;
-	char model[128];         /* rid.model points here */
-	int64_t deadline_ms;     /* now_ms() clock */
-	atomic_int cancel;       /* 1 client gone, 2 timed out, 3 server stopping */
-	int state;               /* enum web_job_state */
-	web_buf_t out;           /* streaming: SSE bytes not yet sent to the client */
-	web_buf_t text;          /* non-streaming: the completion text */
+	char model[128];      /* rid.model points here */
+	int64_t deadline_ms;  /* now_ms() clock */
+	atomic_int cancel;    /* 1 client gone, 2 timed out, 3 server stopping */
+	int state;            /* enum web_job_state */
+	web_buf_t out;        /* streaming: SSE bytes not yet sent to the client */
+	web_buf_t text;       /* non-streaming: the completion text */
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
-	web_err_t err;                  /* status != 0 when the request failed */
-	int sent_role;                  /* streaming: the role chunk went out */
+	web_err_t err;        /* status != 0 when the request failed */
+	int sent_role;        /* streaming: the role chunk went out */
 	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
 	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
 	eng_t *eng;
@@ -185,9 +184,9 @@ void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
-#define WEB_MAX_RANKS    256
+#define WEB_MAX_RANKS 256
 #define WEB_HIST_BUCKETS 14
-#define WEB_MAX_SLOTS    256 /* = ENG_MAX_PARALLEL */
+#define WEB_MAX_SLOTS 256 /* = ENG_MAX_PARALLEL */
 
 /* A Prometheus histogram with fixed upper bounds (le, ascending; +Inf implied). */
 typedef struct web_hist {
@@ -199,18 +198,18 @@ typedef struct web_hist {
 
 typedef struct web_metrics {
 	pthread_mutex_t mu;
-	uint64_t by_status[600]; /* finished HTTP requests per status code (API paths) */
+	uint64_t by_status[600];  /* finished HTTP requests per status code (API paths) */
 	uint64_t prompt_tokens, completion_tokens, api_requests;
 	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
-	double last_tps;           /* decode tokens/s of the last finished request */
-	double step_ms, comm_ms;   /* negative = unknown */
-	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
+	double last_tps;          /* decode tokens/s of the last finished request */
+	double step_ms, comm_ms;  /* negative = unknown */
+	int step_external;        /* step_ms comes from web_set_step_metrics, not from results */
 	int n_ranks;
 	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
-	/* continuous batching (scheduler thread writes, under mu) */
-	web_hist_t ttft, itl;                  /* seconds: time to first token, between tokens */
-	web_hist_t batch;                      /* sequences per step */
-	int n_slots;                           /* of the engine in use, 0 before the first step */
+	/* continuous batching (the scheduler thread writes them, under mu) */
+	web_hist_t ttft, itl; /* seconds: time to first token, between tokens of a request */
+	web_hist_t batch;     /* sequences per step */
+	int n_slots;          /* of the engine in use, 0 before the first step */
 	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
 } web_metrics_t;
 
