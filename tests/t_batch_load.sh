@@ -3,7 +3,7 @@
 # (tests/netns.sh; needs root) serves stories260K with 4 KV slots (continuous batching across the
 # ranks: every step's batch goes to the followers as a BATCH message). 50 streaming chat clients
 # (tests/node/load.mjs, run in a 4th host) load the leader for LOAD_SECONDS (60; 10 under the
-# sanitizers' build): only 200s and 429s, every stream ends with [DONE], no hang; afterwards the
+# sanitizers' build, where LeakSanitizer replaces the RSS bound): only 200s and 429s, every stream ends with [DONE], no hang; afterwards the
 # queue is empty, every slot free, the leader still answers and its memory is flat (RSS after
 # the load within a bound of its RSS after a warm-up). The agents then stop cleanly (exit 0; no
 # sanitizer report in their logs). Prints the load's figures (not assertions).
@@ -25,7 +25,7 @@ STORIES=$SHARED/models/stories260K.gguf
 [ -f "$STORIES" ] || { skip "t_batch_load: $STORIES missing"; done_tests; exit $?; }
 
 case "$SHOAL" in
-*-san/*) secs=${LOAD_SECONDS:-10} grow_kb=131072 ;;
+*-san/*) secs=${LOAD_SECONDS:-10} grow_kb="" ;; # ASan's quarantine holds freed memory
 *) secs=${LOAD_SECONDS:-60} grow_kb=32768 ;;
 esac
 clients=${LOAD_CLIENTS:-50}
@@ -113,8 +113,12 @@ echo "load: mean sequences per step $batch_mean" >&2
 check "steps really batched several sequences (mean $batch_mean)" awk "BEGIN {exit !($batch_mean > 1.5)}"
 rss1=$(rss_kb "$L")
 echo "load: leader RSS $rss0 kB after warm-up, $rss1 kB after the load" >&2
-check "memory flat: RSS grew by less than $grow_kb kB ($rss0 -> $rss1)" \
-	[ "$((${rss1:-999999999} - ${rss0:-0}))" -lt "$grow_kb" ]
+if [ -n "$grow_kb" ]; then
+	check "memory flat: RSS grew by less than $grow_kb kB ($rss0 -> $rss1)" \
+		[ "$((${rss1:-999999999} - ${rss0:-0}))" -lt "$grow_kb" ]
+else
+	skip "memory flat: RSS under ASan includes its quarantine (LeakSanitizer checks at exit)"
+fi
 
 for h in 1 2 3; do
 	p=$(ns_pid $h agent)
