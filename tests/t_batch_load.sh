@@ -3,8 +3,8 @@
 # (tests/netns.sh; needs root) serves stories260K with 4 KV slots (continuous batching across the
 # ranks: every step's batch goes to the followers as a BATCH message). 50 streaming chat clients
 # (tests/node/load.mjs, run in a 4th host) load the leader for LOAD_SECONDS (60; 10 under the
-# sanitizers' build, where LeakSanitizer replaces the RSS bound): only 200s and 429s, every stream ends with [DONE], no hang; afterwards the
-# queue is empty, every slot free, the leader still answers and its memory is flat (RSS after
+# sanitizers' build, where LeakSanitizer replaces the RSS bound): only 200s and 429s, every
+# stream ends with [DONE], no hang; afterwards the queue is empty, every slot free, the leader still answers and its memory is flat (RSS after
 # the load within a bound of its RSS after a warm-up). The agents then stop cleanly (exit 0; no
 # sanitizer report in their logs). Prints the load's figures (not assertions).
 . tests/lib.sh
