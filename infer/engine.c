@@ -127,9 +127,26 @@ static int pick_ctx(const model_meta_t *m, int asked, int slots)
 	return ctx;
 }
 
+/* The default slot count, lowered (never below 1) so that the KV cache of all slots of this
+ * rank's share takes at most half the memory left after its weights: a context that fits one
+ * sequence (the planner checks one) must not fail to load because of the default. */
+static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world)
+{
+	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, sh) * (uint64_t)ctx;
+	uint64_t w = m->weight_bytes / (uint64_t)MAX(world, 1);
+	if (!avail || !per)
+		return slots;
+	uint64_t rest = avail > w ? avail - w : avail / 4, fit = rest / 2 / per;
+	if (fit >= (uint64_t)slots)
+		return slots;
+	LOG(LOG_WARN, "KV cache: %d slots of %d positions do not fit the memory; using %d", slots,
+	    ctx, (int)MAX(fit, 1));
+	return (int)MAX(fit, 1);
+}
+
 /* This rank's share (the plan's ranges, or split from the weights) and the group's setup. */
 static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, int *slots,
-		     char *err, size_t errlen)
+		     int parallel_given, char *err, size_t errlen)
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
@@ -153,6 +170,8 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 		if (rc)
 			return rc;
 	}
+	if (rank == 0 && !parallel_given)
+		*slots = fit_slots(&e->meta, shard, *ctx, *slots, world);
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
 	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, slots,
@@ -213,8 +232,11 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	int ctx = pick_ctx(&e->meta, opts->ctx, slots);
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
-	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, err, errlen)))
+	if (opts->dist &&
+	    (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, opts->parallel > 0, err, errlen)))
 		goto err;
+	if (!opts->dist && !opts->parallel)
+		slots = fit_slots(&e->meta, &shard, ctx, slots, 1);
 	if (!(e->pool = pool_new(opts->threads))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
 		goto err;

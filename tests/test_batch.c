@@ -3,8 +3,8 @@
  * exactly the ids it yields run alone on a fresh engine: on stories260K, a generated F32 llama
  * and a generated Q8_0 llama over 64 steps (top-1 every step), on one node and on 2 tensor /
  * 3 pipeline ranks (BATCH messages). Also: slot choice by the longest common prefix, SH_EBUSY
- * when full, cancellation frees the slot at once, and a failed rank ends every sequence with an
- * error. */
+ * when full, cancellation frees the slot at once, long prompts are chunked between the decode
+ * steps of others, and a failed rank ends every sequence with an error. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +237,36 @@ TEST(slots_prefix_busy_cancel)
 	eng_free(e);
 }
 
+/* A long prompt admitted while another request decodes is spread over steps of at most
+ * ENG_PREFILL_CHUNK prompt tokens: the decoding request gets one token in every one of those
+ * steps (bounded added inter-token latency). */
+TEST(prefill_chunks_interleave)
+{
+	char err[256];
+	eng_t *e = open_eng(F32, 2, NULL, err);
+	CHECK(e != NULL);
+	if (!e)
+		return;
+	req_t rq[N_REQ];
+	make_prompts(rq, eng_info(e)->n_vocab);
+	eng_sampling_t sp;
+	sampling(&sp);
+	eng_done_t done[2];
+	int nd;
+	req_t *a = &rq[2], *b = &rq[5]; /* 5 and 80 prompt tokens */
+	CHECK(eng_seq_start(e, a->prompt, a->n_prompt, &sp, collect, a, &a->res) >= 0);
+	eng_step(e, done, &nd); /* a's prompt and first token */
+	CHECK_EQ_INT(a->n, 1);
+	CHECK(eng_seq_start(e, b->prompt, b->n_prompt, &sp, collect, b, &b->res) >= 0);
+	int steps = (b->n_prompt + ENG_PREFILL_CHUNK - 1) / ENG_PREFILL_CHUNK;
+	for (int k = 1; k <= steps; k++) {
+		eng_step(e, done, &nd);
+		CHECK_EQ_INT(a->n, 1 + k);              /* a never waits a step */
+		CHECK_EQ_INT(b->n, k == steps ? 1 : 0); /* b's first token after its last chunk */
+	}
+	eng_free(e);
+}
+
 /* ---- several ranks ------------------------------------------------------------------------ */
 
 typedef struct rank {
@@ -387,6 +417,7 @@ int main(void)
 	}
 	RUN(same_as_alone_one_node);
 	RUN(slots_prefix_busy_cancel);
+	RUN(prefill_chunks_interleave);
 	RUN(same_as_alone_ranks);
 	RUN(lost_rank_fails_every_sequence);
 	unlink(F32);
