@@ -5,8 +5,10 @@
 # (tests/node/load.mjs, run in a 4th host) load the leader for LOAD_SECONDS (60; 10 under the
 # sanitizers' build, where LeakSanitizer replaces the RSS bound): only 200s and 429s, every
 # stream ends with [DONE], no hang; afterwards the queue is empty, every slot free, the leader still answers and its memory is flat (RSS after
-# the load within a bound of its RSS after a warm-up). The agents then stop cleanly (exit 0; no
-# sanitizer report in their logs). Prints the load's figures (not assertions).
+# the load within a bound of its RSS after a warm-up). Then a follower is killed while 4 requests
+# stream (a re-plan): every stream ends with an error event or [DONE], none hangs, and the other
+# two nodes serve again. The agents then stop cleanly (exit 0; no sanitizer report in their
+# logs). Prints the load's figures (not assertions).
 . tests/lib.sh
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -120,7 +122,33 @@ else
 	skip "memory flat: RSS under ASan includes its quarantine (LeakSanitizer checks at exit)"
 fi
 
+# a follower lost while 4 requests stream (a re-plan): every stream ends (an error event or
+# [DONE]), none hangs, and the remaining two nodes serve again
+F=$((L % 3 + 1))
+for i in 1 2 3 4; do
+	ns_exec 4 curl -s -N --max-time 90 -H 'Content-Type: application/json' \
+		-d '{"prompt":"Once upon a time","max_tokens":3000,"temperature":0,"stream":true}' \
+		"$(url "$L" /v1/completions)" >"$NS_ROOT/replan$i.txt" 2>&1 &
+	eval "CURL$i=\$!"
+done
+all_streaming() { for i in 1 2 3 4; do grep -qs '^data: {' "$NS_ROOT/replan$i.txt" || return 1; done; }
+ns_wait 30 all_streaming
+ns_kill "$F" agent KILL
+curls_done() { for i in 1 2 3 4; do eval "kill -0 \$CURL$i" 2>/dev/null && return 1; done; return 0; }
+check "re-plan: the 4 streams end within 60 s of losing a follower (no hang)" ns_wait 60 curls_done
+ended=0
+for i in 1 2 3 4; do
+	grep -q '^data: {"error"\|^data: \[DONE\]' "$NS_ROOT/replan$i.txt" && ended=$((ended + 1))
+done
+check "re-plan: every stream ends with an error event or [DONE] ($ended of 4)" [ "$ended" = 4 ]
+serving2() {
+	_lh=$(leader_host "$L") || return 1
+	[ "$(plan_ranks "$_lh")" = 2 ] && answers "$_lh"
+}
+check "re-plan: the remaining 2 nodes serve again within 60 s" ns_wait 60 serving2
+
 for h in 1 2 3; do
+	[ "$h" = "$F" ] && continue
 	p=$(ns_pid $h agent)
 	kill -TERM "$p" 2>/dev/null
 	wait "$p"
