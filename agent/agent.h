@@ -65,6 +65,7 @@ typedef struct agent_config {
 	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/exec.h); then
 			       * shoal loads no model share and the leader proxies /v1/ */
 	int exec_port;        /* --exec-port: rank 0's command serves the API here */
+	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
 } agent_config_t;
 
 typedef struct agent agent_t;

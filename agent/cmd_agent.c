@@ -7,6 +7,7 @@
 #include "agent/cli.h"
 #include "agent/exec.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -52,7 +53,9 @@ static void usage(FILE *f)
 	    "                     (default 500)\n"
 	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
 	    "  --threads N        compute threads (default: the number of cores)\n"
-	    "  --ctx N            context length (default: the model's)\n"
+	    "  --ctx N            context length of each slot (default: the model's)\n"
+	    "  --parallel N       sequences generated together, each with its own KV slot\n"
+	    "                     (default 4; the leader's value holds for the cluster)\n"
 	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
 	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
@@ -131,6 +134,7 @@ int cmd_agent(int argc, char **argv)
 					     {"tls-key", required_argument, 0, 'y'},
 					     {"exec", required_argument, 0, 'X'},
 					     {"exec-port", required_argument, 0, 'Y'},
+					     {"parallel", required_argument, 0, 'J'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -227,6 +231,7 @@ int cmd_agent(int argc, char **argv)
 		case 'R':
 		case 'S':
 		case 'T':
+		case 'J':
 		case 'C': {
 			static const struct {
 				int opt;
@@ -235,7 +240,8 @@ int cmd_agent(int argc, char **argv)
 			} lim[] = {{'R', "--replan-delay", 0, 600000},
 				   {'S', "--step-timeout", 100, 3600000},
 				   {'T', "--threads", 0, 1024},
-				   {'C', "--ctx", 0, 1 << 24}};
+				   {'C', "--ctx", 0, 1 << 24},
+				   {'J', "--parallel", 1, ENG_MAX_PARALLEL}};
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
@@ -253,6 +259,8 @@ int cmd_agent(int argc, char **argv)
 				cfg.step_timeout_ms = (int)v;
 			else if (c == 'T')
 				cfg.threads = (int)v;
+			else if (c == 'J')
+				cfg.parallel = (int)v;
 			else
 				cfg.ctx = (int)v;
 			break;

@@ -136,7 +136,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
-	eng_opts_t eo = {0};
+	eng_opts_t eo = {.parallel = 1}; /* one request: one KV slot */
 	eo.dist = dist;
 	eng_sampling_t sp;
 	eng_sampling_default(&sp);

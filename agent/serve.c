@@ -121,7 +121,8 @@ static void *session_main(void *arg)
 	eng_opts_t o = {.model_path = a->cfg.model,
 			.threads = a->cfg.threads,
 			.ctx = s->ctx,
-			.dist = s->world > 1 ? &s->dist : NULL};
+			.dist = s->world > 1 ? &s->dist : NULL,
+			.parallel = a->cfg.parallel};
 	if (eng_open(&e, &o, err, sizeof err))
 		goto done;
 	LOG(LOG_INFO, "plan %s: rank %d of %d loaded in %lld ms", s->hash, s->rank, s->world,

@@ -332,12 +332,13 @@ static void events_snapshot(events_t *ev)
 	model_id(w, e, model, sizeof model, NULL);
 	if (e)
 		web_sched_engine_release(w->sched);
-	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o}",
+	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}",
 				 "state", web_state_name(st), "reason", reason, "model", model,
 				 "tok_s", rate, "last_tok_s", last_tps, "queued", q, "running", run,
 				 "step_ms", step, "comm_ms", comm, "requests", (json_int_t)reqs,
 				 "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
-				 "cluster", cluster_json(w));
+				 "cluster", cluster_json(w), "batch",
+				 web_metrics_batch_json(&w->metrics));
 	char *s = snap ? json_dumps(snap, JSON_COMPACT) : NULL;
 	json_decref(snap);
 	ev->pend.len = 0;

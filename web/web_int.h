@@ -4,7 +4,7 @@
  *
  *   request.c  JSON body -> web_req_t (pure; every client mistake becomes a web_err_t)
  *   respond.c  replies, chunks, errors as JSON text; SSE framing; UTF-8 repair (pure)
- *   sched.c    the bounded queue and the scheduler thread that runs eng_generate
+ *   sched.c    the bounded queue and the continuous-batching scheduler thread (eng_step)
  *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
  *   guard.c    per-connection deadlines, parked (suspended) connections and their watch thread
@@ -194,9 +194,12 @@ typedef struct web_job {
 	web_buf_t text;          /* non-streaming: the completion text */
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
-	web_err_t err;        /* status != 0 when the request failed */
-	int sent_role;        /* streaming: the role chunk went out */
-	size_t tc_sent;       /* tools: bytes of text already sent as content (tools.c) */
+	web_err_t err;                  /* status != 0 when the request failed */
+	int sent_role;                  /* streaming: the role chunk went out */
+	size_t tc_sent;                 /* tools: bytes of text already sent as content (tools.c) */
+	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
+	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
+	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
 	void (*wake)(void *); /* under mu: called with wake_ud whenever cv is broadcast (the */
@@ -228,7 +231,7 @@ void web_sched_free(web_sched_t *s); /* stops if needed, then frees; NULL-safe *
 int web_sched_submit(web_sched_t *s, web_job_t *j);
 
 /* Cancels j for reason (1 gone, 2 timeout): a queued job is removed and finished now; a running
- * one stops at its next token. */
+ * one is ended by the scheduler before its next step (its slot is free within one step). */
 void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason);
 
 /* Engine use from connection threads (tokenizing): acquire returns the engine with a use count
@@ -259,7 +262,17 @@ int web_proxy_alive(int port);
 
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
-#define WEB_MAX_RANKS 256
+#define WEB_MAX_RANKS    256
+#define WEB_HIST_BUCKETS 14
+#define WEB_MAX_SLOTS    256 /* = ENG_MAX_PARALLEL */
+
+/* A Prometheus histogram with fixed upper bounds (le, ascending; +Inf implied). */
+typedef struct web_hist {
+	const double *le;                   /* [WEB_HIST_BUCKETS] */
+	uint64_t cnt[WEB_HIST_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
+	uint64_t count;
+	double sum;
+} web_hist_t;
 
 typedef struct web_metrics {
 	pthread_mutex_t mu;
@@ -271,6 +284,11 @@ typedef struct web_metrics {
 	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
 	int n_ranks;
 	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
+	/* continuous batching (the scheduler thread writes them, under mu) */
+	web_hist_t ttft, itl; /* seconds: time to first token, between tokens of a request */
+	web_hist_t batch;     /* sequences per step */
+	int n_slots;          /* of the engine in use, 0 before the first step */
+	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
@@ -278,6 +296,12 @@ void web_metrics_destroy(web_metrics_t *m);
 const char *web_state_name(int state); /* "serving", "forming", ... */
 void web_metrics_status(web_metrics_t *m, int status);
 void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
+/* Adds v to h (caller holds m->mu). */
+void web_hist_add(web_hist_t *h, double v);
+/* The q-quantile (0..1) of h, interpolated within its bucket; 0 when empty (caller holds mu). */
+double web_hist_quantile(const web_hist_t *h, double q);
+/* The dashboard's batching figures: {"slots": "FPD.", "ttft_p50": s, ...} (new reference). */
+struct json_t *web_metrics_batch_json(web_metrics_t *m);
 
 /* Prometheus text exposition into out. */
 int web_metrics_prometheus(web_metrics_t *m, web_buf_t *out, int queued, int running, int state);

@@ -59,15 +59,17 @@ struct model {
 	float *out_norm; /* [dim] */
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
-	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
+	int n_slots;     /* sequences with their own KV range (model_new_slots) */
+	float *kc, *vc;  /* [layer1 - layer0][n_slots][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
-	float *x, *xb, *xb2; /* [max_b][dim] */
-	float *q, *k, *v;    /* [max_b][qd], [max_b][kvd] x2 */
-	float *att;          /* [max_b][qd] */
-	float *hb, *hb2;     /* [max_b][n_ffn] */
-	float *scores;       /* [threads][n_ctx] */
-	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
+	const int *bslot, *bpos; /* [B] slot and position of each token of the batch in progress */
+	float *x, *xb, *xb2;     /* [max_b][dim] */
+	float *q, *k, *v;        /* [max_b][qd], [max_b][kvd] x2 */
+	float *att;              /* [max_b][qd] */
+	float *hb, *hb2;         /* [max_b][n_ffn] */
+	float *scores;           /* [threads][n_ctx] */
+	uint8_t *act;            /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
@@ -89,9 +91,16 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
 
 /* ---- attn.c ------------------------------------------------------------------------------ */
 
-/* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, pos + b], for each of the B
- * tokens and each of the shard's query heads, reading layer lc of the KV cache. */
-void attention(model_t *m, int lc, int B, int pos);
+/* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, bpos[b]] of slot bslot[b], for
+ * each of the B tokens and each of the shard's query heads, reading layer lc of the KV cache. */
+void attention(model_t *m, int lc, int B);
+
+/* Offset (in floats) of position pos of slot in layer lc of the KV cache. */
+static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
+{
+	return (((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos) *
+	       (size_t)m->kvd;
+}
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
