@@ -71,10 +71,10 @@ static uint64_t mem_available(void)
 
 /* The context to use: asked (0 = the model's), capped so the KV cache takes at most half the
  * memory left after the weights. */
-static int pick_ctx(const model_meta_t *m, int asked)
+static int pick_ctx(const model_meta_t *m, int asked, int kv_type)
 {
 	int ctx = asked > 0 ? asked : m->n_ctx;
-	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL);
+	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL, kv_type);
 	if (asked <= 0 && avail && per) {
 		uint64_t rest = avail > m->weight_bytes ? avail - m->weight_bytes : avail / 4;
 		uint64_t cap = rest / 2 / per;
@@ -167,7 +167,17 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		e->chat = NULL;
 		rc = 0;
 	}
-	int ctx = pick_ctx(&e->meta, opts->ctx);
+	int kv_type = opts->kv_type ? quant_type_parse(opts->kv_type) : MODEL_KV_DEFAULT;
+	if (kv_type < 0) {
+		rc = sh_fail(err, errlen, SH_EINVAL, "unknown KV cache type '%s' (f32, f16, q8_0)",
+			     opts->kv_type);
+		goto err;
+	}
+	if ((rc = model_kv_type_check(&e->meta, kv_type, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		goto err;
+	}
+	int ctx = pick_ctx(&e->meta, opts->ctx, kv_type);
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
 	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, err, errlen)))
@@ -176,7 +186,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
 		goto err;
 	}
-	if ((rc = model_new(&e->model, e->g, &e->meta, &shard, ctx, e->pool, why, sizeof why))) {
+	if ((rc = model_new_kv(&e->model, e->g, &e->meta, &shard, ctx, kv_type, e->pool, why,
+			       sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
 		goto err;
 	}
@@ -199,6 +210,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->name = e->name;
 	i->arch = e->meta.arch_name;
 	i->n_ctx = ctx;
+	i->kv_type = quant_type_name(kv_type);
+	i->kv_bytes = (uint64_t)model_kv_bytes_per_pos(&e->meta, &shard, kv_type) * (uint64_t)ctx;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
 	i->dim = e->meta.dim;

@@ -84,15 +84,33 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->layer1 = meta->n_layers;
 }
 
-size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard)
+int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen)
+{
+	if (kv_type != QT_F32 && kv_type != QT_F16 && kv_type != QT_Q8_0)
+		return sh_fail(err, errlen, SH_EINVAL, "KV cache type %s is not f32, f16 or q8_0",
+			       quant_type_name(kv_type));
+	if (meta->head_dim > 1024) /* attn.c's per-item buffers */
+		return sh_fail(err, errlen, SH_EINVAL, "head_dim %d is over 1024", meta->head_dim);
+	if (meta->head_dim % quant_block_elems(kv_type))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "a %s KV cache needs head_dim a multiple of %d (it is %d)",
+			       quant_type_name(kv_type), quant_block_elems(kv_type),
+			       meta->head_dim);
+	return 0;
+}
+
+size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard, int kv_type)
 {
 	model_shard_t full;
 	if (!shard) {
 		model_shard_full(meta, &full);
 		shard = &full;
 	}
+	if (model_kv_type_check(meta, kv_type, NULL, 0))
+		return 0;
 	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
-	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim * sizeof(float);
+	return (size_t)nl * 2 *
+	       quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
 }
 
 static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err, size_t errlen)
@@ -200,7 +218,16 @@ static int alloc_scratch(model_t *m, int max_b)
 int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
 	      int n_ctx, pool_t *pool, char *err, size_t errlen)
 {
+	return model_new_kv(out, g, meta, shard, n_ctx, MODEL_KV_DEFAULT, pool, err, errlen);
+}
+
+int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
+		 const model_shard_t *shard, int n_ctx, int kv_type, pool_t *pool, char *err,
+		 size_t errlen)
+{
 	*out = NULL;
+	if (model_kv_type_check(meta, kv_type, err, errlen))
+		return SH_EINVAL;
 	model_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -275,15 +302,17 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
-	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
-	m->kc = malloc(kv_elems * sizeof(float));
-	m->vc = malloc(kv_elems * sizeof(float));
+	m->kv_type = kv_type;
+	m->kv_row = quant_row_bytes(kv_type, m->kvd);
+	m->kv_ops = quant_ops(kv_type);
+	size_t kv_rows = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx;
+	m->kc = malloc(kv_rows * m->kv_row);
+	m->vc = malloc(kv_rows * m->kv_row);
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
-	m->f32 = quant_ops(QT_F32);
-	m->wsum = quant_wsum();
+	m->vsum = quant_vsum(kv_type);
 	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
@@ -431,11 +460,12 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
 				rope(m, k + h * hd, pos + b);
 			}
-			size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
-			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
-			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
+			attn_cache_put(m, lc, pos + b, k, v);
 		}
-		attention(m, lc, B, pos);
+		if (m->attn_ref)
+			attention_ref(m, lc, B, pos);
+		else
+			attention(m, lc, B, pos);
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

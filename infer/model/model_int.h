@@ -54,7 +54,12 @@ struct model {
 	float *out_norm; /* [dim] */
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
-	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
+	/* KV cache: [layer1 - layer0][n_ctx] rows of kvd elements of kv_type, kv_row bytes each;
+	 * a head's slice starts at quant_row_bytes(kv_type, h * head_dim) (whole blocks) */
+	uint8_t *kc, *vc;
+	int kv_type;
+	size_t kv_row;
+	const quant_ops_t *kv_ops; /* the cache type's kernels: scores (rows), values (vsum) */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -69,8 +74,8 @@ struct model {
 	void *ar_ctx;
 	model_pipe_fn pipe;
 	void *pipe_ctx;
-	const quant_ops_t *f32; /* F32 matvec, for attention scores */
-	quant_wsum_fn wsum;     /* attention's weighted sum of values */
+	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
+	quant_vsum_fn vsum;     /* attention's weighted sum of values in kv_type */
 	quant_expsum_fn expsum; /* softmax numerators */
 };
 
@@ -85,8 +90,15 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
 /* ---- attn.c ------------------------------------------------------------------------------ */
 
 /* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, pos + b], for each of the B
- * tokens and each of the shard's query heads, reading layer lc of the KV cache. */
+ * tokens and each of the shard's query heads, reading layer lc of the KV cache: one pass over
+ * the positions in tiles with a running max and sum (online softmax), the full score row is
+ * never stored. */
 void attention(model_t *m, int lc, int B, int pos);
+/* The same computed plainly (whole score row, reference dequantize, scalar loops): the test
+ * oracle for attention(). */
+void attention_ref(model_t *m, int lc, int B, int pos);
+/* Stores k[kvd], v[kvd] (F32) as position pos of layer lc of the cache, in its element type. */
+void attn_cache_put(model_t *m, int lc, int pos, const float *k, const float *v);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 

@@ -627,6 +627,37 @@ static void ref_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows
 	}
 }
 
+/* vsum: every row dequantized exactly as quant_dequant_row() does, then added in t order. */
+static void ref_vsum_f32(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const float *row = (const float *)(v + (size_t)t * stride);
+		for (int i = 0; i < n; i++)
+			o[i] += a[t] * row[i];
+	}
+}
+
+static void ref_vsum_f16(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const uint16_t *row = (const uint16_t *)(v + (size_t)t * stride);
+		for (int i = 0; i < n; i++)
+			o[i] += a[t] * quant_f16_to_f32(row[i]);
+	}
+}
+
+static void ref_vsum_q8_0(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(v + (size_t)t * stride);
+		for (int i = 0; i < n / QK8_0; i++) {
+			float s = a[t] * quant_f16_to_f32(b[i].d);
+			for (int j = 0; j < QK8_0; j++)
+				o[i * QK8_0 + j] += s * (float)b[i].q[j];
+		}
+	}
+}
+
 #define REF_DEQUANT(name, t)                                                                       \
 	static void name(const void *src, float *dst, int n)                                       \
 	{                                                                                          \
@@ -684,6 +715,22 @@ quant_wsum_fn quant_wsum(void)
 {
 	quant_wsum_fn f = quant_use_ref ? NULL : quant_x86_wsum();
 	return f ? f : ref_wsum;
+}
+
+quant_vsum_fn quant_vsum_ref(int type)
+{
+	switch (type) {
+	case QT_F32: return ref_vsum_f32;
+	case QT_F16: return ref_vsum_f16;
+	case QT_Q8_0: return ref_vsum_q8_0;
+	default: return NULL;
+	}
+}
+
+quant_vsum_fn quant_vsum(int type)
+{
+	quant_vsum_fn f = quant_use_ref ? NULL : quant_x86_vsum(type);
+	return f ? f : quant_vsum_ref(type);
 }
 
 static float ref_expsum(float *x, int n, float mx)

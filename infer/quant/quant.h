@@ -142,6 +142,16 @@ typedef void (*quant_wsum_fn)(float *o, const float *a, const float *v, size_t s
 quant_wsum_fn quant_wsum(void);
 quant_wsum_fn quant_x86_wsum(void); /* NULL when unavailable */
 
+/* o[i] += sum over t < T of a[t] * v_t[i] for i < n, where v_t is the row of n elements of type
+ * t at v + t * stride bytes (attention's weighted sum of values read straight from a KV cache of
+ * that type; n whole blocks). quant_vsum(): best available for QT_F32, QT_F16, QT_Q8_0, NULL for
+ * other types; quant_vsum_ref(): the plain C one. */
+typedef void (*quant_vsum_fn)(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n);
+quant_vsum_fn quant_vsum(int type);
+quant_vsum_fn quant_vsum_ref(int type);
+quant_vsum_fn quant_x86_vsum(int type); /* NULL when unavailable */
+
 /* x[i] = exp(x[i] - mx) for i < n, returns the sum (softmax numerators; relative error of the
  * optimized version < 2e-7). */
 typedef float (*quant_expsum_fn)(float *x, int n, float mx);

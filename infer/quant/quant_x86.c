@@ -362,6 +362,78 @@ TGT static void avx2_wsum(float *o, const float *a, const float *v, size_t strid
 	}
 }
 
+/* vsum over a KV cache: o[i] += sum_t a[t] * row_t[i]; the outputs of 32 columns stay in four
+ * registers across all T rows (a head is 64..256 columns: a few passes over the rows). */
+TGT static inline __m256 f16x8(const uint8_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+TGT static void avx2_vsum_f32(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n)
+{
+	int i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const float *row = (const float *)(v + (size_t)t * stride) + i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 4; k++)
+				c[k] = _mm256_fmadd_ps(at, _mm256_loadu_ps(row + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i < n; i++)
+		for (int t = 0; t < T; t++)
+			o[i] += a[t] * ((const float *)(v + (size_t)t * stride))[i];
+}
+
+TGT static void avx2_vsum_f16(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n)
+{
+	int i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const uint8_t *row = v + (size_t)t * stride + 2 * (size_t)i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 4; k++)
+				c[k] = _mm256_fmadd_ps(at, f16x8(row + 16 * k), c[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i < n; i++)
+		for (int t = 0; t < T; t++)
+			o[i] += a[t] * _cvtsh_ss(((const uint16_t *)(v + (size_t)t * stride))[i]);
+}
+
+TGT static void avx2_vsum_q8_0(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			       int n)
+{
+	for (int i = 0; i < n / QK8_0; i++) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + 32 * i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const blk_q8_0 *b = (const blk_q8_0 *)(v + (size_t)t * stride) + i;
+			__m256 s = _mm256_set1_ps(a[t] * _cvtsh_ss(b->d));
+			for (int k = 0; k < 4; k++) {
+				__m128i q = _mm_loadl_epi64((const __m128i *)(b->q + 8 * k));
+				__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+				c[k] = _mm256_fmadd_ps(s, f, c[k]);
+			}
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + 32 * i + 8 * k, c[k]);
+	}
+}
+
 /* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
 TGT static inline void u8x32_affine(__m256i v, float a, float m, float *dst)
 {
@@ -748,7 +820,25 @@ quant_expsum_fn quant_x86_expsum(void)
 	return quant_x86_ops(QT_F32) ? avx2_expsum : NULL;
 }
 
+quant_vsum_fn quant_x86_vsum(int type)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	switch (type) {
+	case QT_F32: return avx2_vsum_f32;
+	case QT_F16: return avx2_vsum_f16;
+	case QT_Q8_0: return avx2_vsum_q8_0;
+	default: return NULL;
+	}
+}
+
 #else
+
+quant_vsum_fn quant_x86_vsum(int type)
+{
+	(void)type;
+	return NULL;
+}
 
 quant_expsum_fn quant_x86_expsum(void)
 {
