@@ -55,6 +55,7 @@ typedef struct agent_config {
 	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
 	int threads;             /* compute threads (0 = cores) */
 	int ctx;                 /* context length (0 = the model's) */
+	const char *kv_type;     /* KV cache elements ("f16", "f32", "q8_0"; NULL = f16) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -16,6 +16,7 @@
 #include "agent/agent_int.h"
 #include "agent/cli.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -414,6 +415,7 @@ static void leader_plan(agent_t *a, int64_t now)
 	plan_opts_t o;
 	plan_opts_default(&o);
 	o.ctx = a->cfg.ctx;
+	o.kv_bytes = eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
 	o.base_port = a->cfg.port + 1 > 65535 - PLAN_MAX_NODES ? 0 : a->cfg.port + 1;
 	plan_t *p = NULL;
 	int rc = plan_make(&p, v, &a->pmodel, &o, err, sizeof err);

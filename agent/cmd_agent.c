@@ -6,6 +6,7 @@
 #include "agent/agent.h"
 #include "agent/cli.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -50,6 +51,7 @@ static void usage(FILE *f)
 	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
 	    "  --threads N        compute threads (default: the number of cores)\n"
 	    "  --ctx N            context length (default: the model's)\n"
+	    "  --kv-type T        KV cache elements: f16 (default), f32 or q8_0\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
 }
@@ -93,6 +95,7 @@ int cmd_agent(int argc, char **argv)
 					     {"step-timeout", required_argument, 0, 'S'},
 					     {"threads", required_argument, 0, 'T'},
 					     {"ctx", required_argument, 0, 'C'},
+					     {"kv-type", required_argument, 0, 'K'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -159,6 +162,15 @@ int cmd_agent(int argc, char **argv)
 			cfg.peers[cfg.npeers++] = optarg;
 			break;
 		case 'm': cfg.model = optarg; break;
+		case 'K':
+			if (eng_kv_elem_bytes(optarg) < 0) {
+				fprintf(stderr,
+					"shoal agent: bad --kv-type '%s' (f16, f32, q8_0)\n",
+					optarg);
+				return 2;
+			}
+			cfg.kv_type = optarg;
+			break;
 		case 'N': cfg.no_mdns = 1; break;
 		case 'R':
 		case 'S':

@@ -18,6 +18,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench --model FILE.gguf [--threads N] [--prompt N] [--gen N]\n"
+		   "                   [--kv-type f16|f32|q8_0]\n"
 		   "Prints: prefill and decode tokens/s, weight bytes per decoded token, GB/s and\n"
 		   "peak RSS for one run (defaults: all cores, 128-token prompt, 64 tokens).\n");
 }
@@ -44,11 +45,15 @@ static int argmax(const float *x, int n)
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
-	    {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
-	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"threads", required_argument, 0, 't'},
+	    {"prompt", required_argument, 0, 'p'},
+	    {"gen", required_argument, 0, 'g'},
+	    {"help", no_argument, 0, 'h'},
+	    {"kv-type", required_argument, 0, 'k'},
+	    {0, 0, 0, 0},
 	};
-	const char *path = NULL;
+	const char *path = NULL, *kv_name = "f16";
 	int threads = 0, n_prompt = 128, n_gen = 64, c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
@@ -57,6 +62,7 @@ int cmd_bench(int argc, char **argv)
 		case 't': threads = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'g': n_gen = atoi(optarg); break;
+		case 'k': kv_name = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -79,7 +85,8 @@ int cmd_bench(int argc, char **argv)
 	}
 	pool = pool_new(threads);
 	int ctx = n_prompt + n_gen + 1;
-	if (!pool || model_new(&m, g, &meta, NULL, ctx, pool, err, sizeof err)) {
+	int kv_type = quant_type_parse(kv_name);
+	if (!pool || model_new_kv(&m, g, &meta, NULL, ctx, kv_type, pool, err, sizeof err)) {
 		fprintf(stderr, "shoal bench: %s\n", pool ? err : "cannot start threads");
 		goto out;
 	}
@@ -116,14 +123,15 @@ int cmd_bench(int argc, char **argv)
 	getrusage(RUSAGE_SELF, &ru);
 	char types[64];
 	meta_types_str(&meta, types, sizeof types);
-	printf("model=%s types=\"%s\" kernels=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
-	       "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
-	       "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
-	       "decode_wall_s=%.2f\n",
-	       path, types, impl, pool_threads(pool), n_prompt, n_prompt / pre_s, n_gen,
-	       n_gen / dec_s, (unsigned long long)bpt, (double)bpt * n_gen / dec_s / 1e9,
-	       (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s,
-	       c2 - c1, dec_s);
+	printf(
+	    "model=%s types=\"%s\" kernels=%s kv=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
+	    "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
+	    "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
+	    "decode_wall_s=%.2f\n",
+	    path, types, impl, quant_type_name(kv_type), pool_threads(pool), n_prompt,
+	    n_prompt / pre_s, n_gen, n_gen / dec_s, (unsigned long long)bpt,
+	    (double)bpt * n_gen / dec_s / 1e9, (double)ru.ru_maxrss / 1024.0,
+	    (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s, c2 - c1, dec_s);
 	rc = 0;
 out:
 	free(logits);

@@ -29,6 +29,7 @@ static void usage(FILE *f)
 		"  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
 		"  --threads N           compute threads (default: number of cores)\n"
 		"  --ctx N               context length (default: the model's)\n"
+		"  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
 		"  --queue-max N         requests that may wait; more get 429 (default 16)\n"
 		"  --timeout-ms N        per-request deadline (default 300000)\n"
 		"  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
@@ -56,6 +57,7 @@ int cmd_serve(int argc, char **argv)
 		{"port", required_argument, NULL, 'p'},
 		{"threads", required_argument, NULL, 't'},
 		{"ctx", required_argument, NULL, 'c'},
+		{"kv-type", required_argument, NULL, 1000},
 		{"queue-max", required_argument, NULL, 'q'},
 		{"timeout-ms", required_argument, NULL, 'T'},
 		{"api-key", required_argument, NULL, 'k'},
@@ -95,6 +97,7 @@ int cmd_serve(int argc, char **argv)
 				goto bad;
 			break;
 		case 'k': wo.api_key = optarg; break;
+		case 1000: eo.kv_type = optarg; break;
 		case 'C': eo.chat_template = optarg; break;
 		case 'n': wo.model_name = optarg; break;
 		case 'L':

@@ -126,6 +126,15 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	return 0;
 }
 
+int eng_kv_elem_bytes(const char *kv_type)
+{
+	int t = kv_type ? quant_type_parse(kv_type) : MODEL_KV_DEFAULT;
+	if (t != QT_F32 && t != QT_F16 && t != QT_Q8_0)
+		return -1;
+	return (int)((quant_block_bytes(t) + (size_t)quant_block_elems(t) - 1) /
+		     (size_t)quant_block_elems(t));
+}
+
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 {
 	*out = NULL;
