@@ -157,8 +157,7 @@ static void *rank_main(void *arg)
 	if ((rc = dist_new(&d, grp, c->pipeline, c->step_timeout)) ||
 	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[c->rank], &ctx, c->err,
 			     sizeof c->err)) ||
-	    (rc = model_new_kv(&m, g, &mt, &sh[c->rank], ctx, kv_type, p, c->err,
-			       sizeof c->err)))
+	    (rc = model_new_kv(&m, g, &mt, &sh[c->rank], ctx, kv_type, p, c->err, sizeof c->err)))
 		goto out;
 	dist_attach(d, m);
 	if (c->rank == 0) {
