@@ -36,6 +36,7 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
 			       gguf_type_name(t->type), name);
+	memset(w, 0, sizeof *w);
 	if (t->ne[0] % quant_block_elems(t->type))
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "tensor %s: row of %lld is not whole blocks", name,
@@ -165,6 +166,25 @@ static int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, c
 	w->data = buf;
 	w->row_bytes = sb;
 	w->cols = n;
+	return 0;
+}
+
+/* The interleaved copies of a layer's matrices (matmul.c). A private column slice wholly
+ * repacked is freed: nothing reads its rows any more. */
+static int repack_layer(model_t *m, layer_t *L)
+{
+	wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+	uint8_t **own[] = {NULL, NULL, NULL, &L->wo_own, NULL, NULL, &L->down_own};
+	for (size_t i = 0; i < ARRAY_LEN(w); i++) {
+		int rc = wmat_repack(m, w[i], !(own[i] && *own[i]));
+		if (rc)
+			return rc;
+		if (own[i] && *own[i] && w[i]->rp && w[i]->rp_groups * QR_ROWS == w[i]->rows) {
+			free(*own[i]);
+			*own[i] = NULL;
+			w[i]->data = w[i]->rp_of = NULL;
+		}
+	}
 	return 0;
 }
 
@@ -300,6 +320,17 @@ int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
 			goto err;
 	}
 
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++)
+		if (repack_layer(m, &m->layers[l])) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
+			goto err;
+		}
+	/* the head (its pages stay when it is the tied embedding: rows are looked up there) */
+	if (wmat_repack(m, &m->out, !meta->tied_output)) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
+		goto err;
+	}
+
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
 	m->kv_type = kv_type;
@@ -342,11 +373,16 @@ void model_free(model_t *m)
 			free(L->k_norm);
 			free(L->wo_own);
 			free(L->down_own);
+			wmat_t *w[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+				       &L->w_gate, &L->w_up, &L->w_down};
+			for (size_t i = 0; i < ARRAY_LEN(w); i++)
+				wmat_release(w[i]);
 		}
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
 			free(m->tiles[i]);
 	free(m->tiles);
+	wmat_release(&m->out);
 	free(m->layers);
 	free(m->out_norm);
 	free(m->inv_freq);

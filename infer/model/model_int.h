@@ -13,6 +13,7 @@
 
 #include "infer/model/model.h"
 #include "infer/quant/quant.h"
+#include "infer/quant/repack.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,13 @@ typedef struct wmat {
 	size_t row_bytes;
 	const quant_ops_t *ops;
 	quant_dequant_fn dequant;
+	/* Optional interleaved copy (wmat_repack): rows [0, 16 * rp_groups) in the R16 layout of
+	 * repack.h, used while data == rp_of and rows >= 16 * rp_groups (a view made by copying
+	 * the struct and moving data or rows falls back to the rows above by itself). */
+	const uint8_t *rp, *rp_of;
+	int rp_groups;
+	quant_gemm_fn gemm;
+	uint8_t *rp_own; /* what to free (wmat_release) */
 } wmat_t;
 
 typedef struct layer {
@@ -80,6 +88,14 @@ struct model {
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
+
+/* Makes the interleaved copy of w when its type has a fast tiled kernel on this CPU (and
+ * SHOAL_NO_REPACK is unset), the rearranging split over the pool. With release, the pages of
+ * the original rows are then dropped from this process (the file and its mapping are never
+ * written; a later read of them faults them back in). Returns 0 (also when nothing was done) or
+ * SH_ENOMEM. */
+int wmat_repack(model_t *m, wmat_t *w, int release);
+void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
 /* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B);

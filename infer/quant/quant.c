@@ -756,6 +756,11 @@ const char *quant_init(int force_ref)
 	return o->impl;
 }
 
+int quant_ref_forced(void)
+{
+	return quant_use_ref;
+}
+
 const quant_ops_t *quant_ops(int wtype)
 {
 	return quant_use_ref ? quant_ops_ref(wtype) : quant_ops_opt(wtype);

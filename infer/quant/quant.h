@@ -123,6 +123,7 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n);
 /* Picks the kernel tables (best the CPU supports). force_ref=1 keeps the plain C ones.
  * Returns the implementation name. Call once, before threads start. */
 const char *quant_init(int force_ref);
+int quant_ref_forced(void);                  /* 1 when quant_init(1) asked for plain C only */
 const quant_ops_t *quant_ops(int wtype);     /* chosen table, NULL for unsupported types */
 const quant_ops_t *quant_ops_ref(int wtype); /* plain C table */
 const quant_ops_t *quant_ops_opt(int wtype); /* optimized table when the CPU has one, else ref */

@@ -1,0 +1,216 @@
+/*
+ * gemm_x86.c: the tiled integer kernels over R16 groups (repack.h) for x86: AVX-512 VNNI
+ * (one 512-bit register = the 16 rows of a group, vpdpbusd with four activation bytes broadcast)
+ * and AVX2 (two 256-bit halves of 8 rows, maddubs + madd). Chosen at run time like
+ * quant_x86.c's tables; each function carries its target attribute.
+ *
+ * Register blocking: a call keeps one float accumulator per (vector, 16 rows) and one int32
+ * accumulator per (vector, 16 rows) for the current block; every weight register loaded is used
+ * by all nt vectors. The per-block float work (scale product, convert, FMA) is one operation per
+ * vector per 32 elements. The int32 accumulator starts at -offset x block sum, which removes
+ * the +128 (Q8_0) or +8 (Q4_0) carried by the unsigned weight bytes.
+ * Invariant: equal to repack.c's reference up to float rounding order.
+ */
+#include "infer/quant/repack.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TGT2   __attribute__((target("avx2,fma,f16c")))
+#define INL    inline __attribute__((always_inline))
+
+static inline int ld32(const int8_t *p)
+{
+	int v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* ---- AVX-512 VNNI ------------------------------------------------------------------------ */
+
+/* One call: groups [0, ngroups) x vectors [0, NT). Q4 selects the Q4_0 unpack. */
+TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngroups,
+				 const quant_act_t *x, const int NT, int n, const int Q4)
+{
+	const int nb = n / QK8_0;
+	const size_t gb = Q4 ? 288 : 544; /* bytes per block index of a group */
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	for (int g = 0; g < ngroups; g++) {
+		const uint8_t *gp = w + (size_t)g * nb * gb;
+		__m512 acc[QR_NT];
+		for (int v = 0; v < NT; v++)
+			acc[v] = _mm512_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
+			__m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+			__m512i ia[QR_NT];
+			for (int v = 0; v < NT; v++)
+				ia[v] = _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+			if (Q4) {
+				for (int s = 0; s < 4; s++) {
+					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
+					__m512i lo = _mm512_and_si512(b, m4);
+					__m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+					for (int v = 0; v < NT; v++) {
+						const int8_t *xq = x[v].q + 32 * i + 4 * s;
+						ia[v] = _mm512_dpbusd_epi32(
+						    ia[v], lo, _mm512_set1_epi32(ld32(xq)));
+						ia[v] = _mm512_dpbusd_epi32(
+						    ia[v], hi, _mm512_set1_epi32(ld32(xq + 16)));
+					}
+				}
+			} else {
+				for (int s = 0; s < 8; s++) {
+					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
+					for (int v = 0; v < NT; v++)
+						ia[v] = _mm512_dpbusd_epi32(
+						    ia[v], b,
+						    _mm512_set1_epi32(
+							ld32(x[v].q + 32 * i + 4 * s)));
+				}
+			}
+			for (int v = 0; v < NT; v++)
+				acc[v] = _mm512_fmadd_ps(
+				    _mm512_cvtepi32_ps(ia[v]),
+				    _mm512_mul_ps(sw, _mm512_set1_ps(x[v].d[i])), acc[v]);
+		}
+		for (int v = 0; v < NT; v++)
+			_mm512_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS, acc[v]);
+	}
+}
+
+#define VNNI_NT(name, Q4)                                                                          \
+	TGT512 static void name(float *out, int ldo, const uint8_t *w, int ngroups,                \
+				const quant_act_t *x, int nt, int n)                               \
+	{                                                                                          \
+		switch (nt) {                                                                      \
+		case 1: vnni_gemm(out, ldo, w, ngroups, x, 1, n, Q4); break;                       \
+		case 2: vnni_gemm(out, ldo, w, ngroups, x, 2, n, Q4); break;                       \
+		case 3: vnni_gemm(out, ldo, w, ngroups, x, 3, n, Q4); break;                       \
+		case 4: vnni_gemm(out, ldo, w, ngroups, x, 4, n, Q4); break;                       \
+		case 5: vnni_gemm(out, ldo, w, ngroups, x, 5, n, Q4); break;                       \
+		case 6: vnni_gemm(out, ldo, w, ngroups, x, 6, n, Q4); break;                       \
+		case 7: vnni_gemm(out, ldo, w, ngroups, x, 7, n, Q4); break;                       \
+		default: vnni_gemm(out, ldo, w, ngroups, x, 8, n, Q4); break;                      \
+		}                                                                                  \
+	}
+VNNI_NT(vnni_gemm_q8_0, 0)
+VNNI_NT(vnni_gemm_q4_0, 1)
+
+/* ---- AVX2 -------------------------------------------------------------------------------- */
+
+/* Half h (rows 8h..8h+7) of each group, up to 4 vectors (16 ymm registers). Q8_0's bytes are
+ * turned back to signed weights for the sign trick (maddubs would saturate on 255 x 127 x 2). */
+TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroups,
+			       const quant_act_t *x, const int NT, int n, const int Q4)
+{
+	const int nb = n / QK8_0;
+	const size_t gb = Q4 ? 288 : 544;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1),
+		      flip = _mm256_set1_epi8((char)0x80);
+	for (int g = 0; g < ngroups; g++)
+		for (int h = 0; h < 2; h++) {
+			const uint8_t *gp = w + (size_t)g * nb * gb;
+			__m256 acc[4];
+			for (int v = 0; v < NT; v++)
+				acc[v] = _mm256_setzero_ps();
+			for (int i = 0; i < nb; i++) {
+				const uint8_t *d = gp + (size_t)i * gb, *q = d + 32 + 32 * h;
+				__m256 sw =
+				    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 16 * h)));
+				__m256i ia[4];
+				for (int v = 0; v < NT; v++)
+					ia[v] = _mm256_set1_epi32(Q4 ? -8 * x[v].bsums[i] : 0);
+				for (int s = 0; s < (Q4 ? 4 : 8); s++) {
+					__m256i b =
+					    _mm256_loadu_si256((const __m256i *)(q + 64 * s));
+					if (Q4) {
+						__m256i lo = _mm256_and_si256(b, m4);
+						__m256i hi =
+						    _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+						for (int v = 0; v < NT; v++) {
+							const int8_t *xq = x[v].q + 32 * i + 4 * s;
+							__m256i p = _mm256_add_epi16(
+							    _mm256_maddubs_epi16(
+								lo, _mm256_set1_epi32(ld32(xq))),
+							    _mm256_maddubs_epi16(
+								hi,
+								_mm256_set1_epi32(ld32(xq + 16))));
+							ia[v] = _mm256_add_epi32(
+							    ia[v], _mm256_madd_epi16(p, ones));
+						}
+					} else {
+						__m256i sb = _mm256_xor_si256(b, flip);
+						__m256i ab = _mm256_abs_epi8(sb);
+						for (int v = 0; v < NT; v++) {
+							__m256i xb = _mm256_set1_epi32(
+							    ld32(x[v].q + 32 * i + 4 * s));
+							__m256i p = _mm256_maddubs_epi16(
+							    ab, _mm256_sign_epi8(xb, sb));
+							ia[v] = _mm256_add_epi32(
+							    ia[v], _mm256_madd_epi16(p, ones));
+						}
+					}
+				}
+				for (int v = 0; v < NT; v++)
+					acc[v] = _mm256_fmadd_ps(
+					    _mm256_cvtepi32_ps(ia[v]),
+					    _mm256_mul_ps(sw, _mm256_set1_ps(x[v].d[i])), acc[v]);
+			}
+			for (int v = 0; v < NT; v++)
+				_mm256_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS + 8 * h,
+						 acc[v]);
+		}
+}
+
+#define AVX2_NT(name, Q4)                                                                          \
+	TGT2 static void name(float *out, int ldo, const uint8_t *w, int ngroups,                  \
+			      const quant_act_t *x, int nt, int n)                                 \
+	{                                                                                          \
+		for (int v0 = 0; v0 < nt; v0 += 4) {                                               \
+			float *o = out + (size_t)v0 * ldo;                                         \
+			switch (nt - v0) {                                                         \
+			case 1: avx2_gemm(o, ldo, w, ngroups, x + v0, 1, n, Q4); break;            \
+			case 2: avx2_gemm(o, ldo, w, ngroups, x + v0, 2, n, Q4); break;            \
+			case 3: avx2_gemm(o, ldo, w, ngroups, x + v0, 3, n, Q4); break;            \
+			default: avx2_gemm(o, ldo, w, ngroups, x + v0, 4, n, Q4); break;           \
+			}                                                                          \
+		}                                                                                  \
+	}
+AVX2_NT(avx2_gemm_q8_0, 0)
+AVX2_NT(avx2_gemm_q4_0, 1)
+
+quant_gemm_fn quant_x86_gemm(int t, const char **impl)
+{
+	static int have = -1, vnni = 0; /* benign race: every thread computes the same values */
+	if (have < 0) {
+		__builtin_cpu_init();
+		vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	}
+	if (!have || (t != QT_Q8_0 && t != QT_Q4_0))
+		return NULL;
+	if (vnni && !getenv("SHOAL_NO_VNNI")) {
+		*impl = "avx512vnni";
+		return t == QT_Q8_0 ? vnni_gemm_q8_0 : vnni_gemm_q4_0;
+	}
+	*impl = "avx2";
+	return t == QT_Q8_0 ? avx2_gemm_q8_0 : avx2_gemm_q4_0;
+}
+
+#else
+
+quant_gemm_fn quant_x86_gemm(int t, const char **impl)
+{
+	(void)t;
+	(void)impl;
+	return NULL;
+}
+
+#endif

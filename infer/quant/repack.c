@@ -1,0 +1,173 @@
+/*
+ * repack.c: the interleaved R16 layout (repack.h) in plain C: rearranging rows into groups and
+ * back, the reference kernel over groups, and the choice of kernel.
+ *
+ * Invariant: the reference kernel computes, for every row and vector, exactly what the plain
+ * matvec kernel of quant.c computes from the original rows (the same integer block dots, the
+ * same float expression per block, blocks added in order), so the optimized kernels are checked
+ * against it with the same NMSE bound as the matvec kernels.
+ */
+#include "infer/quant/repack.h"
+#include "common/common.h"
+
+#include <string.h>
+
+int quant_repack_supported(int t)
+{
+	return t == QT_Q8_0 || t == QT_Q4_0;
+}
+
+size_t quant_repack_group_bytes(int t, int n)
+{
+	return QR_ROWS * quant_row_bytes(t, n);
+}
+
+/* Bytes of one block index of a group: 16 scales, then the quants. */
+static size_t grp_block_bytes(int t)
+{
+	return QR_ROWS * quant_block_bytes(t);
+}
+
+void quant_repack(int t, const uint8_t *src, size_t stride, int ngroups, int n, uint8_t *dst)
+{
+	int nb = n / quant_block_elems(t);
+	size_t gb = grp_block_bytes(t);
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < nb; i++) {
+			uint8_t *d = dst + ((size_t)g * nb + i) * gb;
+			uint16_t *sc = (uint16_t *)d;
+			uint8_t *q = d + 2 * QR_ROWS;
+			for (int r = 0; r < QR_ROWS; r++) {
+				const uint8_t *row = src + (size_t)(g * QR_ROWS + r) * stride;
+				if (t == QT_Q8_0) {
+					const blk_q8_0 *b = (const blk_q8_0 *)row + i;
+					memcpy(&sc[r], &b->d, 2);
+					for (int s = 0; s < 8; s++)
+						for (int j = 0; j < 4; j++)
+							q[64 * s + 4 * r + j] =
+							    (uint8_t)(b->q[4 * s + j] + 128);
+				} else {
+					const blk_q4_0 *b = (const blk_q4_0 *)row + i;
+					memcpy(&sc[r], &b->d, 2);
+					for (int s = 0; s < 4; s++)
+						memcpy(q + 64 * s + 4 * r, b->qs + 4 * s, 4);
+				}
+			}
+		}
+}
+
+void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst)
+{
+	int nb = n / quant_block_elems(t);
+	size_t gb = grp_block_bytes(t), rb = quant_row_bytes(t, n);
+	for (int g = 0; g < ngroups; g++)
+		for (int i = 0; i < nb; i++) {
+			const uint8_t *d = src + ((size_t)g * nb + i) * gb;
+			const uint8_t *q = d + 2 * QR_ROWS;
+			for (int r = 0; r < QR_ROWS; r++) {
+				uint8_t *row = dst + (size_t)(g * QR_ROWS + r) * rb;
+				if (t == QT_Q8_0) {
+					blk_q8_0 *b = (blk_q8_0 *)row + i;
+					memcpy(&b->d, d + 2 * r, 2);
+					for (int s = 0; s < 8; s++)
+						for (int j = 0; j < 4; j++)
+							b->q[4 * s + j] =
+							    (int8_t)(q[64 * s + 4 * r + j] - 128);
+				} else {
+					blk_q4_0 *b = (blk_q4_0 *)row + i;
+					memcpy(&b->d, d + 2 * r, 2);
+					for (int s = 0; s < 4; s++)
+						memcpy(b->qs + 4 * s, q + 64 * s + 4 * r, 4);
+				}
+			}
+		}
+}
+
+/* Reference: per row, vector and block the integer dot of the stored bytes minus the offset
+ * times the activation's block sum (= the plain kernel's signed dot), then the same float
+ * expression as quant.c's ref_rows_q8_0 / ref_rows_q4_0. */
+static void ref_gemm(int t, float *out, int ldo, const uint8_t *w, int ngroups,
+		     const quant_act_t *x, int nt, int n)
+{
+	int nb = n / QK8_0;
+	size_t gb = grp_block_bytes(t);
+	for (int g = 0; g < ngroups; g++)
+		for (int v = 0; v < nt; v++)
+			for (int r = 0; r < QR_ROWS; r++) {
+				float s = 0;
+				for (int i = 0; i < nb; i++) {
+					const uint8_t *d = w + ((size_t)g * nb + i) * gb;
+					const uint8_t *q = d + 2 * QR_ROWS;
+					const int8_t *xq = x[v].q + i * QK8_0;
+					uint16_t h;
+					memcpy(&h, d + 2 * r, 2);
+					int sum;
+					if (t == QT_Q8_0) {
+						sum = -128 * x[v].bsums[i];
+						for (int k = 0; k < 8; k++)
+							for (int j = 0; j < 4; j++)
+								sum += q[64 * k + 4 * r + j] *
+								       xq[4 * k + j];
+					} else {
+						sum = -8 * x[v].bsums[i];
+						for (int k = 0; k < 4; k++)
+							for (int j = 0; j < 4; j++) {
+								int b = q[64 * k + 4 * r + j];
+								sum +=
+								    (b & 15) * xq[4 * k + j] +
+								    (b >> 4) * xq[16 + 4 * k + j];
+							}
+					}
+					s += quant_f16_to_f32(h) * x[v].d[i] * (float)sum;
+				}
+				out[(size_t)v * ldo + g * QR_ROWS + r] = s;
+			}
+}
+
+static void ref_gemm_q8_0(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
+			  int nt, int n)
+{
+	ref_gemm(QT_Q8_0, out, ldo, w, ngroups, x, nt, n);
+}
+
+static void ref_gemm_q4_0(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
+			  int nt, int n)
+{
+	ref_gemm(QT_Q4_0, out, ldo, w, ngroups, x, nt, n);
+}
+
+quant_gemm_fn quant_gemm_ref(int t)
+{
+	switch (t) {
+	case QT_Q8_0: return ref_gemm_q8_0;
+	case QT_Q4_0: return ref_gemm_q4_0;
+	default: return NULL;
+	}
+}
+
+static quant_gemm_fn pick(int t, const char **impl)
+{
+	quant_gemm_fn f = NULL;
+	*impl = NULL;
+	if (!quant_ref_forced()) {
+		f = quant_x86_gemm(t, impl);
+		if (!f)
+			f = quant_neon_gemm(t, impl);
+	}
+	if (!f && (f = quant_gemm_ref(t)))
+		*impl = "ref";
+	return f;
+}
+
+quant_gemm_fn quant_gemm(int t)
+{
+	const char *impl;
+	return pick(t, &impl);
+}
+
+const char *quant_gemm_impl(int t)
+{
+	const char *impl;
+	pick(t, &impl);
+	return impl;
+}
