@@ -38,19 +38,20 @@ static inline __attribute__((always_inline)) void neon_gemm(float *out, int ldo,
 	for (int g = 0; g < ngroups; g++) {
 		const uint8_t *gp = w + (size_t)g * nb * gb;
 		float32x4_t acc[2][4];
-		for (int v = 0; v < NT; v++)
-			for (int k = 0; k < 4; k++)
-				acc[v][k] = vdupq_n_f32(0);
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+		    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) acc[v][k] = vdupq_n_f32(0);
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
 			int32x4_t ia[2][4];
-			for (int v = 0; v < NT; v++)
-				for (int k = 0; k < 4; k++)
-					ia[v][k] = vdupq_n_s32(Q4 ? -8 * x[v].bsums[i] : 0);
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+			    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) ia[v][k] =
+				vdupq_n_s32(Q4 ? -8 * x[v].bsums[i] : 0);
 			for (int s = 0; s < (Q4 ? 4 : 8); s++)
-				for (int k = 0; k < 4; k++) {
+				_Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
+				{
 					uint8x16_t b = vld1q_u8(q + 64 * s + 16 * k);
-					for (int v = 0; v < NT; v++) {
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					{
 						const int8_t *xq = x[v].q + 32 * i + 4 * s;
 						if (Q4) {
 							int8x16_t lo =
@@ -72,16 +73,17 @@ static inline __attribute__((always_inline)) void neon_gemm(float *out, int ldo,
 						}
 					}
 				}
-			for (int k = 0; k < 4; k++) {
+			_Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
+			{
 				float32x4_t sw = f16x4(d + 8 * k);
-				for (int v = 0; v < NT; v++)
-					acc[v][k] = vfmaq_f32(acc[v][k], vcvtq_f32_s32(ia[v][k]),
-							      vmulq_n_f32(sw, x[v].d[i]));
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v][k] =
+				    vfmaq_f32(acc[v][k], vcvtq_f32_s32(ia[v][k]),
+					      vmulq_n_f32(sw, x[v].d[i]));
 			}
 		}
-		for (int v = 0; v < NT; v++)
-			for (int k = 0; k < 4; k++)
-				vst1q_f32(out + (size_t)v * ldo + g * QR_ROWS + 4 * k, acc[v][k]);
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+		    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
+			vst1q_f32(out + (size_t)v * ldo + g * QR_ROWS + 4 * k, acc[v][k]);
 	}
 }
 

@@ -42,20 +42,21 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 	for (int g = 0; g < ngroups; g++) {
 		const uint8_t *gp = w + (size_t)g * nb * gb;
 		__m512 acc[QR_NT];
-		for (int v = 0; v < NT; v++)
-			acc[v] = _mm512_setzero_ps();
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
 			__m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 			__m512i ia[QR_NT];
-			for (int v = 0; v < NT; v++)
-				ia[v] = _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
+			    _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
 			if (Q4) {
-				for (int s = 0; s < 4; s++) {
+				_Pragma("GCC unroll 8") for (int s = 0; s < 4; s++)
+				{
 					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
 					__m512i lo = _mm512_and_si512(b, m4);
 					__m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-					for (int v = 0; v < NT; v++) {
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					{
 						const int8_t *xq = x[v].q + 32 * i + 4 * s;
 						ia[v] = _mm512_dpbusd_epi32(
 						    ia[v], lo, _mm512_set1_epi32(ld32(xq)));
@@ -64,22 +65,21 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 					}
 				}
 			} else {
-				for (int s = 0; s < 8; s++) {
+				_Pragma("GCC unroll 8") for (int s = 0; s < 8; s++)
+				{
 					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
-					for (int v = 0; v < NT; v++)
-						ia[v] = _mm512_dpbusd_epi32(
-						    ia[v], b,
-						    _mm512_set1_epi32(
-							ld32(x[v].q + 32 * i + 4 * s)));
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
+					    _mm512_dpbusd_epi32(
+						ia[v], b,
+						_mm512_set1_epi32(ld32(x[v].q + 32 * i + 4 * s)));
 				}
 			}
-			for (int v = 0; v < NT; v++)
-				acc[v] = _mm512_fmadd_ps(
-				    _mm512_cvtepi32_ps(ia[v]),
-				    _mm512_mul_ps(sw, _mm512_set1_ps(x[v].d[i])), acc[v]);
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
+			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[v]),
+					    _mm512_mul_ps(sw, _mm512_set1_ps(x[v].d[i])), acc[v]);
 		}
-		for (int v = 0; v < NT; v++)
-			_mm512_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS, acc[v]);
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+		    _mm512_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS, acc[v]);
 	}
 }
 
@@ -116,15 +116,15 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *gp = w + (size_t)g * nb * gb;
 			__m256 acc[4];
-			for (int v = 0; v < NT; v++)
-				acc[v] = _mm256_setzero_ps();
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
+			    _mm256_setzero_ps();
 			for (int i = 0; i < nb; i++) {
 				const uint8_t *d = gp + (size_t)i * gb, *q = d + 32 + 32 * h;
 				__m256 sw =
 				    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 16 * h)));
 				__m256i ia[4];
-				for (int v = 0; v < NT; v++)
-					ia[v] = _mm256_set1_epi32(Q4 ? -8 * x[v].bsums[i] : 0);
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
+				    _mm256_set1_epi32(Q4 ? -8 * x[v].bsums[i] : 0);
 				for (int s = 0; s < (Q4 ? 4 : 8); s++) {
 					__m256i b =
 					    _mm256_loadu_si256((const __m256i *)(q + 64 * s));
@@ -132,7 +132,8 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 						__m256i lo = _mm256_and_si256(b, m4);
 						__m256i hi =
 						    _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-						for (int v = 0; v < NT; v++) {
+						_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+						{
 							const int8_t *xq = x[v].q + 32 * i + 4 * s;
 							__m256i p = _mm256_add_epi16(
 							    _mm256_maddubs_epi16(
@@ -146,7 +147,8 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 					} else {
 						__m256i sb = _mm256_xor_si256(b, flip);
 						__m256i ab = _mm256_abs_epi8(sb);
-						for (int v = 0; v < NT; v++) {
+						_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+						{
 							__m256i xb = _mm256_set1_epi32(
 							    ld32(x[v].q + 32 * i + 4 * s));
 							__m256i p = _mm256_maddubs_epi16(
@@ -156,14 +158,13 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 						}
 					}
 				}
-				for (int v = 0; v < NT; v++)
-					acc[v] = _mm256_fmadd_ps(
-					    _mm256_cvtepi32_ps(ia[v]),
-					    _mm256_mul_ps(sw, _mm256_set1_ps(x[v].d[i])), acc[v]);
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
+				    _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[v]),
+						    _mm256_mul_ps(sw, _mm256_set1_ps(x[v].d[i])),
+						    acc[v]);
 			}
-			for (int v = 0; v < NT; v++)
-				_mm256_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS + 8 * h,
-						 acc[v]);
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+			    _mm256_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS + 8 * h, acc[v]);
 		}
 }
 

@@ -429,6 +429,8 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 
 /* ---- activations -------------------------------------------------------------------------- */
 
+static int quant_use_ref; /* set once by quant_init before threads start */
+
 static int act_type_of(int wtype)
 {
 	switch (wtype) {
@@ -454,7 +456,13 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 	memset(a, 0, sizeof *a);
 	a->type = act_type_of(wtype);
 	uint8_t *p = buf;
-	if (a->type == QT_Q8_0) {
+	quant_act_q8_0_fn fast = quant_use_ref ? NULL : quant_x86_act_q8_0();
+	if (a->type == QT_Q8_0 && fast) {
+		a->q = (int8_t *)p;
+		a->d = (float *)(p + n);
+		a->bsums = (int16_t *)(p + n + (n / QK8_0) * 4);
+		fast(x, n, (int8_t *)a->q, (float *)a->d, (int16_t *)a->bsums);
+	} else if (a->type == QT_Q8_0) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
 		int16_t *bs = (int16_t *)(p + n + (n / QK8_0) * 4);
@@ -700,8 +708,6 @@ const quant_ops_t *quant_ops_opt(int wtype)
 		o = quant_neon_ops(wtype);
 	return o ? o : quant_ops_ref(wtype);
 }
-
-static int quant_use_ref; /* set once by quant_init before threads start */
 
 static void ref_wsum(float *o, const float *a, const float *v, size_t stride, int T, int n)
 {

@@ -159,6 +159,11 @@ typedef float (*quant_expsum_fn)(float *x, int n, float mx);
 quant_expsum_fn quant_expsum(void);
 quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
 
+/* Q8_0 activation blocks of x[n]: q[n], d[n/32], bsums[n/32], bit-identical to the plain C
+ * quantizer (same float operations, round to nearest even). NULL when unavailable. */
+typedef void (*quant_act_q8_0_fn)(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
+quant_act_q8_0_fn quant_x86_act_q8_0(void);
+
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);
 /* NEON tables (quant_neon.c); NULL when not built for aarch64. */

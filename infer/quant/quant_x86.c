@@ -810,6 +810,43 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
+/* Per block of 32: |x| max by masking the sign, d = amax / 127 and its inverse as scalars (the
+ * same operations as quant.c), q = round-to-nearest-even(x * id) (cvtps under the default
+ * rounding mode, as lrintf), packed to bytes; the block sum from the int32 lanes. */
+TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (int i = 0; i < n / QK8_0; i++, x += QK8_0, q += QK8_0) {
+		__m256 v[4], m;
+		for (int k = 0; k < 4; k++)
+			v[k] = _mm256_loadu_ps(x + 8 * k);
+		m = _mm256_max_ps(
+		    _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+		    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float amax = _mm_cvtss_f32(h), s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		d[i] = s;
+		__m256 vi = _mm256_set1_ps(is);
+		__m256i r[4];
+		for (int k = 0; k < 4; k++)
+			r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vi));
+		bsums[i] = (int16_t)hsum8i(
+		    _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
+		/* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+					       _mm256_packs_epi32(r[2], r[3]));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)q, p);
+	}
+}
+
+quant_act_q8_0_fn quant_x86_act_q8_0(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_act_q8_0 : NULL;
+}
+
 quant_wsum_fn quant_x86_wsum(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_wsum : NULL;
@@ -833,6 +870,11 @@ quant_vsum_fn quant_x86_vsum(int type)
 }
 
 #else
+
+quant_act_q8_0_fn quant_x86_act_q8_0(void)
+{
+	return NULL;
+}
 
 quant_vsum_fn quant_x86_vsum(int type)
 {
