@@ -49,7 +49,7 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 {
 	const char *impl = quant_gemm_impl(w->type);
 	if (!quant_repack_supported(w->type) || !impl || !strcmp(impl, "ref") ||
-	    w->rows < QR_ROWS || getenv("SHOAL_NO_REPACK"))
+	    w->rows < QR_ROWS || w->cols > QR_MAX_N || getenv("SHOAL_NO_REPACK"))
 		return 0;
 	int ng = w->rows / QR_ROWS;
 	size_t gb = quant_repack_group_bytes(w->type, w->cols);

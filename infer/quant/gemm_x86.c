@@ -101,6 +101,129 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 VNNI_NT(vnni_gemm_q8_0, 0)
 VNNI_NT(vnni_gemm_q4_0, 1)
 
+/* Q4_K (Q8_K activations), up to 4 vectors. Per 256-element block: the 16 rows' 6-bit scales
+ * and mins unpacked once with word-wide masks (lane r = row r, byte k = sub-block k or 4 + k);
+ * per chunk of 64 elements two int32 sub-block dots per vector, scaled by vpmulld into the
+ * block's sum; the mins times the activation's 32-element sums by vpdpwssd on int16 pairs
+ * (mins m_k, m_k+2 against the sums of sub-blocks k, k+2), prepared once per call. */
+#define K4_MAX_BLOCKS 128 /* rows up to 32768 elements */
+
+TGT512 static INL void vnni_gemm_k4(float *out, int ldo, const uint8_t *w, int ngroups,
+				    const quant_act_t *x, const int NT, int n)
+{
+	const int nb = n / QK_K;
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi32(0x3f3f3f3f),
+		      m2 = _mm512_set1_epi32(0x03030303), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+		      ff = _mm512_set1_epi32(0xff), ff16 = _mm512_set1_epi32(0x00ff00ff);
+	int32_t mp[4][K4_MAX_BLOCKS * 4]; /* activation sum pairs per vector and block */
+	for (int v = 0; v < NT; v++)
+		for (int i = 0; i < nb; i++) {
+			const int16_t *bs = x[v].bsums + 16 * i;
+			int b32[8];
+			for (int k = 0; k < 8; k++)
+				b32[k] = bs[2 * k] + bs[2 * k + 1];
+			for (int k = 0; k < 2; k++) {
+				mp[v][4 * i + k] =
+				    (int32_t)((uint16_t)b32[k] | (uint32_t)b32[k + 2] << 16);
+				mp[v][4 * i + 2 + k] =
+				    (int32_t)((uint16_t)b32[4 + k] | (uint32_t)b32[6 + k] << 16);
+			}
+		}
+	for (int g = 0; g < ngroups; g++) {
+		const uint8_t *gp = w + (size_t)g * nb * 2304;
+		__m512 acc[4];
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			const uint8_t *d = gp + (size_t)i * 2304;
+			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+			__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + 32)));
+			__m512i u0 = _mm512_loadu_si512((const void *)(d + 64));
+			__m512i u1 = _mm512_loadu_si512((const void *)(d + 128));
+			__m512i u2 = _mm512_loadu_si512((const void *)(d + 192));
+			__m512i sc[2], mn[2];
+			sc[0] = _mm512_and_si512(u0, m6);
+			sc[1] = _mm512_or_si512(
+			    _mm512_and_si512(u2, m0f),
+			    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4));
+			mn[0] = _mm512_and_si512(u1, m6);
+			mn[1] = _mm512_or_si512(
+			    _mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f),
+			    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4));
+			__m512i isum[4];
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
+			    _mm512_setzero_si512();
+			_Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+			{
+				__m512i s = sc[c / 2];
+				__m512i sa =
+				    _mm512_and_si512(_mm512_srli_epi32(s, 16 * (c % 2)), ff);
+				__m512i sb =
+				    _mm512_and_si512(_mm512_srli_epi32(s, 16 * (c % 2) + 8), ff);
+				__m512i il[4], ih[4];
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+				{
+					il[v] = _mm512_setzero_si512();
+					ih[v] = _mm512_setzero_si512();
+				}
+				const uint8_t *q = d + 256 + 512 * c;
+				_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+				{
+					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * k));
+					__m512i lo = _mm512_and_si512(b, m4);
+					__m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					{
+						const int8_t *xq =
+						    x[v].q + QK_K * i + 64 * c + 4 * k;
+						il[v] = _mm512_dpbusd_epi32(
+						    il[v], lo, _mm512_set1_epi32(ld32(xq)));
+						ih[v] = _mm512_dpbusd_epi32(
+						    ih[v], hi, _mm512_set1_epi32(ld32(xq + 32)));
+					}
+				}
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
+				    _mm512_add_epi32(
+					isum[v], _mm512_add_epi32(_mm512_mullo_epi32(il[v], sa),
+								  _mm512_mullo_epi32(ih[v], sb)));
+			}
+			__m512i pa = _mm512_and_si512(mn[0], ff16);
+			__m512i pb = _mm512_and_si512(_mm512_srli_epi32(mn[0], 8), ff16);
+			__m512i pc = _mm512_and_si512(mn[1], ff16);
+			__m512i pd = _mm512_and_si512(_mm512_srli_epi32(mn[1], 8), ff16);
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+			{
+				const int32_t *p = mp[v] + 4 * i;
+				__m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), pa,
+								 _mm512_set1_epi32(p[0]));
+				ms = _mm512_dpwssd_epi32(ms, pb, _mm512_set1_epi32(p[1]));
+				ms = _mm512_dpwssd_epi32(ms, pc, _mm512_set1_epi32(p[2]));
+				ms = _mm512_dpwssd_epi32(ms, pd, _mm512_set1_epi32(p[3]));
+				__m512 dx = _mm512_set1_ps(x[v].d[i]);
+				acc[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[v]),
+							 _mm512_mul_ps(dw, dx), acc[v]);
+				acc[v] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms),
+							  _mm512_mul_ps(dm, dx), acc[v]);
+			}
+		}
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+		    _mm512_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS, acc[v]);
+	}
+}
+
+TGT512 static void vnni_gemm_q4_k(float *out, int ldo, const uint8_t *w, int ngroups,
+				  const quant_act_t *x, int nt, int n)
+{
+	for (int v0 = 0; v0 < nt; v0 += 4) {
+		float *o = out + (size_t)v0 * ldo;
+		switch (nt - v0) {
+		case 1: vnni_gemm_k4(o, ldo, w, ngroups, x + v0, 1, n); break;
+		case 2: vnni_gemm_k4(o, ldo, w, ngroups, x + v0, 2, n); break;
+		case 3: vnni_gemm_k4(o, ldo, w, ngroups, x + v0, 3, n); break;
+		default: vnni_gemm_k4(o, ldo, w, ngroups, x + v0, 4, n); break;
+		}
+	}
+}
+
 /* ---- AVX2 -------------------------------------------------------------------------------- */
 
 /* Half h (rows 8h..8h+7) of each group, up to 4 vectors (16 ymm registers). Q8_0's bytes are
@@ -195,7 +318,15 @@ quant_gemm_fn quant_x86_gemm(int t, const char **impl)
 		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
 		       __builtin_cpu_supports("f16c");
 	}
-	if (!have || (t != QT_Q8_0 && t != QT_Q4_0))
+	if (!have)
+		return NULL;
+	if (t == QT_Q4_K) { /* no AVX2 version: those CPUs keep the original rows */
+		if (!vnni || getenv("SHOAL_NO_VNNI"))
+			return NULL;
+		*impl = "avx512vnni";
+		return vnni_gemm_q4_k;
+	}
+	if (t != QT_Q8_0 && t != QT_Q4_0)
 		return NULL;
 	if (vnni && !getenv("SHOAL_NO_VNNI")) {
 		*impl = "avx512vnni";

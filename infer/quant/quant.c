@@ -165,6 +165,11 @@ static inline void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m)
 	}
 }
 
+void quant_q4k_scale_min(int j, const uint8_t *scales, int *sc, int *m)
+{
+	q4k_scale_min(j, scales, sc, m);
+}
+
 static void q4k_scales_pack(const int *sc, const int *m, uint8_t *s)
 {
 	for (int j = 0; j < 4; j++) {

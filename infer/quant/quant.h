@@ -100,6 +100,9 @@ typedef struct quant_ops {
 	quant_rows8_fn rows8;     /* optional: batched integer kernel; NULL = use sgemm/rows */
 } quant_ops_t;
 
+/* Q4_K sub-block j's (0..7) 6-bit scale and min from a block's 12 packed scale bytes. */
+void quant_q4k_scale_min(int j, const uint8_t *scales, int *sc, int *m);
+
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);
 uint16_t quant_f32_to_f16(float f);

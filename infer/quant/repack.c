@@ -14,7 +14,7 @@
 
 int quant_repack_supported(int t)
 {
-	return t == QT_Q8_0 || t == QT_Q4_0;
+	return t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_K;
 }
 
 size_t quant_repack_group_bytes(int t, int n)
@@ -28,9 +28,50 @@ static size_t grp_block_bytes(int t)
 	return QR_ROWS * quant_block_bytes(t);
 }
 
+/* Q4_K: one block index of a group from 16 rows' blocks b[r] (layout in repack.h). */
+static void repack_q4_k(const blk_q4_k *const *b, uint8_t *d)
+{
+	for (int r = 0; r < QR_ROWS; r++) {
+		memcpy(d + 2 * r, &b[r]->d, 2);
+		memcpy(d + 32 + 2 * r, &b[r]->dmin, 2);
+		for (int w = 0; w < 3; w++)
+			memcpy(d + 64 + 64 * w + 4 * r, b[r]->scales + 4 * w, 4);
+		for (int c = 0; c < 4; c++)
+			for (int s = 0; s < 8; s++)
+				memcpy(d + 256 + 512 * c + 64 * s + 4 * r,
+				       b[r]->qs + 32 * c + 4 * s, 4);
+	}
+}
+
+static void unpack_q4_k(const uint8_t *d, blk_q4_k **b)
+{
+	for (int r = 0; r < QR_ROWS; r++) {
+		memcpy(&b[r]->d, d + 2 * r, 2);
+		memcpy(&b[r]->dmin, d + 32 + 2 * r, 2);
+		for (int w = 0; w < 3; w++)
+			memcpy(b[r]->scales + 4 * w, d + 64 + 64 * w + 4 * r, 4);
+		for (int c = 0; c < 4; c++)
+			for (int s = 0; s < 8; s++)
+				memcpy(b[r]->qs + 32 * c + 4 * s,
+				       d + 256 + 512 * c + 64 * s + 4 * r, 4);
+	}
+}
+
 void quant_repack(int t, const uint8_t *src, size_t stride, int ngroups, int n, uint8_t *dst)
 {
 	int nb = n / quant_block_elems(t);
+	if (t == QT_Q4_K) {
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				const blk_q4_k *b[QR_ROWS];
+				for (int r = 0; r < QR_ROWS; r++)
+					b[r] = (const blk_q4_k *)(src + (size_t)(g * QR_ROWS + r) *
+									    stride) +
+					       i;
+				repack_q4_k(b, dst + ((size_t)g * nb + i) * grp_block_bytes(t));
+			}
+		return;
+	}
 	size_t gb = grp_block_bytes(t);
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < nb; i++) {
@@ -60,6 +101,17 @@ void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst)
 {
 	int nb = n / quant_block_elems(t);
 	size_t gb = grp_block_bytes(t), rb = quant_row_bytes(t, n);
+	if (t == QT_Q4_K) {
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				blk_q4_k *b[QR_ROWS];
+				for (int r = 0; r < QR_ROWS; r++)
+					b[r] =
+					    (blk_q4_k *)(dst + (size_t)(g * QR_ROWS + r) * rb) + i;
+				unpack_q4_k(src + ((size_t)g * nb + i) * gb, b);
+			}
+		return;
+	}
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = src + ((size_t)g * nb + i) * gb;
@@ -124,6 +176,47 @@ static void ref_gemm(int t, float *out, int ldo, const uint8_t *w, int ngroups,
 			}
 }
 
+/* Q4_K: the same integer sums and float expression as quant.c's ref_rows_q4_k. */
+static void ref_gemm_q4_k(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
+			  int nt, int n)
+{
+	int nb = n / QK_K;
+	for (int g = 0; g < ngroups; g++)
+		for (int v = 0; v < nt; v++)
+			for (int r = 0; r < QR_ROWS; r++) {
+				float s = 0;
+				for (int i = 0; i < nb; i++) {
+					const uint8_t *d = w + ((size_t)g * nb + i) * 2304;
+					const int8_t *q = x[v].q + i * QK_K;
+					const int16_t *bs = x[v].bsums + i * 16;
+					uint8_t sc[12];
+					uint16_t hd, hm;
+					memcpy(&hd, d + 2 * r, 2);
+					memcpy(&hm, d + 32 + 2 * r, 2);
+					for (int k = 0; k < 3; k++)
+						memcpy(sc + 4 * k, d + 64 + 64 * k + 4 * r, 4);
+					int acc = 0, macc = 0;
+					for (int c = 0; c < 4; c++) {
+						int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
+						quant_q4k_scale_min(2 * c, sc, &sc0, &m0);
+						quant_q4k_scale_min(2 * c + 1, sc, &sc1, &m1);
+						for (int l = 0; l < 32; l++) {
+							int b = d[256 + 512 * c + 64 * (l / 4) +
+								  4 * r + l % 4];
+							s0 += (b & 0xf) * q[64 * c + l];
+							s1 += (b >> 4) * q[64 * c + 32 + l];
+						}
+						acc += sc0 * s0 + sc1 * s1;
+						macc += m0 * (bs[4 * c] + bs[4 * c + 1]) +
+							m1 * (bs[4 * c + 2] + bs[4 * c + 3]);
+					}
+					s += x[v].d[i] * (quant_f16_to_f32(hd) * (float)acc -
+							  quant_f16_to_f32(hm) * (float)macc);
+				}
+				out[(size_t)v * ldo + g * QR_ROWS + r] = s;
+			}
+}
+
 static void ref_gemm_q8_0(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
 			  int nt, int n)
 {
@@ -141,6 +234,7 @@ quant_gemm_fn quant_gemm_ref(int t)
 	switch (t) {
 	case QT_Q8_0: return ref_gemm_q8_0;
 	case QT_Q4_0: return ref_gemm_q4_0;
+	case QT_Q4_K: return ref_gemm_q4_k;
 	default: return NULL;
 	}
 }

@@ -12,6 +12,13 @@
  *   Q4_0: 4 k-steps; byte j of row r in step s is the block's byte qs[4s + j] unchanged: its low
  *         nibble is element 4s + j, its high nibble element 16 + 4s + j (the -8 comes off the
  *         same way).
+ *   Q4_K: per 256-element block index, 2304 bytes: the 16 d (f16, 32 bytes), the 16 dmin
+ *         (32 bytes), the 12 packed scale bytes of each row as three arrays of 16 words (words
+ *         0, 1, 2 of rows 0..15: 64 bytes each, so one register holds one word of every row and
+ *         the 6-bit scales and mins unpack with word-wide masks and shifts), then 4 chunks of 8
+ *         k-steps (2048 bytes): byte j of row r in step s of chunk c is qs[32c + 4s + j], its
+ *         low nibble element 64c + 4s + j (sub-block 2c), its high nibble 32 elements on
+ *         (sub-block 2c + 1).
  * A group of a row of n elements takes exactly 16 x quant_row_bytes(t, n) bytes (the same size
  * as the rows it holds), so group g starts at g * quant_repack_group_bytes(t, n).
  *
@@ -25,10 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QR_ROWS 16 /* rows per interleaved group */
-#define QR_NT   8  /* activation vectors per kernel call at most */
+#define QR_ROWS  16    /* rows per interleaved group */
+#define QR_NT    8     /* activation vectors per kernel call at most */
+#define QR_MAX_N 32768 /* row length (elements) the kernels take at most */
 
-/* 1 when weights of type t can be repacked (Q8_0, Q4_0). */
+/* 1 when weights of type t can be repacked (Q8_0, Q4_0, Q4_K). */
 int quant_repack_supported(int t);
 /* Bytes of one group of 16 rows of n elements. */
 size_t quant_repack_group_bytes(int t, int n);
@@ -40,7 +48,7 @@ void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst);
 
 /* out[v * ldo + 16 * g + r] = dot(row r of group g, x[v]) for groups g < ngroups (w points at
  * the first), rows r < 16, vectors v < nt (1 <= nt <= QR_NT); x prepared for weights of type t
- * (Q8_0 activations with block sums). */
+ * (Q8_0 activations with block sums; Q8_K for Q4_K). */
 typedef void (*quant_gemm_fn)(float *out, int ldo, const uint8_t *w, int ngroups,
 			      const quant_act_t *x, int nt, int n);
 
