@@ -57,6 +57,11 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 	if (!dst)
 		return SH_ENOMEM;
 	w->rp_groups = ng;
+	/* Q6_K's tiled kernel costs more CPU per row than the matvec one for a single token
+	 * (assembling 6-bit values for one vector): decode keeps the original rows, mapped */
+	w->rp_min_b = w->type == QT_Q6_K ? 2 : 1;
+	if (w->rp_min_b > 1)
+		release = 0;
 	rp_job_t j = {w, dst, gb};
 	pool_run(m->pool, rp_task, &j, MIN(ng, 8 * pool_threads(m->pool)));
 	w->rp = w->rp_own = dst;
@@ -80,9 +85,10 @@ void wmat_release(wmat_t *w)
 	w->rp_groups = 0;
 }
 
-static int mm_repacked(const wmat_t *w)
+static int mm_repacked(const wmat_t *w, int B)
 {
-	return w->rp && w->rp_of == w->data && w->rows >= w->rp_groups * QR_ROWS;
+	return w->rp && w->rp_of == w->data && w->rows >= w->rp_groups * QR_ROWS &&
+	       B >= w->rp_min_b;
 }
 
 /* ---- matmul: out[b][r] = W[r, :] . x[b][:] for B inputs and up to MAX_MULTI matrices -------- */
@@ -210,7 +216,7 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 	}
 	int nt = pool_threads(m->pool), rows = w[0]->rows, tiled = 1;
 	for (int k = 0; k < n_mat; k++)
-		tiled &= mm_repacked(w[k]);
+		tiled &= mm_repacked(w[k], B);
 	if (tiled) { /* activations quantized once, on the pool when there are several */
 		act_job_t aj = {m, w[0]->type, j.cols, x, j.acts};
 		pool_run(m->pool, act_task, &aj, B);

@@ -179,7 +179,8 @@ static int repack_layer(model_t *m, layer_t *L)
 		int rc = wmat_repack(m, w[i], !(own[i] && *own[i]));
 		if (rc)
 			return rc;
-		if (own[i] && *own[i] && w[i]->rp && w[i]->rp_groups * QR_ROWS == w[i]->rows) {
+		if (own[i] && *own[i] && w[i]->rp && w[i]->rp_groups * QR_ROWS == w[i]->rows &&
+		    w[i]->rp_min_b <= 1) {
 			free(*own[i]);
 			*own[i] = NULL;
 			w[i]->data = w[i]->rp_of = NULL;

@@ -34,6 +34,8 @@ typedef struct wmat {
 	 * the struct and moving data or rows falls back to the rows above by itself). */
 	const uint8_t *rp, *rp_of;
 	int rp_groups;
+	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
+		       */
 	quant_gemm_fn gemm;
 	uint8_t *rp_own; /* what to free (wmat_release) */
 } wmat_t;

@@ -224,6 +224,102 @@ TGT512 static void vnni_gemm_q4_k(float *out, int ldo, const uint8_t *w, int ngr
 	}
 }
 
+/* Q6_K (Q8_K activations), up to 4 vectors. The 6-bit values (0..63) are assembled per k-step
+ * from a low-nibble byte and the high-bit byte (masks and 16-bit shifts whose spill into the
+ * neighbouring byte the 0x30 mask removes) and are the unsigned vpdpbusd operand; each int32
+ * accumulator covers one 16-element sub-block and starts at -32 x its activation sum (the
+ * format's offset), then takes its signed 8-bit scale by vpmulld. */
+TGT512 static INL void vnni_gemm_k6(float *out, int ldo, const uint8_t *w, int ngroups,
+				    const quant_act_t *x, const int NT, int n)
+{
+	const int nb = n / QK_K;
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+	for (int g = 0; g < ngroups; g++) {
+		const uint8_t *gp = w + (size_t)g * nb * 3360;
+		__m512 acc[4];
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			const uint8_t *d = gp + (size_t)i * 3360;
+			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+			__m512i isum[4];
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
+			    _mm512_setzero_si512();
+			for (int h = 0; h < 2; h++)
+				for (int sh = 0; sh < 2; sh++) {
+					__m512i ia[4][4];
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+						ia[v][k] = _mm512_set1_epi32(
+						    -32 * x[v].bsums[16 * i + 8 * h + 2 * k + sh]);
+					_Pragma("GCC unroll 4") for (int s = 4 * sh; s < 4 * sh + 4;
+								     s++)
+					{
+						__m512i hb = _mm512_loadu_si512(
+						    (const void *)(d + 2336 + (h * 8 + s) * 64));
+						__m512i l0 = _mm512_loadu_si512(
+						    (const void *)(d + 288 +
+								   ((h * 2) * 8 + s) * 64));
+						__m512i l1 = _mm512_loadu_si512(
+						    (const void *)(d + 288 +
+								   ((h * 2 + 1) * 8 + s) * 64));
+						__m512i q[4];
+						q[0] = _mm512_or_si512(
+						    _mm512_and_si512(l0, m4),
+						    _mm512_and_si512(_mm512_slli_epi16(hb, 4),
+								     m30));
+						q[1] = _mm512_or_si512(
+						    _mm512_and_si512(l1, m4),
+						    _mm512_and_si512(_mm512_slli_epi16(hb, 2),
+								     m30));
+						q[2] = _mm512_or_si512(
+						    _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+						    _mm512_and_si512(hb, m30));
+						q[3] = _mm512_or_si512(
+						    _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+						    _mm512_and_si512(_mm512_srli_epi16(hb, 2),
+								     m30));
+						_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+						    _Pragma("GCC unroll 8") for (int v = 0; v < NT;
+										 v++) ia[v][k] =
+							_mm512_dpbusd_epi32(
+							    ia[v][k], q[k],
+							    _mm512_set1_epi32(
+								ld32(x[v].q + QK_K * i + 128 * h +
+								     32 * k + 4 * s)));
+					}
+					_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+					{
+						__m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(
+						    (const __m128i *)(d + 32 +
+								      16 * (8 * h + 2 * k + sh))));
+						_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+						    isum[v] = _mm512_add_epi32(
+							isum[v], _mm512_mullo_epi32(ia[v][k], sc));
+					}
+				}
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
+			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[v]),
+					    _mm512_mul_ps(dw, _mm512_set1_ps(x[v].d[i])), acc[v]);
+		}
+		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+		    _mm512_storeu_ps(out + (size_t)v * ldo + g * QR_ROWS, acc[v]);
+	}
+}
+
+TGT512 static void vnni_gemm_q6_k(float *out, int ldo, const uint8_t *w, int ngroups,
+				  const quant_act_t *x, int nt, int n)
+{
+	for (int v0 = 0; v0 < nt; v0 += 4) {
+		float *o = out + (size_t)v0 * ldo;
+		switch (nt - v0) {
+		case 1: vnni_gemm_k6(o, ldo, w, ngroups, x + v0, 1, n); break;
+		case 2: vnni_gemm_k6(o, ldo, w, ngroups, x + v0, 2, n); break;
+		case 3: vnni_gemm_k6(o, ldo, w, ngroups, x + v0, 3, n); break;
+		default: vnni_gemm_k6(o, ldo, w, ngroups, x + v0, 4, n); break;
+		}
+	}
+}
+
 /* ---- AVX2 -------------------------------------------------------------------------------- */
 
 /* Half h (rows 8h..8h+7) of each group, up to 4 vectors (16 ymm registers). Q8_0's bytes are
@@ -320,11 +416,11 @@ quant_gemm_fn quant_x86_gemm(int t, const char **impl)
 	}
 	if (!have)
 		return NULL;
-	if (t == QT_Q4_K) { /* no AVX2 version: those CPUs keep the original rows */
+	if (t == QT_Q4_K || t == QT_Q6_K) { /* no AVX2 version: those CPUs keep the rows */
 		if (!vnni || getenv("SHOAL_NO_VNNI"))
 			return NULL;
 		*impl = "avx512vnni";
-		return vnni_gemm_q4_k;
+		return t == QT_Q4_K ? vnni_gemm_q4_k : vnni_gemm_q6_k;
 	}
 	if (t != QT_Q8_0 && t != QT_Q4_0)
 		return NULL;

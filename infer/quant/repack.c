@@ -14,7 +14,7 @@
 
 int quant_repack_supported(int t)
 {
-	return t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_K;
+	return t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_K || t == QT_Q6_K;
 }
 
 size_t quant_repack_group_bytes(int t, int n)
@@ -57,9 +57,60 @@ static void unpack_q4_k(const uint8_t *d, blk_q4_k **b)
 	}
 }
 
+/* Q6_K: offsets inside one block index of a group (layout in repack.h). */
+#define K6_SC 32
+#define K6_L  288
+#define K6_H  2336
+
+static void repack_q6_k(const blk_q6_k *const *b, uint8_t *d)
+{
+	for (int r = 0; r < QR_ROWS; r++) {
+		memcpy(d + 2 * r, &b[r]->d, 2);
+		for (int g = 0; g < 16; g++)
+			d[K6_SC + 16 * g + r] = (uint8_t)b[r]->scales[g];
+		for (int h = 0; h < 2; h++)
+			for (int s = 0; s < 8; s++) {
+				for (int kk = 0; kk < 2; kk++)
+					memcpy(d + K6_L + ((h * 2 + kk) * 8 + s) * 64 + 4 * r,
+					       b[r]->ql + 64 * h + 32 * kk + 4 * s, 4);
+				memcpy(d + K6_H + (h * 8 + s) * 64 + 4 * r,
+				       b[r]->qh + 32 * h + 4 * s, 4);
+			}
+	}
+}
+
+static void unpack_q6_k(const uint8_t *d, blk_q6_k **b)
+{
+	for (int r = 0; r < QR_ROWS; r++) {
+		memcpy(&b[r]->d, d + 2 * r, 2);
+		for (int g = 0; g < 16; g++)
+			b[r]->scales[g] = (int8_t)d[K6_SC + 16 * g + r];
+		for (int h = 0; h < 2; h++)
+			for (int s = 0; s < 8; s++) {
+				for (int kk = 0; kk < 2; kk++)
+					memcpy(b[r]->ql + 64 * h + 32 * kk + 4 * s,
+					       d + K6_L + ((h * 2 + kk) * 8 + s) * 64 + 4 * r, 4);
+				memcpy(b[r]->qh + 32 * h + 4 * s,
+				       d + K6_H + (h * 8 + s) * 64 + 4 * r, 4);
+			}
+	}
+}
+
 void quant_repack(int t, const uint8_t *src, size_t stride, int ngroups, int n, uint8_t *dst)
 {
 	int nb = n / quant_block_elems(t);
+	if (t == QT_Q6_K) {
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				const blk_q6_k *b[QR_ROWS];
+				for (int r = 0; r < QR_ROWS; r++)
+					b[r] = (const blk_q6_k *)(src + (size_t)(g * QR_ROWS + r) *
+									    stride) +
+					       i;
+				repack_q6_k(b, dst + ((size_t)g * nb + i) * grp_block_bytes(t));
+			}
+		return;
+	}
 	if (t == QT_Q4_K) {
 		for (int g = 0; g < ngroups; g++)
 			for (int i = 0; i < nb; i++) {
@@ -101,6 +152,17 @@ void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst)
 {
 	int nb = n / quant_block_elems(t);
 	size_t gb = grp_block_bytes(t), rb = quant_row_bytes(t, n);
+	if (t == QT_Q6_K) {
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				blk_q6_k *b[QR_ROWS];
+				for (int r = 0; r < QR_ROWS; r++)
+					b[r] =
+					    (blk_q6_k *)(dst + (size_t)(g * QR_ROWS + r) * rb) + i;
+				unpack_q6_k(src + ((size_t)g * nb + i) * gb, b);
+			}
+		return;
+	}
 	if (t == QT_Q4_K) {
 		for (int g = 0; g < ngroups; g++)
 			for (int i = 0; i < nb; i++) {
@@ -217,6 +279,44 @@ static void ref_gemm_q4_k(float *out, int ldo, const uint8_t *w, int ngroups, co
 			}
 }
 
+/* Q6_K: the same integer sums and float expression as quant.c's ref_rows_q6_k. */
+static void ref_gemm_q6_k(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
+			  int nt, int n)
+{
+	int nb = n / QK_K;
+	for (int g = 0; g < ngroups; g++)
+		for (int v = 0; v < nt; v++)
+			for (int r = 0; r < QR_ROWS; r++) {
+				float s = 0;
+				for (int i = 0; i < nb; i++) {
+					const uint8_t *d = w + ((size_t)g * nb + i) * 3360;
+					const int8_t *q = x[v].q + i * QK_K;
+					uint16_t hd;
+					memcpy(&hd, d + 2 * r, 2);
+					int acc = 0;
+					for (int sb = 0; sb < 16; sb++) {
+						int sum = 0;
+						for (int l = 0; l < 16; l++) {
+							int e = 16 * sb + l, h = e / 128,
+							    k = e % 128 / 32, st = e % 32 / 4,
+							    j = e % 4;
+							int lo = d[K6_L +
+								   ((h * 2 + k % 2) * 8 + st) * 64 +
+								   4 * r + j],
+							    hi = d[K6_H + (h * 8 + st) * 64 +
+								   4 * r + j];
+							lo = k >= 2 ? lo >> 4 : lo & 15;
+							int q6 = lo | ((hi >> (2 * k)) & 3) << 4;
+							sum += (q6 - 32) * q[e];
+						}
+						acc += (int8_t)d[K6_SC + 16 * sb + r] * sum;
+					}
+					s += x[v].d[i] * quant_f16_to_f32(hd) * (float)acc;
+				}
+				out[(size_t)v * ldo + g * QR_ROWS + r] = s;
+			}
+}
+
 static void ref_gemm_q8_0(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
 			  int nt, int n)
 {
@@ -235,6 +335,7 @@ quant_gemm_fn quant_gemm_ref(int t)
 	case QT_Q8_0: return ref_gemm_q8_0;
 	case QT_Q4_0: return ref_gemm_q4_0;
 	case QT_Q4_K: return ref_gemm_q4_k;
+	case QT_Q6_K: return ref_gemm_q6_k;
 	default: return NULL;
 	}
 }

@@ -19,6 +19,12 @@
  *         k-steps (2048 bytes): byte j of row r in step s of chunk c is qs[32c + 4s + j], its
  *         low nibble element 64c + 4s + j (sub-block 2c), its high nibble 32 elements on
  *         (sub-block 2c + 1).
+ *   Q6_K: per 256-element block index, 3360 bytes: the 16 d (f16, 32 bytes), the 16 8-bit
+ *         scales of each row as [sub-block][row] (256 bytes), the low-bit bytes (2048: for half
+ *         h, pair kk and step s, byte j of row r is ql[64h + 32kk + 4s + j], low nibble element
+ *         128h + 32kk + 4s + j, high nibble 64 elements on), then the high-bit bytes (1024: for
+ *         half h and step s, byte j of row r is qh[32h + 4s + j], bits 2k..2k+1 for element
+ *         128h + 32k + 4s + j).
  * A group of a row of n elements takes exactly 16 x quant_row_bytes(t, n) bytes (the same size
  * as the rows it holds), so group g starts at g * quant_repack_group_bytes(t, n).
  *
@@ -36,7 +42,7 @@
 #define QR_NT    8     /* activation vectors per kernel call at most */
 #define QR_MAX_N 32768 /* row length (elements) the kernels take at most */
 
-/* 1 when weights of type t can be repacked (Q8_0, Q4_0, Q4_K). */
+/* 1 when weights of type t can be repacked (Q8_0, Q4_0, Q4_K, Q6_K). */
 int quant_repack_supported(int t);
 /* Bytes of one group of 16 rows of n elements. */
 size_t quant_repack_group_bytes(int t, int n);
@@ -48,7 +54,7 @@ void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst);
 
 /* out[v * ldo + 16 * g + r] = dot(row r of group g, x[v]) for groups g < ngroups (w points at
  * the first), rows r < 16, vectors v < nt (1 <= nt <= QR_NT); x prepared for weights of type t
- * (Q8_0 activations with block sums; Q8_K for Q4_K). */
+ * (Q8_0 activations with block sums; Q8_K for Q4_K and Q6_K). */
 typedef void (*quant_gemm_fn)(float *out, int ldo, const uint8_t *w, int ngroups,
 			      const quant_act_t *x, int nt, int n);
 
