@@ -92,6 +92,9 @@ int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t
 			       quant_type_name(kv_type));
 	if (meta->head_dim > 1024) /* attn.c's per-item buffers */
 		return sh_fail(err, errlen, SH_EINVAL, "head_dim %d is over 1024", meta->head_dim);
+	if (meta->n_heads / meta->n_kv_heads > ATT_GROUP)
+		return sh_fail(err, errlen, SH_EINVAL, "more than %d query heads per KV head",
+			       ATT_GROUP);
 	if (meta->head_dim % quant_block_elems(kv_type))
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "a %s KV cache needs head_dim a multiple of %d (it is %d)",
@@ -223,12 +226,13 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
+	m->att_tiles = aligned_alloc(64, (size_t)nt * 2 * ATT_TILE * mt->head_dim * sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
 	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 6 + 63) & ~63u;
 	m->act = aligned_alloc(64, b * m->act_stride);
 	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-	    !m->scores || !m->act || !m->tiles)
+	    !m->scores || !m->act || !m->tiles || !m->att_tiles)
 		return SH_ENOMEM;
 	for (int i = 0; i < nt; i++)
 		if (!(m->tiles[i] = malloc((size_t)TILE_ROWS * maxc * sizeof(float))))
@@ -344,7 +348,8 @@ int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
-	m->vsum = quant_vsum(kv_type);
+	m->f32_ops = quant_ops(QT_F32);
+	m->vsum_f32 = quant_vsum(QT_F32);
 	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
@@ -399,6 +404,7 @@ void model_free(model_t *m)
 	free(m->hb);
 	free(m->hb2);
 	free(m->scores);
+	free(m->att_tiles);
 	free(m->act);
 	free(m);
 }

@@ -22,6 +22,8 @@
 #define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
 #define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
 #define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
+#define ATT_TILE  64  /* cache positions per attention tile (attn.c) */
+#define ATT_GROUP 64  /* query heads per KV head at most */
 
 typedef struct wmat {
 	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
@@ -69,7 +71,7 @@ struct model {
 	uint8_t *kc, *vc;
 	int kv_type;
 	size_t kv_row;
-	const quant_ops_t *kv_ops; /* the cache type's kernels: scores (rows), values (vsum) */
+	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	float *x, *xb, *xb2; /* [max_b][dim] */
@@ -77,6 +79,7 @@ struct model {
 	float *att;          /* [max_b][qd] */
 	float *hb, *hb2;     /* [max_b][n_ffn] */
 	float *scores;       /* [threads][n_ctx] */
+	float *att_tiles;    /* [threads][2][ATT_TILE][head_dim]: a K and a V tile in F32 */
 	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
@@ -84,9 +87,10 @@ struct model {
 	void *ar_ctx;
 	model_pipe_fn pipe;
 	void *pipe_ctx;
-	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
-	quant_vsum_fn vsum;     /* attention's weighted sum of values in kv_type */
-	quant_expsum_fn expsum; /* softmax numerators */
+	int attn_ref;               /* tests: 1 = forward() uses attention_ref() */
+	const quant_ops_t *f32_ops; /* F32 matvec: attention scores over an F32 tile */
+	quant_vsum_fn vsum_f32;     /* weighted sum of F32 value rows */
+	quant_expsum_fn expsum;     /* softmax numerators */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
