@@ -2,11 +2,12 @@
  * attn.c: attention over the KV cache, one work item per (token, query head) on the pool.
  *
  * The cache holds K and V rows in the model's KV type (F32, F16 or Q8_0, model_int.h). The fused
- * loop works per (token, KV head), for all the query heads of its group: a tile of ATT_TILE
- * positions of K and V is converted to F32 once (an F32 cache is read in place) and serves every
- * query head of the group: a tile of scores by the F32 matvec kernel, then an online softmax
- * (running max and sum per head; the partial output is rescaled when the max grows) and the
- * tile's values added by the F32 vsum kernel. Only one tile of scores exists at a time, so a
+ * loop works per (KV head, block of ATT_QB tokens), for all the query heads of its group: a tile
+ * of ATT_TILE positions of K (transposed) and V is converted to F32 once and serves every token
+ * and query head of the item: 64 scores per query by the transposed-tile kernel (quant_qkt),
+ * causally cut per token, then an online softmax (running max and sum per token and head; the
+ * partial output is rescaled when the max grows) and the tile's values added by the F32 vsum
+ * kernel. Only one tile of scores exists at a time, so a
  * long prompt never materialises its score matrix. attention_ref() is the plain version kept as
  * the oracle.
  *
@@ -44,33 +45,47 @@ static void att_item(const att_job_t *j, int it, int *b, int *h, size_t *hoff, i
 	*T = j->pos + *b + 1;
 }
 
-/* Work item it = (token b, local KV head g): the shard's query heads [*h0, *h1) that read it. */
-static void att_kv_item(const att_job_t *j, int it, int *b, int *g, int *h0, int *h1)
+_Static_assert(ATT_TILE == 64, "quant_qkt_fn works on tiles of 64 keys");
+
+/* Work item it = (local KV head g, tokens [*b0, *b1)): the shard's query heads [*h0, *h1) read
+ * that KV head. */
+static void att_kv_item(const att_job_t *j, int it, int *g, int *b0, int *b1, int *h0, int *h1)
 {
 	const model_t *m = j->m;
 	int grp = m->meta.n_heads / m->meta.n_kv_heads, nkv = m->sh.n_kv_heads;
-	*b = it / nkv;
 	*g = it % nkv;
+	*b0 = it / nkv * ATT_QB;
+	*b1 = MIN(*b0 + ATT_QB, j->B);
 	int q0 = (m->sh.kv_head0 + *g) * grp; /* its query heads, as global head numbers */
 	*h0 = MAX(q0, m->sh.q_head0) - m->sh.q_head0;
 	*h1 = MIN(q0 + grp, m->sh.q_head0 + m->sh.n_q_heads) - m->sh.q_head0;
 }
 
-/* One tile of n cache rows (row bytes apart, from p) as F32 rows hd apart in dst, or the rows
- * themselves when the cache is F32 (*stride in bytes either way). */
-static const float *att_tile(const model_t *m, const uint8_t *p, int n, float *dst, size_t *stride)
+/* n cache rows (kv_row bytes apart, from k and v) as F32: K transposed into kt[hd][64] (columns
+ * past n zeroed), V as rows hd apart in vt, or the V rows in place for an F32 cache (*vs: the
+ * stride in bytes either way). */
+static const float *att_tile(const model_t *m, const uint8_t *k, const uint8_t *v, int n, float *kt,
+			     float *vt, size_t *vs)
 {
 	int hd = m->meta.head_dim;
-	if (m->kv_type == QT_F32) {
-		*stride = m->kv_row;
-		return (const float *)p;
-	}
 	quant_dequant_fn dq =
 	    m->kv_ops->dequant ? m->kv_ops->dequant : quant_ops_ref(m->kv_type)->dequant;
+	float *tmp = vt; /* the first V row is written last */
+	for (int t = 0; t < n; t++) {
+		dq(k + (size_t)t * m->kv_row, tmp, hd);
+		for (int i = 0; i < hd; i++)
+			kt[i * ATT_TILE + t] = tmp[i];
+	}
+	for (int i = 0; n < ATT_TILE && i < hd; i++)
+		memset(kt + i * ATT_TILE + n, 0, (size_t)(ATT_TILE - n) * sizeof *kt);
+	if (m->kv_type == QT_F32) {
+		*vs = m->kv_row;
+		return (const float *)v;
+	}
 	for (int t = 0; t < n; t++)
-		dq(p + (size_t)t * m->kv_row, dst + (size_t)t * hd, hd);
-	*stride = (size_t)hd * sizeof(float);
-	return dst;
+		dq(v + (size_t)t * m->kv_row, vt + (size_t)t * hd, hd);
+	*vs = (size_t)hd * sizeof(float);
+	return vt;
 }
 
 static void att_task(void *ctx, int c, int nc, int tid)
@@ -80,62 +95,77 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	int hd = m->meta.head_dim;
 	float scale = 1.0f / sqrtf((float)hd);
 	size_t row = m->kv_row, layer = (size_t)j->layer * m->n_ctx * row;
-	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
-	float s[ATT_TILE], mx[ATT_GROUP], sum[ATT_GROUP];
+	float *kt = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kt + ATT_TILE * hd;
+	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
+	const float *qp[ATT_GROUP];
+	float *op[ATT_GROUP];
 	int lo, hi;
-	pool_split(j->B * m->sh.n_kv_heads, c, nc, 1, &lo, &hi);
+	pool_split(j->m->sh.n_kv_heads * ((j->B + ATT_QB - 1) / ATT_QB), c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
-		int b, g, h0, h1, T = 0;
-		att_kv_item(j, it, &b, &g, &h0, &h1);
-		T = j->pos + b + 1;
+		int g, b0, b1, h0, h1;
+		att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
 		size_t hoff = quant_row_bytes(m->kv_type, (int64_t)g * hd);
 		const uint8_t *kc = m->kc + layer + hoff, *vc = m->vc + layer + hoff;
-		for (int h = h0; h < h1; h++) {
-			memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
-			       (size_t)hd * sizeof(float));
-			mx[h - h0] = -INFINITY;
-			sum[h - h0] = 0;
-		}
-		for (int t0 = 0; t0 < T; t0 += ATT_TILE) {
-			int n = MIN(ATT_TILE, T - t0);
-			size_t ks, vs;
-			const float *kt = att_tile(m, kc + (size_t)t0 * row, n, kbuf, &ks);
-			const float *vt = att_tile(m, vc + (size_t)t0 * row, n, vbuf, &vs);
+		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
-				float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
-				quant_act_t qa = {.type = QT_F32,
-						  .f = m->q + (size_t)b * m->qd + (size_t)h * hd};
-				m->f32_ops->rows(s, (const uint8_t *)kt, ks, n, &qa, hd);
-				float tmx = -INFINITY, *M = &mx[h - h0], *S = &sum[h - h0];
-				for (int t = 0; t < n; t++) {
-					s[t] *= scale;
-					tmx = s[t] > tmx ? s[t] : tmx;
+				memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
+				       (size_t)hd * sizeof(float));
+				mx[b - b0][h - h0] = -INFINITY;
+				sum[b - b0][h - h0] = 0;
+			}
+		int tmax = j->pos + b1; /* the last token sees positions [0, pos + b1 - 1] */
+		for (int t0 = 0; t0 < tmax; t0 += ATT_TILE) {
+			int n = MIN(ATT_TILE, tmax - t0);
+			size_t vs;
+			const float *vt = att_tile(m, kc + (size_t)t0 * row, vc + (size_t)t0 * row,
+						   n, kt, vbuf, &vs);
+			for (int b = b0; b < b1; b++) {
+				int nb =
+				    MIN(n, j->pos + b + 1 - t0); /* causal: this token's share */
+				if (nb <= 0)
+					continue;
+				for (int h = h0; h < h1; h++) {
+					qp[h - h0] = m->q + (size_t)b * m->qd + (size_t)h * hd;
+					op[h - h0] = m->att + (size_t)b * m->qd + (size_t)h * hd;
 				}
-				if (tmx > *M) { /* rescale what was summed under the old max */
-					float f = expf(*M - tmx);
-					if (*M != -INFINITY)
-						for (int i = 0; i < hd; i++)
-							o[i] *= f;
-					*S *= f;
-					*M = tmx;
+				m->qkt(s, qp, h1 - h0, kt, hd); /* the group's scores at once */
+				for (int h = h0; h < h1; h++) {
+					float *o = op[h - h0],
+					      *sh = s + (size_t)(h - h0) * ATT_TILE;
+					float *M = &mx[b - b0][h - h0], *S = &sum[b - b0][h - h0];
+					float tmx = -INFINITY;
+					for (int t = 0; t < nb; t++) {
+						sh[t] *= scale;
+						tmx = sh[t] > tmx ? sh[t] : tmx;
+					}
+					/* a new max rescales what was summed so far */
+					if (tmx > *M) {
+						float f = expf(*M - tmx);
+						if (*M != -INFINITY)
+							for (int i = 0; i < hd; i++)
+								o[i] *= f;
+						*S *= f;
+						*M = tmx;
+					}
+					*S += m->expsum(sh, nb, *M);
 				}
-				*S += m->expsum(s, n, *M);
-				m->vsum_f32(o, s, (const uint8_t *)vt, vs, n, hd);
+				m->av(op, s, h1 - h0, vt, vs / sizeof(float), nb, hd);
 			}
 		}
-		for (int h = h0; h < h1; h++) {
-			float *o = m->att + (size_t)b * m->qd + (size_t)h * hd,
-			      inv = 1.0f / sum[h - h0];
-			for (int i = 0; i < hd; i++)
-				o[i] *= inv;
-		}
+		for (int b = b0; b < b1; b++)
+			for (int h = h0; h < h1; h++) {
+				float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
+				float inv = 1.0f / sum[b - b0][h - h0];
+				for (int i = 0; i < hd; i++)
+					o[i] *= inv;
+			}
 	}
 }
 
 void attention(model_t *m, int lc, int B, int pos)
 {
 	att_job_t aj = {m, lc, B, pos};
-	int items = B * m->sh.n_kv_heads;
+	int items = (B + ATT_QB - 1) / ATT_QB * m->sh.n_kv_heads;
 	pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 }
 

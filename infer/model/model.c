@@ -348,8 +348,8 @@ int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
-	m->f32_ops = quant_ops(QT_F32);
-	m->vsum_f32 = quant_vsum(QT_F32);
+	m->qkt = quant_qkt();
+	m->av = quant_av();
 	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);

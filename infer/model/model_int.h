@@ -24,6 +24,7 @@
 #define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
 #define ATT_TILE  64  /* cache positions per attention tile (attn.c) */
 #define ATT_GROUP 64  /* query heads per KV head at most */
+#define ATT_QB    16  /* tokens per attention work item (they share each converted tile) */
 
 typedef struct wmat {
 	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
@@ -79,7 +80,8 @@ struct model {
 	float *att;          /* [max_b][qd] */
 	float *hb, *hb2;     /* [max_b][n_ffn] */
 	float *scores;       /* [threads][n_ctx] */
-	float *att_tiles;    /* [threads][2][ATT_TILE][head_dim]: a K and a V tile in F32 */
+	float *att_tiles;    /* [threads][2][ATT_TILE * head_dim]: a K tile (F32, transposed:
+			      * [head_dim][ATT_TILE]) and a V tile (F32, [ATT_TILE][head_dim]) */
 	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
@@ -87,10 +89,10 @@ struct model {
 	void *ar_ctx;
 	model_pipe_fn pipe;
 	void *pipe_ctx;
-	int attn_ref;               /* tests: 1 = forward() uses attention_ref() */
-	const quant_ops_t *f32_ops; /* F32 matvec: attention scores over an F32 tile */
-	quant_vsum_fn vsum_f32;     /* weighted sum of F32 value rows */
-	quant_expsum_fn expsum;     /* softmax numerators */
+	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
+	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
+	quant_av_fn av;         /* weighted sums of a V tile */
+	quant_expsum_fn expsum; /* softmax numerators */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */

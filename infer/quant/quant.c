@@ -744,6 +744,48 @@ quant_vsum_fn quant_vsum(int type)
 	return f ? f : quant_vsum_ref(type);
 }
 
+static void ref_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j++) {
+		for (int t = 0; t < 64; t++)
+			s[64 * j + t] = 0;
+		for (int i = 0; i < hd; i++)
+			for (int t = 0; t < 64; t++)
+				s[64 * j + t] += q[j][i] * kt[i * 64 + t];
+	}
+}
+
+quant_qkt_fn quant_qkt_ref(void)
+{
+	return ref_qkt;
+}
+
+quant_qkt_fn quant_qkt(void)
+{
+	quant_qkt_fn f = quant_use_ref ? NULL : quant_x86_qkt();
+	return f ? f : ref_qkt;
+}
+
+static void ref_av(float *const *o, const float *a, int nq, const float *v, size_t stride, int T,
+		   int n)
+{
+	for (int j = 0; j < nq; j++)
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < n; i++)
+				o[j][i] += a[64 * j + t] * v[(size_t)t * stride + i];
+}
+
+quant_av_fn quant_av_ref(void)
+{
+	return ref_av;
+}
+
+quant_av_fn quant_av(void)
+{
+	quant_av_fn f = quant_use_ref ? NULL : quant_x86_av();
+	return f ? f : ref_av;
+}
+
 static float ref_expsum(float *x, int n, float mx)
 {
 	float sum = 0;

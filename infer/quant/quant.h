@@ -156,6 +156,21 @@ quant_vsum_fn quant_vsum(int type);
 quant_vsum_fn quant_vsum_ref(int type);
 quant_vsum_fn quant_x86_vsum(int type); /* NULL when unavailable */
 
+/* Attention over one tile of 64 keys for nq <= 4 queries sharing it (the query heads of one KV
+ * head): qkt: s[j * 64 + t] = sum over i < hd of q[j][i] * kt[i * 64 + t] (the keys stored
+ * transposed, [hd][64]: no horizontal sum per key); av: o[j][i] += sum over t < T of
+ * a[j * 64 + t] * v[t * stride + i] for i < n (T <= 64, stride in floats). Each tile element
+ * loaded serves all nq queries. */
+typedef void (*quant_qkt_fn)(float *s, const float *const *q, int nq, const float *kt, int hd);
+typedef void (*quant_av_fn)(float *const *o, const float *a, int nq, const float *v, size_t stride,
+			    int T, int n);
+quant_qkt_fn quant_qkt(void);
+quant_qkt_fn quant_qkt_ref(void);
+quant_qkt_fn quant_x86_qkt(void); /* NULL when unavailable */
+quant_av_fn quant_av(void);
+quant_av_fn quant_av_ref(void);
+quant_av_fn quant_x86_av(void); /* NULL when unavailable */
+
 /* x[i] = exp(x[i] - mx) for i < n, returns the sum (softmax numerators; relative error of the
  * optimized version < 2e-7). */
 typedef float (*quant_expsum_fn)(float *x, int n, float mx);

@@ -373,6 +373,20 @@ TGT static void avx2_vsum_f32(float *o, const float *a, const uint8_t *v, size_t
 			      int n)
 {
 	int i = 0;
+	/* 64 columns: eight independent FMA chains (four would wait on the FMA latency) */
+	for (; i + 64 <= n; i += 64) {
+		__m256 c[8];
+		for (int k = 0; k < 8; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const float *row = (const float *)(v + (size_t)t * stride) + i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 8; k++)
+				c[k] = _mm256_fmadd_ps(at, _mm256_loadu_ps(row + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 8; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
 	for (; i + 32 <= n; i += 32) {
 		__m256 c[4];
 		for (int k = 0; k < 4; k++)
@@ -842,6 +856,138 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 	}
 }
 
+/* Attention tiles. AVX2: one query at a time, 64 scores in eight registers (eight independent
+ * FMA chains, no horizontal sums). AVX-512: up to four queries at once, each key-tile load (four
+ * registers of 16 keys) used by all of them, so the loop is bound by FMAs, not loads. */
+TGT static void avx2_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j++) {
+		__m256 c[8];
+		for (int k = 0; k < 8; k++)
+			c[k] = _mm256_setzero_ps();
+		for (int i = 0; i < hd; i++) {
+			__m256 qi = _mm256_set1_ps(q[j][i]);
+			for (int k = 0; k < 8; k++)
+				c[k] =
+				    _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + 64 * i + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 8; k++)
+			_mm256_storeu_ps(s + 64 * j + 8 * k, c[k]);
+	}
+}
+
+TGT static void avx2_av(float *const *o, const float *a, int nq, const float *v, size_t stride,
+			int T, int n)
+{
+	for (int j = 0; j < nq; j++)
+		avx2_vsum_f32(o[j], a + 64 * j, (const uint8_t *)v, stride * sizeof(float), T, n);
+}
+
+#define TGT512A __attribute__((target("avx512f,avx2,fma")))
+
+TGT512A static inline __attribute__((always_inline)) void
+qkt512(float *s, const float *const *q, const int NQ, const float *kt, int hd)
+{
+	__m512 c[4][4];
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] = _mm512_setzero_ps();
+	for (int i = 0; i < hd; i++) {
+		__m512 kv[4];
+		_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) kv[k] =
+		    _mm512_loadu_ps(kt + 64 * i + 16 * k);
+		_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+		{
+			__m512 qi = _mm512_set1_ps(q[j][i]);
+			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+			    _mm512_fmadd_ps(qi, kv[k], c[j][k]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+		_mm512_storeu_ps(s + 64 * j + 16 * k, c[j][k]);
+}
+
+TGT512A static void avx512_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j += 4) {
+		switch (nq - j) {
+		case 1: qkt512(s + 64 * j, q + j, 1, kt, hd); break;
+		case 2: qkt512(s + 64 * j, q + j, 2, kt, hd); break;
+		case 3: qkt512(s + 64 * j, q + j, 3, kt, hd); break;
+		default: qkt512(s + 64 * j, q + j, 4, kt, hd); break;
+		}
+	}
+}
+
+/* o[j][64 columns] in four registers per query; every value row load serves all queries. */
+TGT512A static inline __attribute__((always_inline)) void
+av512(float *const *o, const float *a, const int NQ, const float *v, size_t stride, int T, int i0)
+{
+	__m512 c[4][4];
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+		_mm512_loadu_ps(o[j] + i0 + 16 * k);
+	for (int t = 0; t < T; t++) {
+		__m512 vv[4];
+		_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) vv[k] =
+		    _mm512_loadu_ps(v + (size_t)t * stride + i0 + 16 * k);
+		_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+		{
+			__m512 at = _mm512_set1_ps(a[64 * j + t]);
+			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+			    _mm512_fmadd_ps(at, vv[k], c[j][k]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+		_mm512_storeu_ps(o[j] + i0 + 16 * k, c[j][k]);
+}
+
+TGT512A static void avx512_av(float *const *o, const float *a, int nq, const float *v,
+			      size_t stride, int T, int n)
+{
+	int i0 = 0;
+	for (; i0 + 64 <= n; i0 += 64)
+		for (int j = 0; j < nq; j += 4) {
+			switch (nq - j) {
+			case 1: av512(o + j, a + 64 * j, 1, v, stride, T, i0); break;
+			case 2: av512(o + j, a + 64 * j, 2, v, stride, T, i0); break;
+			case 3: av512(o + j, a + 64 * j, 3, v, stride, T, i0); break;
+			default: av512(o + j, a + 64 * j, 4, v, stride, T, i0); break;
+			}
+		}
+	if (i0 < n) { /* a head narrower than 64 columns, or the rest of one */
+		float *oj[64];
+		for (int j = 0; j < nq; j++)
+			oj[j] = o[j] + i0;
+		avx2_av(oj, a, nq, v + i0, stride, T, n - i0);
+	}
+}
+
+static int have_avx512f(void)
+{
+	static int have = -1; /* benign race: every thread computes the same value */
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512f") != 0;
+	}
+	return have;
+}
+
+quant_qkt_fn quant_x86_qkt(void)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	return have_avx512f() ? avx512_qkt : avx2_qkt;
+}
+
+quant_av_fn quant_x86_av(void)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	return have_avx512f() ? avx512_av : avx2_av;
+}
+
 quant_act_q8_0_fn quant_x86_act_q8_0(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_act_q8_0 : NULL;
@@ -870,6 +1016,16 @@ quant_vsum_fn quant_x86_vsum(int type)
 }
 
 #else
+
+quant_qkt_fn quant_x86_qkt(void)
+{
+	return NULL;
+}
+
+quant_av_fn quant_x86_av(void)
+{
+	return NULL;
+}
 
 quant_act_q8_0_fn quant_x86_act_q8_0(void)
 {
