@@ -25,7 +25,12 @@
 #include <cblas.h>
 #endif
 
-#define GEMM_GROUPS 4 /* row groups (x16 rows) per chunk of the tiled kernel */
+#define GEMM_GROUPS                                                                                \
+	4 /* row groups (x16 rows) per chunk of the tiled kernel for a batch (the                  \
+	   * chunk's weights stay in L2 across the token tiles) */
+#define GEMM_CHUNKS                                                                                \
+	8 /* one token: about this many chunks per thread and matrix (longer runs                  \
+	   * of contiguous weights keep the prefetchers streaming) */
 
 /* ---- repacking ---------------------------------------------------------------------------- */
 
@@ -102,6 +107,7 @@ typedef struct mm_job {
 	int B, cols;
 	int per;                /* chunks per matrix */
 	int cum[MAX_MULTI + 1]; /* tiled path: chunks of matrices before k */
+	int gper;               /* tiled path: row groups per chunk */
 	quant_act_t acts[64];   /* per input, integer path */
 } mm_job_t;
 
@@ -149,7 +155,7 @@ static void mm_gemm_task(void *ctx, int c, int nc, int tid)
 	while (c >= j->cum[k + 1])
 		k++;
 	const wmat_t *w = j->w[k];
-	int g0 = (c - j->cum[k]) * GEMM_GROUPS;
+	int g0 = (c - j->cum[k]) * j->gper;
 	if (g0 >= w->rp_groups) { /* the tail rows */
 		int r0 = w->rp_groups * QR_ROWS;
 		for (int b = 0; b < j->B; b++)
@@ -158,7 +164,7 @@ static void mm_gemm_task(void *ctx, int c, int nc, int tid)
 				     w->rows - r0, &j->acts[b], j->cols);
 		return;
 	}
-	int ng = MIN(GEMM_GROUPS, w->rp_groups - g0);
+	int ng = MIN(j->gper, w->rp_groups - g0);
 	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
 	for (int b = 0; b < j->B; b += QR_NT)
 		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
@@ -221,9 +227,10 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		act_job_t aj = {m, w[0]->type, j.cols, x, j.acts};
 		pool_run(m->pool, act_task, &aj, B);
 		j.cum[0] = 0;
+		j.gper =
+		    B > 1 ? GEMM_GROUPS : MAX(GEMM_GROUPS, w[0]->rp_groups / (GEMM_CHUNKS * nt));
 		for (int k = 0; k < n_mat; k++)
-			j.cum[k + 1] = j.cum[k] +
-				       (w[k]->rp_groups + GEMM_GROUPS - 1) / GEMM_GROUPS +
+			j.cum[k + 1] = j.cum[k] + (w[k]->rp_groups + j.gper - 1) / j.gper +
 				       (w[k]->rows > w[k]->rp_groups * QR_ROWS);
 		pool_run(m->pool, mm_gemm_task, &j, j.cum[n_mat]);
 		return;
