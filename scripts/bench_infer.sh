@@ -8,7 +8,8 @@
 # count: decode tok/s (64 tokens after a 128-token prompt) and prefill tok/s for 128-, 512- and
 # 1024-token prompts (BENCH_PROMPTS), with the 1024-token per-token cost relative to 128's.
 # With LLAMA_BENCH=/path/to/llama-bench, llama.cpp is run on the same files in the same run and
-# its figures printed beside ours (never stored numbers). cpu% = CPU time the run got / (wall
+# its figures printed beside ours (never stored numbers; LLAMA_REPS repetitions, default 2).
+# cpu% = CPU time the run got / (wall
 # time x threads): below ~95% the machine was shared and the figures are low by about that.
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL:-$BUILD/shoal}
@@ -32,7 +33,7 @@ pct() { awk -v c="$1" -v w="$2" -v t="$3" 'BEGIN { printf "%.0f", 100 * c / (w *
 # llama.cpp's figures for one file: "threads n_prompt n_gen tok/s" lines (its CSV output).
 llama_run() {
 	"$LLAMA_BENCH" -m "$1" -t "$(echo "$THREADS" | tr ' ' ',')" \
-		-p "$(echo "$PROMPTS" | tr ' ' ',')" -n "$GEN" -r 2 -o csv 2>/dev/null |
+		-p "$(echo "$PROMPTS" | tr ' ' ',')" -n "$GEN" -r "${LLAMA_REPS:-2}" -o csv 2>/dev/null |
 		awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
 			{ gsub(/"/, ""); print $c["n_threads"], $c["n_prompt"], $c["n_gen"], $c["avg_ts"] }'
 }
