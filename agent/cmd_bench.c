@@ -67,10 +67,11 @@ static void bw_task(void *ctx, int c, int nc, int tid)
 	j->sum[c] = s[0] + s[1];
 }
 
-/* Best of 5 passes over 1 GiB (far past any cache), one contiguous share per thread. */
+/* Best of 40 passes over 256 MiB (8x the largest L3 here), one contiguous share per thread:
+ * a pass takes ~10 ms, so on a shared machine some passes still run undisturbed. */
 static int membw(int threads)
 {
-	size_t bytes = (size_t)1 << 30;
+	size_t bytes = (size_t)256 << 20;
 	pool_t *pool = pool_new(threads);
 	uint64_t *buf = aligned_alloc(64, bytes);
 	if (!pool || !buf) {
@@ -83,7 +84,7 @@ static int membw(int threads)
 	bw_job_t j = {.buf = buf, .n = bytes / 8};
 	int nt = pool_threads(pool);
 	double best = 0;
-	for (int pass = 0; pass < 5; pass++) {
+	for (int pass = 0; pass < 40; pass++) {
 		int64_t t0 = now_ns();
 		pool_run(pool, bw_task, &j, nt);
 		double s = (double)(now_ns() - t0) / 1e9;
