@@ -9,8 +9,9 @@
 # 1024-token prompts (BENCH_PROMPTS), with the 1024-token per-token cost relative to 128's.
 # With LLAMA_BENCH=/path/to/llama-bench, llama.cpp is run on the same files in the same run and
 # its figures printed beside ours (never stored numbers; LLAMA_REPS repetitions, default 2).
-# cpu% = CPU time the run got / (wall
-# time x threads): below ~95% the machine was shared and the figures are low by about that.
+# cpu% = CPU time the run got / (wall time x threads): below ~95% the machine was shared and
+# the figures are low by about that factor (llama.cpp's runs get no such figure: compare them
+# only when the load printed before and after is low).
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL:-$BUILD/shoal}
 DIR=$BUILD/bench
