@@ -66,6 +66,7 @@ typedef struct agent_config {
 			       * shoal loads no model share and the leader proxies /v1/ */
 	int exec_port;        /* --exec-port: rank 0's command serves the API here */
 	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
+	const char *kv_type;  /* KV cache elements ("f16", "f32", "q8_0"; NULL = f16) */
 } agent_config_t;
 
 typedef struct agent agent_t;

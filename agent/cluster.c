@@ -18,6 +18,7 @@
 #include "agent/cli.h"
 #include "agent/exec.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -317,6 +318,7 @@ static void make_plan(agent_t *a, const core_action_t *x)
 	plan_opts_t o;
 	plan_opts_default(&o);
 	o.ctx = a->cfg.ctx;
+	o.kv_bytes = eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
 	o.base_port = a->cfg.port + 1 > 65535 - PLAN_MAX_NODES ? 0 : a->cfg.port + 1;
 	if (plan_make(&p, v, &a->pmodel, &o, err, sizeof err))
 		goto out;

@@ -56,6 +56,7 @@ static void usage(FILE *f)
 	    "  --ctx N            context length of each slot (default: the model's)\n"
 	    "  --parallel N       sequences generated together, each with its own KV slot\n"
 	    "                     (default 4; the leader's value holds for the cluster)\n"
+	    "  --kv-type T        KV cache elements: f16 (default), f32 or q8_0\n"
 	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
 	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
@@ -135,6 +136,7 @@ int cmd_agent(int argc, char **argv)
 					     {"exec", required_argument, 0, 'X'},
 					     {"exec-port", required_argument, 0, 'Y'},
 					     {"parallel", required_argument, 0, 'J'},
+					     {"kv-type", required_argument, 0, 'V'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -227,6 +229,15 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 'c': cfg.tls_cert = optarg; break;
 		case 'y': cfg.tls_key = optarg; break;
+		case 'V':
+			if (eng_kv_elem_bytes(optarg) < 0) {
+				fprintf(stderr,
+					"shoal agent: bad --kv-type '%s' (f16, f32, q8_0)\n",
+					optarg);
+				return 2;
+			}
+			cfg.kv_type = optarg;
+			break;
 		case 'N': cfg.no_mdns = 1; break;
 		case 'R':
 		case 'S':

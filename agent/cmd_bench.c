@@ -1,7 +1,9 @@
 /* cmd_bench.c: `shoal bench`: speed figures of the forward pass on one model, without the
  * tokenizer (random token ids): prefill tok/s for a prompt, decode tok/s (greedy), the weight
  * bytes one decoded token reads and the resulting GB/s, and the peak resident memory. One
- * key=value line per run so scripts can pick the numbers. */
+ * key=value line per run so scripts can pick the numbers. `shoal bench --membw` instead measures
+ * this machine's streaming read bandwidth with the pool's threads (the bound decode is held
+ * against: every weight byte is read once per token). */
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
@@ -13,11 +15,14 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench --model FILE.gguf [--threads N] [--prompt N] [--gen N]\n"
+		   "                   [--kv-type f16|f32|q8_0]\n"
+		   "       shoal bench --membw [--threads N]   (streaming read GB/s)\n"
 		   "Prints: prefill and decode tokens/s, weight bytes per decoded token, GB/s and\n"
 		   "peak RSS for one run (defaults: all cores, 128-token prompt, 64 tokens).\n");
 }
@@ -30,6 +35,70 @@ static double cpu_s(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
 	       ru.ru_stime.tv_usec / 1e6;
+}
+
+/* ---- streaming read bandwidth ------------------------------------------------------------ */
+
+typedef struct bw_job {
+	const uint64_t *buf;
+	size_t n;         /* words */
+	uint64_t sum[64]; /* per chunk, so the reads cannot be optimized away */
+} bw_job_t;
+
+/* Each chunk sums its contiguous share in four 16-byte vector lanes (GCC/clang vector types:
+ * SSE2 / NEON registers without target flags), 64 bytes per step, so the loop is bound by
+ * memory, not by the adds. */
+typedef uint64_t bw_v2 __attribute__((vector_size(16)));
+
+static void bw_task(void *ctx, int c, int nc, int tid)
+{
+	bw_job_t *j = ctx;
+	size_t lo = j->n / (size_t)nc * (size_t)c, hi = c == nc - 1 ? j->n : lo + j->n / (size_t)nc;
+	const bw_v2 *p = (const bw_v2 *)(j->buf + lo);
+	bw_v2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
+	(void)tid;
+	for (size_t i = 0; i + 4 <= (hi - lo) / 2; i += 4) {
+		s0 += p[i];
+		s1 += p[i + 1];
+		s2 += p[i + 2];
+		s3 += p[i + 3];
+	}
+	bw_v2 s = s0 + s1 + s2 + s3;
+	j->sum[c] = s[0] + s[1];
+}
+
+/* Best of 40 passes over 256 MiB (8x the largest L3 here), one contiguous share per thread:
+ * a pass takes ~10 ms, so on a shared machine some passes still run undisturbed. */
+static int membw(int threads)
+{
+	size_t bytes = (size_t)256 << 20;
+	pool_t *pool = pool_new(threads);
+	uint64_t *buf = aligned_alloc(64, bytes);
+	if (!pool || !buf) {
+		fprintf(stderr, "shoal bench: out of memory\n");
+		pool_free(pool);
+		free(buf);
+		return 1;
+	}
+	memset(buf, 1, bytes); /* fault every page in first */
+	bw_job_t j = {.buf = buf, .n = bytes / 8};
+	int nt = pool_threads(pool);
+	double best = 0;
+	for (int pass = 0; pass < 40; pass++) {
+		int64_t t0 = now_ns();
+		pool_run(pool, bw_task, &j, nt);
+		double s = (double)(now_ns() - t0) / 1e9;
+		if (bytes / s > best)
+			best = (double)bytes / s;
+	}
+	uint64_t chk = 0;
+	for (int i = 0; i < nt; i++)
+		chk += j.sum[i];
+	printf("membw threads=%d read_gb_s=%.1f check=%llu\n", nt, best / 1e9,
+	       (unsigned long long)(chk & 1));
+	pool_free(pool);
+	free(buf);
+	return 0;
 }
 
 static int argmax(const float *x, int n)
@@ -46,10 +115,11 @@ int cmd_bench(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
 	    {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
-	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+	    {"help", no_argument, 0, 'h'},         {"kv-type", required_argument, 0, 'k'},
+	    {"membw", no_argument, 0, 'B'},        {0, 0, 0, 0},
 	};
-	const char *path = NULL;
-	int threads = 0, n_prompt = 128, n_gen = 64, c;
+	const char *path = NULL, *kv_name = "f16";
+	int threads = 0, n_prompt = 128, n_gen = 64, c, bw = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -57,10 +127,14 @@ int cmd_bench(int argc, char **argv)
 		case 't': threads = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'g': n_gen = atoi(optarg); break;
+		case 'k': kv_name = optarg; break;
+		case 'B': bw = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
+	if (bw && optind == argc && threads >= 0)
+		return membw(threads);
 	if (!path || optind != argc || threads < 0 || n_prompt < 1 || n_gen < 1) {
 		usage(stderr);
 		return 2;
@@ -79,7 +153,8 @@ int cmd_bench(int argc, char **argv)
 	}
 	pool = pool_new(threads);
 	int ctx = n_prompt + n_gen + 1;
-	if (!pool || model_new(&m, g, &meta, NULL, ctx, pool, err, sizeof err)) {
+	int kv_type = quant_type_parse(kv_name);
+	if (!pool || model_new_kv(&m, g, &meta, NULL, ctx, kv_type, pool, err, sizeof err)) {
 		fprintf(stderr, "shoal bench: %s\n", pool ? err : "cannot start threads");
 		goto out;
 	}
@@ -116,14 +191,15 @@ int cmd_bench(int argc, char **argv)
 	getrusage(RUSAGE_SELF, &ru);
 	char types[64];
 	meta_types_str(&meta, types, sizeof types);
-	printf("model=%s types=\"%s\" kernels=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
-	       "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
-	       "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
-	       "decode_wall_s=%.2f\n",
-	       path, types, impl, pool_threads(pool), n_prompt, n_prompt / pre_s, n_gen,
-	       n_gen / dec_s, (unsigned long long)bpt, (double)bpt * n_gen / dec_s / 1e9,
-	       (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s,
-	       c2 - c1, dec_s);
+	printf(
+	    "model=%s types=\"%s\" kernels=%s kv=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
+	    "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
+	    "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
+	    "decode_wall_s=%.2f\n",
+	    path, types, impl, quant_type_name(kv_type), pool_threads(pool), n_prompt,
+	    n_prompt / pre_s, n_gen, n_gen / dec_s, (unsigned long long)bpt,
+	    (double)bpt * n_gen / dec_s / 1e9, (double)ru.ru_maxrss / 1024.0,
+	    (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s, c2 - c1, dec_s);
 	rc = 0;
 out:
 	free(logits);

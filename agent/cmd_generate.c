@@ -27,6 +27,7 @@ static void usage(FILE *f)
 	    "  --stop TEXT           stop string (repeatable, up to %d)\n"
 	    "  --threads N           compute threads (default: all cores)\n"
 	    "  --ctx N               context length (default: the model's, capped by memory)\n"
+	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
 	    "  --system TEXT         system message for --chat\n"
 	    "  --chat-template NAME  template family override (chatml, llama3, ...)\n"
 	    "  --ids                 print the generated token ids on one line instead of text\n"
@@ -128,6 +129,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"stop", required_argument, 0, 'x'},
 	    {"threads", required_argument, 0, 't'},
 	    {"ctx", required_argument, 0, 'C'},
+	    {"kv-type", required_argument, 0, 1000},
 	    {"chat-template", required_argument, 0, 'y'},
 	    {"ids", no_argument, 0, 'i'},
 	    {"top-logprobs", required_argument, 0, 'l'},
@@ -202,6 +204,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 			eo.ctx = (int)v;
 			break;
 		case 'y': eo.chat_template = optarg; break;
+		case 1000: eo.kv_type = optarg; break;
 		case 'i': out.ids_only = 1; break;
 		case 'l':
 			bad = num(optarg, 0, 20, &v);

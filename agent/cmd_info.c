@@ -9,6 +9,8 @@
 #include "infer/chat.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"
+#include "infer/model/model.h"
+#include "infer/quant/quant.h"
 #include "infer/tok/tokenizer.h"
 
 #include <getopt.h>
@@ -18,9 +20,11 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: shoal info --model FILE.gguf\n"
+		"usage: shoal info --model FILE.gguf [--kv-type f16|f32|q8_0]\n"
 		"  Prints the architecture, sizes, tensor types, tokenizer, chat template family\n"
-		"  and the memory the weights take. Exits 1 when the model cannot run here.\n");
+		"  and the memory the weights and the KV cache take (per position and for the\n"
+		"  model's context, in the --kv-type given, default f16). Exits 1 when the model\n"
+		"  cannot run here.\n");
 }
 
 static void human(uint64_t b, char *buf, size_t n)
@@ -39,14 +43,16 @@ int cmd_info(int argc, char **argv)
 	    {"model", required_argument, 0, 'm'},
 	    {"help", no_argument, 0, 'h'},
 	    {"log-level", required_argument, 0, 'L'},
+	    {"kv-type", required_argument, 0, 'k'},
 	    {0, 0, 0, 0},
 	};
-	const char *model = NULL;
+	const char *model = NULL, *kv_name = NULL;
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': model = optarg; break;
+		case 'k': kv_name = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'L':
 			if (cli_set_log_level(optarg))
@@ -101,6 +107,16 @@ int cmd_info(int argc, char **argv)
 		       m.tied_output ? "output tied to token_embd" : "separate output");
 		printf("tensor types:  %s\n", types);
 		printf("weights:       %s (%llu bytes)\n", sz, (unsigned long long)m.weight_bytes);
+		int kt = kv_name ? quant_type_parse(kv_name) : MODEL_KV_DEFAULT;
+		if (kt < 0 || model_kv_type_check(&m, kt, err, sizeof err)) {
+			printf("kv cache:      %s\n", kt < 0 ? "unknown --kv-type" : err);
+			rc = 1;
+		} else {
+			uint64_t per = model_kv_bytes_per_pos(&m, NULL, kt);
+			human(per * (uint64_t)m.n_ctx, sz, sizeof sz);
+			printf("kv cache:      %s, %llu bytes per position, %s for %d positions\n",
+			       quant_type_name(kt), (unsigned long long)per, sz, m.n_ctx);
+		}
 	}
 	if (tok_load(&t, g, err, sizeof err)) {
 		printf("tokenizer:     not supported: %s\n", err);

@@ -31,6 +31,7 @@ static void usage(FILE *f)
 	       "  --ctx N               context length of each slot (default: the model's)\n"
 	       "  --parallel N          sequences generated together, each with its own KV slot\n"
 	       "                        (default 4)\n"
+	       "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
 	       "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
 	       "  --timeout-ms N        per-request deadline (default 300000)\n"
 	       "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
@@ -61,6 +62,7 @@ int cmd_serve(int argc, char **argv)
 	    {"threads", required_argument, NULL, 't'},
 	    {"ctx", required_argument, NULL, 'c'},
 	    {"parallel", required_argument, NULL, 'P'},
+	    {"kv-type", required_argument, NULL, 1000},
 	    {"queue-max", required_argument, NULL, 'q'},
 	    {"timeout-ms", required_argument, NULL, 'T'},
 	    {"api-key", required_argument, NULL, 'k'},
@@ -106,6 +108,7 @@ int cmd_serve(int argc, char **argv)
 				goto bad;
 			break;
 		case 'k': wo.api_key = optarg; break;
+		case 1000: eo.kv_type = optarg; break;
 		case 'C': eo.chat_template = optarg; break;
 		case 'n': wo.model_name = optarg; break;
 		case 'E': wo.tls_cert = optarg; break;

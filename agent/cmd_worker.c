@@ -21,27 +21,29 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal worker --rank R --world N --peers H0:P0,H1:P1,... --model FILE.gguf\n"
-		"                    [--token T | --token-file F | SHOAL_TOKEN] [options]\n"
-		"  --plan plan.json        shares, strategy and (without --peers) addresses from a "
-		"plan\n"
-		"  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
-		"  --strategy S            tensor (default) or pipeline\n"
-		"  --shares A:B:...        relative shares without a plan (default even)\n"
-		"  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
-		"  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every rank\n"
-		"                          must say so; results then differ slightly from one rank)\n"
-		"  --join-timeout MS       time for all ranks to connect (default 60000)\n"
-		"  --threads N, --ctx N, --log-level L, --stats\n"
-		"rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
-		"and\n"
-		"prints its output exactly as `shoal generate` does.\n");
+	fprintf(
+	    f,
+	    "usage: shoal worker --rank R --world N --peers H0:P0,H1:P1,... --model FILE.gguf\n"
+	    "                    [--token T | --token-file F | SHOAL_TOKEN] [options]\n"
+	    "  --plan plan.json        shares, strategy and (without --peers) addresses from a "
+	    "plan\n"
+	    "  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
+	    "  --strategy S            tensor (default) or pipeline\n"
+	    "  --shares A:B:...        relative shares without a plan (default even)\n"
+	    "  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
+	    "  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every "
+	    "rank\n"
+	    "                          must say so; results then differ slightly from one rank)\n"
+	    "  --join-timeout MS       time for all ranks to connect (default 60000)\n"
+	    "  --threads N, --ctx N, --kv-type T, --log-level L, --stats\n"
+	    "rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
+	    "and\n"
+	    "prints its output exactly as `shoal generate` does.\n");
 }
 
 typedef struct wopts {
 	int rank, world, step_timeout, join_timeout, pipeline, stats, q8_wire;
-	const char *peers, *token, *token_file, *plan, *rdma, *model;
+	const char *peers, *token, *token_file, *plan, *rdma, *model, *kv_type;
 	int threads, ctx;
 	int weights[TP_MAX_WORLD], n_weights;
 } wopts_t;
@@ -131,6 +133,8 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 				bad = int_arg(v, 0, 1024, &o->threads);
 			else if ((v = flag_val(argc, argv, &i, "--ctx", &bad)))
 				bad = int_arg(v, 0, 1 << 24, &o->ctx);
+			else if ((v = flag_val(argc, argv, &i, "--kv-type", &bad)))
+				o->kv_type = v;
 			else if ((v = flag_val(argc, argv, &i, "--log-level", &bad)))
 				bad = cli_set_log_level(v) != 0;
 			else if (!strcmp(a, "--stats"))
@@ -317,8 +321,12 @@ int cmd_worker(int argc, char **argv)
 		ret = cli_generate(n_rest, rest, "worker", &dist);
 		goto out;
 	}
-	eng_opts_t eo = {.model_path = o.model, .threads = o.threads, .ctx = o.ctx, .dist = &dist,
-			.parallel = 1}; /* rank 0 runs one prompt */
+	eng_opts_t eo = {.model_path = o.model,
+			 .threads = o.threads,
+			 .ctx = o.ctx,
+			 .dist = &dist,
+			 .kv_type = o.kv_type,
+			 .parallel = 1}; /* rank 0 runs one prompt */
 	if (eng_open(&e, &eo, err, sizeof err)) {
 		fprintf(stderr, "shoal worker: rank %d: %s\n", o.rank, err);
 		goto out;

@@ -121,6 +121,7 @@ static void *session_main(void *arg)
 	eng_opts_t o = {.model_path = a->cfg.model,
 			.threads = a->cfg.threads,
 			.ctx = s->ctx,
+			.kv_type = a->cfg.kv_type,
 			.dist = s->world > 1 ? &s->dist : NULL,
 			.parallel = a->cfg.parallel};
 	if (eng_open(&e, &o, err, sizeof err))

@@ -77,6 +77,7 @@ struct eng {
 	eng_info_t info;
 	char name[160];
 	int n_slots;
+	int kv_type;   /* the KV cache elements (quant.h type) */
 	slot_t *slots; /* [n_slots] */
 	int n_active;
 	uint64_t clock;
@@ -113,10 +114,11 @@ static uint64_t mem_available(void)
 
 /* The context to use: asked (0 = the model's), capped so the KV cache of all slots takes at
  * most half the memory left after the weights. */
-static int pick_ctx(const model_meta_t *m, int asked, int slots)
+static int pick_ctx(const model_meta_t *m, int asked, int slots, int kv_type)
 {
 	int ctx = asked > 0 ? asked : m->n_ctx;
-	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL) * (uint64_t)slots;
+	uint64_t avail = mem_available(),
+		 per = model_kv_bytes_per_pos(m, NULL, kv_type) * (uint64_t)slots;
 	if (asked <= 0 && avail && per) {
 		uint64_t rest = avail > m->weight_bytes ? avail - m->weight_bytes : avail / 4;
 		uint64_t cap = rest / 2 / per;
@@ -131,9 +133,11 @@ static int pick_ctx(const model_meta_t *m, int asked, int slots)
 /* The default slot count, lowered (never below 1) so that the KV cache of all slots of this
  * rank's share takes at most half the memory left after its weights: a context that fits one
  * sequence (the planner checks one) must not fail to load because of the default. */
-static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world)
+static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world,
+		     int kv_type)
 {
-	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, sh) * (uint64_t)ctx;
+	uint64_t avail = mem_available(),
+		 per = model_kv_bytes_per_pos(m, sh, kv_type) * (uint64_t)ctx;
 	uint64_t w = m->weight_bytes / (uint64_t)MAX(world, 1);
 	if (!avail || !per)
 		return slots;
@@ -172,7 +176,7 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 			return rc;
 	}
 	if (rank == 0 && !parallel_given)
-		*slots = fit_slots(&e->meta, shard, *ctx, *slots, world);
+		*slots = fit_slots(&e->meta, shard, *ctx, *slots, world, e->kv_type);
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
 	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, slots,
@@ -185,6 +189,15 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
 	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, *ctx, *slots);
 	return 0;
+}
+
+int eng_kv_elem_bytes(const char *kv_type)
+{
+	int t = kv_type ? quant_type_parse(kv_type) : MODEL_KV_DEFAULT;
+	if (t != QT_F32 && t != QT_F16 && t != QT_Q8_0)
+		return -1;
+	return (int)((quant_block_bytes(t) + (size_t)quant_block_elems(t) - 1) /
+		     (size_t)quant_block_elems(t));
 }
 
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
@@ -230,20 +243,31 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		rc = 0;
 	}
 	int slots = opts->parallel ? opts->parallel : ENG_DEFAULT_PARALLEL;
-	int ctx = pick_ctx(&e->meta, opts->ctx, slots);
+	int kv_type = opts->kv_type ? quant_type_parse(opts->kv_type) : MODEL_KV_DEFAULT;
+	if (kv_type < 0) {
+		rc = sh_fail(err, errlen, SH_EINVAL, "unknown KV cache type '%s' (f32, f16, q8_0)",
+			     opts->kv_type);
+		goto err;
+	}
+	if ((rc = model_kv_type_check(&e->meta, kv_type, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		goto err;
+	}
+	e->kv_type = kv_type;
+	int ctx = pick_ctx(&e->meta, opts->ctx, slots, kv_type);
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
 	if (opts->dist &&
 	    (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, opts->parallel > 0, err, errlen)))
 		goto err;
 	if (!opts->dist && !opts->parallel)
-		slots = fit_slots(&e->meta, &shard, ctx, slots, 1);
+		slots = fit_slots(&e->meta, &shard, ctx, slots, 1, kv_type);
 	if (!(e->pool = pool_new(opts->threads))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
 		goto err;
 	}
-	if ((rc = model_new_slots(&e->model, e->g, &e->meta, &shard, ctx, slots, e->pool, why,
-				  sizeof why))) {
+	if ((rc = model_new_slots(&e->model, e->g, &e->meta, &shard, ctx, slots, kv_type, e->pool,
+				  why, sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
 		goto err;
 	}
@@ -280,6 +304,9 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->name = e->name;
 	i->arch = e->meta.arch_name;
 	i->n_ctx = ctx;
+	i->kv_type = quant_type_name(kv_type);
+	i->kv_bytes = (uint64_t)model_kv_bytes_per_pos(&e->meta, &shard, kv_type) * (uint64_t)ctx *
+		      (uint64_t)slots;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
 	i->dim = e->meta.dim;
@@ -347,7 +374,8 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = model_new(&m, g, &meta, &shard, 1, pool, why, sizeof why))) {
+	if ((rc = model_new_slots(&m, g, &meta, &shard, 1, 1, MODEL_KV_NONE, pool, why,
+				  sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", path, why);
 		goto out;
 	}

@@ -47,15 +47,18 @@ typedef struct eng_opts {
 				      group it names is kept) */
 	int parallel;              /* KV slots: sequences run together; 0 = ENG_DEFAULT_PARALLEL
 				      (on several ranks rank 0's value wins) */
+	const char *kv_type;       /* KV cache elements: "f32", "f16" or "q8_0"; NULL = "f16" */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
 #define ENG_MAX_PARALLEL     256
 
 typedef struct eng_info {
-	const char *name; /* general.name or the file's base name */
-	const char *arch; /* "llama", "qwen2", "qwen3" */
-	int n_ctx;        /* context length in use */
+	const char *name;    /* general.name or the file's base name */
+	const char *arch;    /* "llama", "qwen2", "qwen3" */
+	int n_ctx;           /* context length in use */
+	const char *kv_type; /* KV cache element type in use ("f16", ...) */
+	uint64_t kv_bytes;   /* bytes of this rank's KV cache */
 	int n_vocab;
 	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
 	int bos, eos;              /* token ids, -1 when absent */
@@ -140,6 +143,10 @@ typedef struct eng_result {
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
 	char error[256];          /* set when finish == ENG_FINISH_ERROR */
 } eng_result_t;
+
+/* Whole bytes per KV cache element of kv_type (NULL = the default, f16), rounded up (q8_0's 34
+ * bytes per 32 elements count as 2): the planner's kv_bytes. -1 for an unknown name. */
+int eng_kv_elem_bytes(const char *kv_type);
 
 /* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen);

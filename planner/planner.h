@@ -104,7 +104,7 @@ typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2 } plan_strategy
 typedef struct {
 	plan_strategy_t strategy;
 	int ctx;      /* context length for the KV cache; 0 = the model's n_ctx */
-	int kv_bytes; /* bytes per KV element; 0 = 4 (the engine keeps an F32 cache) */
+	int kv_bytes; /* bytes per KV element; 0 = 4 (an F32 cache; the agent passes its --kv-type) */
 	uint64_t
 	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
 	int headroom_permille;

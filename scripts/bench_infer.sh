@@ -1,36 +1,90 @@
 #!/bin/sh
 # bench_infer.sh: single-node inference figures on a ~0.85B Llama-shaped model (dim 2048, 16
-# layers, 32 heads, 8 KV heads, FFN 5632, vocab 32000) in Q8_0 and Q4_0, generated once and
-# cached under $BUILD/bench/. For 1 and 2 threads: prefill tok/s (128-token prompt), decode tok/s
-# (64 tokens), weight bytes read per decoded token, the resulting GB/s, peak RSS.
-# cpu% = CPU time the run got / (wall time x threads): below ~95% the machine was shared and the
-# figures are low by about that factor. BENCH_THREADS / BENCH_TYPES override the lists.
+# layers, 32 heads, 8 KV heads, FFN 5632, vocab 32000, seed 7) in each of BENCH_TYPES (default
+# q8_0 q4_0 q4_k q6_k), generated once and cached under $BUILD/bench/.
+# First the machine's streaming read bandwidth (`shoal bench --membw`) for each thread count:
+# decode reads every weight byte once per token, so bandwidth / bytes-per-token is the decode
+# bound, and every decode figure is printed as a fraction of it. Then, per type and thread
+# count: decode tok/s (64 tokens after a 128-token prompt) and prefill tok/s for 128-, 512- and
+# 1024-token prompts (BENCH_PROMPTS), with the 1024-token per-token cost relative to 128's.
+# With LLAMA_BENCH=/path/to/llama-bench, llama.cpp is run on the same files in the same run and
+# its figures printed beside ours (never stored numbers; LLAMA_REPS repetitions, default 2).
+# cpu% = CPU time the run got / (wall time x threads): below ~95% the machine was shared and
+# the figures are low by about that factor (llama.cpp's runs get no such figure: compare them
+# only when the load printed before and after is low).
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL:-$BUILD/shoal}
 DIR=$BUILD/bench
 mkdir -p "$DIR"
-TYPES=${BENCH_TYPES:-"q8_0 q4_0"}
+TYPES=${BENCH_TYPES:-"q8_0 q4_0 q4_k q6_k"}
 THREADS=${BENCH_THREADS:-"1 2"}
-printf '%-5s %7s %13s %12s %14s %6s %7s %8s %10s %9s\n' type threads prefill_tok/s \
-	decode_tok/s bytes/token GB/s rss_MB file_MB prefill_cpu% decode_cpu%
+PROMPTS=${BENCH_PROMPTS:-"128 512 1024"}
+GEN=${BENCH_GEN:-64}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+for t in $THREADS; do
+	bw=$($SHOAL bench --membw --threads "$t" | sed -n 's/.*read_gb_s=\([0-9.]*\).*/\1/p')
+	eval "BW_$t=$bw"
+	echo "streaming read bandwidth, $t thread(s): $bw GB/s"
+done
+
+get() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+pct() { awk -v c="$1" -v w="$2" -v t="$3" 'BEGIN { printf "%.0f", 100 * c / (w * t) }'; }
+
+# llama.cpp's figures for one file: "threads n_prompt n_gen tok/s" lines (its CSV output).
+llama_run() {
+	"$LLAMA_BENCH" -m "$1" -t "$(echo "$THREADS" | tr ' ' ',')" \
+		-p "$(echo "$PROMPTS" | tr ' ' ',')" -n "$GEN" -r "${LLAMA_REPS:-2}" -o csv 2>/dev/null |
+		awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); c[$i] = i } next }
+			{ gsub(/"/, ""); print $c["n_threads"], $c["n_prompt"], $c["n_gen"], $c["avg_ts"] }'
+}
+llama_fig() { # LINES THREADS N_PROMPT N_GEN
+	echo "$1" | awk -v t="$2" -v p="$3" -v g="$4" '$1 == t && $2 == p && $3 == g { printf "%.1f", $4 }'
+}
+
+printf '\n%-5s %3s %-9s %8s %9s %8s %7s %10s %8s %7s\n' type thr what tok/s llama.cpp ratio \
+	"bound" "of_bound" rss_MB cpu%
 for ty in $TYPES; do
-	m=$DIR/llama-0.85b-$ty.gguf
+	m=$DIR/llama-0.85b-$ty-s7.gguf
 	if [ ! -s "$m" ]; then
 		echo "(generating $m once)" >&2
 		$SHOAL mkmodel --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
-			--vocab 32000 --type "$ty" --seed 1 --name "bench-0.85b-$ty" -o "$m" || exit 1
+			--vocab 32000 --type "$ty" --seed 7 --name "bench-0.85b-$ty" -o "$m" >&2 || exit 1
 	fi
+	ll=
+	[ -n "$LLAMA_BENCH" ] && [ -x "$LLAMA_BENCH" ] && ll=$(llama_run "$m")
 	for t in $THREADS; do
-		line=$($SHOAL bench --model "$m" --threads "$t" --prompt 128 --gen 64) || continue
-		get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-		pc=$(awk -v c="$(get prefill_cpu_s)" -v w="$(get prefill_wall_s)" -v t="$t" \
-			'BEGIN { printf "%.0f", 100 * c / (w * t) }')
-		dc=$(awk -v c="$(get decode_cpu_s)" -v w="$(get decode_wall_s)" -v t="$t" \
-			'BEGIN { printf "%.0f", 100 * c / (w * t) }')
-		printf '%-5s %7s %13s %12s %14s %6s %7s %8s %10s %9s\n' "$ty" "$t" \
-			"$(get prefill_tok_s)" "$(get decode_tok_s)" "$(get bytes_per_token)" \
-			"$(get decode_gb_s)" "$(get peak_rss_mb)" "$(get file_mb)" "$pc" "$dc"
+		eval "bw=\$BW_$t"
+		p128=
+		for p in $PROMPTS; do
+			g=1
+			[ "$p" = 128 ] && g=$GEN
+			line=$($SHOAL bench --model "$m" --threads "$t" --prompt "$p" --gen "$g") || continue
+			tps=$(get "$line" prefill_tok_s)
+			[ "$p" = 128 ] && p128=$tps
+			lf=$([ -n "$ll" ] && llama_fig "$ll" "$t" "$p" 0)
+			ratio=$([ -n "$lf" ] && awk -v a="$tps" -v b="$lf" 'BEGIN { printf "%.2fx", a / b }')
+			rel=
+			[ "$p" != 128 ] && [ -n "$p128" ] &&
+				rel=$(awk -v a="$p128" -v b="$tps" 'BEGIN { printf "cost/tok %.2fx of 128", a / b }')
+			printf '%-5s %3s %-9s %8s %9s %8s %7s %10s %8s %7s %s\n' "$ty" "$t" "pp$p" "$tps" \
+				"${lf:--}" "${ratio:--}" - - "$(get "$line" peak_rss_mb)" \
+				"$(pct "$(get "$line" prefill_cpu_s)" "$(get "$line" prefill_wall_s)" "$t")" "$rel"
+			if [ "$p" = 128 ]; then
+				dec=$(get "$line" decode_tok_s)
+				bpt=$(get "$line" bytes_per_token)
+				bound=$(awk -v b="$bw" -v n="$bpt" 'BEGIN { if (b > 0) printf "%.1f", b * 1e9 / n }')
+				of=$(awk -v d="$dec" -v b="$bound" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * d / b }')
+				lf=$([ -n "$ll" ] && llama_fig "$ll" "$t" 0 "$GEN")
+				ratio=$([ -n "$lf" ] && awk -v a="$dec" -v b="$lf" 'BEGIN { printf "%.2fx", a / b }')
+				printf '%-5s %3s %-9s %8s %9s %8s %7s %10s %8s %7s\n' "$ty" "$t" "tg$GEN" "$dec" \
+					"${lf:--}" "${ratio:--}" "${bound:--}" "${of:--}" \
+					"$(get "$line" peak_rss_mb)" \
+					"$(pct "$(get "$line" decode_cpu_s)" "$(get "$line" decode_wall_s)" "$t")"
+			fi
+		done
 	done
 done
-echo "llama.cpp on this machine class: decode 28/37 (q8_0, 1/2 threads), 40/59 (q4_0);" \
-	"prefill 85/164 (q8_0), 132/197 (q4_0)"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+[ -z "$LLAMA_BENCH" ] && echo "(llama.cpp not run: set LLAMA_BENCH=/path/to/llama-bench to compare)"
+exit 0

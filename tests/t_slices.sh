@@ -43,7 +43,7 @@ state() { echo "$(ns_dir "$1")/state"; }
 start() {
 	_h=$1; shift
 	ns_start "$_h" agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(state "$_h")" \
-		--settle 0.5 "$@"
+		--settle 0.5 --kv-type f32 "$@"
 }
 url() { echo "http://$(ns_ip "$1"):8080$2"; }
 plan_ranks() { jq '.ranks | length' "$(state "$1")/plan.json" 2>/dev/null; }
@@ -67,7 +67,9 @@ share_line() {
 }
 shares_seen() { [ "$(grep -ch 'share of .* MB here; fetched' "$(ns_dir 3)/agent.log")" -ge "$1" ]; }
 
-"$SHOAL" generate --model "$GEN" --prompt "$PROMPT" --max-tokens $N --temperature 0 >"$TMP/exp.raw" 2>/dev/null
+# an F32 cache: the ranks' partial sums then round as one node's (F16 may flip a near tie)
+"$SHOAL" generate --model "$GEN" --prompt "$PROMPT" --max-tokens $N --temperature 0 --kv-type f32 \
+	>"$TMP/exp.raw" 2>/dev/null
 v=$(cat "$TMP/exp.raw"; printf x); v=${v%x}; printf '%s' "${v%?}" >"$TMP/exp"
 
 mkdir -p "$(state 1)" "$(state 2)" "$(state 3)"

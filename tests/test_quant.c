@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "infer/pool.h"
 #include "infer/quant/quant.h"
+#include "infer/quant/repack.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -370,11 +371,162 @@ TEST(batched_kernels_vs_reference)
 		SKIP("no batched kernel on this CPU");
 }
 
+/* The interleaved R16 layout (repack.h): repack then unpack gives the rows back byte for byte;
+ * the reference tiled kernel equals the plain matvec kernel on the original rows exactly (the
+ * same integer block dots and float expression); the optimized one is within NMSE 1e-10 of it
+ * (float rounding order only), for 1..8 vectors, several groups, whole and column-sliced rows.
+ * The KV cache's weighted-sum kernels (vsum) against the plain ones, NMSE 1e-12. */
+TEST(repacked_kernels_vs_reference)
+{
+	enum { G = 3, ROWS = G * QR_ROWS, N = 1024, LDO = ROWS + 5 };
+	static float w[ROWS * N], x[8][N], ref[8][ROWS], got[8][LDO];
+	static uint8_t wq[ROWS * N * 2], rp[ROWS * N * 2], back[ROWS * N * 2], act[8][N * 2];
+	for (int i = 0; i < ROWS * N; i++)
+		w[i] = frand() * (1 + (i % 5));
+	for (int t = 0; t < 8; t++)
+		for (int i = 0; i < N; i++)
+			x[t][i] = frand() * (float)(t + 1);
+	quant_init(0);
+	const int rtypes[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+	for (size_t k = 0; k < ARRAY_LEN(rtypes); k++) {
+		int t = rtypes[k];
+		CHECK(quant_repack_supported(t));
+		size_t rb = quant_row_bytes(t, N), gb = quant_repack_group_bytes(t, N);
+		CHECK_EQ_INT(gb, QR_ROWS * rb);
+		for (int r = 0; r < ROWS; r++)
+			quant_quantize_row(t, w + r * N, wq + r * rb, N);
+		quant_repack(t, wq, rb, G, N, rp);
+		quant_unpack(t, rp, G, N, back);
+		CHECK(!memcmp(back, wq, (size_t)ROWS * rb));
+		quant_act_t a[8];
+		for (int v = 0; v < 8; v++) {
+			quant_act_prepare(t, x[v], N, act[v], &a[v]);
+			quant_ops_ref(t)->rows(ref[v], wq, rb, ROWS, &a[v], N);
+		}
+		quant_gemm_fn fr = quant_gemm_ref(t), fo = quant_gemm(t);
+		CHECK(fr && fo);
+		if (!fr || !fo)
+			continue;
+		fprintf(stderr, "%s tiled kernel: %s\n", quant_type_name(t), quant_gemm_impl(t));
+		for (int nt = 1; nt <= 8; nt++) {
+			memset(got, 0, sizeof got);
+			fr(&got[0][0], LDO, rp, G, a, nt, N);
+			for (int v = 0; v < nt; v++)
+				CHECK(!memcmp(got[v], ref[v], sizeof ref[v]));
+			memset(got, 0, sizeof got);
+			fo(&got[0][0], LDO, rp, G, a, nt, N);
+			for (int v = 0; v < nt; v++) {
+				double e = nmse(got[v], ref[v], ROWS);
+				if (!(e <= 1e-10))
+					fprintf(stderr, "%s %s nt %d v %d: nmse %g\n",
+						quant_type_name(t), quant_gemm_impl(t), nt, v, e);
+				CHECK(e <= 1e-10);
+				CHECK(got[v][ROWS] == 0); /* nothing past the groups */
+			}
+			for (int v = nt; v < 8; v++)
+				CHECK(got[v][0] == 0);
+		}
+		/* one group from the middle, a column slice [256, 768) repacked on its own */
+		static uint8_t rs[QR_ROWS * N * 2];
+		quant_repack(t, wq + QR_ROWS * rb + quant_row_bytes(t, 256), rb, 1, 512, rs);
+		quant_act_t s[8];
+		for (int v = 0; v < 8; v++) {
+			s[v] = quant_act_slice(&a[v], 256);
+			quant_ops_ref(t)->rows(ref[v], wq + QR_ROWS * rb + quant_row_bytes(t, 256),
+					       rb, QR_ROWS, &s[v], 512);
+		}
+		fo(&got[0][0], LDO, rs, 1, s, 8, 512);
+		for (int v = 0; v < 8; v++)
+			CHECK(nmse(got[v], ref[v], QR_ROWS) <= 1e-10);
+	}
+	/* vsum over F32, F16 and Q8_0 rows of 64..160 elements, strided as a KV cache */
+	enum { T = 45, W = 160, STRIDE = 4 * 512 };
+	static uint8_t vrows[T * STRIDE];
+	static float av[T], o1[W], o2[W], vals[W];
+	for (int i = 0; i < T; i++)
+		av[i] = frand();
+	const int vt[] = {QT_F32, QT_F16, QT_Q8_0};
+	for (size_t k = 0; k < ARRAY_LEN(vt); k++)
+		for (int n = 64; n <= W; n += 32) {
+			for (int r = 0; r < T; r++) {
+				for (int i = 0; i < n; i++)
+					vals[i] = frand();
+				quant_quantize_row(vt[k], vals, vrows + (size_t)r * STRIDE, n);
+			}
+			for (int i = 0; i < n; i++)
+				o1[i] = o2[i] = frand(); /* vsum adds to what is there */
+			quant_vsum(vt[k])(o1, av, vrows, STRIDE, T, n);
+			quant_vsum_ref(vt[k])(o2, av, vrows, STRIDE, T, n);
+			CHECK(nmse(o1, o2, n) <= 1e-12);
+		}
+}
+
+/* Attention tile kernels (quant_qkt, quant_av) against the plain loops for 1..6 queries,
+ * head sizes 64, 128 and 96 (64 + a 32-column rest), partial tiles: NMSE 1e-12. */
+TEST(attention_tile_kernels)
+{
+	enum { HD = 128, NQ = 6 };
+	static float kt[HD * 64], v[64 * 200], q[NQ][HD], s1[NQ * 64], s2[NQ * 64];
+	static float o1[NQ][HD], o2[NQ][HD];
+	for (int i = 0; i < HD * 64; i++)
+		kt[i] = frand();
+	for (int i = 0; i < 64 * 200; i++)
+		v[i] = frand();
+	for (int j = 0; j < NQ; j++)
+		for (int i = 0; i < HD; i++)
+			q[j][i] = frand();
+	for (int i = 0; i < NQ * 64; i++)
+		s1[i] = frand();
+	quant_init(0);
+	const int hds[] = {64, 128, 96};
+	for (size_t k = 0; k < ARRAY_LEN(hds); k++)
+		for (int nq = 1; nq <= NQ; nq++) {
+			int hd = hds[k];
+			const float *qp[NQ];
+			float *p1[NQ], *p2[NQ];
+			for (int j = 0; j < nq; j++) {
+				qp[j] = q[j];
+				p1[j] = o1[j];
+				p2[j] = o2[j];
+				for (int i = 0; i < hd; i++)
+					o1[j][i] = o2[j][i] = frand();
+			}
+			quant_qkt()(s1, qp, nq, kt, hd);
+			quant_qkt_ref()(s2, qp, nq, kt, hd);
+			CHECK(nmse(s1, s2, nq * 64) <= 1e-12);
+			int T = 37 + nq; /* a partial tile */
+			quant_av()(p1, s2, nq, v + 3, 200, T, hd);
+			quant_av_ref()(p2, s2, nq, v + 3, 200, T, hd);
+			for (int j = 0; j < nq; j++)
+				CHECK(nmse(o1[j], o2[j], hd) <= 1e-12);
+		}
+}
+
+/* The optimized Q8_0 activation quantizer is bit-identical to the plain one (an all-zero block
+ * and ties at .5 included). */
+TEST(act_prepare_fast_equals_plain)
+{
+	enum { N = 2048 };
+	static float x[N];
+	static uint8_t b1[N * 2], b2[N * 2];
+	for (int i = 0; i < N; i++)
+		x[i] = i < 32 ? 0.f : i % 97 == 0 ? 127.f * 0.5f : frand() * (1 + i % 11);
+	quant_act_t a1, a2;
+	quant_init(1);
+	quant_act_prepare(QT_Q8_0, x, N, b1, &a1);
+	quant_init(0);
+	quant_act_prepare(QT_Q8_0, x, N, b2, &a2);
+	CHECK(!memcmp(a1.q, a2.q, N));
+	CHECK(!memcmp(a1.d, a2.d, N / 32 * sizeof(float)));
+	CHECK(!memcmp(a1.bsums, a2.bsums, N / 32 * sizeof(int16_t)));
+}
+
 /* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */
 TEST(kernels_vs_reference_avx2)
 {
 	setenv("SHOAL_NO_VNNI", "1", 1);
 	test_kernels_vs_reference();
+	test_repacked_kernels_vs_reference();
 	unsetenv("SHOAL_NO_VNNI");
 }
 
@@ -406,6 +558,9 @@ int main(void)
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);
+	RUN(repacked_kernels_vs_reference);
+	RUN(act_prepare_fast_equals_plain);
+	RUN(attention_tile_kernels);
 	RUN(expsum_accuracy);
 	RUN(wsum_vs_reference);
 	RUN(pool_runs_every_thread);

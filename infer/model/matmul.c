@@ -1,8 +1,12 @@
 /*
  * matmul.c: every matrix product of the forward pass goes through here, the one place that
- * chooses the kernel: types with a batched integer kernel (rows8) use it for any batch; otherwise
- * a batch of fewer than BLAS_MIN tokens uses the integer matvec kernels (weights read once per
- * batch, rows split over the pool) and a larger one dequantizes tiles of rows and calls
+ * chooses the kernel: a matrix with an interleaved copy (wmat_repack, repack.h) goes through the
+ * tiled integer kernel for any batch (decode included): the activations are quantized once per
+ * row, the pool threads claim chunks of GEMM_GROUPS row groups and run every token tile over
+ * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
+ * the token tiles). Otherwise types with a batched integer kernel (rows8) use it for any batch;
+ * otherwise a batch of fewer than BLAS_MIN tokens uses the integer matvec kernels (weights read
+ * once per batch, rows split over the pool) and a larger one dequantizes tiles of rows and calls
  * cblas_sgemm on each pool thread (OpenBLAS itself single-threaded).
  *
  * Invariant: the weights are only read; results are written to caller-owned rows only.
@@ -10,16 +14,92 @@
 #include "common/common.h"
 #include "infer/model/model_int.h"
 
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #ifdef SHOAL_ACCELERATE
 #include <Accelerate/Accelerate.h>
 #else
 #include <cblas.h>
 #endif
 
-/* The batched integer kernel costs about as much for 2 inputs as for 8 (measured on AVX-512 VNNI:
- * ~3x a single-input pass at 2, ~3.5x at 4); below this many inputs one pass per input is
- * cheaper (continuous batching decodes 2-3 sequences often). */
+/* The batched integer kernel (rows8, for matrices that are not repacked) costs about as much for
+ * 2 inputs as for 8 (measured on AVX-512 VNNI: ~3x a single-input pass at 2, ~3.5x at 4); below
+ * this many inputs one pass per input is cheaper (continuous batching decodes 2-3 sequences
+ * often). */
 #define ROWS8_MIN 4
+#define GEMM_GROUPS                                                                                \
+	4 /* row groups (x16 rows) per chunk of the tiled kernel for a batch (the                  \
+	   * chunk's weights stay in L2 across the token tiles) */
+#define GEMM_CHUNKS                                                                                \
+	8 /* one token: about this many chunks per thread and matrix (longer runs                  \
+	   * of contiguous weights keep the prefetchers streaming) */
+
+/* ---- repacking ---------------------------------------------------------------------------- */
+
+typedef struct rp_job {
+	wmat_t *w;
+	uint8_t *dst;
+	size_t gbytes;
+} rp_job_t;
+
+static void rp_task(void *ctx, int c, int nc, int tid)
+{
+	rp_job_t *j = ctx;
+	int lo, hi;
+	(void)tid;
+	pool_split(j->w->rp_groups, c, nc, 1, &lo, &hi);
+	quant_repack(j->w->type, j->w->data + (size_t)lo * QR_ROWS * j->w->row_bytes,
+		     j->w->row_bytes, hi - lo, j->w->cols, j->dst + (size_t)lo * j->gbytes);
+}
+
+int wmat_repack(model_t *m, wmat_t *w, int release)
+{
+	const char *impl = quant_gemm_impl(w->type);
+	if (!quant_repack_supported(w->type) || !impl || !strcmp(impl, "ref") ||
+	    w->rows < QR_ROWS || w->cols > QR_MAX_N || getenv("SHOAL_NO_REPACK"))
+		return 0;
+	int ng = w->rows / QR_ROWS;
+	size_t gb = quant_repack_group_bytes(w->type, w->cols);
+	uint8_t *dst = aligned_alloc(64, ((size_t)ng * gb + 63) & ~(size_t)63);
+	if (!dst)
+		return SH_ENOMEM;
+	w->rp_groups = ng;
+	/* Q6_K's tiled kernel costs more CPU per row than the matvec one for a single token
+	 * (assembling 6-bit values for one vector): decode keeps the original rows, mapped */
+	w->rp_min_b = w->type == QT_Q6_K ? 2 : 1;
+	if (w->rp_min_b > 1)
+		release = 0;
+	rp_job_t j = {w, dst, gb};
+	pool_run(m->pool, rp_task, &j, MIN(ng, 8 * pool_threads(m->pool)));
+	w->rp = w->rp_own = dst;
+	w->rp_of = w->data;
+	w->gemm = quant_gemm(w->type);
+	if (release) { /* whole pages inside the repacked rows only */
+		uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+		uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+		uintptr_t b =
+		    ((uintptr_t)w->data + (size_t)ng * QR_ROWS * w->row_bytes) & ~(pg - 1);
+		if (b > a)
+			madvise((void *)a, b - a, MADV_DONTNEED);
+	}
+	return 0;
+}
+
+void wmat_release(wmat_t *w)
+{
+	free(w->rp_own);
+	w->rp = w->rp_own = NULL;
+	w->rp_groups = 0;
+}
+
+static int mm_repacked(const wmat_t *w, int B)
+{
+	return w->rp && w->rp_of == w->data && w->rows >= w->rp_groups * QR_ROWS &&
+	       B >= w->rp_min_b;
+}
 
 /* ---- matmul: out[b][r] = W[r, :] . x[b][:] for B inputs and up to MAX_MULTI matrices -------- */
 
@@ -30,8 +110,10 @@ typedef struct mm_job {
 	float *out[MAX_MULTI]; /* [B][w->rows] */
 	const float *x;        /* [B][cols] (same cols for every matrix) */
 	int B, cols;
-	int per;              /* chunks per matrix */
-	quant_act_t acts[64]; /* per input, integer path */
+	int per;                /* chunks per matrix */
+	int cum[MAX_MULTI + 1]; /* tiled path: chunks of matrices before k */
+	int gper;               /* tiled path: row groups per chunk */
+	quant_act_t acts[64];   /* per input, integer path */
 } mm_job_t;
 
 /* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
@@ -54,7 +136,8 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
-		if (j->B >= ROWS8_MIN && w->ops->rows8) { /* one pass over these rows per 8 inputs */
+		if (j->B >= ROWS8_MIN &&
+		    w->ops->rows8) { /* one pass over these rows per 8 inputs */
 			for (int b = 0; b < j->B; b += 8)
 				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
 					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b),
@@ -65,6 +148,49 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
 				     &j->acts[b], j->cols);
 	}
+}
+
+/* Tiled path: chunk c is GEMM_GROUPS row groups of one matrix (all B tokens, in tiles of
+ * QR_NT), or that matrix's rows past its last whole group. */
+static void mm_gemm_task(void *ctx, int c, int nc, int tid)
+{
+	mm_job_t *j = ctx;
+	int k = 0;
+	(void)nc;
+	(void)tid;
+	while (c >= j->cum[k + 1])
+		k++;
+	const wmat_t *w = j->w[k];
+	int g0 = (c - j->cum[k]) * j->gper;
+	if (g0 >= w->rp_groups) { /* the tail rows */
+		int r0 = w->rp_groups * QR_ROWS;
+		for (int b = 0; b < j->B; b++)
+			w->ops->rows(j->out[k] + (size_t)b * w->rows + r0,
+				     w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
+				     w->rows - r0, &j->acts[b], j->cols);
+		return;
+	}
+	int ng = MIN(j->gper, w->rp_groups - g0);
+	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
+	for (int b = 0; b < j->B; b += QR_NT)
+		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
+			&j->acts[b], MIN(QR_NT, j->B - b), j->cols);
+}
+
+typedef struct act_job {
+	model_t *m;
+	int type, cols;
+	const float *x;
+	quant_act_t *acts;
+} act_job_t;
+
+static void act_task(void *ctx, int b, int nb, int tid)
+{
+	act_job_t *j = ctx;
+	(void)nb;
+	(void)tid;
+	quant_act_prepare(j->type, j->x + (size_t)b * j->cols, j->cols,
+			  j->m->act + (size_t)b * j->m->act_stride, &j->acts[b]);
 }
 
 static void mm_sgemm_task(void *ctx, int c, int nc, int tid)
@@ -100,7 +226,21 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		j.w[k] = w[k];
 		j.out[k] = out[k];
 	}
-	int nt = pool_threads(m->pool), rows = w[0]->rows;
+	int nt = pool_threads(m->pool), rows = w[0]->rows, tiled = 1;
+	for (int k = 0; k < n_mat; k++)
+		tiled &= mm_repacked(w[k], B);
+	if (tiled) { /* activations quantized once, on the pool when there are several */
+		act_job_t aj = {m, w[0]->type, j.cols, x, j.acts};
+		pool_run(m->pool, act_task, &aj, B);
+		j.cum[0] = 0;
+		j.gper =
+		    B > 1 ? GEMM_GROUPS : MAX(GEMM_GROUPS, w[0]->rp_groups / (GEMM_CHUNKS * nt));
+		for (int k = 0; k < n_mat; k++)
+			j.cum[k + 1] = j.cum[k] + (w[k]->rp_groups + j.gper - 1) / j.gper +
+				       (w[k]->rows > w[k]->rp_groups * QR_ROWS);
+		pool_run(m->pool, mm_gemm_task, &j, j.cum[n_mat]);
+		return;
+	}
 	if (B >= BLAS_MIN && !w[0]->ops->rows8) {
 		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
 		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);

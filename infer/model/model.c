@@ -36,6 +36,7 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
 			       gguf_type_name(t->type), name);
+	memset(w, 0, sizeof *w);
 	if (t->ne[0] % quant_block_elems(t->type))
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "tensor %s: row of %lld is not whole blocks", name,
@@ -86,15 +87,36 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->layer1 = meta->n_layers;
 }
 
-size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard)
+int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen)
+{
+	if (kv_type != QT_F32 && kv_type != QT_F16 && kv_type != QT_Q8_0)
+		return sh_fail(err, errlen, SH_EINVAL, "KV cache type %s is not f32, f16 or q8_0",
+			       quant_type_name(kv_type));
+	if (meta->head_dim > 1024) /* attn.c's per-item buffers */
+		return sh_fail(err, errlen, SH_EINVAL, "head_dim %d is over 1024", meta->head_dim);
+	if (meta->n_heads / meta->n_kv_heads > ATT_GROUP)
+		return sh_fail(err, errlen, SH_EINVAL, "more than %d query heads per KV head",
+			       ATT_GROUP);
+	if (meta->head_dim % quant_block_elems(kv_type))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "a %s KV cache needs head_dim a multiple of %d (it is %d)",
+			       quant_type_name(kv_type), quant_block_elems(kv_type),
+			       meta->head_dim);
+	return 0;
+}
+
+size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard, int kv_type)
 {
 	model_shard_t full;
 	if (!shard) {
 		model_shard_full(meta, &full);
 		shard = &full;
 	}
+	if (model_kv_type_check(meta, kv_type, NULL, 0))
+		return 0;
 	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
-	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim * sizeof(float);
+	return (size_t)nl * 2 *
+	       quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
 }
 
 static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err, size_t errlen)
@@ -154,6 +176,26 @@ static int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, co
 	return 0;
 }
 
+/* The interleaved copies of a layer's matrices (matmul.c). A private column slice wholly
+ * repacked is freed: nothing reads its rows any more. */
+static int repack_layer(model_t *m, layer_t *L)
+{
+	wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+	uint8_t **own[] = {NULL, NULL, NULL, &L->wo_own, NULL, NULL, &L->down_own};
+	for (size_t i = 0; i < ARRAY_LEN(w); i++) {
+		int rc = wmat_repack(m, w[i], !(own[i] && *own[i]));
+		if (rc)
+			return rc;
+		if (own[i] && *own[i] && w[i]->rp && w[i]->rp_groups * QR_ROWS == w[i]->rows &&
+		    w[i]->rp_min_b <= 1) {
+			free(*own[i]);
+			*own[i] = NULL;
+			w[i]->data = w[i]->rp_of = NULL;
+		}
+	}
+	return 0;
+}
+
 int model_n_ctx(const model_t *m)
 {
 	return m->n_ctx;
@@ -193,12 +235,13 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
+	m->att_tiles = aligned_alloc(64, (size_t)nt * 2 * ATT_TILE * mt->head_dim * sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
 	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 6 + 63) & ~63u;
 	m->act = aligned_alloc(64, b * m->act_stride);
 	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-	    !m->scores || !m->act || !m->tiles)
+	    !m->scores || !m->act || !m->tiles || !m->att_tiles)
 		return SH_ENOMEM;
 	for (int i = 0; i < nt; i++)
 		if (!(m->tiles[i] = malloc((size_t)TILE_ROWS * maxc * sizeof(float))))
@@ -209,17 +252,27 @@ static int alloc_scratch(model_t *m, int max_b)
 int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
 	      int n_ctx, pool_t *pool, char *err, size_t errlen)
 {
-	return model_new_slots(out, g, meta, shard, n_ctx, 1, pool, err, errlen);
+	return model_new_slots(out, g, meta, shard, n_ctx, 1, MODEL_KV_DEFAULT, pool, err, errlen);
+}
+
+int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
+		 const model_shard_t *shard, int n_ctx, int kv_type, pool_t *pool, char *err,
+		 size_t errlen)
+{
+	return model_new_slots(out, g, meta, shard, n_ctx, 1, kv_type, pool, err, errlen);
 }
 
 int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
-		    const model_shard_t *shard, int n_ctx, int n_slots, pool_t *pool, char *err,
-		    size_t errlen)
+		    const model_shard_t *shard, int n_ctx, int n_slots, int kv_type, pool_t *pool,
+		    char *err, size_t errlen)
 {
 	*out = NULL;
 	if (n_slots < 1 || n_ctx < 1)
 		return sh_fail(err, errlen, SH_EINVAL, "bad context %d or slot count %d", n_ctx,
 			       n_slots);
+	int bind_only = kv_type == MODEL_KV_NONE;
+	if (!bind_only && model_kv_type_check(meta, kv_type, err, errlen))
+		return SH_EINVAL;
 	model_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -294,19 +347,32 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 			goto err;
 	}
 
+	for (int l = m->sh.layer0; !bind_only && l < m->sh.layer1; l++)
+		if (repack_layer(m, &m->layers[l])) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
+			goto err;
+		}
+	/* the head (its pages stay when it is the tied embedding: rows are looked up there) */
+	if (!bind_only && wmat_repack(m, &m->out, !meta->tied_output)) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
+		goto err;
+	}
+
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
-	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots * (size_t)n_ctx *
-			  (size_t)m->kvd;
-	m->kc = malloc(kv_elems * sizeof(float));
-	m->vc = malloc(kv_elems * sizeof(float));
+	m->kv_type = bind_only ? QT_F32 : kv_type;
+	m->kv_row = bind_only ? 0 : quant_row_bytes(kv_type, m->kvd);
+	m->kv_ops = quant_ops(m->kv_type);
+	size_t kv_rows = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots * (size_t)n_ctx;
+	m->kc = malloc(MAX(kv_rows * m->kv_row, 1));
+	m->vc = malloc(MAX(kv_rows * m->kv_row, 1));
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, MODEL_MAX_BATCH)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d x %d slots",
 			     n_ctx, n_slots);
 		goto err;
 	}
-	m->f32 = quant_ops(QT_F32);
-	m->wsum = quant_wsum();
+	m->qkt = quant_qkt();
+	m->av = quant_av();
 	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
@@ -336,11 +402,16 @@ void model_free(model_t *m)
 			free(L->k_norm);
 			free(L->wo_own);
 			free(L->down_own);
+			wmat_t *w[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+				       &L->w_gate, &L->w_up, &L->w_down};
+			for (size_t i = 0; i < ARRAY_LEN(w); i++)
+				wmat_release(w[i]);
 		}
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
 			free(m->tiles[i]);
 	free(m->tiles);
+	wmat_release(&m->out);
 	free(m->layers);
 	free(m->out_norm);
 	free(m->inv_freq);
@@ -356,6 +427,7 @@ void model_free(model_t *m)
 	free(m->hb);
 	free(m->hb2);
 	free(m->scores);
+	free(m->att_tiles);
 	free(m->act);
 	free(m);
 }
@@ -511,11 +583,12 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
 				rope(m, k + h * hd, pos[b]);
 			}
-			size_t at = kv_at(m, lc, slot[b], pos[b]);
-			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
-			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
+			attn_cache_put(m, lc, slot[b], pos[b], k, v);
 		}
-		attention(m, lc, B);
+		if (m->attn_ref)
+			attention_ref(m, lc, B);
+		else
+			attention(m, lc, B);
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

@@ -57,14 +57,28 @@ typedef int (*model_pipe_fn)(void *ctx, int dir, float *x, int B, int dim);
 /* The whole model on one rank. */
 void model_shard_full(const model_meta_t *meta, model_shard_t *s);
 
+/* KV cache element types (quant.h type numbers): QT_F32, QT_F16 (the default: half the memory,
+ * greedy output equal to F32 on the tested models) or QT_Q8_0 (head_dim a multiple of 32). */
+#define MODEL_KV_DEFAULT 1 /* QT_F16 */
+/* kv_type for model_new_slots that binds the weights only: no cache, nothing repacked (for
+ * model_weight_ranges: which bytes of the file a shard reads). */
+#define MODEL_KV_NONE (-1)
+
 /* Binds the weights of g (borrowed: must outlive the model) and allocates a KV cache of n_ctx
- * positions. shard NULL = everything. pool borrowed. Returns 0 or SH_E* with a reason. */
+ * positions of the default type. shard NULL = everything. pool borrowed. Returns 0 or SH_E* with
+ * a reason. */
 int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
 	      int n_ctx, pool_t *pool, char *err, size_t errlen);
-/* As model_new with a KV cache of n_slots sequences of n_ctx positions each (model_new: 1). */
+/* The same with the KV cache in kv_type (one of the types above; SH_EINVAL with a reason for any
+ * other, or for Q8_0 when head_dim is not whole blocks). */
+int model_new_kv(model_t **out, const gguf_t *g, const model_meta_t *meta,
+		 const model_shard_t *shard, int n_ctx, int kv_type, pool_t *pool, char *err,
+		 size_t errlen);
+/* The one constructor: a KV cache of n_slots sequences of n_ctx positions each, in kv_type
+ * (model_new: 1 slot, F16; model_new_kv: 1 slot). */
 int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
-		    const model_shard_t *shard, int n_ctx, int n_slots, pool_t *pool, char *err,
-		    size_t errlen);
+		    const model_shard_t *shard, int n_ctx, int n_slots, int kv_type, pool_t *pool,
+		    char *err, size_t errlen);
 void model_free(model_t *m); /* NULL-safe */
 
 /* Installs the all-reduce hook (fn NULL = single node). */
@@ -73,8 +87,11 @@ void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx);
 /* Installs the pipeline hook (fn NULL = no pipeline). */
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);
 
-/* Bytes of KV cache per position for a shard (for sizing n_ctx before model_new). */
-size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard);
+/* Bytes of KV cache per position for a shard (NULL = whole model) with elements of kv_type (for
+ * sizing n_ctx before model_new; 0 for a type the cache cannot hold). */
+size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard, int kv_type);
+/* 0 when kv_type can hold this model's cache, else SH_EINVAL with a reason. */
+int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen);
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (pos + n <= n_ctx), filling the KV cache, and
  * writes the last token's logits (n_vocab floats) into logits (may be NULL to skip the head).

@@ -13,6 +13,7 @@
 
 #include "infer/model/model.h"
 #include "infer/quant/quant.h"
+#include "infer/quant/repack.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +22,9 @@
 #define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
 #define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
 #define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
+#define ATT_TILE  64  /* cache positions per attention tile (attn.c) */
+#define ATT_GROUP 64  /* query heads per KV head at most */
+#define ATT_QB    16  /* tokens per attention work item (they share each converted tile) */
 
 typedef struct wmat {
 	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
@@ -32,6 +36,15 @@ typedef struct wmat {
 			     * slice was copied out), rows src_stride apart: the bytes of the file
 			     * this view reads (model_weight_ranges) */
 	size_t src_stride;
+	/* Optional interleaved copy (wmat_repack): rows [0, 16 * rp_groups) in the R16 layout of
+	 * repack.h, used while data == rp_of and rows >= 16 * rp_groups (a view made by copying
+	 * the struct and moving data or rows falls back to the rows above by itself). */
+	const uint8_t *rp, *rp_of;
+	int rp_groups;
+	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
+		       */
+	quant_gemm_fn gemm;
+	uint8_t *rp_own; /* what to free (wmat_release) */
 } wmat_t;
 
 typedef struct layer {
@@ -60,7 +73,13 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	int n_slots;     /* sequences with their own KV range (model_new_slots) */
-	float *kc, *vc;  /* [layer1 - layer0][n_slots][n_ctx][kvd] */
+	/* KV cache: [layer1 - layer0][n_slots][n_ctx] rows of kvd elements of kv_type, kv_row bytes
+	 * each (kv_at); a head's slice starts at quant_row_bytes(kv_type, h * head_dim) (whole
+	 * blocks) */
+	uint8_t *kc, *vc;
+	int kv_type;
+	size_t kv_row;
+	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
 	const int *bslot, *bpos; /* [B] slot and position of each token of the batch in progress */
@@ -69,6 +88,8 @@ struct model {
 	float *att;              /* [max_b][qd] */
 	float *hb, *hb2;         /* [max_b][n_ffn] */
 	float *scores;           /* [threads][n_ctx] */
+	float *att_tiles;        /* [threads][2][ATT_TILE * head_dim]: a K tile (F32, transposed:
+				  * [head_dim][ATT_TILE]) and a V tile (F32, [ATT_TILE][head_dim]) */
 	uint8_t *act;            /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
@@ -76,12 +97,21 @@ struct model {
 	void *ar_ctx;
 	model_pipe_fn pipe;
 	void *pipe_ctx;
-	const quant_ops_t *f32; /* F32 matvec, for attention scores */
-	quant_wsum_fn wsum;     /* attention's weighted sum of values */
+	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
+	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
+	quant_av_fn av;         /* weighted sums of a V tile */
 	quant_expsum_fn expsum; /* softmax numerators */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
+
+/* Makes the interleaved copy of w when its type has a fast tiled kernel on this CPU (and
+ * SHOAL_NO_REPACK is unset), the rearranging split over the pool. With release, the pages of
+ * the original rows are then dropped from this process (the file and its mapping are never
+ * written; a later read of them faults them back in). Returns 0 (also when nothing was done) or
+ * SH_ENOMEM. */
+int wmat_repack(model_t *m, wmat_t *w, int release);
+void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
 /* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B);
@@ -92,14 +122,21 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
 /* ---- attn.c ------------------------------------------------------------------------------ */
 
 /* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, bpos[b]] of slot bslot[b], for
- * each of the B tokens and each of the shard's query heads, reading layer lc of the KV cache. */
+ * each of the B tokens and each of the shard's query heads, reading layer lc of the KV cache: one
+ * pass over the positions in tiles with a running max and sum (online softmax), the full score
+ * row is never stored. */
 void attention(model_t *m, int lc, int B);
+/* The same computed plainly (whole score row, reference dequantize, scalar loops): the test
+ * oracle for attention(). */
+void attention_ref(model_t *m, int lc, int B);
+/* Stores k[kvd], v[kvd] (F32) as position pos of slot in layer lc of the cache, in its type. */
+void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const float *v);
 
-/* Offset (in floats) of position pos of slot in layer lc of the KV cache. */
+/* Byte offset of position pos of slot in layer lc of the KV cache (kc and vc alike). */
 static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
 {
 	return (((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos) *
-	       (size_t)m->kvd;
+	       m->kv_row;
 }
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */

@@ -420,6 +420,8 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 
 /* ---- activations -------------------------------------------------------------------------- */
 
+static int quant_use_ref; /* set once by quant_init before threads start */
+
 static int act_type_of(int wtype)
 {
 	switch (wtype) {
@@ -450,7 +452,13 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 	memset(a, 0, sizeof *a);
 	a->type = act_type_of(wtype);
 	uint8_t *p = buf;
-	if (a->type == QT_Q8_0) {
+	quant_act_q8_0_fn fast = quant_use_ref ? NULL : quant_x86_act_q8_0();
+	if (a->type == QT_Q8_0 && fast) {
+		a->q = (int8_t *)p;
+		a->d = (float *)(p + n);
+		a->bsums = (int16_t *)(p + n + (n / QK8_0) * 4);
+		fast(x, n, (int8_t *)a->q, (float *)a->d, (int16_t *)a->bsums);
+	} else if (a->type == QT_Q8_0) {
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
 		int16_t *bs = (int16_t *)(p + n + (n / QK8_0) * 4);
@@ -623,6 +631,37 @@ static void ref_rows_q6_k(float *out, const uint8_t *w, size_t stride, int nrows
 	}
 }
 
+/* vsum: every row dequantized exactly as quant_dequant_row() does, then added in t order. */
+static void ref_vsum_f32(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const float *row = (const float *)(v + (size_t)t * stride);
+		for (int i = 0; i < n; i++)
+			o[i] += a[t] * row[i];
+	}
+}
+
+static void ref_vsum_f16(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const uint16_t *row = (const uint16_t *)(v + (size_t)t * stride);
+		for (int i = 0; i < n; i++)
+			o[i] += a[t] * quant_f16_to_f32(row[i]);
+	}
+}
+
+static void ref_vsum_q8_0(float *o, const float *a, const uint8_t *v, size_t stride, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		const blk_q8_0 *b = (const blk_q8_0 *)(v + (size_t)t * stride);
+		for (int i = 0; i < n / QK8_0; i++) {
+			float s = a[t] * quant_f16_to_f32(b[i].d);
+			for (int j = 0; j < QK8_0; j++)
+				o[i * QK8_0 + j] += s * (float)b[i].q[j];
+		}
+	}
+}
+
 #define REF_DEQUANT(name, t)                                                                       \
 	static void name(const void *src, float *dst, int n)                                       \
 	{                                                                                          \
@@ -668,8 +707,6 @@ const quant_ops_t *quant_ops_opt(int wtype)
 	return o ? o : quant_ops_ref(wtype);
 }
 
-static int quant_use_ref; /* set once by quant_init before threads start */
-
 static void ref_wsum(float *o, const float *a, const float *v, size_t stride, int T, int n)
 {
 	memset(o, 0, (size_t)n * sizeof *o);
@@ -682,6 +719,64 @@ quant_wsum_fn quant_wsum(void)
 {
 	quant_wsum_fn f = quant_use_ref ? NULL : quant_x86_wsum();
 	return f ? f : ref_wsum;
+}
+
+quant_vsum_fn quant_vsum_ref(int type)
+{
+	switch (type) {
+	case QT_F32: return ref_vsum_f32;
+	case QT_F16: return ref_vsum_f16;
+	case QT_Q8_0: return ref_vsum_q8_0;
+	default: return NULL;
+	}
+}
+
+quant_vsum_fn quant_vsum(int type)
+{
+	quant_vsum_fn f = quant_use_ref ? NULL : quant_x86_vsum(type);
+	return f ? f : quant_vsum_ref(type);
+}
+
+static void ref_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j++) {
+		for (int t = 0; t < 64; t++)
+			s[64 * j + t] = 0;
+		for (int i = 0; i < hd; i++)
+			for (int t = 0; t < 64; t++)
+				s[64 * j + t] += q[j][i] * kt[i * 64 + t];
+	}
+}
+
+quant_qkt_fn quant_qkt_ref(void)
+{
+	return ref_qkt;
+}
+
+quant_qkt_fn quant_qkt(void)
+{
+	quant_qkt_fn f = quant_use_ref ? NULL : quant_x86_qkt();
+	return f ? f : ref_qkt;
+}
+
+static void ref_av(float *const *o, const float *a, int nq, const float *v, size_t stride, int T,
+		   int n)
+{
+	for (int j = 0; j < nq; j++)
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < n; i++)
+				o[j][i] += a[64 * j + t] * v[(size_t)t * stride + i];
+}
+
+quant_av_fn quant_av_ref(void)
+{
+	return ref_av;
+}
+
+quant_av_fn quant_av(void)
+{
+	quant_av_fn f = quant_use_ref ? NULL : quant_x86_av();
+	return f ? f : ref_av;
 }
 
 static float ref_expsum(float *x, int n, float mx)
@@ -705,6 +800,11 @@ const char *quant_init(int force_ref)
 	quant_use_ref = force_ref;
 	const quant_ops_t *o = quant_ops(QT_Q8_0);
 	return o->impl;
+}
+
+int quant_ref_forced(void)
+{
+	return quant_use_ref;
 }
 
 const quant_ops_t *quant_ops(int wtype)

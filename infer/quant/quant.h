@@ -190,6 +190,7 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n);
 /* Picks the kernel tables (best the CPU supports). force_ref=1 keeps the plain C ones.
  * Returns the implementation name. Call once, before threads start. */
 const char *quant_init(int force_ref);
+int quant_ref_forced(void);                  /* 1 when quant_init(1) asked for plain C only */
 const quant_ops_t *quant_ops(int wtype);     /* chosen table, NULL for unsupported types */
 const quant_ops_t *quant_ops_ref(int wtype); /* plain C table */
 const quant_ops_t *quant_ops_opt(int wtype); /* optimized table when the CPU has one, else ref */
@@ -209,11 +210,41 @@ typedef void (*quant_wsum_fn)(float *o, const float *a, const float *v, size_t s
 quant_wsum_fn quant_wsum(void);
 quant_wsum_fn quant_x86_wsum(void); /* NULL when unavailable */
 
+/* o[i] += sum over t < T of a[t] * v_t[i] for i < n, where v_t is the row of n elements of type
+ * t at v + t * stride bytes (attention's weighted sum of values read straight from a KV cache of
+ * that type; n whole blocks). quant_vsum(): best available for QT_F32, QT_F16, QT_Q8_0, NULL for
+ * other types; quant_vsum_ref(): the plain C one. */
+typedef void (*quant_vsum_fn)(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n);
+quant_vsum_fn quant_vsum(int type);
+quant_vsum_fn quant_vsum_ref(int type);
+quant_vsum_fn quant_x86_vsum(int type); /* NULL when unavailable */
+
+/* Attention over one tile of 64 keys for nq <= 4 queries sharing it (the query heads of one KV
+ * head): qkt: s[j * 64 + t] = sum over i < hd of q[j][i] * kt[i * 64 + t] (the keys stored
+ * transposed, [hd][64]: no horizontal sum per key); av: o[j][i] += sum over t < T of
+ * a[j * 64 + t] * v[t * stride + i] for i < n (T <= 64, stride in floats). Each tile element
+ * loaded serves all nq queries. */
+typedef void (*quant_qkt_fn)(float *s, const float *const *q, int nq, const float *kt, int hd);
+typedef void (*quant_av_fn)(float *const *o, const float *a, int nq, const float *v, size_t stride,
+			    int T, int n);
+quant_qkt_fn quant_qkt(void);
+quant_qkt_fn quant_qkt_ref(void);
+quant_qkt_fn quant_x86_qkt(void); /* NULL when unavailable */
+quant_av_fn quant_av(void);
+quant_av_fn quant_av_ref(void);
+quant_av_fn quant_x86_av(void); /* NULL when unavailable */
+
 /* x[i] = exp(x[i] - mx) for i < n, returns the sum (softmax numerators; relative error of the
  * optimized version < 2e-7). */
 typedef float (*quant_expsum_fn)(float *x, int n, float mx);
 quant_expsum_fn quant_expsum(void);
 quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
+
+/* Q8_0 activation blocks of x[n]: q[n], d[n/32], bsums[n/32], bit-identical to the plain C
+ * quantizer (same float operations, round to nearest even). NULL when unavailable. */
+typedef void (*quant_act_q8_0_fn)(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
+quant_act_q8_0_fn quant_x86_act_q8_0(void);
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);

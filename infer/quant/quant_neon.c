@@ -189,7 +189,7 @@ static void neon_rows_q4_0(float *out, const uint8_t *w, size_t stride, int nrow
 	}
 }
 
-/* Q4_K's eight 6-bit scales and mins, unpacked as quant.c's q4k_scale_min() reads them: bytes
+/* Q4_K's eight 6-bit scales and mins, unpacked as quant.c's quant_k4_scale_min() reads them: bytes
  * 0-3 / 4-7 hold scales / mins 0-3 (low 6 bits) and the top 2 bits of scales / mins 4-7; bytes
  * 8-11 the low 4 bits of scale 4+j (low nibble) and min 4+j (high nibble). */
 static inline void q4k_unpack(const uint8_t *s, int32_t *sc, int16_t *m)

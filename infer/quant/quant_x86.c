@@ -362,6 +362,92 @@ TGT static void avx2_wsum(float *o, const float *a, const float *v, size_t strid
 	}
 }
 
+/* vsum over a KV cache: o[i] += sum_t a[t] * row_t[i]; the outputs of 32 columns stay in four
+ * registers across all T rows (a head is 64..256 columns: a few passes over the rows). */
+TGT static inline __m256 f16x8(const uint8_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+TGT static void avx2_vsum_f32(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n)
+{
+	int i = 0;
+	/* 64 columns: eight independent FMA chains (four would wait on the FMA latency) */
+	for (; i + 64 <= n; i += 64) {
+		__m256 c[8];
+		for (int k = 0; k < 8; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const float *row = (const float *)(v + (size_t)t * stride) + i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 8; k++)
+				c[k] = _mm256_fmadd_ps(at, _mm256_loadu_ps(row + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 8; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i + 32 <= n; i += 32) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const float *row = (const float *)(v + (size_t)t * stride) + i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 4; k++)
+				c[k] = _mm256_fmadd_ps(at, _mm256_loadu_ps(row + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i < n; i++)
+		for (int t = 0; t < T; t++)
+			o[i] += a[t] * ((const float *)(v + (size_t)t * stride))[i];
+}
+
+TGT static void avx2_vsum_f16(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			      int n)
+{
+	int i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const uint8_t *row = v + (size_t)t * stride + 2 * (size_t)i;
+			__m256 at = _mm256_set1_ps(a[t]);
+			for (int k = 0; k < 4; k++)
+				c[k] = _mm256_fmadd_ps(at, f16x8(row + 16 * k), c[k]);
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + i + 8 * k, c[k]);
+	}
+	for (; i < n; i++)
+		for (int t = 0; t < T; t++)
+			o[i] += a[t] * _cvtsh_ss(((const uint16_t *)(v + (size_t)t * stride))[i]);
+}
+
+TGT static void avx2_vsum_q8_0(float *o, const float *a, const uint8_t *v, size_t stride, int T,
+			       int n)
+{
+	for (int i = 0; i < n / QK8_0; i++) {
+		__m256 c[4];
+		for (int k = 0; k < 4; k++)
+			c[k] = _mm256_loadu_ps(o + 32 * i + 8 * k);
+		for (int t = 0; t < T; t++) {
+			const blk_q8_0 *b = (const blk_q8_0 *)(v + (size_t)t * stride) + i;
+			__m256 s = _mm256_set1_ps(a[t] * _cvtsh_ss(b->d));
+			for (int k = 0; k < 4; k++) {
+				__m128i q = _mm_loadl_epi64((const __m128i *)(b->q + 8 * k));
+				__m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+				c[k] = _mm256_fmadd_ps(s, f, c[k]);
+			}
+		}
+		for (int k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + 32 * i + 8 * k, c[k]);
+	}
+}
+
 /* 32 unsigned bytes -> 32 floats a * b - m, stored at dst. */
 TGT static inline void u8x32_affine(__m256i v, float a, float m, float *dst)
 {
@@ -738,6 +824,175 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
+/* Per block of 32: |x| max by masking the sign, d = amax / 127 and its inverse as scalars (the
+ * same operations as quant.c), q = round-to-nearest-even(x * id) (cvtps under the default
+ * rounding mode, as lrintf), packed to bytes; the block sum from the int32 lanes. */
+TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (int i = 0; i < n / QK8_0; i++, x += QK8_0, q += QK8_0) {
+		__m256 v[4], m;
+		for (int k = 0; k < 4; k++)
+			v[k] = _mm256_loadu_ps(x + 8 * k);
+		m = _mm256_max_ps(
+		    _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+		    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float amax = _mm_cvtss_f32(h), s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		d[i] = s;
+		__m256 vi = _mm256_set1_ps(is);
+		__m256i r[4];
+		for (int k = 0; k < 4; k++)
+			r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vi));
+		bsums[i] = (int16_t)hsum8i(
+		    _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
+		/* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+					       _mm256_packs_epi32(r[2], r[3]));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)q, p);
+	}
+}
+
+/* Attention tiles. AVX2: one query at a time, 64 scores in eight registers (eight independent
+ * FMA chains, no horizontal sums). AVX-512: up to four queries at once, each key-tile load (four
+ * registers of 16 keys) used by all of them, so the loop is bound by FMAs, not loads. */
+TGT static void avx2_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j++) {
+		__m256 c[8];
+		for (int k = 0; k < 8; k++)
+			c[k] = _mm256_setzero_ps();
+		for (int i = 0; i < hd; i++) {
+			__m256 qi = _mm256_set1_ps(q[j][i]);
+			for (int k = 0; k < 8; k++)
+				c[k] =
+				    _mm256_fmadd_ps(qi, _mm256_loadu_ps(kt + 64 * i + 8 * k), c[k]);
+		}
+		for (int k = 0; k < 8; k++)
+			_mm256_storeu_ps(s + 64 * j + 8 * k, c[k]);
+	}
+}
+
+TGT static void avx2_av(float *const *o, const float *a, int nq, const float *v, size_t stride,
+			int T, int n)
+{
+	for (int j = 0; j < nq; j++)
+		avx2_vsum_f32(o[j], a + 64 * j, (const uint8_t *)v, stride * sizeof(float), T, n);
+}
+
+#define TGT512A __attribute__((target("avx512f,avx2,fma")))
+
+TGT512A static inline __attribute__((always_inline)) void
+qkt512(float *s, const float *const *q, const int NQ, const float *kt, int hd)
+{
+	__m512 c[4][4];
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] = _mm512_setzero_ps();
+	for (int i = 0; i < hd; i++) {
+		__m512 kv[4];
+		_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) kv[k] =
+		    _mm512_loadu_ps(kt + 64 * i + 16 * k);
+		_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+		{
+			__m512 qi = _mm512_set1_ps(q[j][i]);
+			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+			    _mm512_fmadd_ps(qi, kv[k], c[j][k]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+		_mm512_storeu_ps(s + 64 * j + 16 * k, c[j][k]);
+}
+
+TGT512A static void avx512_qkt(float *s, const float *const *q, int nq, const float *kt, int hd)
+{
+	for (int j = 0; j < nq; j += 4) {
+		switch (nq - j) {
+		case 1: qkt512(s + 64 * j, q + j, 1, kt, hd); break;
+		case 2: qkt512(s + 64 * j, q + j, 2, kt, hd); break;
+		case 3: qkt512(s + 64 * j, q + j, 3, kt, hd); break;
+		default: qkt512(s + 64 * j, q + j, 4, kt, hd); break;
+		}
+	}
+}
+
+/* o[j][64 columns] in four registers per query; every value row load serves all queries. */
+TGT512A static inline __attribute__((always_inline)) void
+av512(float *const *o, const float *a, const int NQ, const float *v, size_t stride, int T, int i0)
+{
+	__m512 c[4][4];
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+		_mm512_loadu_ps(o[j] + i0 + 16 * k);
+	for (int t = 0; t < T; t++) {
+		__m512 vv[4];
+		_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) vv[k] =
+		    _mm512_loadu_ps(v + (size_t)t * stride + i0 + 16 * k);
+		_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+		{
+			__m512 at = _mm512_set1_ps(a[64 * j + t]);
+			_Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) c[j][k] =
+			    _mm512_fmadd_ps(at, vv[k], c[j][k]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int j = 0; j < NQ; j++)
+	    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+		_mm512_storeu_ps(o[j] + i0 + 16 * k, c[j][k]);
+}
+
+TGT512A static void avx512_av(float *const *o, const float *a, int nq, const float *v,
+			      size_t stride, int T, int n)
+{
+	int i0 = 0;
+	for (; i0 + 64 <= n; i0 += 64)
+		for (int j = 0; j < nq; j += 4) {
+			switch (nq - j) {
+			case 1: av512(o + j, a + 64 * j, 1, v, stride, T, i0); break;
+			case 2: av512(o + j, a + 64 * j, 2, v, stride, T, i0); break;
+			case 3: av512(o + j, a + 64 * j, 3, v, stride, T, i0); break;
+			default: av512(o + j, a + 64 * j, 4, v, stride, T, i0); break;
+			}
+		}
+	if (i0 < n) { /* a head narrower than 64 columns, or the rest of one */
+		float *oj[64];
+		for (int j = 0; j < nq; j++)
+			oj[j] = o[j] + i0;
+		avx2_av(oj, a, nq, v + i0, stride, T, n - i0);
+	}
+}
+
+static int have_avx512f(void)
+{
+	static int have = -1; /* benign race: every thread computes the same value */
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512f") != 0;
+	}
+	return have;
+}
+
+quant_qkt_fn quant_x86_qkt(void)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	return have_avx512f() ? avx512_qkt : avx2_qkt;
+}
+
+quant_av_fn quant_x86_av(void)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	return have_avx512f() ? avx512_av : avx2_av;
+}
+
+quant_act_q8_0_fn quant_x86_act_q8_0(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_act_q8_0 : NULL;
+}
+
 quant_wsum_fn quant_x86_wsum(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_wsum : NULL;
@@ -748,7 +1003,40 @@ quant_expsum_fn quant_x86_expsum(void)
 	return quant_x86_ops(QT_F32) ? avx2_expsum : NULL;
 }
 
+quant_vsum_fn quant_x86_vsum(int type)
+{
+	if (!quant_x86_ops(QT_F32))
+		return NULL;
+	switch (type) {
+	case QT_F32: return avx2_vsum_f32;
+	case QT_F16: return avx2_vsum_f16;
+	case QT_Q8_0: return avx2_vsum_q8_0;
+	default: return NULL;
+	}
+}
+
 #else
+
+quant_qkt_fn quant_x86_qkt(void)
+{
+	return NULL;
+}
+
+quant_av_fn quant_x86_av(void)
+{
+	return NULL;
+}
+
+quant_act_q8_0_fn quant_x86_act_q8_0(void)
+{
+	return NULL;
+}
+
+quant_vsum_fn quant_x86_vsum(int type)
+{
+	(void)type;
+	return NULL;
+}
 
 quant_expsum_fn quant_x86_expsum(void)
 {

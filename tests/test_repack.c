@@ -1,0 +1,154 @@
+/* test_repack.c: weights repacked at load (matmul.c's wmat_repack, repack.h's R16 layout).
+ * - the model file is byte-for-byte the same after a model repacked from it has run and been
+ *   freed (its mapping is only read; releasing pages never writes), and so is its mtime;
+ * - on a CPU with a tiled kernel for the type, every layer matrix and the head are repacked,
+ *   and the logits of a 12-token prefill and of decoding match those of the original-layout
+ *   kernels (SHOAL_NO_REPACK) within NMSE 1e-8: the same 8-bit activations, the same integer
+ *   block dots, only float rounding order differs. */
+#include "common/common.h"
+#include "harness.h"
+#include "infer/gguf_write.h"
+#include "infer/model/model_int.h"
+
+#include <sys/stat.h>
+
+static uint64_t file_hash(const char *path, struct stat *st)
+{
+	char *buf;
+	size_t len;
+	if (read_file_all(path, &buf, &len, NULL, 0))
+		return 0;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)buf[i]) * 1099511628211ull;
+	free(buf);
+	stat(path, st);
+	return h;
+}
+
+static double nmse(const float *a, const float *ref, int n)
+{
+	double num = 0, den = 0;
+	for (int i = 0; i < n; i++) {
+		num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+		den += (double)ref[i] * ref[i];
+	}
+	return den > 0 ? num / den : num;
+}
+
+/* 12 tokens: under matmul.c's BLAS_MIN, so the original layout's prefill also uses 8-bit
+ * activations (a batch of 16 or more would go through sgemm in float for the K-quants). */
+enum { NP = 12 };
+static const int prompt[NP] = {3, 99, 120, 7, 400, 401, 55, 56, 57, 300, 10, 11};
+
+/* Prefill of NP tokens, then 3 decode steps: all logits into out[4][n_vocab]. */
+static int run(const char *path, int repack, float *out, int *repacked)
+{
+	char err[256];
+	gguf_t *g = NULL;
+	model_meta_t meta;
+	model_t *m = NULL;
+	pool_t *pool = pool_new(2);
+	int rc;
+	if (repack)
+		unsetenv("SHOAL_NO_REPACK");
+	else
+		setenv("SHOAL_NO_REPACK", "1", 1);
+	if ((rc = gguf_open(&g, path, err, sizeof err)) ||
+	    (rc = meta_load(&meta, g, err, sizeof err)) ||
+	    (rc = model_new(&m, g, &meta, NULL, 64, pool, err, sizeof err))) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		goto out;
+	}
+	*repacked = m->out.rp != NULL;
+	for (int l = 0; l < meta.n_layers; l++) {
+		const layer_t *L = &m->layers[l];
+		*repacked += (L->wq.rp && L->wk.rp && L->wv.rp && L->wo.rp && L->w_gate.rp &&
+			      L->w_up.rp && L->w_down.rp);
+	}
+	int n = meta.n_vocab;
+	if ((rc = model_forward(m, prompt, NP, 0, out)))
+		goto out;
+	for (int i = 0; i < 3 && !rc; i++)
+		rc = model_forward(m, &prompt[i], 1, NP + i, out + (size_t)(i + 1) * n);
+out:
+	unsetenv("SHOAL_NO_REPACK");
+	model_free(m);
+	pool_free(pool);
+	gguf_free(g);
+	return rc;
+}
+
+static void check_type(int type)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-repack-%d-%d.gguf", (int)getpid(), type);
+	mkmodel_opts_t o = {.arch = "llama",
+			    .dim = 256,
+			    .layers = 2,
+			    .heads = 8,
+			    .kv_heads = 2,
+			    .ffn = 768,
+			    .vocab = 520, /* not a multiple of 16: the head has tail rows */
+			    .ctx = 64,
+			    .type = type,
+			    .seed = 3};
+	if (mkmodel_write(&o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	struct stat s0, s1;
+	uint64_t h0 = file_hash(path, &s0);
+	int n = o.vocab, r1 = 0, r0 = 0;
+	float *a = calloc((size_t)4 * n, sizeof *a), *b = calloc((size_t)4 * n, sizeof *b);
+	CHECK_EQ_INT(run(path, 1, a, &r1), 0);
+	CHECK_EQ_INT(run(path, 0, b, &r0), 0);
+	uint64_t h1 = file_hash(path, &s1);
+	CHECK(h0 != 0 && h0 == h1);
+	CHECK(s0.st_mtime == s1.st_mtime && s0.st_size == s1.st_size);
+	CHECK_EQ_INT(r0, 0);
+	const char *impl = quant_gemm_impl(type);
+	if (impl && strcmp(impl, "ref")) {
+		CHECK_EQ_INT(r1, 1 + 2); /* the head and both layers */
+		for (int i = 0; i < 4; i++) {
+			double e = nmse(a + (size_t)i * n, b + (size_t)i * n, n);
+			if (!(e < 1e-8))
+				fprintf(stderr, "%s step %d: repacked vs original nmse %g\n",
+					quant_type_name(type), i, e);
+			CHECK(e < 1e-8);
+		}
+	} else {
+		CHECK_EQ_INT(r1, 0);
+	}
+	free(a);
+	free(b);
+	unlink(path);
+}
+
+TEST(repack_q8_0)
+{
+	check_type(QT_Q8_0);
+}
+TEST(repack_q4_0)
+{
+	check_type(QT_Q4_0);
+}
+TEST(repack_q4_k)
+{
+	check_type(QT_Q4_K);
+}
+TEST(repack_q6_k)
+{
+	check_type(QT_Q6_K);
+}
+
+int main(void)
+{
+	quant_init(0);
+	RUN(repack_q8_0);
+	RUN(repack_q4_0);
+	RUN(repack_q4_k);
+	RUN(repack_q6_k);
+	return harness_done();
+}
