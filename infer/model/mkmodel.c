@@ -200,8 +200,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if (!qwen2 && !qwen3 && !ds2 && strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported architecture '%s'", o->arch);
 	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
-	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->ffn <= 0 ||
-	    hd <= 0 || hd % 2 || o->heads % o->kv_heads || (!o->head_dim && o->dim % o->heads))
+	int kvh = ds2 ? 1 : o->kv_heads; /* deepseek2: one latent, --kv-heads unused */
+	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || kvh <= 0 || o->ffn <= 0 || hd <= 0 ||
+	    hd % 2 || o->heads % kvh || (!o->head_dim && o->dim % o->heads))
 		return sh_fail(err, errlen, SH_EINVAL, "inconsistent shape (dim, heads, kv-heads)");
 	if (o->vocab < 256 + (int)ARRAY_LEN(specials) + 1)
 		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d",
