@@ -185,6 +185,9 @@ static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
 			      errlen)))
 		return rc;
+	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
+	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
+		return rc;
 	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
 	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
 		return sh_fail(err, errlen, SH_EFORMAT,
