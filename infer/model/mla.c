@@ -20,6 +20,10 @@
  * [qk_nope x kv_lora] rows per head); legacy files with only attn_kv_b get an F32 transposed copy
  * of the shard's heads at load. W_vb,h is read in place (attn_v_b, or attn_kv_b's rows).
  *
+ * The projections of x (W_q or W_qa/W_qb, W_kva) go through matmul(); the per-head products
+ * (W_kb,h^T, W_vb,h) are small matvecs run inside the attention work items with the weight
+ * type's row kernel, as attn.c runs its score dot products.
+ *
  * RoPE: adjacent pairs on the qk_rope part only, frequencies with YaRN's ramp when
  * rope.scaling.type is yarn. The score scale is mscale^2 / sqrt(qk_nope + qk_rope) with llama.cpp's
  * mscale (see mla_new), which is 1 / sqrt(key length) when there is no scaling.
