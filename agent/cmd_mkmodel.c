@@ -15,7 +15,9 @@ static void usage(FILE *f)
 	    f,
 	    "usage: shoal mkmodel [--arch llama|qwen2|qwen3|deepseek2] [--dim D] [--layers L]\n"
 	    "                     [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
-	    "                     [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S] [--ctx N]\n"
+	    "                     [--type "
+	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
+	    "                     q2_k] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"

@@ -29,7 +29,8 @@ typedef struct eng_dist {
 	int has_ranges;         /* 1: this rank's share is the ranges below (a plan's), 0: computed
 				   from weights */
 	const int *weights;     /* world relative shares when !has_ranges (NULL = even) */
-	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1; /* half-open, as planner.h's plan_rank_t */
+	int q0, q1, kv0, kv1, ffn0, ffn1, layer0,
+	    layer1; /* half-open, as planner.h's plan_rank_t */
 } eng_dist_t;
 
 typedef struct eng_opts {
@@ -42,9 +43,9 @@ typedef struct eng_opts {
 } eng_opts_t;
 
 typedef struct eng_info {
-	const char *name;          /* general.name or the file's base name */
-	const char *arch;          /* "llama", "qwen2", "qwen3" */
-	int n_ctx;                 /* context length in use */
+	const char *name; /* general.name or the file's base name */
+	const char *arch; /* "llama", "qwen2", "qwen3" */
+	int n_ctx;        /* context length in use */
 	int n_vocab;
 	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
 	int bos, eos;              /* token ids, -1 when absent */
@@ -59,25 +60,30 @@ typedef struct eng_msg {
 } eng_msg_t;
 
 typedef struct eng_sampling {
-	float temperature;        /* 0 = greedy */
-	int top_k;                /* 0 = off */
-	float top_p;              /* 1 = off */
-	float min_p;              /* 0 = off */
-	float repeat_penalty;     /* 1 = off */
-	float presence_penalty;   /* 0 = off */
-	float frequency_penalty;  /* 0 = off */
-	uint64_t seed;            /* same seed, same text */
-	int max_tokens;           /* 0 = until EOS or the context is full */
-	const char *const *stop;  /* stop strings (borrowed), n_stop of them */
+	float temperature;       /* 0 = greedy */
+	int top_k;               /* 0 = off */
+	float top_p;             /* 1 = off */
+	float min_p;             /* 0 = off */
+	float repeat_penalty;    /* 1 = off */
+	float presence_penalty;  /* 0 = off */
+	float frequency_penalty; /* 0 = off */
+	uint64_t seed;           /* same seed, same text */
+	int max_tokens;          /* 0 = until EOS or the context is full */
+	const char *const *stop; /* stop strings (borrowed), n_stop of them */
 	int n_stop;
-	int top_logprobs;         /* 0 = none; else report this many alternatives per token */
+	int top_logprobs; /* 0 = none; else report this many alternatives per token */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
 void eng_sampling_default(eng_sampling_t *s);
 
-enum eng_finish { ENG_FINISH_NONE = 0, ENG_FINISH_STOP, ENG_FINISH_LENGTH, ENG_FINISH_ERROR,
-		  ENG_FINISH_CANCELED };
+enum eng_finish {
+	ENG_FINISH_NONE = 0,
+	ENG_FINISH_STOP,
+	ENG_FINISH_LENGTH,
+	ENG_FINISH_ERROR,
+	ENG_FINISH_CANCELED
+};
 
 typedef struct eng_logprob {
 	int token;
@@ -93,8 +99,8 @@ typedef struct eng_token {
 	int id;
 	const char *text;
 	size_t text_len;
-	float logprob;               /* log-probability of id under the sampling distribution */
-	const eng_logprob_t *top;    /* top_logprobs alternatives, best first */
+	float logprob;            /* log-probability of id under the sampling distribution */
+	const eng_logprob_t *top; /* top_logprobs alternatives, best first */
 	int n_top;
 } eng_token_t;
 
@@ -102,11 +108,11 @@ typedef struct eng_token {
 typedef int (*eng_token_cb)(void *ud, const eng_token_t *tok);
 
 typedef struct eng_result {
-	int finish;              /* enum eng_finish */
+	int finish; /* enum eng_finish */
 	int prompt_tokens;
 	int completion_tokens;
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
-	char error[256];         /* set when finish == ENG_FINISH_ERROR */
+	char error[256];          /* set when finish == ENG_FINISH_ERROR */
 } eng_result_t;
 
 /* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */
@@ -144,6 +150,26 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
  * eng_worker_run, which computes the steps rank 0 sends until rank 0 stops the group (returns 0)
  * or the group fails (returns the error, reason in err). */
 int eng_worker_run(eng_t *e, char *err, size_t errlen);
+
+/* ---- a node that holds only its slice of the file -------------------------------------- */
+
+typedef struct eng_range {
+	uint64_t off, len; /* bytes [off, off + len) of the file */
+} eng_range_t;
+
+/* The byte ranges of the GGUF file at path that a rank computing dist's share reads: the header
+ * (metadata, tokenizer, tensor table), every one-dimensional tensor (norms, biases), the
+ * embedding, the share's rows and column slices of each matrix, and the output head when rank is
+ * 0. dist NULL: the whole model; otherwise dist->has_ranges must be set (no group is used).
+ * Sorted and merged. Only the file's header needs to be present (the rest may be a hole of a
+ * sparse file). *out is malloc'd (caller frees). Returns 0 or SH_E* with a reason in err. */
+int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_range_t **out, int *n,
+		     char *err, size_t errlen);
+
+/* The bytes a GGUF file's header takes (metadata, tokenizer, tensor table: the start of its data
+ * section), from its first len bytes; SH_EFORMAT when they hold no whole valid header (a longer
+ * prefix may). For a node that fetches the header before its slice. */
+int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {

@@ -46,9 +46,10 @@ struct mla_layer {
 	wmat_t wq_b;      /* [n_heads*(qk_nope+qk_rope) x q_lora], the shard's rows */
 	wmat_t wkv_a;     /* [kv_lora + qk_rope x dim], whole: the latent is replicated */
 	float *kv_a_norm; /* [kv_lora] */
-	wmat_t *kb;    /* [n_heads] of [kv_lora x qk_nope] = W_kb,h^T (absorbed into the query) */
-	wmat_t *vb;    /* [n_heads] of [v_head x kv_lora] = W_vb,h (applied after attention) */
-	float *kb_own; /* legacy attn_kv_b: the transposed F32 copy kb points into */
+	wmat_t *kb;      /* [n_heads] of [kv_lora x qk_nope] = W_kb,h^T (absorbed into the query) */
+	wmat_t *vb;      /* [n_heads] of [v_head x kv_lora] = W_vb,h (applied after attention) */
+	float *kb_own;   /* legacy attn_kv_b: the transposed F32 copy kb points into */
+	wmat_t *kb_file; /* legacy: [n_heads] the attn_kv_b key rows each copy came from */
 };
 
 struct mla_state {
@@ -126,7 +127,8 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 			return rc;
 		float *row = malloc((size_t)kvl * sizeof *row);
 		a->kb_own = malloc((size_t)nq * kvl * nope * sizeof(float));
-		if (!row || !a->kb_own) {
+		a->kb_file = calloc((size_t)nq, sizeof *a->kb_file);
+		if (!row || !a->kb_own || !a->kb_file) {
 			free(row);
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory for attn_kv_b");
 		}
@@ -147,6 +149,7 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 					    .ops = f32,
 					    .dequant = quant_ops_ref(QT_F32)->dequant};
 			a->vb[h] = mat_rows(kvb, r0 + nope, dv);
+			a->kb_file[h] = mat_rows(kvb, r0, nope);
 		}
 		free(row);
 	}
@@ -238,6 +241,7 @@ void mla_free(model_t *m)
 			free(a->kb);
 			free(a->vb);
 			free(a->kb_own);
+			free(a->kb_file);
 			free(a);
 			m->layers[l].mla = NULL;
 		}
@@ -272,6 +276,20 @@ uint64_t mla_layer_bytes(const layer_t *L)
 		b += a->kb[h].row_bytes * (uint64_t)a->kb[h].rows +
 		     a->vb[h].row_bytes * (uint64_t)a->vb[h].rows;
 	return b;
+}
+
+int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n)
+{
+	const struct mla_layer *a = L->mla;
+	const wmat_t *w[] = {&a->wq, &a->wq_a, &a->wq_b, &a->wkv_a};
+	int rc = 0;
+	for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
+		if (w[i]->rows)
+			rc = mat_ranges(w[i], base, r, n);
+	for (int h = 0; !rc && h < a->n_heads; h++)
+		if (!(rc = mat_ranges(a->kb_file ? &a->kb_file[h] : &a->kb[h], base, r, n)))
+			rc = mat_ranges(&a->vb[h], base, r, n);
+	return rc;
 }
 
 /* ---- attention ---------------------------------------------------------------------------- */

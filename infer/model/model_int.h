@@ -29,6 +29,10 @@ typedef struct wmat {
 	size_t row_bytes;
 	const quant_ops_t *ops;
 	quant_dequant_fn dequant;
+	const uint8_t *src; /* where row 0 of this view lies in the mapping (data, unless a column
+			     * slice was copied out), rows src_stride apart: the bytes of the file
+			     * this view reads (model_weight_ranges) */
+	size_t src_stride;
 } wmat_t;
 
 typedef struct layer {
@@ -103,6 +107,9 @@ void mla_free(model_t *m); /* frees the state and every layer's MLA weights; NUL
 void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos);
 size_t mla_kv_bytes_per_pos(const model_meta_t *meta, int n_layers);
 uint64_t mla_layer_bytes(const layer_t *L); /* weight bytes one token reads (0 without MLA) */
+/* Appends the file ranges layer L's MLA matrices read (model_weight_ranges; base: the mapping's
+ * first byte). Returns 0 or SH_ENOMEM. */
+int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n);
 
 /* ---- model.c: binding helpers (shared with mla.c) ------------------------------------------ */
 
@@ -113,6 +120,8 @@ int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, cha
 	     size_t errlen);
 /* Rows [r0, r0+n) of w. */
 wmat_t mat_rows(wmat_t w, int r0, int n);
+/* Appends the file ranges w reads (its rows at w->src) to *r. */
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
 /* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller). */
 int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
 
