@@ -239,7 +239,7 @@ int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const
 	ms_range_t *r = calloc((size_t)n + 1, sizeof *r);
 	uint64_t share = 0, got = 0;
 	for (int i = 0; r && i < n; i++) {
-		r[i] = (ms_range_t){er[i].off, er[i].len};
+		r[i] = (ms_range_t){er[i].off, er[i].len, er[i].compact, 0};
 		share += er[i].len;
 	}
 	free(er);
@@ -247,27 +247,24 @@ int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	char path[4200];
 	/* what the slice already holds needs no peer */
+	int64_t t0 = now_ms();
 	rc = modelsync_fetch_slice(NULL, want, a->cfg.state_dir, r, n, path, sizeof path, NULL,
 				   SYNC_TIMEOUT_MS, err, errlen);
 	if (rc == SH_ENOENT) {
 		tp_chan_t *c = NULL;
-		if (!host || !port) {
+		if (!host || !port)
 			rc = sh_fail(err, errlen, SH_ENOENT,
 				     "no member holds the whole model to fetch this share from");
-		} else if (!(rc = tp_chan_connect(&c, host, port, &a->keys, a->self.b, HANDSHAKE_MS,
-						  err, errlen))) {
-			int64_t t0 = now_ms();
+		else if (!(rc = tp_chan_connect(&c, host, port, &a->keys, a->self.b, HANDSHAKE_MS,
+						err, errlen)))
 			rc = modelsync_fetch_slice(c, want, a->cfg.state_dir, r, n, path,
 						   sizeof path, &got, SYNC_TIMEOUT_MS, err, errlen);
-			if (!rc)
-				LOG(LOG_INFO,
-				    "model: share of %.1f MB here; fetched %.1f MB from %s in %lld "
-				    "ms",
-				    (double)share / 1e6, (double)got / 1e6, host,
-				    (long long)(now_ms() - t0));
-		}
 		tp_chan_free(c);
 	}
+	if (!rc)
+		LOG(LOG_INFO, "model: share of %.1f MB here; fetched %.1f MB from %s in %lld ms",
+		    (double)share / 1e6, (double)got / 1e6, got ? host : "no one",
+		    (long long)(now_ms() - t0));
 	free(r);
 	return rc;
 }

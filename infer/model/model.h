@@ -1,6 +1,6 @@
 /*
  * model.h: the transformer forward pass over weights bound to a memory-mapped GGUF file
- * (internal to infer/; the engine and, later, tensor-parallel workers use it).
+ * (internal to infer/; the engine and the tensor-parallel code in tp.c use it).
  *
  * A model_t holds pointers into the mapping (weights are never copied or expanded, except the
  * tiny norm and bias vectors, kept as F32), a KV cache for its context, and scratch buffers.
@@ -76,6 +76,7 @@ int model_n_ctx(const model_t *m);
 /* A byte range of the model file. */
 typedef struct model_range {
 	uint64_t off, len;
+	int compact; /* 1: a column slice's row piece (kept in a sidecar, see gguf.h) */
 } model_range_t;
 
 /* Appends to *r (realloc'd, *n entries, caller frees) the byte ranges of the file (offsets from

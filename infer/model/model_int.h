@@ -51,6 +51,7 @@ typedef struct layer {
 
 struct model {
 	model_meta_t meta;
+	const gguf_t *g; /* the file (borrowed), for gguf_at when copying column slices */
 	model_shard_t sh;
 	pool_t *pool;
 	int n_ctx;
@@ -122,8 +123,10 @@ int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, cha
 wmat_t mat_rows(wmat_t w, int r0, int n);
 /* Appends the file ranges w reads (its rows at w->src) to *r. */
 int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
-/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller). */
-int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
+/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller; read
+ * through gguf_copy so a slice node's sidecar serves them). */
+int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+	     size_t errlen);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
