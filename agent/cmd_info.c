@@ -105,10 +105,24 @@ int cmd_info(int argc, char **argv)
 		printf("extras:        %s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
+		if (m.is_mla)
+			printf("mla:           kv_lora %d, q_lora %d%s, qk_nope %d, qk_rope %d, "
+			       "v_head %d, "
+			       "%s\n",
+			       m.mla.kv_lora, m.mla.q_lora, m.mla.q_lora ? "" : " (Lite)",
+			       m.mla.qk_nope, m.mla.qk_rope, m.mla.v_head,
+			       m.mla.split_kvb ? "attn_k_b + attn_v_b" : "attn_kv_b");
+		if (m.rope_scaling == META_SCALING_YARN)
+			printf("rope scaling:  yarn, factor %g, original context %d, log "
+			       "multiplier %g\n",
+			       (double)m.rope_factor, m.rope_orig_ctx, (double)m.yarn_log_mul);
 		printf("tensor types:  %s\n", types);
 		printf("weights:       %s (%llu bytes)\n", sz, (unsigned long long)m.weight_bytes);
 		int kt = kv_name ? quant_type_parse(kv_name) : MODEL_KV_DEFAULT;
-		if (kt < 0 || model_kv_type_check(&m, kt, err, sizeof err)) {
+		if (m.is_mla) { /* the latent cache is F32 whatever --kv-type says (mla.c) */
+			printf("kv cache:      %zu bytes per token (F32, the compressed latent)\n",
+			       model_kv_bytes_per_pos(&m, NULL, QT_F32));
+		} else if (kt < 0 || model_kv_type_check(&m, kt, err, sizeof err)) {
 			printf("kv cache:      %s\n", kt < 0 ? "unknown --kv-type" : err);
 			rc = 1;
 		} else {

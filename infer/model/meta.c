@@ -2,7 +2,8 @@
  * meta.c: hyperparameters from [arch].* keys and a shape check of every tensor the forward pass
  * reads. Invariant: when meta_load() returns 0, every size is positive, n_heads is a multiple of
  * n_kv_heads, and each required tensor exists with exactly the shape below and a type the engine
- * has kernels for, so the engine can index weights without further checks.
+ * has kernels for, so the engine can index weights without further checks (deepseek2: every
+ * latent-attention tensor agrees with meta.mla, and the cache width is kv_lora + qk_rope).
  */
 #include "infer/model/meta.h"
 
@@ -61,6 +62,174 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 	return 0;
 }
 
+/* Checks a 3-D tensor name (ne0, ne1, ne2): deepseek2's per-head attn_k_b / attn_v_b. */
+static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
+			 int64_t ne1, int64_t ne2, char *err, size_t errlen)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	if (!t)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
+	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
+		    (long long)ne1, (long long)ne2);
+	if (!gguf_type_supported(t->type))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
+			       gguf_type_name(t->type), name);
+	m->types_used |= 1ull << t->type;
+	return 0;
+}
+
+/* An optional u32 key (0 allowed): 1 when present, 0 when absent, or an error. */
+static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, uint32_t *out,
+		       char *err, size_t errlen)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = gguf_get_u32(g, key, out);
+	if (rc == SH_ENOENT)
+		return 0;
+	if (rc || *out > (1u << 24))
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	return 1;
+}
+
+/* deepseek2's MLA keys (llama_model_deepseek2::load_arch_hparams): called after head_dim (the
+ * file's key_length, or dim / n_heads) and rope_dim are read. Sets head_dim to the per-head
+ * query/key length the attention uses and n_kv_heads to 1 (one shared latent per token). */
+static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	meta_mla_t *x = &m->mla;
+	uint32_t v = 0, kl = 0, vl = 0;
+	char key[128];
+	int rc, has_kl, has_vl;
+	m->is_mla = 1;
+	if ((rc = get_req(g, a, "attention.kv_lora_rank", &v, err, errlen)))
+		return rc;
+	x->kv_lora = (int)v;
+	if ((rc = get_opt_u32(g, a, "attention.q_lora_rank", &v, err, errlen)) < 0)
+		return rc;
+	x->q_lora = rc ? (int)v : 0; /* absent or 0: Lite, a plain attn_q */
+	snprintf(key, sizeof key, "%s.rope.dimension_count", a);
+	if (gguf_find_key(g, key) < 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+	if ((has_kl = get_opt_u32(g, a, "attention.key_length_mla", &kl, err, errlen)) < 0 ||
+	    (has_vl = get_opt_u32(g, a, "attention.value_length_mla", &vl, err, errlen)) < 0)
+		return has_kl < 0 ? has_kl : has_vl;
+	/* llama.cpp's hparams.is_mla(): both _mla lengths nonzero = the split attn_k_b/attn_v_b
+	 * form, where key_length/value_length describe the latent (kv_lora + rope, kv_lora) */
+	x->split_kvb = has_kl && has_vl && kl && vl;
+	int dk = m->head_dim, dv;
+	if (x->split_kvb) {
+		if (dk != x->kv_lora + m->rope_dim)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "%s.attention.key_length %d is not kv_lora_rank %d + rope "
+				       "dimensions %d",
+				       a, dk, x->kv_lora, m->rope_dim);
+		dk = (int)kl, dv = (int)vl;
+	} else if ((rc = get_opt_u32(g, a, "attention.value_length", &v, err, errlen)) < 0) {
+		return rc;
+	} else if (rc) {
+		dv = (int)v;
+	} else {
+		dv = m->dim / m->n_heads;
+	}
+	if (dv <= 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "deepseek2: bad value length %d", dv);
+	if (m->rope_dim <= 0 || m->rope_dim % 2 || m->rope_dim >= dk)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "rope dimension %d does not fit key length %d (MLA needs both a "
+			       "rotated and a plain part)",
+			       m->rope_dim, dk);
+	x->qk_rope = m->rope_dim;
+	x->qk_nope = dk - m->rope_dim;
+	x->v_head = dv;
+	/* the latent compresses every head's key and value; a wider one is a broken file */
+	if ((int64_t)x->kv_lora > (int64_t)m->n_heads * (x->qk_nope + dv))
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "kv_lora_rank %d is larger than the head data it compresses (%d heads "
+		    "x (%d + %d))",
+		    x->kv_lora, m->n_heads, x->qk_nope, dv);
+	m->head_dim = dk;
+	m->n_kv_heads = 1;
+	if ((rc = get_opt_u32(g, a, "leading_dense_block_count", &v, err, errlen)) < 0)
+		return rc;
+	x->dense_lead = rc ? (int)v : 0;
+	if (x->dense_lead < m->n_layers)
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "deepseek2: blk.%d uses routed experts, not run by this build "
+			       "(leading_dense_block_count %d of %d layers)",
+			       x->dense_lead, x->dense_lead, m->n_layers);
+
+	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
+	m->rope_scaling = META_SCALING_LINEAR;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+	const char *s;
+	size_t n;
+	if (!gguf_get_str(g, key, &s, &n)) {
+		if (n == 4 && !memcmp(s, "none", 4))
+			m->rope_scaling = META_SCALING_NONE;
+		else if (n == 4 && !memcmp(s, "yarn", 4))
+			m->rope_scaling = META_SCALING_YARN;
+		else if (!(n == 6 && !memcmp(s, "linear", 6)))
+			return sh_fail(
+			    err, errlen, SH_EUNSUPP,
+			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
+	}
+	m->rope_factor = 0;
+	m->yarn_log_mul = 0;
+	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
+	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
+			      errlen)))
+		return rc;
+	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
+	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
+		return rc;
+	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
+	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "bad rope scaling factor or yarn multiplier");
+	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
+		return rc;
+	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
+	return 0;
+}
+
+/* Layer l's MLA tensors, shapes as llama_model_deepseek2::load_arch_tensors creates them. */
+static int mla_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen)
+{
+	const meta_mla_t *x = &m->mla;
+	int64_t D = m->dim, H = m->n_heads, dk = m->head_dim;
+	char tn[96];
+	int rc;
+#define CHECK(nm, a, b)                                                                            \
+	(snprintf(tn, sizeof tn, "blk.%d.%s", l, nm), check_tensor(m, g, tn, a, b, err, errlen))
+	if (x->q_lora) {
+		if ((rc = CHECK("attn_q_a.weight", D, x->q_lora)) ||
+		    (rc = CHECK("attn_q_a_norm.weight", x->q_lora, 0)) ||
+		    (rc = CHECK("attn_q_b.weight", x->q_lora, H * dk)))
+			return rc;
+	} else if ((rc = CHECK("attn_q.weight", D, H * dk))) {
+		return rc;
+	}
+	if ((rc = CHECK("attn_kv_a_mqa.weight", D, x->kv_lora + x->qk_rope)) ||
+	    (rc = CHECK("attn_kv_a_norm.weight", x->kv_lora, 0)) ||
+	    (rc = CHECK("attn_output.weight", H * x->v_head, D)))
+		return rc;
+	if (!x->split_kvb)
+		return CHECK("attn_kv_b.weight", x->kv_lora, H * (x->qk_nope + x->v_head));
+#undef CHECK
+	snprintf(tn, sizeof tn, "blk.%d.attn_k_b.weight", l);
+	if ((rc = check_tensor3(m, g, tn, x->qk_nope, x->kv_lora, H, err, errlen)))
+		return rc;
+	snprintf(tn, sizeof tn, "blk.%d.attn_v_b.weight", l);
+	return check_tensor3(m, g, tn, x->kv_lora, x->v_head, H, err, errlen);
+}
+
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof *m);
@@ -74,6 +243,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->arch = META_QWEN2, m->rope_style = META_ROPE_NEOX, m->has_qkv_bias = 1;
 	else if (n == 5 && !memcmp(s, "qwen3", 5))
 		m->arch = META_QWEN3, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
+	else if (n == 9 && !memcmp(s, "deepseek2", 9))
+		m->arch = META_DEEPSEEK2, m->rope_style = META_ROPE_ADJACENT;
 	else {
 		/* print the name safely: it comes from the file */
 		char a[40];
@@ -82,7 +253,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			a[k++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
 		a[k] = 0;
 		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "unsupported architecture '%s' (supported: llama, qwen2, qwen3)", a);
+			       "unsupported architecture '%s' (supported: llama, qwen2, qwen3, "
+			       "deepseek2)",
+			       a);
 	}
 	memcpy(m->arch_name, s, n);
 	m->arch_name[n] = 0;
@@ -157,6 +330,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			return rc;
 		m->rope_dim = (int)v;
 	}
+	if (m->arch == META_DEEPSEEK2 && (rc = mla_keys(m, g, err, errlen)))
+		return rc;
 	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "rope dimension %d does not fit head size %d", m->rope_dim,
@@ -196,6 +371,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				continue;
 			if (i >= 12 && !m->has_qk_norm)
 				continue;
+			if (m->is_mla && i >= 1 && i <= 4) /* Q/K/V/output: mla_tensors */
+				continue;
 			char tn[96];
 			snprintf(tn, sizeof tn, "blk.%d.%s", l, need[i].name);
 			rc = check_tensor(m, g, tn, sz[need[i].r0],
@@ -203,6 +380,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			if (rc)
 				return rc;
 		}
+		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
+			return rc;
 	}
 	for (int i = 0; i < gguf_n_tensors(g); i++)
 		m->types_used |= 1ull << gguf_tensor(g, i)->type;

@@ -2,7 +2,8 @@
  * meta.h: a model's hyperparameters and tensor layout, read and checked from a GGUF file.
  * Internal to infer/.
  *
- * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2 and qwen3, checks
+ * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2, qwen3 and
+ * deepseek2 (Multi-head Latent Attention, `mla` below; its dense layers only for now), checks
  * that every tensor the forward pass needs exists with the expected shape and a supported type,
  * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
  * else is a one-line error naming what is wrong.
@@ -14,27 +15,53 @@
 
 #include <stdint.h>
 
-enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3 };
+enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3, META_DEEPSEEK2 };
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
+
+enum meta_rope_scaling { META_SCALING_NONE = 0, META_SCALING_LINEAR, META_SCALING_YARN };
+
+/* deepseek2's Multi-head Latent Attention, as llama.cpp reads it (src/models/deepseek2.cpp and
+ * llama_model_deepseek2::load_arch_hparams / load_arch_tensors). Per head the query is
+ * [qk_nope | qk_rope]; a token's key and value come from one shared latent of kv_lora floats
+ * (plus a shared qk_rope key part), expanded per head by attn_kv_b (or its split form). */
+typedef struct meta_mla {
+	int q_lora;     /* attention.q_lora_rank; 0 = Lite (plain attn_q) */
+	int kv_lora;    /* attention.kv_lora_rank */
+	int qk_nope;    /* per head: key length - qk_rope */
+	int qk_rope;    /* rope.dimension_count: the rotated part of each head (= rope_dim) */
+	int v_head;     /* value_length_mla, else value_length */
+	int split_kvb;  /* 1: attn_k_b + attn_v_b (today's converter, key_length_mla present);
+			 * 0: the legacy unsplit attn_kv_b */
+	int dense_lead; /* leading_dense_block_count: layers [0, dense_lead) have a dense FFN */
+} meta_mla_t;
 
 typedef struct model_meta {
 	int arch;           /* enum meta_arch */
-	char arch_name[16]; /* "llama", "qwen2", "qwen3" */
+	char arch_name[16]; /* "llama", "qwen2", "qwen3", "deepseek2" */
 	char name[128];     /* general.name, or "" */
 	int n_layers;
 	int dim; /* embedding length */
 	int n_heads, n_kv_heads;
-	int head_dim;          /* qwen3: attention.key_length; else dim / n_heads */
-	int ffn;               /* feed-forward hidden size */
-	int n_vocab;           /* rows of token_embd */
-	int n_ctx;             /* training context length */
-	float rms_eps;         /* default 1e-5 */
-	float rope_base;       /* default 10000 */
-	int rope_dim;          /* rotated dims per head; default head_dim */
-	int rope_style;        /* enum meta_rope */
-	int has_qkv_bias;      /* qwen2 */
-	int has_qk_norm;       /* qwen3 */
-	int tied_output;       /* no output.weight: the head reuses token_embd */
+	int head_dim;     /* qwen3: attention.key_length; deepseek2: qk_nope + qk_rope;
+			   * else dim / n_heads */
+	int ffn;          /* feed-forward hidden size */
+	int n_vocab;      /* rows of token_embd */
+	int n_ctx;        /* training context length */
+	float rms_eps;    /* default 1e-5 */
+	float rope_base;  /* default 10000 */
+	int rope_dim;     /* rotated dims per head; default head_dim */
+	int rope_style;   /* enum meta_rope */
+	int has_qkv_bias; /* qwen2 */
+	int has_qk_norm;  /* qwen3 */
+	int tied_output;  /* no output.weight: the head reuses token_embd */
+	int is_mla;       /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */
+	meta_mla_t mla;
+	/* rope.scaling.* (read for deepseek2 only): type, factor (freq scale = 1/factor),
+	 * original_context_length (default n_ctx), yarn_log_multiplier as stored in the file */
+	int rope_scaling; /* enum meta_rope_scaling */
+	float rope_factor;
+	int rope_orig_ctx;
+	float yarn_log_mul;
 	uint64_t weight_bytes; /* sum of all tensor data */
 	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
 } model_meta_t;

@@ -1,8 +1,10 @@
 /*
- * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3).
+ * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3,
+ * deepseek2's dense layers with latent attention from mla.c).
  *
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
- * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
+ * -> RoPE -> cache -> attention (or mla.c's latent attention) -> output projection -> residual,
+ * RMSNorm -> gate/up -> SwiGLU ->
  * down -> residual; final norm and the head. Every matrix product goes through matmul()
  * (matmul.c, the one place that chooses the kernel); attention is attn.c's.
  *
@@ -27,8 +29,7 @@
 
 /* ---- binding ------------------------------------------------------------------------------ */
 
-static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err,
-		    size_t errlen)
+int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen)
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
@@ -57,8 +58,8 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 }
 
 /* A norm or bias vector as F32 (a small copy): n elements starting at element off. */
-static int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
-		    size_t errlen)
+int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
+	     size_t errlen)
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
@@ -115,6 +116,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 	if (model_kv_type_check(meta, kv_type, NULL, 0))
 		return 0;
 	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
+	if (meta->is_mla) /* the latent (F32), replicated on every rank (mla.c) */
+		return mla_kv_bytes_per_pos(meta, nl);
 	return (size_t)nl * 2 *
 	       quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
 }
@@ -135,7 +138,7 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 }
 
 /* A row slice [r0, r0+n) of w, as its own matrix. */
-static wmat_t mat_rows(wmat_t w, int r0, int n)
+wmat_t mat_rows(wmat_t w, int r0, int n)
 {
 	w.data += (size_t)r0 * w.row_bytes;
 	w.src += (size_t)r0 * w.src_stride;
@@ -147,8 +150,8 @@ static wmat_t mat_rows(wmat_t w, int r0, int n)
  * with the model) and the mapping's pages of the whole matrix are released from this process:
  * each row's slice is only part of a page, so reading it in place would keep every page of the
  * matrix resident on every rank. */
-static int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name,
-		    char *err, size_t errlen)
+int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+	     size_t errlen)
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
@@ -222,15 +225,15 @@ static int alloc_scratch(model_t *m, int max_b)
 {
 	const model_meta_t *mt = &m->meta;
 	int nt = pool_threads(m->pool);
-	int maxc = MAX(MAX(mt->dim, m->qd), m->sh.n_ffn);
+	int maxc = MAX(MAX(MAX(mt->dim, m->qd), m->sh.n_ffn), mt->mla.q_lora);
 	size_t b = (size_t)max_b;
 	m->max_b = max_b;
 	m->x = calloc(b * mt->dim, sizeof(float));
 	m->xb = calloc(b * mt->dim, sizeof(float));
 	m->xb2 = calloc(b * mt->dim, sizeof(float));
 	m->q = calloc(b * m->qd, sizeof(float));
-	m->k = calloc(b * m->kvd, sizeof(float));
-	m->v = calloc(b * m->kvd, sizeof(float));
+	m->k = calloc(b * m->kvd + 1, sizeof(float)); /* kvd is 0 with latent attention */
+	m->v = calloc(b * m->kvd + 1, sizeof(float));
 	m->att = calloc(b * m->qd, sizeof(float));
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
@@ -293,6 +296,10 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	int hd = meta->head_dim;
 	m->qd = m->sh.n_q_heads * hd;
 	m->kvd = m->sh.n_kv_heads * hd;
+	if (meta->is_mla) { /* q holds [qk_nope|qk_rope] per head, att v_head; mla.c's cache */
+		m->qd = m->sh.n_q_heads * MAX(hd, meta->mla.v_head);
+		m->kvd = 0;
+	}
 
 	if ((rc = bind_mat(m, g, "token_embd.weight", &m->embd, err, errlen)) ||
 	    (rc = bind_vec(g, "output_norm.weight", 0, meta->dim, &m->out_norm, err, errlen)))
@@ -316,13 +323,24 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME("ffn_norm.weight"), 0, meta->dim, &L->ffn_norm, err,
 				   errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_q.weight"), &L->wq, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_k.weight"), &L->wk, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_v.weight"), &L->wv, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen)))
+			goto err;
+		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
+		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
+		if ((rc = mat_cols(g, &L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
+				   err, errlen)))
+			goto err;
+		if (meta->is_mla) { /* deepseek2: latent attention's weights and attn_output */
+			if ((rc = mla_bind(m, g, l, err, errlen)))
+				goto err;
+			continue;
+		}
+		if ((rc = bind_mat(m, g, NAME("attn_q.weight"), &L->wq, err, errlen)) ||
+		    (rc = bind_mat(m, g, NAME("attn_k.weight"), &L->wk, err, errlen)) ||
+		    (rc = bind_mat(m, g, NAME("attn_v.weight"), &L->wv, err, errlen)) ||
+		    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)))
 			goto err;
 		if (meta->has_qkv_bias &&
 		    ((rc = bind_vec(g, NAME("attn_q.bias"), q0, m->qd, &L->bq, err, errlen)) ||
@@ -335,15 +353,11 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 							 &L->k_norm, err, errlen))))
 			goto err;
 #undef NAME
-		/* this shard's slices: Q/K/V/gate/up by rows, O/down by input columns */
+		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above) */
 		L->wq = mat_rows(L->wq, q0, m->qd);
 		L->wk = mat_rows(L->wk, k0, m->kvd);
 		L->wv = mat_rows(L->wv, k0, m->kvd);
-		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
-		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(g, &L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)) ||
-		    (rc = mat_cols(g, &L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
-				   err, errlen)))
+		if ((rc = mat_cols(g, &L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
 			goto err;
 	}
 
@@ -374,8 +388,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->qkt = quant_qkt();
 	m->av = quant_av();
 	m->expsum = quant_expsum();
+	m->f32 = quant_ops(QT_F32);
+	m->wsum = quant_wsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
+	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
+		goto err;
 #ifndef SHOAL_ACCELERATE
 	openblas_set_num_threads(1); /* parallelism comes from the pool, one sgemm per thread */
 #endif
@@ -390,6 +408,7 @@ void model_free(model_t *m)
 {
 	if (!m)
 		return;
+	mla_free(m);
 	if (m->layers)
 		for (int l = 0; l < m->meta.n_layers; l++) {
 			layer_t *L = &m->layers[l];
@@ -442,6 +461,7 @@ uint64_t model_bytes_per_token(const model_t *m)
 			b += w[i]->row_bytes * (uint64_t)w[i]->rows;
 		b += quant_row_bytes(L->wo.type, L->wo.cols) * (uint64_t)L->wo.rows;
 		b += quant_row_bytes(L->w_down.type, L->w_down.cols) * (uint64_t)L->w_down.rows;
+		b += mla_layer_bytes(L);
 	}
 	return b;
 }
@@ -493,7 +513,7 @@ static int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int
 	return 0;
 }
 
-static int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
 {
 	size_t len = quant_row_bytes(w->type, w->cols);
 	int compact = w->data != w->src; /* a column slice, copied out at load */
@@ -522,6 +542,8 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 				     &L->w_gate, &L->w_up, &L->w_down};
 		for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
 			rc = mat_ranges(w[i], base, r, n);
+		if (!rc && L->mla)
+			rc = mla_weight_ranges(L, base, r, n);
 	}
 	return rc;
 }
@@ -555,40 +577,46 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
 		int lc = l - m->sh.layer0; /* index into the KV cache */
-		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] */
+		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] -> att[B][qd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
 				p->rms_eps);
-		const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
-		float *qkv_out[3] = {m->q, m->k, m->v};
-		matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
-		for (int b = 0; b < B; b++) {
-			float *q = m->q + (size_t)b * m->qd, *k = m->k + (size_t)b * m->kvd;
-			float *v = m->v + (size_t)b * m->kvd;
-			if (L->bq) {
-				for (int i = 0; i < m->qd; i++)
-					q[i] += L->bq[i];
-				for (int i = 0; i < m->kvd; i++) {
-					k[i] += L->bk[i];
-					v[i] += L->bv[i];
+		if (L->mla) { /* deepseek2: latent attention (mla.c) */
+			mla_attention(m, L, lc, B);
+		} else {
+			const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+			float *qkv_out[3] = {m->q, m->k, m->v};
+			matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
+			for (int b = 0; b < B; b++) {
+				float *q = m->q + (size_t)b * m->qd, *k = m->k + (size_t)b * m->kvd;
+				float *v = m->v + (size_t)b * m->kvd;
+				if (L->bq) {
+					for (int i = 0; i < m->qd; i++)
+						q[i] += L->bq[i];
+					for (int i = 0; i < m->kvd; i++) {
+						k[i] += L->bk[i];
+						v[i] += L->bv[i];
+					}
 				}
+				for (int h = 0; h < m->sh.n_q_heads; h++) {
+					if (L->q_norm)
+						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
+							p->rms_eps);
+					rope(m, q + h * hd, pos[b]);
+				}
+				for (int h = 0; h < m->sh.n_kv_heads; h++) {
+					if (L->k_norm)
+						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
+							p->rms_eps);
+					rope(m, k + h * hd, pos[b]);
+				}
+				attn_cache_put(m, lc, slot[b], pos[b], k, v);
 			}
-			for (int h = 0; h < m->sh.n_q_heads; h++) {
-				if (L->q_norm)
-					rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, p->rms_eps);
-				rope(m, q + h * hd, pos[b]);
-			}
-			for (int h = 0; h < m->sh.n_kv_heads; h++) {
-				if (L->k_norm)
-					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
-				rope(m, k + h * hd, pos[b]);
-			}
-			attn_cache_put(m, lc, slot[b], pos[b], k, v);
+			if (m->attn_ref)
+				attention_ref(m, lc, B);
+			else
+				attention(m, lc, B);
 		}
-		if (m->attn_ref)
-			attention_ref(m, lc, B);
-		else
-			attention(m, lc, B);
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

@@ -4,7 +4,8 @@
  *
  * Split by concept: model.c binds the weights and holds forward(); matmul.c is the one place that
  * chooses a matrix kernel; attn.c is attention over the KV cache. A new architecture's block
- * (experts, latent attention) gets its own file here and is called from the one forward().
+ * (experts, latent attention: mla.c) gets its own file here and is called from the one
+ * forward().
  *
  * Threads: as model.h: one caller thread drives a model_t; the verbs below dispatch on its pool.
  */
@@ -58,6 +59,7 @@ typedef struct layer {
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
+	struct mla_layer *mla;      /* deepseek2: latent attention's weights (mla.c), else NULL */
 } layer_t;
 
 struct model {
@@ -101,6 +103,9 @@ struct model {
 	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
 	quant_av_fn av;         /* weighted sums of a V tile */
 	quant_expsum_fn expsum; /* softmax numerators */
+	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
+	quant_wsum_fn wsum;
+	struct mla_state *mla; /* deepseek2: latent cache, YaRN tables, scratch (mla.c) */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
@@ -138,6 +143,38 @@ static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
 	return (((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos) *
 	       m->kv_row;
 }
+
+/* ---- mla.c: deepseek2's Multi-head Latent Attention --------------------------------------- */
+
+/* Binds layer l's MLA weights for the shard's heads, and L->wo (attn_output by input columns). */
+int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen);
+/* The latent cache, rope tables and scratch; after the layers are bound and the scratch made. */
+int mla_new(model_t *m, char *err, size_t errlen);
+void mla_free(model_t *m); /* frees the state and every layer's MLA weights; NULL-safe parts */
+/* att[B][n_q_heads*v_head] from xb[B][dim] for the batch's tokens (slot bslot[b], position
+ * bpos[b]), writing their latents to layer lc of the latent cache first. */
+void mla_attention(model_t *m, layer_t *L, int lc, int B);
+size_t mla_kv_bytes_per_pos(const model_meta_t *meta, int n_layers);
+uint64_t mla_layer_bytes(const layer_t *L); /* weight bytes one token reads (0 without MLA) */
+/* Appends the file ranges layer L's MLA matrices read (model_weight_ranges; base: the mapping's
+ * first byte). Returns 0 or SH_ENOMEM. */
+int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n);
+
+/* ---- model.c: binding helpers (shared with mla.c) ------------------------------------------ */
+
+/* w = tensor name of g (borrowed view into the mapping; rows = ne[1]). */
+int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen);
+/* *out = a malloc'd F32 copy of elements [off, off+n) of vector tensor name. */
+int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
+	     size_t errlen);
+/* Rows [r0, r0+n) of w. */
+wmat_t mat_rows(wmat_t w, int r0, int n);
+/* Appends the file ranges w reads (its rows at w->src) to *r. */
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
+/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller; read
+ * through gguf_copy so a slice node's sidecar serves them). */
+int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+	     size_t errlen);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
