@@ -93,9 +93,14 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
 		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
-					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1};
+					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1,
+					 o->exp0, o->exp1 - o->exp0, o->shx0,   o->shx1 - o->shx0};
 	} else {
 		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
+		char nm[64]; /* a model whose first layer routes: its shared block's columns */
+		snprintf(nm, sizeof nm, "blk.%d.ffn_down_shexp.weight", e->meta.n_dense_lead);
+		if (!t)
+			t = gguf_find_tensor(e->g, nm);
 		int blk = MAX(t ? quant_block_elems(t->type) : 1, 32);
 		model_shard_t *all = calloc((size_t)world, sizeof *all);
 		if (!all)
@@ -118,11 +123,12 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 			     errlen)))
 		return rc;
 	LOG(LOG_INFO,
-	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
-	    "context %d",
+	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d) "
+	    "experts [%d,%d) shared [%d,%d), context %d",
 	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
 	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
-	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, *ctx);
+	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, shard->exp0,
+	    shard->exp0 + shard->n_exp, shard->shx0, shard->shx0 + shard->n_shx, *ctx);
 	return 0;
 }
 

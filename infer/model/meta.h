@@ -2,7 +2,8 @@
  * meta.h: a model's hyperparameters and tensor layout, read and checked from a GGUF file.
  * Internal to infer/.
  *
- * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2 and qwen3, checks
+ * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama, and with experts
+ * Mixtral), qwen2, qwen3, qwen2moe and qwen3moe (the mixture-of-experts keys of deepseek2 too), checks
  * that every tensor the forward pass needs exists with the expected shape and a supported type,
  * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
  * else is a one-line error naming what is wrong.
@@ -14,7 +15,11 @@
 
 #include <stdint.h>
 
-enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3 };
+enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3, META_QWEN2MOE, META_QWEN3MOE };
+/* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities */
+enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2 };
+#define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
+#define META_ARCHS       "llama, qwen2, qwen3, qwen2moe, qwen3moe" /* for error messages */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
 typedef struct model_meta {
@@ -35,6 +40,19 @@ typedef struct model_meta {
 	int has_qkv_bias;      /* qwen2 */
 	int has_qk_norm;       /* qwen3 */
 	int tied_output;       /* no output.weight: the head reuses token_embd */
+	/* mixture of experts (n_experts == 0: every layer is dense). Layers [0, n_dense_lead) are
+	 * dense SwiGLU of width ffn; the others route each token to n_experts_used of n_experts
+	 * SwiGLU experts of width ffn_exp (+ an always-on shared block of width ffn_shexp). */
+	int n_experts, n_experts_used;
+	int ffn_exp;           /* one routed expert's hidden size */
+	int ffn_shexp;         /* shared-expert hidden size (0: none) */
+	int n_dense_lead;      /* deepseek2 leading_dense_block_count */
+	int gating;            /* enum meta_gating */
+	int exp_norm;          /* renormalise the top-k weights to sum 1 */
+	float exp_scale;       /* routed weights multiplied by this (1: none) */
+	int has_exp_bias;      /* exp_probs_b: selection-only bias (DeepSeek-V3) */
+	int shexp_gated;       /* qwen2moe: shared output x sigmoid(ffn_gate_inp_shexp . x) */
+	uint64_t expert_bytes; /* bytes of the routed expert tensors, all layers */
 	uint64_t weight_bytes; /* sum of all tensor data */
 	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
 } model_meta_t;
@@ -42,6 +60,12 @@ typedef struct model_meta {
 /* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,
  * missing tensor, wrong shape) with the reason in err. */
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
+
+/* Whether layer l routes through experts. */
+static inline int meta_layer_moe(const model_meta_t *m, int l)
+{
+	return m->n_experts > 0 && l >= m->n_dense_lead;
+}
 
 /* Writes the names of the types in m->types_used, e.g. "F32 Q8_0", into buf. */
 void meta_types_str(const model_meta_t *m, char *buf, size_t len);

@@ -172,6 +172,7 @@ static float rng_uniform(uint64_t *s) /* [-1, 1) */
 typedef struct tspec {
 	char name[64];
 	int64_t rows, cols; /* rows = 0: a vector of cols */
+	int64_t ne2;        /* > 0: a 3-D tensor [cols, rows / ne2, ne2] (experts) */
 	int type;
 	float scale; /* uniform in [-scale, scale); for norms, around 1 */
 	int is_norm;
@@ -179,9 +180,22 @@ typedef struct tspec {
 
 int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen)
 {
-	int qwen2 = !strcmp(o->arch, "qwen2"), qwen3 = !strcmp(o->arch, "qwen3");
-	if (!qwen2 && !qwen3 && strcmp(o->arch, "llama"))
-		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported architecture '%s'", o->arch);
+	int mixtral = !strcmp(o->arch, "mixtral"), q2moe = !strcmp(o->arch, "qwen2moe"),
+	    q3moe = !strcmp(o->arch, "qwen3moe");
+	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
+	int moe = mixtral || q2moe || q3moe;
+	if (!qwen2 && !qwen3 && !mixtral && strcmp(o->arch, "llama"))
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "unsupported architecture '%s' (llama, qwen2, qwen3, mixtral, "
+			       "qwen2moe, qwen3moe)",
+			       o->arch);
+	int E = moe ? o->experts : 0, K = o->experts_used;
+	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
+	int n_sh = q2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	if (moe && (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "need 1 <= experts-used <= experts <= 512 and a positive expert ffn");
+	int64_t SF = (int64_t)n_sh * FE; /* qwen2moe's shared block */
 	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
 	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->ffn <= 0 ||
 	    hd <= 0 || hd % 2 || o->heads % o->kv_heads || (!o->head_dim && o->dim % o->heads))
@@ -192,12 +206,12 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if (!quant_type_supported(o->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported type");
 	int be = quant_block_elems(o->type);
-	if (o->dim % be || o->ffn % be || (o->heads * hd) % be)
+	if (o->dim % be || o->ffn % be || (o->heads * hd) % be || FE % be)
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "dim, ffn and heads*head_dim must be multiples of %d for %s", be,
 			       quant_type_name(o->type));
 
-	int L = o->layers, n_t = 0, cap = 3 + L * 14;
+	int L = o->layers, n_t = 0, cap = 3 + L * 20;
 	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
 	vocab_t v;
 	memset(&v, 0, sizeof v);
@@ -216,6 +230,11 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		snprintf(t_->name, sizeof t_->name, "%s", nm);                                     \
 		t_->rows = (r), t_->cols = (c), t_->type = (ty), t_->scale = (sc),                 \
 		t_->is_norm = (nrm);                                                               \
+	} while (0)
+#define T3(nm, e, r, c, ty, sc) /* e experts of [r x c] */                                        \
+	do {                                                                                       \
+		T(nm, (int64_t)(e) * (r), c, ty, sc, 0);                                           \
+		ts[n_t - 1].ne2 = (e);                                                             \
 	} while (0)
 	char nm[64];
 	T("token_embd.weight", o->vocab, D, o->type, 1.0f, 0);
@@ -238,9 +257,24 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		}
 		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
 		T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
-		T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
-		T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
-		T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
+		if (moe) { /* router F32, as llama.cpp's converter leaves it in quantized files */
+			float se = 1.0f / sqrtf((float)FE);
+			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
+			T3(BLK("ffn_gate_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			T3(BLK("ffn_up_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			T3(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
+			if (SF) {
+				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
+				T(BLK("ffn_gate_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
+				T(BLK("ffn_up_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
+				T(BLK("ffn_down_shexp.weight"), D, SF, o->type,
+				  0.8f / sqrtf((float)SF), 0);
+			}
+		} else {
+			T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
+			T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
+			T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
+		}
 #undef BLK
 	}
 	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
@@ -248,7 +282,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 #undef T
 
 	char key[96];
-	const char *a = o->arch;
+	const char *a = mixtral ? "llama" : o->arch; /* Mixtral is a llama file with experts */
 #define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
 	int krc =
 	    gw_kv_str(w, "general.architecture", a) |
@@ -276,10 +310,19 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
 	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
 	    gw_kv_str(w, "tokenizer.chat_template", chatml);
+	if (moe)
+		krc |= gw_kv_u32(w, K("expert_count"), (uint32_t)E) |
+		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);
+	if (moe && !mixtral)
+		krc |= gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)FE);
+	if (SF)
+		krc |= gw_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)SF);
 #undef K
 	for (int i = 0; i < n_t && !krc; i++) {
-		int64_t ne[2] = {ts[i].cols, ts[i].rows};
-		krc |= gw_tensor(w, ts[i].name, ts[i].rows ? 2 : 1, ne, ts[i].type);
+		int64_t ne[3] = {ts[i].cols, ts[i].rows, 1};
+		if (ts[i].ne2)
+			ne[1] = ts[i].rows / ts[i].ne2, ne[2] = ts[i].ne2;
+		krc |= gw_tensor(w, ts[i].name, ts[i].ne2 ? 3 : ts[i].rows ? 2 : 1, ne, ts[i].type);
 	}
 	if (krc) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -287,7 +330,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
-	int64_t maxc = MAX(MAX(D, F), QD);
+	int64_t maxc = MAX(MAX(D, F), MAX(QD, MAX(FE, SF)));
 	row = malloc((size_t)maxc * sizeof *row);
 	qrow = malloc((size_t)maxc * 4);
 	if (!row || !qrow) {

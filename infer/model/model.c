@@ -1,5 +1,6 @@
 /*
- * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3).
+ * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3, and with
+ * moe.c's expert block Mixtral, qwen2moe, qwen3moe).
  *
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
  * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
@@ -27,8 +28,7 @@
 
 /* ---- binding ------------------------------------------------------------------------------ */
 
-static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err,
-		    size_t errlen)
+int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen)
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
@@ -54,8 +54,8 @@ static int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, ch
 }
 
 /* A norm or bias vector as F32 (a small copy): n elements starting at element off. */
-static int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
-		    size_t errlen)
+int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
+	     size_t errlen)
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
@@ -82,6 +82,10 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->n_ffn = meta->ffn;
 	s->layer0 = 0;
 	s->layer1 = meta->n_layers;
+	s->exp0 = 0;
+	s->n_exp = meta->n_experts;
+	s->shx0 = 0;
+	s->n_shx = meta->ffn_shexp;
 }
 
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard)
@@ -103,6 +107,9 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn || s->layer0 < 0 ||
 	    s->layer0 >= s->layer1 || s->layer1 > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "shard out of range");
+	if (s->exp0 < 0 || s->n_exp < 0 || s->exp0 + s->n_exp > mt->n_experts || s->shx0 < 0 ||
+	    s->n_shx < 0 || s->shx0 + s->n_shx > mt->ffn_shexp)
+		return sh_fail(err, errlen, SH_EINVAL, "shard's expert range out of range");
 	if (s->q_head0 / grp < s->kv_head0 ||
 	    (s->q_head0 + s->n_q_heads - 1) / grp >= s->kv_head0 + s->n_kv_heads)
 		return sh_fail(err, errlen, SH_EINVAL,
@@ -111,7 +118,7 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 }
 
 /* A row slice [r0, r0+n) of w, as its own matrix. */
-static wmat_t mat_rows(wmat_t w, int r0, int n)
+wmat_t mat_rows(wmat_t w, int r0, int n)
 {
 	w.data += (size_t)r0 * w.row_bytes;
 	w.rows = n;
@@ -122,8 +129,7 @@ static wmat_t mat_rows(wmat_t w, int r0, int n)
  * with the model) and the mapping's pages of the whole matrix are released from this process:
  * each row's slice is only part of a page, so reading it in place would keep every page of the
  * matrix resident on every rank. */
-static int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
-		    size_t errlen)
+int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen)
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
@@ -171,7 +177,7 @@ static int alloc_scratch(model_t *m, int max_b)
 {
 	const model_meta_t *mt = &m->meta;
 	int nt = pool_threads(m->pool);
-	int maxc = MAX(MAX(mt->dim, m->qd), m->sh.n_ffn);
+	int maxc = MAX(MAX(mt->dim, m->qd), MAX(m->sh.n_ffn, MAX(mt->ffn_exp, m->sh.n_shx)));
 	size_t b = (size_t)max_b;
 	m->max_b = max_b;
 	m->x = calloc(b * mt->dim, sizeof(float));
@@ -212,6 +218,10 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		model_shard_full(meta, &m->sh);
 	if (m->sh.layer1 == 0 && m->sh.layer0 == 0)
 		m->sh.layer1 = meta->n_layers;
+	if (m->sh.exp0 == 0 && m->sh.n_exp == 0)
+		m->sh.n_exp = meta->n_experts;
+	if (m->sh.shx0 == 0 && m->sh.n_shx == 0)
+		m->sh.n_shx = meta->ffn_shexp;
 	if ((rc = shard_check(meta, &m->sh, err, errlen)))
 		goto err;
 	m->pool = pool;
@@ -245,10 +255,13 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		    (rc = bind_mat(m, g, NAME("attn_q.weight"), &L->wq, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("attn_k.weight"), &L->wk, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("attn_v.weight"), &L->wv, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen)))
+		    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)))
+			goto err;
+		int moe = meta_layer_moe(meta, l);
+		if (moe ? (rc = moe_layer_new(m, g, l, &L->moe, err, errlen))
+			: ((rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
+			   (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
+			   (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen))))
 			goto err;
 		if (meta->has_qkv_bias &&
 		    ((rc = bind_vec(g, NAME("attn_q.bias"), q0, m->qd, &L->bq, err, errlen)) ||
@@ -265,10 +278,13 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		L->wq = mat_rows(L->wq, q0, m->qd);
 		L->wk = mat_rows(L->wk, k0, m->kvd);
 		L->wv = mat_rows(L->wv, k0, m->kvd);
+		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
+			goto err;
+		if (moe)
+			continue;
 		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
 		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)) ||
-		    (rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
+		if ((rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
 				   err, errlen)))
 			goto err;
 	}
@@ -278,7 +294,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
 	m->kc = malloc(kv_elems * sizeof(float));
 	m->vc = malloc(kv_elems * sizeof(float));
-	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64)) {
+	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64) ||
+	    (meta->n_experts && moe_scratch_new(m))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
 		goto err;
 	}
@@ -313,7 +330,9 @@ void model_free(model_t *m)
 			free(L->k_norm);
 			free(L->wo_own);
 			free(L->down_own);
+			moe_layer_free(L->moe);
 		}
+	moe_scratch_free(m->moe);
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
 			free(m->tiles[i]);
@@ -343,10 +362,14 @@ uint64_t model_bytes_per_token(const model_t *m)
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		const layer_t *L = &m->layers[l];
 		const wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
-		for (size_t i = 0; i < ARRAY_LEN(w); i++)
+		for (size_t i = 0; i < ARRAY_LEN(w) - (L->moe ? 2 : 0); i++)
 			b += w[i]->row_bytes * (uint64_t)w[i]->rows;
 		b += quant_row_bytes(L->wo.type, L->wo.cols) * (uint64_t)L->wo.rows;
-		b += quant_row_bytes(L->w_down.type, L->w_down.cols) * (uint64_t)L->w_down.rows;
+		if (L->moe)
+			b += moe_bytes_per_token(m, L->moe);
+		else
+			b += quant_row_bytes(L->w_down.type, L->w_down.cols) *
+			     (uint64_t)L->w_down.rows;
 	}
 	return b;
 }
@@ -443,18 +466,23 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 
-		/* FFN block: hb[B][F] = silu(gate(xb)) * up(xb); xb2 = down(hb) */
+		/* FFN block, dense: hb[B][F] = silu(gate(xb)) * up(xb); xb2 = down(hb); or the
+		 * mixture of experts (moe.c): xb2 = this rank's experts and shared slice */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->ffn_norm, D,
 				p->rms_eps);
-		const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
-		float *gu_out[2] = {m->hb, m->hb2};
-		matmul_same_input(m, 2, gu, gu_out, m->xb, B);
-		for (int i = 0; i < B * F; i++) {
-			float g = m->hb[i];
-			m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+		if (L->moe) {
+			moe_ffn(m, L->moe, B);
+		} else {
+			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
+			float *gu_out[2] = {m->hb, m->hb2};
+			matmul_same_input(m, 2, gu, gu_out, m->xb, B);
+			for (int i = 0; i < B * F; i++) {
+				float g = m->hb[i];
+				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+			}
+			matmul(m, &L->w_down, m->xb2, m->hb, B);
 		}
-		matmul(m, &L->w_down, m->xb2, m->hb, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
 			return rc;
 		for (int i = 0; i < B * D; i++)

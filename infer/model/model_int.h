@@ -30,6 +30,9 @@ typedef struct wmat {
 	quant_dequant_fn dequant;
 } wmat_t;
 
+typedef struct moe_layer moe_layer_t;     /* moe.c: a layer's experts */
+typedef struct moe_scratch moe_scratch_t; /* moe.c: the MoE block's buffers */
+
 typedef struct layer {
 	float *attn_norm;           /* [dim] */
 	wmat_t wq;                  /* [n_heads*head_dim x dim] */
@@ -41,6 +44,7 @@ typedef struct layer {
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
+	moe_layer_t *moe;           /* experts instead of w_gate/w_up/w_down (NULL: dense) */
 } layer_t;
 
 struct model {
@@ -72,6 +76,7 @@ struct model {
 	const quant_ops_t *f32; /* F32 matvec, for attention scores */
 	quant_wsum_fn wsum;     /* attention's weighted sum of values */
 	quant_expsum_fn expsum; /* softmax numerators */
+	moe_scratch_t *moe;     /* NULL for a dense model */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
@@ -87,6 +92,45 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
 /* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, pos + b], for each of the B
  * tokens and each of the shard's query heads, reading layer lc of the KV cache. */
 void attention(model_t *m, int lc, int B, int pos);
+
+/* ---- moe.c ------------------------------------------------------------------------------- */
+
+/* One token's routing: probabilities from the router logits (softmax, or sigmoid), the top k by
+ * probability + bias (bias NULL = none; it only steers the choice), weights = the unbiased
+ * probabilities of the chosen, renormalised to sum 1 when norm (sum floored at 2^-14 as
+ * llama.cpp does), times scale. */
+typedef struct moe_route {
+	int n_experts, k, gating, norm; /* gating: enum meta_gating */
+	float scale;
+	const float *bias; /* [n_experts] or NULL */
+} moe_route_t;
+/* sel[k] = chosen experts (by falling biased probability), w[k] = their weights. */
+void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
+
+/* Binds layer l's router, this shard's experts (pages of the others released) and its slice of
+ * the shared block. */
+int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err,
+		  size_t errlen);
+void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
+int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
+void moe_scratch_free(moe_scratch_t *s);
+/* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
+ * outputs + its slice of the shared block): summed over ranks it is the whole block. */
+void moe_ffn(model_t *m, const moe_layer_t *ml, int B);
+/* Expected weight bytes one decoded token reads in ml on this rank (router, shared slice,
+ * experts used / experts of the held experts). */
+uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml);
+/* Test hook: when set, moe_ffn writes the last token's choices of each layer l to
+ * trace[l * n_experts_used + i] (NULL: off). */
+void moe_set_trace(model_t *m, int *trace);
+
+/* ---- model.c: binding helpers (moe.c binds its tensors with them) ------------------------- */
+
+int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen);
+int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
+	     size_t errlen);
+wmat_t mat_rows(wmat_t w, int r0, int n);
+int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
