@@ -6,6 +6,7 @@
 #include "infer/quant/quant.h"
 
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,12 +14,17 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: shoal mkmodel [--arch llama|qwen2|qwen3] [--dim D] [--layers L] [--heads H]\n"
+	    "usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
 	    "                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
+	    "                     [--experts N --experts-used K [--shared-experts S]\n"
+	    "                      [--expert-ffn F]]\n"
 	    "                     [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
+	    "ARCH: llama, qwen2, qwen3, or with experts mixtral, qwen2moe, qwen3moe.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
-	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048.\n");
+	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
+	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
+	    "stays F32 whatever the type.\n");
 }
 
 static int parse_int(const char *s, int *out)
@@ -31,18 +37,42 @@ static int parse_int(const char *s, int *out)
 	return 0;
 }
 
+/* The integer options: one row per flag (a new architecture adds its rows here). */
+static const struct {
+	const char *name;
+	size_t off; /* of the int in mkmodel_opts_t */
+} int_opts[] = {
+    {"dim", offsetof(mkmodel_opts_t, dim)},
+    {"layers", offsetof(mkmodel_opts_t, layers)},
+    {"heads", offsetof(mkmodel_opts_t, heads)},
+    {"kv-heads", offsetof(mkmodel_opts_t, kv_heads)},
+    {"ffn", offsetof(mkmodel_opts_t, ffn)},
+    {"vocab", offsetof(mkmodel_opts_t, vocab)},
+    {"ctx", offsetof(mkmodel_opts_t, ctx)},
+    {"head-dim", offsetof(mkmodel_opts_t, head_dim)},
+    {"experts", offsetof(mkmodel_opts_t, experts)},
+    {"experts-used", offsetof(mkmodel_opts_t, experts_used)},
+    {"shared-experts", offsetof(mkmodel_opts_t, shared_experts)},
+    {"expert-ffn", offsetof(mkmodel_opts_t, expert_ffn)},
+};
+
+enum { OPT_INT = 0x100, OPT_ARCH = 0x200, OPT_TYPE, OPT_SEED, OPT_NAME, OPT_LOG };
+
 int cmd_mkmodel(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"arch", required_argument, 0, 'a'},     {"dim", required_argument, 0, 'd'},
-	    {"layers", required_argument, 0, 'l'},   {"heads", required_argument, 0, 'H'},
-	    {"kv-heads", required_argument, 0, 'k'}, {"ffn", required_argument, 0, 'f'},
-	    {"vocab", required_argument, 0, 'v'},    {"type", required_argument, 0, 't'},
-	    {"seed", required_argument, 0, 's'},     {"ctx", required_argument, 0, 'c'},
-	    {"head-dim", required_argument, 0, 'D'}, {"name", required_argument, 0, 'n'},
-	    {"output", required_argument, 0, 'o'},   {"log-level", required_argument, 0, 'L'},
-	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
-	};
+	struct option opts[ARRAY_LEN(int_opts) + 8];
+	size_t n = 0;
+	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
+		opts[n++] =
+		    (struct option){int_opts[i].name, required_argument, 0, OPT_INT + (int)i};
+	opts[n++] = (struct option){"arch", required_argument, 0, OPT_ARCH};
+	opts[n++] = (struct option){"type", required_argument, 0, OPT_TYPE};
+	opts[n++] = (struct option){"seed", required_argument, 0, OPT_SEED};
+	opts[n++] = (struct option){"name", required_argument, 0, OPT_NAME};
+	opts[n++] = (struct option){"output", required_argument, 0, 'o'};
+	opts[n++] = (struct option){"log-level", required_argument, 0, OPT_LOG};
+	opts[n++] = (struct option){"help", no_argument, 0, 'h'};
+	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
 			    .layers = 4,
@@ -52,41 +82,37 @@ int cmd_mkmodel(int argc, char **argv)
 			    .vocab = 1024,
 			    .ctx = 2048,
 			    .type = QT_Q8_0,
-			    .seed = 1};
+			    .seed = 1,
+			    .experts = 8,
+			    .experts_used = 2};
 	const char *out = NULL;
-	int c, *ip;
+	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-		ip = NULL;
+		if (c >= OPT_INT && c < OPT_INT + (int)ARRAY_LEN(int_opts)) {
+			if (parse_int(optarg, (int *)((char *)&o + int_opts[c - OPT_INT].off))) {
+				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
+				return 2;
+			}
+			continue;
+		}
 		switch (c) {
-		case 'a': o.arch = optarg; break;
-		case 'd': ip = &o.dim; break;
-		case 'l': ip = &o.layers; break;
-		case 'H': ip = &o.heads; break;
-		case 'k': ip = &o.kv_heads; break;
-		case 'f': ip = &o.ffn; break;
-		case 'v': ip = &o.vocab; break;
-		case 'c': ip = &o.ctx; break;
-		case 'D': ip = &o.head_dim; break;
-		case 't':
+		case OPT_ARCH: o.arch = optarg; break;
+		case OPT_TYPE:
 			if ((o.type = quant_type_parse(optarg)) < 0) {
 				fprintf(stderr, "shoal mkmodel: unknown type '%s'\n", optarg);
 				return 2;
 			}
 			break;
-		case 's': o.seed = strtoull(optarg, NULL, 10); break;
-		case 'n': o.name = optarg; break;
+		case OPT_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+		case OPT_NAME: o.name = optarg; break;
 		case 'o': out = optarg; break;
-		case 'L':
+		case OPT_LOG:
 			if (cli_set_log_level(optarg))
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
-		}
-		if (ip && parse_int(optarg, ip)) {
-			fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
-			return 2;
 		}
 	}
 	if (!out || optind != argc) {

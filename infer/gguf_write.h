@@ -50,7 +50,7 @@ typedef struct mkmodel_opts {
 	 * (qwen2moe: its shared block is shared_experts x expert_ffn wide; default 1), one
 	 * expert's width (0 = ffn; mixtral always ffn, as llama.cpp reads it) */
 	int experts, experts_used, shared_experts, expert_ffn;
-	int type;     /* enum qtype of the 2-D weights; norms and biases are F32 */
+	int type; /* enum qtype of the 2-D weights; norms and biases are F32 */
 	uint64_t seed;
 	const char *name; /* general.name, or NULL */
 } mkmodel_opts_t;

@@ -29,7 +29,8 @@ typedef struct eng_dist {
 	int has_ranges;         /* 1: this rank's share is the ranges below (a plan's), 0: computed
 				   from weights */
 	const int *weights;     /* world relative shares when !has_ranges (NULL = even) */
-	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1; /* half-open, as planner.h's plan_rank_t */
+	int q0, q1, kv0, kv1, ffn0, ffn1, layer0,
+	    layer1;                 /* half-open, as planner.h's plan_rank_t */
 	int exp0, exp1, shx0, shx1; /* routed experts and shared-expert units (MoE; 0,0 = all) */
 } eng_dist_t;
 
@@ -43,9 +44,9 @@ typedef struct eng_opts {
 } eng_opts_t;
 
 typedef struct eng_info {
-	const char *name;          /* general.name or the file's base name */
-	const char *arch;          /* "llama", "qwen2", "qwen3" */
-	int n_ctx;                 /* context length in use */
+	const char *name; /* general.name or the file's base name */
+	const char *arch; /* "llama", "qwen2", "qwen3" */
+	int n_ctx;        /* context length in use */
 	int n_vocab;
 	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
 	int bos, eos;              /* token ids, -1 when absent */
@@ -60,25 +61,30 @@ typedef struct eng_msg {
 } eng_msg_t;
 
 typedef struct eng_sampling {
-	float temperature;        /* 0 = greedy */
-	int top_k;                /* 0 = off */
-	float top_p;              /* 1 = off */
-	float min_p;              /* 0 = off */
-	float repeat_penalty;     /* 1 = off */
-	float presence_penalty;   /* 0 = off */
-	float frequency_penalty;  /* 0 = off */
-	uint64_t seed;            /* same seed, same text */
-	int max_tokens;           /* 0 = until EOS or the context is full */
-	const char *const *stop;  /* stop strings (borrowed), n_stop of them */
+	float temperature;       /* 0 = greedy */
+	int top_k;               /* 0 = off */
+	float top_p;             /* 1 = off */
+	float min_p;             /* 0 = off */
+	float repeat_penalty;    /* 1 = off */
+	float presence_penalty;  /* 0 = off */
+	float frequency_penalty; /* 0 = off */
+	uint64_t seed;           /* same seed, same text */
+	int max_tokens;          /* 0 = until EOS or the context is full */
+	const char *const *stop; /* stop strings (borrowed), n_stop of them */
 	int n_stop;
-	int top_logprobs;         /* 0 = none; else report this many alternatives per token */
+	int top_logprobs; /* 0 = none; else report this many alternatives per token */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
 void eng_sampling_default(eng_sampling_t *s);
 
-enum eng_finish { ENG_FINISH_NONE = 0, ENG_FINISH_STOP, ENG_FINISH_LENGTH, ENG_FINISH_ERROR,
-		  ENG_FINISH_CANCELED };
+enum eng_finish {
+	ENG_FINISH_NONE = 0,
+	ENG_FINISH_STOP,
+	ENG_FINISH_LENGTH,
+	ENG_FINISH_ERROR,
+	ENG_FINISH_CANCELED
+};
 
 typedef struct eng_logprob {
 	int token;
@@ -94,8 +100,8 @@ typedef struct eng_token {
 	int id;
 	const char *text;
 	size_t text_len;
-	float logprob;               /* log-probability of id under the sampling distribution */
-	const eng_logprob_t *top;    /* top_logprobs alternatives, best first */
+	float logprob;            /* log-probability of id under the sampling distribution */
+	const eng_logprob_t *top; /* top_logprobs alternatives, best first */
 	int n_top;
 } eng_token_t;
 
@@ -103,11 +109,11 @@ typedef struct eng_token {
 typedef int (*eng_token_cb)(void *ud, const eng_token_t *tok);
 
 typedef struct eng_result {
-	int finish;              /* enum eng_finish */
+	int finish; /* enum eng_finish */
 	int prompt_tokens;
 	int completion_tokens;
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
-	char error[256];         /* set when finish == ENG_FINISH_ERROR */
+	char error[256];          /* set when finish == ENG_FINISH_ERROR */
 } eng_result_t;
 
 /* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */

@@ -95,25 +95,24 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	m->gating = META_GATE_SOFTMAX;
 	m->exp_scale = 1.0f;
 	if ((rc = get_opt_u32(g, a, "expert_count", 1u << 20, &m->n_experts, err, errlen)) ||
-	    (rc = get_opt_u32(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err,
-			      errlen)))
+	    (rc =
+		 get_opt_u32(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err, errlen)))
 		return rc;
 	if (!need && m->n_experts == 0)
 		return 0; /* a dense llama */
 	if (m->n_experts == 0)
-		return sh_fail(err, errlen, SH_EFORMAT, "%s model with zero experts (key %s.expert_count)",
-			       a, a);
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s model with zero experts (key %s.expert_count)", a, a);
 	if (m->n_experts > META_MAX_EXPERTS)
 		return sh_fail(err, errlen, SH_EFORMAT, "%d experts (at most %d)", m->n_experts,
 			       META_MAX_EXPERTS);
 	if (m->n_experts_used <= 0 || m->n_experts_used > m->n_experts)
 		return sh_fail(err, errlen, SH_EFORMAT,
-			       "expert_used_count %d is not in 1..expert_count %d", m->n_experts_used,
-			       m->n_experts);
+			       "expert_used_count %d is not in 1..expert_count %d",
+			       m->n_experts_used, m->n_experts);
 	m->ffn_exp = m->arch == META_LLAMA ? m->ffn : m->ffn / m->n_experts_used;
-	if (m->arch != META_LLAMA &&
-	    (rc = get_opt_u32(g, a, "expert_feed_forward_length", 1u << 24, &m->ffn_exp, err,
-			      errlen)))
+	if (m->arch != META_LLAMA && (rc = get_opt_u32(g, a, "expert_feed_forward_length", 1u << 24,
+						       &m->ffn_exp, err, errlen)))
 		return rc;
 	if (m->arch == META_QWEN2MOE) {
 		m->ffn_shexp = m->ffn, m->shexp_gated = 1;
@@ -166,13 +165,15 @@ static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
-		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s (expected [%lld, %lld, %lld])",
-			       name, (long long)ne0, (long long)ne1, (long long)ne2);
-	if (t->n_dims > 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
 		return sh_fail(err, errlen, SH_EFORMAT,
-			       "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
-			       name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+			       "missing tensor %s (expected [%lld, %lld, %lld])", name,
 			       (long long)ne0, (long long)ne1, (long long)ne2);
+	if (t->n_dims > 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
+		    (long long)ne1, (long long)ne2);
 	if (!gguf_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
 			       gguf_type_name(t->type), name);
@@ -204,8 +205,8 @@ static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 		  (rc = check_tensor(m, g, TN("ffn_down_shexp.weight"), S, D, err, errlen))))
 		return rc;
 	/* stored {n_embd} or {n_embd, 1}: both are one vector */
-	if (m->shexp_gated && (rc = check_tensor(m, g, TN("ffn_gate_inp_shexp.weight"), D, 0, err,
-						 errlen)))
+	if (m->shexp_gated &&
+	    (rc = check_tensor(m, g, TN("ffn_gate_inp_shexp.weight"), D, 0, err, errlen)))
 		return rc;
 	if (gguf_find_tensor(g, TN("exp_probs_b.bias"))) {
 		if ((rc = check_tensor(m, g, tn, E, 0, err, errlen)))

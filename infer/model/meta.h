@@ -3,10 +3,10 @@
  * Internal to infer/.
  *
  * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama, and with experts
- * Mixtral), qwen2, qwen3, qwen2moe and qwen3moe (the mixture-of-experts keys of deepseek2 too), checks
- * that every tensor the forward pass needs exists with the expected shape and a supported type,
- * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
- * else is a one-line error naming what is wrong.
+ * Mixtral), qwen2, qwen3, qwen2moe and qwen3moe (the mixture-of-experts keys of deepseek2 too),
+ * checks that every tensor the forward pass needs exists with the expected shape and a supported
+ * type, and fills a plain struct (no pointers into the file except `name`, which is copied).
+ * Anything else is a one-line error naming what is wrong.
  */
 #ifndef SHOAL_META_H
 #define SHOAL_META_H
@@ -29,17 +29,17 @@ typedef struct model_meta {
 	int n_layers;
 	int dim; /* embedding length */
 	int n_heads, n_kv_heads;
-	int head_dim;          /* qwen3: attention.key_length; else dim / n_heads */
-	int ffn;               /* feed-forward hidden size */
-	int n_vocab;           /* rows of token_embd */
-	int n_ctx;             /* training context length */
-	float rms_eps;         /* default 1e-5 */
-	float rope_base;       /* default 10000 */
-	int rope_dim;          /* rotated dims per head; default head_dim */
-	int rope_style;        /* enum meta_rope */
-	int has_qkv_bias;      /* qwen2 */
-	int has_qk_norm;       /* qwen3 */
-	int tied_output;       /* no output.weight: the head reuses token_embd */
+	int head_dim;     /* qwen3: attention.key_length; else dim / n_heads */
+	int ffn;          /* feed-forward hidden size */
+	int n_vocab;      /* rows of token_embd */
+	int n_ctx;        /* training context length */
+	float rms_eps;    /* default 1e-5 */
+	float rope_base;  /* default 10000 */
+	int rope_dim;     /* rotated dims per head; default head_dim */
+	int rope_style;   /* enum meta_rope */
+	int has_qkv_bias; /* qwen2 */
+	int has_qk_norm;  /* qwen3 */
+	int tied_output;  /* no output.weight: the head reuses token_embd */
 	/* mixture of experts (n_experts == 0: every layer is dense). Layers [0, n_dense_lead) are
 	 * dense SwiGLU of width ffn; the others route each token to n_experts_used of n_experts
 	 * SwiGLU experts of width ffn_exp (+ an always-on shared block of width ffn_shexp). */

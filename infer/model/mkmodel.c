@@ -193,8 +193,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
 	int n_sh = q2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
 	if (moe && (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0))
-		return sh_fail(err, errlen, SH_EINVAL,
-			       "need 1 <= experts-used <= experts <= 512 and a positive expert ffn");
+		return sh_fail(
+		    err, errlen, SH_EINVAL,
+		    "need 1 <= experts-used <= experts <= 512 and a positive expert ffn");
 	int64_t SF = (int64_t)n_sh * FE; /* qwen2moe's shared block */
 	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
 	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->ffn <= 0 ||
@@ -231,7 +232,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		t_->rows = (r), t_->cols = (c), t_->type = (ty), t_->scale = (sc),                 \
 		t_->is_norm = (nrm);                                                               \
 	} while (0)
-#define T3(nm, e, r, c, ty, sc) /* e experts of [r x c] */                                        \
+#define T3(nm, e, r, c, ty, sc) /* e experts of [r x c] */                                         \
 	do {                                                                                       \
 		T(nm, (int64_t)(e) * (r), c, ty, sc, 0);                                           \
 		ts[n_t - 1].ne2 = (e);                                                             \

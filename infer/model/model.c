@@ -259,7 +259,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 			goto err;
 		int moe = meta_layer_moe(meta, l);
 		if (moe ? (rc = moe_layer_new(m, g, l, &L->moe, err, errlen))
-			: ((rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
+			: ((rc =
+				bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
 			   (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
 			   (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen))))
 			goto err;

@@ -109,8 +109,7 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
 
 /* Binds layer l's router, this shard's experts (pages of the others released) and its slice of
  * the shared block. */
-int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err,
-		  size_t errlen);
+int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
 void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
 int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
 void moe_scratch_free(moe_scratch_t *s);

@@ -30,23 +30,23 @@
 #include <unistd.h>
 
 struct moe_layer {
-	int layer;            /* its index in the model */
-	const float *router;  /* [E][dim] (into the mapping when F32, else router_own) */
-	float *router_own;    /* dequantized router, or NULL */
-	float *exp_bias;      /* [E] selection bias, or NULL */
-	float *shexp_gate;    /* qwen2moe: [dim], or NULL */
-	wmat_t gate, up;      /* [E*F x dim] */
-	wmat_t down;          /* [E*dim x F] */
-	int has_sh;           /* this rank holds a slice of the shared block */
+	int layer;             /* its index in the model */
+	const float *router;   /* [E][dim] (into the mapping when F32, else router_own) */
+	float *router_own;     /* dequantized router, or NULL */
+	float *exp_bias;       /* [E] selection bias, or NULL */
+	float *shexp_gate;     /* qwen2moe: [dim], or NULL */
+	wmat_t gate, up;       /* [E*F x dim] */
+	wmat_t down;           /* [E*dim x F] */
+	int has_sh;            /* this rank holds a slice of the shared block */
 	wmat_t sh_gate, sh_up; /* [n_shx x dim] */
 	wmat_t sh_down;        /* [dim x n_shx] */
 	uint8_t *sh_down_own;
 };
 
 struct moe_scratch {
-	float *logits; /* [max_b][E] */
-	int *sel;      /* [max_b][K] */
-	float *wt;     /* [max_b][K] */
+	float *logits;  /* [max_b][E] */
+	int *sel;       /* [max_b][K] */
+	float *wt;      /* [max_b][K] */
 	float *xs, *ys; /* [max_b][dim]: inputs gathered for one expert, its outputs */
 	float *h, *h2;  /* [max_b][max(F, n_shx)] */
 	int *tok;       /* [max_b]: the batch rows routed to the expert at hand */
@@ -119,8 +119,7 @@ static int bind_experts(model_t *m, const gguf_t *g, const char *name, int per, 
 	return 0;
 }
 
-int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err,
-		  size_t errlen)
+int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen)
 {
 	const model_meta_t *p = &m->meta;
 	const model_shard_t *sh = &m->sh;
@@ -149,13 +148,14 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (gguf_find_tensor(g, NAME("exp_probs_b.bias")) &&
 	    (rc = bind_vec(g, n, 0, E, &ml->exp_bias, err, errlen)))
 		return rc;
-	if (p->shexp_gated &&
-	    (rc = bind_vec(g, NAME("ffn_gate_inp_shexp.weight"), 0, D, &ml->shexp_gate, err, errlen)))
+	if (p->shexp_gated && (rc = bind_vec(g, NAME("ffn_gate_inp_shexp.weight"), 0, D,
+					     &ml->shexp_gate, err, errlen)))
 		return rc;
 	int e0 = sh->exp0, e1 = sh->exp0 + sh->n_exp;
 	if ((rc = bind_experts(m, g, NAME("ffn_gate_exps.weight"), F, e0, e1, &ml->gate, err,
 			       errlen)) ||
-	    (rc = bind_experts(m, g, NAME("ffn_up_exps.weight"), F, e0, e1, &ml->up, err, errlen)) ||
+	    (rc =
+		 bind_experts(m, g, NAME("ffn_up_exps.weight"), F, e0, e1, &ml->up, err, errlen)) ||
 	    (rc = bind_experts(m, g, NAME("ffn_down_exps.weight"), D, e0, e1, &ml->down, err,
 			       errlen)))
 		return rc;
@@ -164,7 +164,8 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 		return sh_fail(err, errlen, SH_EFORMAT, "layer %d: expert tensors misshapen", l);
 	if (p->ffn_shexp && sh->n_shx > 0) {
 		ml->has_sh = 1;
-		if ((rc = bind_mat(m, g, NAME("ffn_gate_shexp.weight"), &ml->sh_gate, err, errlen)) ||
+		if ((rc = bind_mat(m, g, NAME("ffn_gate_shexp.weight"), &ml->sh_gate, err,
+				   errlen)) ||
 		    (rc = bind_mat(m, g, NAME("ffn_up_shexp.weight"), &ml->sh_up, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("ffn_down_shexp.weight"), &ml->sh_down, err, errlen)))
 			return rc;
@@ -240,7 +241,8 @@ uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml)
 	uint64_t b = (uint64_t)p->n_experts * p->dim * sizeof(float);
 	if (ml->has_sh)
 		b += ml->sh_gate.row_bytes * (uint64_t)ml->sh_gate.rows * 2 +
-		     quant_row_bytes(ml->sh_down.type, ml->sh_down.cols) * (uint64_t)ml->sh_down.rows;
+		     quant_row_bytes(ml->sh_down.type, ml->sh_down.cols) *
+			 (uint64_t)ml->sh_down.rows;
 	/* one expert's three matrices, times the expected number of held experts a token uses */
 	uint64_t one = (ml->gate.row_bytes + ml->up.row_bytes) * (uint64_t)p->ffn_exp +
 		       ml->down.row_bytes * (uint64_t)p->dim;
@@ -297,7 +299,8 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		if (!n)
 			continue;
 		for (int i = 0; i < n; i++)
-			memcpy(s->xs + (size_t)i * D, xb + (size_t)s->tok[i] * D, (size_t)D * sizeof *xb);
+			memcpy(s->xs + (size_t)i * D, xb + (size_t)s->tok[i] * D,
+			       (size_t)D * sizeof *xb);
 		wmat_t g = mat_rows(ml->gate, e * F, F), u = mat_rows(ml->up, e * F, F);
 		wmat_t d = mat_rows(ml->down, e * D, D);
 		const wmat_t *gu[2] = {&g, &u};
@@ -324,7 +327,8 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		for (int b = 0; b < B; b++) {
 			float gsc = 1.0f;
 			if (ml->shexp_gate)
-				gsc = 1.0f / (1.0f + expf(-dot(ml->shexp_gate, xb + (size_t)b * D, D)));
+				gsc = 1.0f /
+				      (1.0f + expf(-dot(ml->shexp_gate, xb + (size_t)b * D, D)));
 			float *o = out + (size_t)b * D;
 			const float *y = s->ys + (size_t)b * D;
 			for (int j = 0; j < D; j++)
