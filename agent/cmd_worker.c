@@ -21,22 +21,24 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal worker --rank R --world N --peers H0:P0,H1:P1,... --model FILE.gguf\n"
-		"                    [--token T | --token-file F | SHOAL_TOKEN] [options]\n"
-		"  --plan plan.json        shares, strategy and (without --peers) addresses from a "
-		"plan\n"
-		"  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
-		"  --strategy S            tensor (default) or pipeline\n"
-		"  --shares A:B:...        relative shares without a plan (default even)\n"
-		"  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
-		"  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every rank\n"
-		"                          must say so; results then differ slightly from one rank)\n"
-		"  --join-timeout MS       time for all ranks to connect (default 60000)\n"
-		"  --threads N, --ctx N, --log-level L, --stats\n"
-		"rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
-		"and\n"
-		"prints its output exactly as `shoal generate` does.\n");
+	fprintf(
+	    f,
+	    "usage: shoal worker --rank R --world N --peers H0:P0,H1:P1,... --model FILE.gguf\n"
+	    "                    [--token T | --token-file F | SHOAL_TOKEN] [options]\n"
+	    "  --plan plan.json        shares, strategy and (without --peers) addresses from a "
+	    "plan\n"
+	    "  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
+	    "  --strategy S            tensor (default) or pipeline\n"
+	    "  --shares A:B:...        relative shares without a plan (default even)\n"
+	    "  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
+	    "  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every "
+	    "rank\n"
+	    "                          must say so; results then differ slightly from one rank)\n"
+	    "  --join-timeout MS       time for all ranks to connect (default 60000)\n"
+	    "  --threads N, --ctx N, --log-level L, --stats\n"
+	    "rank 0 also takes the `shoal generate` flags (--prompt/--chat, --max-tokens, ...) "
+	    "and\n"
+	    "prints its output exactly as `shoal generate` does.\n");
 }
 
 typedef struct wopts {
@@ -258,6 +260,8 @@ int cmd_worker(int argc, char **argv)
 		dist.q0 = pr->q0, dist.q1 = pr->q1, dist.kv0 = pr->kv0, dist.kv1 = pr->kv1;
 		dist.ffn0 = pr->ffn0, dist.ffn1 = pr->ffn1;
 		dist.layer0 = pr->layer0, dist.layer1 = pr->layer1;
+		dist.exp0 = pr->exp0, dist.exp1 = pr->exp1, dist.shx0 = pr->shx0,
+		dist.shx1 = pr->shx1;
 		for (int r = 0; !o.peers && r < o.world; r++) {
 			hosts[r] = plan_rank(plan, r)->ip;
 			ports[r] = plan_rank(plan, r)->port;

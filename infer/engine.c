@@ -95,6 +95,10 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
 					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1,
 					 o->exp0, o->exp1 - o->exp0, o->shx0,   o->shx1 - o->shx0};
+		if (!shard->n_exp) /* an empty range: none (model.h's {0, 0} would mean all) */
+			shard->exp0 = e->meta.n_experts;
+		if (!shard->n_shx)
+			shard->shx0 = e->meta.ffn_shexp;
 	} else {
 		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
 		char nm[64]; /* a model whose first layer routes: its shared block's columns */
