@@ -418,8 +418,8 @@ TEST(moe)
 	for (size_t i = 0; i < ARRAY_LEN(archs); i++) {
 		char path[256], err[256], what[64];
 		for (int type = 0; type < 2; type++) {
-			snprintf(path, sizeof path, "/tmp/shoal-test-tp-%d-%s-%d.gguf", (int)getpid(),
-				 archs[i], type);
+			snprintf(path, sizeof path, "/tmp/shoal-test-tp-%d-%s-%d.gguf",
+				 (int)getpid(), archs[i], type);
 			mkmodel_opts_t o = {.arch = archs[i],
 					    .dim = 128,
 					    .layers = 2,
@@ -443,7 +443,8 @@ TEST(moe)
 			check_config(path, 2, 0, w21, tol, what);
 			snprintf(what, sizeof what, "%s %s 2:1:1", archs[i], type ? "q8_0" : "f16");
 			check_config(path, 3, 0, w211, tol, what);
-			snprintf(what, sizeof what, "%s %s pipeline 2", archs[i], type ? "q8_0" : "f16");
+			snprintf(what, sizeof what, "%s %s pipeline 2", archs[i],
+				 type ? "q8_0" : "f16");
 			check_config(path, 2, 1, NULL, 1e-4f, what);
 			unlink(path);
 		}
