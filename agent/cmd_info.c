@@ -107,7 +107,9 @@ int cmd_info(int argc, char **argv)
 				       m.shexp_gated ? " (gated)" : "");
 			if (m.n_dense_lead)
 				printf(", %d leading dense layers", m.n_dense_lead);
-			printf("\n");
+			printf(
+			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
+			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
 			printf("router:        %s, top-k weights %s, scale %g%s\n",
 			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
