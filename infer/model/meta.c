@@ -62,7 +62,7 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 }
 
 /* An optional integer key in [0, maxv] (absent: *out unchanged). */
-static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, uint32_t maxv,
+static int get_opt_int(const gguf_t *g, const char *arch, const char *suffix, uint32_t maxv,
 		       int *out, char *err, size_t errlen)
 {
 	char key[128];
@@ -94,9 +94,9 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
 	m->exp_scale = 1.0f;
-	if ((rc = get_opt_u32(g, a, "expert_count", 1u << 20, &m->n_experts, err, errlen)) ||
+	if ((rc = get_opt_int(g, a, "expert_count", 1u << 20, &m->n_experts, err, errlen)) ||
 	    (rc =
-		 get_opt_u32(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err, errlen)))
+		 get_opt_int(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err, errlen)))
 		return rc;
 	if (!need && m->n_experts == 0)
 		return 0; /* a dense llama */
@@ -111,12 +111,12 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			       "expert_used_count %d is not in 1..expert_count %d",
 			       m->n_experts_used, m->n_experts);
 	m->ffn_exp = m->arch == META_LLAMA ? m->ffn : m->ffn / m->n_experts_used;
-	if (m->arch != META_LLAMA && (rc = get_opt_u32(g, a, "expert_feed_forward_length", 1u << 24,
+	if (m->arch != META_LLAMA && (rc = get_opt_int(g, a, "expert_feed_forward_length", 1u << 24,
 						       &m->ffn_exp, err, errlen)))
 		return rc;
 	if (m->arch == META_QWEN2MOE) {
 		m->ffn_shexp = m->ffn, m->shexp_gated = 1;
-		if ((rc = get_opt_u32(g, a, "expert_shared_feed_forward_length", 1u << 24,
+		if ((rc = get_opt_int(g, a, "expert_shared_feed_forward_length", 1u << 24,
 				      &m->ffn_shexp, err, errlen)))
 			return rc;
 	}
@@ -132,10 +132,10 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
 		}
 		int n_shared = 0, gating = 0;
-		if ((rc = get_opt_u32(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
+		if ((rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
 				      err, errlen)) ||
-		    (rc = get_opt_u32(g, a, "expert_shared_count", 64, &n_shared, err, errlen)) ||
-		    (rc = get_opt_u32(g, a, "expert_gating_func", 2, &gating, err, errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_shared_count", 64, &n_shared, err, errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_gating_func", 2, &gating, err, errlen)) ||
 		    (rc = get_opt_f32(g, a, "expert_weights_scale", &m->exp_scale, err, errlen)))
 			return rc;
 		if (gating)
@@ -160,7 +160,7 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 }
 
 /* Checks a 3-D tensor of shape (ne0, ne1, ne2) with a supported type and adds its bytes. */
-static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
+static int check_experts(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
 			 int64_t ne1, int64_t ne2, char *err, size_t errlen)
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
@@ -192,9 +192,9 @@ static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 	int rc;
 #define TN(s) (snprintf(tn, sizeof tn, "blk.%d.%s", l, s), tn)
 	if ((rc = check_tensor(m, g, TN("ffn_gate_inp.weight"), D, E, err, errlen)) ||
-	    (rc = check_tensor3(m, g, TN("ffn_gate_exps.weight"), D, F, E, err, errlen)) ||
-	    (rc = check_tensor3(m, g, TN("ffn_up_exps.weight"), D, F, E, err, errlen)) ||
-	    (rc = check_tensor3(m, g, TN("ffn_down_exps.weight"), F, D, E, err, errlen)))
+	    (rc = check_experts(m, g, TN("ffn_gate_exps.weight"), D, F, E, err, errlen)) ||
+	    (rc = check_experts(m, g, TN("ffn_up_exps.weight"), D, F, E, err, errlen)) ||
+	    (rc = check_experts(m, g, TN("ffn_down_exps.weight"), F, D, E, err, errlen)))
 		return rc;
 	const gguf_tensor_t *r = gguf_find_tensor(g, TN("ffn_gate_inp.weight"));
 	if (r->type != GGML_F32 && r->type != GGML_F16 && r->type != GGML_BF16)

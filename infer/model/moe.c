@@ -72,18 +72,19 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w)
 		for (int e = 0; e < E; e++)
 			p[e] /= sum;
 	}
+	unsigned char taken[META_MAX_EXPERTS] = {0};
 	for (int e = 0; e < E; e++)
 		s[e] = r->bias ? p[e] + r->bias[e] : p[e];
 	float tot = 0;
 	for (int i = 0; i < r->k; i++) { /* k is small: repeated arg-max, ties to the lower id */
-		int best = -1;
+		int best = -1;           /* (NaN or -inf scores from a bad file still pick one) */
 		for (int e = 0; e < E; e++)
-			if (s[e] != -INFINITY && (best < 0 || s[e] > s[best]))
+			if (!taken[e] && (best < 0 || s[e] > s[best]))
 				best = e;
 		sel[i] = best;
 		w[i] = p[best];
 		tot += p[best];
-		s[best] = -INFINITY;
+		taken[best] = 1;
 	}
 	float inv = r->norm ? 1.0f / MAX(tot, 6.103515625e-5f) : 1.0f;
 	for (int i = 0; i < r->k; i++)
