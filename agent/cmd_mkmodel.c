@@ -12,19 +12,20 @@
 
 static void usage(FILE *f)
 {
-	fprintf(
-	    f,
-	    "usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
-	    "                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
-	    "                     [--experts N --experts-used K [--shared-experts S]\n"
-	    "                      [--expert-ffn F]]\n"
-	    "                     [--type f32|f16|bf16|q8_0|q4_0|q4_k|q6_k] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] -o FILE.gguf\n"
-	    "ARCH: llama, qwen2, qwen3, or with experts mixtral, qwen2moe, qwen3moe.\n"
-	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
-	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
-	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
-	    "stays F32 whatever the type.\n");
+	fprintf(f,
+		"usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
+		"                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
+		"                     [--experts N --experts-used K [--shared-experts S]\n"
+		"                      [--expert-ffn F]]\n"
+		"                     [--type "
+		"f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
+		"                     q2_k] [--seed S] [--ctx N]\n"
+		"                     [--name NAME] -o FILE.gguf\n"
+		"ARCH: llama, qwen2, qwen3, or with experts mixtral, qwen2moe, qwen3moe.\n"
+		"Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
+		"8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
+		"8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
+		"stays F32 whatever the type.\n");
 }
 
 static int parse_int(const char *s, int *out)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "infer/infer.h"
 
 #define HASH_BUF          (8u << 20)     /* read size while hashing */
 #define HASH_LOG_MIN      (256ull << 20) /* files above this log hashing progress */
@@ -495,6 +496,509 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 	rc = 0;
 out:
 	close(fd);
+	return rc;
+}
+
+/* ---- slices ------------------------------------------------------------------------------- */
+
+#define SLICE_BATCH   (8u << 20) /* bytes hashed together in one index entry */
+#define SLICE_WINDOW  64         /* GETs outstanding: a slice is often thousands of short rows */
+#define HEADER_PREFIX (1u << 20) /* first guess of the header's size; grows by 4x */
+
+/* One index entry: ranges written together and the hash of their bytes in order. */
+typedef struct sbatch {
+	uint8_t hash[MS_HASH_BYTES];
+	int n;
+	ms_range_t *r;
+} sbatch_t;
+
+typedef struct sidx {
+	uint64_t total;
+	int n;
+	sbatch_t *b;
+} sidx_t;
+
+static void sidx_free(sidx_t *x)
+{
+	for (int i = 0; i < x->n; i++)
+		free(x->b[i].r);
+	free(x->b);
+	memset(x, 0, sizeof *x);
+}
+
+int modelsync_slice_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
+			 size_t path_len)
+{
+	char hex[MS_HASH_HEX];
+	int n =
+	    snprintf(path_out, path_len, "%s/models/%s.slice", state_dir, modelsync_hex(hex, hash));
+	return n > 0 && (size_t)n + 4 < path_len ? 0 : SH_EINVAL;
+}
+
+/* Appends a range to a growing array, joining it to the last one when they touch. */
+static int range_add(ms_range_t **r, int *n, uint64_t off, uint64_t len)
+{
+	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off) {
+		(*r)[*n - 1].len += len;
+		return 0;
+	}
+	if ((*n & (*n - 1)) == 0) {
+		ms_range_t *nr = realloc(*r, (size_t)(*n ? 2 * *n : 8) * sizeof *nr);
+		if (!nr)
+			return SH_ENOMEM;
+		*r = nr;
+	}
+	(*r)[(*n)++] = (ms_range_t){off, len};
+	return 0;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const ms_range_t *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sorts r and merges overlapping or touching ranges in place; returns the new count. */
+static int ranges_norm(ms_range_t *r, int n)
+{
+	if (!n)
+		return 0;
+	qsort(r, (size_t)n, sizeof *r, range_cmp);
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		if (!r[i].len)
+			continue;
+		if (k && r[i].off <= r[k - 1].off + r[k - 1].len) {
+			uint64_t end = MAX(r[k - 1].off + r[k - 1].len, r[i].off + r[i].len);
+			r[k - 1].len = end - r[k - 1].off;
+		} else {
+			r[k++] = r[i];
+		}
+	}
+	return k;
+}
+
+/* *out = need minus have (both sorted and merged). */
+static int ranges_sub(const ms_range_t *need, int nn, const ms_range_t *have, int nh,
+		      ms_range_t **out, int *n_out)
+{
+	*out = NULL;
+	*n_out = 0;
+	int j = 0;
+	for (int i = 0; i < nn; i++) {
+		uint64_t a = need[i].off, end = need[i].off + need[i].len;
+		while (j < nh && have[j].off + have[j].len <= a)
+			j++;
+		for (int k = j; a < end && k < nh && have[k].off < end; k++) {
+			if (have[k].off > a && range_add(out, n_out, a, have[k].off - a))
+				return SH_ENOMEM;
+			a = MAX(a, have[k].off + have[k].len);
+		}
+		if (a < end && range_add(out, n_out, a, end - a))
+			return SH_ENOMEM;
+	}
+	return 0;
+}
+
+/* Index: "shoal-slice 1 TOTAL", then one line per batch: "HEX N OFF:LEN ...". A line that does
+ * not parse ends the index (a torn last line from a crash costs one refetch of that batch). */
+static int sidx_load(const char *path, sidx_t *x)
+{
+	memset(x, 0, sizeof *x);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return SH_ENOENT;
+	unsigned long long total;
+	int ver;
+	if (fscanf(f, "shoal-slice %d %llu\n", &ver, &total) != 2 || ver != 1) {
+		fclose(f);
+		return SH_EFORMAT;
+	}
+	x->total = total;
+	char hex[MS_HASH_HEX];
+	int n;
+	while (fscanf(f, "%64s %d", hex, &n) == 2 && n > 0 && n < (1 << 24)) {
+		sbatch_t b = {.n = 0, .r = NULL};
+		int ok = modelsync_unhex(b.hash, hex) == 0;
+		for (int i = 0; ok && i < n; i++) {
+			unsigned long long o, l;
+			ok = fscanf(f, " %llu:%llu", &o, &l) == 2 && o + l <= total && l &&
+			     range_add(&b.r, &b.n, o, l) == 0;
+		}
+		sbatch_t *nb = ok ? realloc(x->b, (size_t)(x->n + 1) * sizeof *nb) : NULL;
+		if (!nb) {
+			free(b.r);
+			break;
+		}
+		x->b = nb;
+		x->b[x->n++] = b;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* Writes one batch line to the index (opened for appending). */
+static int sidx_append(FILE *f, const sbatch_t *b)
+{
+	char hex[MS_HASH_HEX];
+	fprintf(f, "%s %d", modelsync_hex(hex, b->hash), b->n);
+	for (int i = 0; i < b->n; i++)
+		fprintf(f, " %llu:%llu", (unsigned long long)b->r[i].off,
+			(unsigned long long)b->r[i].len);
+	fputc('\n', f);
+	return ferror(f) ? SH_EIO : 0;
+}
+
+/* All ranges the index holds, sorted and merged. */
+static int sidx_held(const sidx_t *x, ms_range_t **out, int *n_out)
+{
+	*out = NULL;
+	*n_out = 0;
+	for (int i = 0; i < x->n; i++)
+		for (int k = 0; k < x->b[i].n; k++)
+			if (range_add(out, n_out, x->b[i].r[k].off, x->b[i].r[k].len))
+				return SH_ENOMEM;
+	*n_out = ranges_norm(*out, *n_out);
+	return 0;
+}
+
+/* One fetch of missing bytes: a REQ/INFO exchange made once (lazily), then GETs. */
+typedef struct sfetch {
+	tp_chan_t *c;
+	const uint8_t *want;
+	const char *peer;
+	int started, timeout_ms;
+	uint64_t total;
+	uint32_t chunk;
+	int fd;       /* the slice file */
+	FILE *idx;    /* the index, appending */
+	sbatch_t cur; /* the batch being written */
+	uint64_t cur_bytes;
+	crypto_generichash_state st;
+	uint64_t fetched;
+	char *err;
+	size_t errlen;
+} sfetch_t;
+
+static int sfetch_begin(sfetch_t *s)
+{
+	if (s->started)
+		return 0;
+	if (!s->c)
+		return sh_fail(s->err, s->errlen, SH_ENOENT,
+			       "the slice lacks bytes and no peer was given");
+	int rc = tp_chan_send(s->c, MS_MSG_REQ, s->want, MS_HASH_BYTES);
+	if (rc)
+		return sh_fail(s->err, s->errlen, rc, "model transfer: sending to %s: %s", s->peer,
+			       sh_strerror(rc));
+	uint16_t type;
+	uint8_t *p;
+	size_t len;
+	if ((rc = recv_msg(s->c, &type, &p, &len, s->timeout_ms, s->peer, s->err, s->errlen)))
+		return rc;
+	if (type != MS_MSG_INFO || len != 48 || sodium_memcmp(p, s->want, MS_HASH_BYTES) != 0)
+		return sh_fail(s->err, s->errlen, SH_EFORMAT,
+			       "model transfer: %s did not offer the model asked for", s->peer);
+	s->total = get_u64(p + 32);
+	s->chunk = get_u32(p + 40);
+	if (s->chunk == 0 || s->chunk > MS_CHUNK_MAX)
+		s->chunk = MS_CHUNK_DEFAULT;
+	s->started = 1;
+	return 0;
+}
+
+static int sfetch_flush(sfetch_t *s)
+{
+	if (!s->cur.n)
+		return 0;
+	crypto_generichash_final(&s->st, s->cur.hash, MS_HASH_BYTES);
+	int rc = sidx_append(s->idx, &s->cur);
+	free(s->cur.r);
+	s->cur = (sbatch_t){.n = 0, .r = NULL};
+	s->cur_bytes = 0;
+	return rc ? sh_fail(s->err, s->errlen, rc, "writing the slice index") : 0;
+}
+
+/* Fetches the ranges miss[0..n) (within the model) into the slice file. */
+static int sfetch_get(sfetch_t *s, const ms_range_t *miss, int n)
+{
+	struct {
+		uint64_t off;
+		uint32_t len;
+	} q[SLICE_WINDOW]; /* GETs in flight, in order */
+	int head = 0, inflight = 0, i = 0, rc;
+	uint64_t at = n ? miss[0].off : 0;
+	while (i < n || inflight) {
+		while (inflight < SLICE_WINDOW && i < n) {
+			uint64_t end = miss[i].off + miss[i].len;
+			uint32_t len = (uint32_t)MIN((uint64_t)s->chunk, end - at);
+			uint8_t g[12];
+			put_u64(g, at);
+			put_u32(g + 8, len);
+			if ((rc = tp_chan_send(s->c, MS_MSG_GET, g, sizeof g)))
+				return sh_fail(s->err, s->errlen, rc,
+					       "model transfer: sending to %s: %s", s->peer,
+					       sh_strerror(rc));
+			int slot = (head + inflight) % SLICE_WINDOW;
+			q[slot].off = at;
+			q[slot].len = len;
+			inflight++;
+			at += len;
+			if (at == end && ++i < n)
+				at = miss[i].off;
+		}
+		uint16_t type;
+		uint8_t *p;
+		size_t len;
+		if ((rc = recv_msg(s->c, &type, &p, &len, s->timeout_ms, s->peer, s->err,
+				   s->errlen)))
+			return rc;
+		if (type != MS_MSG_DATA || len < 12 || get_u64(p) != q[head].off ||
+		    get_u32(p + 8) != q[head].len || len - 12 != q[head].len)
+			return sh_fail(s->err, s->errlen, SH_EFORMAT,
+				       "model transfer: %s sent an unexpected message 0x%04x (%zu "
+				       "bytes)",
+				       s->peer, type, len);
+		uint64_t off = q[head].off;
+		size_t k = len - 12;
+		for (size_t w = 0; w < k;) {
+			ssize_t r = pwrite(s->fd, p + 12 + w, k - w, (off_t)(off + w));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				return sh_fail(s->err, s->errlen, SH_EIO, "writing the slice: %s",
+					       strerror(errno));
+			w += (size_t)r;
+		}
+		if (!s->cur.n)
+			crypto_generichash_init(&s->st, NULL, 0, MS_HASH_BYTES);
+		crypto_generichash_update(&s->st, p + 12, k);
+		if (range_add(&s->cur.r, &s->cur.n, off, k))
+			return sh_fail(s->err, s->errlen, SH_ENOMEM, "out of memory");
+		s->cur_bytes += k;
+		s->fetched += k;
+		head = (head + 1) % SLICE_WINDOW;
+		inflight--;
+		if (s->cur_bytes >= SLICE_BATCH && (rc = sfetch_flush(s)))
+			return rc;
+	}
+	return sfetch_flush(s);
+}
+
+/* 0 when the slice file holds a whole GGUF header at its start (the first held range). */
+static int header_held(int fd, const ms_range_t *held, int n, uint64_t *hlen)
+{
+	if (!n || held[0].off != 0)
+		return -1;
+	size_t len = (size_t)MIN(held[0].len, (uint64_t)64 << 20);
+	uint8_t *buf = malloc(len);
+	int rc = -1;
+	char e[128];
+	if (buf && pread(fd, buf, len, 0) == (ssize_t)len &&
+	    eng_header_bytes(buf, len, hlen, e, sizeof e) == 0)
+		rc = 0;
+	free(buf);
+	return rc;
+}
+
+int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char *state_dir,
+			  const ms_range_t *r, int n, char *path_out, size_t path_len,
+			  uint64_t *fetched, int timeout_ms, char *err, size_t errlen)
+{
+	if (sodium_init() < 0)
+		return sh_fail(err, errlen, SH_EIO, "libsodium failed to initialize");
+	char path[PATH_MAX], idxp[PATH_MAX + 8], dir[PATH_MAX];
+	if (modelsync_slice_path(state_dir, want, path, sizeof path))
+		return sh_fail(err, errlen, SH_EINVAL, "state directory path too long");
+	snprintf(idxp, sizeof idxp, "%s.idx", path);
+	snprintf(dir, sizeof dir, "%s/models", state_dir);
+	int rc = mkdir_p(dir, err, errlen);
+	if (rc)
+		return rc;
+	sfetch_t s = {.c = c,
+		      .want = want,
+		      .peer = c ? tp_chan_peer_addr(c) : "?",
+		      .timeout_ms = timeout_ms,
+		      .fd = -1,
+		      .err = err,
+		      .errlen = errlen};
+	sidx_t x;
+	ms_range_t *held = NULL, *need = NULL, *miss = NULL;
+	int nh = 0, nm = 0;
+	if (sidx_load(idxp, &x) != 0) { /* none, or unreadable: start afresh */
+		unlink(path);
+		memset(&x, 0, sizeof x);
+	}
+	if ((rc = sidx_held(&x, &held, &nh)))
+		goto nomem;
+	s.fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s.fd < 0) {
+		rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	uint64_t hlen = 0;
+	int header_mode = n == 0;
+	if (header_mode && header_held(s.fd, held, nh, &hlen) == 0)
+		goto done; /* the header is here already */
+	for (uint64_t prefix = HEADER_PREFIX;; prefix *= 4) {
+		free(need);
+		need = NULL;
+		int nn = 0;
+		if (header_mode) {
+			if ((rc = sfetch_begin(&s)))
+				goto out;
+			if (range_add(&need, &nn, 0, MIN(prefix, s.total)))
+				goto nomem;
+		} else {
+			for (int i = 0; i < n; i++)
+				if (range_add(&need, &nn, r[i].off, r[i].len))
+					goto nomem;
+			nn = ranges_norm(need, nn);
+		}
+		free(miss);
+		if ((rc = ranges_sub(need, nn, held, nh, &miss, &nm)))
+			goto nomem;
+		if (nm) {
+			if ((rc = sfetch_begin(&s)))
+				goto out;
+			if (x.total && x.total != s.total) {
+				rc = sh_fail(err, errlen, SH_EFORMAT,
+					     "%s: the slice index is for another size", path);
+				goto out;
+			}
+			if (!s.idx) {
+				struct stat sb;
+				int fresh = !x.total;
+				if (fstat(s.fd, &sb) != 0 ||
+				    ((uint64_t)sb.st_size != s.total &&
+				     ftruncate(s.fd, (off_t)s.total) != 0) ||
+				    !(s.idx = fopen(idxp, "a"))) {
+					rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path,
+						     strerror(errno));
+					goto out;
+				}
+				if (fresh)
+					fprintf(s.idx, "shoal-slice 1 %llu\n",
+						(unsigned long long)s.total);
+				x.total = s.total;
+			}
+			for (int i = 0; i < nm; i++)
+				if (miss[i].off + miss[i].len > s.total) {
+					rc = sh_fail(err, errlen, SH_EINVAL,
+						     "slice range past the end of the model");
+					goto out;
+				}
+			if ((rc = sfetch_get(&s, miss, nm)))
+				goto out;
+			for (int i = 0; i < nm; i++)
+				if (range_add(&held, &nh, miss[i].off, miss[i].len))
+					goto nomem;
+			nh = ranges_norm(held, nh);
+		}
+		if (!header_mode || header_held(s.fd, held, nh, &hlen) == 0)
+			break;
+		if (prefix >= s.total) {
+			rc = sh_fail(err, errlen, SH_EFORMAT, "the model has no valid GGUF header");
+			goto out;
+		}
+	}
+done:
+	if (s.idx && (fflush(s.idx) != 0 || fsync(fileno(s.idx)) != 0 || fsync(s.fd) != 0)) {
+		rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (s.started)
+		tp_chan_send(c, MS_MSG_DONE, NULL, 0);
+	if (fetched)
+		*fetched = s.fetched;
+	snprintf(path_out, path_len, "%s", path);
+	rc = 0;
+	goto out;
+nomem:
+	rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+out:
+	free(s.cur.r);
+	if (s.idx)
+		fclose(s.idx);
+	if (s.fd >= 0)
+		close(s.fd);
+	free(held);
+	free(need);
+	free(miss);
+	sidx_free(&x);
+	return rc;
+}
+
+int modelsync_slice_verify(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], uint64_t *held,
+			   uint64_t *dropped, char *err, size_t errlen)
+{
+	char path[PATH_MAX], idxp[PATH_MAX + 8];
+	*held = 0;
+	if (dropped)
+		*dropped = 0;
+	if (modelsync_slice_path(state_dir, hash, path, sizeof path))
+		return sh_fail(err, errlen, SH_EINVAL, "state directory path too long");
+	snprintf(idxp, sizeof idxp, "%s.idx", path);
+	sidx_t x;
+	if (sidx_load(idxp, &x) != 0)
+		return sh_fail(err, errlen, SH_ENOENT, "no slice of this model");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		sidx_free(&x);
+		return sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
+	}
+	int rc = 0, bad = 0;
+	size_t cap = 1 << 20;
+	uint8_t *buf = malloc(cap);
+	char *out = NULL;
+	size_t out_len = 0;
+	FILE *o = open_memstream(&out, &out_len);
+	if (!buf || !o) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto end;
+	}
+	fprintf(o, "shoal-slice 1 %llu\n", (unsigned long long)x.total);
+	for (int i = 0; i < x.n; i++) {
+		crypto_generichash_state st;
+		crypto_generichash_init(&st, NULL, 0, MS_HASH_BYTES);
+		uint64_t bytes = 0;
+		int ok = 1;
+		for (int k = 0; ok && k < x.b[i].n; k++)
+			for (uint64_t d = 0; ok && d < x.b[i].r[k].len;) {
+				size_t want = (size_t)MIN((uint64_t)cap, x.b[i].r[k].len - d);
+				ssize_t got = pread(fd, buf, want, (off_t)(x.b[i].r[k].off + d));
+				ok = got == (ssize_t)want;
+				if (ok)
+					crypto_generichash_update(&st, buf, want);
+				d += want;
+				bytes += want;
+			}
+		uint8_t h[MS_HASH_BYTES];
+		crypto_generichash_final(&st, h, MS_HASH_BYTES);
+		if (ok && sodium_memcmp(h, x.b[i].hash, MS_HASH_BYTES) == 0) {
+			*held += bytes;
+			sidx_append(o, &x.b[i]);
+		} else {
+			bad++;
+			if (dropped)
+				*dropped += bytes;
+		}
+	}
+	fclose(o);
+	o = NULL;
+	if (bad) {
+		char hex[MS_HASH_HEX];
+		LOG(LOG_WARN, "model %.12s: %d slice batch(es) changed on disk: fetched again",
+		    modelsync_hex(hex, hash), bad);
+		rc = write_file_atomic(idxp, out, out_len, err, errlen);
+	}
+end:
+	if (o)
+		fclose(o);
+	free(out);
+	free(buf);
+	close(fd);
+	sidx_free(&x);
 	return rc;
 }
 

@@ -87,6 +87,37 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 		    char *path_out, size_t path_len, modelsync_progress_fn progress, void *ud,
 		    int timeout_ms, char *err, size_t errlen);
 
+/* ---- slices: a node that computes part of the model fetches only the bytes it reads --------
+ * The slice file STATE_DIR/models/HEX.slice is sparse and as long as the model: the bytes the
+ * node holds are at their offsets, the rest is a hole (so it opens like the model itself, and
+ * bytes on disk follow the share). STATE_DIR/models/HEX.slice.idx records what it holds, as
+ * batches of byte ranges each with the BLAKE2b-256 of its bytes, taken as they were written; a
+ * batch whose bytes no longer hash the same (modelsync_slice_verify) is dropped and fetched
+ * again. The bytes come over the same REQ/INFO/GET/DATA exchange as a whole file, from a member
+ * whose whole file hashed to the model hash; the authenticated channel vouches for them. */
+
+typedef struct ms_range {
+	uint64_t off, len;
+} ms_range_t;
+
+/* Where the slice file lives: STATE_DIR/models/HEX.slice. */
+int modelsync_slice_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
+			 size_t path_len);
+
+/* Makes the slice file hold the ranges r[0..n) (n == 0: the GGUF header only, found by reading
+ * a growing prefix), fetching over c (as modelsync_fetch) only the bytes its index lacks; c is
+ * not used when nothing is missing. path_out gets the slice file's path; *fetched (may be NULL)
+ * the bytes transferred. Returns as modelsync_fetch. */
+int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char *state_dir,
+			  const ms_range_t *r, int n, char *path_out, size_t path_len,
+			  uint64_t *fetched, int timeout_ms, char *err, size_t errlen);
+
+/* Re-hashes every batch the slice file's index records; drops the batches whose bytes changed
+ * (the next fetch brings them again). *held gets the bytes that remain verified, *dropped (may be
+ * NULL) those dropped. Returns 0, SH_ENOENT (no slice of that model), SH_EIO. */
+int modelsync_slice_verify(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], uint64_t *held,
+			   uint64_t *dropped, char *err, size_t errlen);
+
 /* Serves the file at path (content hash `hash`, from modelsync_hash_file) to one fetcher over c
  * (borrowed) until it sends DONE, closes, or stays silent for timeout_ms. A dispatcher that has
  * already received the fetcher's first message passes it as first_type/first/first_len

@@ -86,19 +86,25 @@ static int pick_ctx(const model_meta_t *m, int asked)
 	return ctx;
 }
 
+/* The shard a plan's ranges name. */
+static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_shard_t *s)
+{
+	*s = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
+			     o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1,
+			     o->exp0, o->exp1 - o->exp0, o->shx0,   o->shx1 - o->shx0};
+	if (!s->n_exp) /* an empty range: none (model.h's {0, 0} would mean all) */
+		s->exp0 = mt->n_experts;
+	if (!s->n_shx)
+		s->shx0 = mt->ffn_shexp;
+}
+
 /* This rank's share (the plan's ranges, or split from the weights) and the group's setup. */
 static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, char *err,
 		     size_t errlen)
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
-		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
-					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1,
-					 o->exp0, o->exp1 - o->exp0, o->shx0,   o->shx1 - o->shx0};
-		if (!shard->n_exp) /* an empty range: none (model.h's {0, 0} would mean all) */
-			shard->exp0 = e->meta.n_experts;
-		if (!shard->n_shx)
-			shard->shx0 = e->meta.ffn_shexp;
+		shard_of_ranges(&e->meta, o, shard);
 	} else {
 		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
 		char nm[64]; /* a model whose first layer routes: its shared block's columns */
@@ -226,6 +232,93 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	return 0;
 err:
 	eng_free(e);
+	return rc;
+}
+
+int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen)
+{
+	return gguf_header_bytes(prefix, len, need, err, errlen);
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const model_range_t *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_range_t **out,
+		     int *n_out, char *err, size_t errlen)
+{
+	*out = NULL;
+	*n_out = 0;
+	if (dist && !dist->has_ranges)
+		return sh_fail(err, errlen, SH_EINVAL, "a slice needs the plan's ranges");
+	gguf_t *g = NULL;
+	pool_t *pool = NULL;
+	model_t *m = NULL;
+	model_range_t *r = NULL;
+	int n = 0, rc;
+	char why[256];
+	model_meta_t meta;
+	quant_init(getenv("SHOAL_REF_KERNELS") != NULL);
+	if ((rc = gguf_open(&g, path, why, sizeof why)) ||
+	    (rc = meta_load(&meta, g, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s", why);
+		goto out;
+	}
+	model_shard_t shard;
+	model_shard_full(&meta, &shard);
+	if (dist)
+		shard_of_ranges(&meta, dist, &shard);
+	/* bind the share as eng_open would (context 1: no real cache), then ask what it reads */
+	if (!(pool = pool_new(1))) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = model_new(&m, g, &meta, &shard, 1, pool, why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", path, why);
+		goto out;
+	}
+	if ((rc = model_weight_ranges(m, g, rank == 0, &r, &n)))
+		goto nomem;
+	/* the header, and every vector (norms, biases: read whole by every rank) */
+	uint64_t doff = gguf_data_offset(g);
+	model_range_t *nr = realloc(r, (size_t)(n + 1 + gguf_n_tensors(g)) * sizeof *nr);
+	if (!nr)
+		goto nomem;
+	r = nr;
+	r[n++] = (model_range_t){0, doff};
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		if (t->n_dims <= 1 && t->nbytes)
+			r[n++] = (model_range_t){doff + t->offset, t->nbytes};
+	}
+	qsort(r, (size_t)n, sizeof *r, range_cmp);
+	int k = 0; /* merge overlapping and touching ranges */
+	for (int i = 0; i < n; i++) {
+		if (k && r[i].off <= r[k - 1].off + r[k - 1].len) {
+			uint64_t end = MAX(r[k - 1].off + r[k - 1].len, r[i].off + r[i].len);
+			r[k - 1].len = end - r[k - 1].off;
+		} else {
+			r[k++] = r[i];
+		}
+	}
+	eng_range_t *o = malloc((size_t)MAX(k, 1) * sizeof *o);
+	if (!o)
+		goto nomem;
+	for (int i = 0; i < k; i++)
+		o[i] = (eng_range_t){r[i].off, r[i].len};
+	*out = o;
+	*n_out = k;
+	rc = 0;
+	goto out;
+nomem:
+	rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+out:
+	free(r);
+	model_free(m);
+	pool_free(pool);
+	gguf_free(g);
 	return rc;
 }
 

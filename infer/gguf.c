@@ -37,6 +37,7 @@ struct gguf {
 	const uint8_t *base;
 	size_t size;
 	int mapped;
+	int header_only; /* parse() stops after the tensor table (gguf_header_bytes) */
 	uint32_t version;
 	uint32_t alignment;
 	uint64_t data_off;
@@ -84,8 +85,21 @@ const char *gguf_type_name(int t)
 
 int gguf_type_supported(int t)
 {
-	return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 ||
-	       t == GGML_Q4_0 || t == GGML_Q4_K || t == GGML_Q6_K;
+	switch (t) {
+	case GGML_F32:
+	case GGML_F16:
+	case GGML_BF16:
+	case GGML_Q8_0:
+	case GGML_Q4_0:
+	case GGML_Q5_0:
+	case GGML_Q5_1:
+	case GGML_Q2_K:
+	case GGML_Q3_K:
+	case GGML_Q4_K:
+	case GGML_Q5_K:
+	case GGML_Q6_K: return 1;
+	default: return 0;
+	}
 }
 
 uint64_t gguf_row_bytes(int t, int64_t n)
@@ -419,6 +433,8 @@ static int parse(gguf_t *g, char *err, size_t errlen)
 		return rc;
 	uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
 	g->data_off = c.pos + pad;
+	if (g->header_only) /* a prefix of the file: the data section is not there to check */
+		return 0;
 	/* a file with no tensors may end right after the infos */
 	if (g->data_off > g->size && n_t)
 		return sh_fail(err, errlen, SH_EFORMAT, "truncated file: data section missing");
@@ -455,6 +471,20 @@ void gguf_free(gguf_t *g)
 	if (g->mapped && g->size)
 		munmap((void *)g->base, g->size);
 	free(g);
+}
+
+int gguf_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen)
+{
+	gguf_t *g = calloc(1, sizeof *g);
+	if (!g)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	g->base = prefix;
+	g->size = len;
+	g->header_only = 1;
+	int rc = parse(g, err, errlen);
+	*need = rc ? 0 : g->data_off;
+	gguf_free(g);
+	return rc;
 }
 
 int gguf_open_mem(gguf_t **out, const void *data, size_t len, char *err, size_t errlen)

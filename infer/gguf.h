@@ -49,8 +49,13 @@ enum ggml_type {
 	GGML_F32 = 0,
 	GGML_F16 = 1,
 	GGML_Q4_0 = 2,
+	GGML_Q5_0 = 6,
+	GGML_Q5_1 = 7,
 	GGML_Q8_0 = 8,
+	GGML_Q2_K = 10,
+	GGML_Q3_K = 11,
 	GGML_Q4_K = 12,
+	GGML_Q5_K = 13,
 	GGML_Q6_K = 14,
 	GGML_BF16 = 30,
 	GGML_NTYPES = 40
@@ -76,6 +81,10 @@ int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen);
 /* The same on a caller's buffer (borrowed; must outlive the gguf_t). */
 int gguf_open_mem(gguf_t **out, const void *data, size_t len, char *err, size_t errlen);
 void gguf_free(gguf_t *g); /* NULL-safe; unmaps */
+/* The size of the header (metadata, tensor table, padding: where the data section starts) of the
+ * GGUF file whose first len bytes are prefix. SH_EFORMAT when the prefix does not hold a whole
+ * valid header (a longer prefix may). */
+int gguf_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
 uint32_t gguf_version(const gguf_t *g);
 uint64_t gguf_file_size(const gguf_t *g);

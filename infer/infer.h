@@ -153,6 +153,26 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
  * or the group fails (returns the error, reason in err). */
 int eng_worker_run(eng_t *e, char *err, size_t errlen);
 
+/* ---- a node that holds only its slice of the file -------------------------------------- */
+
+typedef struct eng_range {
+	uint64_t off, len; /* bytes [off, off + len) of the file */
+} eng_range_t;
+
+/* The byte ranges of the GGUF file at path that a rank computing dist's share reads: the header
+ * (metadata, tokenizer, tensor table), every one-dimensional tensor (norms, biases), the
+ * embedding, the share's rows and column slices of each matrix, and the output head when rank is
+ * 0. dist NULL: the whole model; otherwise dist->has_ranges must be set (no group is used).
+ * Sorted and merged. Only the file's header needs to be present (the rest may be a hole of a
+ * sparse file). *out is malloc'd (caller frees). Returns 0 or SH_E* with a reason in err. */
+int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_range_t **out, int *n,
+		     char *err, size_t errlen);
+
+/* The bytes a GGUF file's header takes (metadata, tokenizer, tensor table: the start of its data
+ * section), from its first len bytes; SH_EFORMAT when they hold no whole valid header (a longer
+ * prefix may). For a node that fetches the header before its slice. */
+int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
+
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {
 	uint64_t steps, tokens; /* forward passes and the tokens in them */

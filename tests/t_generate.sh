@@ -31,7 +31,8 @@ $SHOAL mkmodel --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 --vocab 600
 check "mkmodel is deterministic" cmp -s "$T/a.gguf" "$T/b.gguf"
 $SHOAL mkmodel --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 --vocab 600 --seed 10 -o "$T/c.gguf"
 check "another seed, other weights" sh -c '! cmp -s "$1" "$2"' _ "$T/a.gguf" "$T/c.gguf"
-for spec in "qwen2 q4_0" "qwen3 q8_0" "llama f16" "llama q6_k" "qwen2 q4_k" "llama bf16"; do
+for spec in "qwen2 q4_0" "qwen3 q8_0" "llama f16" "llama q6_k" "qwen2 q4_k" "llama bf16" \
+	"llama q5_k" "qwen3 q3_k" "llama q2_k" "qwen2 q5_0" "llama q5_1"; do
 	set -- $spec
 	$SHOAL mkmodel --arch $1 --type $2 --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
 		--vocab 600 -o "$T/$1-$2.gguf"

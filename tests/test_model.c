@@ -233,6 +233,15 @@ TEST(batched_llama_f16)
 {
 	batched_vs_sequential("llama", QT_F16);
 }
+/* The low-bit types MoE files use (quant_lowbit.c): one forward pass, read in place. */
+TEST(batched_lowbit_types)
+{
+	batched_vs_sequential("llama", QT_Q5_0);
+	batched_vs_sequential("qwen2", QT_Q5_1);
+	batched_vs_sequential("llama", QT_Q5_K);
+	batched_vs_sequential("qwen3", QT_Q3_K);
+	batched_vs_sequential("llama", QT_Q2_K);
+}
 
 /* ---- the tensor-parallel seam: two shards in two threads, summed by a toy all-reduce ---- */
 
@@ -396,6 +405,7 @@ int main(void)
 	RUN(batched_llama_q4_0);
 	RUN(batched_llama_q6_k);
 	RUN(batched_llama_f16);
+	RUN(batched_lowbit_types);
 	RUN(tensor_parallel_seam_f32);
 	RUN(tensor_parallel_seam_q8_0_uneven);
 	RUN(bad_input);

@@ -10,6 +10,8 @@
 #include "agent/modelsync.h"
 #include "common/common.h"
 #include "harness.h"
+#include "infer/gguf_write.h"
+#include "infer/infer.h"
 #include "transport/chan.h"
 #include "transport/transport.h"
 
@@ -207,9 +209,8 @@ static int serve_fetch(const char *serve_path, const uint8_t serve_h[32], const 
 	if (chan_pair(&f, &s))
 		return NO_PAIR;
 	modelsync_server_t *srv;
-	CHECK_EQ_INT(modelsync_server_start(&srv, s, serve_path, serve_h, 0, NULL, 0, 3000, err,
-					    errlen),
-		     0);
+	CHECK_EQ_INT(
+	    modelsync_server_start(&srv, s, serve_path, serve_h, 0, NULL, 0, 3000, err, errlen), 0);
 	int rc = modelsync_fetch(f, want_h, state, out, outlen, pg ? on_progress : NULL, pg, 3000,
 				 err, errlen);
 	modelsync_server_free(srv);
@@ -470,6 +471,155 @@ TEST(server_first_message_and_stop)
 	free(b);
 }
 
+/* ---- slices ------------------------------------------------------------------------------- */
+
+/* Serves the model at serve_path and fetches the ranges r[0..n) of it into state's slice file. */
+static int serve_fetch_slice(const char *serve_path, const uint8_t h[32], const char *state,
+			     const ms_range_t *r, int n, char *out, size_t outlen, uint64_t *got,
+			     char *err, size_t errlen)
+{
+	tp_chan_t *f, *s;
+	if (chan_pair(&f, &s))
+		return NO_PAIR;
+	modelsync_server_t *srv;
+	CHECK_EQ_INT(modelsync_server_start(&srv, s, serve_path, h, 0, NULL, 0, 3000, err, errlen),
+		     0);
+	int rc = modelsync_fetch_slice(f, h, state, r, n, out, outlen, got, 3000, err, errlen);
+	modelsync_server_free(srv);
+	tp_chan_free(f);
+	return rc;
+}
+
+/* The ranges a share of the model at path reads (eng_shard_ranges), as ms_range_t. */
+static int share_ranges(const char *path, int ffn0, int ffn1, int q0, int q1, int kv0, int kv1,
+			int rank, ms_range_t **out, int *n)
+{
+	eng_dist_t d = {.has_ranges = 1,
+			.q0 = q0,
+			.q1 = q1,
+			.kv0 = kv0,
+			.kv1 = kv1,
+			.ffn0 = ffn0,
+			.ffn1 = ffn1,
+			.layer0 = 0,
+			.layer1 = 4};
+	eng_range_t *r;
+	char err[256];
+	int rc = eng_shard_ranges(path, &d, rank, &r, n, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "eng_shard_ranges: %s\n", err);
+		return rc;
+	}
+	*out = calloc((size_t)*n + 1, sizeof **out);
+	for (int i = 0; i < *n; i++)
+		(*out)[i] = (ms_range_t){r[i].off, r[i].len};
+	free(r);
+	return 0;
+}
+
+static uint64_t on_disk(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+}
+
+/* A node that computes a share fetches the header, then only its share's bytes; a later share
+ * fetches only the difference; the bytes it holds equal the model's; a byte that rots on disk is
+ * found by the verification and fetched again. */
+TEST(slice_transfer)
+{
+	char model[300], state[300], out[600], err[256], slice[600];
+	snprintf(model, sizeof model, "%s/moe.gguf", DIR_);
+	snprintf(state, sizeof state, "%s/state-slice", DIR_);
+	mkmodel_opts_t o = {.arch = "llama",
+			    .dim = 512,
+			    .layers = 4,
+			    .heads = 8,
+			    .kv_heads = 4,
+			    .ffn = 2048,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = 8 /* Q8_0 */,
+			    .seed = 3};
+	CHECK_EQ_INT(mkmodel_write(&o, model, err, sizeof err), 0);
+	uint8_t h[32];
+	CHECK_EQ_INT(modelsync_hash_file(model, NULL, h, err, sizeof err), 0);
+	char *whole = NULL;
+	size_t size = 0;
+	CHECK_EQ_INT(read_file_all(model, &whole, &size, NULL, 0), 0);
+
+	/* 1. the header alone: enough to plan and to compute the ranges */
+	uint64_t got = 0;
+	CHECK_EQ_INT(
+	    serve_fetch_slice(model, h, state, NULL, 0, slice, sizeof slice, &got, err, sizeof err),
+	    0);
+	CHECK(got > 0 && got < size / 4);
+	ms_range_t *ra = NULL, *rb = NULL;
+	int na = 0, nb = 0;
+	CHECK_EQ_INT(share_ranges(slice, 0, 1024, 0, 4, 0, 2, 1, &ra, &na), 0);
+
+	/* 2. share A (half the heads and FFN columns): about half the layers' bytes */
+	CHECK_EQ_INT(
+	    serve_fetch_slice(model, h, state, ra, na, out, sizeof out, &got, err, sizeof err), 0);
+	uint64_t share_a = 0;
+	for (int i = 0; i < na; i++)
+		share_a += ra[i].len;
+	fprintf(stderr, "slice: share A %llu of %zu bytes, fetched %llu, on disk %llu\n",
+		(unsigned long long)share_a, size, (unsigned long long)got,
+		(unsigned long long)on_disk(slice));
+	CHECK(share_a < size * 2 / 3);
+	/* sparse: rows of the share exactly; column slices of attn_output / ffn_down cost whole
+	 * file-system blocks (a row's slice is shorter than a block here) */
+	CHECK(on_disk(slice) < size * 3 / 4);
+	char *sl = NULL;
+	size_t sl_len = 0;
+	CHECK_EQ_INT(read_file_all(slice, &sl, &sl_len, NULL, 0), 0);
+	CHECK(sl_len == size);
+	int same = 1;
+	for (int i = 0; sl && i < na; i++)
+		same &= memcmp(sl + ra[i].off, whole + ra[i].off, ra[i].len) == 0;
+	CHECK(same);
+	free(sl);
+
+	/* 3. again: nothing to fetch, and no channel needed */
+	CHECK_EQ_INT(modelsync_fetch_slice(NULL, h, state, ra, na, out, sizeof out, &got, 1000, err,
+					   sizeof err),
+		     0);
+	CHECK(got == 0);
+
+	/* 4. a re-plan moves the share: only the difference travels */
+	CHECK_EQ_INT(share_ranges(slice, 512, 1536, 2, 6, 1, 3, 1, &rb, &nb), 0);
+	CHECK_EQ_INT(
+	    serve_fetch_slice(model, h, state, rb, nb, out, sizeof out, &got, err, sizeof err), 0);
+	uint64_t share_b = 0;
+	for (int i = 0; i < nb; i++)
+		share_b += rb[i].len;
+	fprintf(stderr, "slice: share B %llu bytes, fetched %llu\n", (unsigned long long)share_b,
+		(unsigned long long)got);
+	CHECK(got > 0 && got < share_b * 2 / 3);
+
+	/* 5. a byte rots on disk: the verification drops its batch, the next fetch repairs it */
+	uint64_t held = 0, dropped = 0;
+	CHECK_EQ_INT(modelsync_slice_verify(state, h, &held, &dropped, err, sizeof err), 0);
+	CHECK(dropped == 0 && held > 0);
+	FILE *f = fopen(slice, "r+b");
+	if (f) {
+		fseek(f, (long)(ra[na - 1].off + ra[na - 1].len / 2), SEEK_SET);
+		fputc(whole[ra[na - 1].off + ra[na - 1].len / 2] ^ 0x20, f);
+		fclose(f);
+	}
+	CHECK_EQ_INT(modelsync_slice_verify(state, h, &held, &dropped, err, sizeof err), 0);
+	CHECK(dropped > 0);
+	CHECK_EQ_INT(
+	    serve_fetch_slice(model, h, state, ra, na, out, sizeof out, &got, err, sizeof err), 0);
+	CHECK(got == dropped);
+	CHECK_EQ_INT(modelsync_slice_verify(state, h, &held, &dropped, err, sizeof err), 0);
+	CHECK(dropped == 0);
+	free(ra);
+	free(rb);
+	free(whole);
+}
+
 int main(void)
 {
 	char err[256];
@@ -487,6 +637,7 @@ int main(void)
 	RUN(other_model_is_a_clear_error);
 	RUN(peer_vanishing_mid_transfer);
 	RUN(server_first_message_and_stop);
+	RUN(slice_transfer);
 	clean_state(DIR_);
 	return harness_done();
 }

@@ -30,7 +30,8 @@ static double nmse(const float *a, const float *ref, int n)
 	return den > 0 ? num / den : num;
 }
 
-static const int types[] = {QT_F32, QT_F16, QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+static const int types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_K,
+			    QT_Q6_K, QT_Q5_0, QT_Q5_1, QT_Q2_K, QT_Q3_K, QT_Q5_K};
 
 TEST(f16_conversion)
 {
@@ -56,6 +57,11 @@ static double roundtrip_bound(int t)
 	case QT_BF16: return 3e-5;
 	case QT_Q8_0: return 1e-4;
 	case QT_Q6_K: return 2e-3;
+	case QT_Q5_0:
+	case QT_Q5_1:
+	case QT_Q5_K: return 5e-3;
+	case QT_Q3_K: return 4e-2;
+	case QT_Q2_K: return 0.15;
 	default: /* 4-bit */ return 1.5e-2;
 	}
 }
@@ -120,6 +126,81 @@ TEST(block_layouts)
 	CHECK_NEAR(y[1], 1 * (0 - 32), 0);
 }
 
+/* The low-bit types' layouts, by hand from ggml's reference dequantizers (ggml/src/ggml-quants.c:
+ * dequantize_row_q5_0, dequantize_row_q5_1, dequantize_row_q2_K, dequantize_row_q3_K,
+ * dequantize_row_q5_K), so a wrong bit plane in quant_lowbit.c cannot hide behind its own
+ * quantizer. */
+TEST(lowbit_layouts)
+{
+	float y[QK_K];
+	blk_q5_0 a;
+	memset(&a, 0, sizeof a);
+	a.d = quant_f32_to_f16(0.5f);
+	a.qs[0] = 0x1f; /* element 0 low nibble 15, element 16 low nibble 1 */
+	a.qs[1] = 0x20; /* element 17 low nibble 2 */
+	a.qh[0] = 0x01; /* bit 0: element 0's fifth bit */
+	a.qh[2] = 0x02; /* bit 17: element 17's fifth bit */
+	quant_dequant_row(QT_Q5_0, &a, y, 32);
+	CHECK_NEAR(y[0], (31 - 16) * 0.5, 0);
+	CHECK_NEAR(y[16], (1 - 16) * 0.5, 0);
+	CHECK_NEAR(y[17], (18 - 16) * 0.5, 0);
+	CHECK_NEAR(y[1], -16 * 0.5, 0);
+
+	blk_q5_1 b;
+	memset(&b, 0, sizeof b);
+	b.d = quant_f32_to_f16(1.f);
+	b.m = quant_f32_to_f16(-2.f);
+	b.qs[0] = 0x03;
+	b.qh[0] = 0x01;
+	quant_dequant_row(QT_Q5_1, &b, y, 32);
+	CHECK_NEAR(y[0], 19 - 2, 0);
+	CHECK_NEAR(y[1], -2, 0);
+
+	blk_q2_k c;
+	memset(&c, 0, sizeof c);
+	c.d = quant_f32_to_f16(1.f);
+	c.dmin = quant_f32_to_f16(1.f);
+	c.scales[0] = 0x21; /* elements 0-15: scale 1, min 2 */
+	c.scales[8] = 0x13; /* elements 128-143: scale 3, min 1 */
+	c.qs[1] = 0x03;     /* element 1 = 3 (shift 0) */
+	c.qs[32] = 0x02;    /* element 128 = 2: second 128-half starts at byte 32 */
+	c.qs[0] = 0x0c;     /* element 32 = 3 (shift 2), group 2: scale 0 */
+	quant_dequant_row(QT_Q2_K, &c, y, QK_K);
+	CHECK_NEAR(y[0], 1 * 0 - 2, 0);
+	CHECK_NEAR(y[1], 1 * 3 - 2, 0);
+	CHECK_NEAR(y[128], 3 * 2 - 1, 0);
+	CHECK_NEAR(y[32], 0, 0);
+
+	blk_q3_k d3;
+	memset(&d3, 0, sizeof d3);
+	d3.d = quant_f32_to_f16(1.f);
+	d3.scales[0] = 0x02; /* group 0: low 4 bits 2 */
+	d3.scales[8] = 0x02; /* group 0: high 2 bits 2 -> 34, minus 32 = 2 */
+	d3.hmask[0] = 0x01;  /* element 0: high bit set, no -4 */
+	d3.qs[0] = 0x03;
+	d3.qs[1] = 0x01; /* element 1: 1 - 4 */
+	quant_dequant_row(QT_Q3_K, &d3, y, QK_K);
+	CHECK_NEAR(y[0], 2 * 3, 0);
+	CHECK_NEAR(y[1], 2 * (1 - 4), 0);
+	CHECK_NEAR(y[255], -32 * -4, 0); /* scale 0 - 32, value 0 - 4 */
+
+	blk_q5_k e;
+	memset(&e, 0, sizeof e);
+	e.d = quant_f32_to_f16(1.f);
+	e.dmin = quant_f32_to_f16(1.f);
+	e.scales[0] = 2; /* sub-block 0: scale 2 */
+	e.scales[4] = 1; /* sub-block 0: min 1 */
+	e.scales[1] = 1; /* sub-block 1: scale 1 */
+	e.scales[2] = 1; /* sub-block 2: scale 1 */
+	e.qs[0] = 0x73;  /* element 0 low 3, element 32 low 7 */
+	e.qh[0] = 0x03;  /* fifth bits of element 0 (bit 0) and element 32 (bit 1) */
+	e.qs[32] = 0x05; /* element 64 low 5, its fifth bit (qh[0] bit 2) clear */
+	quant_dequant_row(QT_Q5_K, &e, y, QK_K);
+	CHECK_NEAR(y[0], 2 * 19 - 1, 0);
+	CHECK_NEAR(y[32], 1 * 23, 0);
+	CHECK_NEAR(y[64], 5, 0);
+}
+
 /* Rows x n weights; the reference and optimized kernels on every type, whole and column-sliced. */
 TEST(kernels_vs_reference)
 {
@@ -147,8 +228,10 @@ TEST(kernels_vs_reference)
 		CHECK(ro && oo);
 		if (!ro || !oo)
 			continue;
-#if defined(__aarch64__) /* every AArch64 CPU has NEON: the tables must not fall back (t_neon.sh) */
-		CHECK(!strncmp(oo->impl, "neon", 4));
+/* every AArch64 CPU has NEON: the tables must not fall back (t_neon.sh); the low-bit types
+ * have only the plain C kernels so far */
+#if defined(__aarch64__)
+		CHECK(quant_lowbit_ops_ref(t) || !strncmp(oo->impl, "neon", 4));
 #endif
 		quant_act_t a;
 		quant_act_prepare(t, x, N, act, &a);
@@ -319,6 +402,7 @@ int main(void)
 	RUN(f16_conversion);
 	RUN(quantize_roundtrip);
 	RUN(block_layouts);
+	RUN(lowbit_layouts);
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);

@@ -47,6 +47,8 @@ int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err
 	w->row_bytes = quant_row_bytes(t->type, t->ne[0]);
 	w->ops = quant_ops(t->type);
 	w->dequant = w->ops->dequant ? w->ops->dequant : quant_ops_ref(t->type)->dequant;
+	w->src = w->data;
+	w->src_stride = w->row_bytes;
 	(void)m;
 	if ((uint64_t)w->row_bytes * (uint64_t)w->rows > t->nbytes)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s is truncated", name);
@@ -121,6 +123,7 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 wmat_t mat_rows(wmat_t w, int r0, int n)
 {
 	w.data += (size_t)r0 * w.row_bytes;
+	w.src += (size_t)r0 * w.src_stride;
 	w.rows = n;
 	return w;
 }
@@ -150,6 +153,7 @@ int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *er
 	if (b > a)
 		madvise((void *)a, b - a, MADV_DONTNEED);
 	*own = buf;
+	w->src = w->data + off; /* the slice's bytes in the file, row_bytes apart */
 	w->data = buf;
 	w->row_bytes = sb;
 	w->cols = n;
@@ -401,6 +405,56 @@ void rope(const model_t *m, float *h, int pos)
 		h[i0] = x0 * c - x1 * s;
 		h[i1] = x0 * s + x1 * c;
 	}
+}
+
+/* ---- the file's bytes a shard reads -------------------------------------------------------- */
+
+static int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
+{
+	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off) { /* rows back to back: one range */
+		(*r)[*n - 1].len += len;
+		return 0;
+	}
+	if ((*n & (*n - 1)) == 0) { /* grow at powers of two */
+		model_range_t *nr = realloc(*r, (size_t)(*n ? 2 * *n : 16) * sizeof *nr);
+		if (!nr)
+			return SH_ENOMEM;
+		*r = nr;
+	}
+	(*r)[(*n)++] = (model_range_t){off, len};
+	return 0;
+}
+
+static int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
+{
+	size_t len = quant_row_bytes(w->type, w->cols);
+	for (int i = 0; i < w->rows; i++) {
+		int rc =
+		    range_push(r, n, (uint64_t)(w->src + (size_t)i * w->src_stride - base), len);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_range_t **r, int *n)
+{
+	/* the mapping's first byte, from any tensor's address and offset */
+	const gguf_tensor_t *t = gguf_find_tensor(g, "token_embd.weight");
+	if (!t)
+		return SH_EINVAL;
+	const uint8_t *base = (const uint8_t *)t->data - gguf_data_offset(g) - t->offset;
+	int rc = mat_ranges(&m->embd, base, r, n);
+	if (!rc && with_head && !m->meta.tied_output)
+		rc = mat_ranges(&m->out, base, r, n);
+	for (int l = m->sh.layer0; !rc && l < m->sh.layer1; l++) {
+		const layer_t *L = &m->layers[l];
+		const wmat_t *w[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+				     &L->w_gate, &L->w_up, &L->w_down};
+		for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
+			rc = mat_ranges(w[i], base, r, n);
+	}
+	return rc;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */

@@ -79,6 +79,17 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits);
 
 int model_n_ctx(const model_t *m);
 
+/* A byte range of the model file. */
+typedef struct model_range {
+	uint64_t off, len;
+} model_range_t;
+
+/* Appends to *r (realloc'd, *n entries, caller frees) the byte ranges of the file (offsets from
+ * its start) that this model's weight matrices read: the shard's rows and column slices, the
+ * embedding, and the output head when with_head. Returns 0 or SH_ENOMEM. */
+int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_range_t **r,
+			int *n);
+
 /* Weight bytes one decoded token reads (every matrix of the shard once, the head, one embedding
  * row): the numerator of the bandwidth figure in `shoal bench`. */
 uint64_t model_bytes_per_token(const model_t *m);

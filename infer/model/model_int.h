@@ -28,6 +28,10 @@ typedef struct wmat {
 	size_t row_bytes;
 	const quant_ops_t *ops;
 	quant_dequant_fn dequant;
+	const uint8_t *src; /* where row 0 of this view lies in the mapping (data, unless a column
+			     * slice was copied out), rows src_stride apart: the bytes of the file
+			     * this view reads (model_weight_ranges) */
+	size_t src_stride;
 } wmat_t;
 
 typedef struct moe_layer moe_layer_t;     /* moe.c: a layer's experts */

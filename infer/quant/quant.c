@@ -102,6 +102,11 @@ static const struct qtraits {
     {QT_Q4_0, "q4_0", QK4_0, sizeof(blk_q4_0)},
     {QT_Q4_K, "q4_k", QK_K, sizeof(blk_q4_k)},
     {QT_Q6_K, "q6_k", QK_K, sizeof(blk_q6_k)},
+    {QT_Q5_0, "q5_0", 32, sizeof(blk_q5_0)},
+    {QT_Q5_1, "q5_1", 32, sizeof(blk_q5_1)},
+    {QT_Q2_K, "q2_k", QK_K, sizeof(blk_q2_k)},
+    {QT_Q3_K, "q3_k", QK_K, sizeof(blk_q3_k)},
+    {QT_Q5_K, "q5_k", QK_K, sizeof(blk_q5_k)},
 };
 
 static const struct qtraits *traits_of(int t)
@@ -151,21 +156,7 @@ size_t quant_row_bytes(int t, int64_t n)
 
 /* ---- K-quant scale packing ---------------------------------------------------------------- */
 
-/* Sub-block j's 6-bit scale and min. Bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of
- * scales 4-7; bytes 4-7 likewise for the mins; bytes 8-11 hold the low 4 bits of scale 4+j
- * (low nibble) and min 4+j (high nibble). */
-static inline void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m)
-{
-	if (j < 4) {
-		*sc = s[j] & 63;
-		*m = s[j + 4] & 63;
-	} else {
-		*sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-	}
-}
-
-static void q4k_scales_pack(const int *sc, const int *m, uint8_t *s)
+void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s)
 {
 	for (int j = 0; j < 4; j++) {
 		s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
@@ -182,8 +173,8 @@ static void dequant_q4k_block(const blk_q4_k *b, float *y)
 	const uint8_t *q = b->qs;
 	for (int c = 0; c < 4; c++, q += 32, y += 64) {
 		int sc0, m0, sc1, m1;
-		q4k_scale_min(2 * c, b->scales, &sc0, &m0);
-		q4k_scale_min(2 * c + 1, b->scales, &sc1, &m1);
+		quant_k4_scale_min(2 * c, b->scales, &sc0, &m0);
+		quant_k4_scale_min(2 * c + 1, b->scales, &sc1, &m1);
 		for (int l = 0; l < 32; l++) {
 			y[l] = d * (float)sc0 * (float)(q[l] & 0xf) - dmin * (float)m0;
 			y[l + 32] = d * (float)sc1 * (float)(q[l] >> 4) - dmin * (float)m1;
@@ -258,7 +249,7 @@ void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 			dequant_q6k_block(&b[i], dst + i * QK_K);
 		break;
 	}
-	default: memset(dst, 0, (size_t)n * 4);
+	default: quant_lowbit_dequant(t, src, dst, n);
 	}
 }
 
@@ -335,7 +326,7 @@ static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t n)
 			sc[j] = d ? MIN(63, nearest(scale[j] / d)) : 0;
 			m[j] = dmin ? MIN(63, nearest(minv[j] / dmin)) : 0;
 		}
-		q4k_scales_pack(sc, m, b[i].scales);
+		quant_k4_scales_pack(sc, m, b[i].scales);
 		for (int c = 0; c < 4; c++) {
 			for (int l = 0; l < 32; l++) {
 				int qv[2];
@@ -423,7 +414,7 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 	case QT_Q4_0: quantize_q4_0(src, dst, n); return 0;
 	case QT_Q4_K: quantize_q4_k(src, dst, n); return 0;
 	case QT_Q6_K: quantize_q6_k(src, dst, n); return 0;
-	default: return SH_EUNSUPP;
+	default: return quant_lowbit_quantize(t, src, dst, n);
 	}
 }
 
@@ -433,8 +424,13 @@ static int act_type_of(int wtype)
 {
 	switch (wtype) {
 	case QT_Q8_0:
-	case QT_Q4_0: return QT_Q8_0;
+	case QT_Q4_0:
+	case QT_Q5_0:
+	case QT_Q5_1: return QT_Q8_0;
+	case QT_Q2_K:
+	case QT_Q3_K:
 	case QT_Q4_K:
+	case QT_Q5_K:
 	case QT_Q6_K: return QT_Q8_K;
 	default: return QT_F32;
 	}
@@ -589,8 +585,8 @@ static void ref_rows_q4_k(float *out, const uint8_t *w, size_t stride, int nrows
 			int acc = 0, macc = 0;
 			for (int c = 0; c < 4; c++) {
 				int sc0, m0, sc1, m1, s0 = 0, s1 = 0;
-				q4k_scale_min(2 * c, b[i].scales, &sc0, &m0);
-				q4k_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
+				quant_k4_scale_min(2 * c, b[i].scales, &sc0, &m0);
+				quant_k4_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
 				for (int l = 0; l < 32; l++) {
 					s0 += (b[i].qs[32 * c + l] & 0xf) * q[64 * c + l];
 					s1 += (b[i].qs[32 * c + l] >> 4) * q[64 * c + 32 + l];
@@ -658,13 +654,15 @@ const quant_ops_t *quant_ops_ref(int wtype)
 	case QT_Q4_0: return &ref_q4_0;
 	case QT_Q4_K: return &ref_q4_k;
 	case QT_Q6_K: return &ref_q6_k;
-	default: return NULL;
+	default: return quant_lowbit_ops_ref(wtype);
 	}
 }
 
 const quant_ops_t *quant_ops_opt(int wtype)
 {
 	const quant_ops_t *o = quant_x86_ops(wtype);
+	if (!o)
+		o = quant_lowbit_x86_ops(wtype);
 	if (!o)
 		o = quant_neon_ops(wtype);
 	return o ? o : quant_ops_ref(wtype);

@@ -27,8 +27,13 @@ enum qtype {
 	QT_F32 = 0,
 	QT_F16 = 1,
 	QT_Q4_0 = 2,
+	QT_Q5_0 = 6,
+	QT_Q5_1 = 7,
 	QT_Q8_0 = 8,
+	QT_Q2_K = 10,
+	QT_Q3_K = 11,
 	QT_Q4_K = 12,
+	QT_Q5_K = 13,
 	QT_Q6_K = 14,
 	QT_Q8_K = 15,
 	QT_BF16 = 30,
@@ -62,6 +67,44 @@ typedef struct {
 	uint16_t d;               /* f16 super-scale */
 } blk_q6_k;
 
+/* The low-bit types (quant_lowbit.c), as ggml/src/ggml-common.h lays them out. */
+typedef struct {
+	uint16_t d;     /* f16 scale */
+	uint8_t qh[4];  /* fifth bits, element j at bit j of the little-endian uint32 */
+	uint8_t qs[16]; /* element j in the low nibble of qs[j], j+16 in the high nibble */
+} blk_q5_0;
+
+typedef struct {
+	uint16_t d, m; /* f16 scale and offset: x = d * q + m */
+	uint8_t qh[4];
+	uint8_t qs[16];
+} blk_q5_1;
+
+typedef struct {
+	uint8_t scales[QK_K / 16]; /* per 16 elements: 4-bit scale (low), 4-bit min (high) */
+	uint8_t qs[QK_K / 4];      /* 2-bit values, four per byte (see quant_lowbit.c) */
+	uint16_t d, dmin;          /* f16 super-scales of the scales and mins */
+} blk_q2_k;
+
+typedef struct {
+	uint8_t hmask[QK_K / 8]; /* high bit of each 3-bit value (set = no -4) */
+	uint8_t qs[QK_K / 4];    /* low 2 bits, as Q2_K */
+	uint8_t scales[12];      /* 16 6-bit scales, stored + 32 */
+	uint16_t d;              /* f16 super-scale */
+} blk_q3_k;
+
+typedef struct {
+	uint16_t d, dmin;     /* f16 super-scales */
+	uint8_t scales[12];   /* 8 x (6-bit scale, 6-bit min), packed as Q4_K's */
+	uint8_t qh[QK_K / 8]; /* fifth bits */
+	uint8_t qs[QK_K / 2]; /* low nibbles, as Q4_K */
+} blk_q5_k;
+
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(blk_q2_k) == 84, "q2_k block");
+_Static_assert(sizeof(blk_q3_k) == 110, "q3_k block");
+_Static_assert(sizeof(blk_q5_k) == 176, "q5_k block");
 _Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
 _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(blk_q4_k) == 144, "q4_k block");
@@ -99,6 +142,30 @@ typedef struct quant_ops {
 				   * tables (NULL: use quant_ops_ref(t)->dequant) */
 	quant_rows8_fn rows8;     /* optional: batched integer kernel; NULL = use sgemm/rows */
 } quant_ops_t;
+
+/* Q4_K / Q5_K scale packing: sub-block j's 6-bit scale and min. Bytes 0-3 hold scales 0-3 (low 6
+ * bits) and the top 2 bits of scales 4-7; bytes 4-7 likewise for the mins; bytes 8-11 hold the
+ * low 4 bits of scale 4+j (low nibble) and min 4+j (high nibble). */
+static inline void quant_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+	}
+}
+/* The inverse: 8 scales and 8 mins (each 0..63) into the 12 bytes. */
+void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s);
+
+/* The low-bit types (quant_lowbit.c): reference dequantize, quantize and kernel tables for
+ * Q5_0, Q5_1, Q2_K, Q3_K and Q5_K (quant.c's generic entry points route to them). */
+void quant_lowbit_dequant(int t, const void *src, float *dst, int64_t n);
+int quant_lowbit_quantize(int t, const float *src, void *dst, int64_t n);
+const quant_ops_t *quant_lowbit_ops_ref(int t);
+/* Their AVX2 tables (quant_lowbit_x86.c); NULL when the CPU lacks AVX2/FMA or off x86. */
+const quant_ops_t *quant_lowbit_x86_ops(int t);
 
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);

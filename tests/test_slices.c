@@ -1,0 +1,162 @@
+/* test_slices.c: a node that holds only its slice of a model file. eng_shard_ranges must name
+ * every byte a shard reads (a copy holding only those bytes computes bit-identical logits) and
+ * no more than its share. */
+#include "common/common.h"
+#include "harness.h"
+#include "infer/gguf_write.h"
+#include "infer/infer.h"
+#include "infer/model/model.h"
+#include "infer/quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A generated model, opened: returns 0 on success. */
+typedef struct gen {
+	gguf_t *g;
+	model_meta_t meta;
+	model_t *m;
+	pool_t *pool;
+} gen_t;
+
+static int gen_open(gen_t *x, const char *arch, int type, int threads, char *path)
+{
+	char err[256];
+	memset(x, 0, sizeof *x);
+	mkmodel_opts_t o = {.arch = arch,
+			    .dim = 256,
+			    .layers = 2,
+			    .heads = 8,
+			    .kv_heads = 2,
+			    .ffn = 512,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = type,
+			    .seed = 7};
+	if (!strcmp(arch, "qwen3"))
+		o.head_dim = 64; /* heads * head_dim (512) != dim: the explicit head size path */
+	snprintf(path, 256, "/tmp/shoal-test-model-%d-%s-%d.gguf", (int)getpid(), arch, type);
+	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&x->g, path, err, sizeof err) ||
+	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(threads)) ||
+	    model_new(&x->m, x->g, &x->meta, NULL, 256, x->pool, err, sizeof err)) {
+		fprintf(stderr, "gen_open %s: %s\n", arch, err);
+		return -1;
+	}
+	return 0;
+}
+
+static void gen_close(gen_t *x, const char *path)
+{
+	model_free(x->m);
+	pool_free(x->pool);
+	gguf_free(x->g);
+	unlink(path);
+}
+
+static const int prompt24[24] = {300, 10,  47,  299, 256, 100, 101, 102, 32, 33, 34, 35,
+				 400, 401, 402, 403, 270, 271, 272, 273, 5,  6,  7,  8};
+
+/* ---- a node that holds only its slice of the file ---------------------------------------- */
+
+/* Copies only the ranges of src into a new sparse file of the same size (holes elsewhere). */
+static int copy_ranges(const char *src, const char *dst, const eng_range_t *r, int n)
+{
+	FILE *in = fopen(src, "rb");
+	FILE *out = fopen(dst, "wb");
+	int rc = in && out ? 0 : -1;
+	if (!rc) {
+		fseek(in, 0, SEEK_END);
+		rc = ftruncate(fileno(out), ftell(in));
+	}
+	char buf[1 << 16];
+	for (int i = 0; !rc && i < n; i++)
+		for (uint64_t done = 0; !rc && done < r[i].len;) {
+			size_t k = (size_t)MIN((uint64_t)sizeof buf, r[i].len - done);
+			rc = fseek(in, (long)(r[i].off + done), SEEK_SET) ||
+			     fread(buf, 1, k, in) != k ||
+			     fseek(out, (long)(r[i].off + done), SEEK_SET) ||
+			     fwrite(buf, 1, k, out) != k;
+			done += k;
+		}
+	if (in)
+		fclose(in);
+	if (out && fclose(out))
+		rc = -1;
+	return rc;
+}
+
+/* eng_shard_ranges names every byte a shard reads: the same shard bound to a copy that holds
+ * only those bytes (zeros elsewhere) computes bit-identical logits, and the ranges of one of two
+ * shares are well under the whole file. */
+TEST(shard_ranges_cover_what_a_shard_reads)
+{
+	static const model_shard_t sh[2] = {{0, 4, 0, 1, 0, 256, 0, 2, 0, 0, 0, 0},
+					    {4, 4, 1, 1, 256, 256, 0, 2, 0, 0, 0, 0}};
+	for (int s = 0; s < 2; s++) {
+		char path[256], slice[300], err[256];
+		gen_t a;
+		if (gen_open(&a, s ? "qwen2" : "llama", QT_Q8_0, 1, path)) {
+			CHECK(0);
+			return;
+		}
+		eng_dist_t d = {.has_ranges = 1,
+				.q0 = sh[s].q_head0,
+				.q1 = sh[s].q_head0 + sh[s].n_q_heads,
+				.kv0 = sh[s].kv_head0,
+				.kv1 = sh[s].kv_head0 + sh[s].n_kv_heads,
+				.ffn0 = sh[s].ffn0,
+				.ffn1 = sh[s].ffn0 + sh[s].n_ffn,
+				.layer0 = 0,
+				.layer1 = 2};
+		eng_range_t *r = NULL;
+		int n = 0;
+		CHECK_EQ_INT(eng_shard_ranges(path, &d, 0, &r, &n, err, sizeof err), 0);
+		uint64_t bytes = 0, size = 0;
+		for (int i = 0; i < n; i++) {
+			bytes += r[i].len;
+			CHECK(i == 0 ||
+			      r[i].off > r[i - 1].off + r[i - 1].len); /* sorted, merged */
+		}
+		FILE *f = fopen(path, "rb");
+		if (f) {
+			fseek(f, 0, SEEK_END);
+			size = (uint64_t)ftell(f);
+			fclose(f);
+		}
+		/* half the layers' matrices, the whole embedding and head (vocab 512 x 256) */
+		fprintf(stderr, "shard %d: %d ranges, %llu of %llu bytes\n", s, n,
+			(unsigned long long)bytes, (unsigned long long)size);
+		CHECK(bytes < size * 3 / 4);
+		snprintf(slice, sizeof slice, "%s.slice", path);
+		CHECK_EQ_INT(copy_ranges(path, slice, r, n), 0);
+		gguf_t *g2 = NULL;
+		model_t *m1 = NULL, *m2 = NULL;
+		CHECK_EQ_INT(gguf_open(&g2, slice, err, sizeof err), 0);
+		CHECK_EQ_INT(model_new(&m1, a.g, &a.meta, &sh[s], 64, a.pool, err, sizeof err), 0);
+		CHECK_EQ_INT(model_new(&m2, g2, &a.meta, &sh[s], 64, a.pool, err, sizeof err), 0);
+		int nv = a.meta.n_vocab;
+		float *l1 = calloc((size_t)nv, sizeof *l1), *l2 = calloc((size_t)nv, sizeof *l2);
+		if (m1 && m2) {
+			CHECK_EQ_INT(model_forward(m1, prompt24, 24, 0, l1), 0);
+			CHECK_EQ_INT(model_forward(m2, prompt24, 24, 0, l2), 0);
+			CHECK(memcmp(l1, l2, (size_t)nv * sizeof *l1) == 0);
+		}
+		free(l1);
+		free(l2);
+		model_free(m1);
+		model_free(m2);
+		gguf_free(g2);
+		unlink(slice);
+		free(r);
+		gen_close(&a, path);
+	}
+}
+
+int main(void)
+{
+	quant_init(0);
+	RUN(shard_ranges_cover_what_a_shard_reads);
+	return harness_done();
+}
