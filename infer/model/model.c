@@ -409,7 +409,7 @@ void rope(const model_t *m, float *h, int pos)
 
 /* ---- the file's bytes a shard reads -------------------------------------------------------- */
 
-static int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
 {
 	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off) { /* rows back to back: one range */
 		(*r)[*n - 1].len += len;
@@ -425,7 +425,7 @@ static int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
 	return 0;
 }
 
-static int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
 {
 	size_t len = quant_row_bytes(w->type, w->cols);
 	for (int i = 0; i < w->rows; i++) {
@@ -453,6 +453,8 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 				     &L->w_gate, &L->w_up, &L->w_down};
 		for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
 			rc = mat_ranges(w[i], base, r, n);
+		if (!rc && L->moe)
+			rc = moe_weight_ranges(m, L->moe, base, r, n);
 	}
 	return rc;
 }

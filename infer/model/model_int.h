@@ -123,6 +123,10 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B);
 /* Expected weight bytes one decoded token reads in ml on this rank (router, shared slice,
  * experts used / experts of the held experts). */
 uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml);
+/* Appends the file ranges ml reads on this rank (router, shared gate, held experts, the
+ * shared slice) for model_weight_ranges. Returns 0 or SH_ENOMEM. */
+int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *base,
+		      model_range_t **r, int *n);
 /* Test hook: when set, moe_ffn writes the last token's choices of each layer l to
  * trace[l * n_experts_used + i] (NULL: off). */
 void moe_set_trace(model_t *m, int *trace);
@@ -134,6 +138,9 @@ int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, cha
 	     size_t errlen);
 wmat_t mat_rows(wmat_t w, int r0, int n);
 int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
+/* Appends the file ranges of w's rows (base = the mapping's first byte) / one range to *r. */
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 

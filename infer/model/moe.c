@@ -30,13 +30,14 @@
 #include <unistd.h>
 
 struct moe_layer {
-	int layer;             /* its index in the model */
-	const float *router;   /* [E][dim] (into the mapping when F32, else router_own) */
-	float *router_own;     /* dequantized router, or NULL */
-	float *exp_bias;       /* [E] selection bias, or NULL */
-	float *shexp_gate;     /* qwen2moe: [dim], or NULL */
-	wmat_t gate, up;       /* [E*F x dim] */
-	wmat_t down;           /* [E*dim x F] */
+	int layer;           /* its index in the model */
+	const float *router; /* [E][dim] (into the mapping when F32, else router_own) */
+	const gguf_tensor_t *router_t, *shexp_gate_t; /* their bytes in the file */
+	float *router_own;                            /* dequantized router, or NULL */
+	float *exp_bias;                              /* [E] selection bias, or NULL */
+	float *shexp_gate;                            /* qwen2moe: [dim], or NULL */
+	wmat_t gate, up;                              /* [E*F x dim] */
+	wmat_t down;                                  /* [E*dim x F] */
 	int has_sh;            /* this rank holds a slice of the shared block */
 	wmat_t sh_gate, sh_up; /* [n_shx x dim] */
 	wmat_t sh_down;        /* [dim x n_shx] */
@@ -135,6 +136,7 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	const gguf_tensor_t *r = gguf_find_tensor(g, NAME("ffn_gate_inp.weight"));
 	if (!r || r->ne[0] != D || r->ne[1] != E)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", n, D, E);
+	ml->router_t = r;
 	if (r->type == GGML_F32) {
 		ml->router = r->data; /* GGUF data is aligned (32 bytes at least) */
 	} else {
@@ -152,6 +154,7 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (p->shexp_gated && (rc = bind_vec(g, NAME("ffn_gate_inp_shexp.weight"), 0, D,
 					     &ml->shexp_gate, err, errlen)))
 		return rc;
+	ml->shexp_gate_t = p->shexp_gated ? gguf_find_tensor(g, n) : NULL;
 	int e0 = sh->exp0, e1 = sh->exp0 + sh->n_exp;
 	if ((rc = bind_experts(m, g, NAME("ffn_gate_exps.weight"), F, e0, e1, &ml->gate, err,
 			       errlen)) ||
@@ -249,6 +252,33 @@ uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml)
 		       ml->down.row_bytes * (uint64_t)p->dim;
 	b += one * (uint64_t)m->sh.n_exp * p->n_experts_used / p->n_experts;
 	return b;
+}
+
+int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *base,
+		      model_range_t **r, int *n)
+{
+	const gguf_tensor_t *v[2] = {ml->router_t, ml->shexp_gate_t}; /* read whole everywhere */
+	int rc = 0, F = m->meta.ffn_exp, D = m->meta.dim, e0 = m->sh.exp0, ne = m->sh.n_exp;
+	for (int i = 0; i < 2 && !rc; i++)
+		if (v[i])
+			rc = range_push(r, n, (uint64_t)((const uint8_t *)v[i]->data - base),
+					v[i]->nbytes);
+	if (ne > 0) { /* the held experts: one run of rows in each 3-D tensor */
+		wmat_t g = mat_rows(ml->gate, e0 * F, ne * F), u = mat_rows(ml->up, e0 * F, ne * F);
+		wmat_t d = mat_rows(ml->down, e0 * D, ne * D);
+		if (!rc)
+			rc = mat_ranges(&g, base, r, n);
+		if (!rc)
+			rc = mat_ranges(&u, base, r, n);
+		if (!rc)
+			rc = mat_ranges(&d, base, r, n);
+	}
+	if (ml->has_sh) {
+		const wmat_t *w[3] = {&ml->sh_gate, &ml->sh_up, &ml->sh_down};
+		for (int i = 0; i < 3 && !rc; i++)
+			rc = mat_ranges(w[i], base, r, n);
+	}
+	return rc;
 }
 
 /* ---- the block ---------------------------------------------------------------------------- */
