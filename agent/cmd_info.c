@@ -9,6 +9,7 @@
 #include "infer/chat.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"
+#include "infer/model/model.h"
 #include "infer/tok/tokenizer.h"
 
 #include <getopt.h>
@@ -115,6 +116,19 @@ int cmd_info(int argc, char **argv)
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
 			       m.has_exp_bias ? ", selection bias" : "");
 		}
+		if (m.is_mla)
+			printf("mla:           kv_lora %d, q_lora %d%s, qk_nope %d, qk_rope %d, "
+			       "v_head %d, "
+			       "%s\n",
+			       m.mla.kv_lora, m.mla.q_lora, m.mla.q_lora ? "" : " (Lite)",
+			       m.mla.qk_nope, m.mla.qk_rope, m.mla.v_head,
+			       m.mla.split_kvb ? "attn_k_b + attn_v_b" : "attn_kv_b");
+		if (m.rope_scaling == META_SCALING_YARN)
+			printf("rope scaling:  yarn, factor %g, original context %d, log "
+			       "multiplier %g\n",
+			       (double)m.rope_factor, m.rope_orig_ctx, (double)m.yarn_log_mul);
+		printf("kv cache:      %zu bytes per token (F32%s)\n",
+		       model_kv_bytes_per_pos(&m, NULL), m.is_mla ? ", the compressed latent" : "");
 		printf("tensor types:  %s\n", types);
 		printf("weights:       %s (%llu bytes)\n", sz, (unsigned long long)m.weight_bytes);
 	}

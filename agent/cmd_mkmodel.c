@@ -12,20 +12,27 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
-		"                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
-		"                     [--experts N --experts-used K [--shared-experts S]\n"
-		"                      [--expert-ffn F]]\n"
-		"                     [--type "
-		"f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
-		"                     q2_k] [--seed S] [--ctx N]\n"
-		"                     [--name NAME] -o FILE.gguf\n"
-		"ARCH: llama, qwen2, qwen3, or with experts mixtral, qwen2moe, qwen3moe.\n"
-		"Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
-		"8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
-		"8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
-		"stays F32 whatever the type.\n");
+	fprintf(
+	    f,
+	    "usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
+	    "                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
+	    "                     [--experts N --experts-used K [--shared-experts S]\n"
+	    "                      [--expert-ffn F] [--dense-lead N]]\n"
+	    "                     [--type "
+	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
+	    "                     q2_k] [--seed S] [--ctx N]\n"
+	    "                     [--name NAME] -o FILE.gguf\n"
+	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
+	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
+	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, or with experts mixtral, qwen2moe, qwen3moe.\n"
+	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
+	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
+	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
+	    "stays F32 whatever the type. deepseek2: kv-lora dim/2, no q-lora (Lite), qk-nope\n"
+	    "and v-head dim/heads, qk-rope half that, attn_k_b + attn_v_b (--mla-legacy: one\n"
+	    "attn_kv_b), no rope scaling (--rope-factor: YaRN); with --experts, layers from\n"
+	    "--dense-lead (default 1) route through experts (1 shared expert by default).\n");
 }
 
 static int parse_int(const char *s, int *out)
@@ -55,13 +62,31 @@ static const struct {
     {"experts-used", offsetof(mkmodel_opts_t, experts_used)},
     {"shared-experts", offsetof(mkmodel_opts_t, shared_experts)},
     {"expert-ffn", offsetof(mkmodel_opts_t, expert_ffn)},
+    {"dense-lead", offsetof(mkmodel_opts_t, dense_lead)},
+    /* deepseek2's latent attention */
+    {"kv-lora", offsetof(mkmodel_opts_t, kv_lora)},
+    {"q-lora", offsetof(mkmodel_opts_t, q_lora)},
+    {"qk-nope", offsetof(mkmodel_opts_t, qk_nope)},
+    {"qk-rope", offsetof(mkmodel_opts_t, qk_rope)},
+    {"v-head", offsetof(mkmodel_opts_t, v_head)},
+    {"rope-orig-ctx", offsetof(mkmodel_opts_t, rope_orig_ctx)},
 };
 
-enum { OPT_INT = 0x100, OPT_ARCH = 0x200, OPT_TYPE, OPT_SEED, OPT_NAME, OPT_LOG };
+enum {
+	OPT_INT = 0x100,
+	OPT_ARCH = 0x200,
+	OPT_TYPE,
+	OPT_SEED,
+	OPT_NAME,
+	OPT_LOG,
+	OPT_MLA_LEGACY,
+	OPT_ROPE_FACTOR,
+	OPT_YARN_MUL
+};
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 8];
+	struct option opts[ARRAY_LEN(int_opts) + 12];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -73,6 +98,9 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"output", required_argument, 0, 'o'};
 	opts[n++] = (struct option){"log-level", required_argument, 0, OPT_LOG};
 	opts[n++] = (struct option){"help", no_argument, 0, 'h'};
+	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
+	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
+	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -99,6 +127,18 @@ int cmd_mkmodel(int argc, char **argv)
 		}
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
+		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_ROPE_FACTOR:
+		case OPT_YARN_MUL: {
+			char *end;
+			float f = strtof(optarg, &end);
+			if (!*optarg || *end || !(f >= 0 && f <= 1e6f)) {
+				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
+				return 2;
+			}
+			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = f;
+			break;
+		}
 		case OPT_TYPE:
 			if ((o.type = quant_type_parse(optarg)) < 0) {
 				fprintf(stderr, "shoal mkmodel: unknown type '%s'\n", optarg);

@@ -49,7 +49,11 @@ static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
 	if (!strncmp(n, "blk.", 4)) {
 		const char *dot = strchr(n + 4, '.');
 		const char *k = dot ? dot + 1 : "";
-		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight"))
+		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight") ||
+		    /* deepseek2's per-head latent attention matrices split with the query heads
+		     * (attn_q_a, attn_kv_a_mqa and their norms are replicated: norm_bytes) */
+		    !strcmp(k, "attn_q_b.weight") || !strcmp(k, "attn_kv_b.weight") ||
+		    !strcmp(k, "attn_k_b.weight") || !strcmp(k, "attn_v_b.weight"))
 			m->attn_qo_bytes += t->nbytes;
 		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
 			m->attn_kv_bytes += t->nbytes;

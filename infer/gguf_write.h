@@ -43,16 +43,25 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
 
 typedef struct mkmodel_opts {
-	const char *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe" */
+	const char
+	    *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe", "deepseek2" */
 	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
 	int head_dim; /* 0 = dim / heads (qwen3 may differ) */
 	/* mixture of experts (the *moe and mixtral archs): routed experts, top-k, shared experts
 	 * (qwen2moe: its shared block is shared_experts x expert_ffn wide; default 1), one
 	 * expert's width (0 = ffn; mixtral always ffn, as llama.cpp reads it) */
 	int experts, experts_used, shared_experts, expert_ffn;
-	int type; /* enum qtype of the 2-D weights; norms and biases are F32 */
+	int dense_lead; /* deepseek2 with experts: leading dense layers (0 = 1) */
+	int type;       /* enum qtype of the 2-D weights; norms and biases are F32 */
 	uint64_t seed;
 	const char *name; /* general.name, or NULL */
+	/* deepseek2 (Multi-head Latent Attention; every layer dense). 0 = defaults: kv_lora dim/2,
+	 * q_lora 0 (Lite: plain attn_q), qk_nope and v_head dim/heads, qk_rope half of that. */
+	int kv_lora, q_lora, qk_nope, qk_rope, v_head;
+	int mla_legacy;     /* 1: one attn_kv_b (older converters), 0: attn_k_b + attn_v_b */
+	float rope_factor;  /* > 0: rope.scaling.type yarn with this factor */
+	float yarn_log_mul; /* rope.scaling.yarn_log_multiplier (as the converter stores it) */
+	int rope_orig_ctx;  /* rope.scaling.original_context_length (0 = ctx) */
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small

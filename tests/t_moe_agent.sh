@@ -3,8 +3,8 @@
 # t_agent.sh): 3 `shoal agent`s serve a generated mixture-of-experts model with its routed experts
 # split three ways; plan.json and `shoal status` show each rank's expert range; the greedy answer
 # equals `shoal generate`'s on one node; kill -9 of a follower re-plans the experts onto the two
-# left and serving resumes with the same answer. MOE_ARCH picks the architecture (qwen3moe;
-# mixtral and qwen2moe work the same; deepseek2 once mkmodel writes it).
+# left and serving resumes with the same answer. MOE_ARCH picks the architecture (deepseek2;
+# mixtral, qwen2moe and qwen3moe work the same).
 . tests/lib.sh
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -21,7 +21,7 @@ for tool in ip avahi-daemon dbus-daemon dbus-send curl jq unshare; do
 done
 . tests/netns.sh
 SHOAL=$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")
-ARCH=${MOE_ARCH:-qwen3moe}
+ARCH=${MOE_ARCH:-deepseek2}
 TOKEN="shoal-moe-test-$$-77c1"
 PROMPT="Once upon a time"
 N=24

@@ -51,7 +51,7 @@ same_ids() {
 	fi
 }
 
-for arch in mixtral qwen2moe qwen3moe; do
+for arch in mixtral qwen2moe qwen3moe deepseek2; do
 	M=$T/$arch.gguf
 	$SHOAL mkmodel --arch $arch --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 128 \
 		--expert-ffn 64 --experts 8 --experts-used 2 --vocab 512 --seed 3 -o "$M" >/dev/null

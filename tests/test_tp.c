@@ -28,7 +28,7 @@
 #define CTX      64
 
 static tp_keys_t KEYS;
-static char QWEN[256], QWEN16[256];
+static char QWEN[256], QWEN16[256], DS2[256], DS2Q[256];
 
 /* One run: prompt then N_GEN greedy steps; logits of every step and the chosen ids. */
 typedef struct run {
@@ -413,7 +413,7 @@ TEST(qwen2)
  * all experts of their layers. F16: within 1e-4 of one rank; Q8_0: the same greedy ids. */
 TEST(moe)
 {
-	static const char *const archs[] = {"mixtral", "qwen2moe", "qwen3moe"};
+	static const char *const archs[] = {"mixtral", "qwen2moe", "qwen3moe", "deepseek2"};
 	const int w21[] = {2, 1}, w211[] = {2, 1, 1};
 	for (size_t i = 0; i < ARRAY_LEN(archs); i++) {
 		char path[256], err[256], what[64];
@@ -449,6 +449,20 @@ TEST(moe)
 			unlink(path);
 		}
 	}
+}
+
+/* deepseek2 (latent attention, dense layers): query heads split by share, the latent (W_kva,
+ * its norm, the cache) replicated on every rank, attn_output by the heads' input columns. */
+TEST(deepseek2)
+{
+	const int w21[] = {2, 1}, w211[] = {2, 1, 1};
+	check_config(DS2, 2, 0, NULL, 1e-4f, "deepseek2 f16 2 ranks");
+	check_config(DS2, 2, 0, w21, 1e-4f, "deepseek2 f16 2:1");
+	check_config(DS2, 3, 0, w211, 1e-4f, "deepseek2 f16 2:1:1");
+	check_config(DS2, 3, 1, NULL, 1e-4f, "deepseek2 f16 pipeline 3");
+	check_config(DS2Q, 2, 0, w21, -3e-2f, "deepseek2 q8_0 lite 2:1");
+	check_config(DS2Q, 3, 0, w211, -3e-2f, "deepseek2 q8_0 lite 2:1:1");
+	check_config(DS2Q, 2, 1, NULL, 1e-4f, "deepseek2 q8_0 lite pipeline 2");
 }
 
 /* ---- the engine interface: rank 0 generates, the others run the worker loop ---------------- */
@@ -643,17 +657,47 @@ int main(void)
 		fprintf(stderr, "mkmodel: %s\n", err);
 		return 1;
 	}
+	/* deepseek2: q_lora + split attn_k_b/attn_v_b + YaRN in F16; Lite + legacy attn_kv_b in
+	 * Q8_0 */
+	mkmodel_opts_t d = {.arch = "deepseek2",
+			    .dim = 128,
+			    .layers = 3,
+			    .heads = 4,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_F16,
+			    .seed = 13,
+			    .kv_lora = 64,
+			    .q_lora = 64,
+			    .qk_nope = 32,
+			    .qk_rope = 16,
+			    .v_head = 32,
+			    .rope_factor = 40,
+			    .yarn_log_mul = 0.0707f,
+			    .rope_orig_ctx = 64};
+	snprintf(DS2, sizeof DS2, "/tmp/shoal-test-tp-%d-ds2-f16.gguf", (int)getpid());
+	snprintf(DS2Q, sizeof DS2Q, "/tmp/shoal-test-tp-%d-ds2-q8.gguf", (int)getpid());
+	if (mkmodel_write(&d, DS2, err, sizeof err) ||
+	    (d.type = QT_Q8_0, d.q_lora = 0, d.mla_legacy = 1, d.rope_factor = 0,
+	     mkmodel_write(&d, DS2Q, err, sizeof err))) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		return 1;
+	}
 	RUN(split);
 	RUN(step_decode);
 	RUN(stories_tensor);
 	RUN(stories_pipeline);
 	RUN(qwen2);
 	RUN(moe);
+	RUN(deepseek2);
 	RUN(engine_interface);
 	RUN(setup_mismatch);
 	RUN(stalled_rank);
 	RUN(vanished_rank);
 	unlink(QWEN);
 	unlink(QWEN16);
+	unlink(DS2);
+	unlink(DS2Q);
 	return harness_done();
 }

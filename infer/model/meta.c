@@ -90,7 +90,12 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	const char *a = m->arch_name;
 	int ds2 = !strcmp(a, "deepseek2"), rc;
-	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE || ds2;
+	if (ds2 && (rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
+				     err, errlen)))
+		return rc;
+	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
+	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
+		   (ds2 && m->n_dense_lead < m->n_layers);
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
 	m->exp_scale = 1.0f;
@@ -98,8 +103,10 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	    (rc =
 		 get_opt_int(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err, errlen)))
 		return rc;
-	if (!need && m->n_experts == 0)
-		return 0; /* a dense llama */
+	if (!need && (m->n_experts == 0 || ds2)) { /* a dense llama or deepseek2 */
+		m->n_experts = m->n_experts_used = 0;
+		return 0;
+	}
 	if (m->n_experts == 0)
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "%s model with zero experts (key %s.expert_count)", a, a);
@@ -217,6 +224,170 @@ static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 	return 0;
 }
 
+/* Checks a 3-D tensor name (ne0, ne1, ne2): deepseek2's per-head attn_k_b / attn_v_b. */
+static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
+			 int64_t ne1, int64_t ne2, char *err, size_t errlen)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	if (!t)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
+	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
+		    (long long)ne1, (long long)ne2);
+	if (!gguf_type_supported(t->type))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
+			       gguf_type_name(t->type), name);
+	m->types_used |= 1ull << t->type;
+	return 0;
+}
+
+/* An optional u32 key (0 allowed): 1 when present, 0 when absent, or an error. */
+static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, uint32_t *out,
+		       char *err, size_t errlen)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = gguf_get_u32(g, key, out);
+	if (rc == SH_ENOENT)
+		return 0;
+	if (rc || *out > (1u << 24))
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	return 1;
+}
+
+/* deepseek2's MLA keys (llama_model_deepseek2::load_arch_hparams): called after head_dim (the
+ * file's key_length, or dim / n_heads) and rope_dim are read. Sets head_dim to the per-head
+ * query/key length the attention uses and n_kv_heads to 1 (one shared latent per token). */
+static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	meta_mla_t *x = &m->mla;
+	uint32_t v = 0, kl = 0, vl = 0;
+	char key[128];
+	int rc, has_kl, has_vl;
+	m->is_mla = 1;
+	if ((rc = get_req(g, a, "attention.kv_lora_rank", &v, err, errlen)))
+		return rc;
+	x->kv_lora = (int)v;
+	if ((rc = get_opt_u32(g, a, "attention.q_lora_rank", &v, err, errlen)) < 0)
+		return rc;
+	x->q_lora = rc ? (int)v : 0; /* absent or 0: Lite, a plain attn_q */
+	snprintf(key, sizeof key, "%s.rope.dimension_count", a);
+	if (gguf_find_key(g, key) < 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+	if ((has_kl = get_opt_u32(g, a, "attention.key_length_mla", &kl, err, errlen)) < 0 ||
+	    (has_vl = get_opt_u32(g, a, "attention.value_length_mla", &vl, err, errlen)) < 0)
+		return has_kl < 0 ? has_kl : has_vl;
+	/* llama.cpp's hparams.is_mla(): both _mla lengths nonzero = the split attn_k_b/attn_v_b
+	 * form, where key_length/value_length describe the latent (kv_lora + rope, kv_lora) */
+	x->split_kvb = has_kl && has_vl && kl && vl;
+	int dk = m->head_dim, dv;
+	if (x->split_kvb) {
+		if (dk != x->kv_lora + m->rope_dim)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "%s.attention.key_length %d is not kv_lora_rank %d + rope "
+				       "dimensions %d",
+				       a, dk, x->kv_lora, m->rope_dim);
+		dk = (int)kl, dv = (int)vl;
+	} else if ((rc = get_opt_u32(g, a, "attention.value_length", &v, err, errlen)) < 0) {
+		return rc;
+	} else if (rc) {
+		dv = (int)v;
+	} else {
+		dv = m->dim / m->n_heads;
+	}
+	if (dv <= 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "deepseek2: bad value length %d", dv);
+	if (m->rope_dim <= 0 || m->rope_dim % 2 || m->rope_dim >= dk)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "rope dimension %d does not fit key length %d (MLA needs both a "
+			       "rotated and a plain part)",
+			       m->rope_dim, dk);
+	x->qk_rope = m->rope_dim;
+	x->qk_nope = dk - m->rope_dim;
+	x->v_head = dv;
+	/* the latent compresses every head's key and value; a wider one is a broken file */
+	if ((int64_t)x->kv_lora > (int64_t)m->n_heads * (x->qk_nope + dv))
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "kv_lora_rank %d is larger than the head data it compresses (%d heads "
+		    "x (%d + %d))",
+		    x->kv_lora, m->n_heads, x->qk_nope, dv);
+	m->head_dim = dk;
+	m->n_kv_heads = 1;
+	if ((rc = get_opt_u32(g, a, "leading_dense_block_count", &v, err, errlen)) < 0)
+		return rc;
+	x->dense_lead = rc ? (int)v : 0;
+	/* layers from dense_lead on route through experts (moe_keys, moe.c) */
+
+	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
+	m->rope_scaling = META_SCALING_LINEAR;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+	const char *s;
+	size_t n;
+	if (!gguf_get_str(g, key, &s, &n)) {
+		if (n == 4 && !memcmp(s, "none", 4))
+			m->rope_scaling = META_SCALING_NONE;
+		else if (n == 4 && !memcmp(s, "yarn", 4))
+			m->rope_scaling = META_SCALING_YARN;
+		else if (!(n == 6 && !memcmp(s, "linear", 6)))
+			return sh_fail(
+			    err, errlen, SH_EUNSUPP,
+			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
+	}
+	m->rope_factor = 0;
+	m->yarn_log_mul = 0;
+	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
+	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
+			      errlen)))
+		return rc;
+	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
+	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
+		return rc;
+	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
+	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "bad rope scaling factor or yarn multiplier");
+	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
+		return rc;
+	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
+	return 0;
+}
+
+/* Layer l's MLA tensors, shapes as llama_model_deepseek2::load_arch_tensors creates them. */
+static int mla_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen)
+{
+	const meta_mla_t *x = &m->mla;
+	int64_t D = m->dim, H = m->n_heads, dk = m->head_dim;
+	char tn[96];
+	int rc;
+#define CHECK(nm, a, b)                                                                            \
+	(snprintf(tn, sizeof tn, "blk.%d.%s", l, nm), check_tensor(m, g, tn, a, b, err, errlen))
+	if (x->q_lora) {
+		if ((rc = CHECK("attn_q_a.weight", D, x->q_lora)) ||
+		    (rc = CHECK("attn_q_a_norm.weight", x->q_lora, 0)) ||
+		    (rc = CHECK("attn_q_b.weight", x->q_lora, H * dk)))
+			return rc;
+	} else if ((rc = CHECK("attn_q.weight", D, H * dk))) {
+		return rc;
+	}
+	if ((rc = CHECK("attn_kv_a_mqa.weight", D, x->kv_lora + x->qk_rope)) ||
+	    (rc = CHECK("attn_kv_a_norm.weight", x->kv_lora, 0)) ||
+	    (rc = CHECK("attn_output.weight", H * x->v_head, D)))
+		return rc;
+	if (!x->split_kvb)
+		return CHECK("attn_kv_b.weight", x->kv_lora, H * (x->qk_nope + x->v_head));
+#undef CHECK
+	snprintf(tn, sizeof tn, "blk.%d.attn_k_b.weight", l);
+	if ((rc = check_tensor3(m, g, tn, x->qk_nope, x->kv_lora, H, err, errlen)))
+		return rc;
+	snprintf(tn, sizeof tn, "blk.%d.attn_v_b.weight", l);
+	return check_tensor3(m, g, tn, x->kv_lora, x->v_head, H, err, errlen);
+}
+
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof *m);
@@ -234,6 +405,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->arch = META_QWEN2MOE, m->rope_style = META_ROPE_NEOX, m->has_qkv_bias = 1;
 	else if (n == 8 && !memcmp(s, "qwen3moe", 8))
 		m->arch = META_QWEN3MOE, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
+	else if (n == 9 && !memcmp(s, "deepseek2", 9))
+		m->arch = META_DEEPSEEK2, m->rope_style = META_ROPE_ADJACENT;
 	else {
 		/* print the name safely: it comes from the file */
 		char a[40];
@@ -317,6 +490,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			return rc;
 		m->rope_dim = (int)v;
 	}
+	if (m->arch == META_DEEPSEEK2 && (rc = mla_keys(m, g, err, errlen)))
+		return rc;
 	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "rope dimension %d does not fit head size %d", m->rope_dim,
@@ -355,6 +530,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		};
 		int64_t sz[5] = {D, QD, KD, F, m->head_dim};
 		for (size_t i = 0; i < ARRAY_LEN(need); i++) {
+			if (m->is_mla && i >= 1 && i <= 4) /* Q/K/V/output: mla_tensors */
+				continue;
 			if (i >= 6 && i < 9 && meta_layer_moe(m, l))
 				continue; /* experts instead of the dense FFN (moe_tensors) */
 			if (i >= 9 && i < 12 && !m->has_qkv_bias)
@@ -369,6 +546,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				return rc;
 		}
 		if (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen)))
+			return rc;
+		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
 			return rc;
 	}
 	for (int i = 0; i < gguf_n_tensors(g); i++)

@@ -2,11 +2,12 @@
  * meta.h: a model's hyperparameters and tensor layout, read and checked from a GGUF file.
  * Internal to infer/.
  *
- * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama, and with experts
- * Mixtral), qwen2, qwen3, qwen2moe and qwen3moe (the mixture-of-experts keys of deepseek2 too),
- * checks that every tensor the forward pass needs exists with the expected shape and a supported
- * type, and fills a plain struct (no pointers into the file except `name`, which is copied).
- * Anything else is a one-line error naming what is wrong.
+ * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2, qwen3 and
+ * deepseek2 (Multi-head Latent Attention, `mla` below), with experts also Mixtral, qwen2moe and
+ * qwen3moe (and deepseek2's routed experts, the n_experts fields), checks
+ * that every tensor the forward pass needs exists with the expected shape and a supported type,
+ * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
+ * else is a one-line error naming what is wrong.
  */
 #ifndef SHOAL_META_H
 #define SHOAL_META_H
@@ -15,12 +16,36 @@
 
 #include <stdint.h>
 
-enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3, META_QWEN2MOE, META_QWEN3MOE };
+enum meta_arch {
+	META_LLAMA = 0,
+	META_QWEN2,
+	META_QWEN3,
+	META_QWEN2MOE,
+	META_QWEN3MOE,
+	META_DEEPSEEK2
+};
 /* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities */
 enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2 };
 #define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
-#define META_ARCHS       "llama, qwen2, qwen3, qwen2moe, qwen3moe" /* for error messages */
+#define META_ARCHS       "llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2" /* for error messages */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
+
+enum meta_rope_scaling { META_SCALING_NONE = 0, META_SCALING_LINEAR, META_SCALING_YARN };
+
+/* deepseek2's Multi-head Latent Attention, as llama.cpp reads it (src/models/deepseek2.cpp and
+ * llama_model_deepseek2::load_arch_hparams / load_arch_tensors). Per head the query is
+ * [qk_nope | qk_rope]; a token's key and value come from one shared latent of kv_lora floats
+ * (plus a shared qk_rope key part), expanded per head by attn_kv_b (or its split form). */
+typedef struct meta_mla {
+	int q_lora;     /* attention.q_lora_rank; 0 = Lite (plain attn_q) */
+	int kv_lora;    /* attention.kv_lora_rank */
+	int qk_nope;    /* per head: key length - qk_rope */
+	int qk_rope;    /* rope.dimension_count: the rotated part of each head (= rope_dim) */
+	int v_head;     /* value_length_mla, else value_length */
+	int split_kvb;  /* 1: attn_k_b + attn_v_b (today's converter, key_length_mla present);
+			 * 0: the legacy unsplit attn_kv_b */
+	int dense_lead; /* leading_dense_block_count: layers [0, dense_lead) have a dense FFN */
+} meta_mla_t;
 
 typedef struct model_meta {
 	int arch;           /* enum meta_arch */
@@ -29,7 +54,8 @@ typedef struct model_meta {
 	int n_layers;
 	int dim; /* embedding length */
 	int n_heads, n_kv_heads;
-	int head_dim;     /* qwen3: attention.key_length; else dim / n_heads */
+	int head_dim;     /* qwen3: attention.key_length; deepseek2: qk_nope + qk_rope;
+			   * else dim / n_heads */
 	int ffn;          /* feed-forward hidden size */
 	int n_vocab;      /* rows of token_embd */
 	int n_ctx;        /* training context length */
@@ -53,6 +79,14 @@ typedef struct model_meta {
 	int has_exp_bias;      /* exp_probs_b: selection-only bias (DeepSeek-V3) */
 	int shexp_gated;       /* qwen2moe: shared output x sigmoid(ffn_gate_inp_shexp . x) */
 	uint64_t expert_bytes; /* bytes of the routed expert tensors, all layers */
+	int is_mla;            /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */
+	meta_mla_t mla;
+	/* rope.scaling.* (read for deepseek2 only): type, factor (freq scale = 1/factor),
+	 * original_context_length (default n_ctx), yarn_log_multiplier as stored in the file */
+	int rope_scaling; /* enum meta_rope_scaling */
+	float rope_factor;
+	int rope_orig_ctx;
+	float yarn_log_mul;
 	uint64_t weight_bytes; /* sum of all tensor data */
 	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
 } model_meta_t;

@@ -9,6 +9,10 @@
  * point): ids 0-255 are the bytes, then for each word of a fixed list the left-growing merges
  * that build it (" t" + "h" -> " th", " th" + "e" -> " the"), then the special tokens, then
  * unreachable filler tokens up to the vocabulary size.
+ *
+ * deepseek2 models carry Multi-head Latent Attention with the keys and tensors today's
+ * llama.cpp converter writes (attn_k_b / attn_v_b split from kv_b, key_length_mla, MQA with one
+ * KV head), or the older single attn_kv_b form; both forms of one seed hold the same kv_b values.
  */
 #include "common/common.h"
 #include "infer/gguf_write.h"
@@ -176,30 +180,47 @@ typedef struct tspec {
 	int type;
 	float scale; /* uniform in [-scale, scale); for norms, around 1 */
 	int is_norm;
+	int64_t planes; /* 3-D tensors: ne[2] (per-head matrices of rows x cols), else 0 */
+	int kind;       /* TS_PLAIN, or deepseek2's split kv_b (see mkmodel_write) */
 } tspec_t;
+
+enum { TS_PLAIN = 0, TS_KB, TS_VB };
+
+/* Quantizes one row of t and appends it to the file. */
+static int emit_row(gguf_writer_t *w, const tspec_t *t, const float *row, uint8_t *qrow, char *err,
+		    size_t errlen)
+{
+	quant_quantize_row(t->type, row, qrow, t->cols);
+	return gw_data(w, qrow, quant_row_bytes(t->type, t->cols), err, errlen);
+}
 
 int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen)
 {
 	int mixtral = !strcmp(o->arch, "mixtral"), q2moe = !strcmp(o->arch, "qwen2moe"),
-	    q3moe = !strcmp(o->arch, "qwen3moe");
+	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
 	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
-	int moe = mixtral || q2moe || q3moe;
-	if (!qwen2 && !qwen3 && !mixtral && strcmp(o->arch, "llama"))
+	/* deepseek2 routes when given --experts: layers from dense_lead on */
+	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "unsupported architecture '%s' (llama, qwen2, qwen3, mixtral, "
-			       "qwen2moe, qwen3moe)",
+			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
+			       "mixtral, qwen2moe, qwen3moe)",
 			       o->arch);
 	int E = moe ? o->experts : 0, K = o->experts_used;
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
-	int n_sh = q2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
-	if (moe && (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0))
+	int n_sh = q2moe || ds2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	int lead = ds2moe ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense layers */
+	if (moe &&
+	    (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0 || lead > o->layers))
 		return sh_fail(
 		    err, errlen, SH_EINVAL,
-		    "need 1 <= experts-used <= experts <= 512 and a positive expert ffn");
-	int64_t SF = (int64_t)n_sh * FE; /* qwen2moe's shared block */
+		    "need 1 <= experts-used <= experts <= 512, a positive expert ffn and "
+		    "dense-lead <= layers");
+	int64_t SF = (int64_t)n_sh * FE; /* the shared block (qwen2moe gated, deepseek2 not) */
 	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
-	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 || o->ffn <= 0 ||
-	    hd <= 0 || hd % 2 || o->heads % o->kv_heads || (!o->head_dim && o->dim % o->heads))
+	int kvh = ds2 ? 1 : o->kv_heads; /* deepseek2: one latent, --kv-heads unused */
+	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || kvh <= 0 || o->ffn <= 0 || hd <= 0 ||
+	    hd % 2 || o->heads % kvh || (!o->head_dim && o->dim % o->heads))
 		return sh_fail(err, errlen, SH_EINVAL, "inconsistent shape (dim, heads, kv-heads)");
 	if (o->vocab < 256 + (int)ARRAY_LEN(specials) + 1)
 		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d",
@@ -211,13 +232,30 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "dim, ffn and heads*head_dim must be multiples of %d for %s", be,
 			       quant_type_name(o->type));
+	/* deepseek2's latent attention shape */
+	int kvl = o->kv_lora ? o->kv_lora : o->dim / 2, ql = o->q_lora;
+	int nope = o->qk_nope ? o->qk_nope : hd, rd = o->qk_rope ? o->qk_rope : hd / 2;
+	int dv = o->v_head ? o->v_head : hd, legacy = o->mla_legacy;
+	if (ds2) {
+		if (kvl <= 0 || ql < 0 || nope <= 0 || rd <= 0 || rd % 2 || dv <= 0 ||
+		    (int64_t)kvl > (int64_t)o->heads * (nope + dv) || o->rope_factor < 0)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "inconsistent latent attention shape (kv-lora, q-lora, "
+				       "qk-nope, qk-rope, v-head)");
+		if (kvl % be || ql % be || (o->heads * dv) % be || (!legacy && nope % be))
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "kv-lora, q-lora, heads*v-head and qk-nope must be "
+				       "multiples of %d for %s",
+				       be, quant_type_name(o->type));
+		hd = nope + rd;
+	}
 
 	int L = o->layers, n_t = 0, cap = 3 + L * 20;
 	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
 	vocab_t v;
 	memset(&v, 0, sizeof v);
 	gguf_writer_t *w = gw_new();
-	float *row = NULL;
+	float *row = NULL, *kvb = NULL;
 	uint8_t *qrow = NULL;
 	int rc = SH_ENOMEM;
 	if (!ts || !w || vocab_build(&v, o->vocab)) {
@@ -225,6 +263,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		goto out;
 	}
 	int64_t D = o->dim, QD = (int64_t)o->heads * hd, KD = (int64_t)o->kv_heads * hd, F = o->ffn;
+	int64_t H = o->heads, VD = H * dv;
 #define T(nm, r, c, ty, sc, nrm)                                                                   \
 	do {                                                                                       \
 		tspec_t *t_ = &ts[n_t++];                                                          \
@@ -232,7 +271,12 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		t_->rows = (r), t_->cols = (c), t_->type = (ty), t_->scale = (sc),                 \
 		t_->is_norm = (nrm);                                                               \
 	} while (0)
-#define T3(nm, e, r, c, ty, sc) /* e experts of [r x c] */                                         \
+#define T3(nm, r, c, p, ty, sc, k)                                                                 \
+	do {                                                                                       \
+		T(nm, r, c, ty, sc, 0);                                                            \
+		ts[n_t - 1].planes = (p), ts[n_t - 1].kind = (k);                                  \
+	} while (0)
+#define TE(nm, e, r, c, ty, sc) /* e experts of [r x c], generated as e * r rows */                \
 	do {                                                                                       \
 		T(nm, (int64_t)(e) * (r), c, ty, sc, 0);                                           \
 		ts[n_t - 1].ne2 = (e);                                                             \
@@ -244,6 +288,27 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		      sf = 1.0f / sqrtf((float)F);
 #define BLK(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
 		T(BLK("attn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		if (ds2) { /* latent attention, as llama_model_deepseek2::load_arch_tensors */
+			float skv = 1.7f / sqrtf((float)kvl);
+			if (ql) {
+				T(BLK("attn_q_a.weight"), ql, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_q_a_norm.weight"), 0, ql, QT_F32, 0.1f, 1);
+				T(BLK("attn_q_b.weight"), QD, ql, o->type, 1.7f / sqrtf((float)ql),
+				  0);
+			} else {
+				T(BLK("attn_q.weight"), QD, D, o->type, 1.7f * sd, 0);
+			}
+			T(BLK("attn_kv_a_mqa.weight"), kvl + rd, D, o->type, 1.7f * sd, 0);
+			T(BLK("attn_kv_a_norm.weight"), 0, kvl, QT_F32, 0.1f, 1);
+			if (legacy) {
+				T(BLK("attn_kv_b.weight"), H * (nope + dv), kvl, o->type, skv, 0);
+			} else { /* kv_b's values, split per head and k_b transposed */
+				T3(BLK("attn_k_b.weight"), kvl, nope, H, o->type, skv, TS_KB);
+				T3(BLK("attn_v_b.weight"), dv, kvl, H, o->type, skv, TS_VB);
+			}
+			T(BLK("attn_output.weight"), D, VD, o->type, 0.8f / sqrtf((float)VD), 0);
+			goto ffn;
+		}
 		T(BLK("attn_q.weight"), QD, D, o->type, 1.7f * sd, 0);
 		T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
 		T(BLK("attn_v.weight"), KD, D, o->type, 1.7f * sd, 0);
@@ -257,15 +322,19 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 		}
 		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+	ffn:
 		T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
-		if (moe) { /* router F32, as llama.cpp's converter leaves it in quantized files */
+		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
 			float se = 1.0f / sqrtf((float)FE);
 			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
-			T3(BLK("ffn_gate_exps.weight"), E, FE, D, o->type, 1.7f * sd);
-			T3(BLK("ffn_up_exps.weight"), E, FE, D, o->type, 1.7f * sd);
-			T3(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
-			if (SF) {
+			TE(BLK("ffn_gate_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			TE(BLK("ffn_up_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			TE(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
+			if (ds2moe) /* DeepSeek-V3's selection bias */
+				T(BLK("exp_probs_b.bias"), 0, E, QT_F32, 0.3f, 0);
+			if (SF && q2moe)
 				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
+			if (SF) {
 				T(BLK("ffn_gate_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
 				T(BLK("ffn_up_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
 				T(BLK("ffn_down_shexp.weight"), D, SF, o->type,
@@ -281,6 +350,18 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
 	T("output.weight", o->vocab, D, o->type, 5.0f / sqrtf((float)D), 0);
 #undef T
+#undef T3
+#undef TE
+	/* per-architecture attention keys (deepseek2: as today's converter, MQA over the latent) */
+	uint32_t kv_heads_key = (uint32_t)o->kv_heads, key_len = (uint32_t)hd,
+		 val_len = (uint32_t)hd;
+	uint32_t rope_n = (uint32_t)hd;
+	if (ds2) {
+		kv_heads_key = legacy ? (uint32_t)H : 1;
+		key_len = (uint32_t)(legacy ? nope + rd : kvl + rd);
+		val_len = (uint32_t)(legacy ? dv : kvl);
+		rope_n = (uint32_t)rd;
+	}
 
 	char key[96];
 	const char *a = mixtral ? "llama" : o->arch; /* Mixtral is a llama file with experts */
@@ -294,12 +375,12 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, K("block_count"), (uint32_t)L) |
 	    gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
 	    gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
-	    gw_kv_u32(w, K("attention.head_count_kv"), (uint32_t)o->kv_heads) |
-	    gw_kv_u32(w, K("attention.key_length"), (uint32_t)hd) |
-	    gw_kv_u32(w, K("attention.value_length"), (uint32_t)hd) |
+	    gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
+	    gw_kv_u32(w, K("attention.key_length"), key_len) |
+	    gw_kv_u32(w, K("attention.value_length"), val_len) |
 	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
 	    gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
-	    gw_kv_u32(w, K("rope.dimension_count"), (uint32_t)hd) |
+	    gw_kv_u32(w, K("rope.dimension_count"), rope_n) |
 	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
 	    gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
 	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
@@ -311,19 +392,46 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
 	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
 	    gw_kv_str(w, "tokenizer.chat_template", chatml);
+	if (ds2) {
+		krc |= gw_kv_u32(w, K("attention.kv_lora_rank"), (uint32_t)kvl) |
+		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)(ds2moe ? lead : L)) |
+		       /* llama.cpp requires these two even when every layer is dense */
+		       gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)(ds2moe ? FE : F)) |
+		       gw_kv_u32(w, K("expert_shared_count"), (uint32_t)n_sh);
+		if (ql)
+			krc |= gw_kv_u32(w, K("attention.q_lora_rank"), (uint32_t)ql);
+		if (!legacy)
+			krc |= gw_kv_u32(w, K("attention.key_length_mla"), (uint32_t)(nope + rd)) |
+			       gw_kv_u32(w, K("attention.value_length_mla"), (uint32_t)dv);
+		if (o->rope_factor > 0)
+			krc |= gw_kv_str(w, K("rope.scaling.type"), "yarn") |
+			       gw_kv_f32(w, K("rope.scaling.factor"), o->rope_factor) |
+			       gw_kv_u32(w, K("rope.scaling.original_context_length"),
+					 (uint32_t)(o->rope_orig_ctx ? o->rope_orig_ctx
+								     : (o->ctx ? o->ctx : 2048))) |
+			       gw_kv_f32(w, K("rope.scaling.yarn_log_multiplier"), o->yarn_log_mul);
+	}
 	if (moe)
 		krc |= gw_kv_u32(w, K("expert_count"), (uint32_t)E) |
 		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);
-	if (moe && !mixtral)
+	if (moe && !mixtral && !ds2)
 		krc |= gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)FE);
-	if (SF)
+	if (SF && q2moe)
 		krc |= gw_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)SF);
+	if (ds2moe)
+		krc |= gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
+		       gw_kv_bool(w, K("expert_weights_norm"), 1) |
+		       gw_kv_u32(w, K("expert_gating_func"), 2); /* DeepSeek-V3: sigmoid + bias */
 #undef K
 	for (int i = 0; i < n_t && !krc; i++) {
-		int64_t ne[3] = {ts[i].cols, ts[i].rows, 1};
+		int64_t ne[3] = {ts[i].cols, ts[i].rows, ts[i].planes};
 		if (ts[i].ne2)
 			ne[1] = ts[i].rows / ts[i].ne2, ne[2] = ts[i].ne2;
-		krc |= gw_tensor(w, ts[i].name, ts[i].ne2 ? 3 : ts[i].rows ? 2 : 1, ne, ts[i].type);
+		krc |= gw_tensor(w, ts[i].name,
+				 ts[i].ne2 || ts[i].planes ? 3
+				 : ts[i].rows              ? 2
+							   : 1,
+				 ne, ts[i].type);
 	}
 	if (krc) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -331,10 +439,13 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
-	int64_t maxc = MAX(MAX(D, F), MAX(QD, MAX(FE, SF)));
+	int64_t maxc = MAX(MAX(MAX(D, F), QD), MAX(MAX(kvl, ql), VD));
+	maxc = MAX(maxc, MAX(FE, SF));
 	row = malloc((size_t)maxc * sizeof *row);
 	qrow = malloc((size_t)maxc * 4);
-	if (!row || !qrow) {
+	if (ds2 && !legacy) /* one layer's kv_b: [H * (nope + dv)][kvl] */
+		kvb = malloc((size_t)H * (nope + dv) * kvl * sizeof *kvb);
+	if (!row || !qrow || (ds2 && !legacy && !kvb)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -343,6 +454,27 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	for (int i = 0; i < n_t; i++) {
 		const tspec_t *t = &ts[i];
 		int64_t rows = t->rows ? t->rows : 1;
+		if (t->kind == TS_KB) { /* draw kv_b as the legacy form would, write W_kb,h^T */
+			for (int64_t e = 0; e < H * (nope + dv) * kvl; e++)
+				kvb[e] = t->scale * rng_uniform(&s);
+			for (int64_t h = 0; h < H; h++)
+				for (int c = 0; c < kvl; c++) {
+					for (int j = 0; j < nope; j++)
+						row[j] = kvb[((h * (nope + dv)) + j) * kvl + c];
+					if ((rc = emit_row(w, t, row, qrow, err, errlen)))
+						goto out;
+				}
+			continue;
+		}
+		if (t->kind == TS_VB) { /* W_vb,h: kv_b's v rows of each head */
+			for (int64_t h = 0; h < H; h++)
+				for (int i2 = 0; i2 < dv; i2++)
+					if ((rc = emit_row(
+						 w, t, kvb + (h * (nope + dv) + nope + i2) * kvl,
+						 qrow, err, errlen)))
+						goto out;
+			continue;
+		}
 		int head = !strcmp(t->name, "output.weight");
 		for (int64_t r = 0; r < rows; r++) {
 			/* filler tokens, non-ASCII bytes and control bytes get small head rows:
@@ -351,13 +483,13 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			float sc = head && rare ? 0.1f * t->scale : t->scale;
 			for (int64_t c = 0; c < t->cols; c++)
 				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
-			quant_quantize_row(t->type, row, qrow, t->cols);
-			if ((rc = gw_data(w, qrow, quant_row_bytes(t->type, t->cols), err, errlen)))
+			if ((rc = emit_row(w, t, row, qrow, err, errlen)))
 				goto out;
 		}
 	}
 	rc = gw_finish(w, err, errlen);
 out:
+	free(kvb);
 	free(row);
 	free(qrow);
 	free(ts);

@@ -1,9 +1,11 @@
 /*
- * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3, and with
- * moe.c's expert block Mixtral, qwen2moe, qwen3moe).
+ * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3,
+ * deepseek2's latent attention from mla.c, and with moe.c's expert block Mixtral, qwen2moe,
+ * qwen3moe and deepseek2's routed layers).
  *
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
- * -> RoPE -> cache -> attention -> output projection -> residual, RMSNorm -> gate/up -> SwiGLU ->
+ * -> RoPE -> cache -> attention (or mla.c's latent attention) -> output projection -> residual,
+ * RMSNorm -> gate/up -> SwiGLU ->
  * down -> residual; final norm and the head. Every matrix product goes through matmul()
  * (matmul.c, the one place that chooses the kernel); attention is attn.c's.
  *
@@ -98,6 +100,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		shard = &full;
 	}
 	int nl = shard->layer1 ? shard->layer1 - shard->layer0 : meta->n_layers;
+	if (meta->is_mla)
+		return mla_kv_bytes_per_pos(meta, nl);
 	return (size_t)nl * 2 * (size_t)shard->n_kv_heads * (size_t)meta->head_dim * sizeof(float);
 }
 
@@ -181,15 +185,16 @@ static int alloc_scratch(model_t *m, int max_b)
 {
 	const model_meta_t *mt = &m->meta;
 	int nt = pool_threads(m->pool);
-	int maxc = MAX(MAX(mt->dim, m->qd), MAX(m->sh.n_ffn, MAX(mt->ffn_exp, m->sh.n_shx)));
+	int maxc = MAX(MAX(MAX(mt->dim, m->qd), m->sh.n_ffn), mt->mla.q_lora);
+	maxc = MAX(maxc, MAX(mt->ffn_exp, m->sh.n_shx)); /* the experts' inputs */
 	size_t b = (size_t)max_b;
 	m->max_b = max_b;
 	m->x = calloc(b * mt->dim, sizeof(float));
 	m->xb = calloc(b * mt->dim, sizeof(float));
 	m->xb2 = calloc(b * mt->dim, sizeof(float));
 	m->q = calloc(b * m->qd, sizeof(float));
-	m->k = calloc(b * m->kvd, sizeof(float));
-	m->v = calloc(b * m->kvd, sizeof(float));
+	m->k = calloc(b * m->kvd + 1, sizeof(float)); /* kvd is 0 with latent attention */
+	m->v = calloc(b * m->kvd + 1, sizeof(float));
 	m->att = calloc(b * m->qd, sizeof(float));
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
@@ -233,6 +238,10 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 	int hd = meta->head_dim;
 	m->qd = m->sh.n_q_heads * hd;
 	m->kvd = m->sh.n_kv_heads * hd;
+	if (meta->is_mla) { /* q holds [qk_nope|qk_rope] per head, att v_head; mla.c's cache */
+		m->qd = m->sh.n_q_heads * MAX(hd, meta->mla.v_head);
+		m->kvd = 0;
+	}
 
 	if ((rc = bind_mat(m, g, "token_embd.weight", &m->embd, err, errlen)) ||
 	    (rc = bind_vec(g, "output_norm.weight", 0, meta->dim, &m->out_norm, err, errlen)))
@@ -255,18 +264,32 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME("ffn_norm.weight"), 0, meta->dim, &L->ffn_norm, err,
-				   errlen)) ||
-		    (rc = bind_mat(m, g, NAME("attn_q.weight"), &L->wq, err, errlen)) ||
+				   errlen)))
+			goto err;
+		if (meta_layer_moe(meta, l)) { /* experts instead of the dense FFN (moe.c) */
+			if ((rc = moe_layer_new(m, g, l, &L->moe, err, errlen)))
+				goto err;
+		} else {
+			if ((rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err,
+					   errlen)) ||
+			    (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
+			    (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen)))
+				goto err;
+			L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
+			L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
+			if ((rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own,
+					   "ffn_down", err, errlen)))
+				goto err;
+		}
+		if (meta->is_mla) { /* deepseek2: latent attention's weights and attn_output */
+			if ((rc = mla_bind(m, g, l, err, errlen)))
+				goto err;
+			continue;
+		}
+		if ((rc = bind_mat(m, g, NAME("attn_q.weight"), &L->wq, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("attn_k.weight"), &L->wk, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("attn_v.weight"), &L->wv, err, errlen)) ||
 		    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)))
-			goto err;
-		int moe = meta_layer_moe(meta, l);
-		if (moe ? (rc = moe_layer_new(m, g, l, &L->moe, err, errlen))
-			: ((rc =
-				bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
-			   (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
-			   (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen))))
 			goto err;
 		if (meta->has_qkv_bias &&
 		    ((rc = bind_vec(g, NAME("attn_q.bias"), q0, m->qd, &L->bq, err, errlen)) ||
@@ -279,26 +302,19 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 							 &L->k_norm, err, errlen))))
 			goto err;
 #undef NAME
-		/* this shard's slices: Q/K/V/gate/up by rows, O/down by input columns */
+		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above) */
 		L->wq = mat_rows(L->wq, q0, m->qd);
 		L->wk = mat_rows(L->wk, k0, m->kvd);
 		L->wv = mat_rows(L->wv, k0, m->kvd);
 		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
-			goto err;
-		if (moe)
-			continue;
-		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
-		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
-				   err, errlen)))
 			goto err;
 	}
 
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
 	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
-	m->kc = malloc(kv_elems * sizeof(float));
-	m->vc = malloc(kv_elems * sizeof(float));
+	m->kc = malloc(kv_elems * sizeof(float) + 1); /* kv_elems is 0 with latent attention */
+	m->vc = malloc(kv_elems * sizeof(float) + 1);
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64) ||
 	    (meta->n_experts && moe_scratch_new(m))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
@@ -309,6 +325,8 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 	m->expsum = quant_expsum();
 	for (int i = 0; i < half; i++)
 		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
+	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
+		goto err;
 #ifndef SHOAL_ACCELERATE
 	openblas_set_num_threads(1); /* parallelism comes from the pool, one sgemm per thread */
 #endif
@@ -323,6 +341,7 @@ void model_free(model_t *m)
 {
 	if (!m)
 		return;
+	mla_free(m);
 	if (m->layers)
 		for (int l = 0; l < m->meta.n_layers; l++) {
 			layer_t *L = &m->layers[l];
@@ -375,6 +394,7 @@ uint64_t model_bytes_per_token(const model_t *m)
 		else
 			b += quant_row_bytes(L->w_down.type, L->w_down.cols) *
 			     (uint64_t)L->w_down.rows;
+		b += mla_layer_bytes(L);
 	}
 	return b;
 }
@@ -483,39 +503,46 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
 		int lc = l - m->sh.layer0; /* index into the KV cache */
-		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] */
+		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] -> att[B][qd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
 				p->rms_eps);
-		const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
-		float *qkv_out[3] = {m->q, m->k, m->v};
-		matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
-		for (int b = 0; b < B; b++) {
-			float *q = m->q + (size_t)b * m->qd, *k = m->k + (size_t)b * m->kvd;
-			float *v = m->v + (size_t)b * m->kvd;
-			if (L->bq) {
-				for (int i = 0; i < m->qd; i++)
-					q[i] += L->bq[i];
-				for (int i = 0; i < m->kvd; i++) {
-					k[i] += L->bk[i];
-					v[i] += L->bv[i];
+		if (L->mla) { /* deepseek2: latent attention over mla.c's cache, att[B][n_q*v_head]
+			       */
+			mla_attention(m, L, lc, B, pos);
+		} else {
+			const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+			float *qkv_out[3] = {m->q, m->k, m->v};
+			matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
+			for (int b = 0; b < B; b++) {
+				float *q = m->q + (size_t)b * m->qd, *k = m->k + (size_t)b * m->kvd;
+				float *v = m->v + (size_t)b * m->kvd;
+				if (L->bq) {
+					for (int i = 0; i < m->qd; i++)
+						q[i] += L->bq[i];
+					for (int i = 0; i < m->kvd; i++) {
+						k[i] += L->bk[i];
+						v[i] += L->bv[i];
+					}
 				}
+				for (int h = 0; h < m->sh.n_q_heads; h++) {
+					if (L->q_norm)
+						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
+							p->rms_eps);
+					rope(m, q + h * hd, pos + b);
+				}
+				for (int h = 0; h < m->sh.n_kv_heads; h++) {
+					if (L->k_norm)
+						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
+							p->rms_eps);
+					rope(m, k + h * hd, pos + b);
+				}
+				size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
+				memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
+				memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 			}
-			for (int h = 0; h < m->sh.n_q_heads; h++) {
-				if (L->q_norm)
-					rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, p->rms_eps);
-				rope(m, q + h * hd, pos + b);
-			}
-			for (int h = 0; h < m->sh.n_kv_heads; h++) {
-				if (L->k_norm)
-					rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, p->rms_eps);
-				rope(m, k + h * hd, pos + b);
-			}
-			size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
-			memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
-			memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
+			attention(m, lc, B, pos);
 		}
-		attention(m, lc, B, pos);
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

@@ -4,7 +4,8 @@
  *
  * Split by concept: model.c binds the weights and holds forward(); matmul.c is the one place that
  * chooses a matrix kernel; attn.c is attention over the KV cache. A new architecture's block
- * (experts, latent attention) gets its own file here and is called from the one forward().
+ * (experts, latent attention: mla.c) gets its own file here and is called from the one
+ * forward().
  *
  * Threads: as model.h: one caller thread drives a model_t; the verbs below dispatch on its pool.
  */
@@ -49,6 +50,7 @@ typedef struct layer {
 	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
 	moe_layer_t *moe;           /* experts instead of w_gate/w_up/w_down (NULL: dense) */
+	struct mla_layer *mla;      /* deepseek2: latent attention's weights (mla.c), else NULL */
 } layer_t;
 
 struct model {
@@ -81,6 +83,7 @@ struct model {
 	quant_wsum_fn wsum;     /* attention's weighted sum of values */
 	quant_expsum_fn expsum; /* softmax numerators */
 	moe_scratch_t *moe;     /* NULL for a dense model */
+	struct mla_state *mla;  /* deepseek2: latent cache, YaRN tables, scratch (mla.c) */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
@@ -131,12 +134,29 @@ int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *ba
  * trace[l * n_experts_used + i] (NULL: off). */
 void moe_set_trace(model_t *m, int *trace);
 
-/* ---- model.c: binding helpers (moe.c binds its tensors with them) ------------------------- */
+/* ---- mla.c: deepseek2's Multi-head Latent Attention --------------------------------------- */
 
+/* Binds layer l's MLA weights for the shard's heads, and L->wo (attn_output by input columns). */
+int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen);
+/* The latent cache, rope tables and scratch; after the layers are bound and the scratch made. */
+int mla_new(model_t *m, char *err, size_t errlen);
+void mla_free(model_t *m); /* frees the state and every layer's MLA weights; NULL-safe parts */
+/* att[B][n_q_heads*v_head] from xb[B][dim] for tokens at pos..pos+B-1, appending their latents
+ * to layer lc of the cache. */
+void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos);
+size_t mla_kv_bytes_per_pos(const model_meta_t *meta, int n_layers);
+uint64_t mla_layer_bytes(const layer_t *L); /* weight bytes one token reads (0 without MLA) */
+
+/* ---- model.c: binding helpers (shared with mla.c) ------------------------------------------ */
+
+/* w = tensor name of g (borrowed view into the mapping; rows = ne[1]). */
 int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen);
+/* *out = a malloc'd F32 copy of elements [off, off+n) of vector tensor name. */
 int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, char *err,
 	     size_t errlen);
+/* Rows [r0, r0+n) of w. */
 wmat_t mat_rows(wmat_t w, int r0, int n);
+/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller). */
 int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
 /* Appends the file ranges of w's rows (base = the mapping's first byte) / one range to *r. */
 int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);

@@ -1,0 +1,376 @@
+/*
+ * mla.c: deepseek2's Multi-head Latent Attention, with the key/value up-projection absorbed so
+ * the cache holds only the compressed latent.
+ *
+ * Per token t (x = the attention-normed hidden state), as llama.cpp's src/models/deepseek2.cpp:
+ *   q_h = [q_nope_h | q_pe_h] = (W_q x)_h, or (W_qb rmsnorm(W_qa x))_h   (qk_nope + qk_rope)
+ *   [c_t | k_pe_t] = W_kva x;  c_t = rmsnorm(c_t) (kv_lora);  k_pe_t = rope(k_pe_t) (qk_rope)
+ *   k_h,t = [W_kb,h c_t | k_pe_t],  v_h,t = W_vb,h c_t   (W_kb,h, W_vb,h: attn_kv_b's rows of h)
+ *   o_h = sum_t softmax_t(s * q_h . k_h,t) v_h,t;  out = W_o [o_0 | o_1 | ...]
+ * Absorbed, which is what this file computes:
+ *   q_h . k_h,t = (W_kb,h^T q_nope_h) . c_t + rope(q_pe_h) . k_pe_t = qa_h . [c_t | k_pe_t]
+ *   o_h = W_vb,h (sum_t p_t c_t)
+ * so a score is one dot product of length kv_lora + qk_rope against a cache row, and a value is
+ * one weighted sum of cache rows followed by a [v_head x kv_lora] product.
+ *
+ * Layout: the cache is F32 [layer][position][c (kv_lora) | rotated k_pe (qk_rope)], the same on
+ * every rank (each rank computes the latent itself: W_kva and its norm are replicated); a rank
+ * holds the query rows, W_kb,h, W_vb,h and attn_output's input columns of its heads only.
+ * W_kb,h^T comes from attn_k_b as the file stores it (today's converter writes it transposed,
+ * [qk_nope x kv_lora] rows per head); legacy files with only attn_kv_b get an F32 transposed copy
+ * of the shard's heads at load. W_vb,h is read in place (attn_v_b, or attn_kv_b's rows).
+ *
+ * The projections of x (W_q or W_qa/W_qb, W_kva) go through matmul(); the per-head products
+ * (W_kb,h^T, W_vb,h) are small matvecs run inside the attention work items with the weight
+ * type's row kernel, as attn.c runs its score dot products.
+ *
+ * RoPE: adjacent pairs on the qk_rope part only, frequencies with YaRN's ramp when
+ * rope.scaling.type is yarn. The score scale is mscale^2 / sqrt(qk_nope + qk_rope) with llama.cpp's
+ * mscale (see mla_new), which is 1 / sqrt(key length) when there is no scaling.
+ *
+ * Invariant: positions [0, pos) of the cache rows of every layer of the shard are filled;
+ * mla_attention() appends rows pos..pos+B-1 and reads only rows <= its token's position.
+ */
+#include "common/common.h"
+#include "infer/model/model_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mla_layer {
+	int n_heads;      /* this shard's heads */
+	wmat_t wq;        /* Lite: [n_heads*(qk_nope+qk_rope) x dim], the shard's rows */
+	wmat_t wq_a;      /* [q_lora x dim], whole: every rank computes the low-rank query */
+	float *q_a_norm;  /* [q_lora] */
+	wmat_t wq_b;      /* [n_heads*(qk_nope+qk_rope) x q_lora], the shard's rows */
+	wmat_t wkv_a;     /* [kv_lora + qk_rope x dim], whole: the latent is replicated */
+	float *kv_a_norm; /* [kv_lora] */
+	wmat_t *kb;    /* [n_heads] of [kv_lora x qk_nope] = W_kb,h^T (absorbed into the query) */
+	wmat_t *vb;    /* [n_heads] of [v_head x kv_lora] = W_vb,h (applied after attention) */
+	float *kb_own; /* legacy attn_kv_b: the transposed F32 copy kb points into */
+};
+
+struct mla_state {
+	int lw;         /* cache row: kv_lora + qk_rope */
+	float *lat;     /* [layer1 - layer0][n_ctx][lw] */
+	float rope_mag; /* cos/sin magnitude (1 unless YaRN without yarn_log_multiplier) */
+	float kq_scale; /* mscale^2 / sqrt(qk_nope + qk_rope) */
+	float *qa;      /* [max_b][q_lora] low-rank query */
+	float *kv;      /* [max_b][lw] this batch's latents */
+	float *tq;      /* [threads][lw] absorbed query of one head */
+	float *tl;      /* [threads][kv_lora] latent attention output of one head */
+	uint8_t *tact;  /* [threads][act_stride] prepared activations for kb / vb */
+	size_t act_stride;
+};
+
+/* ---- binding ------------------------------------------------------------------------------ */
+
+int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
+{
+	layer_t *L = &m->layers[l];
+	const model_meta_t *mt = &m->meta;
+	const meta_mla_t *x = &mt->mla;
+	int nq = m->sh.n_q_heads, h0 = m->sh.q_head0, dk = mt->head_dim;
+	int kvl = x->kv_lora, nope = x->qk_nope, dv = x->v_head;
+	char n[96];
+	int rc;
+	struct mla_layer *a = calloc(1, sizeof *a);
+	if (!a || !(a->kb = calloc((size_t)nq, sizeof *a->kb)) ||
+	    !(a->vb = calloc((size_t)nq, sizeof *a->vb))) {
+		if (a)
+			free(a->kb);
+		free(a);
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	}
+	L->mla = a;
+	a->n_heads = nq;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+	if (x->q_lora) {
+		if ((rc = bind_mat(m, g, NAME("attn_q_a.weight"), &a->wq_a, err, errlen)) ||
+		    (rc = bind_vec(g, NAME("attn_q_a_norm.weight"), 0, x->q_lora, &a->q_a_norm, err,
+				   errlen)) ||
+		    (rc = bind_mat(m, g, NAME("attn_q_b.weight"), &a->wq_b, err, errlen)))
+			return rc;
+		a->wq_b = mat_rows(a->wq_b, h0 * dk, nq * dk);
+	} else {
+		if ((rc = bind_mat(m, g, NAME("attn_q.weight"), &a->wq, err, errlen)))
+			return rc;
+		a->wq = mat_rows(a->wq, h0 * dk, nq * dk);
+	}
+	if ((rc = bind_mat(m, g, NAME("attn_kv_a_mqa.weight"), &a->wkv_a, err, errlen)) ||
+	    (rc = bind_vec(g, NAME("attn_kv_a_norm.weight"), 0, kvl, &a->kv_a_norm, err, errlen)) ||
+	    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)) ||
+	    (rc = mat_cols(&L->wo, h0 * dv, nq * dv, &L->wo_own, "attn_output", err, errlen)))
+		return rc;
+	if (x->split_kvb) {
+		/* attn_k_b [n_head][kv_lora][qk_nope], attn_v_b [n_head][v_head][kv_lora] */
+		wmat_t kb, vb;
+		if ((rc = bind_mat(m, g, NAME("attn_k_b.weight"), &kb, err, errlen)) ||
+		    (rc = bind_mat(m, g, NAME("attn_v_b.weight"), &vb, err, errlen)))
+			return rc;
+		const gguf_tensor_t *tk = gguf_find_tensor(g, NAME("attn_k_b.weight"));
+		const gguf_tensor_t *tv = gguf_find_tensor(g, NAME("attn_v_b.weight"));
+		if (kb.row_bytes * (uint64_t)kvl * mt->n_heads > tk->nbytes ||
+		    vb.row_bytes * (uint64_t)dv * mt->n_heads > tv->nbytes)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "blk.%d: attn_k_b or attn_v_b is truncated", l);
+		for (int h = 0; h < nq; h++) {
+			a->kb[h] = mat_rows(kb, (h0 + h) * kvl, kvl);
+			a->vb[h] = mat_rows(vb, (h0 + h) * dv, dv);
+		}
+	} else {
+		/* attn_kv_b: head h's rows are [k_nope (qk_nope) | v (v_head)], kv_lora columns */
+		wmat_t kvb;
+		if ((rc = bind_mat(m, g, NAME("attn_kv_b.weight"), &kvb, err, errlen)))
+			return rc;
+		float *row = malloc((size_t)kvl * sizeof *row);
+		a->kb_own = malloc((size_t)nq * kvl * nope * sizeof(float));
+		if (!row || !a->kb_own) {
+			free(row);
+			return sh_fail(err, errlen, SH_ENOMEM, "out of memory for attn_kv_b");
+		}
+		const quant_ops_t *f32 = quant_ops(QT_F32);
+		for (int h = 0; h < nq; h++) {
+			int r0 = (h0 + h) * (nope + dv);
+			float *kt = a->kb_own + (size_t)h * kvl * nope;
+			for (int j = 0; j < nope; j++) {
+				kvb.dequant(kvb.data + (size_t)(r0 + j) * kvb.row_bytes, row, kvl);
+				for (int c = 0; c < kvl; c++)
+					kt[(size_t)c * nope + j] = row[c];
+			}
+			a->kb[h] = (wmat_t){.data = (const uint8_t *)kt,
+					    .type = QT_F32,
+					    .rows = kvl,
+					    .cols = nope,
+					    .row_bytes = (size_t)nope * sizeof(float),
+					    .ops = f32,
+					    .dequant = quant_ops_ref(QT_F32)->dequant};
+			a->vb[h] = mat_rows(kvb, r0 + nope, dv);
+		}
+		free(row);
+	}
+#undef NAME
+	return 0;
+}
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+/* YaRN's correction dimension for n_rot rotations (ggml_rope_yarn_corr_dim). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
+{
+	return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * (float)M_PI)) /
+	       (2 * logf(base));
+}
+
+int mla_new(model_t *m, char *err, size_t errlen)
+{
+	const model_meta_t *mt = &m->meta;
+	const meta_mla_t *x = &mt->mla;
+	struct mla_state *s = calloc(1, sizeof *s);
+	if (!s)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	m->mla = s;
+	int nt = pool_threads(m->pool), kvl = x->kv_lora, rd = x->qk_rope;
+	size_t nl = (size_t)(m->sh.layer1 - m->sh.layer0), b = (size_t)m->max_b;
+	s->lw = kvl + rd;
+	/* activation scratch for the per-head products: the widest input of any type used */
+	size_t ab = 0;
+	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
+		const struct mla_layer *a = m->layers[l].mla;
+		for (int h = 0; h < a->n_heads; h++)
+			ab = MAX(ab, MAX(quant_act_bytes(a->kb[h].type, a->kb[h].cols),
+					 quant_act_bytes(a->vb[h].type, a->vb[h].cols)));
+	}
+	s->act_stride = (ab + 63) & ~(size_t)63;
+	s->lat = malloc(nl * (size_t)m->n_ctx * (size_t)s->lw * sizeof(float));
+	s->qa = malloc(b * (size_t)MAX(x->q_lora, 1) * sizeof(float));
+	s->kv = malloc(b * (size_t)s->lw * sizeof(float));
+	s->tq = malloc((size_t)nt * s->lw * sizeof(float));
+	s->tl = malloc((size_t)nt * kvl * sizeof(float));
+	s->tact = aligned_alloc(64, (size_t)nt * MAX(s->act_stride, 64));
+	if (!s->lat || !s->qa || !s->kv || !s->tq || !s->tl || !s->tact)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for a latent cache of %d",
+			       m->n_ctx);
+
+	/* llama.cpp's scaling, reduced (llama-context.cpp's cparams set-up, ggml's rope_yarn and
+	 * deepseek2.cpp's kq_scale): f = rope.scaling.factor, L = yarn_log_multiplier as stored.
+	 * YaRN: the rotation magnitude is 1 when L != 0 (deepseek2 special case: the mscale /
+	 * mscale_all_dim ratio is 1), else 1 + 0.1 ln f; mscale = that magnitude * (1 + L ln f).
+	 * Linear: plain interpolation, magnitude 1, mscale = (1 + 0.1 ln f)(1 + L ln f) (the graph
+	 * multiplies by 1 + 0.1 ln(1 / freq_scale) whatever the type). None: no scaling. */
+	float fs = 1.0f;
+	if (mt->rope_scaling != META_SCALING_NONE && mt->rope_factor != 0)
+		fs = 1.0f / mt->rope_factor;
+	int yarn = mt->rope_scaling == META_SCALING_YARN;
+	float lnf = logf(1.0f / fs), mag = 1.0f;
+	if (yarn && mt->yarn_log_mul == 0 && 1.0f / fs > 1.0f)
+		mag = 1.0f + 0.1f * lnf;
+	float org = yarn ? mag : 1.0f + 0.1f * lnf;
+	float ms = org * (1.0f + mt->yarn_log_mul * lnf);
+	s->rope_mag = mag;
+	s->kq_scale = ms * ms / sqrtf((float)mt->head_dim);
+	float lo = 0, hi = 0;
+	if (yarn) { /* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
+		lo = MAX(0.0f, floorf(yarn_corr_dim(rd, mt->rope_orig_ctx, 32.0f, mt->rope_base)));
+		hi = MIN((float)(rd - 1),
+			 ceilf(yarn_corr_dim(rd, mt->rope_orig_ctx, 1.0f, mt->rope_base)));
+	}
+	for (int i = 0; i < rd / 2; i++) {
+		/* theta = pos * base^(-2i/rd) * (fs (1 - r) + r), r = YaRN's ramp for pair i */
+		float r = 0;
+		if (yarn)
+			r = 1.0f - MIN(1.0f, MAX(0.0f, ((float)i - lo) / MAX(0.001f, hi - lo)));
+		m->inv_freq[i] = (float)pow(mt->rope_base, -2.0 * i / rd) * (fs * (1 - r) + r);
+	}
+	return 0;
+}
+
+void mla_free(model_t *m)
+{
+	if (m->layers)
+		for (int l = 0; l < m->meta.n_layers; l++) {
+			struct mla_layer *a = m->layers[l].mla;
+			if (!a)
+				continue;
+			free(a->q_a_norm);
+			free(a->kv_a_norm);
+			free(a->kb);
+			free(a->vb);
+			free(a->kb_own);
+			free(a);
+			m->layers[l].mla = NULL;
+		}
+	struct mla_state *s = m->mla;
+	if (!s)
+		return;
+	free(s->lat);
+	free(s->qa);
+	free(s->kv);
+	free(s->tq);
+	free(s->tl);
+	free(s->tact);
+	free(s);
+	m->mla = NULL;
+}
+
+size_t mla_kv_bytes_per_pos(const model_meta_t *meta, int n_layers)
+{
+	return (size_t)n_layers * (size_t)(meta->mla.kv_lora + meta->mla.qk_rope) * sizeof(float);
+}
+
+uint64_t mla_layer_bytes(const layer_t *L)
+{
+	const struct mla_layer *a = L->mla;
+	if (!a)
+		return 0;
+	const wmat_t *w[] = {&a->wq, &a->wq_a, &a->wq_b, &a->wkv_a};
+	uint64_t b = 0;
+	for (size_t i = 0; i < ARRAY_LEN(w); i++)
+		b += w[i]->row_bytes * (uint64_t)w[i]->rows;
+	for (int h = 0; h < a->n_heads; h++)
+		b += a->kb[h].row_bytes * (uint64_t)a->kb[h].rows +
+		     a->vb[h].row_bytes * (uint64_t)a->vb[h].rows;
+	return b;
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* Rotates the qk_rope values at h for position pos (YaRN frequencies are in m->inv_freq). */
+static void mla_rope(const model_t *m, float *h, int pos)
+{
+	rope(m, h, pos);
+	float mag = m->mla->rope_mag;
+	if (mag != 1.0f)
+		for (int i = 0; i < m->meta.mla.qk_rope; i++)
+			h[i] *= mag;
+}
+
+/* out[w->rows] = w . x[w->cols], on the calling thread (act: that thread's scratch). */
+static void mla_matvec(float *out, const wmat_t *w, const float *x, uint8_t *act)
+{
+	quant_act_t a;
+	quant_act_prepare(w->type, x, w->cols, act, &a);
+	w->ops->rows(out, w->data, w->row_bytes, w->rows, &a, w->cols);
+}
+
+typedef struct mla_job {
+	model_t *m;
+	const struct mla_layer *a;
+	int layer, B, pos;
+} mla_job_t;
+
+/* Work item i = (token b, local head h): att[b][h] = W_vb,h sum_t p_t c_t with
+ * p = softmax(s * [W_kb,h^T q_nope | q_pe] . [c_t | k_pe_t]) over positions [0, pos + b]. */
+static void mla_task(void *ctx, int c, int nc, int tid)
+{
+	mla_job_t *j = ctx;
+	model_t *m = j->m;
+	const struct mla_state *s = m->mla;
+	const meta_mla_t *x = &m->meta.mla;
+	int nq = j->a->n_heads, dk = m->meta.head_dim, dv = x->v_head, kvl = x->kv_lora;
+	int lw = s->lw;
+	float *qa = s->tq + (size_t)tid * lw, *ol = s->tl + (size_t)tid * kvl;
+	float *sc = m->scores + (size_t)tid * m->n_ctx;
+	uint8_t *act = s->tact + (size_t)tid * s->act_stride;
+	const float *lat = s->lat + (size_t)j->layer * m->n_ctx * lw;
+	int lo, hi;
+	pool_split(j->B * nq, c, nc, 1, &lo, &hi);
+	for (int it = lo; it < hi; it++) {
+		int b = it / nq, h = it % nq, T = j->pos + b + 1;
+		const float *q = m->q + (size_t)b * nq * dk + (size_t)h * dk;
+		/* qa = [W_kb,h^T q_nope | q_pe]: the query in the cache row's coordinates */
+		mla_matvec(qa, &j->a->kb[h], q, act);
+		memcpy(qa + kvl, q + x->qk_nope, (size_t)x->qk_rope * sizeof *qa);
+		quant_act_t qf = {.type = QT_F32, .f = qa};
+		m->f32->rows(sc, (const uint8_t *)lat, (size_t)lw * sizeof(float), T, &qf, lw);
+		float mx = -INFINITY;
+		for (int t = 0; t < T; t++) {
+			sc[t] *= s->kq_scale;
+			mx = fmaxf(mx, sc[t]);
+		}
+		float inv = 1.0f / m->expsum(sc, T, mx);
+		for (int t = 0; t < T; t++)
+			sc[t] *= inv;
+		m->wsum(ol, sc, lat, (size_t)lw, T, kvl); /* sum_t p_t c_t */
+		mla_matvec(m->att + (size_t)b * nq * dv + (size_t)h * dv, &j->a->vb[h], ol, act);
+	}
+}
+
+void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos)
+{
+	const model_meta_t *p = &m->meta;
+	const meta_mla_t *x = &p->mla;
+	const struct mla_layer *a = L->mla;
+	struct mla_state *s = m->mla;
+	int nq = a->n_heads, dk = p->head_dim, kvl = x->kv_lora, lw = s->lw;
+	/* q[B][nq*dk] and the latents kv[B][lw]: the two products of xb in one dispatch */
+	if (x->q_lora) {
+		const wmat_t *w[2] = {&a->wq_a, &a->wkv_a};
+		float *o[2] = {s->qa, s->kv};
+		matmul_same_input(m, 2, w, o, m->xb, B);
+		for (int b = 0; b < B; b++) {
+			float *qa = s->qa + (size_t)b * x->q_lora;
+			rmsnorm(qa, qa, a->q_a_norm, x->q_lora, p->rms_eps);
+		}
+		matmul(m, &a->wq_b, m->q, s->qa, B);
+	} else {
+		const wmat_t *w[2] = {&a->wq, &a->wkv_a};
+		float *o[2] = {m->q, s->kv};
+		matmul_same_input(m, 2, w, o, m->xb, B);
+	}
+	/* cache row = [rmsnorm(c) | rope(k_pe)]; rope on each head's q_pe */
+	for (int b = 0; b < B; b++) {
+		float *kv = s->kv + (size_t)b * lw;
+		rmsnorm(kv, kv, a->kv_a_norm, kvl, p->rms_eps);
+		mla_rope(m, kv + kvl, pos + b);
+		memcpy(s->lat + ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * lw, kv,
+		       (size_t)lw * sizeof *kv);
+		for (int h = 0; h < nq; h++)
+			mla_rope(m, m->q + (size_t)b * nq * dk + (size_t)h * dk + x->qk_nope,
+				 pos + b);
+	}
+	mla_job_t j = {m, a, lc, B, pos};
+	int items = B * nq;
+	pool_run(m->pool, mla_task, &j, MIN(items, 4 * pool_threads(m->pool)));
+}
