@@ -129,6 +129,9 @@ struct agent {
 	struct fetch *fetch;     /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
+	int model_slice; /* 1: cfg.model is a slice file holding only the bytes of this node's
+			  * shares (modelsync.h); it serves no one and fetches each new share's
+			  * bytes from a holder of the whole file when a session starts */
 	/* plans (cluster.c) */
 	plan_t *plan;          /* the plan this node runs (or last ran), or NULL */
 	plan_t *pending;       /* a newer plan waiting for the old session to end */
@@ -170,6 +173,15 @@ int agent_model_init(agent_t *a, char *err, size_t errlen);
 void agent_sync_accept(agent_t *a); /* the transfer listener is readable */
 void agent_model_tick(agent_t *a, int64_t now);
 void agent_model_free(agent_t *a);
+/* The member to fetch model bytes from: the leader when it holds the whole file, else the
+ * member with the smallest ID that does; NULL when none does. Agent thread. */
+conn_t *agent_model_holder(agent_t *a);
+/* On a slice node (a->model_slice), before a session computes: makes the slice file hold the
+ * bytes of this rank's share (dist NULL: the whole model), fetching what it lacks from host:port
+ * (a holder, chosen by session_start). Blocking; any thread (reads only cfg, keys, self, hash).
+ * Returns 0 or SH_E* with a reason. */
+int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const char *host,
+			     int port, char *err, size_t errlen);
 
 /* ---- cluster.c ---- */
 void agent_send_node(agent_t *a, conn_t *c);

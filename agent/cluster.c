@@ -100,7 +100,8 @@ void agent_send_node(agent_t *a, conn_t *c)
 	json_t *o = json_object(), *addrs = json_array();
 	json_object_set_new(o, "v", json_integer(1));
 	json_object_set_new(o, "http_port", json_integer(d.http_port));
-	json_object_set_new(o, "sync_port", json_integer(a->sync_port));
+	/* a slice holds only this node's share: it serves no one */
+	json_object_set_new(o, "sync_port", json_integer(a->model_slice ? 0 : a->sync_port));
 	if (d.model_hash[0])
 		json_object_set_new(
 		    o, "model",

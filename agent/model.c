@@ -5,8 +5,10 @@
  * any member may fetch the file: each accepted connection runs the handshake and modelsync_serve
  * on its own detached thread. A node started without --model fetches the leader's file (the hash
  * the leader announced; when this node is itself the leader, the file of the smallest member that
- * has one) on a thread into STATE_DIR/models/HASH.gguf, then uses it as its model and announces
- * the hash to every member, which makes the leader plan it.
+ * has one): only the file's header at first, into a sparse slice file (modelsync.h), enough to
+ * announce the hash and be planned; each session then fetches the bytes of this rank's share
+ * before it computes (agent_model_ensure_share), so only the share travels and a re-plan fetches
+ * only the difference. A slice node serves no one (it announces no sync port).
  *
  * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, once, when a fetch
  * has finished and verified the file; the serving threads copy what they need at their start.
@@ -14,6 +16,7 @@
 #include "agent/agent_int.h"
 #include "agent/modelsync.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +97,8 @@ void agent_sync_accept(agent_t *a)
 		return;
 	uint8_t h[MS_HASH_BYTES];
 	sync_srv_t *s = NULL;
-	if (!a->model_hash[0] || atomic_load(&a->sync_running) >= SYNC_MAX_SERVERS ||
+	if (!a->model_hash[0] || a->model_slice ||
+	    atomic_load(&a->sync_running) >= SYNC_MAX_SERVERS ||
 	    modelsync_unhex(h, a->model_hash) || !(s = calloc(1, sizeof *s))) {
 		close(fd); /* nothing to serve, or busy: the fetcher retries */
 		return;
@@ -118,21 +122,16 @@ void agent_sync_accept(agent_t *a)
 
 /* ---- fetching it ---------------------------------------------------------------------------- */
 
-static void progress(uint64_t done, uint64_t total, void *ud)
-{
-	agent_t *a = ud;
-	atomic_store(&a->fetch_permille, total ? (int)(done * 1000 / total) : 0);
-}
-
 static void *fetch_main(void *arg)
 {
 	struct fetch *f = arg;
 	tp_chan_t *c = NULL;
 	f->rc = tp_chan_connect(&c, f->host, f->port, &f->a->keys, f->a->self.b, HANDSHAKE_MS,
 				f->err, sizeof f->err);
-	if (!f->rc)
-		f->rc = modelsync_fetch(c, f->want, f->a->cfg.state_dir, f->path, sizeof f->path,
-					progress, f->a, SYNC_TIMEOUT_MS, f->err, sizeof f->err);
+	if (!f->rc) /* the header: enough to be planned; the share follows per session */
+		f->rc = modelsync_fetch_slice(c, f->want, f->a->cfg.state_dir, NULL, 0, f->path,
+					      sizeof f->path, NULL, SYNC_TIMEOUT_MS, f->err,
+					      sizeof f->err);
 	tp_chan_free(c);
 	atomic_store(&f->done, 1);
 	return NULL;
@@ -151,19 +150,22 @@ void agent_model_tick(agent_t *a, int64_t now)
 			snprintf(a->why, sizeof a->why, "model transfer failed: %.160s", f->err);
 			a->fetch_retry_ms = now + FETCH_RETRY_MS;
 		} else {
-			char hex[MS_HASH_HEX], err[256];
-			modelsync_hex(hex, f->want);
+			struct stat st;
 			snprintf(a->model_path, sizeof a->model_path, "%s", f->path);
-			if (agent_model_hash(a->model_path, a->cfg.state_dir, a->model_hash,
-					     &a->model_size, err, sizeof err) ||
-			    strcmp(a->model_hash, hex)) {
-				LOG(LOG_ERROR, "model: %s does not hash as expected", f->path);
-				a->model_hash[0] = 0;
+			if (stat(a->model_path, &st) != 0) {
+				LOG(LOG_ERROR, "model: %s: %s", f->path, strerror(errno));
 				a->fetch_retry_ms = now + FETCH_RETRY_MS;
 			} else {
+				/* the holder's hash: the share's bytes are checked as they come */
+				modelsync_hex(a->model_hash, f->want);
+				a->model_size = (uint64_t)st.st_size;
+				a->model_slice = 1;
 				a->cfg.model = a->model_path;
-				LOG(LOG_INFO, "model: using %s (%llu bytes, from the leader)",
-				    a->model_path, (unsigned long long)a->model_size);
+				LOG(LOG_INFO,
+				    "model: %s holds the header of %.16s (%llu bytes in all); each "
+				    "share's bytes are fetched when it is planned",
+				    a->model_path, a->model_hash,
+				    (unsigned long long)a->model_size);
 				a->why[0] = 0;
 				for (int i = 0; i < a->nconns; i++)
 					agent_send_node(a, &a->conns[i]);
@@ -173,23 +175,9 @@ void agent_model_tick(agent_t *a, int64_t now)
 	}
 	if (a->model_hash[0] || a->fetch || now < a->fetch_retry_ms)
 		return;
-	/* the source: the leader; when this node leads, the smallest member that has a model */
-	disc_id_t l;
-	conn_t *c = NULL;
+	conn_t *c = agent_model_holder(a);
 	uint8_t want[MS_HASH_BYTES];
-	if (!elec_leader(a->elec, &l))
-		return;
-	if (disc_id_cmp(&l, &a->self))
-		c = agent_conn_find(a, &l);
-	else
-		for (int i = 0; i < a->nconns; i++) {
-			conn_t *x = &a->conns[i];
-			if (x->desc.have && x->desc.model_hash[0] && x->desc.sync_port &&
-			    (!c || disc_id_cmp(&x->id, &c->id) < 0))
-				c = x;
-		}
-	if (!c || !c->desc.have || !c->desc.model_hash[0] || !c->desc.sync_port ||
-	    modelsync_unhex(want, c->desc.model_hash))
+	if (!c || modelsync_unhex(want, c->desc.model_hash))
 		return;
 	f = calloc(1, sizeof *f);
 	if (!f)
@@ -208,6 +196,77 @@ void agent_model_tick(agent_t *a, int64_t now)
 	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from %s:%d", c->desc.model_hash,
 	    (unsigned long long)c->desc.model_size, c->addr, c->desc.sync_port);
 	snprintf(a->why, sizeof a->why, "receiving the model from the leader");
+}
+
+conn_t *agent_model_holder(agent_t *a)
+{
+	disc_id_t l;
+	conn_t *c = NULL;
+	if (!elec_leader(a->elec, &l))
+		return NULL;
+	/* the leader's model is the one served; a holder of it that is not a slice serves it */
+	const char *want = a->model_hash;
+	if (disc_id_cmp(&l, &a->self)) {
+		conn_t *lc = agent_conn_find(a, &l);
+		if (!lc || !lc->desc.have || !lc->desc.model_hash[0])
+			return NULL;
+		if (lc->desc.sync_port)
+			return lc;
+		want = lc->desc.model_hash;
+	}
+	for (int i = 0; i < a->nconns; i++) {
+		conn_t *x = &a->conns[i];
+		if (x->desc.have && x->desc.model_hash[0] && x->desc.sync_port &&
+		    (!want[0] || !strcmp(x->desc.model_hash, want)) &&
+		    (!c || disc_id_cmp(&x->id, &c->id) < 0))
+			c = x;
+	}
+	return c;
+}
+
+int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const char *host,
+			     int port, char *err, size_t errlen)
+{
+	eng_range_t *er = NULL;
+	int n = 0;
+	uint8_t want[MS_HASH_BYTES];
+	if (modelsync_unhex(want, a->model_hash))
+		return sh_fail(err, errlen, SH_EINVAL, "no model hash");
+	int rc = eng_shard_ranges(a->cfg.model, dist, dist && dist->pipeline ? 0 : rank, &er, &n,
+				  err, errlen);
+	if (rc)
+		return rc;
+	ms_range_t *r = calloc((size_t)n + 1, sizeof *r);
+	uint64_t share = 0, got = 0;
+	for (int i = 0; r && i < n; i++) {
+		r[i] = (ms_range_t){er[i].off, er[i].len, er[i].compact, 0};
+		share += er[i].len;
+	}
+	free(er);
+	if (!r)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	char path[4200];
+	/* what the slice already holds needs no peer */
+	int64_t t0 = now_ms();
+	rc = modelsync_fetch_slice(NULL, want, a->cfg.state_dir, r, n, path, sizeof path, NULL,
+				   SYNC_TIMEOUT_MS, err, errlen);
+	if (rc == SH_ENOENT) {
+		tp_chan_t *c = NULL;
+		if (!host || !port)
+			rc = sh_fail(err, errlen, SH_ENOENT,
+				     "no member holds the whole model to fetch this share from");
+		else if (!(rc = tp_chan_connect(&c, host, port, &a->keys, a->self.b, HANDSHAKE_MS,
+						err, errlen)))
+			rc = modelsync_fetch_slice(c, want, a->cfg.state_dir, r, n, path,
+						   sizeof path, &got, SYNC_TIMEOUT_MS, err, errlen);
+		tp_chan_free(c);
+	}
+	if (!rc)
+		LOG(LOG_INFO, "model: share of %.1f MB here; fetched %.1f MB from %s in %lld ms",
+		    (double)share / 1e6, (double)got / 1e6, got ? host : "no one",
+		    (long long)(now_ms() - t0));
+	free(r);
+	return rc;
 }
 
 int agent_model_init(agent_t *a, char *err, size_t errlen)

@@ -505,7 +505,8 @@ out:
 #define SLICE_WINDOW  64         /* GETs outstanding: a slice is often thousands of short rows */
 #define HEADER_PREFIX (1u << 20) /* first guess of the header's size; grows by 4x */
 
-/* One index entry: ranges written together and the hash of their bytes in order. */
+/* One index entry: ranges written together and the hash of their bytes in that order (each
+ * read from the slice file, or from the sidecar for a compact range). */
 typedef struct sbatch {
 	uint8_t hash[MS_HASH_BYTES];
 	int n;
@@ -532,14 +533,17 @@ int modelsync_slice_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES
 	char hex[MS_HASH_HEX];
 	int n =
 	    snprintf(path_out, path_len, "%s/models/%s.slice", state_dir, modelsync_hex(hex, hash));
-	return n > 0 && (size_t)n + 4 < path_len ? 0 : SH_EINVAL;
+	return n > 0 && (size_t)n + 12 < path_len ? 0 : SH_EINVAL;
 }
 
-/* Appends a range to a growing array, joining it to the last one when they touch. */
-static int range_add(ms_range_t **r, int *n, uint64_t off, uint64_t len)
+/* Appends a range, joining it to the last one when both are of one kind and touch (in the
+ * model, and for compact ranges in the sidecar too). */
+static int range_add(ms_range_t **r, int *n, ms_range_t a)
 {
-	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off) {
-		(*r)[*n - 1].len += len;
+	ms_range_t *l = *n ? &(*r)[*n - 1] : NULL;
+	if (l && l->compact == a.compact && l->off + l->len == a.off &&
+	    (!a.compact || l->side + l->len == a.side)) {
+		l->len += a.len;
 		return 0;
 	}
 	if ((*n & (*n - 1)) == 0) {
@@ -548,17 +552,20 @@ static int range_add(ms_range_t **r, int *n, uint64_t off, uint64_t len)
 			return SH_ENOMEM;
 		*r = nr;
 	}
-	(*r)[(*n)++] = (ms_range_t){off, len};
+	(*r)[(*n)++] = a;
 	return 0;
 }
 
 static int range_cmp(const void *a, const void *b)
 {
 	const ms_range_t *x = a, *y = b;
+	if (x->compact != y->compact)
+		return x->compact - y->compact;
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Sorts r and merges overlapping or touching ranges in place; returns the new count. */
+/* Sorts r by (kind, offset) and merges overlapping or touching ranges of one kind in place
+ * (the sidecar positions are dropped: for sets of bytes held or needed). Returns the count. */
 static int ranges_norm(ms_range_t *r, int n)
 {
 	if (!n)
@@ -568,7 +575,9 @@ static int ranges_norm(ms_range_t *r, int n)
 	for (int i = 0; i < n; i++) {
 		if (!r[i].len)
 			continue;
-		if (k && r[i].off <= r[k - 1].off + r[k - 1].len) {
+		r[i].side = 0;
+		if (k && r[i].compact == r[k - 1].compact &&
+		    r[i].off <= r[k - 1].off + r[k - 1].len) {
 			uint64_t end = MAX(r[k - 1].off + r[k - 1].len, r[i].off + r[i].len);
 			r[k - 1].len = end - r[k - 1].off;
 		} else {
@@ -578,30 +587,34 @@ static int ranges_norm(ms_range_t *r, int n)
 	return k;
 }
 
-/* *out = need minus have (both sorted and merged). */
+/* *out = need minus have (both from ranges_norm), kind by kind. */
 static int ranges_sub(const ms_range_t *need, int nn, const ms_range_t *have, int nh,
 		      ms_range_t **out, int *n_out)
 {
 	*out = NULL;
 	*n_out = 0;
-	int j = 0;
 	for (int i = 0; i < nn; i++) {
 		uint64_t a = need[i].off, end = need[i].off + need[i].len;
-		while (j < nh && have[j].off + have[j].len <= a)
-			j++;
-		for (int k = j; a < end && k < nh && have[k].off < end; k++) {
-			if (have[k].off > a && range_add(out, n_out, a, have[k].off - a))
+		int kind = need[i].compact;
+		for (int k = 0; a < end && k < nh; k++) {
+			if (have[k].compact != kind || have[k].off + have[k].len <= a)
+				continue;
+			if (have[k].off >= end)
+				break;
+			if (have[k].off > a &&
+			    range_add(out, n_out, (ms_range_t){a, have[k].off - a, kind, 0}))
 				return SH_ENOMEM;
 			a = MAX(a, have[k].off + have[k].len);
 		}
-		if (a < end && range_add(out, n_out, a, end - a))
+		if (a < end && range_add(out, n_out, (ms_range_t){a, end - a, kind, 0}))
 			return SH_ENOMEM;
 	}
 	return 0;
 }
 
-/* Index: "shoal-slice 1 TOTAL", then one line per batch: "HEX N OFF:LEN ...". A line that does
- * not parse ends the index (a torn last line from a crash costs one refetch of that batch). */
+/* Index: "shoal-slice 1 TOTAL", then one line per batch: "HEX N OFF:LEN ..." (a compact range
+ * written OFF:LEN@SIDE). A line that does not parse ends the index (a torn last line from a
+ * crash costs one refetch of that batch). */
 static int sidx_load(const char *path, sidx_t *x)
 {
 	memset(x, 0, sizeof *x);
@@ -621,9 +634,15 @@ static int sidx_load(const char *path, sidx_t *x)
 		sbatch_t b = {.n = 0, .r = NULL};
 		int ok = modelsync_unhex(b.hash, hex) == 0;
 		for (int i = 0; ok && i < n; i++) {
-			unsigned long long o, l;
-			ok = fscanf(f, " %llu:%llu", &o, &l) == 2 && o + l <= total && l &&
-			     range_add(&b.r, &b.n, o, l) == 0;
+			unsigned long long o, l, sd = 0;
+			int c;
+			ok = fscanf(f, " %llu:%llu", &o, &l) == 2 && o + l <= total && l;
+			c = ok ? fgetc(f) : EOF;
+			if (c == '@')
+				ok = fscanf(f, "%llu", &sd) == 1;
+			else if (c != EOF)
+				ungetc(c, f);
+			ok = ok && range_add(&b.r, &b.n, (ms_range_t){o, l, c == '@', sd}) == 0;
 		}
 		sbatch_t *nb = ok ? realloc(x->b, (size_t)(x->n + 1) * sizeof *nb) : NULL;
 		if (!nb) {
@@ -637,26 +656,63 @@ static int sidx_load(const char *path, sidx_t *x)
 	return 0;
 }
 
-/* Writes one batch line to the index (opened for appending). */
-static int sidx_append(FILE *f, const sbatch_t *b)
+static void sidx_write_batch(FILE *f, const sbatch_t *b)
 {
 	char hex[MS_HASH_HEX];
 	fprintf(f, "%s %d", modelsync_hex(hex, b->hash), b->n);
-	for (int i = 0; i < b->n; i++)
+	for (int i = 0; i < b->n; i++) {
 		fprintf(f, " %llu:%llu", (unsigned long long)b->r[i].off,
 			(unsigned long long)b->r[i].len);
+		if (b->r[i].compact)
+			fprintf(f, "@%llu", (unsigned long long)b->r[i].side);
+	}
 	fputc('\n', f);
-	return ferror(f) ? SH_EIO : 0;
 }
 
-/* All ranges the index holds, sorted and merged. */
+/* Rewrites the index (and the sidecar's map the engine reads) from x, atomically. */
+static int sidx_store(const char *slice_path, const sidx_t *x, char *err, size_t errlen)
+{
+	char *a = NULL, *m = NULL, p[PATH_MAX + 16];
+	size_t al = 0, ml = 0;
+	FILE *fa = open_memstream(&a, &al), *fm = open_memstream(&m, &ml);
+	int rc = fa && fm ? 0 : SH_ENOMEM;
+	if (!rc) {
+		fprintf(fa, "shoal-slice 1 %llu\n", (unsigned long long)x->total);
+		for (int i = 0; i < x->n; i++) {
+			sidx_write_batch(fa, &x->b[i]);
+			for (int k = 0; k < x->b[i].n; k++)
+				if (x->b[i].r[k].compact)
+					fprintf(fm, "%llu %llu %llu\n",
+						(unsigned long long)x->b[i].r[k].off,
+						(unsigned long long)x->b[i].r[k].len,
+						(unsigned long long)x->b[i].r[k].side);
+		}
+	}
+	if (fa)
+		fclose(fa);
+	if (fm)
+		fclose(fm);
+	if (!rc) {
+		snprintf(p, sizeof p, "%s.cols.map", slice_path);
+		rc = write_file_atomic(p, m, ml, err, errlen);
+	}
+	if (!rc) { /* the index last: it never names bytes the map does not */
+		snprintf(p, sizeof p, "%s.idx", slice_path);
+		rc = write_file_atomic(p, a, al, err, errlen);
+	}
+	free(a);
+	free(m);
+	return rc ? sh_fail(err, errlen, rc, "writing the slice index") : 0;
+}
+
+/* All ranges the index holds, normalised (ranges_norm). */
 static int sidx_held(const sidx_t *x, ms_range_t **out, int *n_out)
 {
 	*out = NULL;
 	*n_out = 0;
 	for (int i = 0; i < x->n; i++)
 		for (int k = 0; k < x->b[i].n; k++)
-			if (range_add(out, n_out, x->b[i].r[k].off, x->b[i].r[k].len))
+			if (range_add(out, n_out, x->b[i].r[k]))
 				return SH_ENOMEM;
 	*n_out = ranges_norm(*out, *n_out);
 	return 0;
@@ -670,9 +726,10 @@ typedef struct sfetch {
 	int started, timeout_ms;
 	uint64_t total;
 	uint32_t chunk;
-	int fd;       /* the slice file */
-	FILE *idx;    /* the index, appending */
-	sbatch_t cur; /* the batch being written */
+	int fd, side_fd;   /* the slice file and its sidecar */
+	uint64_t side_end; /* where the next compact bytes go */
+	sidx_t *x;         /* the index, grown batch by batch */
+	sbatch_t cur;      /* the batch being written */
 	uint64_t cur_bytes;
 	crypto_generichash_state st;
 	uint64_t fetched;
@@ -712,14 +769,31 @@ static int sfetch_flush(sfetch_t *s)
 	if (!s->cur.n)
 		return 0;
 	crypto_generichash_final(&s->st, s->cur.hash, MS_HASH_BYTES);
-	int rc = sidx_append(s->idx, &s->cur);
-	free(s->cur.r);
+	sbatch_t *nb = realloc(s->x->b, (size_t)(s->x->n + 1) * sizeof *nb);
+	if (!nb)
+		return sh_fail(s->err, s->errlen, SH_ENOMEM, "out of memory");
+	s->x->b = nb;
+	s->x->b[s->x->n++] = s->cur;
 	s->cur = (sbatch_t){.n = 0, .r = NULL};
 	s->cur_bytes = 0;
-	return rc ? sh_fail(s->err, s->errlen, rc, "writing the slice index") : 0;
+	return 0;
 }
 
-/* Fetches the ranges miss[0..n) (within the model) into the slice file. */
+static int write_all(int fd, const uint8_t *p, size_t n, uint64_t off)
+{
+	for (size_t w = 0; w < n;) {
+		ssize_t r = pwrite(fd, p + w, n - w, (off_t)(off + w));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return SH_EIO;
+		w += (size_t)r;
+	}
+	return 0;
+}
+
+/* Fetches the ranges miss[0..n) (one kind, within the model): into the slice file at their
+ * offsets, or appended to the sidecar when compact. */
 static int sfetch_get(sfetch_t *s, const ms_range_t *miss, int n)
 {
 	struct {
@@ -761,19 +835,17 @@ static int sfetch_get(sfetch_t *s, const ms_range_t *miss, int n)
 				       s->peer, type, len);
 		uint64_t off = q[head].off;
 		size_t k = len - 12;
-		for (size_t w = 0; w < k;) {
-			ssize_t r = pwrite(s->fd, p + 12 + w, k - w, (off_t)(off + w));
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0)
-				return sh_fail(s->err, s->errlen, SH_EIO, "writing the slice: %s",
-					       strerror(errno));
-			w += (size_t)r;
-		}
+		int compact = miss[0].compact;
+		ms_range_t piece = {off, k, compact, compact ? s->side_end : 0};
+		if (write_all(compact ? s->side_fd : s->fd, p + 12, k, compact ? s->side_end : off))
+			return sh_fail(s->err, s->errlen, SH_EIO, "writing the slice: %s",
+				       strerror(errno));
+		if (compact)
+			s->side_end += k;
 		if (!s->cur.n)
 			crypto_generichash_init(&s->st, NULL, 0, MS_HASH_BYTES);
 		crypto_generichash_update(&s->st, p + 12, k);
-		if (range_add(&s->cur.r, &s->cur.n, off, k))
+		if (range_add(&s->cur.r, &s->cur.n, piece))
 			return sh_fail(s->err, s->errlen, SH_ENOMEM, "out of memory");
 		s->cur_bytes += k;
 		s->fetched += k;
@@ -788,7 +860,7 @@ static int sfetch_get(sfetch_t *s, const ms_range_t *miss, int n)
 /* 0 when the slice file holds a whole GGUF header at its start (the first held range). */
 static int header_held(int fd, const ms_range_t *held, int n, uint64_t *hlen)
 {
-	if (!n || held[0].off != 0)
+	if (!n || held[0].compact || held[0].off != 0)
 		return -1;
 	size_t len = (size_t)MIN(held[0].len, (uint64_t)64 << 20);
 	uint8_t *buf = malloc(len);
@@ -799,6 +871,24 @@ static int header_held(int fd, const ms_range_t *held, int n, uint64_t *hlen)
 		rc = 0;
 	free(buf);
 	return rc;
+}
+
+/* Opens the slice file (sized to the model) and, when compact ranges come, its sidecar. */
+static int sfetch_files(sfetch_t *s, const char *path, int want_side)
+{
+	struct stat sb;
+	if (fstat(s->fd, &sb) != 0 ||
+	    ((uint64_t)sb.st_size != s->total && ftruncate(s->fd, (off_t)s->total) != 0))
+		return sh_fail(s->err, s->errlen, SH_EIO, "%s: %s", path, strerror(errno));
+	if (want_side && s->side_fd < 0) {
+		char sp[PATH_MAX + 8];
+		snprintf(sp, sizeof sp, "%s.cols", path);
+		s->side_fd = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (s->side_fd < 0 || fstat(s->side_fd, &sb) != 0)
+			return sh_fail(s->err, s->errlen, SH_EIO, "%s: %s", sp, strerror(errno));
+		s->side_end = (uint64_t)sb.st_size; /* appended: what the index names stays put */
+	}
+	return 0;
 }
 
 int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char *state_dir,
@@ -815,18 +905,23 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 	int rc = mkdir_p(dir, err, errlen);
 	if (rc)
 		return rc;
+	sidx_t x;
 	sfetch_t s = {.c = c,
 		      .want = want,
 		      .peer = c ? tp_chan_peer_addr(c) : "?",
 		      .timeout_ms = timeout_ms,
 		      .fd = -1,
+		      .side_fd = -1,
+		      .x = &x,
 		      .err = err,
 		      .errlen = errlen};
-	sidx_t x;
 	ms_range_t *held = NULL, *need = NULL, *miss = NULL;
-	int nh = 0, nm = 0;
+	int nh = 0, nm = 0, grew = 0;
 	if (sidx_load(idxp, &x) != 0) { /* none, or unreadable: start afresh */
+		char sp[PATH_MAX + 8];
 		unlink(path);
+		snprintf(sp, sizeof sp, "%s.cols", path);
+		unlink(sp);
 		memset(&x, 0, sizeof x);
 	}
 	if ((rc = sidx_held(&x, &held, &nh)))
@@ -847,11 +942,12 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 		if (header_mode) {
 			if ((rc = sfetch_begin(&s)))
 				goto out;
-			if (range_add(&need, &nn, 0, MIN(prefix, s.total)))
+			if (range_add(&need, &nn, (ms_range_t){0, MIN(prefix, s.total), 0, 0}))
 				goto nomem;
 		} else {
 			for (int i = 0; i < n; i++)
-				if (range_add(&need, &nn, r[i].off, r[i].len))
+				if (range_add(&need, &nn,
+					      (ms_range_t){r[i].off, r[i].len, r[i].compact, 0}))
 					goto nomem;
 			nn = ranges_norm(need, nn);
 		}
@@ -866,32 +962,24 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 					     "%s: the slice index is for another size", path);
 				goto out;
 			}
-			if (!s.idx) {
-				struct stat sb;
-				int fresh = !x.total;
-				if (fstat(s.fd, &sb) != 0 ||
-				    ((uint64_t)sb.st_size != s.total &&
-				     ftruncate(s.fd, (off_t)s.total) != 0) ||
-				    !(s.idx = fopen(idxp, "a"))) {
-					rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path,
-						     strerror(errno));
-					goto out;
-				}
-				if (fresh)
-					fprintf(s.idx, "shoal-slice 1 %llu\n",
-						(unsigned long long)s.total);
-				x.total = s.total;
-			}
+			x.total = s.total;
 			for (int i = 0; i < nm; i++)
 				if (miss[i].off + miss[i].len > s.total) {
 					rc = sh_fail(err, errlen, SH_EINVAL,
 						     "slice range past the end of the model");
 					goto out;
 				}
-			if ((rc = sfetch_get(&s, miss, nm)))
+			int first_compact = nm;
+			for (int i = 0; i < nm && first_compact == nm; i++)
+				if (miss[i].compact)
+					first_compact = i;
+			if ((rc = sfetch_files(&s, path, first_compact < nm)) ||
+			    (rc = sfetch_get(&s, miss, first_compact)) ||
+			    (rc = sfetch_get(&s, miss + first_compact, nm - first_compact)))
 				goto out;
+			grew = 1;
 			for (int i = 0; i < nm; i++)
-				if (range_add(&held, &nh, miss[i].off, miss[i].len))
+				if (range_add(&held, &nh, miss[i]))
 					goto nomem;
 			nh = ranges_norm(held, nh);
 		}
@@ -903,8 +991,10 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 		}
 	}
 done:
-	if (s.idx && (fflush(s.idx) != 0 || fsync(fileno(s.idx)) != 0 || fsync(s.fd) != 0)) {
-		rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
+	if (grew && (fsync(s.fd) != 0 || (s.side_fd >= 0 && fsync(s.side_fd) != 0) ||
+		     (rc = sidx_store(path, &x, err, errlen)))) {
+		if (!rc)
+			rc = sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (s.started)
@@ -917,9 +1007,11 @@ done:
 nomem:
 	rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 out:
+	if (rc && s.x->n && grew == 0 && s.fetched) /* keep what arrived intact for a resume */
+		sidx_store(path, &x, NULL, 0);
 	free(s.cur.r);
-	if (s.idx)
-		fclose(s.idx);
+	if (s.side_fd >= 0)
+		close(s.side_fd);
 	if (s.fd >= 0)
 		close(s.fd);
 	free(held);
@@ -932,72 +1024,74 @@ out:
 int modelsync_slice_verify(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], uint64_t *held,
 			   uint64_t *dropped, char *err, size_t errlen)
 {
-	char path[PATH_MAX], idxp[PATH_MAX + 8];
+	char path[PATH_MAX], idxp[PATH_MAX + 8], sp[PATH_MAX + 8];
 	*held = 0;
 	if (dropped)
 		*dropped = 0;
 	if (modelsync_slice_path(state_dir, hash, path, sizeof path))
 		return sh_fail(err, errlen, SH_EINVAL, "state directory path too long");
 	snprintf(idxp, sizeof idxp, "%s.idx", path);
+	snprintf(sp, sizeof sp, "%s.cols", path);
 	sidx_t x;
 	if (sidx_load(idxp, &x) != 0)
 		return sh_fail(err, errlen, SH_ENOENT, "no slice of this model");
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), sfd = open(sp, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
+		if (sfd >= 0)
+			close(sfd);
 		sidx_free(&x);
 		return sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
 	}
-	int rc = 0, bad = 0;
+	int rc = 0, bad = 0, keep = 0;
 	size_t cap = 1 << 20;
 	uint8_t *buf = malloc(cap);
-	char *out = NULL;
-	size_t out_len = 0;
-	FILE *o = open_memstream(&out, &out_len);
-	if (!buf || !o) {
+	if (!buf) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto end;
 	}
-	fprintf(o, "shoal-slice 1 %llu\n", (unsigned long long)x.total);
 	for (int i = 0; i < x.n; i++) {
 		crypto_generichash_state st;
 		crypto_generichash_init(&st, NULL, 0, MS_HASH_BYTES);
 		uint64_t bytes = 0;
 		int ok = 1;
-		for (int k = 0; ok && k < x.b[i].n; k++)
-			for (uint64_t d = 0; ok && d < x.b[i].r[k].len;) {
-				size_t want = (size_t)MIN((uint64_t)cap, x.b[i].r[k].len - d);
-				ssize_t got = pread(fd, buf, want, (off_t)(x.b[i].r[k].off + d));
-				ok = got == (ssize_t)want;
+		for (int k = 0; ok && k < x.b[i].n; k++) {
+			const ms_range_t *p = &x.b[i].r[k];
+			int from = p->compact ? sfd : fd;
+			for (uint64_t d = 0; ok && d < p->len;) {
+				size_t want = (size_t)MIN((uint64_t)cap, p->len - d);
+				uint64_t at = (p->compact ? p->side : p->off) + d;
+				ok =
+				    from >= 0 && pread(from, buf, want, (off_t)at) == (ssize_t)want;
 				if (ok)
 					crypto_generichash_update(&st, buf, want);
 				d += want;
 				bytes += want;
 			}
+		}
 		uint8_t h[MS_HASH_BYTES];
 		crypto_generichash_final(&st, h, MS_HASH_BYTES);
 		if (ok && sodium_memcmp(h, x.b[i].hash, MS_HASH_BYTES) == 0) {
 			*held += bytes;
-			sidx_append(o, &x.b[i]);
+			x.b[keep++] = x.b[i];
 		} else {
 			bad++;
 			if (dropped)
 				*dropped += bytes;
+			free(x.b[i].r);
 		}
 	}
-	fclose(o);
-	o = NULL;
+	x.n = keep;
 	if (bad) {
 		char hex[MS_HASH_HEX];
 		LOG(LOG_WARN, "model %.12s: %d slice batch(es) changed on disk: fetched again",
 		    modelsync_hex(hex, hash), bad);
-		rc = write_file_atomic(idxp, out, out_len, err, errlen);
+		rc = sidx_store(path, &x, err, errlen);
 	}
 end:
-	if (o)
-		fclose(o);
-	free(out);
 	free(buf);
 	close(fd);
+	if (sfd >= 0)
+		close(sfd);
 	sidx_free(&x);
 	return rc;
 }

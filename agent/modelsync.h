@@ -90,14 +90,19 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 /* ---- slices: a node that computes part of the model fetches only the bytes it reads --------
  * The slice file STATE_DIR/models/HEX.slice is sparse and as long as the model: the bytes the
  * node holds are at their offsets, the rest is a hole (so it opens like the model itself, and
- * bytes on disk follow the share). STATE_DIR/models/HEX.slice.idx records what it holds, as
- * batches of byte ranges each with the BLAKE2b-256 of its bytes, taken as they were written; a
- * batch whose bytes no longer hash the same (modelsync_slice_verify) is dropped and fetched
- * again. The bytes come over the same REQ/INFO/GET/DATA exchange as a whole file, from a member
- * whose whole file hashed to the model hash; the authenticated channel vouches for them. */
+ * bytes on disk follow the share). The short per-row pieces of column slices (compact ranges)
+ * go to the sidecar HEX.slice.cols instead, listed in HEX.slice.cols.map, which the engine reads
+ * through (infer/gguf.h), so they do not cost whole file-system blocks.
+ * STATE_DIR/models/HEX.slice.idx records what it holds, as batches of byte ranges each with the
+ * BLAKE2b-256 of its bytes, taken as they were written; a batch whose bytes no longer hash the same
+ * (modelsync_slice_verify) is dropped and fetched again. The bytes come over the same
+ * REQ/INFO/GET/DATA exchange as a whole file, from a member whose whole file hashed to the model
+ * hash; the authenticated channel vouches for them. */
 
 typedef struct ms_range {
-	uint64_t off, len;
+	uint64_t off, len; /* bytes [off, off + len) of the model */
+	int compact;       /* 1: kept in the sidecar HEX.slice.cols (eng_range_t.compact; gguf.h) */
+	uint64_t side;     /* where a compact range sits in the sidecar (filled in by modelsync) */
 } ms_range_t;
 
 /* Where the slice file lives: STATE_DIR/models/HEX.slice. */

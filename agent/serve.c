@@ -41,6 +41,9 @@ struct session {
 	eng_dist_t dist;
 	char rdma_path[4200];
 	char hash[20];
+	int slice;                      /* this node holds a slice: fetch the share's bytes first */
+	char slice_host[DISC_ADDR_MAX]; /* from this holder of the whole file */
+	int slice_port;
 	atomic_int phase;
 	atomic_int cancel; /* set by session_stop: forming gives up */
 	pthread_mutex_t mu;
@@ -66,6 +69,12 @@ static void *session_main(void *arg)
 	eng_t *e = NULL;
 	char err[256] = "";
 	int64_t t0 = now_ms();
+	/* a slice node brings its share's bytes in before it joins the group (the others wait for
+	 * it up to GROUP_FORM_MS: a share that takes longer to arrive fails this plan, and the next
+	 * plan finds the bytes already here) */
+	if (s->slice && agent_model_ensure_share(a, s->world > 1 ? &s->dist : NULL, s->rank,
+						 s->slice_host, s->slice_port, err, sizeof err))
+		goto done;
 	if (s->world > 1) {
 		tp_group_cfg_t gc = {.rank = s->rank,
 				     .world = s->world,
@@ -185,6 +194,14 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .shx0 = me->shx0,
 			       .shx1 = me->shx1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
+	if (a->model_slice) {
+		conn_t *h = agent_model_holder(a);
+		s->slice = 1;
+		if (h) {
+			snprintf(s->slice_host, sizeof s->slice_host, "%s", h->addr);
+			s->slice_port = h->desc.sync_port;
+		}
+	}
 	atomic_init(&s->phase, SESSION_FORMING);
 	atomic_init(&s->cancel, 0);
 	pthread_mutex_init(&s->mu, NULL);

@@ -243,6 +243,8 @@ int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, 
 static int range_cmp(const void *a, const void *b)
 {
 	const model_range_t *x = a, *y = b;
+	if (x->compact != y->compact)
+		return x->compact - y->compact;
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
@@ -283,20 +285,26 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 		goto nomem;
 	/* the header, and every vector (norms, biases: read whole by every rank) */
 	uint64_t doff = gguf_data_offset(g);
-	model_range_t *nr = realloc(r, (size_t)(n + 1 + gguf_n_tensors(g)) * sizeof *nr);
+	model_range_t *nr = realloc(r, (size_t)(n + 1 + 3 * gguf_n_tensors(g)) * sizeof *nr);
 	if (!nr)
 		goto nomem;
 	r = nr;
-	r[n++] = (model_range_t){0, doff};
+	r[n++] = (model_range_t){0, doff, 0};
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		if (t->n_dims <= 1 && t->nbytes)
-			r[n++] = (model_range_t){doff + t->offset, t->nbytes};
+			r[n++] = (model_range_t){doff + t->offset, t->nbytes, 0};
+		/* the first and last 32 bytes of every tensor: dist_model_fingerprint reads them
+		 * so that ranks agree they hold the same file */
+		uint64_t k = MIN(t->nbytes, 32);
+		r[n++] = (model_range_t){doff + t->offset, k, 0};
+		r[n++] = (model_range_t){doff + t->offset + t->nbytes - k, k, 0};
 	}
 	qsort(r, (size_t)n, sizeof *r, range_cmp);
 	int k = 0; /* merge overlapping and touching ranges */
 	for (int i = 0; i < n; i++) {
-		if (k && r[i].off <= r[k - 1].off + r[k - 1].len) {
+		if (k && r[i].compact == r[k - 1].compact &&
+		    r[i].off <= r[k - 1].off + r[k - 1].len) {
 			uint64_t end = MAX(r[k - 1].off + r[k - 1].len, r[i].off + r[i].len);
 			r[k - 1].len = end - r[k - 1].off;
 		} else {
@@ -307,7 +315,7 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 	if (!o)
 		goto nomem;
 	for (int i = 0; i < k; i++)
-		o[i] = (eng_range_t){r[i].off, r[i].len};
+		o[i] = (eng_range_t){r[i].off, r[i].len, r[i].compact};
 	*out = o;
 	*n_out = k;
 	rc = 0;

@@ -37,7 +37,13 @@ struct gguf {
 	const uint8_t *base;
 	size_t size;
 	int mapped;
-	int header_only; /* parse() stops after the tensor table (gguf_header_bytes) */
+	int header_only;     /* parse() stops after the tensor table (gguf_header_bytes) */
+	const uint8_t *side; /* the sidecar PATH.cols, mapped (NULL: none) */
+	size_t side_size;
+	struct gguf_ovl {
+		uint64_t off, len, side;
+	} * ovl; /* sorted by off */
+	int n_ovl;
 	uint32_t version;
 	uint32_t alignment;
 	uint64_t data_off;
@@ -470,6 +476,9 @@ void gguf_free(gguf_t *g)
 	free(g->t_hash);
 	if (g->mapped && g->size)
 		munmap((void *)g->base, g->size);
+	if (g->side && g->side_size)
+		munmap((void *)g->side, g->side_size);
+	free(g->ovl);
 	free(g);
 }
 
@@ -502,6 +511,104 @@ int gguf_open_mem(gguf_t **out, const void *data, size_t len, char *err, size_t 
 	}
 	*out = g;
 	return 0;
+}
+
+static int ovl_cmp(const void *a, const void *b)
+{
+	const struct gguf_ovl *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Loads PATH.cols.map and, when it lists anything, PATH.cols (gguf.h). */
+static int load_sidecar(gguf_t *g, const char *path, char *err, size_t errlen)
+{
+	char sp[4200], mp[4200];
+	snprintf(sp, sizeof sp, "%s.cols", path);
+	snprintf(mp, sizeof mp, "%s.cols.map", path);
+	FILE *f = fopen(mp, "r");
+	if (!f)
+		return 0;
+	int rc = 0, cap = 0;
+	unsigned long long o, l, d;
+	while (fscanf(f, "%llu %llu %llu", &o, &l, &d) == 3) {
+		if (!l || o + l > g->size || o + l < o || d + l < d) {
+			rc = sh_fail(err, errlen, SH_EFORMAT, "%s: entry %llu+%llu out of range",
+				     mp, o, l);
+			break;
+		}
+		if (g->n_ovl == cap) {
+			cap = cap ? 2 * cap : 64;
+			struct gguf_ovl *n = realloc(g->ovl, (size_t)cap * sizeof *n);
+			if (!n) {
+				rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+				break;
+			}
+			g->ovl = n;
+		}
+		g->ovl[g->n_ovl++] = (struct gguf_ovl){o, l, d};
+	}
+	if (!rc && !feof(f))
+		rc = sh_fail(err, errlen, SH_EFORMAT, "%s: malformed line", mp);
+	fclose(f);
+	if (rc || !g->n_ovl)
+		return rc;
+	int fd = open(sp, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) {
+		rc = sh_fail(err, errlen, SH_EIO, "%s: %s", sp,
+			     fd < 0 ? strerror(errno) : "empty or unreadable");
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return sh_fail(err, errlen, SH_EIO, "%s: mmap: %s", sp, strerror(errno));
+	g->side = m;
+	g->side_size = (size_t)st.st_size;
+	for (int i = 0; i < g->n_ovl; i++)
+		if (g->ovl[i].side + g->ovl[i].len > g->side_size)
+			return sh_fail(err, errlen, SH_EFORMAT, "%s: entry past the end of %s", mp,
+				       sp);
+	qsort(g->ovl, (size_t)g->n_ovl, sizeof *g->ovl, ovl_cmp);
+	return 0;
+}
+
+void gguf_copy(const gguf_t *g, void *dst, const void *p, size_t len)
+{
+	uint8_t *d = dst;
+	const uint8_t *src = p;
+	if (!g->n_ovl || src < g->base || src + len > g->base + g->size) {
+		memcpy(d, src, len);
+		return;
+	}
+	uint64_t off = (uint64_t)(src - g->base), end = off + len;
+	int lo = 0, hi = g->n_ovl - 1, at = 0; /* the first entry that may cover off */
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2;
+		if (g->ovl[mid].off <= off) {
+			at = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	while (off < end) {
+		while (at < g->n_ovl && g->ovl[at].off + g->ovl[at].len <= off)
+			at++;
+		const struct gguf_ovl *o = at < g->n_ovl ? &g->ovl[at] : NULL;
+		uint64_t n;
+		if (o && o->off <= off) { /* from the sidecar */
+			n = MIN(end, o->off + o->len) - off;
+			memcpy(d, g->side + o->side + (off - o->off), n);
+		} else { /* from the file, up to the next sidecar entry */
+			n = (o ? MIN(end, o->off) : end) - off;
+			memcpy(d, g->base + off, n);
+		}
+		d += n;
+		off += n;
+	}
 }
 
 int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen)
@@ -537,6 +644,10 @@ int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen)
 	if (rc) {
 		gguf_free(g);
 		return sh_fail(err, errlen, rc, "%s: %s", path, msg);
+	}
+	if ((rc = load_sidecar(g, path, err, errlen))) {
+		gguf_free(g);
+		return rc;
 	}
 	*out = g;
 	return 0;

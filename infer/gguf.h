@@ -81,6 +81,15 @@ int gguf_open(gguf_t **out, const char *path, char *err, size_t errlen);
 /* The same on a caller's buffer (borrowed; must outlive the gguf_t). */
 int gguf_open_mem(gguf_t **out, const void *data, size_t len, char *err, size_t errlen);
 void gguf_free(gguf_t *g); /* NULL-safe; unmaps */
+
+/* Sidecar: a file opened at PATH may keep some of its byte ranges compactly in PATH.cols (a node
+ * that holds only its slice of a model stores there the short per-row column slices that would
+ * otherwise cost whole file-system blocks in the sparse PATH). PATH.cols.map lists them, one
+ * "OFF LEN SIDE" line each: bytes [OFF, OFF + LEN) of the file are at SIDE in PATH.cols.
+ * gguf_open loads them when the map exists and lists anything (a malformed map is an error).
+ * gguf_copy(g, dst, p, len) copies the len bytes the mapping has at p into dst, each byte from
+ * the sidecar when an entry covers it (entries may abut: a re-planned slice), else from p. */
+void gguf_copy(const gguf_t *g, void *dst, const void *p, size_t len);
 /* The size of the header (metadata, tensor table, padding: where the data section starts) of the
  * GGUF file whose first len bytes are prefix. SH_EFORMAT when the prefix does not hold a whole
  * valid header (a longer prefix may). */

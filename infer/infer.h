@@ -157,14 +157,19 @@ int eng_worker_run(eng_t *e, char *err, size_t errlen);
 
 typedef struct eng_range {
 	uint64_t off, len; /* bytes [off, off + len) of the file */
+	int compact;       /* 1: one row's piece of a column slice: keep it in the sidecar PATH.cols
+			    * (listed in PATH.cols.map, "OFF LEN SIDE" lines) so that it does not
+			    * cost whole file-system blocks in a sparse copy; read through it by
+			    * eng_open */
 } eng_range_t;
 
 /* The byte ranges of the GGUF file at path that a rank computing dist's share reads: the header
  * (metadata, tokenizer, tensor table), every one-dimensional tensor (norms, biases), the
  * embedding, the share's rows and column slices of each matrix, and the output head when rank is
  * 0. dist NULL: the whole model; otherwise dist->has_ranges must be set (no group is used).
- * Sorted and merged. Only the file's header needs to be present (the rest may be a hole of a
- * sparse file). *out is malloc'd (caller frees). Returns 0 or SH_E* with a reason in err. */
+ * Sorted by (compact, off) and merged within each kind. Only the file's header needs to be present
+ * (the rest may be a hole of a sparse file). *out is malloc'd (caller frees). Returns 0 or SH_E*
+ * with a reason in err. */
 int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_range_t **out, int *n,
 		     char *err, size_t errlen);
 

@@ -294,7 +294,8 @@ uint64_t dist_model_fingerprint(const gguf_t *g)
 		h = fnv(h, f, sizeof f);
 		h = fnv(h, t->ne, sizeof t->ne);
 		size_t k = (size_t)MIN(t->nbytes, 32);
-		h = fnv(h, t->data, k); /* first and last bytes: one page each */
+		h = fnv(h, t->data, k); /* first and last bytes: one page each (a slice holds them
+					 * too: eng_shard_ranges) */
 		h = fnv(h, (const uint8_t *)t->data + t->nbytes - k, k);
 	}
 	return h;

@@ -109,7 +109,7 @@ ns_exec 1 "$SHOAL" status --state-dir "$(state 1)"
 
 if [ -z "$DEMO_MODEL_ALL" ]; then
 	for h in 2 3; do
-		echo "host $h received the model: $(ls "$(state $h)"/models/*.gguf 2>/dev/null || echo no)"
+		echo "host $h received its share of the model: $(ls "$(state $h)"/models/*.slice 2>/dev/null || echo no)"
 	done
 fi
 

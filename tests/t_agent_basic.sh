@@ -7,7 +7,8 @@
 # - the leader's greedy chat completion equals `shoal generate --chat` for the same request;
 # - the follower answers /v1/ paths with 307 to the leader; /v1/cluster lists both with ranks;
 # - kill -9 of the follower: the leader re-plans alone and serves the same answer again;
-# - a node started without --model fetches the leader's file, is planned, answers stay equal;
+# - a node started without --model fetches the header and then its share of the leader's file
+#   (a slice), is planned, answers stay equal;
 # - a node whose model file differs (one byte) stays out of the plan and says why.
 # The netns acceptance suite (3 nodes, failover, joins, tokens, mDNS) is tests/t_agent.sh.
 . tests/lib.sh
@@ -125,11 +126,11 @@ GOT=$(chat "$LEADER_HTTP" | content)
 check "same answer on the smaller cluster" [ "$GOT" = "$EXPECT" ]
 check "the state machine logged its transitions" grep -q "agent: loading -> serving" "$TMP/a.log"
 
-# a node without --model: fetches the leader's file, joins the plan
+# a node without --model: fetches the header and its share of the leader's file, joins the plan
 start c "$PC" "$HC" -
 check "the node without a model joins the plan" wait_ranks "$LEADER_HTTP" 2
-check "it fetched the file into its state dir" sh -c "ls $TMP/c/models/*.gguf >/dev/null 2>&1"
-check "its fetched file equals the leader's" sh -c "cmp -s $TMP/c/models/*.gguf '$MODEL'"
+check "it keeps a slice of the file in its state dir" sh -c "ls $TMP/c/models/*.slice >/dev/null 2>&1"
+check "and no whole copy" sh -c "! ls $TMP/c/models/*.gguf >/dev/null 2>&1"
 wait_health "$LEADER_HTTP" 200
 GOT=$(chat "$LEADER_HTTP" | content)
 check "same answer with the fetched copy" [ "$GOT" = "$EXPECT" ]

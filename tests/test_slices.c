@@ -61,35 +61,48 @@ static const int prompt24[24] = {300, 10,  47,  299, 256, 100, 101, 102, 32, 33,
 
 /* ---- a node that holds only its slice of the file ---------------------------------------- */
 
-/* Copies only the ranges of src into a new sparse file of the same size (holes elsewhere). */
+/* Copies the dense ranges of src into a new sparse file dst of the same size (holes elsewhere)
+ * and the compact ones into the sidecar dst.cols, listed in dst.cols.map (gguf.h). */
 static int copy_ranges(const char *src, const char *dst, const eng_range_t *r, int n)
 {
-	FILE *in = fopen(src, "rb");
-	FILE *out = fopen(dst, "wb");
-	int rc = in && out ? 0 : -1;
+	char sp[400], mp[400];
+	snprintf(sp, sizeof sp, "%s.cols", dst);
+	snprintf(mp, sizeof mp, "%s.cols.map", dst);
+	FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb"), *side = fopen(sp, "wb");
+	FILE *map = fopen(mp, "w");
+	int rc = in && out && side && map ? 0 : -1;
 	if (!rc) {
 		fseek(in, 0, SEEK_END);
 		rc = ftruncate(fileno(out), ftell(in));
 	}
 	char buf[1 << 16];
-	for (int i = 0; !rc && i < n; i++)
+	long side_at = 0;
+	for (int i = 0; !rc && i < n; i++) {
+		FILE *o = r[i].compact ? side : out;
+		if (r[i].compact)
+			fprintf(map, "%llu %llu %ld\n", (unsigned long long)r[i].off,
+				(unsigned long long)r[i].len, side_at);
 		for (uint64_t done = 0; !rc && done < r[i].len;) {
 			size_t k = (size_t)MIN((uint64_t)sizeof buf, r[i].len - done);
 			rc = fseek(in, (long)(r[i].off + done), SEEK_SET) ||
 			     fread(buf, 1, k, in) != k ||
-			     fseek(out, (long)(r[i].off + done), SEEK_SET) ||
-			     fwrite(buf, 1, k, out) != k;
+			     (!r[i].compact && fseek(out, (long)(r[i].off + done), SEEK_SET)) ||
+			     fwrite(buf, 1, k, o) != k;
 			done += k;
 		}
-	if (in)
-		fclose(in);
-	if (out && fclose(out))
-		rc = -1;
+		if (r[i].compact)
+			side_at += (long)r[i].len;
+	}
+	FILE *fs[] = {in, out, side, map};
+	for (int i = 0; i < 4; i++)
+		if (fs[i] && fclose(fs[i]))
+			rc = -1;
 	return rc;
 }
 
 /* eng_shard_ranges names every byte a shard reads: the same shard bound to a copy that holds
- * only those bytes (zeros elsewhere) computes bit-identical logits, and the ranges of one of two
+ * only those bytes (zeros elsewhere; the column slices' pieces in the sidecar, read through
+ * gguf_copy) computes bit-identical logits, and the ranges of one of two
  * shares are well under the whole file. */
 TEST(shard_ranges_cover_what_a_shard_reads)
 {
@@ -117,8 +130,8 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 		uint64_t bytes = 0, size = 0;
 		for (int i = 0; i < n; i++) {
 			bytes += r[i].len;
-			CHECK(i == 0 ||
-			      r[i].off > r[i - 1].off + r[i - 1].len); /* sorted, merged */
+			CHECK(i == 0 || r[i].compact > r[i - 1].compact ||
+			      r[i].off > r[i - 1].off + r[i - 1].len); /* sorted, merged per kind */
 		}
 		FILE *f = fopen(path, "rb");
 		if (f) {
@@ -149,6 +162,11 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 		model_free(m1);
 		model_free(m2);
 		gguf_free(g2);
+		char side[400];
+		snprintf(side, sizeof side, "%s.cols", slice);
+		unlink(side);
+		snprintf(side, sizeof side, "%s.cols.map", slice);
+		unlink(side);
 		unlink(slice);
 		free(r);
 		gen_close(&a, path);

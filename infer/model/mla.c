@@ -101,7 +101,7 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 	if ((rc = bind_mat(m, g, NAME("attn_kv_a_mqa.weight"), &a->wkv_a, err, errlen)) ||
 	    (rc = bind_vec(g, NAME("attn_kv_a_norm.weight"), 0, kvl, &a->kv_a_norm, err, errlen)) ||
 	    (rc = bind_mat(m, g, NAME("attn_output.weight"), &L->wo, err, errlen)) ||
-	    (rc = mat_cols(&L->wo, h0 * dv, nq * dv, &L->wo_own, "attn_output", err, errlen)))
+	    (rc = mat_cols(g, &L->wo, h0 * dv, nq * dv, &L->wo_own, "attn_output", err, errlen)))
 		return rc;
 	if (x->split_kvb) {
 		/* attn_k_b [n_head][kv_lora][qk_nope], attn_v_b [n_head][v_head][kv_lora] */

@@ -136,7 +136,8 @@ wmat_t mat_rows(wmat_t w, int r0, int n)
  * with the model) and the mapping's pages of the whole matrix are released from this process:
  * each row's slice is only part of a page, so reading it in place would keep every page of the
  * matrix resident on every rank. */
-int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen)
+int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+	     size_t errlen)
 {
 	int be = quant_block_elems(w->type);
 	if (c0 % be || n % be)
@@ -148,8 +149,8 @@ int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *er
 	uint8_t *buf = malloc((size_t)w->rows * sb);
 	if (!buf)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %s", name);
-	for (int r = 0; r < w->rows; r++)
-		memcpy(buf + (size_t)r * sb, w->data + (size_t)r * w->row_bytes + off, sb);
+	for (int r = 0; r < w->rows; r++) /* a slice node may keep these pieces in a sidecar */
+		gguf_copy(g, buf + (size_t)r * sb, w->data + (size_t)r * w->row_bytes + off, sb);
 	/* whole pages inside the matrix only (its neighbours may be someone's rows) */
 	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
@@ -221,6 +222,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	int rc;
 	m->meta = *meta;
+	m->g = g;
 	if (shard)
 		m->sh = *shard;
 	else
@@ -277,7 +279,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 				goto err;
 			L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
 			L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-			if ((rc = mat_cols(&L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own,
+			if ((rc = mat_cols(g, &L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own,
 					   "ffn_down", err, errlen)))
 				goto err;
 		}
@@ -306,7 +308,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		L->wq = mat_rows(L->wq, q0, m->qd);
 		L->wk = mat_rows(L->wk, k0, m->kvd);
 		L->wv = mat_rows(L->wv, k0, m->kvd);
-		if ((rc = mat_cols(&L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
+		if ((rc = mat_cols(g, &L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
 			goto err;
 	}
 
@@ -429,9 +431,10 @@ void rope(const model_t *m, float *h, int pos)
 
 /* ---- the file's bytes a shard reads -------------------------------------------------------- */
 
-int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact)
 {
-	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off) { /* rows back to back: one range */
+	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off &&
+	    (*r)[*n - 1].compact == compact) { /* rows back to back: one range */
 		(*r)[*n - 1].len += len;
 		return 0;
 	}
@@ -441,16 +444,17 @@ int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len)
 			return SH_ENOMEM;
 		*r = nr;
 	}
-	(*r)[(*n)++] = (model_range_t){off, len};
+	(*r)[(*n)++] = (model_range_t){off, len, compact};
 	return 0;
 }
 
 int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
 {
 	size_t len = quant_row_bytes(w->type, w->cols);
+	int compact = w->data != w->src; /* a column slice, copied out at load */
 	for (int i = 0; i < w->rows; i++) {
-		int rc =
-		    range_push(r, n, (uint64_t)(w->src + (size_t)i * w->src_stride - base), len);
+		int rc = range_push(r, n, (uint64_t)(w->src + (size_t)i * w->src_stride - base),
+				    len, compact);
 		if (rc)
 			return rc;
 	}

@@ -82,6 +82,7 @@ int model_n_ctx(const model_t *m);
 /* A byte range of the model file. */
 typedef struct model_range {
 	uint64_t off, len;
+	int compact; /* 1: a column slice's row piece (kept in a sidecar, see gguf.h) */
 } model_range_t;
 
 /* Appends to *r (realloc'd, *n entries, caller frees) the byte ranges of the file (offsets from

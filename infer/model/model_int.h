@@ -55,6 +55,7 @@ typedef struct layer {
 
 struct model {
 	model_meta_t meta;
+	const gguf_t *g; /* the file (borrowed), for gguf_at when copying column slices */
 	model_shard_t sh;
 	pool_t *pool;
 	int n_ctx;
@@ -157,10 +158,11 @@ int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, cha
 /* Rows [r0, r0+n) of w. */
 wmat_t mat_rows(wmat_t w, int r0, int n);
 /* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller). */
-int mat_cols(wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err, size_t errlen);
+int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
+	     size_t errlen);
 /* Appends the file ranges of w's rows (base = the mapping's first byte) / one range to *r. */
 int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
-int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len);
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 

@@ -175,7 +175,7 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 			return rc;
 		ml->sh_gate = mat_rows(ml->sh_gate, sh->shx0, sh->n_shx);
 		ml->sh_up = mat_rows(ml->sh_up, sh->shx0, sh->n_shx);
-		if ((rc = mat_cols(&ml->sh_down, sh->shx0, sh->n_shx, &ml->sh_down_own,
+		if ((rc = mat_cols(g, &ml->sh_down, sh->shx0, sh->n_shx, &ml->sh_down_own,
 				   "ffn_down_shexp", err, errlen)))
 			return rc;
 	}
@@ -262,7 +262,7 @@ int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *ba
 	for (int i = 0; i < 2 && !rc; i++)
 		if (v[i])
 			rc = range_push(r, n, (uint64_t)((const uint8_t *)v[i]->data - base),
-					v[i]->nbytes);
+					v[i]->nbytes, 0);
 	if (ne > 0) { /* the held experts: one run of rows in each 3-D tensor */
 		wmat_t g = mat_rows(ml->gate, e0 * F, ne * F), u = mat_rows(ml->up, e0 * F, ne * F);
 		wmat_t d = mat_rows(ml->down, e0 * D, ne * D);
