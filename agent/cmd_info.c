@@ -111,10 +111,14 @@ int cmd_info(int argc, char **argv)
 			printf(
 			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
 			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
-			printf("router:        %s, top-k weights %s, scale %g%s\n",
+			printf("router:        %s, top-k weights %s, scale %g%s",
 			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
 			       m.has_exp_bias ? ", selection bias" : "");
+			if (m.n_groups)
+				printf(", from the best %d of %d expert groups", m.groups_used,
+				       m.n_groups);
+			printf("\n");
 		}
 		if (m.is_mla)
 			printf("mla:           kv_lora %d, q_lora %d%s, qk_nope %d, qk_rope %d, "

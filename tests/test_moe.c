@@ -448,7 +448,7 @@ TEST(route_softmax_topk_norm)
 	int sel[2];
 	float w[2];
 	double z = exp(1) + exp(3) + exp(2) + exp(0);
-	moe_route_t r = {4, 2, META_GATE_SOFTMAX, 0, 1.0f, NULL};
+	moe_route_t r = {4, 2, META_GATE_SOFTMAX, 0, 1.0f, NULL, 0, 0};
 	moe_route(&r, lg, sel, w); /* qwen2moe: the raw probabilities */
 	CHECK_EQ_INT(sel[0], 1);
 	CHECK_EQ_INT(sel[1], 2);
@@ -468,7 +468,7 @@ TEST(route_deepseek_sigmoid_bias_norm_scale)
 	int sel[2];
 	float w[2];
 	double s0 = 1 / (1 + exp(-2.0)), s1 = 1 / (1 + exp(-1.0)), s3 = 1 / (1 + exp(-0.5));
-	moe_route_t r = {4, 2, META_GATE_SIGMOID, 0, 2.5f, bias};
+	moe_route_t r = {4, 2, META_GATE_SIGMOID, 0, 2.5f, bias, 0, 0};
 	moe_route(&r, lg, sel, w);
 	CHECK_EQ_INT(sel[0], 3); /* s3 + 1 > s0 */
 	CHECK_EQ_INT(sel[1], 0);
@@ -484,9 +484,28 @@ TEST(route_deepseek_sigmoid_bias_norm_scale)
 	CHECK(fabs(w[0] - 2.5 * s0 / (s0 + s1)) < 1e-6);
 	/* the renormalising sum is floored at 2^-14 (llama.cpp's clamp) */
 	float tiny[2] = {-40.0f, -41.0f};
-	moe_route_t t = {2, 1, META_GATE_SIGMOID, 1, 1.0f, NULL};
+	moe_route_t t = {2, 1, META_GATE_SIGMOID, 1, 1.0f, NULL, 0, 0};
 	moe_route(&t, tiny, sel, w);
 	CHECK(w[0] < 1e-3f);
+}
+
+/* DeepSeek-V3's group-limited routing (llama.cpp build_moe_ffn, n_expert_groups): 8 experts in 4
+ * groups of 2; a group scores the sum of its two biased scores; only the 2 best groups may give
+ * experts, so expert 6 (the single best score, in a weak group) is passed over. */
+TEST(route_deepseek_groups)
+{
+	float lg[8] = {1.0f, 0.9f, -3.0f, -3.0f, 0.8f, 0.8f, 2.0f, -4.0f};
+	int sel[2];
+	float w[2];
+	moe_route_t r = {8, 2, META_GATE_SIGMOID, 1, 1.0f, NULL, 4, 2};
+	moe_route(&r, lg, sel, w);
+	/* group sums (sigmoid): g0 .73+.71, g1 .05+.05, g2 .69+.69, g3 .88+.02 */
+	CHECK_EQ_INT(sel[0], 0);
+	CHECK_EQ_INT(sel[1], 1);
+	r.n_groups = 0; /* ungrouped: expert 6 first */
+	moe_route(&r, lg, sel, w);
+	CHECK_EQ_INT(sel[0], 6);
+	CHECK_EQ_INT(sel[1], 0);
 }
 
 /* ---- expert-parallel shards in-process ------------------------------------------------------ */
@@ -746,6 +765,7 @@ int main(void)
 	quant_init(0);
 	RUN(route_softmax_topk_norm);
 	RUN(route_deepseek_sigmoid_bias_norm_scale);
+	RUN(route_deepseek_groups);
 	RUN(mixtral_f32_vs_reference);
 	RUN(qwen2moe_f32_vs_reference);
 	RUN(qwen3moe_f32_vs_reference);

@@ -147,6 +147,23 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			return rc;
 		if (gating)
 			m->gating = gating;
+		/* DeepSeek-V3's group-limited routing (llama.cpp: expert_group_count / _used_count)
+		 */
+		if ((rc = get_opt_int(g, a, "expert_group_count", 1u << 10, &m->n_groups, err,
+				      errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_group_used_count", 1u << 10, &m->groups_used,
+				      err, errlen)))
+			return rc;
+		if (m->n_groups > 1 &&
+		    (m->n_experts % m->n_groups || m->n_experts / m->n_groups < 2 ||
+		     m->groups_used < 1 || m->groups_used > m->n_groups ||
+		     m->n_experts_used > m->groups_used * (m->n_experts / m->n_groups)))
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "expert groups %d (used %d) do not fit %d experts, %d used",
+				       m->n_groups, m->groups_used, m->n_experts,
+				       m->n_experts_used);
+		if (m->n_groups <= 1)
+			m->n_groups = m->groups_used = 0;
 		snprintf(key, sizeof key, "%s.expert_weights_norm", a);
 		rc = gguf_get_bool(g, key, &m->exp_norm);
 		if (rc && rc != SH_ENOENT)

@@ -77,6 +77,8 @@ typedef struct model_meta {
 	int exp_norm;          /* renormalise the top-k weights to sum 1 */
 	float exp_scale;       /* routed weights multiplied by this (1: none) */
 	int has_exp_bias;      /* exp_probs_b: selection-only bias (DeepSeek-V3) */
+	int n_groups;          /* DeepSeek-V3 group-limited routing: experts in n_groups groups, */
+	int groups_used;       /* choices only from the groups_used best (0: no groups) */
 	int shexp_gated;       /* qwen2moe: shared output x sigmoid(ffn_gate_inp_shexp . x) */
 	uint64_t expert_bytes; /* bytes of the routed expert tensors, all layers */
 	int is_mla;            /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */

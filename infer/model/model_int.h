@@ -110,7 +110,9 @@ void attention(model_t *m, int lc, int B, int pos);
 typedef struct moe_route {
 	int n_experts, k, gating, norm; /* gating: enum meta_gating */
 	float scale;
-	const float *bias; /* [n_experts] or NULL */
+	const float *bias;         /* [n_experts] or NULL */
+	int n_groups, groups_used; /* > 1 groups: choose only within the groups_used groups whose
+				      two best biased scores sum highest (DeepSeek-V3); 0 = none */
 } moe_route_t;
 /* sel[k] = chosen experts (by falling biased probability), w[k] = their weights. */
 void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);

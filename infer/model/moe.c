@@ -76,6 +76,32 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w)
 	unsigned char taken[META_MAX_EXPERTS] = {0};
 	for (int e = 0; e < E; e++)
 		s[e] = r->bias ? p[e] + r->bias[e] : p[e];
+	if (r->n_groups > 1) { /* group score = its two best; experts of the other groups are out */
+		int per = E / r->n_groups;
+		float gs[META_MAX_EXPERTS];
+		unsigned char gtaken[META_MAX_EXPERTS] = {0};
+		for (int gi = 0; gi < r->n_groups; gi++) {
+			const float *x = s + gi * per;
+			int b0 = 0;
+			for (int j = 1; j < per; j++)
+				if (x[j] > x[b0])
+					b0 = j;
+			int b1 = b0 ? 0 : 1;
+			for (int j = 0; j < per; j++)
+				if (j != b0 && x[j] > x[b1])
+					b1 = j;
+			gs[gi] = x[b0] + x[b1];
+		}
+		for (int u = 0; u < r->groups_used; u++) {
+			int best = -1;
+			for (int gi = 0; gi < r->n_groups; gi++)
+				if (!gtaken[gi] && (best < 0 || gs[gi] > gs[best]))
+					best = gi;
+			gtaken[best] = 1;
+		}
+		for (int e = 0; e < E; e++)
+			taken[e] = !gtaken[e / per];
+	}
 	float tot = 0;
 	for (int i = 0; i < r->k; i++) { /* k is small: repeated arg-max, ties to the lower id */
 		int best = -1;           /* (NaN or -inf scores from a bad file still pick one) */
@@ -304,7 +330,8 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 	int D = p->dim, E = p->n_experts, K = p->n_experts_used, F = p->ffn_exp;
 	const float *xb = m->xb;
 	float *out = m->xb2;
-	moe_route_t rt = {E, K, p->gating, p->exp_norm, p->exp_scale, ml->exp_bias};
+	moe_route_t rt = {
+	    E, K, p->gating, p->exp_norm, p->exp_scale, ml->exp_bias, p->n_groups, p->groups_used};
 
 	/* routing: logits[B][E], sel/wt[B][K] */
 	for (int b = 0; b < B; b++) {
