@@ -14,7 +14,9 @@
  * up authenticated, both sides keep the one initiated by the smaller ID and close the other.
  *
  * Invariant: a peer is an election member exactly while one live channel to it exists (conns[]
- * holds at most one channel per node ID); state changes only in agent_convert(), logged old -> new.
+ * holds at most one channel per node ID). What the members mean (plans, sessions, the state and
+ * health) is the cluster core's business (core.c); this file feeds it members and the election's
+ * leader, and cluster.c carries out what it decides.
  * The status socket's JSON lives in status.c; the structs both share are in agent_int.h.
  */
 #include "agent/agent_int.h"
@@ -35,6 +37,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#ifdef __APPLE__
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
 
 const char *agent_state_name(agent_state_t s)
 {
@@ -46,21 +52,6 @@ const char *agent_state_name(agent_state_t s)
 	case AGENT_SERVING: return "serving";
 	}
 	return "?";
-}
-
-void agent_convert(agent_t *a, agent_state_t to, const char *why)
-{
-	if (a->state == to)
-		return;
-	LOG(LOG_INFO, "agent: %s -> %s (%s)", agent_state_name(a->state), agent_state_name(to),
-	    why);
-	a->state = to;
-}
-
-int agent_is_leader(agent_t *a)
-{
-	disc_id_t l;
-	return elec_leader(a->elec, &l) && !disc_id_cmp(&l, &a->self);
 }
 
 int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len)
@@ -88,6 +79,66 @@ static void short_id(const disc_id_t *id, char out[9])
 	disc_id_hex(id, h);
 	memcpy(out, h, 8);
 	out[8] = 0;
+}
+
+/* ---- memory the model may take ------------------------------------------------------------ */
+
+/* What the system can give a new process without swapping: Linux's MemAvailable; on macOS the
+ * physical memory minus what is wired, active and compressed (free, inactive and purgeable pages
+ * can be reclaimed). 0 when unknown. */
+static uint64_t mem_available(void)
+{
+#ifdef __APPLE__
+	uint64_t total = 0;
+	size_t len = sizeof total;
+	vm_statistics64_data_t vs;
+	mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+	vm_size_t page = 0;
+	if (sysctlbyname("hw.memsize", &total, &len, NULL, 0) != 0 ||
+	    host_page_size(mach_host_self(), &page) != KERN_SUCCESS ||
+	    host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vs, &n) !=
+		KERN_SUCCESS)
+		return 0;
+	uint64_t used =
+	    ((uint64_t)vs.wire_count + vs.active_count + vs.compressor_page_count) * (uint64_t)page;
+	return used < total ? total - used : 0;
+#else
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+#endif
+}
+
+int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || v < 0)
+		return SH_EINVAL;
+	if (!strcmp(end, "%")) {
+		if (v <= 0 || v > 100)
+			return SH_EINVAL;
+		*out = (uint64_t)((double)total * v / 100);
+		return 0;
+	}
+	static const char units[] = "KMGT";
+	const char *u = *end ? strchr(units, *end) : NULL;
+	if (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))
+		return SH_EINVAL;
+	for (const char *k = units; u && k <= u; k++)
+		v *= 1024;
+	if (v < 1 || v > 1e18)
+		return SH_EINVAL;
+	*out = (uint64_t)v;
+	return 0;
 }
 
 /* ---- handshakes on their own threads -------------------------------------------------------- */
@@ -219,6 +270,9 @@ static void conn_drop(agent_t *a, int i, const char *why)
 	LOG(LOG_INFO, "agent: member %s (%s) lost: %s", h, c.addr, why);
 	elec_member_down(a->elec, &c.id, now_ms());
 	log_members(a, "-", &c.id, c.addr);
+	core_event_t ev = {.type = CORE_EV_MEMBER_DOWN, .id = c.id};
+	agent_core_feed(a, &ev);
+	agent_core_leader(a);
 }
 
 static void addr_only(const char *addrport, char *out, size_t len)
@@ -270,7 +324,8 @@ static void duplicate_found(agent_t *a, const char *where)
 	snprintf(a->duplicate_where, sizeof a->duplicate_where, "%s", where);
 	if (a->nconns == 0 && !a->stood_down) {
 		a->stood_down = 1;
-		LOG(LOG_ERROR, "agent: not joining the cluster: %s already holds our node ID", where);
+		LOG(LOG_ERROR, "agent: not joining the cluster: %s already holds our node ID",
+		    where);
 	}
 }
 
@@ -373,6 +428,9 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	agent_send_node(a, c);
 	elec_member_up(a->elec, &pid, now_ms());
 	log_members(a, "+", &pid, c->addr);
+	core_event_t ev = {.type = CORE_EV_MEMBER_UP, .id = pid};
+	agent_core_feed(a, &ev);
+	agent_core_leader(a);
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
@@ -417,6 +475,7 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		if (disc_heartbeat_decode(p, len, &epoch, &leader, &st, &nm))
 			return SH_EFORMAT;
 		elec_on_heartbeat(a->elec, &c->id, epoch, &leader, st == ELEC_LEADER, now);
+		agent_core_leader(a);
 		return 0;
 	}
 	case DISC_MSG_LEADER: {
@@ -428,6 +487,7 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		    disc_id_cmp(&leader, &c->id))
 			return SH_EFORMAT; /* a node announces only itself */
 		elec_on_leader(a->elec, &c->id, epoch, members, n, now);
+		agent_core_leader(a);
 		return 0;
 	}
 	case DISC_MSG_SMALLER: {
@@ -436,6 +496,7 @@ static int handle_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 			return SH_EFORMAT;
 		memcpy(s.b, p, DISC_ID_LEN);
 		elec_on_smaller(a->elec, &c->id, &s, now);
+		agent_core_leader(a);
 		return 0;
 	}
 	default:
@@ -498,12 +559,13 @@ static void on_mdns(agent_t *a, const disc_event_t *ev)
 		}
 		int self = DISC_SELF_NOT;
 		if (!disc_id_cmp(&s->id, &a->self)) {
-			disc_publish_t me = {.id = a->self, .port = (uint16_t)a->cfg.port,
-					     .nonce = a->nonce};
+			disc_publish_t me = {
+			    .id = a->self, .port = (uint16_t)a->cfg.port, .nonce = a->nonce};
 			self = disc_sighting_self(&me, s, is_local_addr(s->addr));
 		}
 		if (self == DISC_SELF_OURS)
-			return; /* re-registered by the daemon, or our crashed predecessor's record */
+			return; /* re-registered by the daemon, or our crashed predecessor's record
+				 */
 		if (self == DISC_SELF_DUPLICATE) {
 			if (!a->duplicate)
 				LOG(LOG_ERROR,
@@ -569,6 +631,27 @@ static void dial_missing(agent_t *a, int64_t now)
 	}
 }
 
+/* Is every node discovery knows of (mDNS sightings, static peers) a member? Then the view need
+ * not wait the whole settle time (election.c's quick_ms). */
+static int view_complete(agent_t *a)
+{
+	int known = 0;
+	for (int i = 0; i < disc_table_count(a->table); i++) {
+		const disc_peer_t *p = disc_table_at(a->table, i);
+		if (!agent_conn_find(a, &p->id))
+			return 0;
+		known++;
+	}
+	for (int i = 0; i < a->cfg.npeers; i++) {
+		if (a->static_self[i])
+			continue;
+		if (disc_id_is_zero(&a->static_id[i]) || !agent_conn_find(a, &a->static_id[i]))
+			return 0;
+		known++;
+	}
+	return known > 0;
+}
+
 /* ---- the loop ------------------------------------------------------------------------------- */
 
 static void heartbeat_and_reap(agent_t *a, int64_t now)
@@ -586,8 +669,11 @@ static void heartbeat_and_reap(agent_t *a, int64_t now)
 	disc_id_t l;
 	elec_leader(a->elec, &l);
 	disc_wire_heartbeat_t w;
-	disc_heartbeat_encode(&w, elec_epoch(a->elec), &l, elec_state(a->elec),
-			      elec_member_count(a->elec));
+	/* a leader says its own epoch (followers follow it); others the largest they have seen,
+	 * so a leader that was away learns it has to announce above that */
+	uint64_t ep =
+	    elec_state(a->elec) == ELEC_LEADER ? elec_epoch(a->elec) : elec_max_epoch(a->elec);
+	disc_heartbeat_encode(&w, ep, &l, elec_state(a->elec), elec_member_count(a->elec));
 	for (int i = a->nconns - 1; i >= 0; i--) {
 		int rc = tp_chan_send(a->conns[i].ch, DISC_MSG_HEARTBEAT, &w, sizeof w);
 		if (rc)
@@ -595,6 +681,36 @@ static void heartbeat_and_reap(agent_t *a, int64_t now)
 		else
 			a->conns[i].last_tx_ms = now;
 	}
+}
+
+/* ---- the term: epochs only grow, across restarts too ---------------------------------------- */
+
+/* The largest election epoch seen before (STATE_DIR/term), 0 when none. */
+static uint64_t term_load(const char *state_dir)
+{
+	char path[4200], *text = NULL, err[128];
+	size_t len;
+	snprintf(path, sizeof path, "%s/term", state_dir);
+	if (read_file_all(path, &text, &len, err, sizeof err))
+		return 0;
+	char *end = NULL;
+	unsigned long long v = strtoull(text, &end, 10);
+	uint64_t t = end != text && (*end == '\n' || !*end) ? (uint64_t)v : 0;
+	free(text);
+	return t;
+}
+
+static void term_save(agent_t *a)
+{
+	uint64_t t = elec_max_epoch(a->elec);
+	if (t <= a->term_saved)
+		return;
+	char path[4200], text[32], err[256];
+	snprintf(path, sizeof path, "%s/term", a->cfg.state_dir);
+	int n = snprintf(text, sizeof text, "%llu\n", (unsigned long long)t);
+	if (write_file_atomic(path, text, (size_t)n, err, sizeof err))
+		LOG(LOG_WARN, "agent: %s", err); /* a restart may then reuse a lower epoch */
+	a->term_saved = t;
 }
 
 static void track_leader(agent_t *a)
@@ -612,12 +728,8 @@ static void track_leader(agent_t *a)
 		    have && !disc_id_cmp(&l, &a->self) ? ", this node" : "");
 		a->last_leader = l;
 	}
-	if (have && a->state == AGENT_DISCOVERING)
-		agent_convert(a, AGENT_SETTLED, "leader known");
-	else if (!have && a->state == AGENT_SETTLED)
-		agent_convert(a, AGENT_DISCOVERING, "no leader");
-	/* with a plan running, a moment without a leader (a member flapping) changes nothing:
-	 * a new leader, or the group failing, ends the session (cluster.c) */
+	agent_core_leader(a);
+	term_save(a);
 }
 
 int agent_run(agent_t *a)
@@ -632,7 +744,9 @@ int agent_run(agent_t *a)
 		pf[n++] =
 		    (struct pollfd){.fd = a->mdns ? disc_mdns_fd(a->mdns) : -1, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = a->sync_fd, .events = POLLIN};
-		int base = n, nc = a->nconns, timeout = 100;
+		/* a session forming or loading is polled more often: its READY is the cluster's
+		 * first 200 (formation time) */
+		int base = n, nc = a->nconns, timeout = a->sess && !a->sess_ready ? 20 : 100;
 		for (int i = 0; i < nc; i++) {
 			pf[n++] =
 			    (struct pollfd){.fd = tp_chan_fd(a->conns[i].ch), .events = POLLIN};
@@ -687,6 +801,7 @@ int agent_run(agent_t *a)
 		}
 		int64_t now = now_ms();
 		heartbeat_and_reap(a, now);
+		elec_set_complete(a->elec, view_complete(a));
 		elec_tick(a->elec, now);
 		send_elec_msgs(a);
 		track_leader(a);
@@ -734,6 +849,23 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	LOG(LOG_INFO, "node ID %s (%s %s/node_id)", a->self_hex, created ? "created" : "from",
 	    cfg->state_dir);
 	disc_host_facts_get(&a->facts);
+	a->mem_avail = mem_available();
+	if (!a->mem_avail || a->mem_avail > a->facts.mem_bytes)
+		a->mem_avail = a->facts.mem_bytes;
+	if (cfg->memory_limit) {
+		uint64_t cap;
+		if (agent_memory_limit_parse(cfg->memory_limit, a->facts.mem_bytes, &cap)) {
+			sh_fail(errbuf, errlen, SH_EINVAL,
+				"bad --memory-limit '%s' (BYTES with K, M, G or T, or PCT%%)",
+				cfg->memory_limit);
+			goto err;
+		}
+		if (cap < a->mem_avail)
+			a->mem_avail = cap;
+	}
+	LOG(LOG_INFO, "memory: %.1f GiB of %.1f GiB for the model%s",
+	    (double)a->mem_avail / (1 << 30), (double)a->facts.mem_bytes / (1 << 30),
+	    cfg->memory_limit ? " (--memory-limit)" : " (available now)");
 	randombytes_buf(&a->nonce, sizeof a->nonce);
 	if (make_pipe(a->result_pipe) || make_pipe(a->stop_pipe)) {
 		sh_fail(errbuf, errlen, SH_EIO, "pipe: %s", strerror(errno));
@@ -749,13 +881,20 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		goto err;
 	if (agent_web_start(a, errbuf, errlen))
 		goto err;
+	a->term_saved = term_load(cfg->state_dir);
 	elec_config_t ec = {.settle_ms = cfg->settle_ms,
 			    .expect = cfg->expect,
 			    .grace_ms = cfg->no_mdns ? 0 : 1000,
-			    .hold_ms = 5000};
+			    .hold_ms = 5000,
+			    .min_epoch = a->term_saved,
+			    .quick_ms = 250};
 	a->elec = elec_new(&a->self, &ec, now_ms());
 	a->table = disc_table_new();
-	if (!a->elec || !a->table) {
+	core_config_t cc;
+	core_config_default(&cc);
+	cc.replan_delay_ms = cfg->replan_delay_ms;
+	a->core = core_new(&a->self, &cc, now_ms());
+	if (!a->elec || !a->table || !a->core) {
 		sh_fail(errbuf, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
@@ -827,6 +966,7 @@ void agent_free(agent_t *a)
 			close(a->stop_pipe[i]);
 	}
 	elec_free(a->elec);
+	core_free(a->core);
 	disc_table_free(a->table);
 	tp_keys_wipe(&a->keys);
 	free(a);

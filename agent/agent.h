@@ -4,10 +4,11 @@
  *
  * The agent publishes itself over mDNS, connects to the peers it finds (and to --peer addresses)
  * over the authenticated control channel, keeps members alive with heartbeats and runs the
- * election core. The leader plans the cluster from the members' descriptions and sends the plan
- * to every member; each writes the plan files into its state directory, forms the
- * tensor-parallel group and loads its share; the leader serves the OpenAI API on --http-port,
- * followers redirect there. It answers `shoal status` on a unix socket in its state directory
+ * election core. The planner (the leader, or the smallest holder of the model most nodes hold:
+ * agent/core.c) plans the cluster from the members' descriptions and sends the plan to every
+ * member; each writes the plan files into its state directory, forms the tensor-parallel group
+ * and loads its share; the planner serves the OpenAI API on --http-port as rank 0, the others
+ * redirect there. It answers `shoal status` on a unix socket in its state directory
  * (STATE_DIR/agent.sock: connect, read one JSON object, EOF). docs/agent.md.
  *
  * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
@@ -49,12 +50,15 @@ typedef struct agent_config {
 	int64_t settle_ms;
 	const char *peers[AGENT_MAX_STATIC_PEERS]; /* "HOST:PORT" or "[V6]:PORT" */
 	int npeers;
-	const char *model;       /* GGUF path, or NULL (the node waits for model transfer) */
-	int no_mdns;             /* static peers only */
-	int64_t replan_delay_ms; /* a membership change waits this long before re-planning */
-	int step_timeout_ms;     /* bound on a tensor-parallel step (0 = the engine's default) */
-	int threads;             /* compute threads (0 = cores) */
-	int ctx;                 /* context length (0 = the model's) */
+	const char *model;        /* GGUF path, or NULL (the node waits for model transfer) */
+	int no_mdns;              /* static peers only */
+	int64_t replan_delay_ms;  /* a membership change waits this long before re-planning */
+	int step_timeout_ms;      /* bound on a tensor-parallel step (0 = the engine's default) */
+	int threads;              /* compute threads (0 = cores) */
+	int ctx;                  /* context length (0 = the model's) */
+	const char *memory_limit; /* cap on the memory the model may take on this node: BYTES
+				     (K, M, G, T suffixes: powers of 1024) or PCT% of the
+				     total; NULL = what the system has available */
 } agent_config_t;
 
 typedef struct agent agent_t;
@@ -71,6 +75,10 @@ void agent_stop(agent_t *a);
 
 /* Closes everything (waits for running handshakes, at most their timeout). NULL is fine. */
 void agent_free(agent_t *a);
+
+/* Parses a --memory-limit (see agent_config_t) against a machine with `total` bytes. Returns 0
+ * and the bytes, or SH_EINVAL. */
+int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out);
 
 /* The status socket of a state directory: STATE_DIR/agent.sock. */
 int agent_status_path(const char *state_dir, char *out, size_t len);

@@ -1,6 +1,7 @@
 /*
- * agent_int.h: the agent's internals shared by its files (agent.c: the loop, members and
- * handshakes; cluster.c: node descriptions, the view, the plan and its distribution, the
+ * agent_int.h: the agent's internals shared by its files (core.c, behind core.h: the pure cluster
+ * core that decides; agent.c: the loop, members and handshakes; cluster.c: node descriptions,
+ * the core's actions, the view, the plan and its distribution, the
  * /v1/cluster document; serve.c: a plan's session (group, engine, worker loop) and the web glue;
  * status.c: the status socket and its JSON). Not for other modules.
  *
@@ -12,6 +13,7 @@
 #define SHOAL_AGENT_INT_H
 
 #include "agent/agent.h"
+#include "agent/core.h"
 
 #include "planner/planner.h"
 #include "web/web.h"
@@ -45,6 +47,7 @@ typedef struct node_desc {
 	int sync_port;                   /* where its model file may be fetched (0 = none) */
 	char model_hash[AGENT_HASH_HEX]; /* "" = no model (yet) */
 	uint64_t model_size;
+	uint64_t mem_avail; /* memory it can give the model (0 = not said) */
 	int naddrs;
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
@@ -60,10 +63,6 @@ typedef struct conn {
 	char addr[DISC_ADDR_MAX]; /* peer address without port */
 	disc_info_t info;         /* from the peer's INFO */
 	node_desc_t desc;         /* from the peer's NODE */
-	char ack_hash[20];        /* plan hash of its last ACK */
-	char sent_hash[20];       /* plan hash last sent to it (leader) */
-	char ack_state[16];       /* "planned", "loading", "serving", "failed" ("" = none yet) */
-	char excluded[160];       /* why the leader left it out ("" = not excluded) */
 } conn_t;
 
 /* A plan's session on this node: forming the group, loading the engine, serving (rank 0) or
@@ -93,7 +92,12 @@ struct agent {
 	char self_hex[DISC_ID_HEX];
 	disc_host_facts_t facts;
 	uint64_t nonce;
-	agent_state_t state;
+	core_t *core;          /* the cluster core (core.h): states, planning, health */
+	disc_id_t core_leader; /* the election's leader and epoch as last fed to the core */
+	uint64_t core_epoch, core_max_epoch;
+	char core_model[AGENT_HASH_HEX]; /* the model hash as last fed to the core */
+	uint64_t mem_avail;              /* memory this node gives the model (--memory-limit) */
+	uint64_t term_saved;             /* the election epoch last written to STATE_DIR/term */
 	elec_t *elec;
 	disc_mdns_t *mdns;
 	disc_table_t *table;
@@ -132,21 +136,16 @@ struct agent {
 	int model_slice; /* 1: cfg.model is a slice file holding only the bytes of this node's
 			  * shares (modelsync.h); it serves no one and fetches each new share's
 			  * bytes from a holder of the whole file when a session starts */
-	/* plans (cluster.c) */
-	plan_t *plan;          /* the plan this node runs (or last ran), or NULL */
-	plan_t *pending;       /* a newer plan waiting for the old session to end */
-	session_t *sess;       /* the running session, or NULL */
-	disc_id_t plan_leader; /* the leader whose plan we run */
-	int served_once;       /* for /health: replanning rather than forming */
-	char why[200];         /* why we are not serving (health reason) */
-	/* leader only */
-	char want_sig[PLAN_MAX_NODES * 33 + 1];    /* the plannable members now */
-	char planned_sig[PLAN_MAX_NODES * 33 + 1]; /* ... when the current plan was made */
-	int64_t change_ms;                         /* when want_sig last changed */
-	int64_t no_plan_log_ms;
+	/* plans (cluster.c); which plan runs when is the core's decision */
+	plan_t *plan;    /* the plan this node runs (or last ran), or NULL */
+	plan_t *pending; /* the plan the core accepted, until its session starts */
+	plan_t *made;    /* planner: the last plan made here, and its JSON */
+	char *made_text;
+	session_t *sess;     /* the running session, or NULL */
+	int sess_ready;      /* its READY went to the core */
+	char why[200];       /* the model transfer's news for /health (model.c) */
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
-	int64_t retry_ms; /* a failed session: re-plan not before this */
 	/* the API */
 	web_t *web;
 	char leader_url[128];
@@ -158,11 +157,8 @@ struct agent {
 };
 
 /* ---- agent.c ---- */
-void agent_convert(agent_t *a, agent_state_t to, const char *why);
 /* Sends to one member; a failure drops nothing here (heartbeats notice). */
 int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len);
-/* Is this node the leader now? */
-int agent_is_leader(agent_t *a);
 
 /* ---- model.c ---- */
 /* Content hash of the model file (BLAKE2b-256, hex; cached in state_dir) and its size. */
@@ -173,7 +169,7 @@ int agent_model_init(agent_t *a, char *err, size_t errlen);
 void agent_sync_accept(agent_t *a); /* the transfer listener is readable */
 void agent_model_tick(agent_t *a, int64_t now);
 void agent_model_free(agent_t *a);
-/* The member to fetch model bytes from: the leader when it holds the whole file, else the
+/* The member to fetch model bytes from: the planner when it holds the whole file, else the
  * member with the smallest ID that does; NULL when none does. Agent thread. */
 conn_t *agent_model_holder(agent_t *a);
 /* On a slice node (a->model_slice), before a session computes: makes the slice file hold the
@@ -187,7 +183,15 @@ int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const
 void agent_send_node(agent_t *a, conn_t *c);
 /* Handles an agent message (0x0300-0x03ff). Returns 0 or SH_EFORMAT (drop the member). */
 int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, size_t len);
-/* Once per loop turn: planning (leader), sessions, state, the published health and cluster. */
+/* Steps the core with ev and carries out its actions. */
+void agent_core_feed(agent_t *a, const core_event_t *ev);
+/* Feeds the election's leader and epoch to the core when they moved. */
+void agent_core_leader(agent_t *a);
+/* The one place for what runs beside the engine (e.g. --exec): plan `hash` (a->plan) serves on
+ * this node from now on (in_force = 1: its session is ready, the plan files are in the state
+ * directory), or no longer (0: its session is ending or ended). Agent thread; must not block. */
+void agent_plan_hook(agent_t *a, const char *hash, int in_force);
+/* Once per loop turn: the core's tick, sessions, the published health and cluster. */
 void agent_cluster_tick(agent_t *a, int64_t now);
 /* Stops and frees the session and plans (agent_free). */
 void agent_cluster_free(agent_t *a);

@@ -1,14 +1,8 @@
-/* cli.c: helpers shared by the subcommands (stubs, common flags). */
+/* cli.c: helpers shared by the subcommands (common flags, model shapes for the planner). */
 #include "agent/cli.h"
 #include "common/common.h"
 
 #include <stdio.h>
-
-int cli_not_yet(const char *name, const char *issue)
-{
-	fprintf(stderr, "shoal %s: not built yet (arrives with \"%s\")\n", name, issue);
-	return 1;
-}
 
 int cli_set_log_level(const char *arg)
 {

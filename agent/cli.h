@@ -33,9 +33,6 @@ void cli_comm_stats(const struct eng *e); /* one line on stderr */
  * leader uses it too). Returns 0 or an error with "PATH: reason" in err. */
 int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
 
-/* Prints "shoal NAME: not built yet (ISSUE)" and returns 1; used by stubs until their issue lands. */
-int cli_not_yet(const char *name, const char *issue);
-
 /* Common flag: --log-level LEVEL (or SHOAL_LOG). Returns 0, or 2 with a message on a bad level. */
 int cli_set_log_level(const char *arg);
 

@@ -1,17 +1,18 @@
 /*
- * cluster.c: from members to a running plan. Every node describes itself to every member once
- * (AGENT_MSG_NODE: addresses with interface names, API port, model content hash). The leader
- * builds a plan_view_t from itself and the members whose model matches its own, runs plan_make
- * once the set of plannable members has been stable for --replan-delay, and sends the plan JSON
- * to each of them (AGENT_MSG_PLAN); members it leaves out hear why (AGENT_MSG_EXCLUDED). Every
- * node in the plan (the leader too) verifies the hash, writes hostfile.json, mlx-hosts.json,
- * rdma-devices.json and plan.json into its state directory (the same bytes everywhere: they are
- * written from the one plan the leader sent), answers AGENT_MSG_ACK, and starts the plan's
- * session (serve.c) once the previous one has ended.
+ * cluster.c: the shell around the cluster core (core.c) for plans. Every node describes itself to
+ * every member once (AGENT_MSG_NODE: addresses with interface names, API port, model content hash
+ * and size, the memory it gives the model). What those descriptions mean (who plans, who is left
+ * out, when to plan again, when a session starts or stops, what /health says) is the core's
+ * decision; this file feeds it events (agent_core_feed) and carries out its actions: it builds
+ * the plan_view_t of the nodes the core names and runs plan_make (CORE_ACT_MAKE_PLAN), sends the
+ * plan JSON (AGENT_MSG_PLAN), acknowledgements (AGENT_MSG_ACK) and reasons for leaving a member
+ * out (AGENT_MSG_EXCLUDED), parses and verifies received plans, writes hostfile.json,
+ * mlx-hosts.json, rdma-devices.json and plan.json into the state directory when a session starts
+ * (the same bytes everywhere: written from the one plan text), starts and stops sessions
+ * (serve.c), calls agent_plan_hook, and publishes health and the /v1/cluster document.
  *
- * Invariant: at most one session runs; a newer plan waits in a->pending until the old session
- * is DONE. Plans are accepted only from the node this node holds for leader. The state moves
- * only through agent_convert (agent.c), which logs old -> new.
+ * Invariant: a->plan is the plan of the running (or last) session, a->pending the plan the core
+ * accepted until its session starts, a->made the planner's last plan; at most one session runs.
  */
 #include "agent/agent_int.h"
 #include "agent/cli.h"
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 /* ---- node descriptions ---------------------------------------------------------------------- */
@@ -102,6 +102,7 @@ void agent_send_node(agent_t *a, conn_t *c)
 	json_object_set_new(o, "http_port", json_integer(d.http_port));
 	/* a slice holds only this node's share: it serves no one */
 	json_object_set_new(o, "sync_port", json_integer(a->model_slice ? 0 : a->sync_port));
+	json_object_set_new(o, "mem_avail", json_integer((json_int_t)a->mem_avail));
 	if (d.model_hash[0])
 		json_object_set_new(
 		    o, "model",
@@ -140,6 +141,9 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 	json_t *sp = json_object_get(o, "sync_port");
 	if (json_is_integer(sp) && json_integer_value(sp) > 0 && json_integer_value(sp) <= 65535)
 		d->sync_port = (int)json_integer_value(sp);
+	json_t *ma = json_object_get(o, "mem_avail"); /* optional: older nodes do not say */
+	if (json_is_integer(ma) && json_integer_value(ma) > 0)
+		d->mem_avail = (uint64_t)json_integer_value(ma);
 	if (json_is_object(m)) {
 		const char *h = json_string_value(json_object_get(m, "hash"));
 		json_t *sz = json_object_get(m, "size");
@@ -174,67 +178,17 @@ done:
 	return rc;
 }
 
-/* ---- the view (leader) ---------------------------------------------------------------------- */
+/* ---- the view (planner) -------------------------------------------------------------------- */
 
-/* Why member c cannot be planned now ("" = it can). */
-static void plannable(agent_t *a, conn_t *c, char *why, size_t len)
-{
-	why[0] = 0;
-	if (!c->desc.have || !c->info.version)
-		snprintf(why, len, "its description has not arrived");
-	else if (!c->desc.model_hash[0])
-		snprintf(why, len, "it has no model yet (receiving it from the leader)");
-	else if (strcmp(c->desc.model_hash, a->model_hash) || c->desc.model_size != a->model_size)
-		snprintf(why, len,
-			 "its model file differs from the leader's (hash %.12s, %llu bytes; the "
-			 "leader's %.12s, %llu bytes)",
-			 c->desc.model_hash, (unsigned long long)c->desc.model_size, a->model_hash,
-			 (unsigned long long)a->model_size);
-}
-
-static int cmp_str(const void *x, const void *y)
-{
-	return strcmp((const char *)x, (const char *)y);
-}
-
-/* The sorted IDs of this node and every plannable member, comma-joined; tells excluded
- * members why (once per reason). */
-static void members_sig(agent_t *a, char *sig, size_t len)
-{
-	static char ids[PLAN_MAX_NODES][DISC_ID_HEX];
-	int n = 0;
-	memcpy(ids[n++], a->self_hex, DISC_ID_HEX);
-	for (int i = 0; i < a->nconns && n < PLAN_MAX_NODES; i++) {
-		conn_t *c = &a->conns[i];
-		char why[160];
-		plannable(a, c, why, sizeof why);
-		if (!why[0]) {
-			disc_id_hex(&c->id, ids[n++]);
-			c->excluded[0] = 0;
-			continue;
-		}
-		if (!c->desc.have || !strcmp(c->excluded, why))
-			continue; /* not yet described, or already told */
-		snprintf(c->excluded, sizeof c->excluded, "%s", why);
-		char h[DISC_ID_HEX];
-		disc_id_hex(&c->id, h);
-		LOG(LOG_WARN, "plan: leaving node %.8s (%s) out: %s", h, c->addr, why);
-		agent_send(a, c, AGENT_MSG_EXCLUDED, why, strlen(why));
-	}
-	qsort(ids, (size_t)n, sizeof ids[0], cmp_str);
-	size_t off = 0;
-	sig[0] = 0;
-	for (int i = 0; i < n && off + DISC_ID_HEX + 1 < len; i++)
-		off += (size_t)snprintf(sig + off, len - off, "%s%s", i ? "," : "", ids[i]);
-}
-
+/* avail: what the node says it can give (0 = unknown: its total). */
 static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int port, uint64_t mem,
-		     int cores, const char *rdma, const node_desc_t *d)
+		     uint64_t avail, int cores, const char *rdma, const node_desc_t *d)
 {
 	snprintf(pn->node_id, sizeof pn->node_id, "%s", idhex);
 	snprintf(pn->host, sizeof pn->host, "%s", host);
 	pn->port = port;
-	pn->mem_total = pn->mem_avail = mem;
+	pn->mem_total = mem;
+	pn->mem_avail = avail && avail < mem ? avail : mem;
 	pn->cores = cores;
 	pn->addrs = calloc((size_t)MAX(d->naddrs, 1), sizeof *pn->addrs);
 	pn->rdma = calloc(PLAN_MAX_RDMA, sizeof *pn->rdma);
@@ -267,8 +221,8 @@ static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int p
 	return 0;
 }
 
-/* The view of this node and its plannable members. */
-static plan_view_t *view_build(agent_t *a)
+/* The view of the nodes the core asked to plan (self and members, by ID). */
+static plan_view_t *view_build(agent_t *a, const core_action_t *x)
 {
 	plan_view_t *v = calloc(1, sizeof *v);
 	if (!v)
@@ -276,24 +230,25 @@ static plan_view_t *view_build(agent_t *a)
 	v->nodes = calloc(PLAN_MAX_NODES, sizeof *v->nodes);
 	if (!v->nodes)
 		goto err;
-	struct timeval tv;
-	gettimeofday(&tv, NULL);
-	/* the epoch tags the group: a fresh one per plan, growing across leaders */
-	v->epoch = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-	node_desc_t me;
-	self_desc(a, &me);
-	if (node_fill(&v->nodes[v->n_nodes++], a->self_hex, a->facts.hostname, a->cfg.port,
-		      a->facts.mem_bytes, a->facts.cores, a->facts.rdma, &me))
-		goto err;
-	for (int i = 0; i < a->nconns && v->n_nodes < PLAN_MAX_NODES; i++) {
-		conn_t *c = &a->conns[i];
-		char why[160], h[DISC_ID_HEX];
-		plannable(a, c, why, sizeof why);
-		if (why[0])
+	v->epoch = x->epoch; /* the group's tag: grows with the election's term */
+	for (int i = 0; i < x->n && v->n_nodes < PLAN_MAX_NODES; i++) {
+		char h[DISC_ID_HEX];
+		disc_id_hex(&x->ids[i], h);
+		if (!disc_id_cmp(&x->ids[i], &a->self)) {
+			node_desc_t me;
+			self_desc(a, &me);
+			if (node_fill(&v->nodes[v->n_nodes++], h, a->facts.hostname, a->cfg.port,
+				      a->facts.mem_bytes, a->mem_avail, a->facts.cores,
+				      a->facts.rdma, &me))
+				goto err;
 			continue;
-		disc_id_hex(&c->id, h);
+		}
+		conn_t *c = agent_conn_find(a, &x->ids[i]);
+		if (!c || !c->desc.have)
+			continue;
 		if (node_fill(&v->nodes[v->n_nodes++], h, c->info.host, c->info.port,
-			      c->info.mem_bytes, c->info.cores, c->info.rdma, &c->desc))
+			      c->info.mem_bytes, c->desc.mem_avail, c->info.cores, c->info.rdma,
+			      &c->desc))
 			goto err;
 	}
 	return v;
@@ -302,21 +257,16 @@ err:
 	return NULL;
 }
 
-/* ---- plans ---------------------------------------------------------------------------------- */
+/* ---- plans: the core's actions ------------------------------------------------------------- */
 
-static void send_ack(agent_t *a, const char *hash, const char *state, const char *error)
+static void core_plan_of(const plan_t *p, core_plan_t *cp)
 {
-	if (agent_is_leader(a))
-		return;
-	conn_t *c = agent_conn_find(a, &a->plan_leader);
-	if (!c)
-		return;
-	json_t *o = json_pack("{s:s,s:s,s:s}", "hash", hash, "state", state, "error", error);
-	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (s)
-		agent_send(a, c, AGENT_MSG_ACK, s, strlen(s));
-	free(s);
+	memset(cp, 0, sizeof *cp);
+	snprintf(cp->hash, sizeof cp->hash, "%s", plan_hash(p));
+	cp->epoch = plan_epoch(p);
+	for (int r = 0; r < plan_n_ranks(p) && r < CORE_MAX_RANKS; r++)
+		if (disc_id_parse(plan_rank(p, r)->node_id, &cp->ranks[cp->n]) == 0)
+			cp->n++;
 }
 
 static int write_plan_files(agent_t *a, const plan_t *p, char *err, size_t errlen)
@@ -338,160 +288,227 @@ static int write_plan_files(agent_t *a, const plan_t *p, char *err, size_t errle
 	return rc;
 }
 
-/* A plan from the leader (or made here): verify, check membership, write the files, queue it. */
-static void plan_accept(agent_t *a, const char *text, size_t len)
-{
-	char err[512];
-	plan_t *p = NULL;
-	char *s = malloc(len + 1);
-	if (!s)
-		return;
-	memcpy(s, text, len);
-	s[len] = 0;
-	int rc = plan_from_json(&p, s, err, sizeof err);
-	free(s);
-	if (rc) {
-		LOG(LOG_ERROR, "plan: refused a plan from the leader: %s", err);
-		send_ack(a, "", "failed", err);
-		return;
-	}
-	if ((a->plan && a->sess && !strcmp(plan_hash(a->plan), plan_hash(p))) ||
-	    (a->pending && !strcmp(plan_hash(a->pending), plan_hash(p)))) {
-		plan_free(p); /* a repeat of the plan we run */
-		return;
-	}
-	int rank = plan_rank_of(p, a->self_hex);
-	if (rank < 0) {
-		LOG(LOG_WARN, "plan %s: this node is not in it (%d ranks)", plan_hash(p),
-		    plan_n_ranks(p));
-		snprintf(a->why, sizeof a->why, "not in the leader's plan");
-		plan_free(p);
-		return;
-	}
-	if (write_plan_files(a, p, err, sizeof err)) {
-		LOG(LOG_ERROR, "plan %s: %s", plan_hash(p), err);
-		send_ack(a, plan_hash(p), "failed", err);
-		plan_free(p);
-		return;
-	}
-	LOG(LOG_INFO, "plan %s: epoch %llu, %d ranks, %s, this node is rank %d; files in %s",
-	    plan_hash(p), (unsigned long long)plan_epoch(p), plan_n_ranks(p),
-	    plan_strategy_name(plan_strategy(p)), rank, a->cfg.state_dir);
-	plan_free(a->pending);
-	a->pending = p;
-	if (a->sess)
-		session_stop(a->sess);
-	agent_convert(a, AGENT_PLANNED, "plan received");
-	send_ack(a, plan_hash(p), "planned", "");
-}
-
-/* The leader: plan the plannable members and send the plan to each. */
-static void leader_plan(agent_t *a, int64_t now)
+/* The planner: plan the nodes the core names (x->ids, epoch x->epoch). */
+static void make_plan(agent_t *a, const core_action_t *x)
 {
 	char err[1024];
-	if (!a->model_hash[0]) {
-		if (now - a->no_plan_log_ms > 10000) {
-			a->no_plan_log_ms = now;
-			LOG(LOG_WARN, "plan: this node leads but has no model yet: it fetches one "
-				      "from a member that has it, then plans");
-		}
-		snprintf(a->why, sizeof a->why, "the leader has no model");
-		return;
-	}
+	core_event_t ev = {.type = CORE_EV_PLAN_FAILED, .text = err};
+	plan_t *p = NULL;
+	plan_view_t *v = NULL;
 	if (!a->have_pmodel) {
-		if (cli_plan_model_gguf(a->cfg.model, &a->pmodel, err, sizeof err)) {
-			if (now - a->no_plan_log_ms > 10000) {
-				a->no_plan_log_ms = now;
-				LOG(LOG_ERROR, "plan: %s", err);
-			}
-			snprintf(a->why, sizeof a->why, "cannot read the model: %.150s", err);
-			return;
-		}
+		if (!a->cfg.model || cli_plan_model_gguf(a->cfg.model, &a->pmodel, err, sizeof err))
+			goto out;
 		a->have_pmodel = 1;
 	}
-	plan_view_t *v = view_build(a);
-	if (!v)
-		return;
+	if (!(v = view_build(a, x))) {
+		snprintf(err, sizeof err, "out of memory");
+		goto out;
+	}
 	plan_opts_t o;
 	plan_opts_default(&o);
 	o.ctx = a->cfg.ctx;
 	o.base_port = a->cfg.port + 1 > 65535 - PLAN_MAX_NODES ? 0 : a->cfg.port + 1;
-	plan_t *p = NULL;
-	int rc = plan_make(&p, v, &a->pmodel, &o, err, sizeof err);
-	plan_view_free(v);
-	if (rc) {
-		if (now - a->no_plan_log_ms > 5000) {
-			a->no_plan_log_ms = now;
-			LOG(LOG_ERROR, "plan: %s", err);
-		}
-		snprintf(a->why, sizeof a->why, "no plan: %.180s", err);
-		return;
-	}
+	if (plan_make(&p, v, &a->pmodel, &o, err, sizeof err))
+		goto out;
 	char *text = plan_to_json(p);
 	if (!text) {
-		plan_free(p);
-		return;
+		snprintf(err, sizeof err, "out of memory");
+		goto out;
 	}
-	snprintf(a->planned_sig, sizeof a->planned_sig, "%s", a->want_sig);
-	for (int r = 0; r < plan_n_ranks(p); r++) {
-		disc_id_t id;
-		conn_t *c;
-		if (disc_id_parse(plan_rank(p, r)->node_id, &id) == 0 &&
-		    (c = agent_conn_find(a, &id)) != NULL) {
-			c->ack_hash[0] = c->ack_state[0] = 0;
-			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(p));
-			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
+	free(a->made_text);
+	a->made_text = text;
+	plan_free(a->made);
+	a->made = p;
+	p = NULL;
+	LOG(LOG_INFO, "plan %s made for %d ranks (%s: %s)", plan_hash(a->made),
+	    plan_n_ranks(a->made), plan_strategy_name(plan_strategy(a->made)),
+	    plan_reason(a->made));
+	core_plan_t cp;
+	core_plan_of(a->made, &cp);
+	ev = (core_event_t){.type = CORE_EV_PLAN_MADE, .plan = &cp};
+	agent_core_feed(a, &ev);
+	plan_view_free(v);
+	return;
+out:
+	plan_view_free(v);
+	plan_free(p);
+	LOG(LOG_ERROR, "plan: %s", err);
+	agent_core_feed(a, &ev);
+}
+
+/* Takes a copy of the plan the core just accepted (received, or made here). */
+static void pending_sync(agent_t *a, const plan_t *cand)
+{
+	const core_plan_t *cp = core_pending(a->core);
+	if (!cp) /* accepted and already moved on to start (START_SESSION is queued) */
+		cp = core_plan(a->core);
+	if (!cp || (a->pending && !strcmp(plan_hash(a->pending), cp->hash)) ||
+	    (a->plan && !strcmp(plan_hash(a->plan), cp->hash)))
+		return;
+	if (!cand && a->made && !strcmp(plan_hash(a->made), cp->hash))
+		cand = a->made;
+	if (!cand || strcmp(plan_hash(cand), cp->hash))
+		return;
+	char *text = plan_to_json(cand), err[256];
+	plan_t *copy = NULL;
+	if (text && plan_from_json(&copy, text, err, sizeof err) == 0) {
+		plan_free(a->pending);
+		a->pending = copy;
+	}
+	free(text);
+}
+
+static void send_ack(agent_t *a, const core_action_t *x)
+{
+	conn_t *c = agent_conn_find(a, &x->to);
+	if (!c)
+		return;
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "hash", x->hash, "state", core_ack_name(x->ack),
+			      "error", x->text, "epoch", (json_int_t)x->epoch);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (s)
+		agent_send(a, c, AGENT_MSG_ACK, s, strlen(s));
+	free(s);
+}
+
+static void start_session(agent_t *a, const core_action_t *x)
+{
+	char err[512] = "";
+	if (!a->pending || strcmp(plan_hash(a->pending), x->hash)) {
+		snprintf(err, sizeof err, "plan %s is not at hand", x->hash);
+	} else {
+		plan_free(a->plan);
+		a->plan = a->pending;
+		a->pending = NULL;
+		a->sess_ready = 0;
+		LOG(LOG_INFO,
+		    "plan %s: epoch %llu, %d ranks, %s, this node is rank %d; files in %s",
+		    plan_hash(a->plan), (unsigned long long)plan_epoch(a->plan),
+		    plan_n_ranks(a->plan), plan_strategy_name(plan_strategy(a->plan)), x->rank,
+		    a->cfg.state_dir);
+		if (write_plan_files(a, a->plan, err, sizeof err) == 0)
+			a->sess = session_start(a, a->plan, x->rank, err, sizeof err);
+	}
+	if (!a->sess) {
+		LOG(LOG_ERROR, "plan %s: %s", x->hash, err);
+		core_event_t ev = {.type = CORE_EV_SESSION_DONE, .text = err};
+		agent_core_feed(a, &ev);
+	}
+}
+
+void agent_plan_hook(agent_t *a, const char *hash, int in_force)
+{
+	LOG(LOG_INFO, "plan %s: %s", hash, in_force ? "in force" : "no longer in force");
+	(void)a;
+}
+
+void agent_core_feed(agent_t *a, const core_event_t *ev)
+{
+	core_step(a->core, now_ms(), ev);
+	core_action_t x;
+	while (core_next_action(a->core, &x)) {
+		conn_t *c = NULL;
+		pending_sync(a, NULL);
+		switch (x.type) {
+		case CORE_ACT_MAKE_PLAN: make_plan(a, &x); break;
+		case CORE_ACT_SEND_PLAN:
+			if (a->made_text && !strcmp(plan_hash(a->made), x.hash) &&
+			    (c = agent_conn_find(a, &x.to)))
+				agent_send(a, c, AGENT_MSG_PLAN, a->made_text,
+					   strlen(a->made_text));
+			break;
+		case CORE_ACT_EXCLUDE:
+			if ((c = agent_conn_find(a, &x.to)))
+				agent_send(a, c, AGENT_MSG_EXCLUDED, x.text, strlen(x.text));
+			break;
+		case CORE_ACT_ACK: send_ack(a, &x); break;
+		case CORE_ACT_START_SESSION: start_session(a, &x); break;
+		case CORE_ACT_STOP_SESSION: session_stop(a->sess); break;
+		case CORE_ACT_PLAN_IN_FORCE: agent_plan_hook(a, x.hash, 1); break;
+		case CORE_ACT_PLAN_GONE: agent_plan_hook(a, x.hash, 0); break;
 		}
 	}
-	LOG(LOG_INFO, "plan %s made for %d ranks (%s: %s)", plan_hash(p), plan_n_ranks(p),
-	    plan_strategy_name(plan_strategy(p)), plan_reason(p));
-	plan_accept(a, text, strlen(text));
-	free(text);
-	plan_free(p);
+}
+
+/* The election's leader and epoch, when they moved (called after every election input). */
+void agent_core_leader(agent_t *a)
+{
+	disc_id_t l;
+	if (!elec_leader(a->elec, &l))
+		memset(&l, 0, sizeof l);
+	uint64_t e = elec_epoch(a->elec);
+	if (!disc_id_cmp(&l, &a->core_leader) && e == a->core_epoch &&
+	    elec_max_epoch(a->elec) == a->core_max_epoch)
+		return;
+	a->core_max_epoch = elec_max_epoch(a->elec);
+	a->core_leader = l;
+	a->core_epoch = e;
+	core_event_t ev = {
+	    .type = CORE_EV_LEADER, .id = l, .epoch = e, .max_epoch = elec_max_epoch(a->elec)};
+	agent_core_feed(a, &ev);
+}
+
+static void on_plan(agent_t *a, conn_t *c, const uint8_t *p, size_t len)
+{
+	char err[512];
+	plan_t *pl = NULL;
+	char *s = malloc(len + 1);
+	if (!s)
+		return;
+	memcpy(s, p, len);
+	s[len] = 0;
+	int rc = plan_from_json(&pl, s, err, sizeof err);
+	free(s);
+	core_event_t ev = {.type = CORE_EV_PLAN_BAD, .id = c->id, .text = err};
+	core_plan_t cp;
+	if (!rc) {
+		core_plan_of(pl, &cp);
+		ev = (core_event_t){.type = CORE_EV_PLAN, .id = c->id, .plan = &cp};
+	}
+	core_step(a->core, now_ms(), &ev);
+	pending_sync(a, pl); /* before the actions: START_SESSION takes a->pending */
+	ev = (core_event_t){.type = CORE_EV_TICK};
+	agent_core_feed(a, &ev);
+	plan_free(pl);
 }
 
 int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, size_t len)
 {
 	char h[DISC_ID_HEX];
 	disc_id_hex(&c->id, h);
+	core_event_t ev = {.id = c->id};
 	switch (type) {
 	case AGENT_MSG_NODE:
 		if (node_parse(&c->desc, p, len)) {
 			LOG(LOG_WARN, "agent: node %.8s sent a malformed description", h);
 			return SH_EFORMAT;
 		}
+		ev.type = CORE_EV_MEMBER_DESC;
+		ev.model = c->desc.model_hash;
+		ev.model_size = c->desc.model_size;
+		agent_core_feed(a, &ev);
 		return 0;
-	case AGENT_MSG_PLAN: {
-		disc_id_t l;
-		if (!elec_leader(a->elec, &l) || disc_id_cmp(&l, &c->id)) {
-			LOG(LOG_INFO, "plan: ignoring a plan from %.8s, which is not our leader",
-			    h);
-			return 0;
-		}
-		a->plan_leader = l;
-		plan_accept(a, (const char *)p, len);
-		return 0;
-	}
+	case AGENT_MSG_PLAN: on_plan(a, c, p, len); return 0;
 	case AGENT_MSG_ACK: {
 		json_error_t je;
 		json_t *o = json_loadb((const char *)p, len, 0, &je);
 		const char *hs = json_string_value(json_object_get(o, "hash"));
 		const char *st = json_string_value(json_object_get(o, "state"));
 		const char *er = json_string_value(json_object_get(o, "error"));
-		if (!hs || !st) {
+		if (!hs || !st || strlen(hs) >= CORE_HASH_MAX) {
 			json_decref(o);
 			return SH_EFORMAT;
 		}
-		snprintf(c->ack_hash, sizeof c->ack_hash, "%s", hs);
-		snprintf(c->ack_state, sizeof c->ack_state, "%s", st);
-		if (!strcmp(st, "failed")) {
-			LOG(LOG_WARN, "plan %s: node %.8s failed: %s", hs, h, er ? er : "?");
-			if (agent_is_leader(a) && a->plan && !strcmp(hs, plan_hash(a->plan))) {
-				a->planned_sig[0] = 0; /* plan again, after a pause */
-				a->retry_ms = now_ms() + 1000;
-			}
-		} else
-			LOG(LOG_DEBUG, "plan %s: node %.8s %s", hs, h, st);
+		LOG(LOG_DEBUG, "plan %s: node %.8s %s", hs, h, st);
+		ev.type = CORE_EV_ACK;
+		ev.hash = hs;
+		ev.ack = core_ack_parse(st);
+		ev.text = er ? er : "";
+		json_t *ep = json_object_get(o, "epoch"); /* optional: older nodes do not say */
+		if (json_is_integer(ep) && json_integer_value(ep) > 0)
+			ev.epoch = (uint64_t)json_integer_value(ep);
+		agent_core_feed(a, &ev);
 		json_decref(o);
 		return 0;
 	}
@@ -501,9 +518,9 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 		for (char *q = why; *q; q++)
 			if ((unsigned char)*q < 32)
 				*q = ' ';
-		if (strcmp(a->why, why))
-			LOG(LOG_WARN, "plan: the leader leaves this node out: %s", why);
-		snprintf(a->why, sizeof a->why, "%s", why);
+		ev.type = CORE_EV_EXCLUDED;
+		ev.text = why;
+		agent_core_feed(a, &ev);
 		return 0;
 	}
 	}
@@ -541,9 +558,9 @@ static json_t *member_obj(agent_t *a, const char *id, const char *name, const ch
 /* The /v1/cluster document (docs/api.md), as this node sees it. */
 static char *cluster_json(agent_t *a, const char *state)
 {
-	disc_id_t l;
+	disc_id_t l; /* the node that plans and serves the API (rank 0) */
 	char lh[DISC_ID_HEX] = "";
-	int have = elec_leader(a->elec, &l);
+	int have = core_planner(a->core, &l);
 	if (have)
 		disc_id_hex(&l, lh);
 	json_t *o = json_object(), *ms = json_array(), *links = json_array();
@@ -559,24 +576,27 @@ static char *cluster_json(agent_t *a, const char *state)
 			break;
 		}
 	int myrank = a->plan ? plan_rank_of(a->plan, a->self_hex) : -1;
-	json_array_append_new(
-	    ms, member_obj(a, a->self_hex, a->facts.hostname, self_addr, me.http_port,
-			   have && !strcmp(lh, a->self_hex) ? "leader" : "follower", myrank,
-			   agent_state_name(a->state), a->facts.mem_bytes, a->facts.rdma));
+	json_array_append_new(ms,
+			      member_obj(a, a->self_hex, a->facts.hostname, self_addr, me.http_port,
+					 have && !strcmp(lh, a->self_hex) ? "leader" : "follower",
+					 myrank, agent_state_name(core_state(a->core)),
+					 a->facts.mem_bytes, a->facts.rdma));
 	for (int i = 0; i < a->nconns; i++) {
 		conn_t *c = &a->conns[i];
 		char h[DISC_ID_HEX];
 		disc_id_hex(&c->id, h);
 		int r = a->plan ? plan_rank_of(a->plan, h) : -1;
-		const char *st = c->excluded[0] ? "excluded" : "member";
-		if (a->plan && r >= 0 && c->ack_state[0] &&
-		    !strcmp(c->ack_hash, plan_hash(a->plan)))
-			st = c->ack_state;
+		const char *ex = core_member_excluded(a->core, &c->id);
+		const char *st = ex && ex[0] ? "excluded" : "member";
+		core_ack_t ack = core_member_ack(a->core, &c->id);
+		if (a->plan && r >= 0 && ack != CORE_ACK_NONE)
+			st = core_ack_name(ack);
 		json_array_append_new(ms, member_obj(a, h, c->info.host, c->addr, c->desc.http_port,
 						     have && !strcmp(lh, h) ? "leader" : "follower",
 						     r, st, c->info.mem_bytes, c->info.rdma));
 	}
 	json_object_set_new(o, "members", ms);
+	json_object_set_new(o, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
 	if (a->plan) {
 		int n = plan_n_ranks(a->plan);
 		json_t *shares = json_array(), *experts = json_array();
@@ -627,11 +647,18 @@ static char *cluster_json(agent_t *a, const char *state)
 
 /* ---- the tick ------------------------------------------------------------------------------- */
 
+_Static_assert((int)CORE_HEALTH_SERVING == (int)WEB_SERVING &&
+		   (int)CORE_HEALTH_FORMING == (int)WEB_FORMING &&
+		   (int)CORE_HEALTH_LOADING == (int)WEB_LOADING &&
+		   (int)CORE_HEALTH_REPLANNING == (int)WEB_REPLANNING,
+	       "core_health_t and enum web_state name the same states");
+
+/* Followers (and the excluded) send API clients to the planner, which serves as rank 0. */
 static void set_leader_url(agent_t *a)
 {
 	char url[128] = "";
 	disc_id_t l;
-	if (elec_leader(a->elec, &l) && disc_id_cmp(&l, &a->self)) {
+	if (core_planner(a->core, &l) && disc_id_cmp(&l, &a->self)) {
 		conn_t *c = agent_conn_find(a, &l);
 		if (c && c->desc.have)
 			snprintf(url, sizeof url,
@@ -646,132 +673,62 @@ static void set_leader_url(agent_t *a)
 	}
 }
 
-static void sessions_step(agent_t *a, int64_t now)
+/* The session's phase, as events for the core. */
+static void session_poll(agent_t *a)
 {
-	if (a->sess && session_phase(a->sess) == SESSION_DONE) {
-		char e[256], hash[20] = "";
-		snprintf(e, sizeof e, "%s",
-			 session_error(a->sess)); /* the session is freed below */
-		if (a->plan)
-			snprintf(hash, sizeof hash, "%s", plan_hash(a->plan));
-		if (e[0] && !a->pending) {
-			LOG(LOG_WARN, "plan %s: session ended: %s", hash, e);
-			snprintf(a->why, sizeof a->why, "%.190s", e);
-			send_ack(a, hash, "failed", e);
-			if (agent_is_leader(a)) {
-				a->planned_sig[0] = 0;
-				a->retry_ms = now + 1000;
-			}
-		}
+	if (!a->sess)
+		return;
+	int ph = session_phase(a->sess);
+	if (ph == SESSION_READY && !a->sess_ready) {
+		a->sess_ready = 1;
+		core_event_t ev = {.type = CORE_EV_SESSION_READY};
+		agent_core_feed(a, &ev);
+	} else if (ph == SESSION_DONE) {
+		char e[256];
+		snprintf(e, sizeof e, "%s", session_error(a->sess));
 		session_free(a->sess);
 		a->sess = NULL;
-		if (!a->pending)
-			agent_convert(a, AGENT_SETTLED, e[0] ? "session failed" : "session ended");
-	}
-	if (a->pending && !a->sess) {
-		char err[256];
-		plan_free(a->plan);
-		a->plan = a->pending;
-		a->pending = NULL;
-		int rank = plan_rank_of(a->plan, a->self_hex);
-		a->sess = session_start(a, a->plan, rank, err, sizeof err);
-		if (!a->sess) {
-			LOG(LOG_ERROR, "plan %s: %s", plan_hash(a->plan), err);
-			send_ack(a, plan_hash(a->plan), "failed", err);
-			agent_convert(a, AGENT_SETTLED, "session did not start");
-		} else {
-			agent_convert(a, AGENT_LOADING, "forming the group");
-			send_ack(a, plan_hash(a->plan), "loading", "");
+		/* "STEP: rank N (ADDR) did not answer within MS ms": a rank that stalled while its
+		 * channel stayed up (transport/group.c says it so) */
+		const char *r = strstr(e, "rank ");
+		int rank;
+		if (r && strstr(e, " did not ") && sscanf(r, "rank %d (", &rank) == 1 && a->plan &&
+		    rank > 0 && rank < plan_n_ranks(a->plan)) {
+			core_event_t st = {.type = CORE_EV_RANK_STALLED};
+			if (disc_id_parse(plan_rank(a->plan, rank)->node_id, &st.id) == 0)
+				agent_core_feed(a, &st);
 		}
-	}
-	if (a->sess && a->state == AGENT_LOADING && session_phase(a->sess) == SESSION_READY) {
-		agent_convert(a, AGENT_SERVING,
-			      agent_is_leader(a) ? "serving the API" : "computing");
-		a->served_once = 1;
-		a->why[0] = 0;
-		send_ack(a, plan_hash(a->plan), "serving", "");
+		core_event_t ev = {.type = CORE_EV_SESSION_DONE, .text = e};
+		agent_core_feed(a, &ev);
 	}
 }
 
 void agent_cluster_tick(agent_t *a, int64_t now)
 {
-	disc_id_t l;
-	int have = elec_leader(a->elec, &l);
-	/* a new leader: the old plan's session is over (no leader for a moment changes nothing) */
-	if (have && disc_id_cmp(&l, &a->plan_leader)) {
-		if (a->sess)
-			session_stop(a->sess);
-		plan_free(a->pending);
-		a->pending = NULL;
-		a->plan_leader = l;
-		a->planned_sig[0] = 0;
-		a->want_sig[0] = 0;
-		if (a->state > AGENT_SETTLED)
-			agent_convert(a, AGENT_SETTLED, "leader changed");
+	if (strcmp(a->core_model, a->model_hash)) { /* a model arrived (model.c) */
+		snprintf(a->core_model, sizeof a->core_model, "%s", a->model_hash);
+		core_event_t ev = {
+		    .type = CORE_EV_MODEL, .model = a->model_hash, .model_size = a->model_size};
+		agent_core_feed(a, &ev);
 	}
-	/* the leader: a member of the current plan that (re)joined gets the plan again (a repeat
-	 * of the plan a member runs is ignored there) */
-	const plan_t *cur = a->pending ? a->pending : a->plan;
-	if (have && agent_is_leader(a) && cur && !strcmp(a->want_sig, a->planned_sig)) {
-		char *text = NULL;
-		for (int i = 0; i < a->nconns; i++) {
-			conn_t *c = &a->conns[i];
-			char h[DISC_ID_HEX];
-			disc_id_hex(&c->id, h);
-			if (plan_rank_of(cur, h) < 0 || !strcmp(c->sent_hash, plan_hash(cur)))
-				continue;
-			if (!text && !(text = plan_to_json(cur)))
-				break;
-			snprintf(c->sent_hash, sizeof c->sent_hash, "%s", plan_hash(cur));
-			agent_send(a, c, AGENT_MSG_PLAN, text, strlen(text));
-		}
-		free(text);
-	}
-	if (have) {
-		set_leader_url(a);
-		if (agent_is_leader(a)) {
-			char sig[sizeof a->want_sig];
-			members_sig(a, sig, sizeof sig);
-			if (strcmp(sig, a->want_sig)) {
-				snprintf(a->want_sig, sizeof a->want_sig, "%s", sig);
-				a->change_ms = now;
-				if (a->planned_sig[0])
-					LOG(LOG_INFO,
-					    "plan: members changed; re-planning in %lld ms",
-					    (long long)a->cfg.replan_delay_ms);
-			}
-			int first = !a->planned_sig[0]; /* no plan of this leader yet */
-			int64_t delay = first ? 0 : a->cfg.replan_delay_ms;
-			/* a member's description follows its handshake at once: wait for it (a
-			 * little) rather than plan without the member and re-plan right after */
-			int waiting = 0;
-			for (int i = 0; i < a->nconns; i++)
-				waiting |=
-				    !a->conns[i].desc.have && now - a->conns[i].joined_ms < 1000;
-			if (!waiting && strcmp(a->want_sig, a->planned_sig) &&
-			    now - a->change_ms >= delay && now >= a->retry_ms)
-				leader_plan(a, now);
-		}
-	}
-	sessions_step(a, now);
+	session_poll(a);
+	core_event_t ev = {.type = CORE_EV_TICK};
+	agent_core_feed(a, &ev);
+	set_leader_url(a);
 	/* publish health and the cluster document (at most every 250 ms unless the state moved) */
-	int ws;
-	const char *reason;
-	switch (a->state) {
-	case AGENT_SERVING: ws = WEB_SERVING, reason = ""; break;
-	case AGENT_LOADING: ws = WEB_LOADING, reason = "loading the model share"; break;
-	case AGENT_PLANNED:
-		ws = a->served_once ? WEB_REPLANNING : WEB_LOADING, reason = "plan received";
-		break;
-	case AGENT_SETTLED:
-		ws = a->served_once ? WEB_REPLANNING : WEB_FORMING;
-		reason = a->why[0] ? a->why : "waiting for a plan";
-		break;
-	default: ws = a->served_once ? WEB_REPLANNING : WEB_FORMING, reason = "waiting for peers";
+	char reason[200];
+	int ws = (int)core_health(a->core, reason, sizeof reason);
+	if (ws != WEB_SERVING && core_state(a->core) == AGENT_SETTLED && a->why[0])
+		snprintf(reason, sizeof reason, "%s", a->why); /* the model transfer's news */
+	if (a->web && a->plan && core_is_planner(a->core)) {
+		web_set_rank_count(a->web, plan_n_ranks(a->plan));
+		for (int r = 0; r < plan_n_ranks(a->plan); r++)
+			web_set_rank_health(a->web, r, core_rank_up(a->core, r));
 	}
 	if (ws != a->pub_state || now - a->pub_ms >= 250 || strcmp(reason, a->pub_reason)) {
 		a->pub_ms = now;
-		agent_pub_set(a, ws, reason, cluster_json(a, agent_state_name(a->state)));
+		agent_pub_set(a, ws, reason,
+			      cluster_json(a, agent_state_name(core_state(a->core))));
 	}
 }
 
@@ -784,5 +741,8 @@ void agent_cluster_free(agent_t *a)
 	}
 	plan_free(a->pending);
 	plan_free(a->plan);
-	a->pending = a->plan = NULL;
+	plan_free(a->made);
+	free(a->made_text);
+	a->pending = a->plan = a->made = NULL;
+	a->made_text = NULL;
 }

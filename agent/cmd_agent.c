@@ -50,6 +50,8 @@ static void usage(FILE *f)
 	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
 	    "  --threads N        compute threads (default: the number of cores)\n"
 	    "  --ctx N            context length (default: the model's)\n"
+	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
+	    "                     (default: what the system has available at start)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
 }
@@ -93,6 +95,7 @@ int cmd_agent(int argc, char **argv)
 					     {"step-timeout", required_argument, 0, 'S'},
 					     {"threads", required_argument, 0, 'T'},
 					     {"ctx", required_argument, 0, 'C'},
+					     {"memory-limit", required_argument, 0, 'M'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -159,6 +162,7 @@ int cmd_agent(int argc, char **argv)
 			cfg.peers[cfg.npeers++] = optarg;
 			break;
 		case 'm': cfg.model = optarg; break;
+		case 'M': cfg.memory_limit = optarg; break;
 		case 'N': cfg.no_mdns = 1; break;
 		case 'R':
 		case 'S':
@@ -228,7 +232,7 @@ int cmd_agent(int argc, char **argv)
 		fprintf(stderr, "shoal agent: %s\n", err);
 		return 1;
 	}
-	LOG(LOG_DEBUG, "agent: keys derived in %lld ms", (long long)(now_ms() - t0));
+	LOG(LOG_INFO, "agent: keys derived in %lld ms (Argon2id)", (long long)(now_ms() - t0));
 	agent_t *a = agent_new(&cfg, &keys, err, sizeof err);
 	tp_keys_wipe(&keys);
 	if (!a) {

@@ -34,6 +34,13 @@ static void print_table(json_t *root)
 	printf("node %s  leader %s  epoch %lld  state %s\n", str(root, "node_id"),
 	       str(root, "leader"), (long long)json_integer_value(json_object_get(root, "epoch")),
 	       str(root, "state"));
+	const char *why = json_string_value(json_object_get(root, "reason"));
+	if (why && why[0])
+		printf("why: %s\n", why);
+	if (json_is_string(json_object_get(root, "planner")) &&
+	    strcmp(str(root, "planner"), str(root, "leader")))
+		printf("planner (rank 0, the majority model's smallest ID): %s\n",
+		       str(root, "planner"));
 	if (json_is_true(json_object_get(root, "duplicate_id")))
 		printf("WARNING: another node (%s) uses this node ID\n", str(root, "duplicate_at"));
 	printf("%-32s  %-20s  %-15s  %-10s  %8s  %5s  %s\n", "NODE ID", "HOST", "ADDRESS",
@@ -53,6 +60,8 @@ static void print_table(json_t *root)
 		       str(m, "host"), str(m, "address"), str(m, "interface"), gib,
 		       (long long)json_integer_value(json_object_get(m, "cores")), str(m, "role"),
 		       json_is_true(json_object_get(m, "self")) ? " (this node)" : "", exps);
+		if (json_is_string(json_object_get(m, "excluded")))
+			printf("  left out: %s\n", str(m, "excluded"));
 	}
 }
 

@@ -202,9 +202,9 @@ conn_t *agent_model_holder(agent_t *a)
 {
 	disc_id_t l;
 	conn_t *c = NULL;
-	if (!elec_leader(a->elec, &l))
+	if (!core_planner(a->core, &l)) /* the majority model's smallest holder (core.c) */
 		return NULL;
-	/* the leader's model is the one served; a holder of it that is not a slice serves it */
+	/* the planner's model is the one served; a holder of it that is not a slice serves it */
 	const char *want = a->model_hash;
 	if (disc_id_cmp(&l, &a->self)) {
 		conn_t *lc = agent_conn_find(a, &l);

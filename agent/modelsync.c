@@ -68,36 +68,17 @@ int modelsync_is_msg(uint16_t type)
 
 char *modelsync_hex(char out[MS_HASH_HEX], const uint8_t hash[MS_HASH_BYTES])
 {
-	static const char d[] = "0123456789abcdef";
-	for (int i = 0; i < MS_HASH_BYTES; i++) {
-		out[2 * i] = d[hash[i] >> 4];
-		out[2 * i + 1] = d[hash[i] & 15];
-	}
-	out[2 * MS_HASH_BYTES] = 0;
-	return out;
-}
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
+	return sodium_bin2hex(out, MS_HASH_HEX, hash, MS_HASH_BYTES);
 }
 
 int modelsync_unhex(uint8_t out[MS_HASH_BYTES], const char *hex)
 {
-	if (!hex || strlen(hex) != 2 * MS_HASH_BYTES)
+	size_t n = 0;
+	const char *end;
+	if (!hex || strlen(hex) != 2 * MS_HASH_BYTES ||
+	    sodium_hex2bin(out, MS_HASH_BYTES, hex, 2 * MS_HASH_BYTES, NULL, &n, &end) != 0 ||
+	    n != MS_HASH_BYTES || *end)
 		return SH_EINVAL;
-	for (int i = 0; i < MS_HASH_BYTES; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return SH_EINVAL;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
 	return 0;
 }
 

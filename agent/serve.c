@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define GROUP_FORM_MS 10000 /* every rank must show up within this after a plan */
 
@@ -88,8 +90,14 @@ static void *session_main(void *arg)
 				     .timeout_ms = GROUP_FORM_MS,
 				     .rdma_devices = s->rdma_path,
 				     .cancel = &s->cancel};
-		if (tp_group_new(&g, &gc, err, sizeof err))
-			goto done;
+		/* a peer whose previous plan's group still holds its port refuses us as "another
+		 * group" for a moment: try again while the forming window lasts */
+		while (tp_group_new(&g, &gc, err, sizeof err)) {
+			if (!strstr(err, "another group") || atomic_load(&s->cancel) ||
+			    now_ms() - t0 > GROUP_FORM_MS - 500)
+				goto done;
+			usleep(100 * 1000);
+		}
 		pthread_mutex_lock(&s->mu);
 		s->group = g;
 		int st = s->stop;
@@ -119,9 +127,21 @@ static void *session_main(void *arg)
 			web_set_engine(a->web, e);
 		}
 		atomic_store(&s->phase, SESSION_READY);
+		/* serve until told to stop, or until a request breaks the group (a rank died or
+		 * missed the step timeout: the engine is unusable, the agent must plan again) */
 		pthread_mutex_lock(&s->mu);
-		while (!s->stop)
-			pthread_cond_wait(&s->cv, &s->mu);
+		while (!s->stop) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 250 * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			if (g && tp_group_check(g, err, sizeof err))
+				break;
+		}
 		pthread_mutex_unlock(&s->mu);
 		/* the group is aborted: a running request fails at its next step */
 		if (a->web)

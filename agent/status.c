@@ -103,6 +103,9 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 		const plan_rank_t *pr = plan_rank(a->plan, r);
 		json_object_set_new(o, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
 	}
+	const char *ex = core_member_excluded(a->core, id); /* known on the planner */
+	if (ex && ex[0])
+		json_object_set_new(o, "excluded", json_string(ex));
 	return o;
 }
 
@@ -114,10 +117,19 @@ static char *status_json(agent_t *a)
 		disc_id_hex(&l, lh);
 	json_t *root = json_object();
 	json_object_set_new(root, "node_id", json_string(a->self_hex));
-	json_object_set_new(root, "state", json_string(agent_state_name(a->state)));
+	json_object_set_new(root, "state", json_string(agent_state_name(core_state(a->core))));
 	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(a->elec))));
 	json_object_set_new(root, "leader", lh[0] ? json_string(lh) : json_null());
 	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
+	disc_id_t p;
+	char ph[DISC_ID_HEX] = "", reason[200];
+	if (core_planner(a->core, &p))
+		disc_id_hex(&p, ph);
+	json_object_set_new(root, "planner", ph[0] ? json_string(ph) : json_null());
+	core_health(a->core, reason, sizeof reason);
+	json_object_set_new(root, "reason", json_string(reason));
+	const char *mm = core_majority_model(a->core);
+	json_object_set_new(root, "majority_model", mm[0] ? json_string(mm) : json_null());
 	json_object_set_new(root, "cluster_id", json_string(a->keys.cid_hex));
 	json_object_set_new(root, "port", json_integer(a->cfg.port));
 	json_object_set_new(root, "http_port", json_integer(a->cfg.http_port));

@@ -58,15 +58,15 @@ enum shoal_err {
 const char *sh_strerror(int err);
 
 /* snprintf into a caller's error buffer (errbuf may be NULL). Returns err for tail calls:
- *   return sh_fail(err, errbuf, errlen, SH_EFORMAT, "bad magic %x", m); */
+ *   return sh_fail(errbuf, errlen, SH_EFORMAT, "bad magic %x", m); */
 int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define MAX(a, b)    ((a) > (b) ? (a) : (b))
 
 /* Monotonic clock in milliseconds and in nanoseconds. */
 int64_t now_ms(void);
@@ -80,5 +80,17 @@ int read_file_all(const char *path, char **out, size_t *outlen, char *errbuf, si
 
 /* mkdir -p with mode 0700 for created directories. */
 int mkdir_p(const char *path, char *errbuf, size_t errlen);
+
+/* 64-bit FNV-1a over n bytes, continuing from h (start with SH_FNV1A64_INIT). */
+#define SH_FNV1A64_INIT 0xcbf29ce484222325ULL
+uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n);
+
+/* Splits units over n shares in proportion to the weights w[i] (0 counts as 1) by largest
+ * remainder (equal remainders go to the lower index), then gives every share at least min_each
+ * by taking from the largest (ties: the higher index). n <= SH_SPLIT_MAX and
+ * units >= n * min_each. The one share splitter of the planner and of tensor-parallel workers
+ * without a plan, so both cut a model the same way. */
+#define SH_SPLIT_MAX 256
+void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w);
 
 #endif

@@ -50,7 +50,10 @@ int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int64_t now_ms(void) { return now_ns() / 1000000; }
+int64_t now_ms(void)
+{
+	return now_ns() / 1000000;
+}
 
 int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen)
 {
@@ -142,4 +145,46 @@ int mkdir_p(const char *path, char *errbuf, size_t errlen)
 		}
 	}
 	return 0;
+}
+
+uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ULL;
+	return h;
+}
+
+void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w)
+{
+	unsigned __int128 total = 0, rem[SH_SPLIT_MAX];
+	for (int i = 0; i < n; i++)
+		total += w[i] ? w[i] : 1;
+	int given = 0;
+	for (int i = 0; i < n; i++) {
+		unsigned __int128 q = (unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1);
+		out[i] = (int)(q / total);
+		rem[i] = q % total;
+		given += out[i];
+	}
+	/* Largest remainder; equal remainders go to the lower index. At most n - 1 left over. */
+	for (; given < units; given++) {
+		int best = 0;
+		for (int i = 1; i < n; i++)
+			if (rem[i] > rem[best])
+				best = i;
+		out[best]++;
+		rem[best] = 0;
+	}
+	/* Minimums: a share below takes a unit from the share holding the most (ties: the higher
+	 * index), which stays at or above the minimum because units >= n * min_each. */
+	for (int i = 0; i < n; i++)
+		while (out[i] < min_each) {
+			int top = 0;
+			for (int j = 1; j < n; j++)
+				if (out[j] >= out[top])
+					top = j;
+			out[top]--;
+			out[i]++;
+		}
 }

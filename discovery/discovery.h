@@ -222,6 +222,8 @@ typedef struct elec_config {
 		     */
 	int64_t grace_ms; /* a node alone waits this much longer after start (mDNS needs ~1 s) */
 	int64_t hold_ms;  /* a leader told of a smaller node it cannot see holds back this long */
+	uint64_t min_epoch; /* the largest epoch seen before a restart (epochs only grow) */
+	int64_t quick_ms;   /* settle this soon while the view is complete (0 = off) */
 } elec_config_t;
 
 #define ELEC_MAX_MEMBERS DISC_MAX_PEERS
@@ -253,6 +255,8 @@ void elec_on_smaller(elec_t *e, const disc_id_t *from, const disc_id_t *smaller,
 void elec_on_heartbeat(elec_t *e, const disc_id_t *from, uint64_t epoch, const disc_id_t *leader,
 		       int sender_is_leader, int64_t now_ms);
 void elec_tick(elec_t *e, int64_t now_ms);
+/* The shell's word: every node discovery knows of (mDNS sightings, --peer) is a member now. */
+void elec_set_complete(elec_t *e, int complete);
 
 /* Outputs. */
 int elec_next_msg(elec_t *e, elec_msg_t *out); /* 1 and a message, or 0 when none is queued */
@@ -260,6 +264,7 @@ elec_state_t elec_state(const elec_t *e);
 /* The leader this node follows or is; returns 0 and a zero ID when there is none. */
 int elec_leader(const elec_t *e, disc_id_t *out);
 uint64_t elec_epoch(const elec_t *e);
+uint64_t elec_max_epoch(const elec_t *e); /* the largest epoch seen (persist it: min_epoch) */
 int elec_member_count(const elec_t *e);
 const disc_id_t *elec_member_at(const elec_t *e, int i); /* sorted ascending, self included */
 int elec_is_member(const elec_t *e, const disc_id_t *id);

@@ -6,11 +6,15 @@
  *
  * Rule: the leader is the member with the smallest node ID (self included). A node decides only
  * when its view is settled: unchanged for settle_ms (a node still alone also waits grace_ms after
- * start, the time mDNS needs to find anyone), or expect members present. The smallest member then
- * announces itself with a view epoch one above every epoch it has seen; others follow the
- * announcement of the node they too see as smallest, and tell a leader about a smaller member it
- * does not seem to know. A larger node joining never moves leadership (no flapping); losing the
- * leader makes the next smallest take over once the survivors' view settles.
+ * start, the time mDNS needs to find anyone), or for quick_ms while the shell says the view is
+ * complete (every node discovery knows of is a member), or expect members present. The smallest
+ * member then announces itself with a view epoch one above every epoch it has seen; others follow
+ * the announcement of the node they too see as smallest, and tell a leader about a smaller member
+ * it does not seem to know. Epochs only grow: a leader that hears of an epoch above its own (it was
+ * paused or partitioned while others elected someone) announces again above it before anyone
+ * follows it, and a node never follows an announcement older than the largest epoch it has seen
+ * (min_epoch carries that across restarts). A larger node joining never moves leadership (no
+ * flapping); losing the leader makes the next smallest take over once the survivors' view settles.
  *
  * Invariant: members[] is sorted ascending, contains self, and has no duplicates; state changes
  * happen only in convert(), which logs old -> new.
@@ -33,8 +37,9 @@ struct elec {
 	disc_id_t leader; /* zero when none */
 	uint64_t epoch;   /* of the announcement we lead or follow */
 	uint64_t max_epoch;
-	int dirty;   /* leader: the view changed since the last announcement */
-	int holding; /* leader told of a smaller node it cannot see */
+	int dirty;    /* leader: the view changed since the last announcement */
+	int holding;  /* leader told of a smaller node it cannot see */
+	int complete; /* the shell: every node discovery knows of is a member */
 	disc_id_t hint;
 	int64_t hold_until_ms;
 	int64_t last_smaller_ms;
@@ -119,6 +124,7 @@ elec_t *elec_new(const disc_id_t *self, const elec_config_t *cfg, int64_t now_ms
 	e->n = 1;
 	e->members[0] = *self;
 	e->state = ELEC_UNSETTLED;
+	e->max_epoch = cfg->min_epoch;
 	return e;
 }
 
@@ -133,6 +139,11 @@ static int find(const elec_t *e, const disc_id_t *id)
 		if (!disc_id_cmp(&e->members[i], id))
 			return i;
 	return -1;
+}
+
+void elec_set_complete(elec_t *e, int complete)
+{
+	e->complete = complete;
 }
 
 int elec_is_member(const elec_t *e, const disc_id_t *id)
@@ -182,6 +193,8 @@ static int settled(const elec_t *e, int64_t now_ms)
 	if (e->cfg.expect > 0 && e->n >= e->cfg.expect)
 		return 1;
 	int64_t at = e->last_change_ms + e->cfg.settle_ms;
+	if (e->complete && e->n > 1 && e->cfg.quick_ms > 0)
+		at = e->last_change_ms + MIN(e->cfg.quick_ms, e->cfg.settle_ms);
 	if (e->n == 1)
 		at = MAX(at, e->start_ms + e->cfg.settle_ms + e->cfg.grace_ms);
 	return now_ms >= at;
@@ -244,7 +257,18 @@ static void follow(elec_t *e, const disc_id_t *from, uint64_t epoch)
 {
 	if (e->state == ELEC_FOLLOWER && !disc_id_cmp(&e->leader, from) && epoch <= e->epoch)
 		return; /* an older or repeated announcement */
+	if (epoch < e->max_epoch)
+		return; /* a stale term (the sender was away): it announces again above ours */
 	convert(e, ELEC_FOLLOWER, from, epoch);
+}
+
+/* Another node speaks of a newer epoch than the one we lead: announce again above it. */
+static void epoch_seen(elec_t *e, uint64_t epoch)
+{
+	if (epoch > e->max_epoch)
+		e->max_epoch = epoch;
+	if (e->state == ELEC_LEADER && epoch > e->epoch)
+		e->dirty = 1;
 }
 
 void elec_on_leader(elec_t *e, const disc_id_t *from, uint64_t epoch, const disc_id_t *members,
@@ -252,8 +276,7 @@ void elec_on_leader(elec_t *e, const disc_id_t *from, uint64_t epoch, const disc
 {
 	(void)members;
 	(void)n;
-	if (epoch > e->max_epoch)
-		e->max_epoch = epoch;
+	epoch_seen(e, epoch);
 	if (find(e, from) < 0 || is_self(e, from))
 		return; /* not (yet) a member of our view */
 	if (disc_id_cmp(&e->members[0], from) < 0) {
@@ -267,8 +290,7 @@ void elec_on_heartbeat(elec_t *e, const disc_id_t *from, uint64_t epoch, const d
 		       int sender_is_leader, int64_t now_ms)
 {
 	(void)leader;
-	if (epoch > e->max_epoch)
-		e->max_epoch = epoch;
+	epoch_seen(e, epoch);
 	if (!sender_is_leader || find(e, from) < 0 || is_self(e, from))
 		return;
 	if (disc_id_cmp(&e->members[0], from) < 0)
@@ -309,6 +331,11 @@ int elec_leader(const elec_t *e, disc_id_t *out)
 uint64_t elec_epoch(const elec_t *e)
 {
 	return e->epoch;
+}
+
+uint64_t elec_max_epoch(const elec_t *e)
+{
+	return e->max_epoch;
 }
 
 int elec_member_count(const elec_t *e)

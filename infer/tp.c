@@ -67,52 +67,24 @@ static uint64_t get64(const uint8_t *p)
 
 /* ---- shares ------------------------------------------------------------------------------- */
 
-/* Largest-remainder split of units over n weights, at least one each (units >= n). */
-static void split_units(int *out, int n, int units, const int *w);
-
-/* The same for units a rank may hold none of (whole routed experts, shared-expert blocks):
- * fewer units than ranks go one each to the first ranks. */
-static void split_whole(int *out, int n, int units, const int *w)
-{
-	if (units >= n) {
-		split_units(out, n, units, w);
-		return;
-	}
-	for (int i = 0; i < n; i++)
-		out[i] = i < units;
-}
-
-/* Largest-remainder split of units over n weights, at least one each (units >= n). */
+/* The planner's split (common/), for a worker without a plan: units over n int weights (NULL =
+ * equal), at least one each (units >= n). */
 static void split_units(int *out, int n, int units, const int *w)
 {
-	int64_t total = 0;
-	int given = 0;
-	int64_t rem[TP_MAX_WORLD];
+	uint64_t uw[TP_MAX_WORLD];
 	for (int i = 0; i < n; i++)
-		total += w ? w[i] : 1;
-	for (int i = 0; i < n; i++) {
-		int64_t q = (int64_t)units * (w ? w[i] : 1);
-		out[i] = (int)(q / total);
-		rem[i] = q % total;
-		given += out[i];
-	}
-	for (; given < units; given++) {
-		int best = 0;
-		for (int i = 1; i < n; i++)
-			if (rem[i] > rem[best])
-				best = i;
-		out[best]++;
-		rem[best] = -1;
-	}
+		uw[i] = w ? (uint64_t)w[i] : 1;
+	sh_split_units(out, n, units, 1, uw);
+}
+
+/* Units a rank may hold none of (whole routed experts, shared-expert blocks), as the planner
+ * splits them: no minimum. */
+static void split_whole(int *out, int n, int units, const int *w)
+{
+	uint64_t uw[TP_MAX_WORLD];
 	for (int i = 0; i < n; i++)
-		while (out[i] < 1) {
-			int top = 0;
-			for (int j = 1; j < n; j++)
-				if (out[j] >= out[top])
-					top = j;
-			out[top]--;
-			out[i]++;
-		}
+		uw[i] = w ? (uint64_t)w[i] : 1;
+	sh_split_units(out, n, units, 0, uw);
 }
 
 int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, const int *w,
@@ -271,32 +243,22 @@ static int dist_fail(dist_t *d, int rc, const char *fmt, ...)
 
 /* ---- setup -------------------------------------------------------------------------------- */
 
-/* SETUP layout (64 bytes): type u32, version u32, ctx u32, pipeline u32, world u32, then the
- * shape: n_layers, dim, n_heads, n_kv_heads, head_dim, ffn, n_vocab (u32 each), rest zero. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
-}
-
 uint64_t dist_model_fingerprint(const gguf_t *g)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = SH_FNV1A64_INIT;
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		uint8_t f[16];
 		put32(f, (uint32_t)t->type);
 		put64(f + 4, t->nbytes);
 		put32(f + 12, (uint32_t)t->n_dims);
-		h = fnv(h, t->name, strlen(t->name));
-		h = fnv(h, f, sizeof f);
-		h = fnv(h, t->ne, sizeof t->ne);
+		h = sh_fnv1a64(h, t->name, strlen(t->name));
+		h = sh_fnv1a64(h, f, sizeof f);
+		h = sh_fnv1a64(h, t->ne, sizeof t->ne);
+		/* first and last bytes: one page each (a slice holds them too: eng_shard_ranges) */
 		size_t k = (size_t)MIN(t->nbytes, 32);
-		h = fnv(h, t->data, k); /* first and last bytes: one page each (a slice holds them
-					 * too: eng_shard_ranges) */
-		h = fnv(h, (const uint8_t *)t->data + t->nbytes - k, k);
+		h = sh_fnv1a64(h, t->data, k);
+		h = sh_fnv1a64(h, (const uint8_t *)t->data + t->nbytes - k, k);
 	}
 	return h;
 }

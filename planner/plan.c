@@ -46,37 +46,7 @@ int plan_strategy_parse(const char *s)
 
 void plan_split(int *out, int n, int units, int min_each, const uint64_t *w)
 {
-	unsigned __int128 total = 0;
-	for (int i = 0; i < n; i++)
-		total += w[i] ? w[i] : 1;
-	int given = 0;
-	unsigned __int128 rem[PLAN_MAX_NODES];
-	for (int i = 0; i < n; i++) {
-		unsigned __int128 q = (unsigned __int128)(unsigned)units * (w[i] ? w[i] : 1);
-		out[i] = (int)(q / total);
-		rem[i] = q % total;
-		given += out[i];
-	}
-	/* Largest remainder; equal remainders go to the lower rank. At most n - 1 left over. */
-	for (; given < units; given++) {
-		int best = 0;
-		for (int i = 1; i < n; i++)
-			if (rem[i] > rem[best])
-				best = i;
-		out[best]++;
-		rem[best] = 0;
-	}
-	/* Minimums: a rank below takes a unit from the rank holding the most (ties: the higher
-	 * rank), which stays at or above the minimum because units >= n * min_each. */
-	for (int i = 0; i < n; i++)
-		while (out[i] < min_each) {
-			int top = 0;
-			for (int j = 1; j < n; j++)
-				if (out[j] >= out[top])
-					top = j;
-			out[top]--;
-			out[i]++;
-		}
+	sh_split_units(out, n, units, min_each, w);
 }
 
 static int cmp_node_ptr(const void *a, const void *b)

@@ -17,12 +17,7 @@
 
 uint64_t plan_fnv1a64(const char *s)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 0x100000001b3ULL;
-	}
-	return h;
+	return sh_fnv1a64(SH_FNV1A64_INIT, s, strlen(s));
 }
 
 static json_t *range(int a, int b)

@@ -28,17 +28,20 @@ leader_host() {
 	for _h in 1 2 3; do [ "$(cat "$(state $_h)/node_id" 2>/dev/null)" = "$_l" ] && { echo $_h; return 0; }; done
 	return 1
 }
-# leader_ok VIA [NOT]: the leader host VIA sees (other than NOT) answers 200 on /health
+# leader_ok VIA [NOT [RANKS]]: the leader host VIA sees (other than NOT) answers 200 on /health
+# (with a plan of RANKS ranks when given)
 leader_ok() {
 	LH=$(leader_host "$1") || return 1
 	[ "$LH" != "$2" ] || return 1
-	[ "$(ns_exec "$1" curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://$(ns_ip "$LH"):8080/health")" = 200 ]
+	[ "$(ns_exec "$1" curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://$(ns_ip "$LH"):8080/health")" = 200 ] || return 1
+	[ -z "$3" ] || [ "$(ns_exec "$1" curl -s --max-time 1 "http://$(ns_ip "$LH"):8080/v1/cluster" | jq -r '.plan.ranks' 2>/dev/null)" = "$3" ]
 }
 
 for h in 1 2 3; do ns_start $h agent "$SHOAL" agent --token bench --state-dir "$(state $h)" --model "$MODEL"; done
 t0=$(ns_now_ms)
-if ns_wait 60 leader_ok 1; then
-	echo "cluster start: the leader's first 200 on /health $(($(ns_now_ms) - t0)) ms after the last agent started (3 nodes, $MB MB demo model; target < 3000)"
+if ns_wait 60 leader_ok 1 0 3; then
+	echo "cluster start: the leader's first 200 on /health with a 3-rank plan $(($(ns_now_ms) - t0)) ms after the last agent started (3 nodes, $MB MB demo model; target <= 2000; load average $(cut -d' ' -f1 /proc/loadavg))"
+	grep -h "keys derived" "$(ns_dir 1)/agent.log" "$(ns_dir 2)/agent.log" "$(ns_dir 3)/agent.log" 2>/dev/null | sed 's/^/  /'
 else
 	echo "cluster start: no leader served within 60 s"
 	exit 0

@@ -16,7 +16,10 @@ TEST(log_levels)
 }
 
 static int formatted;
-static int side_effect(void) { return ++formatted; }
+static int side_effect(void)
+{
+	return ++formatted;
+}
 
 TEST(log_skips_formatting_below_threshold)
 {
@@ -58,8 +61,24 @@ TEST(atomic_write_and_read_back)
 	CHECK_EQ_INT(system(cmd), 0);
 }
 
+/* The shared helpers: FNV-1a against its published vectors, the share splitter's rules. */
+TEST(fnv_and_split)
+{
+	CHECK(sh_fnv1a64(SH_FNV1A64_INIT, "", 0) == 0xcbf29ce484222325ULL);
+	CHECK(sh_fnv1a64(SH_FNV1A64_INIT, "a", 1) == 0xaf63dc4c8601ec8cULL);
+	CHECK(sh_fnv1a64(SH_FNV1A64_INIT, "foobar", 6) == 0x85944171f73967e8ULL);
+	int out[3];
+	const uint64_t w[3] = {2, 1, 1};
+	sh_split_units(out, 3, 10, 1, w); /* 5, 2.5, 2.5: the tie goes to the lower index */
+	CHECK(out[0] == 5 && out[1] == 3 && out[2] == 2);
+	const uint64_t skew[3] = {1000, 1, 1};
+	sh_split_units(out, 3, 4, 1, skew); /* minimums come from the largest share */
+	CHECK(out[0] == 2 && out[1] == 1 && out[2] == 1);
+}
+
 int main(void)
 {
+	RUN(fnv_and_split);
 	RUN(log_levels);
 	RUN(log_skips_formatting_below_threshold);
 	RUN(errors_have_messages);

@@ -194,6 +194,11 @@ void tp_group_free(tp_group_t *g);
  * stopping a worker loop that waits for the next step. Free the group afterwards as usual. */
 void tp_group_abort(tp_group_t *g);
 
+/* 0 while the group works, else the code of its first failure with its message in err (it names
+ * the rank: "STEP: rank N (ADDR) did not answer within MS ms"). An agent polls it from another
+ * thread than the group's user to learn that a request broke the group. */
+int tp_group_check(tp_group_t *g, char *err, size_t errlen);
+
 int tp_group_rank(const tp_group_t *g);
 int tp_group_world(const tp_group_t *g);
 /* "tcp" or "rdma" for the link to a peer rank ("self" for our own rank). */

@@ -1,6 +1,6 @@
 /*
  * model.h: the transformer forward pass over weights bound to a memory-mapped GGUF file
- * (internal to infer/; the engine and, later, tensor-parallel workers use it).
+ * (internal to infer/; the engine and the tensor-parallel code in tp.c use it).
  *
  * A model_t holds pointers into the mapping (weights are never copied or expanded, except the
  * tiny norm and bias vectors, kept as F32), a KV cache for its context, and scratch buffers.
