@@ -8,7 +8,7 @@ SANITIZE ?=
 
 # Missing system packages are installed before anything is built (quiet when all are present).
 # SKIP_DEPS=1 skips the check (packagers, or a dry run of the Darwin branch on Linux).
-ifeq ($(filter clean format help,$(MAKECMDGOALS))$(SKIP_DEPS),)
+ifeq ($(filter clean format help uninstall,$(MAKECMDGOALS))$(SKIP_DEPS),)
 DEPS_DONE := $(shell sh scripts/install-deps.sh >&2 || echo fail)
 endif
 
@@ -74,7 +74,7 @@ FUZZ_SECONDS ?= 10
 FUZZ_CFLAGS = $(filter-out -Werror,$(CFLAGS)) -fsanitize=fuzzer-no-link,address,undefined
 
 .SECONDARY:
-.PHONY: all test test-asan test-dnssd bench demo fuzz clean format help
+.PHONY: all test test-asan test-dnssd bench demo fuzz clean format help install uninstall
 
 # Builds the binary build/shoal (and the test programs).
 all: $(BUILD)/shoal $(TEST_BIN) $(ALT_BIN)
@@ -127,6 +127,32 @@ build-fuzz/obj/%.o: %.c
 
 build-fuzz/%: build-fuzz/obj/tests/fuzz/%.o $(LIB_SRC:%.c=build-fuzz/obj/%.o)
 	clang -fsanitize=fuzzer,address,undefined $^ -o $@ $(LDLIBS)
+
+# install / uninstall: the binary, shoal(1) and the systemd unit under $(DESTDIR)$(PREFIX).
+PREFIX  ?= /usr/local
+BINDIR  := $(PREFIX)/bin
+MANDIR  := $(PREFIX)/share/man/man1
+UNITDIR := $(PREFIX)/lib/systemd/system
+INSTALLED := $(BINDIR)/shoal $(MANDIR)/shoal.1 $(if $(filter Linux,$(UNAME_S)),$(UNITDIR)/shoal.service)
+
+# The man page shoal(1), made from the commands' own --help (scripts/gen_man.sh).
+$(BUILD)/shoal.1: $(BUILD)/shoal scripts/gen_man.sh
+	sh scripts/gen_man.sh $(BUILD)/shoal > $@
+
+# Installs the binary, shoal(1) and (Linux) shoal.service: make install [PREFIX=/usr/local] [DESTDIR=...].
+install: $(BUILD)/shoal $(BUILD)/shoal.1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)
+	install -m 755 $(BUILD)/shoal $(DESTDIR)$(BINDIR)/shoal
+	install -m 644 $(BUILD)/shoal.1 $(DESTDIR)$(MANDIR)/shoal.1
+ifeq ($(UNAME_S),Linux)
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|/usr/local/bin/shoal|$(BINDIR)/shoal|' scripts/shoal.service > $(DESTDIR)$(UNITDIR)/shoal.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/shoal.service
+endif
+
+# Removes every file install put there (same PREFIX and DESTDIR).
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 
 # Removes every build output.
 clean:

@@ -59,6 +59,13 @@ typedef struct agent_config {
 	const char *memory_limit; /* cap on the memory the model may take on this node: BYTES
 				     (K, M, G, T suffixes: powers of 1024) or PCT% of the
 				     total; NULL = what the system has available */
+	const char *api_key;      /* Bearer key for the API (NULL: SHOAL_API_KEY, else none) */
+	const char *tls_cert;     /* PEM files: both given = the API is HTTPS only */
+	const char *tls_key;
+	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/exec.h); then
+			       * shoal loads no model share and the leader proxies /v1/ */
+	int exec_port;        /* --exec-port: rank 0's command serves the API here */
+	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -51,7 +51,8 @@ typedef struct node_desc {
 	int naddrs;
 	char ip[AGENT_MAX_ADDRS][PLAN_IP_MAX];
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
-	int kind[AGENT_MAX_ADDRS]; /* plan_link_t, as the node itself sees its interface */
+	int kind[AGENT_MAX_ADDRS];   /* plan_link_t, as the node itself sees its interface */
+	int prefix[AGENT_MAX_ADDRS]; /* IPv4 netmask length, 0 = unknown (the planner's /24) */
 } node_desc_t;
 
 typedef struct conn {
@@ -133,6 +134,8 @@ struct agent {
 	struct fetch *fetch;     /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
+	struct verify *verify;  /* the running periodic re-hash, or NULL */
+	int64_t verify_next_ms; /* when the next one starts */
 	int model_slice; /* 1: cfg.model is a slice file holding only the bytes of this node's
 			  * shares (modelsync.h); it serves no one and fetches each new share's
 			  * bytes from a holder of the whole file when a session starts */
@@ -146,6 +149,7 @@ struct agent {
 	char why[200];       /* the model transfer's news for /health (model.c) */
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
+	struct exec *exec; /* --exec: the command's process group (exec.c), or NULL */
 	/* the API */
 	web_t *web;
 	char leader_url[128];
@@ -154,6 +158,7 @@ struct agent {
 	char pub_reason[200]; /* pub */
 	char *pub_cluster;    /* pub: the /v1/cluster JSON */
 	int64_t pub_ms;
+	atomic_int group_broken; /* set by the web server when a request met a broken group */
 };
 
 /* ---- agent.c ---- */
@@ -203,6 +208,8 @@ int session_phase(session_t *s);
 const char *session_error(session_t *s); /* valid once DONE */
 /* Asks the session to end (any phase); returns at once. */
 void session_stop(session_t *s);
+/* Stops it as session_stop, but it ends with the error why (the core then re-plans). */
+void session_fail(session_t *s, const char *why);
 /* Joins the thread: only once DONE (or at exit, where it waits). NULL-safe. */
 void session_free(session_t *s);
 /* Starts the API server (every node). */

@@ -16,6 +16,7 @@
  */
 #include "agent/agent_int.h"
 #include "agent/cli.h"
+#include "agent/exec.h"
 #include "common/common.h"
 
 #include <arpa/inet.h>
@@ -82,6 +83,9 @@ static void self_desc(agent_t *a, node_desc_t *d)
 			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", buf);
 			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", it->ifa_name);
 			d->kind[d->naddrs] = if_kind(it->ifa_name);
+			if (it->ifa_addr->sa_family == AF_INET && it->ifa_netmask) /* docs/mlx.md */
+				d->prefix[d->naddrs] = __builtin_popcount(
+				    ((struct sockaddr_in *)it->ifa_netmask)->sin_addr.s_addr);
 			d->naddrs++;
 		}
 		freeifaddrs(ifs);
@@ -110,9 +114,10 @@ void agent_send_node(agent_t *a, conn_t *c)
 	else
 		json_object_set_new(o, "model", json_null());
 	for (int i = 0; i < d.naddrs; i++)
-		json_array_append_new(addrs,
-				      json_pack("{s:s,s:s,s:s}", "ip", d.ip[i], "if", d.ifname[i],
-						"kind", plan_link_name((plan_link_t)d.kind[i])));
+		json_array_append_new(addrs, json_pack("{s:s,s:s,s:s,s:i}", "ip", d.ip[i], "if",
+						       d.ifname[i], "kind",
+						       plan_link_name((plan_link_t)d.kind[i]),
+						       "prefix", d.prefix[i]));
 	json_object_set_new(o, "addrs", addrs);
 	char *s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
@@ -168,6 +173,10 @@ static int node_parse(node_desc_t *d, const uint8_t *p, size_t len)
 			    k >= 0 && k <= PLAN_LINK_THUNDERBOLT ? k : (int)plan_link_guess(ifn);
 			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", ip);
 			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", ifn);
+			json_t *px = json_object_get(x, "prefix"); /* absent from older agents */
+			if (json_is_integer(px) && json_integer_value(px) >= 0 &&
+			    json_integer_value(px) <= 32)
+				d->prefix[d->naddrs] = (int)json_integer_value(px);
 			d->naddrs++;
 		}
 	}
@@ -199,6 +208,7 @@ static int node_fill(plan_node_t *pn, const char *idhex, const char *host, int p
 		snprintf(ad->ip, sizeof ad->ip, "%s", d->ip[i]);
 		snprintf(ad->ifname, sizeof ad->ifname, "%s", d->ifname[i]);
 		ad->kind = (plan_link_t)d->kind[i];
+		ad->prefix = d->prefix[i];
 	}
 	/* "dev:ifname,dev:ifname": devices discovery found with an active port */
 	char tmp[256];
@@ -715,6 +725,12 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 	core_event_t ev = {.type = CORE_EV_TICK};
 	agent_core_feed(a, &ev);
 	set_leader_url(a);
+	if (a->cfg.exec_cmd) { /* --exec (exec.c): the command runs while this node serves a plan */
+		exec_cfg_t ec = {a->cfg.exec_cmd, a->cfg.exec_port, a->cfg.state_dir};
+		int live = a->plan && core_state(a->core) == AGENT_SERVING;
+		exec_sync(&a->exec, &ec, live ? a->plan : NULL,
+			  live ? plan_rank_of(a->plan, a->self_hex) : -1, now);
+	}
 	/* publish health and the cluster document (at most every 250 ms unless the state moved) */
 	char reason[200];
 	int ws = (int)core_health(a->core, reason, sizeof reason);
@@ -734,6 +750,8 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 
 void agent_cluster_free(agent_t *a)
 {
+	exec_free(a->exec); /* --exec: the command's process group goes first */
+	a->exec = NULL;
 	if (a->sess) {
 		session_stop(a->sess);
 		session_free(a->sess);

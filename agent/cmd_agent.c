@@ -5,7 +5,9 @@
  */
 #include "agent/agent.h"
 #include "agent/cli.h"
+#include "agent/exec.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static agent_t *running;
 
@@ -49,11 +53,39 @@ static void usage(FILE *f)
 	    "                     (default 500)\n"
 	    "  --step-timeout MS  bound on one tensor-parallel step (default 10000)\n"
 	    "  --threads N        compute threads (default: the number of cores)\n"
-	    "  --ctx N            context length (default: the model's)\n"
+	    "  --ctx N            context length of each slot (default: the model's)\n"
+	    "  --parallel N       sequences generated together, each with its own KV slot\n"
+	    "                     (default 4; the leader's value holds for the cluster)\n"
 	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
+	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
+	    "  --api-key-file F   read that key from F (first line): keeps it out of ps\n"
+	    "  --tls-cert F       serve the API over HTTPS with this PEM certificate (chain)\n"
+	    "  --tls-key F        and this PEM private key\n"
+	    "  --exec 'CMD ...'   run CMD (sh -c) on every node while a plan is in force, with "
+	    "the\n"
+	    "                     environment mlx.launch gives its rank (MLX_RANK, MLX_HOSTFILE\n"
+	    "                     or MLX_IBV_DEVICES + MLX_JACCL_COORDINATOR, ...; docs/mlx.md);\n"
+	    "                     restarted on a new plan. shoal then loads no model share (the\n"
+	    "                     model still sizes the plan) and the leader's /v1/ goes to CMD\n"
+	    "  --exec-port P      port rank 0's CMD serves the API on (default %d; 0 = no proxy)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
-	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT);
+	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT, EXEC_DEFAULT_PORT);
+}
+
+/* An existing state directory that others may write to lets them swap the node's key, plans or
+ * model copies: warn, and narrow it to 0700 when it is ours. */
+static void state_dir_check(const char *dir)
+{
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || !(st.st_mode & 077))
+		return;
+	if (st.st_mode & S_IWOTH)
+		LOG(LOG_WARN, "agent: state directory %s is world-writable (mode %03o)", dir,
+		    (unsigned)(st.st_mode & 0777));
+	if (st.st_uid == geteuid() && chmod(dir, 0700) == 0)
+		LOG(LOG_WARN, "agent: state directory %s: mode %03o -> 700", dir,
+		    (unsigned)(st.st_mode & 0777));
 }
 
 static int read_token_file(const char *path, char *out, size_t cap)
@@ -96,14 +128,22 @@ int cmd_agent(int argc, char **argv)
 					     {"threads", required_argument, 0, 'T'},
 					     {"ctx", required_argument, 0, 'C'},
 					     {"memory-limit", required_argument, 0, 'M'},
+					     {"api-key", required_argument, 0, 'k'},
+					     {"api-key-file", required_argument, 0, 'K'},
+					     {"tls-cert", required_argument, 0, 'c'},
+					     {"tls-key", required_argument, 0, 'y'},
+					     {"exec", required_argument, 0, 'X'},
+					     {"exec-port", required_argument, 0, 'Y'},
+					     {"parallel", required_argument, 0, 'J'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
 			      .http_port = AGENT_DEFAULT_HTTP_PORT,
 			      .settle_ms = 1000,
 			      .replan_delay_ms = 500,
-			      .step_timeout_ms = 10000};
-	char token[1024] = "", state_dir[4096] = "", err[512];
+			      .step_timeout_ms = 10000,
+			      .exec_port = EXEC_DEFAULT_PORT};
+	char token[1024] = "", state_dir[4096] = "", err[512], api_key[1024] = "";
 	int c, rc = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -125,6 +165,23 @@ int cmd_agent(int argc, char **argv)
 			break;
 		}
 		case 'd': snprintf(state_dir, sizeof state_dir, "%s", optarg); break;
+		case 'X':
+			if (!*optarg) {
+				fprintf(stderr, "shoal agent: --exec wants a command\n");
+				return 2;
+			}
+			cfg.exec_cmd = optarg;
+			break;
+		case 'Y': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v < 0 || v > 65535) {
+				fprintf(stderr, "shoal agent: bad --exec-port '%s'\n", optarg);
+				return 2;
+			}
+			cfg.exec_port = (int)v;
+			break;
+		}
 		case 'e':
 			cfg.expect = atoi(optarg);
 			if (cfg.expect < 0 || cfg.expect > DISC_MAX_PEERS) {
@@ -163,10 +220,18 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 'm': cfg.model = optarg; break;
 		case 'M': cfg.memory_limit = optarg; break;
+		case 'k': snprintf(api_key, sizeof api_key, "%s", optarg); break;
+		case 'K':
+			if (read_token_file(optarg, api_key, sizeof api_key))
+				return 1;
+			break;
+		case 'c': cfg.tls_cert = optarg; break;
+		case 'y': cfg.tls_key = optarg; break;
 		case 'N': cfg.no_mdns = 1; break;
 		case 'R':
 		case 'S':
 		case 'T':
+		case 'J':
 		case 'C': {
 			static const struct {
 				int opt;
@@ -175,7 +240,8 @@ int cmd_agent(int argc, char **argv)
 			} lim[] = {{'R', "--replan-delay", 0, 600000},
 				   {'S', "--step-timeout", 100, 3600000},
 				   {'T', "--threads", 0, 1024},
-				   {'C', "--ctx", 0, 1 << 24}};
+				   {'C', "--ctx", 0, 1 << 24},
+				   {'J', "--parallel", 1, ENG_MAX_PARALLEL}};
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
@@ -193,6 +259,8 @@ int cmd_agent(int argc, char **argv)
 				cfg.step_timeout_ms = (int)v;
 			else if (c == 'T')
 				cfg.threads = (int)v;
+			else if (c == 'J')
+				cfg.parallel = (int)v;
 			else
 				cfg.ctx = (int)v;
 			break;
@@ -223,6 +291,14 @@ int cmd_agent(int argc, char **argv)
 		return 2;
 	}
 	cfg.state_dir = state_dir;
+	if (!cfg.tls_cert != !cfg.tls_key) {
+		fprintf(stderr, "shoal agent: --tls-cert and --tls-key go together\n");
+		return 2;
+	}
+	cfg.api_key = api_key[0] ? api_key : NULL;
+	/* Node key, plans, model copies, agent.sock: this user's alone, whatever the umask. */
+	umask(077);
+	state_dir_check(state_dir);
 
 	tp_keys_t keys;
 	int64_t t0 = now_ms();
@@ -253,5 +329,6 @@ int cmd_agent(int argc, char **argv)
 	running = NULL;
 	LOG(LOG_INFO, "agent: stopping");
 	agent_free(a);
+	sodium_memzero(api_key, sizeof api_key);
 	return rc;
 }

@@ -136,7 +136,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
-	eng_opts_t eo = {0};
+	eng_opts_t eo = {.parallel = 1}; /* one request: one KV slot */
 	eo.dist = dist;
 	eng_sampling_t sp;
 	eng_sampling_default(&sp);
@@ -244,8 +244,8 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		eng_msg_t msgs[2];
 		int nm = 0;
 		if (system)
-			msgs[nm++] = (eng_msg_t){"system", system};
-		msgs[nm++] = (eng_msg_t){"user", chat};
+			msgs[nm++] = (eng_msg_t){.role = "system", .content = system};
+		msgs[nm++] = (eng_msg_t){.role = "user", .content = chat};
 		if (eng_chat_prompt(e, msgs, nm, &ids, &n_ids, err, sizeof err)) {
 			fprintf(stderr, "shoal %s: %s\n", name, err);
 			goto out;

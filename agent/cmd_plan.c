@@ -31,6 +31,8 @@ static void usage(FILE *f)
 	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
 	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
 	    "  --out DIR          where to write the files (default: the current directory)\n"
+	    "  --mlx-list         write mlx-hosts.json in the list form (older mlx.launch) rather\n"
+	    "                     than {\"backend\", \"envs\", \"hosts\"} (docs/mlx.md)\n"
 	    "  --log-level LEVEL  error, warn, info or debug\n"
 	    "  --help             this text\n");
 }
@@ -148,8 +150,10 @@ static void print_table(const plan_t *p)
 	printf("plan %s  epoch %llu  %d rank%s  strategy %s (%s)\n", plan_hash(p),
 	       (unsigned long long)plan_epoch(p), plan_n_ranks(p), plan_n_ranks(p) == 1 ? "" : "s",
 	       plan_strategy_name(plan_strategy(p)), plan_reason(p));
-	printf("context %d tokens  RDMA full mesh: %s\n\n", plan_ctx(p),
+	printf("context %d tokens  RDMA full mesh: %s\n", plan_ctx(p),
 	       plan_rdma_full_mesh(p) ? "yes" : "no");
+	printf("MLX backend %s (%s)%s%s\n\n", plan_mlx_backend(p), plan_mlx_reason(p),
+	       plan_coordinator(p)[0] ? "  coordinator " : "", plan_coordinator(p));
 	printf("%-4s %-8s %-18s %-21s %7s %9s %9s %13s %9s %8s\n", "rank", "node", "host",
 	       "ring addr", "mem GB", "q heads", "kv heads", "ffn columns", "layers", "need GB");
 	for (int r = 0; r < plan_n_ranks(p); r++) {
@@ -169,11 +173,12 @@ static void print_table(const plan_t *p)
 }
 
 /* Writes the four files; returns 0 or an error with the message in err. */
-static int write_outputs(const plan_t *p, const char *dir, char *err, size_t errlen)
+static int write_outputs(const plan_t *p, const char *dir, int mlx_list, char *err, size_t errlen)
 {
 	static const char *const names[] = {"hostfile.json", "mlx-hosts.json", "rdma-devices.json",
 					    "plan.json"};
-	char *(*const fns[])(const plan_t *) = {plan_hostfile_json, plan_mlx_hosts_json,
+	char *(*const fns[])(const plan_t *) = {plan_hostfile_json,
+						mlx_list ? plan_mlx_list_json : plan_mlx_hosts_json,
 						plan_rdma_json, plan_to_json};
 	int rc = mkdir_p(dir, err, errlen);
 	for (size_t i = 0; !rc && i < ARRAY_LEN(names); i++) {
@@ -210,6 +215,7 @@ int cmd_plan(int argc, char **argv)
 	    {"headroom-mb", required_argument, 0, 'H'},
 	    {"base-port", required_argument, 0, 'p'},
 	    {"out", required_argument, 0, 'o'},
+	    {"mlx-list", no_argument, 0, 'M'},
 	    {"log-level", required_argument, 0, 'L'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
@@ -217,13 +223,14 @@ int cmd_plan(int argc, char **argv)
 	const char *view_path = NULL, *model_path = NULL, *out = ".";
 	plan_opts_t o;
 	plan_opts_default(&o);
-	int c, x;
+	int c, x, mlx_list = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'v': view_path = optarg; break;
 		case 'm': model_path = optarg; break;
 		case 'o': out = optarg; break;
+		case 'M': mlx_list = 1; break;
 		case 's':
 			if ((x = plan_strategy_parse(optarg)) < 0) {
 				fprintf(stderr, "shoal plan: --strategy must be auto, tensor or "
@@ -289,7 +296,7 @@ int cmd_plan(int argc, char **argv)
 	if (plan_make(&p, v, &m, &o, err, sizeof err))
 		goto fail;
 	print_table(p);
-	if (write_outputs(p, out, err, sizeof err))
+	if (write_outputs(p, out, mlx_list, err, sizeof err))
 		goto fail;
 	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",
 	       out);

@@ -20,22 +20,26 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
-		"Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
-		"and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
-		"  --model FILE          GGUF model to load (required)\n"
-		"  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
-		"  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
-		"  --threads N           compute threads (default: number of cores)\n"
-		"  --ctx N               context length (default: the model's)\n"
-		"  --queue-max N         requests that may wait; more get 429 (default 16)\n"
-		"  --timeout-ms N        per-request deadline (default 300000)\n"
-		"  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
-		"  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
-		"model's\n"
-		"  --model-name NAME     model id reported by the API (default: the file name)\n"
-		"  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+	fprintf(
+	    f, "usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
+	       "Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
+	       "and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
+	       "  --model FILE          GGUF model to load (required)\n"
+	       "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
+	       "  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
+	       "  --threads N           compute threads (default: number of cores)\n"
+	       "  --ctx N               context length of each slot (default: the model's)\n"
+	       "  --parallel N          sequences generated together, each with its own KV slot\n"
+	       "                        (default 4)\n"
+	       "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
+	       "  --timeout-ms N        per-request deadline (default 300000)\n"
+	       "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
+	       "  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
+	       "  --tls-key F           and this PEM private key\n"
+	       "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
+	       "model's\n"
+	       "  --model-name NAME     model id reported by the API (default: the file name)\n"
+	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -51,26 +55,29 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int cmd_serve(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"model", required_argument, NULL, 'm'},
-		{"host", required_argument, NULL, 'H'},
-		{"port", required_argument, NULL, 'p'},
-		{"threads", required_argument, NULL, 't'},
-		{"ctx", required_argument, NULL, 'c'},
-		{"queue-max", required_argument, NULL, 'q'},
-		{"timeout-ms", required_argument, NULL, 'T'},
-		{"api-key", required_argument, NULL, 'k'},
-		{"chat-template", required_argument, NULL, 'C'},
-		{"model-name", required_argument, NULL, 'n'},
-		{"log-level", required_argument, NULL, 'L'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"model", required_argument, NULL, 'm'},
+	    {"host", required_argument, NULL, 'H'},
+	    {"port", required_argument, NULL, 'p'},
+	    {"threads", required_argument, NULL, 't'},
+	    {"ctx", required_argument, NULL, 'c'},
+	    {"parallel", required_argument, NULL, 'P'},
+	    {"queue-max", required_argument, NULL, 'q'},
+	    {"timeout-ms", required_argument, NULL, 'T'},
+	    {"api-key", required_argument, NULL, 'k'},
+	    {"chat-template", required_argument, NULL, 'C'},
+	    {"model-name", required_argument, NULL, 'n'},
+	    {"log-level", required_argument, NULL, 'L'},
+	    {"tls-cert", required_argument, NULL, 'E'},
+	    {"tls-key", required_argument, NULL, 'Y'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	web_opts_t wo;
 	web_opts_default(&wo);
 	eng_opts_t eo = {0};
 	int c, rc;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:H:p:t:c:q:T:k:C:n:L:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:H:p:t:c:P:q:T:k:C:n:L:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': eo.model_path = optarg; break;
 		case 'H': wo.host = optarg; break;
@@ -86,6 +93,10 @@ int cmd_serve(int argc, char **argv)
 			if (parse_int(optarg, 0, 1 << 24, &eo.ctx))
 				goto bad;
 			break;
+		case 'P':
+			if (parse_int(optarg, 1, ENG_MAX_PARALLEL, &eo.parallel))
+				goto bad;
+			break;
 		case 'q':
 			if (parse_int(optarg, 1, 1 << 20, &wo.queue_max))
 				goto bad;
@@ -97,6 +108,8 @@ int cmd_serve(int argc, char **argv)
 		case 'k': wo.api_key = optarg; break;
 		case 'C': eo.chat_template = optarg; break;
 		case 'n': wo.model_name = optarg; break;
+		case 'E': wo.tls_cert = optarg; break;
+		case 'Y': wo.tls_key = optarg; break;
 		case 'L':
 			if ((rc = cli_set_log_level(optarg)) != 0)
 				return rc;
@@ -136,7 +149,8 @@ int cmd_serve(int argc, char **argv)
 	eng_t *eng = NULL;
 	web_t *w = NULL;
 	if ((rc = eng_open(&eng, &eo, err, sizeof err)) != 0) {
-		fprintf(stderr, "shoal serve: %s: %s\n", eo.model_path, err[0] ? err : sh_strerror(rc));
+		fprintf(stderr, "shoal serve: %s: %s\n", eo.model_path,
+			err[0] ? err : sh_strerror(rc));
 		return 1;
 	}
 	if ((rc = web_new(&w, &wo, eng, err, sizeof err)) != 0) {
@@ -145,8 +159,9 @@ int cmd_serve(int argc, char **argv)
 		return 1;
 	}
 	const eng_info_t *in = eng_info(eng);
-	fprintf(stderr, "shoal serve: model %s (%s, context %d) on http://%s:%d/\n",
-		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, wo.host, web_port(w));
+	fprintf(stderr, "shoal serve: model %s (%s, context %d, %d slots) on %s://%s:%d/\n",
+		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, in->n_slots,
+		wo.tls_cert ? "https" : "http", wo.host, web_port(w));
 	fflush(stderr);
 
 	int sig = 0;

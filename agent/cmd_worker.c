@@ -321,7 +321,8 @@ int cmd_worker(int argc, char **argv)
 		ret = cli_generate(n_rest, rest, "worker", &dist);
 		goto out;
 	}
-	eng_opts_t eo = {.model_path = o.model, .threads = o.threads, .ctx = o.ctx, .dist = &dist};
+	eng_opts_t eo = {.model_path = o.model, .threads = o.threads, .ctx = o.ctx, .dist = &dist,
+			.parallel = 1}; /* rank 0 runs one prompt */
 	if (eng_open(&e, &eo, err, sizeof err)) {
 		fprintf(stderr, "shoal worker: rank %d: %s\n", o.rank, err);
 		goto out;

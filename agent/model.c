@@ -10,8 +10,16 @@
  * before it computes (agent_model_ensure_share), so only the share travels and a re-plan fetches
  * only the difference. A slice node serves no one (it announces no sync port).
  *
- * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, once, when a fetch
- * has finished and verified the file; the serving threads copy what they need at their start.
+ * Every start reads the whole file (the size-and-mtime cache is not trusted then: a disk can rot
+ * a byte and keep the mtime), a cached copy in STATE_DIR/models included (modelsync_cached), and
+ * a long-running node re-reads it every SHOAL_MODEL_VERIFY_S seconds (default 6 h) on a thread.
+ * A fetched copy that no longer matches is deleted and fetched again; the node announces that it
+ * has no model meanwhile, so the leader plans without it. A --model file that changed is the
+ * user's: its new hash is announced (the leader then decides whether it still fits the plan).
+ *
+ * Invariant: a->cfg.model and a->model_hash change only on the agent's thread, when a fetch
+ * has finished and verified the file or a re-check found it changed; the serving threads copy
+ * what they need at their start.
  */
 #include "agent/agent_int.h"
 #include "agent/modelsync.h"
@@ -30,6 +38,19 @@
 #define SYNC_TIMEOUT_MS  15000 /* a silent peer ends a transfer after this */
 #define SYNC_MAX_SERVERS 8
 #define FETCH_RETRY_MS   3000
+#define VERIFY_DEFAULT_S (6 * 3600)
+
+struct verify {
+	pthread_t th;
+	char path[4200], state_dir[4096];
+	int slice;                   /* a slice: re-hash its batches (modelsync_slice_verify) */
+	uint8_t hash[MS_HASH_BYTES]; /* the slice's model */
+	uint64_t dropped;            /* slice bytes that no longer match */
+	atomic_int done, cancel;
+	int rc;
+	uint8_t got[MS_HASH_BYTES];
+	char err[256];
+};
 
 struct fetch {
 	agent_t *a; /* read only: keys, self, state dir */
@@ -126,6 +147,18 @@ static void *fetch_main(void *arg)
 {
 	struct fetch *f = arg;
 	tp_chan_t *c = NULL;
+	/* a slice from an earlier run is re-hashed first: rotten batches are dropped here and
+	 * fetched again below or when a share needs them (the size-and-mtime cache proves nothing)
+	 */
+	uint64_t held = 0, dropped = 0;
+	if (modelsync_slice_verify(f->a->cfg.state_dir, f->want, &held, &dropped, f->err,
+				   sizeof f->err) == 0 &&
+	    dropped)
+		LOG(LOG_ERROR,
+		    "model: %llu bytes of the slice changed on disk (they do not match their "
+		    "hash): "
+		    "fetched again",
+		    (unsigned long long)dropped);
 	f->rc = tp_chan_connect(&c, f->host, f->port, &f->a->keys, f->a->self.b, HANDSHAKE_MS,
 				f->err, sizeof f->err);
 	if (!f->rc) /* the header: enough to be planned; the share follows per session */
@@ -137,9 +170,99 @@ static void *fetch_main(void *arg)
 	return NULL;
 }
 
-/* Once per loop turn: a node without a model fetches the leader's. */
+/* ---- re-checking it ------------------------------------------------------------------------- */
+
+static int64_t verify_period_ms(void)
+{
+	const char *s = getenv("SHOAL_MODEL_VERIFY_S");
+	long v = s && *s ? strtol(s, NULL, 10) : VERIFY_DEFAULT_S;
+	return (int64_t)(v > 0 ? v : VERIFY_DEFAULT_S) * 1000;
+}
+
+static void *verify_main(void *arg)
+{
+	struct verify *v = arg;
+	uint64_t held;
+	if (v->slice)
+		v->rc = modelsync_slice_verify(v->state_dir, v->hash, &held, &v->dropped, v->err,
+					       sizeof v->err);
+	else
+		v->rc = modelsync_verify_file(v->path, v->state_dir, &v->cancel, v->got, v->err,
+					      sizeof v->err);
+	atomic_store(&v->done, 1);
+	return NULL;
+}
+
+/* The periodic re-hash: starts one when due, acts on its result when it ends. */
+static void verify_tick(agent_t *a, int64_t now)
+{
+	struct verify *v = a->verify;
+	if (v && atomic_load(&v->done)) {
+		pthread_join(v->th, NULL);
+		a->verify = NULL;
+		a->verify_next_ms = now + verify_period_ms();
+		char hex[MS_HASH_HEX];
+		modelsync_hex(hex, v->got);
+		if (v->rc) {
+			LOG(LOG_WARN, "model: re-check of %s failed: %s", v->path, v->err);
+		} else if (v->slice && v->dropped) {
+			/* the session computes on the mapped bytes: end it, so that the next plan's
+			 * session fetches the dropped batches before it computes again */
+			LOG(LOG_ERROR,
+			    "model: %llu bytes of the slice %s changed on disk: dropped, fetched "
+			    "again",
+			    (unsigned long long)v->dropped, v->path);
+			if (a->sess)
+				session_fail(a->sess, "the model's slice changed on disk");
+		} else if (!v->slice && a->cfg.model && !strcmp(a->cfg.model, v->path) &&
+			   a->model_hash[0] && strcmp(hex, a->model_hash)) {
+			int fetched = a->cfg.model == a->model_path;
+			LOG(LOG_ERROR, "model: %s changed on disk (hash %.16s, was %.16s)%s",
+			    v->path, hex, a->model_hash,
+			    fetched ? ": deleted, fetching it again" : "");
+			if (fetched) {
+				unlink(v->path);
+				a->cfg.model = NULL;
+				a->model_hash[0] = 0;
+				snprintf(a->why, sizeof a->why,
+					 "the model copy rotted on disk: "
+					 "fetching it again");
+			} else {
+				snprintf(a->model_hash, sizeof a->model_hash, "%s", hex);
+			}
+			for (int i = 0; i < a->nconns; i++)
+				agent_send_node(a, &a->conns[i]);
+		} else {
+			LOG(LOG_DEBUG, "model: %s re-checked, unchanged", v->path);
+		}
+		free(v);
+		return;
+	}
+	if (v || !a->cfg.model || !a->model_hash[0])
+		return;
+	if (!a->verify_next_ms) {
+		a->verify_next_ms = now + verify_period_ms();
+		return;
+	}
+	if (now < a->verify_next_ms || !(v = calloc(1, sizeof *v)))
+		return;
+	snprintf(v->path, sizeof v->path, "%s", a->cfg.model);
+	snprintf(v->state_dir, sizeof v->state_dir, "%s", a->cfg.state_dir);
+	v->slice = a->model_slice && modelsync_unhex(v->hash, a->model_hash) == 0;
+	atomic_init(&v->done, 0);
+	atomic_init(&v->cancel, 0);
+	if (pthread_create(&v->th, NULL, verify_main, v)) {
+		free(v);
+		a->verify_next_ms = now + verify_period_ms();
+		return;
+	}
+	a->verify = v;
+}
+
+/* Once per loop turn: a node without a model fetches the leader's; the file is re-checked. */
 void agent_model_tick(agent_t *a, int64_t now)
 {
+	verify_tick(a, now);
 	struct fetch *f = a->fetch;
 	if (f && atomic_load(&f->done)) {
 		pthread_join(f->th, NULL);
@@ -276,9 +399,15 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 	a->sync_fd = -1;
 	if (a->cfg.model) {
 		int64_t t0 = now_ms();
-		if (agent_model_hash(a->cfg.model, a->cfg.state_dir, a->model_hash, &a->model_size,
-				     err, errlen))
+		uint8_t h[MS_HASH_BYTES];
+		struct stat st;
+		/* every byte, every start: the cache would trust a size and mtime a bad disk kept
+		 */
+		if (modelsync_verify_file(a->cfg.model, a->cfg.state_dir, NULL, h, err, errlen) ||
+		    stat(a->cfg.model, &st) != 0)
 			return SH_EIO;
+		modelsync_hex(a->model_hash, h);
+		a->model_size = (uint64_t)st.st_size;
 		LOG(LOG_INFO, "model %s: %llu bytes, hash %.16s (%lld ms)", a->cfg.model,
 		    (unsigned long long)a->model_size, a->model_hash, (long long)(now_ms() - t0));
 	} else
@@ -292,6 +421,12 @@ int agent_model_init(agent_t *a, char *err, size_t errlen)
 
 void agent_model_free(agent_t *a)
 {
+	if (a->verify) {
+		atomic_store(&a->verify->cancel, 1); /* ends within one read */
+		pthread_join(a->verify->th, NULL);
+		free(a->verify);
+		a->verify = NULL;
+	}
 	if (a->fetch) {
 		pthread_join(a->fetch->th, NULL); /* bounded by the transfer's timeout */
 		free(a->fetch);

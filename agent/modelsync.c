@@ -181,9 +181,9 @@ static void cache_store(const char *state_dir, const char *abs, uint64_t size, i
 
 /* ---- hashing ------------------------------------------------------------------------------ */
 
-/* Feeds bytes [0, len) of fd into st. */
-static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const char *what, char *err,
-		   size_t errlen)
+/* Feeds bytes [0, len) of fd into st. cancel (may be NULL) set: SH_ECANCELED. */
+static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const char *what,
+		   const atomic_int *cancel, char *err, size_t errlen)
 {
 	uint8_t *buf = malloc(HASH_BUF);
 	if (!buf)
@@ -192,6 +192,10 @@ static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const cha
 	int64_t t0 = now_ms(), last = t0;
 	int rc = 0;
 	while (done < len) {
+		if (cancel && atomic_load(cancel)) {
+			rc = sh_fail(err, errlen, SH_ECANCELED, "hashing %s: canceled", what);
+			break;
+		}
 		size_t want = (size_t)MIN((uint64_t)HASH_BUF, len - done);
 		ssize_t r = pread(fd, buf, want, (off_t)done);
 		if (r < 0 && errno == EINTR)
@@ -216,8 +220,10 @@ static int hash_fd(int fd, uint64_t len, crypto_generichash_state *st, const cha
 	return rc;
 }
 
-int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
-			char *err, size_t errlen)
+/* modelsync_hash_file and modelsync_verify_file: use_cache 0 reads every byte and only updates
+ * the cache. */
+static int hash_file(const char *path, const char *state_dir, int use_cache,
+		     const atomic_int *cancel, uint8_t out[MS_HASH_BYTES], char *err, size_t errlen)
 {
 	if (sodium_init() < 0)
 		return sh_fail(err, errlen, SH_EIO, "libsodium failed to initialize");
@@ -236,13 +242,13 @@ int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_
 	}
 	int64_t mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 	uint64_t size = (uint64_t)sb.st_size;
-	if (state_dir && cache_lookup(state_dir, abs, size, mtime, out)) {
+	if (state_dir && use_cache && cache_lookup(state_dir, abs, size, mtime, out)) {
 		close(fd);
 		return 0;
 	}
 	crypto_generichash_state st;
 	crypto_generichash_init(&st, NULL, 0, MS_HASH_BYTES);
-	int rc = hash_fd(fd, size, &st, path, err, errlen);
+	int rc = hash_fd(fd, size, &st, path, cancel, err, errlen);
 	close(fd);
 	if (rc)
 		return rc;
@@ -250,6 +256,18 @@ int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_
 	if (state_dir)
 		cache_store(state_dir, abs, size, mtime, out);
 	return 0;
+}
+
+int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
+			char *err, size_t errlen)
+{
+	return hash_file(path, state_dir, 1, NULL, out, err, errlen);
+}
+
+int modelsync_verify_file(const char *path, const char *state_dir, const atomic_int *cancel,
+			  uint8_t out[MS_HASH_BYTES], char *err, size_t errlen)
+{
+	return hash_file(path, state_dir, 0, cancel, out, err, errlen);
 }
 
 int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
@@ -268,7 +286,8 @@ int modelsync_cached(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], c
 	uint8_t got[MS_HASH_BYTES];
 	if (modelsync_model_path(state_dir, hash, p, sizeof p) || access(p, F_OK) != 0)
 		return 0;
-	if (modelsync_hash_file(p, state_dir, got, err, sizeof err) != 0)
+	/* every byte: a copy whose size and mtime were kept can still have rotted */
+	if (modelsync_verify_file(p, state_dir, NULL, got, err, sizeof err) != 0)
 		return 0;
 	if (sodium_memcmp(got, hash, MS_HASH_BYTES) != 0) {
 		LOG(LOG_WARN, "%s does not match its name: deleted", p);
@@ -387,7 +406,7 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 	if (have) {
 		LOG(LOG_INFO, "model %.12s: resuming at %.1f of %.1f MB", hex, (double)have / 1e6,
 		    (double)total / 1e6);
-		rc = hash_fd(fd, have, &st, part, err, errlen);
+		rc = hash_fd(fd, have, &st, part, NULL, err, errlen);
 		if (rc)
 			goto out;
 	} else {

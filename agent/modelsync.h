@@ -20,6 +20,7 @@
 #ifndef SHOAL_AGENT_MODELSYNC_H
 #define SHOAL_AGENT_MODELSYNC_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,12 +63,20 @@ int modelsync_unhex(uint8_t out[MS_HASH_BYTES], const char *hex);
 int modelsync_hash_file(const char *path, const char *state_dir, uint8_t out[MS_HASH_BYTES],
 			char *err, size_t errlen);
 
+/* As modelsync_hash_file, but reads every byte whatever the cache says (and then updates it):
+ * for the checks that must see the content, not its size and mtime (each start, the periodic
+ * re-check of a long-running node). cancel (may be NULL): once set, returns SH_ECANCELED within
+ * one read. */
+int modelsync_verify_file(const char *path, const char *state_dir, const atomic_int *cancel,
+			  uint8_t out[MS_HASH_BYTES], char *err, size_t errlen);
+
 /* Where a fetched model lives: STATE_DIR/models/HEX.gguf (path_out of path_len bytes). */
 int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
 			 size_t path_len);
 
-/* 1 when STATE_DIR/models/HEX.gguf exists and hashes to hash (cached: cheap after the first
- * call), with its path in path_out; 0 otherwise (a file there with another content is deleted). */
+/* 1 when STATE_DIR/models/HEX.gguf exists and hashes to hash (every byte is read: a copy that
+ * rotted with its mtime kept is caught), with its path in path_out; 0 otherwise (a file there
+ * with another content is deleted, so the caller fetches it again). */
 int modelsync_cached(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
 		     size_t path_len);
 

@@ -51,6 +51,7 @@ struct session {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int stop;          /* under mu */
+	char fail[160];    /* under mu: why session_fail ended it ("" = a plain stop) */
 	tp_group_t *group; /* under mu (published for session_stop) */
 	char err[256];
 };
@@ -71,6 +72,14 @@ static void *session_main(void *arg)
 	eng_t *e = NULL;
 	char err[256] = "";
 	int64_t t0 = now_ms();
+	if (a->cfg.exec_cmd) { /* --exec: the command is the engine (exec.c); nothing to load */
+		atomic_store(&s->phase, SESSION_READY);
+		pthread_mutex_lock(&s->mu);
+		while (!s->stop)
+			pthread_cond_wait(&s->cv, &s->mu);
+		pthread_mutex_unlock(&s->mu);
+		goto done;
+	}
 	/* a slice node brings its share's bytes in before it joins the group (the others wait for
 	 * it up to GROUP_FORM_MS: a share that takes longer to arrive fails this plan, and the next
 	 * plan finds the bytes already here) */
@@ -112,7 +121,8 @@ static void *session_main(void *arg)
 	eng_opts_t o = {.model_path = a->cfg.model,
 			.threads = a->cfg.threads,
 			.ctx = s->ctx,
-			.dist = s->world > 1 ? &s->dist : NULL};
+			.dist = s->world > 1 ? &s->dist : NULL,
+			.parallel = a->cfg.parallel};
 	if (eng_open(&e, &o, err, sizeof err))
 		goto done;
 	LOG(LOG_INFO, "plan %s: rank %d of %d loaded in %lld ms", s->hash, s->rank, s->world,
@@ -126,14 +136,17 @@ static void *session_main(void *arg)
 				web_set_rank_health(a->web, r, 1);
 			web_set_engine(a->web, e);
 		}
+		atomic_store(&a->group_broken, 0); /* a late word about an older group */
 		atomic_store(&s->phase, SESSION_READY);
-		/* serve until told to stop, or until a request breaks the group (a rank died or
-		 * missed the step timeout: the engine is unusable, the agent must plan again) */
+		/* until told to stop, or until a request meets a broken group (a rank lost or
+		 * silent while its node still answers the control channel): the session then ends
+		 * with an error, which makes the leader re-plan (cluster.c) instead of serving 503s
+		 */
 		pthread_mutex_lock(&s->mu);
 		while (!s->stop) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 250 * 1000000L;
+			ts.tv_nsec += 200 * 1000000L;
 			if (ts.tv_nsec >= 1000000000L) {
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000L;
@@ -141,6 +154,11 @@ static void *session_main(void *arg)
 			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 			if (g && tp_group_check(g, err, sizeof err))
 				break;
+			if (s->world > 1 && atomic_exchange(&a->group_broken, 0)) {
+				snprintf(err, sizeof err,
+					 "the group broke: a rank stopped answering");
+				break;
+			}
 		}
 		pthread_mutex_unlock(&s->mu);
 		/* the group is aborted: a running request fails at its next step */
@@ -156,6 +174,10 @@ static void *session_main(void *arg)
 done:
 	if (err[0] && stopping(s))
 		err[0] = 0;
+	pthread_mutex_lock(&s->mu);
+	if (s->fail[0]) /* ended on purpose, but as a failure the core must re-plan around */
+		snprintf(err, sizeof err, "%s", s->fail);
+	pthread_mutex_unlock(&s->mu);
 	eng_free(e);
 	pthread_mutex_lock(&s->mu);
 	s->group = NULL;
@@ -261,6 +283,16 @@ void session_stop(session_t *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+void session_fail(session_t *s, const char *why)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	snprintf(s->fail, sizeof s->fail, "%s", why);
+	pthread_mutex_unlock(&s->mu);
+	session_stop(s);
+}
+
 void session_free(session_t *s)
 {
 	if (!s)
@@ -282,6 +314,12 @@ static int on_health(void *ud, char *reason, size_t len)
 	snprintf(reason, len, "%s", a->pub_reason);
 	pthread_mutex_unlock(&a->pub_mu);
 	return st;
+}
+
+static void on_engine_lost(void *ud)
+{
+	agent_t *a = ud;
+	atomic_store(&a->group_broken, 1);
 }
 
 static char *on_cluster(void *ud)
@@ -313,7 +351,12 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 	o.port = a->cfg.http_port;
 	o.health = on_health;
 	o.cluster = on_cluster;
+	o.engine_lost = on_engine_lost;
 	o.ud = a;
+	if (a->cfg.api_key && a->cfg.api_key[0])
+		o.api_key = a->cfg.api_key;
+	o.tls_cert = a->cfg.tls_cert;
+	o.tls_key = a->cfg.tls_key;
 	a->pub_state = WEB_FORMING;
 	snprintf(a->pub_reason, sizeof a->pub_reason, "waiting for peers");
 	char e[256];
@@ -322,6 +365,8 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 		LOG(LOG_INFO, "api: listening on port %d", web_port(a->web));
 	else /* discovery, planning and computing go on; only the API is missing here */
 		LOG(LOG_ERROR, "api: %s: this node serves no API (pick another --http-port)", e);
+	if (!rc && a->cfg.exec_cmd && a->cfg.exec_port > 0)
+		web_set_proxy(a->web, a->cfg.exec_port); /* --exec: /v1/ goes to rank 0's command */
 	(void)err, (void)errlen;
 	return 0;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -197,6 +198,7 @@ int agent_status_listen(agent_t *a, char *errbuf, size_t errlen)
 		return sh_fail(errbuf, errlen, SH_EIO, "status socket %s: %s", a->status_path,
 			       strerror(e));
 	}
+	chmod(a->status_path, 0600); /* this user's alone (the agent's umask is 077 too) */
 	a->status_fd = fd;
 	return 0;
 }

@@ -2,14 +2,19 @@
  * engine.c: infer/infer.h on one node: a GGUF mapping, its tokenizer and chat template, the
  * model (forward pass + KV cache), the compute pool and a sampler.
  *
- * eng_generate() runs prefill then the decode loop on the caller's thread. Text goes out through
- * the tokenizer's streaming decoder (whole UTF-8 characters only) and a hold-back buffer: any
- * tail of the output that could still become a stop string is kept until it either completes
- * one (the request stops and the stop string is never emitted) or cannot any more. Each sampled
- * token gets exactly one callback; the last one carries whatever text was still held.
+ * Continuous batching: the model's KV cache has n_slots slots; each active sequence owns one
+ * (slot_t: its prompt, sampler, text state). eng_step() builds one batch of every decoding
+ * sequence's next token and prompt chunks of the prefilling ones, runs one forward pass, then
+ * samples each sequence that got logits. Text goes out through the tokenizer's streaming decoder
+ * (whole UTF-8 characters only) and a per-sequence hold-back buffer: any tail of the output that
+ * could still become a stop string is kept until it either completes one (the request stops and
+ * the stop string is never emitted) or cannot any more. Each sampled token gets exactly one
+ * callback; the last one carries whatever text was still held.
  *
- * Invariant: e->cache[0..n_cache) are the tokens whose keys/values the model's KV cache holds,
- * so a request that starts with the same tokens (a chat's earlier turns) only computes the rest.
+ * Invariant: slots[i].cache[0..n_cache) are the tokens whose keys/values slot i of the model's
+ * KV cache holds, so a request that starts with the same tokens (a chat's earlier turns) only
+ * computes the rest; a slot is FREE, PREFILL (n_cache < n_prompt) or DECODE (next is the sampled
+ * token to feed at position n_cache), and n_active counts the slots that are not FREE.
  */
 #include "common/common.h"
 #include "infer/chat.h"
@@ -30,22 +35,59 @@
 
 #define MAX_TOP_LOGPROBS 20
 
+/* Text produced but not yet handed out (it may be the start of a stop string). */
+typedef struct held {
+	char *buf;
+	size_t len, cap;
+} held_t;
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL = 1, SLOT_DECODE = 2 };
+
+/* One KV slot and the sequence running in it. */
+typedef struct slot {
+	int state;  /* enum slot_state */
+	int *cache; /* [n_ctx] tokens whose keys/values the slot holds */
+	int n_cache;
+	uint64_t used; /* e->clock at admission / release: FIFO prefill order, LRU choice */
+	sampler_t *samp;
+	int chunk; /* tokens of this slot in the step being built */
+	/* the sequence (state != SLOT_FREE) */
+	int *prompt; /* [n_prompt] (owned) */
+	int n_prompt;
+	eng_sampling_t sp; /* stop strings borrowed from the caller */
+	int n_top;
+	eng_token_cb cb;
+	void *ud;
+	eng_result_t *res; /* borrowed */
+	tok_stream_t ts;
+	held_t held;
+	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
+	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
+} slot_t;
+
 struct eng {
 	gguf_t *g;
 	model_meta_t meta;
 	tok_t *tok;
-	const char *chat;   /* template family (static string), NULL when unusable */
-	char chat_err[256]; /* why there is no template */
+	const char *chat;       /* template family (static string), NULL when unusable */
+	const char *tool_style; /* how tools are rendered (chat.h), static string */
+	char chat_err[256];     /* why there is no template */
 	pool_t *pool;
 	model_t *model;
-	sampler_t *samp;
 	eng_info_t info;
 	char name[160];
-	float *logits; /* [n_vocab] */
-	int *cache;    /* [n_ctx] tokens held in the KV cache */
-	int n_cache;
+	int n_slots;
+	slot_t *slots; /* [n_slots] */
+	int n_active;
+	uint64_t clock;
+	float *logits;                       /* [n_slots][n_vocab]: one row per sequence a step */
+	int *b_tok, *b_slot, *b_pos, *b_out; /* [n_slots + ENG_PREFILL_MAX]: the step's batch */
+	int last_batch;                      /* tokens in the last step */
+	eng_done_t *gen_done;                /* [n_slots] for eng_generate */
 	dist_t *dist; /* NULL on one node; else this rank's part of the group (tp.h) */
 };
+
+static void seq_end(eng_t *e, slot_t *sl, int finish);
 
 /* Bytes of memory still available (Linux: MemAvailable; else physical pages), 0 if unknown. */
 static uint64_t mem_available(void)
@@ -69,12 +111,12 @@ static uint64_t mem_available(void)
 	return 0;
 }
 
-/* The context to use: asked (0 = the model's), capped so the KV cache takes at most half the
- * memory left after the weights. */
-static int pick_ctx(const model_meta_t *m, int asked)
+/* The context to use: asked (0 = the model's), capped so the KV cache of all slots takes at
+ * most half the memory left after the weights. */
+static int pick_ctx(const model_meta_t *m, int asked, int slots)
 {
 	int ctx = asked > 0 ? asked : m->n_ctx;
-	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL);
+	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, NULL) * (uint64_t)slots;
 	if (asked <= 0 && avail && per) {
 		uint64_t rest = avail > m->weight_bytes ? avail - m->weight_bytes : avail / 4;
 		uint64_t cap = rest / 2 / per;
@@ -98,9 +140,26 @@ static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_s
 		s->shx0 = mt->ffn_shexp;
 }
 
+/* The default slot count, lowered (never below 1) so that the KV cache of all slots of this
+ * rank's share takes at most half the memory left after its weights: a context that fits one
+ * sequence (the planner checks one) must not fail to load because of the default. */
+static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world)
+{
+	uint64_t avail = mem_available(), per = model_kv_bytes_per_pos(m, sh) * (uint64_t)ctx;
+	uint64_t w = m->weight_bytes / (uint64_t)MAX(world, 1);
+	if (!avail || !per)
+		return slots;
+	uint64_t rest = avail > w ? avail - w : avail / 4, fit = rest / 2 / per;
+	if (fit >= (uint64_t)slots)
+		return slots;
+	LOG(LOG_WARN, "KV cache: %d slots of %d positions do not fit the memory; using %d", slots,
+	    ctx, (int)MAX(fit, 1));
+	return (int)MAX(fit, 1);
+}
+
 /* This rank's share (the plan's ranges, or split from the weights) and the group's setup. */
-static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, char *err,
-		     size_t errlen)
+static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, int *slots,
+		     int parallel_given, char *err, size_t errlen)
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
@@ -127,18 +186,20 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 		if (rc)
 			return rc;
 	}
+	if (rank == 0 && !parallel_given)
+		*slots = fit_slots(&e->meta, shard, *ctx, *slots, world);
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
-	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, err,
-			     errlen)))
+	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, slots,
+			     err, errlen)))
 		return rc;
 	LOG(LOG_INFO,
 	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d) "
-	    "experts [%d,%d) shared [%d,%d), context %d",
+	    "experts [%d,%d) shared [%d,%d), context %d x %d slots",
 	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
 	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
 	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, shard->exp0,
-	    shard->exp0 + shard->n_exp, shard->shx0, shard->shx0 + shard->n_shx, *ctx);
+	    shard->exp0 + shard->n_exp, shard->shx0, shard->shx0 + shard->n_shx, *ctx, *slots);
 	return 0;
 }
 
@@ -147,8 +208,9 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	*out = NULL;
 	if (!opts || !opts->model_path)
 		return sh_fail(err, errlen, SH_EINVAL, "no model path");
-	if (opts->ctx < 0 || opts->threads < 0)
-		return sh_fail(err, errlen, SH_EINVAL, "bad context or thread count");
+	if (opts->ctx < 0 || opts->threads < 0 || opts->parallel < 0 ||
+	    opts->parallel > ENG_MAX_PARALLEL)
+		return sh_fail(err, errlen, SH_EINVAL, "bad context, thread or slot count");
 	eng_t *e = calloc(1, sizeof *e);
 	if (!e)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -183,28 +245,47 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		e->chat = NULL;
 		rc = 0;
 	}
-	int ctx = pick_ctx(&e->meta, opts->ctx);
+	int slots = opts->parallel ? opts->parallel : ENG_DEFAULT_PARALLEL;
+	int ctx = pick_ctx(&e->meta, opts->ctx, slots);
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
-	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, err, errlen)))
+	if (opts->dist &&
+	    (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, opts->parallel > 0, err, errlen)))
 		goto err;
+	if (!opts->dist && !opts->parallel)
+		slots = fit_slots(&e->meta, &shard, ctx, slots, 1);
 	if (!(e->pool = pool_new(opts->threads))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "cannot start compute threads");
 		goto err;
 	}
-	if ((rc = model_new(&e->model, e->g, &e->meta, &shard, ctx, e->pool, why, sizeof why))) {
+	if ((rc = model_new_slots(&e->model, e->g, &e->meta, &shard, ctx, slots, e->pool, why,
+				  sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
 		goto err;
 	}
 	if (e->dist)
 		dist_attach(e->dist, e->model);
-	e->samp = sampler_new(e->meta.n_vocab);
-	e->logits = malloc((size_t)e->meta.n_vocab * sizeof *e->logits);
-	e->cache = malloc((size_t)ctx * sizeof *e->cache);
-	if (!e->samp || !e->logits || !e->cache) {
+	e->n_slots = slots;
+	size_t nb = (size_t)slots + ENG_PREFILL_MAX;
+	e->slots = calloc((size_t)slots, sizeof *e->slots);
+	e->logits = malloc((size_t)slots * (size_t)e->meta.n_vocab * sizeof *e->logits);
+	e->b_tok = malloc(nb * sizeof(int));
+	e->b_slot = malloc(nb * sizeof(int));
+	e->b_pos = malloc(nb * sizeof(int));
+	e->b_out = malloc(nb * sizeof(int));
+	e->gen_done = malloc((size_t)slots * sizeof *e->gen_done);
+	if (!e->slots || !e->logits || !e->b_tok || !e->b_slot || !e->b_pos || !e->b_out ||
+	    !e->gen_done) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
+	for (int i = 0; i < slots; i++)
+		if (!(e->slots[i].samp = sampler_new(e->meta.n_vocab)) ||
+		    !(e->slots[i].cache = malloc((size_t)ctx * sizeof(int)))) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto err;
+		} else /* structured output masks by the tokens' bytes */
+			sampler_set_tok(e->slots[i].samp, e->tok);
 	if (e->meta.name[0]) {
 		snprintf(e->name, sizeof e->name, "%s", e->meta.name);
 	} else {
@@ -226,8 +307,11 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->eos = tok_eos(e->tok);
 	i->weight_bytes = e->meta.weight_bytes;
 	i->chat_template = e->chat;
+	e->tool_style = chat_tool_style(e->chat, tmpl, tlen);
+	i->tool_format = chat_tool_format(e->tool_style);
 	i->rank = e->dist ? dist_rank(e->dist) : 0;
 	i->world = e->dist ? dist_world(e->dist) : 1;
+	i->n_slots = slots;
 	*out = e;
 	return 0;
 err:
@@ -339,11 +423,22 @@ void eng_free(eng_t *e)
 	dist_free(e->dist);
 	model_free(e->model);
 	pool_free(e->pool);
-	sampler_free(e->samp);
+	for (int i = 0; e->slots && i < e->n_slots; i++) {
+		slot_t *sl = &e->slots[i];
+		if (sl->state != SLOT_FREE)
+			seq_end(e, sl, ENG_FINISH_CANCELED);
+		sampler_free(sl->samp);
+		free(sl->cache);
+	}
+	free(e->slots);
 	tok_free(e->tok);
 	gguf_free(e->g);
 	free(e->logits);
-	free(e->cache);
+	free(e->b_tok);
+	free(e->b_slot);
+	free(e->b_pos);
+	free(e->b_out);
+	free(e->gen_done);
 	free(e);
 }
 
@@ -375,6 +470,12 @@ int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text)
 int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
 		    char *err, size_t errlen)
 {
+	return eng_chat_prompt_tools(e, msgs, n_msgs, NULL, 0, ids, n_ids, err, errlen);
+}
+
+int eng_chat_prompt_tools(const eng_t *e, const eng_msg_t *msgs, int n_msgs, const char *tools_json,
+			  int open_call, int **ids, int *n_ids, char *err, size_t errlen)
+{
 	*ids = NULL;
 	*n_ids = 0;
 	char *text = NULL;
@@ -388,7 +489,8 @@ int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids
 		snprintf(eosbuf, sizeof eosbuf, "%.*s", (int)MIN(elen, sizeof eosbuf - 1), eos);
 		eos = eosbuf;
 	}
-	int rc = chat_render(e->chat, msgs, n_msgs, 1, eos, &text, err, errlen);
+	int rc = chat_render_tools(e->chat, e->tool_style, msgs, n_msgs, tools_json, open_call, eos,
+				   &text, err, errlen);
 	if (rc)
 		return rc;
 	/* the rendered template spells out its special tokens; BOS as the model wants, unless the
@@ -405,12 +507,6 @@ int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids
 }
 
 /* ---- generation --------------------------------------------------------------------------- */
-
-/* Text produced but not yet handed out (it may be the start of a stop string). */
-typedef struct held {
-	char *buf;
-	size_t len, cap;
-} held_t;
 
 static int held_add(held_t *h, const char *s, size_t n)
 {
@@ -464,11 +560,11 @@ static size_t stop_partial(const held_t *h, const eng_sampling_t *s)
 }
 
 /* One forward pass: on this node, or as rank 0 of the group (every rank computes its part). */
-static int eng_forward(eng_t *e, const int *tokens, int n, int pos, unsigned flags)
+static int eng_forward(eng_t *e, const model_batch_t *b)
 {
 	if (e->dist)
-		return dist_forward(e->dist, tokens, n, pos, flags, e->logits);
-	return model_forward(e->model, tokens, n, pos, e->logits);
+		return dist_forward_batch(e->dist, b, e->logits);
+	return model_forward_batch(e->model, b, e->logits);
 }
 
 /* Why a forward pass failed, for res->error. */
@@ -494,25 +590,37 @@ void eng_comm_stats(const eng_t *e, eng_comm_t *out)
 	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms, s.comm_min_ms};
 }
 
-/* Runs tokens through the model, reusing the cached prefix. Fills e->logits. */
-static int prefill(eng_t *e, const int *prompt, int n)
+/* ---- sequences ---------------------------------------------------------------------------- */
+
+int eng_active(const eng_t *e)
 {
-	int keep = 0;
-	while (keep < e->n_cache && keep < n && e->cache[keep] == prompt[keep])
-		keep++;
-	if (keep == n) /* the whole prompt is cached: recompute the last token for its logits */
-		keep--;
-	e->n_cache = keep;
-	int rc = eng_forward(e, prompt + keep, n - keep, keep, DIST_STEP_NEW_REQUEST);
-	if (rc)
-		return rc;
-	memcpy(e->cache + keep, prompt + keep, (size_t)(n - keep) * sizeof *prompt);
-	e->n_cache = n;
-	return 0;
+	return e->n_active;
 }
 
-int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
-		 eng_token_cb cb, void *ud, eng_result_t *res)
+int eng_slot_state(const eng_t *e, int i)
+{
+	return i >= 0 && i < e->n_slots ? e->slots[i].state : SLOT_FREE;
+}
+
+/* Ends the sequence in sl with finish (and error rc for ENG_FINISH_ERROR). */
+static void seq_end(eng_t *e, slot_t *sl, int finish)
+{
+	sl->res->finish = finish;
+	sl->res->gen_ms = sl->t1 ? (double)(now_ns() - sl->t1) / 1e6 : 0;
+	if (!sl->t1)
+		sl->res->prompt_ms = (double)(now_ns() - sl->t0) / 1e6;
+	tok_stream_free(&sl->ts);
+	free(sl->held.buf);
+	free(sl->prompt);
+	sl->held = (held_t){0};
+	sl->prompt = NULL;
+	sl->state = SLOT_FREE;
+	sl->used = ++e->clock;
+	e->n_active--;
+}
+
+int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		  eng_token_cb cb, void *ud, eng_result_t *res)
 {
 	memset(res, 0, sizeof *res);
 	res->prompt_tokens = n_prompt;
@@ -536,94 +644,222 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		if (prompt[i] < 0 || prompt[i] >= n_vocab)
 			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
 				       prompt[i]);
-	int n_top = MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab);
-	if (n_top < 0)
-		n_top = 0;
-	eng_logprob_t top[MAX_TOP_LOGPROBS];
-	tok_stream_t ts;
-	held_t held = {0};
-	if (tok_stream_init(&ts, e->tok, 0))
+	/* the free slot sharing the longest prefix; ties to the least recently used */
+	slot_t *sl = NULL;
+	int best = -1;
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *c = &e->slots[i];
+		if (c->state != SLOT_FREE)
+			continue;
+		int k = 0;
+		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
+			k++;
+		if (k > best || (k == best && c->used < sl->used)) {
+			best = k;
+			sl = c;
+		}
+	}
+	if (!sl) {
+		res->finish = ENG_FINISH_NONE;
+		return SH_EBUSY;
+	}
+	if (!(sl->prompt = malloc((size_t)n_prompt * sizeof *prompt)) ||
+	    tok_stream_init(&sl->ts, e->tok, 0)) {
+		free(sl->prompt);
+		sl->prompt = NULL;
 		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	}
+	memcpy(sl->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+	sl->n_prompt = n_prompt;
+	/* a fully cached prompt still recomputes its last token for the logits */
+	sl->n_cache = best == n_prompt ? best - 1 : best;
+	sl->sp = *s;
+	sl->n_top = MAX(0, MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
+	sl->cb = cb;
+	sl->ud = ud;
+	sl->res = res;
+	sl->held = (held_t){0};
+	sl->t0 = now_ns();
+	sl->t1 = 0;
+	sl->used = ++e->clock; /* admission order: prefills go first come, first served */
+	sl->state = SLOT_PREFILL;
+	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
+	e->n_active++;
+	res->finish = ENG_FINISH_NONE;
+	return (int)(sl - e->slots);
+}
 
-	int64_t t0 = now_ns();
-	int rc = prefill(e, prompt, n_prompt);
-	int64_t t1 = now_ns();
-	res->prompt_ms = (double)(t1 - t0) / 1e6;
-	if (rc) {
-		e->n_cache = 0;
-		sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
-			eng_forward_why(e, rc));
-		goto out;
+void eng_seq_cancel(eng_t *e, int id)
+{
+	if (id >= 0 && id < e->n_slots && e->slots[id].state != SLOT_FREE)
+		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
+}
+
+/* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
+ * (res->finish set), 0 when it goes on with sl->next. */
+static int seq_sample(eng_t *e, slot_t *sl, float *logits)
+{
+	eng_result_t *res = sl->res;
+	const eng_sampling_t *s = &sl->sp;
+	eng_logprob_t top[MAX_TOP_LOGPROBS];
+	int n_top = sl->n_top;
+	float lp = 0;
+	size_t plen;
+	/* a grammar (structured output) allows only what can still close within the tokens left */
+	int left = e->info.n_ctx - sl->n_cache;
+	if (s->max_tokens > 0)
+		left = MIN(left, s->max_tokens - res->completion_tokens);
+	sampler_mask(sl->samp, logits, left);
+	int t = sampler_sample(sl->samp, logits, &lp, top, n_top);
+	if (tok_is_eog(e->tok, t)) {
+		/* text still held back (a partial stop string, an unfinished character) is output
+		 * after all: one last callback, carrying the end-of-generation id */
+		const char *rest = tok_stream_flush(&sl->ts, &plen);
+		if (held_add(&sl->held, rest, plen) == 0 && sl->held.len && sl->cb) {
+			eng_token_t tk = {t, sl->held.buf, sl->held.len, lp, top, n_top};
+			sl->cb(sl->ud, &tk);
+		}
+		res->finish = ENG_FINISH_STOP;
+		return 1;
 	}
-	sampler_reset(e->samp, s, prompt, n_prompt);
-	int pos = n_prompt;
-	for (;;) {
-		float lp = 0;
-		int t = sampler_sample(e->samp, e->logits, &lp, top, n_top);
-		if (tok_is_eog(e->tok, t)) {
-			/* text still held back (a partial stop string, an unfinished character) is
-			 * output after all: one last callback, carrying the end-of-generation id */
-			size_t plen;
-			const char *rest = tok_stream_flush(&ts, &plen);
-			if (held_add(&held, rest, plen) == 0 && held.len && cb) {
-				eng_token_t tk = {t, held.buf, held.len, lp, top, n_top};
-				cb(ud, &tk);
-			}
-			res->finish = ENG_FINISH_STOP;
-			break;
-		}
-		sampler_accept(e->samp, t);
-		res->completion_tokens++;
-		size_t plen;
-		const char *piece = tok_stream_push(&ts, t, &plen);
-		if (held_add(&held, piece, plen)) {
-			rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
-			break;
-		}
-		int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
-			   pos + 1 >= n_ctx;
-		long at = stop_find(&held, s);
-		size_t emit;
-		if (at >= 0) {
-			emit = (size_t)at;
-			res->finish = ENG_FINISH_STOP;
-		} else if (last) {
-			const char *rest = tok_stream_flush(&ts, &plen);
-			if (held_add(&held, rest, plen)) {
-				rc = sh_fail(res->error, sizeof res->error, SH_ENOMEM,
-					     "out of memory");
-				break;
-			}
-			emit = held.len;
-			res->finish = ENG_FINISH_LENGTH;
-		} else {
-			emit = held.len - stop_partial(&held, s);
-		}
-		eng_token_t tk = {t, held.buf ? held.buf : "", emit, lp, top, n_top};
-		int cancel = cb ? cb(ud, &tk) : 0;
-		memmove(held.buf, held.buf + emit, held.len - emit + 1);
-		held.len -= emit;
-		if (res->finish != ENG_FINISH_ERROR)
-			break;
-		if (cancel) {
-			res->finish = ENG_FINISH_CANCELED;
-			break;
-		}
-		/* feed the token: its keys/values join the cache */
-		if ((rc = eng_forward(e, &t, 1, pos, 0))) {
-			e->n_cache = 0;
-			sh_fail(res->error, sizeof res->error, rc, "forward pass failed: %s",
-				eng_forward_why(e, rc));
-			break;
-		}
-		e->cache[pos++] = t;
-		e->n_cache = pos;
+	sampler_accept(sl->samp, t);
+	res->completion_tokens++;
+	const char *piece = tok_stream_push(&sl->ts, t, &plen);
+	if (held_add(&sl->held, piece, plen)) {
+		sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+		res->finish = ENG_FINISH_ERROR;
+		return 1;
 	}
-out:
-	res->gen_ms = (double)(now_ns() - t1) / 1e6;
-	tok_stream_free(&ts);
-	free(held.buf);
-	if (res->finish == ENG_FINISH_ERROR)
-		return rc ? rc : SH_EINVAL;
+	int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
+		   sl->n_cache + 1 >= e->info.n_ctx;
+	long at = stop_find(&sl->held, s);
+	size_t emit;
+	int finish = ENG_FINISH_NONE;
+	if (at >= 0) {
+		emit = (size_t)at;
+		finish = ENG_FINISH_STOP;
+	} else if (last) {
+		const char *rest = tok_stream_flush(&sl->ts, &plen);
+		if (held_add(&sl->held, rest, plen)) {
+			sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+			res->finish = ENG_FINISH_ERROR;
+			return 1;
+		}
+		emit = sl->held.len;
+		finish = ENG_FINISH_LENGTH;
+	} else {
+		emit = sl->held.len - stop_partial(&sl->held, s);
+	}
+	eng_token_t tk = {t, sl->held.buf ? sl->held.buf : "", emit, lp, top, n_top};
+	int cancel = sl->cb ? sl->cb(sl->ud, &tk) : 0;
+	memmove(sl->held.buf, sl->held.buf + emit, sl->held.len - emit + 1);
+	sl->held.len -= emit;
+	if (finish != ENG_FINISH_NONE || cancel) {
+		res->finish = finish != ENG_FINISH_NONE ? finish : ENG_FINISH_CANCELED;
+		return 1;
+	}
+	sl->next = t; /* fed in the next step: its keys/values join the cache */
 	return 0;
+}
+
+int eng_step(eng_t *e, eng_done_t *done, int *n_done)
+{
+	*n_done = 0;
+	if (!e->n_active)
+		return 0;
+	int n = 0, n_decode = 0;
+	/* one token of every decoding sequence, at the end of its slot */
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *sl = &e->slots[i];
+		if (sl->state != SLOT_DECODE)
+			continue;
+		e->b_tok[n] = sl->next, e->b_slot[n] = i, e->b_pos[n] = sl->n_cache,
+		e->b_out[n] = 1;
+		sl->chunk = 1;
+		n++, n_decode++;
+	}
+	/* then prompt chunks, oldest admission first, within the step's budget */
+	int budget = n_decode ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
+	while (budget > 0) {
+		slot_t *sl = NULL;
+		for (int i = 0; i < e->n_slots; i++) {
+			slot_t *c = &e->slots[i];
+			if (c->state == SLOT_PREFILL && !c->chunk && (!sl || c->used < sl->used))
+				sl = c;
+		}
+		if (!sl)
+			break;
+		int k = MIN(budget, sl->n_prompt - sl->n_cache), id = (int)(sl - e->slots);
+		for (int j = 0; j < k; j++, n++) {
+			e->b_tok[n] = sl->prompt[sl->n_cache + j];
+			e->b_slot[n] = id;
+			e->b_pos[n] = sl->n_cache + j;
+			e->b_out[n] = sl->n_cache + j == sl->n_prompt - 1;
+		}
+		sl->chunk = k;
+		budget -= k;
+	}
+	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out};
+	int rc = eng_forward(e, &b);
+	e->last_batch = n;
+	if (rc) { /* every active sequence fails; their caches are unknown now */
+		for (int i = 0; i < e->n_slots; i++) {
+			slot_t *sl = &e->slots[i];
+			sl->chunk = 0;
+			if (sl->state == SLOT_FREE)
+				continue;
+			sh_fail(sl->res->error, sizeof sl->res->error, rc,
+				"forward pass failed: %s", eng_forward_why(e, rc));
+			seq_end(e, sl, ENG_FINISH_ERROR);
+			sl->n_cache = 0;
+			done[(*n_done)++] = (eng_done_t){i, rc};
+		}
+		for (int i = 0; i < e->n_slots; i++)
+			e->slots[i].n_cache = 0;
+		return rc;
+	}
+	/* the computed tokens join their slots' caches; the logits rows are in batch order */
+	int row = 0;
+	for (int j = 0; j < n; j++) {
+		slot_t *sl = &e->slots[e->b_slot[j]];
+		sl->cache[e->b_pos[j]] = e->b_tok[j];
+		sl->n_cache = e->b_pos[j] + 1;
+		sl->chunk = 0;
+		if (!e->b_out[j])
+			continue;
+		float *lg = e->logits + (size_t)row++ * e->meta.n_vocab;
+		if (sl->state == SLOT_PREFILL) {
+			sl->t1 = now_ns();
+			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+			sl->state = SLOT_DECODE;
+		}
+		if (seq_sample(e, sl, lg)) {
+			int id = e->b_slot[j];
+			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
+			seq_end(e, sl, sl->res->finish);
+			done[(*n_done)++] = (eng_done_t){id, err};
+		}
+	}
+	return 0;
+}
+
+int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		 eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	int id = eng_seq_start(e, prompt, n_prompt, s, cb, ud, res);
+	if (id == SH_EBUSY)
+		return sh_fail(res->error, sizeof res->error, SH_EBUSY, "every slot is busy");
+	if (id < 0)
+		return id;
+	for (;;) {
+		int nd = 0;
+		eng_step(e, e->gen_done, &nd);
+		for (int i = 0; i < nd; i++)
+			if (e->gen_done[i].id == id) {
+				int rc = e->gen_done[i].rc;
+				if (res->finish == ENG_FINISH_ERROR)
+					return rc ? rc : SH_EIO;
+				return 0;
+			}
+	}
 }

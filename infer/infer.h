@@ -2,13 +2,18 @@
  * infer.h: the inference engine's public interface, used by web/ and agent/.
  *
  * An engine owns one loaded model (memory-mapped GGUF, tokenizer, chat template, KV cache, a
- * persistent compute thread pool). Requests are run one at a time by eng_generate() on the
- * caller's thread; the caller (web/'s scheduler, the CLI) serialises them. How many ranks compute
- * a step is hidden behind this interface: a tensor-parallel engine looks the same.
+ * persistent compute thread pool). The KV cache has n_slots slots (eng_opts_t.parallel): up to
+ * that many sequences run together, one forward pass (eng_step) computing a token of every
+ * decoding sequence and a chunk of prompt of the admitted ones (continuous batching). Each slot
+ * keeps the tokens of its last sequence, so a request that starts with them (a chat's earlier
+ * turns) only computes the rest; a new sequence goes to the free slot sharing the longest prefix.
+ * eng_generate() is the one-request special case. How many ranks compute a step is hidden behind
+ * this interface: a tensor-parallel engine looks the same.
  *
- * Threads: eng_generate() must not be called concurrently on one engine. eng_info(),
- * eng_tokenize(), eng_detokenize() and eng_chat_prompt() are read-only and may be called from
- * any thread at any time once eng_open() has returned.
+ * Threads: eng_generate(), eng_seq_start(), eng_step() and eng_seq_cancel() are called from one
+ * thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
+ * eng_chat_prompt() are read-only and may be called from any thread at any time once eng_open()
+ * has returned.
  */
 #ifndef SHOAL_INFER_H
 #define SHOAL_INFER_H
@@ -42,7 +47,12 @@ typedef struct eng_opts {
 	const char *chat_template; /* family name override ("chatml", "llama3", ...) or NULL */
 	const eng_dist_t *dist;    /* NULL = this node alone; else read during eng_open only (the
 				      group it names is kept) */
+	int parallel;              /* KV slots: sequences run together; 0 = ENG_DEFAULT_PARALLEL
+				      (on several ranks rank 0's value wins) */
 } eng_opts_t;
+
+#define ENG_DEFAULT_PARALLEL 4
+#define ENG_MAX_PARALLEL     256
 
 typedef struct eng_info {
 	const char *name; /* general.name or the file's base name */
@@ -53,13 +63,28 @@ typedef struct eng_info {
 	int bos, eos;              /* token ids, -1 when absent */
 	uint64_t weight_bytes;     /* bytes of tensor data */
 	const char *chat_template; /* family in use, or NULL when none */
+	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
 	int rank, world;           /* 0 and 1 on one node */
+	int n_slots;               /* sequences run together (each has n_ctx positions) */
 } eng_info_t;
 
 typedef struct eng_msg {
-	const char *role;    /* "system", "user", "assistant" */
-	const char *content; /* UTF-8 */
+	const char *role;         /* "system", "user", "assistant", "tool" */
+	const char *content;      /* UTF-8 ("" for an assistant message that only calls tools) */
+	const char *tool_calls;   /* assistant: OpenAI's tool_calls array as JSON text, or NULL */
+	const char *tool_call_id; /* tool: the id of the call this answers, or NULL */
 } eng_msg_t;
+
+/* A compiled JSON Schema for structured output (infer/grammar.h): the reply is then one JSON
+ * value that validates against it, and generation ends when the value is complete. Immutable
+ * once built; any thread may share it. */
+typedef struct eng_grammar eng_grammar_t;
+
+/* Compiles schema[0..len) (JSON text of a JSON Schema), or any JSON object when schema is NULL.
+ * Returns 0, SH_EUNSUPP (a keyword outside the supported set, named in err) or SH_EINVAL (not a
+ * valid schema, or no value satisfies it). */
+int eng_grammar_new(eng_grammar_t **out, const char *schema, size_t len, char *err, size_t errlen);
+void eng_grammar_free(eng_grammar_t *g); /* NULL-safe */
 
 typedef struct eng_sampling {
 	float temperature;       /* 0 = greedy */
@@ -73,7 +98,8 @@ typedef struct eng_sampling {
 	int max_tokens;          /* 0 = until EOS or the context is full */
 	const char *const *stop; /* stop strings (borrowed), n_stop of them */
 	int n_stop;
-	int top_logprobs; /* 0 = none; else report this many alternatives per token */
+	int top_logprobs;             /* 0 = none; else report this many alternatives per token */
+	const eng_grammar_t *grammar; /* structured output (borrowed for the request) or NULL */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
@@ -135,13 +161,60 @@ int eng_detokenize(const eng_t *e, const int *ids, int n_ids, char **text);
  * for eng_generate. An unknown role is SH_EINVAL with a message. *ids is malloc'd. */
 int eng_chat_prompt(const eng_t *e, const eng_msg_t *msgs, int n_msgs, int **ids, int *n_ids,
 		    char *err, size_t errlen);
+/* The same with tools offered (tools_json: OpenAI's "tools" array as JSON text, or NULL) and
+ * tool calls and results in the history, rendered as the model's family expects (infer/chat.h).
+ * open_call: the reply must be a tool call (tool_choice "required" or a named function). */
+int eng_chat_prompt_tools(const eng_t *e, const eng_msg_t *msgs, int n_msgs, const char *tools_json,
+			  int open_call, int **ids, int *n_ids, char *err, size_t errlen);
 
 /* Runs one request to completion on the calling thread: prefill prompt, then sample until EOS, a
  * stop string, max_tokens, the end of the context, cancellation, or an error. cb may be NULL.
+ * It is eng_seq_start + eng_step until the request ends: call it only while no other sequence
+ * is active (their endings would not be reported).
  * Always fills res. Returns 0, or a negative code (then res->finish is ENG_FINISH_ERROR and
  * res->error says why; a prompt longer than the context is SH_EINVAL). */
 int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
 		 eng_token_cb cb, void *ud, eng_result_t *res);
+
+/* ---- continuous batching -----------------------------------------------------------------
+ * A sequence is one request in one slot; its id is the slot number. The caller admits requests
+ * between steps and calls eng_step while any sequence is active. Each step computes one token
+ * of every decoding sequence plus prompt chunks of prefilling ones (admission order; while
+ * others decode, at most ENG_PREFILL_CHUNK prompt tokens per step so their next token is not held
+ * up long), then samples each sequence with its own sampler and calls its callback. */
+
+#define ENG_PREFILL_CHUNK 32  /* prompt tokens per step while other sequences decode */
+#define ENG_PREFILL_MAX   512 /* prompt tokens per step when nothing decodes */
+
+/* Admits a request into the free slot whose cached tokens share the longest prefix with prompt
+ * (ties: least recently used). prompt is copied; s is copied but its stop strings (and any
+ * pointer it holds) are borrowed, as are ud and res, until the sequence ends. Returns the
+ * sequence id (>= 0), or SH_EBUSY when every slot is busy, or SH_EINVAL for a bad prompt (then
+ * res->finish is ENG_FINISH_ERROR and res->error says why). */
+int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		  eng_token_cb cb, void *ud, eng_result_t *res);
+
+/* A sequence that ended in a step: its res is final and its slot free again. rc is 0 or the
+ * negative code of its error (res->error says why). */
+typedef struct eng_done {
+	int id;
+	int rc;
+} eng_done_t;
+
+/* One forward pass over every active sequence (nothing when none). done (n_slots entries) gets
+ * the sequences that ended, *n_done their count. Returns 0, or the forward pass's error: then
+ * every active sequence ended with ENG_FINISH_ERROR and is in done. */
+int eng_step(eng_t *e, eng_done_t *done, int *n_done);
+
+/* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
+ * tokens computed so far for prefix reuse. */
+void eng_seq_cancel(eng_t *e, int id);
+
+/* Sequences in progress. */
+int eng_active(const eng_t *e);
+
+/* State of slot i for metrics: 0 free, 1 prefill, 2 decode. */
+int eng_slot_state(const eng_t *e, int i);
 
 /* ---- several ranks (eng_opts_t.dist) ------------------------------------------------------
  * eng_open with a dist is collective: every rank of the group calls it (it agrees on the

@@ -5,6 +5,9 @@
  */
 #include "infer/sample.h"
 
+#include "common/common.h"
+#include "infer/grammar.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,9 @@ struct sampler {
 	int n_hist, head;
 	int *count;   /* [n_vocab] occurrences in the history window */
 	cand_t *cand; /* [n_vocab] */
+	const tok_t *tok;
+	gram_vocab_t *gv; /* shared table (grammar.c), taken on the first constrained request */
+	gram_match_t *gm; /* this request's grammar state, or NULL */
 };
 
 void eng_sampling_default(eng_sampling_t *s)
@@ -54,13 +60,28 @@ void sampler_free(sampler_t *s)
 		return;
 	free(s->count);
 	free(s->cand);
+	gram_match_free(s->gm);
+	gram_vocab_release(s->gv);
 	free(s);
+}
+
+void sampler_set_tok(sampler_t *s, const tok_t *t)
+{
+	s->tok = t;
+}
+
+void sampler_mask(sampler_t *s, float *logits, int budget)
+{
+	if (s->gm)
+		gram_match_mask(s->gm, logits, budget < 1 ? 1 : budget);
 }
 
 void sampler_accept(sampler_t *s, int token)
 {
 	if (token < 0 || token >= s->n_vocab)
 		return;
+	if (s->gm)
+		gram_match_accept(s->gm, token);
 	if (s->n_hist == SAMPLE_PENALTY_WINDOW) {
 		s->count[s->hist[s->head]]--;
 		s->hist[s->head] = token;
@@ -78,6 +99,9 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	s->p.stop =
 	    NULL; /* stop strings are the engine's business; do not keep borrowed pointers */
 	s->p.n_stop = 0;
+	s->p.grammar = NULL;
+	gram_match_free(s->gm);
+	s->gm = NULL;
 	s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < s->n_hist; i++)
 		s->count[s->hist[(s->head + i) % SAMPLE_PENALTY_WINDOW]] = 0;
@@ -85,6 +109,15 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	for (int i = n_prompt > SAMPLE_PENALTY_WINDOW ? n_prompt - SAMPLE_PENALTY_WINDOW : 0;
 	     i < n_prompt; i++)
 		sampler_accept(s, prompt[i]);
+	if (p->grammar) { /* after the prompt: its tokens are history, not output */
+		if (!s->gv && s->tok)
+			s->gv = gram_vocab_shared(s->tok);
+		if (s->gv)
+			s->gm = gram_match_new(p->grammar, s->gv);
+		if (!s->gm)
+			LOG(LOG_ERROR,
+			    "sample: no memory for the grammar; the reply is unconstrained");
+	}
 }
 
 static uint64_t rng_next(uint64_t *x) /* splitmix64 */

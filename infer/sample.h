@@ -8,12 +8,18 @@
  * Reported log-probabilities are those of the penalised, temperature-scaled distribution before
  * truncation (temperature 1 when greedy).
  *
+ * Structured output: when the parameters carry a grammar (eng_sampling_t.grammar), the generation
+ * loop calls sampler_mask() before sampler_sample(); it removes every token that cannot continue
+ * the JSON value (infer/grammar.h), and sampler_accept() advances the grammar over the chosen
+ * token. The vocabulary's byte table is built on the first such request (sampler_set_tok).
+ *
  * Threads: a sampler belongs to one request on one thread.
  */
 #ifndef SHOAL_SAMPLE_H
 #define SHOAL_SAMPLE_H
 
 #include "infer/infer.h"
+#include "infer/tok/tokenizer.h"
 
 #include <stdint.h>
 
@@ -32,7 +38,14 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
  * capacity; pass 0 for none). */
 int sampler_sample(sampler_t *s, float *logits, float *logprob, eng_logprob_t *top, int n_top);
 
-/* Adds a chosen token to the penalty history. */
+/* Adds a chosen token to the penalty history (and advances the grammar, if any). */
 void sampler_accept(sampler_t *s, int token);
+
+/* The tokenizer whose tokens the grammar masks (borrowed; outlives the sampler). */
+void sampler_set_tok(sampler_t *s, const tok_t *t);
+
+/* With a grammar: sets the logits of tokens that cannot come next to -INFINITY. budget: tokens
+ * the request may still produce, this one included. Without a grammar: does nothing. */
+void sampler_mask(sampler_t *s, float *logits, int budget);
 
 #endif

@@ -1,8 +1,11 @@
 /*
  * tp.c: the lock-step protocol and the model hooks that let several ranks compute one model.
  *
- * Rank 0 owns the request: it broadcasts each forward pass as a STEP (64 bytes, tokens inline
- * up to DIST_INLINE_TOKENS, else a second broadcast of the ids), then computes. Every rank runs
+ * Rank 0 owns the requests: it broadcasts each forward pass as a STEP (64 bytes, tokens inline
+ * up to DIST_INLINE_TOKENS, else a second broadcast of the ids) or, for a continuous-batching
+ * step of several sequences, a BATCH (64 bytes, then n entries of token, slot, position, flags
+ * unless they fit inline), then computes. Every rank keeps the same slots of KV cache for its
+ * heads or layers, so a BATCH addresses them all alike. Every rank runs
  * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass (tensor
  * mode: two all-reduces per layer; pipeline mode: hidden state rank r -> r+1, and the last
  * stage's final row back to rank 0, which computes the head).
@@ -32,6 +35,9 @@ struct dist {
 	char err[320];
 	int *tok; /* [tok_cap] receive space for long STEPs */
 	int tok_cap;
+	uint8_t *ent; /* [ent_cap * DIST_BATCH_ENTRY] BATCH entries (wire form) */
+	int *eb;      /* [4 * ent_cap] decoded entries: tokens, slots, positions, outs */
+	int ent_cap;
 	dist_stats_t st;
 	double pass_comm_ms; /* communication of the pass in progress */
 	int n_layers;        /* all-reduces per forward batch: 2 x n_layers (tensor mode) */
@@ -201,6 +207,8 @@ void dist_free(dist_t *d)
 	if (!d)
 		return;
 	free(d->tok);
+	free(d->ent);
+	free(d->eb);
 	free(d->red);
 	if (d->trace)
 		fclose(d->trace);
@@ -263,12 +271,14 @@ uint64_t dist_model_fingerprint(const gguf_t *g)
 	return h;
 }
 
-/* SETUP layout (64 bytes): 12 u32 (see setup_encode) then the model fingerprint u64 at 48. */
+/* SETUP layout (64 bytes): 12 u32 (see setup_encode), the model fingerprint u64 at 48, the KV
+ * slot count u32 at 56 (0 from an older rank 0 means 1). */
 static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world,
-			 uint64_t fp)
+			 uint64_t fp, int slots)
 {
 	memset(h, 0, DIST_HDR_BYTES);
 	put64(h + 48, fp);
+	put32(h + 56, (uint32_t)slots);
 	uint32_t f[] = {DIST_MSG_SETUP,         DIST_VERSION,          (uint32_t)ctx,
 			(uint32_t)pipeline,     (uint32_t)world,       (uint32_t)mt->n_layers,
 			(uint32_t)mt->dim,      (uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads,
@@ -278,13 +288,16 @@ static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeli
 }
 
 int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard_t *mine, int *ctx,
-	       char *err, size_t errlen)
+	       int *slots, char *err, size_t errlen)
 {
+	int one = 1;
+	if (!slots)
+		slots = &one;
 	uint8_t h[DIST_HDR_BYTES], ours[DIST_HDR_BYTES];
 	char why[256];
 	int rc;
 	if (d->rank == 0)
-		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp);
+		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp, *slots);
 	if ((rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why)))
 		return sh_fail(err, errlen, rc, "setup: %s", why);
 	int status = 0;
@@ -295,8 +308,12 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 			 "lock-step message %#x version %u, we speak %#x version %d", get32(h),
 			 get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
 	} else {
-		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp);
-		if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
+		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp,
+			     (int)get32(h + 56));
+		if (get32(h + 56) > 4096) {
+			status = SH_EINVAL;
+			snprintf(bad, sizeof bad, "rank 0 asks for %u KV slots", get32(h + 56));
+		} else if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
 			status = SH_EINVAL;
 			snprintf(
 			    bad, sizeof bad,
@@ -316,6 +333,7 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 		}
 	}
 	*ctx = (int)get32(h + 8);
+	*slots = get32(h + 56) ? (int)get32(h + 56) : 1;
 	d->n_layers = mt->n_layers;
 	/* every rank learns every rank's status and shares */
 	uint32_t sh[DIST_SHARE_WORDS] = {
@@ -447,25 +465,25 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
-/* Stage r receives from r-1 and sends to r+1; the last stage sends the final row to rank 0,
- * which receives it into its last row before computing the head. */
+/* Stage r receives from r-1 and sends to r+1; the last stage sends the final hidden state of the
+ * whole batch to rank 0 (a continuous-batching step wants logits of several rows), which
+ * receives it into x before computing the head. */
 static int hook_pipe(void *ctx, int dir, float *x, int B, int dim)
 {
 	dist_t *d = ctx;
 	char why[256];
 	int rc = 0, last = d->rank == d->world - 1;
-	size_t all = (size_t)B * dim * sizeof *x, row = (size_t)dim * sizeof *x;
+	size_t all = (size_t)B * dim * sizeof *x;
 	int64_t t0 = now_ns();
 	if (dir == 0) {
 		rc = tp_group_recv(d->g, d->rank - 1, x, all, d->timeout_ms, why, sizeof why);
 	} else if (!last) {
 		rc = tp_group_send(d->g, d->rank + 1, x, all, d->timeout_ms, why, sizeof why);
 		if (!rc && d->rank == 0)
-			rc = tp_group_recv(d->g, d->world - 1, x + (size_t)(B - 1) * dim, row,
-					   d->timeout_ms, why, sizeof why);
+			rc = tp_group_recv(d->g, d->world - 1, x, all, d->timeout_ms, why,
+					   sizeof why);
 	} else {
-		rc = tp_group_send(d->g, 0, x + (size_t)(B - 1) * dim, row, d->timeout_ms, why,
-				   sizeof why);
+		rc = tp_group_send(d->g, 0, x, all, d->timeout_ms, why, sizeof why);
 	}
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
@@ -517,6 +535,15 @@ int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, si
 	uint32_t pos = get32(h + 20), n = get32(h + 24);
 	if (s->type == DIST_MSG_STOP)
 		return 0;
+	if (s->type == DIST_MSG_BATCH) { /* n at 20; entries inline from 28 when n <= 2 */
+		n = get32(h + 20);
+		if (n == 0 || n > DIST_MAX_STEP_TOKENS)
+			return sh_fail(err, errlen, SH_EFORMAT, "bad batch message (n %u)", n);
+		s->n = (int)n;
+		if (n <= DIST_INLINE_BATCH)
+			memcpy(s->inline_batch, h + 28, n * DIST_BATCH_ENTRY);
+		return 0;
+	}
 	if (s->type != DIST_MSG_STEP || n == 0 || n > DIST_MAX_STEP_TOKENS || pos > INT32_MAX)
 		return sh_fail(err, errlen, SH_EFORMAT, "bad lock-step message %#x (n %u, pos %u)",
 			       s->type, n, pos);
@@ -525,6 +552,52 @@ int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, si
 	for (int i = 0; i < s->n && i < DIST_INLINE_TOKENS; i++)
 		s->inline_tokens[i] = (int)get32(h + 28 + 4 * i);
 	return 0;
+}
+
+_Static_assert(28 + DIST_INLINE_BATCH * DIST_BATCH_ENTRY <= DIST_HDR_BYTES, "inline entries fit");
+
+/* BATCH layout (64 bytes): type u32, version u32, seq u64, flags u32, n u32, 4 bytes zero, then
+ * n <= DIST_INLINE_BATCH entries inline, else a second broadcast of n entries. An entry is
+ * token u32, slot u32, position u32, flags u32 (DIST_ENTRY_OUT). */
+static void batch_encode_entries(uint8_t *p, const model_batch_t *b)
+{
+	for (int i = 0; i < b->n; i++, p += DIST_BATCH_ENTRY) {
+		put32(p, (uint32_t)b->tokens[i]);
+		put32(p + 4, (uint32_t)b->slot[i]);
+		put32(p + 8, (uint32_t)b->pos[i]);
+		put32(p + 12, b->out && b->out[i] ? DIST_ENTRY_OUT : 0);
+	}
+}
+
+/* Room for n entries in both forms. */
+static int ent_room(dist_t *d, int n)
+{
+	if (n <= d->ent_cap)
+		return 0;
+	uint8_t *e = realloc(d->ent, (size_t)n * DIST_BATCH_ENTRY);
+	if (!e)
+		return SH_ENOMEM;
+	d->ent = e;
+	int *eb = realloc(d->eb, (size_t)n * 4 * sizeof *eb);
+	if (!eb)
+		return SH_ENOMEM;
+	d->eb = eb;
+	d->ent_cap = n;
+	return 0;
+}
+
+/* Wire entries -> a batch over d->eb (ids, slots and positions are checked by the model; a
+ * value beyond INT_MAX becomes negative and fails there). */
+static model_batch_t batch_decode_entries(dist_t *d, const uint8_t *p, int n)
+{
+	int *t = d->eb, *sl = t + n, *ps = sl + n, *out = ps + n;
+	for (int i = 0; i < n; i++, p += DIST_BATCH_ENTRY) {
+		t[i] = (int)get32(p);
+		sl[i] = (int)get32(p + 4);
+		ps[i] = (int)get32(p + 8);
+		out[i] = (get32(p + 12) & DIST_ENTRY_OUT) != 0;
+	}
+	return (model_batch_t){n, t, sl, ps, out};
 }
 
 static int tok_room(dist_t *d, int n)
@@ -539,13 +612,18 @@ static int tok_room(dist_t *d, int n)
 	return 0;
 }
 
-/* msg_ms: time of the step message that preceded the pass (rank 0). */
-static int pass_run(dist_t *d, const int *tokens, int n, int pos, float *logits, double msg_ms)
+/* msg_ms: time of the step message that preceded the pass (rank 0). b != NULL: a batch (then
+ * tokens and pos are unused). */
+static int pass_run(dist_t *d, const model_batch_t *b, const int *tokens, int n, int pos,
+		    float *logits, double msg_ms)
 {
 	int64_t t0 = now_ns();
 	d->pass_comm_ms = msg_ms;
 	d->ar_calls = 0;
-	int rc = model_forward(d->m, tokens, n, pos, logits);
+	int rc =
+	    b ? model_forward_batch(d->m, b, logits) : model_forward(d->m, tokens, n, pos, logits);
+	if (b)
+		n = b->n, pos = b->pos[0];
 	if (!rc && n == 1 && d->world > 1 &&
 	    (d->st.comm_min_ms == 0 || d->pass_comm_ms < d->st.comm_min_ms))
 		d->st.comm_min_ms = d->pass_comm_ms;
@@ -565,7 +643,7 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 	if (d->rc)
 		return d->rc;
 	if (d->world == 1)
-		return pass_run(d, tokens, n, pos, logits, 0);
+		return pass_run(d, NULL, tokens, n, pos, logits, 0);
 	int64_t t0 = now_ns();
 	step_encode(h, DIST_MSG_STEP, d->seq + 1, flags, pos, tokens, n);
 	rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
@@ -582,8 +660,48 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)(d->seq + 1), why);
 	d->seq++;
 	int64_t t1 = now_ns();
-	rc = pass_run(d, tokens, n, pos, logits, msg_ms);
+	rc = pass_run(d, NULL, tokens, n, pos, logits, msg_ms);
 	d->st.step_ms += (double)(t1 - t0) / 1e6; /* the step message is part of the step */
+	return rc;
+}
+
+int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits)
+{
+	uint8_t h[DIST_HDR_BYTES];
+	char why[256];
+	int rc;
+	if (d->rc)
+		return d->rc;
+	if (b->n <= 0)
+		return SH_EINVAL;
+	if (d->world == 1)
+		return pass_run(d, b, NULL, 0, 0, logits, 0);
+	int64_t t0 = now_ns();
+	memset(h, 0, sizeof h);
+	put32(h, DIST_MSG_BATCH);
+	put32(h + 4, DIST_VERSION);
+	put64(h + 8, d->seq + 1);
+	put32(h + 20, (uint32_t)b->n);
+	if ((rc = ent_room(d, b->n)))
+		return dist_fail(d, rc, "out of memory");
+	if (b->n <= DIST_INLINE_BATCH) {
+		batch_encode_entries(h + 28, b);
+		rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
+	} else {
+		batch_encode_entries(d->ent, b);
+		rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
+		if (!rc)
+			rc = tp_broadcast(d->g, d->ent, (size_t)b->n * DIST_BATCH_ENTRY, 0,
+					  d->timeout_ms, why, sizeof why);
+	}
+	double msg_ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += msg_ms;
+	if (rc)
+		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)(d->seq + 1), why);
+	d->seq++;
+	int64_t t1 = now_ns();
+	rc = pass_run(d, b, NULL, 0, 0, logits, msg_ms);
+	d->st.step_ms += (double)(t1 - t0) / 1e6;
 	return rc;
 }
 
@@ -631,6 +749,29 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 			    (unsigned long long)seq - 1);
 			return 0;
 		}
+		if (st.type == DIST_MSG_BATCH) {
+			if ((rc = ent_room(d, n))) {
+				dist_fail(d, rc, "out of memory for %d entries", n);
+				break;
+			}
+			const uint8_t *src = st.inline_batch;
+			if (n > DIST_INLINE_BATCH) {
+				int64_t t0 = now_ns();
+				rc = tp_broadcast(d->g, d->ent, (size_t)n * DIST_BATCH_ENTRY, 0,
+						  d->timeout_ms, why, sizeof why);
+				d->st.comm_ms += (double)(now_ns() - t0) / 1e6;
+				if (rc) {
+					dist_fail(d, rc, "step %llu: %s", (unsigned long long)seq,
+						  why);
+					break;
+				}
+				src = d->ent;
+			}
+			model_batch_t b = batch_decode_entries(d, src, n);
+			if (pass_run(d, &b, NULL, 0, 0, NULL, 0))
+				break;
+			continue;
+		}
 		if (st.flags & DIST_STEP_NEW_REQUEST)
 			LOG(LOG_DEBUG, "rank %d: new request at position %d", d->rank, pos);
 		if ((rc = tok_room(d, n))) {
@@ -651,7 +792,7 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 			for (int i = 0; i < n; i++)
 				d->tok[i] = (int)get32((const uint8_t *)&d->tok[i]);
 		}
-		if (pass_run(d, d->tok, n, pos, NULL, 0))
+		if (pass_run(d, NULL, d->tok, n, pos, NULL, 0))
 			break;
 	}
 	return sh_fail(err, errlen, d->rc, "%s", d->err);

@@ -41,21 +41,27 @@ enum dist_msg {
 	DIST_MSG_STEP = 0x0201,  /* rank 0 -> all: one forward pass */
 	DIST_MSG_STOP = 0x0202,  /* rank 0 -> all: leave the worker loop */
 	DIST_MSG_SHARE = 0x0203, /* all <-> all (all-gather): status and share ranges */
+	DIST_MSG_BATCH = 0x0204, /* rank 0 -> all: one forward pass of a multi-sequence batch */
 };
+
+#define DIST_BATCH_ENTRY  16 /* bytes per token of a BATCH: token, slot, position, flags (u32) */
+#define DIST_INLINE_BATCH 2  /* a BATCH carries up to this many entries itself (28 + 32 <= 64) */
+#define DIST_ENTRY_OUT    1u /* entry flag: rank 0 wants this token's logits */
 
 #define DIST_STEP_NEW_REQUEST 1u        /* first pass of a request (prefill); informative */
 #define DIST_MAX_STEP_TOKENS  (1 << 24) /* more tokens in one STEP is a protocol error */
 
-/* A decoded STEP or STOP. */
+/* A decoded STEP, BATCH or STOP. */
 typedef struct dist_step {
-	uint32_t type; /* DIST_MSG_STEP or DIST_MSG_STOP */
+	uint32_t type; /* DIST_MSG_STEP, DIST_MSG_BATCH or DIST_MSG_STOP */
 	uint64_t seq;
 	uint32_t flags;
-	int pos, n; /* first position, token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
-	int inline_tokens[DIST_INLINE_TOKENS]; /* the first min(n, 9) ids */
+	int pos, n; /* first position (STEP), token count (1..DIST_MAX_STEP_TOKENS; 0 for STOP) */
+	int inline_tokens[DIST_INLINE_TOKENS]; /* STEP: the first min(n, 9) ids */
+	uint8_t inline_batch[DIST_INLINE_BATCH * DIST_BATCH_ENTRY]; /* BATCH: entries when n <= 2 */
 } dist_step_t;
 
-/* Decodes a STEP/STOP message of len bytes (pure; the worker loop and the fuzz target use it).
+/* Decodes a STEP/BATCH/STOP message of len bytes (pure; the worker loop and the fuzz target).
  * Returns 0, SH_EUNSUPP (another version) or SH_EFORMAT (wrong size, type or counts). Token ids
  * are checked against the vocabulary by the forward pass. */
 int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen);
@@ -91,11 +97,12 @@ void dist_free(dist_t *d); /* NULL-safe; does not stop the workers (see dist_sto
 int dist_rank(const dist_t *d);
 int dist_world(const dist_t *d);
 
-/* Collective: agrees on the context length (rank 0's *ctx wins; others receive it), checks that
+/* Collective: agrees on the context length and the KV slot count (rank 0's *ctx and *slots
+ * win; others receive them; slots may be NULL for 1), checks that
  * every rank loaded the same model (shape and fingerprint fp) and protocol version, and that the
  * shares of all ranks cover the model exactly once. Call on every rank before model_new. */
 int dist_setup(dist_t *d, const model_meta_t *meta, uint64_t fp, const model_shard_t *mine,
-	       int *ctx, char *err, size_t errlen);
+	       int *ctx, int *slots, char *err, size_t errlen);
 
 /* A fingerprint of a model file (tensor names, types, shapes, sizes, the first and last 32 bytes
  * of each tensor): ranks whose files differ fail the setup instead of computing garbage. Reads one
@@ -108,6 +115,10 @@ void dist_attach(dist_t *d, model_t *m);
 /* Rank 0: one lock-step forward pass (as model_forward), logits on rank 0 only. Returns 0 or
  * an error (then dist_error says which rank and why). */
 int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, float *logits);
+
+/* Rank 0: one lock-step pass of a multi-sequence batch (as model_forward_batch); the workers
+ * get the batch's composition (token, slot, position of every entry) in a BATCH message. */
+int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits);
 
 /* Ranks > 0: runs the passes rank 0 sends until STOP (returns 0) or a failure (error, message in
  * err). Waits for the next step without a time limit (a lost rank 0 closes the connection). */

@@ -1,7 +1,7 @@
 /*
  * links.c: what the view says about the links between nodes: the kind of each pair's link, the
- * RDMA device that serves it (the JACCL matrix), the ring address of each rank, and the three
- * MLX-facing files (ring hostfile, mlx.launch hosts, RDMA device matrix).
+ * RDMA device that serves it (the JACCL matrix), the ring address of each rank and the LAN
+ * address every rank reaches (mlx.c turns these into MLX's files).
  *
  * The link between a and b is the interface on which a sees b: its seen_on entry, or failing
  * that, a guess from addresses in the same /24.
@@ -16,17 +16,6 @@
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The interface on which a sees peer (smallest name when several), or NULL. */
-static const char *seen_if(const plan_node_t *a, const char *peer)
-{
-	const char *best = NULL;
-	for (size_t i = 0; i < a->n_seen; i++)
-		if (!strcmp(a->seen[i].node_id, peer) && a->seen[i].ifname[0] &&
-		    (!best || strcmp(a->seen[i].ifname, best) < 0))
-			best = a->seen[i].ifname;
-	return best;
-}
 
 /* The active RDMA device on a's interface ifname (smallest name), or NULL. */
 static const char *rdma_on(const plan_node_t *a, const char *ifname)
@@ -49,6 +38,23 @@ static plan_link_t if_kind(const plan_node_t *a, const char *ifname)
 		if (!strcmp(a->addrs[i].ifname, ifname) && (int)a->addrs[i].kind > k)
 			k = (int)a->addrs[i].kind;
 	return k >= 0 ? (plan_link_t)k : plan_link_guess(ifname);
+}
+
+/* The interface on which a sees peer, or NULL. When a sees it on several (Wi-Fi and a cable),
+ * the best: an active RDMA device on it, then its kind, then the smaller name. */
+static const char *seen_if(const plan_node_t *a, const char *peer)
+{
+	const char *best = NULL;
+	int best_score = -1;
+	for (size_t i = 0; i < a->n_seen; i++) {
+		const char *ifn = a->seen[i].ifname;
+		if (strcmp(a->seen[i].node_id, peer) || !ifn[0])
+			continue;
+		int sc = (int)if_kind(a, ifn) * 2 + (rdma_on(a, ifn) ? 10 : 0);
+		if (!best || sc > best_score || (sc == best_score && strcmp(ifn, best) < 0))
+			best = ifn, best_score = sc;
+	}
+	return best;
 }
 
 static int is_ipv4(const char *ip)
@@ -75,14 +81,24 @@ static int addr_before(const plan_node_t *a, const plan_addr_t *x, const plan_ad
 	return c ? c < 0 : strcmp(x->ip, y->ip) < 0;
 }
 
-static int same_24(const char *x, const char *y)
+/* Are IPv4 addresses x and y on one subnet? The longer of their prefixes decides (a /30 cable
+ * end is not on the /24 of another cable); without a prefix a /24 is assumed. */
+static int same_net(const plan_addr_t *x, const plan_addr_t *y)
 {
 	unsigned char p[4], q[4];
-	return inet_pton(AF_INET, x, p) == 1 && inet_pton(AF_INET, y, q) == 1 && !memcmp(p, q, 3);
+	if (inet_pton(AF_INET, x->ip, p) != 1 || inet_pton(AF_INET, y->ip, q) != 1)
+		return 0;
+	int bits = MAX(x->prefix > 0 && x->prefix <= 32 ? x->prefix : 24,
+		       y->prefix > 0 && y->prefix <= 32 ? y->prefix : 24);
+	uint32_t a = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	uint32_t b = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+	uint32_t mask = bits >= 32 ? 0xffffffffu : ~(0xffffffffu >> bits);
+	return (a & mask) == (b & mask);
 }
 
 /* The interface on which a sees b: from a's seen_on; without one, a's best interface with an
- * IPv4 address in the same /24 as one of b's (a guess: the view carries no netmasks). */
+ * IPv4 address on the same subnet as one of b's (same_net: the prefix when the view gives it,
+ * else a /24). */
 static const char *link_if(const plan_node_t *a, const plan_node_t *b)
 {
 	const char *s = seen_if(a, b->node_id);
@@ -94,7 +110,7 @@ static const char *link_if(const plan_node_t *a, const plan_node_t *b)
 		if (!x->ifname[0] || addr_score(a, x) < 0)
 			continue;
 		for (size_t j = 0; j < b->n_addrs; j++)
-			if (addr_score(b, &b->addrs[j]) >= 0 && same_24(x->ip, b->addrs[j].ip) &&
+			if (addr_score(b, &b->addrs[j]) >= 0 && same_net(x, &b->addrs[j]) &&
 			    (!pick || addr_before(a, x, pick)))
 				pick = x;
 	}
@@ -130,7 +146,6 @@ void plan_ring_addr(plan_rank_t *r, const plan_node_t *a, const plan_node_t *pre
 	r->ip[0] = 0;
 	if (!prev) {
 		strcpy(r->ip, "127.0.0.1");
-		strcpy(r->ips[r->n_ips++], r->ip);
 		return;
 	}
 	/* The ring edge prev -> a runs over the interface on which a sees prev: listen there. */
@@ -149,120 +164,60 @@ void plan_ring_addr(plan_rank_t *r, const plan_node_t *a, const plan_node_t *pre
 		if (is_ipv4(ad->ip) && (!pick || addr_before(a, ad, pick)))
 			pick = ad;
 	}
-	if (!pick)
-		return; /* plan_make reports the node has no IPv4 address */
-	strcpy(r->ip, pick->ip);
-	strcpy(r->ips[r->n_ips++], pick->ip);
-	/* The other IPv4 addresses, best first, each once (selection sort: n <= PLAN_MAX_ADDRS). */
-	const plan_addr_t *last = NULL;
-	for (;;) {
-		const plan_addr_t *next = NULL;
-		for (size_t j = 0; j < a->n_addrs; j++) {
-			const plan_addr_t *ad = &a->addrs[j];
-			if (!is_ipv4(ad->ip) || addr_score(a, ad) < 0)
-				continue;
-			if (last && !addr_before(a, last, ad))
-				continue; /* already emitted (at or before last) */
-			if (!next || addr_before(a, ad, next))
-				next = ad;
+	if (pick)
+		strcpy(r->ip, pick->ip);
+}
+
+/* Does node b reach address x of node a (ifn: the interface a sees b on)? Over the link between
+ * them (the interface a sees b on), or, for an Ethernet or Wi-Fi address, when b has such an
+ * address in the same /24 (a LAN; the view has no netmasks). A Thunderbolt address is a cable's
+ * end: only the node on the other end reaches it. */
+static int reaches(const plan_addr_t *x, const plan_node_t *b, const char *ifn /* link_if(a, b) */)
+{
+	if (ifn && !strcmp(ifn, x->ifname))
+		return 1;
+	if (x->kind == PLAN_LINK_THUNDERBOLT)
+		return 0;
+	for (size_t j = 0; j < b->n_addrs; j++) {
+		const plan_addr_t *y = &b->addrs[j];
+		if (y->kind != PLAN_LINK_THUNDERBOLT && addr_score(b, y) >= 0 && same_net(x, y))
+			return 1;
+	}
+	return 0;
+}
+
+/* Preference among equally reachable LAN addresses: Ethernet, Wi-Fi, other, Thunderbolt. */
+static int lan_rank(plan_link_t k)
+{
+	return k == PLAN_LINK_THUNDERBOLT ? 0 : k == PLAN_LINK_OTHER ? 1 : (int)k + 1;
+}
+
+int plan_lan_addr(char out[PLAN_IP_MAX], const plan_node_t *const *nodes, int n, int i)
+{
+	const plan_node_t *a = nodes[i];
+	const plan_addr_t *pick = NULL;
+	int pick_reach = -1;
+	const char *lif[PLAN_MAX_NODES];
+	out[0] = 0;
+	for (int j = 0; j < n; j++)
+		lif[j] = j == i ? NULL : link_if(a, nodes[j]);
+	for (size_t k = 0; k < a->n_addrs; k++) {
+		const plan_addr_t *x = &a->addrs[k];
+		if (!is_ipv4(x->ip) || addr_score(a, x) < 0)
+			continue;
+		int reach = 0;
+		for (int j = 0; j < n; j++)
+			reach += j != i && reaches(x, nodes[j], lif[j]);
+		int better = !pick || reach > pick_reach;
+		if (pick && reach == pick_reach) {
+			int lx = lan_rank(x->kind), lp = lan_rank(pick->kind);
+			int c = strcmp(x->ifname, pick->ifname);
+			better = lx != lp ? lx > lp : c ? c < 0 : strcmp(x->ip, pick->ip) < 0;
 		}
-		if (!next || r->n_ips >= PLAN_MAX_ADDRS)
-			break;
-		last = next;
-		int dup = 0;
-		for (int k = 0; k < r->n_ips; k++)
-			dup |= !strcmp(r->ips[k], next->ip);
-		if (!dup)
-			strcpy(r->ips[r->n_ips++], next->ip);
+		if (better)
+			pick = x, pick_reach = reach;
 	}
-}
-
-/* ---- the MLX-facing files ---- */
-
-char *plan_hostfile_json(const plan_t *p)
-{
-	json_t *a = json_array();
-	char *out = NULL;
-	if (!a)
-		return NULL;
-	for (int r = 0; r < p->n_ranks; r++) {
-		char row[PLAN_IP_MAX + 8];
-		snprintf(row, sizeof row, "%s:%d", p->ranks[r].ip, p->ranks[r].port);
-		if (json_array_append_new(a, json_string(row)))
-			goto done;
-	}
-	out = plan_dump(a);
-done:
-	json_decref(a);
-	return out;
-}
-
-static json_t *rdma_row(const plan_t *p, int r)
-{
-	json_t *row = json_array();
-	for (int j = 0; row && j < p->n_ranks; j++) {
-		const char *d = p->ranks[r].rdma[j];
-		json_array_append_new(row, d[0] && j != r ? json_string(d) : json_null());
-	}
-	return row;
-}
-
-char *plan_mlx_hosts_json(const plan_t *p)
-{
-	json_t *a = json_array();
-	char *out = NULL;
-	if (!a)
-		return NULL;
-	for (int r = 0; r < p->n_ranks; r++) {
-		const plan_rank_t *k = &p->ranks[r];
-		json_t *ips = json_array();
-		for (int i = 0; ips && i < k->n_ips; i++)
-			json_array_append_new(ips, json_string(k->ips[i]));
-		/* A single node runs locally: mlx.launch treats only "127.0.0.1" as local. */
-		const char *ssh = p->n_ranks == 1 || !k->host[0] ? k->ip : k->host;
-		json_t *h =
-		    json_pack("{s:s, s:o, s:o}", "ssh", ssh, "ips", ips, "rdma", rdma_row(p, r));
-		if (!h || json_array_append_new(a, h))
-			goto done;
-	}
-	out = plan_dump(a);
-done:
-	json_decref(a);
-	return out;
-}
-
-char *plan_rdma_json(const plan_t *p)
-{
-	/* One row per line so the file reads as a matrix: "[[...],\n [...]]\n". */
-	char *rows[PLAN_MAX_NODES] = {0};
-	char *out = NULL;
-	size_t cap = 4;
-	int n = 0;
-	for (; n < p->n_ranks; n++) {
-		json_t *row = rdma_row(p, n);
-		rows[n] = row ? json_dumps(row, JSON_COMPACT) : NULL;
-		json_decref(row);
-		if (!rows[n])
-			goto done;
-		cap += strlen(rows[n]) + 3;
-	}
-	out = malloc(cap);
-	if (!out)
-		goto done;
-	size_t len = 0;
-	out[len++] = '[';
-	for (int r = 0; r < n; r++) {
-		if (r) {
-			memcpy(out + len, ",\n ", 3);
-			len += 3;
-		}
-		size_t k = strlen(rows[r]);
-		memcpy(out + len, rows[r], k);
-		len += k;
-	}
-	memcpy(out + len, "]\n", 3); /* with the NUL */
-done:
-	for (int r = 0; r < n; r++)
-		free(rows[r]);
-	return out;
+	if (pick)
+		strcpy(out, pick->ip);
+	return pick ? pick_reach : 0;
 }

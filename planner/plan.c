@@ -1,6 +1,6 @@
 /*
- * plan.c: plan_make. Orders the ranks, picks the strategy, splits the model in proportion to
- * usable memory (weighted by bandwidth when every node measured it), checks that every rank's
+ * plan.c: plan_make. Orders the ranks (order.c), picks the strategy, splits the model in proportion
+ * to usable memory (weighted by bandwidth when every node measured it), checks that every rank's
  * share fits, and fills the ring addresses and RDMA matrix.
  *
  * Invariant: a plan that plan_make returns assigns every query head, every FFN column and every
@@ -316,6 +316,7 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	for (int i = 0; i < n; i++)
 		nodes[i] = &v->nodes[i];
 	qsort(nodes, (size_t)n, sizeof *nodes, cmp_node_ptr);
+	plan_ring_order(nodes, n); /* rank 0 stays the smallest id; the rest follow the cables */
 
 	/* Weights: usable memory in MiB, times MB/s when every node measured its bandwidth. */
 	uint64_t w_mem[PLAN_MAX_NODES], w_bw[PLAN_MAX_NODES];
@@ -345,6 +346,12 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 			full &= j == r || d != NULL;
 		}
 		p->rdma_full_mesh = r ? p->rdma_full_mesh && full : full;
+	}
+	{
+		char lan[PLAN_MAX_NODES][PLAN_IP_MAX];
+		for (int r = 0; r < n; r++)
+			plan_lan_addr(lan[r], nodes, n, r);
+		plan_mlx_decide(p, lan);
 	}
 	if ((rc = choose(p, nodes, o->strategy, err, errlen)))
 		goto fail;

@@ -75,7 +75,7 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 		return NULL;
 	}
 	/* Fixed key order (jansson keeps insertion order); the hash near the top of the file. */
-	json_object_set_new(o, "version", json_integer(1));
+	json_object_set_new(o, "version", json_integer(2));
 	if (with_hash)
 		json_object_set_new(o, "hash", json_string(p->hash));
 	json_object_set_new(o, "epoch", json_integer((json_int_t)p->epoch));
@@ -85,6 +85,11 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 	json_object_set_new(o, "kv_bytes", json_integer(p->kv_bytes));
 	json_object_set_new(o, "base_port", json_integer(p->base_port));
 	json_object_set_new(o, "rdma_full_mesh", json_boolean(p->rdma_full_mesh));
+	json_object_set_new(
+	    o, "mlx",
+	    json_pack("{s:s, s:s, s:s, s:o}", "backend", p->mlx_backend, "jaccl", p->jaccl, "why",
+		      p->mlx_why, "coordinator",
+		      p->coordinator[0] ? json_string(p->coordinator) : json_null()));
 	json_object_set_new(o, "model", model);
 	json_object_set_new(o, "ranks", ranks);
 	return o;
@@ -273,8 +278,11 @@ static int rank_from_json(plan_t *p, int r, json_t *o)
 	if (strlen(k->node_id) != PLAN_ID_LEN ||
 	    strspn(k->node_id, "0123456789abcdef") != PLAN_ID_LEN ||
 	    inet_pton(AF_INET, k->ip, buf) != 1 ||
-	    (r && strcmp(p->ranks[r - 1].node_id, k->node_id) >= 0))
-		return -1; /* ids in ascending order, the ring address IPv4 */
+	    (r && strcmp(p->ranks[0].node_id, k->node_id) >= 0))
+		return -1; /* rank 0 has the smallest id, the ring address is IPv4 */
+	for (int q = 1; q < r; q++)
+		if (!strcmp(p->ranks[q].node_id, k->node_id))
+			return -1; /* ids unique */
 	size_t i;
 	json_t *e;
 	json_array_foreach(ips, i, e)
@@ -311,15 +319,28 @@ int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen)
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (!json_is_object(o) || int_at(o, "version", 1, 1, &version) ||
+	json_t *mlx = json_object_get(o, "mlx"), *coord = json_object_get(mlx, "coordinator");
+	if (!json_is_object(o) || int_at(o, "version", 2, 2, &version) ||
 	    u64_at(o, "epoch", &p->epoch) || str_at(o, "strategy", strategy, sizeof strategy) ||
 	    str_at(o, "reason", p->reason, sizeof p->reason) ||
 	    str_at(o, "hash", hash, sizeof hash) || int_at(o, "ctx", 1, 1 << 24, &p->ctx) ||
 	    int_at(o, "kv_bytes", 1, 8, &p->kv_bytes) ||
 	    int_at(o, "base_port", 1, 65535, &p->base_port) || !json_is_boolean(mesh) ||
 	    !json_is_object(m) || !json_is_array(ranks) || !json_array_size(ranks) ||
-	    json_array_size(ranks) > PLAN_MAX_NODES) {
+	    json_array_size(ranks) > PLAN_MAX_NODES || !json_is_object(mlx) ||
+	    str_at(mlx, "backend", p->mlx_backend, sizeof p->mlx_backend) ||
+	    str_at(mlx, "jaccl", p->jaccl, sizeof p->jaccl) ||
+	    str_at(mlx, "why", p->mlx_why, sizeof p->mlx_why) ||
+	    (!json_is_null(coord) &&
+	     str_at(mlx, "coordinator", p->coordinator, sizeof p->coordinator))) {
 		sh_fail(err, errlen, rc, "plan: missing or bad top-level field");
+		goto fail;
+	}
+	if ((strcmp(p->mlx_backend, "ring") && strcmp(p->mlx_backend, "jaccl") &&
+	     strcmp(p->mlx_backend, "jaccl-ring")) ||
+	    (strcmp(p->jaccl, "none") && strcmp(p->jaccl, "jaccl") &&
+	     strcmp(p->jaccl, "jaccl-ring"))) {
+		sh_fail(err, errlen, rc, "plan: unknown MLX backend");
 		goto fail;
 	}
 	p->rdma_full_mesh = json_is_true(mesh);

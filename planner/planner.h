@@ -49,6 +49,7 @@ typedef struct {
 	char ip[PLAN_IP_MAX];
 	char ifname[PLAN_IFNAME_MAX];
 	plan_link_t kind; /* OTHER..THUNDERBOLT; guessed from ifname when the view gave none */
+	int prefix;       /* IPv4 netmask length (0..32); 0 = unknown: a /24 is assumed */
 } plan_addr_t;
 
 typedef struct {
@@ -123,7 +124,7 @@ typedef struct {
 	char host[PLAN_HOST_MAX];
 	char ip[PLAN_IP_MAX]; /* ring address (IPv4); "127.0.0.1" on a single node */
 	int port;             /* ring port: base_port + rank */
-	int n_ips;            /* IPv4 addresses, ring address first (mlx-hosts "ips") */
+	int n_ips;            /* mlx-hosts "ips": ring: ip; JACCL: the LAN address (docs/mlx.md) */
 	char ips[PLAN_MAX_ADDRS][PLAN_IP_MAX];
 	char rdma[PLAN_MAX_NODES][PLAN_DEV_MAX]; /* row of the JACCL matrix; "" = null */
 	uint64_t mem_avail;
@@ -188,9 +189,19 @@ uint64_t plan_epoch(const plan_t *p);
 int plan_rdma_full_mesh(const plan_t *p);
 int plan_ctx(const plan_t *p);
 
+/* MLX (docs/mlx.md). Rank 0 is the smallest node ID; ranks 1..N-1 follow the cables (order.c). */
+const char *plan_mlx_backend(const plan_t *p); /* "ring", "jaccl" or "jaccl-ring" */
+const char *plan_jaccl(const plan_t *p);       /* "jaccl", "jaccl-ring" or "none" */
+const char *plan_mlx_reason(const plan_t *p);  /* why */
+const char *plan_coordinator(const plan_t *p); /* JACCL "ip:port" ("" for the ring) */
+const char *plan_mlx_env(const plan_t *p);     /* "MLX_METAL_FAST_SYNCH=1" for JACCL, else "" */
+
 /* Outputs: malloc'd, newline-terminated JSON text the caller frees; NULL only on ENOMEM. */
-char *plan_hostfile_json(const plan_t *p);  /* ring: ["ip:port", ...], row r = rank r */
-char *plan_mlx_hosts_json(const plan_t *p); /* [{"ssh", "ips", "rdma"}], one per rank */
+char *plan_hostfile_json(const plan_t *p);  /* ring: [["ip:port"], ...], row r = rank r; ""
+					     * (empty) for one rank, as mlx.launch writes it */
+char *plan_mlx_hosts_json(const plan_t *p); /* {"backend", "envs", "hosts": [{"ssh", "ips",
+					     * "rdma"}, ...]}, one host per rank */
+char *plan_mlx_list_json(const plan_t *p);  /* the "hosts" list alone (older mlx.launch) */
 char *plan_rdma_json(const plan_t *p);      /* N x N, [i][j] device on i towards j, null diag */
 char *plan_to_json(const plan_t *p);        /* the whole plan incl. hash (docs/view.md) */
 

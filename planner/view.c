@@ -250,6 +250,10 @@ static int parse_addr(plan_addr_t *a, json_t *o, const char *what, char *err, si
 	if (inet_pton(AF_INET, a->ip, buf) != 1 && inet_pton(AF_INET6, a->ip, buf) != 1)
 		return sh_fail(err, errlen, SH_EFORMAT, "%s: \"%s\" is not an IP address", what,
 			       a->ip);
+	uint64_t prefix = 0;
+	if ((rc = get_uint(o, "prefix", &prefix, 128, 0, what, err, errlen)))
+		return rc;
+	a->prefix = (int)prefix;
 	if (kind[0]) {
 		int k = plan_link_parse(kind);
 		if (k < 0)
@@ -449,10 +453,14 @@ static json_t *node_json(const plan_node_t *n)
 	json_object_set_new(o, "cores", json_integer(n->cores));
 	if (n->bw_mbs)
 		json_object_set_new(o, "bw", json_real(n->bw_mbs / 1000.0));
-	for (size_t i = 0; i < n->n_addrs; i++)
-		json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "ip", n->addrs[i].ip,
-						   "ifname", n->addrs[i].ifname, "kind",
-						   plan_link_name(n->addrs[i].kind)));
+	for (size_t i = 0; i < n->n_addrs; i++) {
+		json_t *ad =
+		    json_pack("{s:s, s:s, s:s}", "ip", n->addrs[i].ip, "ifname", n->addrs[i].ifname,
+			      "kind", plan_link_name(n->addrs[i].kind));
+		if (ad && n->addrs[i].prefix)
+			json_object_set_new(ad, "prefix", json_integer(n->addrs[i].prefix));
+		json_array_append_new(a, ad);
+	}
 	for (size_t i = 0; i < n->n_rdma; i++)
 		json_array_append_new(r, json_pack("{s:s, s:s, s:b}", "name", n->rdma[i].name,
 						   "ifname", n->rdma[i].ifname, "port_active",

@@ -1,10 +1,12 @@
 #!/bin/sh
 # demo.sh (`make demo`): a 3-host shoal cluster on this machine, end to end. Needs root (network
-# namespaces). It generates a small llama-shaped model, starts 3 simulated hosts (network
-# namespaces with their own avahi-daemon, tests/netns.sh), each running
-#     shoal agent --token demo                 (host 1 also --model build/demo/demo.gguf)
-# waits until the elected leader serves the OpenAI API, prints the member table and the plan, asks
-# one chat completion with curl, prints the answer and the speed, and tears everything down.
+# namespaces). It starts 3 simulated hosts (network namespaces with their own avahi-daemon,
+# tests/netns.sh), each running
+#     shoal agent --token demo                 (host 1 also --model models/stories260K.gguf)
+# waits until the elected leader serves the OpenAI API, prints the member table and the plan, and
+# asks for a story: the TinyStories model carried in models/ (MIT, see models/README.md) continues
+# "Once upon a time" in simple English. Then the agents restart with a larger generated model of
+# random weights (its text is noise) for the speed line, and everything is torn down.
 #
 # Flags beyond `--token demo`: every simulated host shares this machine's filesystem, so each gets
 # its own --state-dir (on real machines the default is used). Model: only host 1 gets --model;
@@ -31,15 +33,18 @@ SHOAL=$(cd "$BUILD" && pwd)/shoal
 say() { printf '\n== %s\n' "$*"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# ---- the model --------------------------------------------------------------------------------
+# ---- the models -------------------------------------------------------------------------------
+STORY=$(pwd)/models/stories260K.gguf
+[ -s "$STORY" ] || { echo "make demo: $STORY is missing (it is part of the repository)" >&2; exit 1; }
 MODEL=$(pwd)/$BUILD/demo/demo.gguf
 if [ ! -s "$MODEL" ]; then
-	say "generating the demo model (llama, dim 512, 4 layers, 8 heads, Q8_0, random weights)"
+	say "generating the speed model (llama, dim 512, 4 layers, 8 heads, Q8_0, random weights)"
 	mkdir -p "$(dirname "$MODEL")"
 	"$SHOAL" mkmodel --arch llama --dim 512 --layers 4 --heads 8 --kv-heads 4 --ffn 1536 \
 		--vocab 2048 --type q8_0 --name shoal-demo -o "$MODEL" || exit 1
 fi
-echo "model: $MODEL ($(($(wc -c <"$MODEL") / 1000000)) MB; random weights, so the answer is noise)"
+echo "story model: $STORY (TinyStories 260K, MIT)"
+echo "speed model: $MODEL ($(($(wc -c <"$MODEL") / 1000000)) MB; random weights, so its text is noise)"
 
 # ---- 3 simulated hosts ------------------------------------------------------------------------
 . tests/netns.sh
@@ -50,13 +55,23 @@ if ! ns_setup 3; then
 	exit 1
 fi
 state() { echo "$(ns_dir "$1")/state"; }
-for h in 1 2 3; do
-	model_arg=
-	[ "$h" = 1 ] || [ -n "$DEMO_MODEL_ALL" ] && model_arg="--model $MODEL"
-	echo "host $h ($(ns_ip $h)): shoal agent --token demo $model_arg"
-	ns_start $h agent "$SHOAL" agent --token demo --state-dir "$(state $h)" $model_arg
-	T_LAST_START=$(now_ms)
-done
+# start_agents MODEL: the 3 agents (host 1 with --model, unless DEMO_MODEL_ALL)
+start_agents() {
+	for h in 1 2 3; do
+		model_arg=
+		[ "$h" = 1 ] || [ -n "$DEMO_MODEL_ALL" ] && model_arg="--model $1"
+		echo "host $h ($(ns_ip $h)): shoal agent --token demo $model_arg"
+		ns_start $h agent "$SHOAL" agent --token demo --state-dir "$(state $h)" $model_arg
+		T_LAST_START=$(now_ms)
+	done
+}
+stop_agents() {
+	for h in 1 2 3; do
+		ns_kill $h agent
+		rm -f "$(state $h)/plan.json" # the next cluster writes its own
+	done
+}
+start_agents "$STORY"
 
 status_json() { ns_exec "$1" "$SHOAL" status --json --state-dir "$(state "$1")" 2>/dev/null; }
 leader_id() { status_json 1 | sed -n 's/.*"leader":"\([0-9a-f]*\)".*/\1/p'; }
@@ -126,31 +141,60 @@ same=1
 for h in 1 2 3; do cmp -s "$PLAN" "$(state $h)/plan.json" || same=0; done
 [ $same = 1 ] && echo "(byte-identical on the 3 hosts)"
 
-say "one chat completion (curl from host 1 to the leader)"
+# post PATH BODY: POST to the leader from host 1 (a 503 while the cluster re-forms is retried for
+# up to 20 s, as a client would); sets RESP and ms
+post() {
+	for try in $(seq 1 40); do
+		t0=$(now_ms)
+		RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$2" \
+			"http://$(ns_ip "$LEADER"):8080$1")
+		ms=$(($(now_ms) - t0))
+		printf '%s\n' "$RESP" | grep -q '"type":"unavailable"' || break
+		sleep 0.5
+	done
+}
+# field JQ SED: a field of RESP, with jq when present (printf: dash's echo would expand the
+# backslashes of JSON escapes)
+field() {
+	if command -v jq >/dev/null 2>&1 && printf '%s\n' "$RESP" | jq -e .choices >/dev/null 2>&1; then
+		printf '%s\n' "$RESP" | jq -r "$1"
+	else
+		printf '%s\n' "$RESP" | sed -n "$2"
+	fi
+}
+
+say "a story (a completion from the 3-node cluster, curl from host 1 to the leader)"
+# greedy; the model starts a new story after its first one ends: stop there
+BODY='{"model":"stories260K","prompt":"Once upon a time","max_tokens":480,"temperature":0,"stop":["Once upon a time"]}'
+echo "curl http://$(ns_ip "$LEADER"):8080/v1/completions -d '$BODY'"
+post /v1/completions "$BODY"
+STORY_TEXT=$(field '.choices[0].text' 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/p')
+if [ -z "$(field '.usage.completion_tokens' 's/.*"completion_tokens":\([0-9]*\).*/\1/p')" ]; then
+	echo "make demo: the completion failed: $RESP" >&2
+	exit 1
+fi
+echo
+printf 'Once upon a time%s\n' "$STORY_TEXT" | fold -s -w 96 | sed 's/^/    /'
+echo "($(field '.usage.completion_tokens' 's/.*"completion_tokens":\([0-9]*\).*/\1/p') tokens, finish_reason $(field '.choices[0].finish_reason' 's/.*"finish_reason":"\([a-z]*\)".*/\1/p'))"
+
+say "the speed line: the agents restart with the random-weight model"
+stop_agents
+start_agents "$MODEL"
+if ! ns_wait 30 three_members || ! { LEADER=$(leader_host) && ns_wait 90 serving; }; then
+	echo "make demo: the cluster did not serve the speed model; leader's log:" >&2
+	tail -n 15 "$(ns_dir "${LEADER:-1}")/agent.log" >&2
+	exit 1
+fi
+STRATEGY=$(sed -n 's/.*"strategy": *"\([a-z]*\)".*/\1/p' "$(state "$LEADER")/plan.json" | head -n 1)
 BODY='{"model":"shoal-demo","messages":[{"role":"user","content":"Tell me about fish."}],"max_tokens":48,"temperature":0}'
 echo "curl http://$(ns_ip "$LEADER"):8080/v1/chat/completions -d '$BODY'"
-# a 503 (the cluster re-forming) is retried for up to 20 s, as a client would
-for try in $(seq 1 40); do
-	t0=$(now_ms)
-	RESP=$(ns_exec 1 curl -s -L --max-time 60 -H 'Content-Type: application/json' -d "$BODY" \
-		"http://$(ns_ip "$LEADER"):8080/v1/chat/completions")
-	ms=$(($(now_ms) - t0))
-	echo "$RESP" | grep -q '"type":"unavailable"' || break
-	sleep 0.5
-done
-if command -v jq >/dev/null 2>&1 && echo "$RESP" | jq -e .choices >/dev/null 2>&1; then
-	ANSWER=$(echo "$RESP" | jq -r '.choices[0].message.content')
-	NTOK=$(echo "$RESP" | jq -r '.usage.completion_tokens')
-else
-	ANSWER=$(echo "$RESP" | sed -n 's/.*"content":"\(\([^"\\]\|\\.\)*\)".*/\1/p')
-	NTOK=$(echo "$RESP" | sed -n 's/.*"completion_tokens":\([0-9]*\).*/\1/p')
-fi
+post /v1/chat/completions "$BODY"
+NTOK=$(field '.usage.completion_tokens' 's/.*"completion_tokens":\([0-9]*\).*/\1/p')
 if [ -z "$NTOK" ]; then
 	echo "make demo: the completion failed: $RESP" >&2
 	exit 1
 fi
-echo "answer: $ANSWER"
-echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s ($(plan_ranks) ranks, $STRATEGY, prompt included)"
+echo "speed: $NTOK tokens in $ms ms = $(awk -v n="$NTOK" -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1000 / ms : 0) }') tokens/s ($(plan_ranks) ranks, $STRATEGY, random weights, prompt included)"
 
 say "done: tearing the hosts down"
 [ -n "$DEMO_KEEP" ] && echo "logs kept in $NS_ROOT"

@@ -46,18 +46,24 @@ m = json.load(open(d + "/mlx-hosts.json"))
 r = json.load(open(d + "/rdma-devices.json"))
 p = json.load(open(d + "/plan.json"))
 n = len(p["ranks"])
-assert n == 3 and len(h) == n and len(m) == n and len(r) == n
+assert n == 3 and len(h) == n and len(m["hosts"]) == n and len(r) == n
+assert m["backend"] == "jaccl" and m["envs"] == ["MLX_METAL_FAST_SYNCH=1"]
+assert p["mlx"]["backend"] == "jaccl" and p["mlx"]["jaccl"] == "jaccl"
 ids = [k["node_id"] for k in p["ranks"]]
-assert ids == sorted(ids), "rank order is ascending node id"
+assert ids[0] == min(ids), "rank 0 is the smallest node id"
 for i, k in enumerate(p["ranks"]):
-    ip, port = h[i].split(":")
+    assert len(h[i]) == 1, "nested form: one list per rank (ring.cpp load_nodes)"
+    ip, port = h[i][0].split(":")
     assert ip == k["ip"] and int(port) == 32323 + i, "ring row i is rank i"
-    assert m[i]["ssh"] == k["host"] and m[i]["ips"][0] == ip
+    hi = m["hosts"][i]
+    assert hi["ssh"] == k["host"] and hi["ips"] == [k["ips"][0]]
+    assert hi["ips"][0].startswith("192.168.1."), "JACCL: the LAN address every rank reaches"
     assert len(r[i]) == n and r[i][i] is None, "null diagonal"
-    assert m[i]["rdma"] == r[i]
+    assert hi["rdma"] == r[i]
     for j in range(n):
         if j != i:
             assert r[i][j] and r[i][j].startswith("rdma_en"), "full mesh"
+assert p["mlx"]["coordinator"] == m["hosts"][0]["ips"][0] + ":32323"
 assert p["rdma_full_mesh"] is True
 assert len(p["hash"]) == 16
 # every query head and FFN column once
@@ -69,6 +75,13 @@ $SHOAL plan --view "$T/view2.json" --model "$T/model.json" --out "$T/out2" >/dev
 for f in hostfile.json mlx-hosts.json rdma-devices.json plan.json; do
 	check "$f identical for a reordered view" cmp -s "$T/out/$f" "$T/out2/$f"
 done
+
+$SHOAL plan --view "$T/view.json" --model "$T/model.json" --mlx-list --out "$T/outl" >/dev/null 2>&1
+check "--mlx-list writes the hosts list alone" python3 -c '
+import json, sys
+l = json.load(open(sys.argv[1] + "/mlx-hosts.json")); o = json.load(open(sys.argv[2] + "/mlx-hosts.json"))
+assert l == o["hosts"]' "$T/outl" "$T/out"
+check "table says the MLX backend" grep -q 'MLX backend jaccl (every rank has an RDMA device' "$T/stdout"
 
 $SHOAL plan --view "$T/view.json" --model "$T/model.json" --strategy pipeline --out "$T/out3" \
 	>"$T/stdout3" 2>&1

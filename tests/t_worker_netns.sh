@@ -25,6 +25,9 @@ PROMPT="Once upon a time"
 PORT=7100
 $SHOAL mkmodel --arch qwen2 --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 \
 	--seed 5 -o "$Q" >/dev/null
+DS=$T/deepseek2.gguf
+$SHOAL mkmodel --arch deepseek2 --dim 128 --layers 3 --heads 4 --ffn 256 --vocab 512 \
+	--kv-lora 64 --q-lora 64 --qk-nope 32 --qk-rope 16 --v-head 32 --seed 5 -o "$DS" >/dev/null
 
 # run_hosts MODEL N NAME [flags...]: ranks 1..N-1 on hosts 2..N, rank 0 on host 1 (stdout in
 # $T/NAME.out); returns rank 0's exit code.
@@ -64,6 +67,8 @@ else
 fi
 same_ids "$Q" "netns qwen2 3 hosts" 3 q3
 same_ids "$Q" "netns qwen2 pipeline 2 hosts" 2 qp --strategy pipeline
+# deepseek2: query heads split, every host computes the latent itself
+same_ids "$DS" "netns deepseek2 3 hosts 2:1:1" 3 d3 --shares 2:1:1
 
 # the bridge sees every byte between hosts: the token is never among them
 ns_capture_start "$T/cap.pcap"

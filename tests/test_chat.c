@@ -6,10 +6,10 @@
 #include "infer/gguf.h"
 
 static const eng_msg_t conv[] = {
-    {"system", "You are helpful."},
-    {"user", "Hi"},
-    {"assistant", "Hello!"},
-    {"user", "Name a fruit."},
+    {.role = "system", .content = "You are helpful."},
+    {.role = "user", .content = "Hi"},
+    {.role = "assistant", .content = "Hello!"},
+    {.role = "user", .content = "Name a fruit."},
 };
 
 static void expect(const char *family, const char *want)
@@ -130,12 +130,12 @@ TEST(pick_and_errors)
 	CHECK(strstr(err, "nope") != NULL);
 	CHECK_EQ_INT(chat_pick(NULL, "{{ junk }}", 10, &f, err, sizeof err), SH_EUNSUPP);
 	CHECK(strstr(err, "--chat-template NAME") != NULL);
-	eng_msg_t bad[] = {{"robot", "x"}};
+	eng_msg_t bad[] = {{.role = "robot", .content = "x"}};
 	char *out;
 	CHECK_EQ_INT(chat_render("chatml", bad, 1, 1, NULL, &out, err, sizeof err), SH_EINVAL);
 	CHECK(strstr(err, "robot") != NULL);
 	/* zephyr writes the model's EOS text */
-	eng_msg_t one[] = {{"user", "Hi"}};
+	eng_msg_t one[] = {{.role = "user", .content = "Hi"}};
 	CHECK_EQ_INT(chat_render("zephyr", one, 1, 1, "<|endoftext|>", &out, err, sizeof err), 0);
 	CHECK_EQ_STR(out, "<|user|>\nHi<|endoftext|>\n<|assistant|>\n");
 	free(out);

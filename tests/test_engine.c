@@ -137,7 +137,7 @@ TEST(seeds_and_errors)
 	CHECK(strstr(res.error, "context") != NULL);
 	int bad = 9999;
 	CHECK_EQ_INT(eng_generate(e, &bad, 1, &sp, NULL, NULL, &res), SH_EINVAL);
-	eng_msg_t m[1] = {{"robot", "hi"}};
+	eng_msg_t m[1] = {{.role = "robot", .content = "hi"}};
 	int *ids = NULL, n = 0;
 	char err[256];
 	CHECK(eng_chat_prompt(e, m, 1, &ids, &n, err, sizeof err) < 0);

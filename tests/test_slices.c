@@ -106,12 +106,15 @@ static int copy_ranges(const char *src, const char *dst, const eng_range_t *r, i
  * shares are well under the whole file. */
 TEST(shard_ranges_cover_what_a_shard_reads)
 {
-	static const model_shard_t sh[2] = {{0, 4, 0, 1, 0, 256, 0, 2, 0, 0, 0, 0},
-					    {4, 4, 1, 1, 256, 256, 0, 2, 0, 0, 0, 0}};
-	for (int s = 0; s < 2; s++) {
+	/* deepseek2: the latent (one KV head) replicated, its per-head matrices split */
+	static const model_shard_t sh[3] = {{0, 4, 0, 1, 0, 256, 0, 2, 0, 0, 0, 0},
+					    {4, 4, 1, 1, 256, 256, 0, 2, 0, 0, 0, 0},
+					    {4, 4, 0, 1, 256, 256, 0, 2, 0, 0, 0, 0}};
+	static const char *const arch[3] = {"llama", "qwen2", "deepseek2"};
+	for (int s = 0; s < 3; s++) {
 		char path[256], slice[300], err[256];
 		gen_t a;
-		if (gen_open(&a, s ? "qwen2" : "llama", QT_Q8_0, 1, path)) {
+		if (gen_open(&a, arch[s], QT_Q8_0, 1, path)) {
 			CHECK(0);
 			return;
 		}

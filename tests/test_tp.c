@@ -150,7 +150,7 @@ static void *rank_main(void *arg)
 	if (c->rank == 1 && c->behave == BEHAVE_BAD_SHARE)
 		sh[1].q_head0 += 1, sh[1].n_q_heads -= 1;
 	if ((rc = dist_new(&d, grp, c->pipeline, c->step_timeout)) ||
-	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[c->rank], &ctx, c->err,
+	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[c->rank], &ctx, NULL, c->err,
 			     sizeof c->err)) ||
 	    (rc = model_new(&m, g, &mt, &sh[c->rank], ctx, p, c->err, sizeof c->err)))
 		goto out;

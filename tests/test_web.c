@@ -485,7 +485,8 @@ TEST(sched_cancel_and_detach)
 	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
 	if (access(path, R_OK) != 0)
 		SKIP("stories260K.gguf not found");
-	eng_opts_t eo = {.model_path = path, .threads = 1};
+	/* one slot: the one-at-a-time behaviour (queue order, bound, detach) */
+	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 1};
 	eng_t *e = NULL;
 	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
 	if (!e)
@@ -562,6 +563,72 @@ TEST(sched_cancel_and_detach)
 	eng_free(e);
 }
 
+/* Continuous batching: two slots run two requests at once, later ones wait in the bounded
+ * queue and are admitted (FIFO) as soon as a slot frees, a canceled request frees its slot, and
+ * /metrics carries the batching histograms and slot states. */
+TEST(sched_batches)
+{
+	char path[512], err[256];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	if (access(path, R_OK) != 0)
+		SKIP("stories260K.gguf not found");
+	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 2};
+	eng_t *e = NULL;
+	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+	if (!e)
+		return;
+	web_metrics_t m;
+	web_metrics_init(&m);
+	web_sched_t *s = NULL;
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	web_sched_set_engine(s, e);
+	web_job_t *a = long_job(e, 100000, 1), *b = long_job(e, 100000, 1), *c = long_job(e, 8, 0),
+		  *d = long_job(e, 8, 0), *x = long_job(e, 8, 0);
+	CHECK(a && b && c && d && x);
+	CHECK_EQ_INT(web_sched_submit(s, a), 0);
+	CHECK_EQ_INT(web_sched_submit(s, b), 0);
+	int q = 0, run = 0;
+	for (int k = 0; k < 5000 && run < 2; k++) {
+		usleep(1000);
+		web_sched_depth(s, &q, &run);
+	}
+	CHECK_EQ_INT(run, 2); /* both at once */
+	CHECK_EQ_INT(web_sched_submit(s, c), 0);
+	CHECK_EQ_INT(web_sched_submit(s, d), 0);
+	CHECK_EQ_INT(web_sched_submit(s, x), SH_EBUSY); /* the queue bound still holds */
+	web_sched_depth(s, &q, &run);
+	CHECK_EQ_INT(q, 2);
+	/* the client of a goes away: its slot goes to c, which completes while b still runs */
+	web_sched_cancel(s, a, 1);
+	job_wait(a);
+	CHECK_EQ_INT(a->err.status, 499);
+	job_wait(c);
+	job_wait(d);
+	CHECK_EQ_INT(c->err.status, 0);
+	CHECK_EQ_INT(c->res.completion_tokens, 8);
+	CHECK_EQ_INT(d->res.completion_tokens, 8);
+	CHECK_EQ_INT(job_state(b), JOB_RUNNING);
+	web_buf_t pm = {0};
+	CHECK_EQ_INT(web_metrics_prometheus(&m, &pm, 0, 1, WEB_SERVING), 0);
+	CHECK(pm.p && strstr(pm.p, "shoal_time_to_first_token_seconds_count 4") != NULL);
+	CHECK(pm.p && strstr(pm.p, "shoal_inter_token_seconds_bucket{le=\"+Inf\"}") != NULL);
+	CHECK(pm.p && strstr(pm.p, "shoal_batch_size_bucket{le=\"2\"}") != NULL);
+	CHECK(pm.p && strstr(pm.p, "shoal_slot_state{slot=\"1\",state=\"decode\"}") != NULL);
+	web_buf_free(&pm);
+	pthread_mutex_lock(&m.mu);
+	CHECK(m.batch.count > 0 && m.batch.sum / (double)m.batch.count > 1.0); /* real batches */
+	pthread_mutex_unlock(&m.mu);
+	/* stopping ends the running one with an error */
+	web_sched_free(s);
+	CHECK_EQ_INT(job_state(b), JOB_DONE);
+	CHECK_EQ_INT(b->err.status, 503);
+	web_job_t *all[] = {a, b, c, d, x};
+	for (size_t k = 0; k < ARRAY_LEN(all); k++)
+		web_job_unref(all[k]);
+	web_metrics_destroy(&m);
+	eng_free(e);
+}
+
 int main(void)
 {
 	log_threshold = LOG_WARN;
@@ -575,5 +642,6 @@ int main(void)
 	RUN(bind_error);
 	RUN(dashboard_page);
 	RUN(sched_cancel_and_detach);
+	RUN(sched_batches);
 	return harness_done();
 }

@@ -179,10 +179,11 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		const char *rs = json_string_value(role);
 		/* "developer" is OpenAI's newer name for the system role. */
 		const char *canon = !strcmp(rs, "developer") ? "system" : rs;
-		if (strcmp(canon, "system") && strcmp(canon, "user") && strcmp(canon, "assistant"))
+		if (strcmp(canon, "system") && strcmp(canon, "user") && strcmp(canon, "assistant") &&
+		    strcmp(canon, "tool"))
 			return web_err_set(e, 400, "invalid_request_error", param, "invalid_value",
-					   "'%s': unknown role '%.40s' (expected system, developer, user "
-					   "or assistant)",
+					   "'%s': unknown role '%.40s' (expected system, developer, user, "
+					   "assistant or tool)",
 					   param, rs);
 		r->msgs[i].role = dup_n(canon, strlen(canon));
 		r->n_msgs = (int)i + 1;
@@ -190,11 +191,16 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 			return oom(e);
 		json_t *content = json_object_get(m, "content");
 		snprintf(param, sizeof param, "messages[%zu].content", i);
+		int rc = web_msg_parse_tools(&r->msgs[i], m, i, e); /* tool_calls, tool_call_id */
+		if (rc)
+			return rc;
+		if (!content && r->msgs[i].tool_calls) /* an assistant turn that only calls tools */
+			content = json_null();
 		if (!content)
 			return web_err_set(e, 400, "invalid_request_error", param,
 					   "missing_required_parameter", "'%s' is required", param);
 		char *c = NULL;
-		int rc = get_content(content, param, &c, e);
+		rc = get_content(content, param, &c, e);
 		r->msgs[i].content = c;
 		if (rc)
 			return rc;
@@ -370,6 +376,50 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 	json_t *user = json_object_get(root, "user");
 	if (user && !json_is_null(user) && !json_is_string(user))
 		return bad(e, "user", "'%s' must be a string%s", NULL);
+	return web_req_parse_tools(r, root, e); /* tools, tool_choice, response_format */
+}
+
+/*
+ * Bounds the tree jansson would build before it builds it: one linear pass counts containers
+ * (objects and arrays, ~250 bytes each once parsed), values (every comma separates two) and the
+ * deepest nesting, skipping strings. A 500 KiB body of "{}," would otherwise become a tree of
+ * ~40 MB. Whether the text is valid JSON is left to jansson. Returns 0 or 413 with err filled.
+ */
+static int json_prescan(const char *s, size_t len, web_err_t *err)
+{
+	size_t containers = 0, values = 1;
+	int depth = 0, in_str = 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+			continue;
+		}
+		switch (c) {
+		case '"': in_str = 1; break;
+		case ',': values++; break;
+		case '{':
+		case '[':
+			containers++;
+			if (++depth > WEB_JSON_DEPTH_MAX)
+				return web_err_set(err, 413, "invalid_request_error", NULL,
+						   "request_too_complex",
+						   "the JSON body nests deeper than %d levels",
+						   WEB_JSON_DEPTH_MAX);
+			break;
+		case '}':
+		case ']': depth--; break;
+		}
+		if (containers > WEB_JSON_CONTAINERS_MAX ||
+		    values + containers > WEB_JSON_VALUES_MAX)
+			return web_err_set(
+			    err, 413, "invalid_request_error", NULL, "request_too_complex",
+			    "the JSON body has more than %d objects and arrays or %d values",
+			    WEB_JSON_CONTAINERS_MAX, WEB_JSON_VALUES_MAX);
+	}
 	return 0;
 }
 
@@ -387,6 +437,9 @@ int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
 				   "the request body is empty; expected a JSON object");
 	json_error_t je;
+	int pre = json_prescan(body, len, err);
+	if (pre)
+		return pre;
 	json_t *root = json_loadb(body, len, 0, &je);
 	if (!root)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
@@ -412,7 +465,11 @@ void web_req_clear(web_req_t *r)
 	for (int i = 0; i < r->n_msgs; i++) {
 		free((char *)r->msgs[i].role);
 		free((char *)r->msgs[i].content);
+		free((char *)r->msgs[i].tool_calls);
+		free((char *)r->msgs[i].tool_call_id);
 	}
+	free(r->tools);
+	eng_grammar_free(r->grammar);
 	free(r->msgs);
 	free(r->prompt);
 	free(r->prompt_ids);

@@ -154,6 +154,7 @@ const char *web_finish_name(int finish)
 	switch (finish) {
 	case ENG_FINISH_STOP: return "stop";
 	case ENG_FINISH_LENGTH: return "length";
+	case WEB_FINISH_TOOL_CALLS: return "tool_calls";
 	}
 	return NULL;
 }
@@ -253,6 +254,12 @@ char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_le
 		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0,
 				   "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
 				   "finish_reason", finish_json(finish));
+	if (rid->tool_calls && choice) { /* content is the text before the calls, or null */
+		json_t *msg = json_object_get(choice, "message");
+		if (!text_len)
+			json_object_set_new(msg, "content", json_null());
+		json_object_set(msg, "tool_calls", rid->tool_calls);
+	}
 	json_t *root = envelope(rid, rid->kind == WEB_CHAT ? "chat.completion" : "text_completion",
 				json_pack("[o]", choice));
 	if (root)

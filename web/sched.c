@@ -1,14 +1,19 @@
 /*
- * sched.c: the bounded request queue and the one scheduler thread that runs eng_generate.
+ * sched.c: the bounded request queue and the continuous-batching scheduler thread.
  *
- * Requests run one at a time in arrival order (the engine serialises them anyway: one KV cache,
- * one compute pool). Tokens flow from the engine's callback into the job: streaming jobs get SSE
- * bytes appended to job->out, others accumulate text; the connection thread waits on job->cv.
+ * The engine has n_slots KV slots. One thread loops: admit queued requests into free slots in
+ * arrival order (FIFO), end running ones whose client went away or whose deadline passed (their
+ * slot is free before the next step), then run one eng_step for every active sequence (a token
+ * of each decoding request and a prompt chunk of new ones). Tokens flow from the engine's
+ * callback into the job: streaming jobs get SSE bytes appended to job->out, others accumulate
+ * text; the connection thread waits on job->cv.
  *
- * Invariants: a job is in the queue or running or done, and every job that was accepted ends in
- * JOB_DONE with either a result or err.status set, exactly once (finish_job). Lock order:
- * scheduler mutex before a job's mutex. The engine pointer is only swapped while nothing uses
- * it (no running job, no connection tokenizing).
+ * Invariants: a job is in the queue, or in run[] (its slot), or done, and every job that was
+ * accepted ends in JOB_DONE with either a result or err.status set, exactly once (finish_job).
+ * Lock order: scheduler mutex before a job's mutex; the engine is only called without the
+ * scheduler mutex, from this thread. The engine pointer is only swapped while nothing uses it
+ * (no running job, no connection tokenizing); set_engine(NULL) stops admission at once and lets
+ * the running jobs end (drained, or failed by their engine's group).
  */
 #include "web/web_int.h"
 
@@ -26,7 +31,10 @@ struct web_sched {
 	pthread_cond_t cv; /* work arrived, engine changed, a job or an engine use ended */
 	web_job_t *head, *tail;
 	int queued, queue_max;
-	web_job_t *running;
+	web_job_t *run[WEB_MAX_SLOTS]; /* running job of each slot (sequence id) */
+	int n_running;
+	eng_done_t done[WEB_MAX_SLOTS];
+	eng_t *run_eng; /* the engine the running jobs use (s->eng may be detached meanwhile) */
 	eng_t *eng;
 	int eng_users; /* connection threads tokenizing with eng */
 	int stopping;
@@ -90,6 +98,7 @@ void web_job_unref(web_job_t *j)
 	web_buf_free(&j->out);
 	web_buf_free(&j->text);
 	json_decref(j->logprobs);
+	json_decref(j->rid.tool_calls);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
@@ -116,6 +125,8 @@ static void cancel_err(web_job_t *j, int reason)
 /* Ends j (caller holds j->mu): writes the stream's tail, marks it done and wakes its waiter. */
 static void finish_job_locked(web_job_t *j)
 {
+	if ((j->req.tool_format || j->req.grammar) && !j->err.status)
+		web_tools_finish(j); /* calls in the text become tool_calls */
 	if (j->req.stream) {
 		if (j->err.status) {
 			web_sse_add(&j->out, web_json_error(&j->err));
@@ -129,16 +140,10 @@ static void finish_job_locked(web_job_t *j)
 		}
 	}
 	j->state = JOB_DONE;
-	pthread_cond_broadcast(&j->cv);
+	web_job_wake_locked(j);
 }
 
 /* ---- the token callback --------------------------------------------------------------------- */
-
-typedef struct run_ctx {
-	web_sched_t *s;
-	web_job_t *j;
-	eng_t *e;
-} run_ctx_t;
 
 static json_t *logprob_entry(eng_t *e, const eng_token_t *t)
 {
@@ -159,12 +164,22 @@ static json_t *logprob_entry(eng_t *e, const eng_token_t *t)
 	return entry;
 }
 
+/* The engine's callback for job ud (scheduler thread, inside eng_step). */
 static int on_token(void *ud, const eng_token_t *t)
 {
-	run_ctx_t *c = ud;
-	web_job_t *j = c->j;
-	if (c->s->m)
-		atomic_fetch_add(&c->s->m->tokens_live, 1);
+	web_job_t *j = ud;
+	web_metrics_t *m = j->sched->m;
+	int64_t now = now_ns();
+	if (m) {
+		atomic_fetch_add(&m->tokens_live, 1);
+		pthread_mutex_lock(&m->mu);
+		if (!j->t_last_ns)
+			web_hist_add(&m->ttft, (double)(now - j->t_submit_ns) / 1e9);
+		else
+			web_hist_add(&m->itl, (double)(now - j->t_last_ns) / 1e9);
+		pthread_mutex_unlock(&m->mu);
+	}
+	j->t_last_ns = now;
 	if (atomic_load(&j->cancel))
 		return 1;
 	if (now_ms() > j->deadline_ms) {
@@ -172,19 +187,25 @@ static int on_token(void *ud, const eng_token_t *t)
 		atomic_compare_exchange_strong(&j->cancel, &zero, 2);
 		return 1;
 	}
-	json_t *lp = j->req.logprobs ? logprob_entry(c->e, t) : NULL;
+	json_t *lp = j->req.logprobs ? logprob_entry(j->eng, t) : NULL;
 	pthread_mutex_lock(&j->mu);
-	if (j->req.stream) {
+	if (j->req.tool_format) { /* tools.c decides what is content and what is a call */
+		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
+		web_tools_on_text(j);
+		json_decref(lp);
+	} else if (j->req.stream) {
+		if (j->req.grammar) /* kept to check the value at the end (tools.c) */
+			web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
 		if (t->text_len || lp) {
 			json_t *arr = NULL;
 			if (lp) {
 				arr = json_array();
 				json_array_append_new(arr, lp);
 			}
-			web_sse_add(&j->out, web_json_chunk(&j->rid, NULL, t->text, t->text_len,
-							    ENG_FINISH_NONE, j->req.include_usage,
-							    arr));
-			pthread_cond_broadcast(&j->cv);
+			web_sse_add(&j->out,
+				    web_json_chunk(&j->rid, NULL, t->text, t->text_len,
+						   ENG_FINISH_NONE, j->req.include_usage, arr));
+			web_job_wake_locked(j);
 		}
 	} else {
 		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
@@ -200,7 +221,41 @@ static int on_token(void *ud, const eng_token_t *t)
 
 /* ---- the scheduler thread ------------------------------------------------------------------- */
 
-static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
+/* Maps an ended sequence's result to the client-visible outcome and finishes j. */
+static void end_job(web_sched_t *s, web_job_t *j, int rc)
+{
+	pthread_mutex_lock(&j->mu);
+	const eng_result_t *res = &j->res; /* the engine wrote it while the job ran */
+	int reason = atomic_load(&j->cancel);
+	if (reason || res->finish == ENG_FINISH_CANCELED) {
+		cancel_err(j, reason ? reason : 1);
+	} else if (rc < 0 || res->finish == ENG_FINISH_ERROR) {
+		if (rc == SH_EINVAL)
+			web_err_set(&j->err, 400, "invalid_request_error", "messages",
+				    "context_length_exceeded", "%s",
+				    res->error[0] ? res->error
+						  : "the prompt does not fit the context");
+		else if (web_engine_lost(rc))
+			web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
+				    "the cluster lost a rank and is re-planning; retry (%s)",
+				    res->error[0] ? res->error : sh_strerror(rc));
+		else
+			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
+				    res->error[0] ? res->error : sh_strerror(rc));
+	}
+	finish_job_locked(j);
+	pthread_mutex_unlock(&j->mu);
+	if (s->m && !j->err.status)
+		web_metrics_finished(s->m, res);
+	if (j->err.status && j->err.status != 499)
+		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status,
+		    j->err.message);
+}
+
+/* Starts j in a free slot of e (scheduler thread, no lock held; admission already counted it in
+ * n_running, so set_engine waits for it). A job that cannot start (bad prompt, already
+ * canceled or past its deadline) is finished here. */
+static void start_job(web_sched_t *s, eng_t *e, web_job_t *j)
 {
 	pthread_mutex_lock(&j->mu);
 	j->state = JOB_RUNNING;
@@ -209,43 +264,112 @@ static void run_job(web_sched_t *s, eng_t *e, web_job_t *j)
 		web_sse_add(&j->out, web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
 						    j->req.include_usage, NULL));
 		j->sent_role = 1;
-		pthread_cond_broadcast(&j->cv);
+		web_job_wake_locked(j);
 	}
 	pthread_mutex_unlock(&j->mu);
-
-	eng_result_t res;
-	memset(&res, 0, sizeof res);
-	int rc;
 	if (atomic_load(&j->cancel) == 0 && now_ms() > j->deadline_ms)
 		atomic_store(&j->cancel, 2);
-	if (atomic_load(&j->cancel)) {
-		res.finish = ENG_FINISH_CANCELED;
-		rc = SH_ECANCELED;
-	} else {
-		run_ctx_t c = {s, j, e};
-		rc = eng_generate(e, j->ids, j->n_ids, &j->req.samp, on_token, &c, &res);
+	int rc = SH_ECANCELED;
+	memset(&j->res, 0, sizeof j->res);
+	j->res.finish = ENG_FINISH_CANCELED;
+	if (!atomic_load(&j->cancel)) {
+		j->sched = s;
+		j->eng = e;
+		int id = eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j, &j->res);
+		if (id >= 0) {
+			pthread_mutex_lock(&s->mu);
+			s->run[id] = j;
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
+		rc = id;
 	}
+	end_job(s, j, rc);
+	pthread_mutex_lock(&s->mu);
+	s->n_running--; /* the place admission reserved */
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	web_job_unref(j); /* the queue's reference */
+}
 
-	pthread_mutex_lock(&j->mu);
-	j->res = res;
-	int reason = atomic_load(&j->cancel);
-	if (reason || res.finish == ENG_FINISH_CANCELED) {
-		cancel_err(j, reason ? reason : 1);
-	} else if (rc < 0 || res.finish == ENG_FINISH_ERROR) {
-		if (rc == SH_EINVAL)
-			web_err_set(&j->err, 400, "invalid_request_error", "messages",
-				    "context_length_exceeded", "%s",
-				    res.error[0] ? res.error : "the prompt does not fit the context");
-		else
-			web_err_set(&j->err, 500, "server_error", NULL, "engine_error", "%s",
-				    res.error[0] ? res.error : sh_strerror(rc));
+/* A running job left its slot: finish it, then free its place (set_engine waits for that, so
+ * the job is done before a detach returns) and drop the queue's reference. */
+static void slot_done(web_sched_t *s, int id, int rc)
+{
+	pthread_mutex_lock(&s->mu);
+	web_job_t *j = s->run[id];
+	s->run[id] = NULL;
+	pthread_mutex_unlock(&s->mu);
+	if (j)
+		end_job(s, j, rc);
+	pthread_mutex_lock(&s->mu);
+	s->n_running--;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	web_job_unref(j);
+}
+
+/* Per-step figures for /metrics and the dashboard. */
+static void step_metrics(web_sched_t *s, eng_t *e, int batch)
+{
+	if (!s->m)
+		return;
+	int n = MIN(eng_info(e)->n_slots, WEB_MAX_SLOTS);
+	pthread_mutex_lock(&s->m->mu);
+	s->m->n_slots = n;
+	for (int i = 0; i < n; i++)
+		s->m->slot_state[i] = (signed char)eng_slot_state(e, i);
+	if (batch > 0)
+		web_hist_add(&s->m->batch, batch);
+	pthread_mutex_unlock(&s->m->mu);
+}
+
+/* One loop turn: admit queued jobs into free slots (FIFO), end canceled or expired ones, then
+ * run one step of every active sequence. Runs on the scheduler thread with s->mu held on entry
+ * and exit. */
+static void sched_turn(web_sched_t *s)
+{
+	eng_t *e = s->n_running ? s->run_eng : s->eng;
+	/* admission: only while the engine is attached (set_engine(NULL) stops it) */
+	while (s->head && s->eng && s->eng == e && eng_active(e) < eng_info(e)->n_slots) {
+		web_job_t *j = s->head;
+		s->head = j->next;
+		if (!s->head)
+			s->tail = NULL;
+		j->next = NULL;
+		s->queued--;
+		s->n_running++;
+		s->run_eng = e;
+		pthread_mutex_unlock(&s->mu);
+		start_job(s, e, j);
+		pthread_mutex_lock(&s->mu);
 	}
-	finish_job_locked(j);
-	pthread_mutex_unlock(&j->mu);
-	if (s->m && !j->err.status)
-		web_metrics_finished(s->m, &res);
-	if (j->err.status && j->err.status != 499)
-		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status, j->err.message);
+	if (!s->n_running)
+		return;
+	pthread_mutex_unlock(&s->mu);
+	/* cancellation (client gone, deadline, server stopping) frees the slot before the step */
+	int64_t now = now_ms();
+	int n_slots = eng_info(e)->n_slots;
+	for (int id = 0; id < n_slots; id++) {
+		web_job_t *j = s->run[id];
+		if (!j)
+			continue;
+		if (atomic_load(&j->cancel) == 0 && now > j->deadline_ms) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&j->cancel, &zero, 2);
+		}
+		if (atomic_load(&j->cancel)) {
+			eng_seq_cancel(e, id);
+			slot_done(s, id, SH_ECANCELED);
+		}
+	}
+	int nd = 0, batch = eng_active(e);
+	if (batch)
+		eng_step(e, s->done, &nd);
+	for (int i = 0; i < nd; i++)
+		slot_done(s, s->done[i].id, s->done[i].rc);
+	step_metrics(s, e, batch);
+	pthread_mutex_lock(&s->mu);
 }
 
 static void *sched_main(void *arg)
@@ -253,28 +377,11 @@ static void *sched_main(void *arg)
 	web_sched_t *s = arg;
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		while (!s->stopping && (!s->head || !s->eng))
+		while (!s->n_running && !s->stopping && (!s->head || !s->eng))
 			pthread_cond_wait(&s->cv, &s->mu);
-		if (s->stopping)
+		if (s->stopping && !s->n_running)
 			break;
-		web_job_t *j = s->head;
-		s->head = j->next;
-		if (!s->head)
-			s->tail = NULL;
-		j->next = NULL;
-		s->queued--;
-		s->running = j;
-		eng_t *e = s->eng;
-		pthread_mutex_unlock(&s->mu);
-
-		run_job(s, e, j);
-
-		pthread_mutex_lock(&s->mu);
-		s->running = NULL;
-		pthread_cond_broadcast(&s->cv);
-		pthread_mutex_unlock(&s->mu);
-		web_job_unref(j); /* the queue's reference */
-		pthread_mutex_lock(&s->mu);
+		sched_turn(s);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -325,8 +432,9 @@ void web_sched_stop(web_sched_t *s)
 	s->started = 0;
 	s->stopping = 1;
 	drain_locked(s, 3);
-	if (s->running)
-		atomic_store(&s->running->cancel, 3);
+	for (int i = 0; i < WEB_MAX_SLOTS; i++)
+		if (s->run[i])
+			atomic_store(&s->run[i]->cancel, 3);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (join)
@@ -355,6 +463,7 @@ int web_sched_submit(web_sched_t *s, web_job_t *j)
 		rc = SH_EBUSY;
 	if (rc == 0) {
 		web_job_ref(j);
+		j->t_submit_ns = now_ns();
 		j->next = NULL;
 		if (s->tail)
 			s->tail->next = j;
@@ -421,7 +530,7 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e)
 	s->eng = NULL; /* no new users while we wait */
 	if (old && !e)
 		drain_locked(s, 3);
-	while (old && (s->running || s->eng_users > 0))
+	while (old && (s->n_running || s->eng_users > 0))
 		pthread_cond_wait(&s->cv, &s->mu);
 	s->eng = e;
 	pthread_cond_broadcast(&s->cv);
@@ -432,6 +541,6 @@ void web_sched_depth(web_sched_t *s, int *queued, int *running)
 {
 	pthread_mutex_lock(&s->mu);
 	*queued = s->queued;
-	*running = s->running != NULL;
+	*running = s->n_running;
 	pthread_mutex_unlock(&s->mu);
 }

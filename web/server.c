@@ -2,15 +2,16 @@
  * server.c: the HTTP side: libmicrohttpd daemon, routing, bearer auth, body limits, follower
  * redirects, and the glue between a connection and its job in the scheduler.
  *
- * libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a handler
- * may block: a non-streaming request waits for its job inside the handler; a streaming one
- * returns a callback response whose reader blocks until the scheduler appends bytes. Both poll
- * the client's socket while they wait, so a client that hangs up cancels its generation even
- * before a write fails.
+ * libmicrohttpd runs a small pool of event-loop threads (each an epoll loop over many
+ * connections, see httpd_start), so no callback here may block: a non-streaming request parks
+ * its connection until its job ends, a streaming one returns a callback response whose reader
+ * parks it between tokens, and the events stream parks it between snapshots (guard.c). The
+ * guard's watch thread polls parked clients' sockets, so a client that hangs up cancels its
+ * generation even before a write fails.
  *
  * Invariant: every request that reaches the queue holds a job reference until its reply ends;
- * shutdown stops the scheduler first (every job then ends), then the daemon (every connection
- * thread returns), then frees the scheduler.
+ * shutdown stops the scheduler first (every job then ends), then resumes every parked connection
+ * (libmicrohttpd must not find one suspended), then the daemon, then frees the scheduler.
  */
 #include "web/web_int.h"
 
@@ -18,11 +19,12 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
-#include <poll.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +33,10 @@
 
 #define SSE_BLOCK 16384
 #define KEEPALIVE_MS 15000
+#define HTTP_IDLE_S  60 /* libmicrohttpd's own idle timeout (restarts on every byte) */
+#ifndef MSG_NOSIGNAL /* macOS: both commands ignore SIGPIPE (the early 413 send) */
+#define MSG_NOSIGNAL 0
+#endif
 
 struct web {
 	struct MHD_Daemon *d;
@@ -39,25 +45,35 @@ struct web {
 	int queue_max, timeout_ms;
 	web_health_fn health;
 	web_cluster_fn cluster;
+	web_engine_lost_fn engine_lost;
 	void *ud;
 	web_sched_t *sched;
 	web_metrics_t metrics;
-	pthread_mutex_t mu; /* leader, and the events wake-up */
-	pthread_cond_t cv;  /* signalled at shutdown (events streams sleep on it) */
+	pthread_mutex_t mu; /* leader */
 	char *leader;       /* follower mode when non-NULL */
 	atomic_int stopping;
 	long long started; /* unix seconds */
+	web_guard_t *guard;
+	int tls;
+	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
+	atomic_int proxy_port; /* --exec: /v1/... goes to 127.0.0.1:proxy_port (proxy.c) */
 };
 
-/* Per-connection state while a body is uploaded. */
+/* Per-request state: the body while it uploads, then the job a non-streaming reply waits for. */
 typedef struct conn {
 	int route;
 	web_buf_t body;
 	int too_large;
+	size_t discarded; /* body bytes thrown away after too_large */
+	int raw_replied;  /* the early 413 went out on the socket (see early_413) */
+	web_job_t *job;   /* non-streaming reply pending (a reference), parked in park */
+	web_park_t park;
+	int parked; /* park is attached */
+	char *url, method[16]; /* R_PROXY */
 } conn_t;
 
 enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_CHAT,
-	     R_COMPLETIONS };
+	     R_COMPLETIONS, R_PROXY };
 
 static const struct route_def {
 	const char *path;
@@ -79,34 +95,6 @@ static const struct route_def {
 /* ---- small helpers -------------------------------------------------------------------------- */
 
 static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
-
-/* 1 when the peer closed its end or the socket failed. */
-static int peer_gone(int fd)
-{
-	if (fd < 0)
-		return 0;
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-#ifdef POLLRDHUP
-	p.events |= POLLRDHUP;
-#endif
-	if (poll(&p, 1, 0) <= 0)
-		return 0;
-	if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
-		return 1;
-#ifdef POLLRDHUP
-	if (p.revents & POLLRDHUP)
-		return 1;
-#endif
-	if (p.revents & POLLIN) {
-		char c;
-		ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-		if (n == 0)
-			return 1;
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return 1;
-	}
-	return 0;
-}
 
 static int conn_fd(struct MHD_Connection *c)
 {
@@ -217,10 +205,17 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 
 /* ---- GET endpoints -------------------------------------------------------------------------- */
 
+static int is_follower(web_t *w);
+
 static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 {
 	char reason[200], model[128];
 	int st = node_state(w, reason, sizeof reason);
+	int pp = atomic_load(&w->proxy_port); /* --exec: serving means the command answers */
+	if (st == WEB_SERVING && pp > 0 && !is_follower(w) && !web_proxy_alive(pp)) {
+		st = WEB_LOADING;
+		snprintf(reason, sizeof reason, "the --exec command does not answer on port %d yet", pp);
+	}
 	int q, run;
 	web_sched_depth(w->sched, &q, &run);
 	if (st == WEB_SERVING) {
@@ -311,6 +306,7 @@ typedef struct events {
 	unsigned long long last_tokens;
 	int64_t last_ms;
 	int n;
+	web_park_t park; /* parked between snapshots; the watch thread resumes it when due */
 } events_t;
 
 static void events_snapshot(events_t *ev)
@@ -336,12 +332,13 @@ static void events_snapshot(events_t *ev)
 	model_id(w, e, model, sizeof model, NULL);
 	if (e)
 		web_sched_engine_release(w->sched);
-	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o}",
+	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}",
 				 "state", web_state_name(st), "reason", reason, "model", model,
 				 "tok_s", rate, "last_tok_s", last_tps, "queued", q, "running", run,
 				 "step_ms", step, "comm_ms", comm, "requests", (json_int_t)reqs,
 				 "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
-				 "cluster", cluster_json(w));
+				 "cluster", cluster_json(w), "batch",
+				 web_metrics_batch_json(&w->metrics));
 	char *s = snap ? json_dumps(snap, JSON_COMPACT) : NULL;
 	json_decref(snap);
 	ev->pend.len = 0;
@@ -357,17 +354,15 @@ static ssize_t events_read(void *cls, uint64_t pos, char *buf, size_t max)
 	events_t *ev = cls;
 	web_t *w = ev->w;
 	if (ev->off >= ev->pend.len) {
-		if (ev->n > 0) { /* one snapshot a second; wake early at shutdown */
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			pthread_mutex_lock(&w->mu);
-			if (!atomic_load(&w->stopping))
-				pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-			pthread_mutex_unlock(&w->mu);
-		}
 		if (atomic_load(&w->stopping))
 			return MHD_CONTENT_READER_END_OF_STREAM;
+		int64_t due = ev->last_ms + 1000; /* one snapshot a second */
+		if (ev->n > 0 && now_ms() < due) {
+			atomic_store(&ev->park.wake_at, due);
+			return web_park_suspend(w->guard, &ev->park)
+				   ? 0
+				   : MHD_CONTENT_READER_END_OF_STREAM;
+		}
 		events_snapshot(ev);
 		if (ev->pend.len == 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -381,6 +376,8 @@ static ssize_t events_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void events_free(void *cls)
 {
 	events_t *ev = cls;
+	if (ev->park.c)
+		web_park_detach(ev->w->guard, &ev->park);
 	web_buf_free(&ev->pend);
 	free(ev);
 }
@@ -391,9 +388,11 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	if (!ev)
 		return MHD_NO;
 	ev->w = w;
-	struct MHD_Response *r =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, events_read, ev,
-						  events_free);
+	ev->park.c = c;
+	ev->park.fd = conn_fd(c);
+	web_park_attach(w->guard, &ev->park);
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK,
+								   events_read, ev, events_free);
 	if (!r) {
 		events_free(ev);
 		return MHD_NO;
@@ -405,12 +404,19 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	return ok;
 }
 
+/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
+static void check_engine_lost(web_t *w, const web_job_t *j)
+{
+	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
+		w->engine_lost(w->ud);
+}
+
 /* ---- completions ---------------------------------------------------------------------------- */
 
 typedef struct stream {
 	web_t *w;
 	web_job_t *job;
-	int fd;
+	web_park_t park; /* parked while the job has nothing new; its wake hook resumes it */
 	int64_t last_write_ms;
 } stream_t;
 
@@ -419,47 +425,37 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	(void)pos;
 	stream_t *st = cls;
 	web_job_t *j = st->job;
+	int64_t now = now_ms();
 	pthread_mutex_lock(&j->mu);
-	for (;;) {
-		if (j->out.len > 0) {
-			size_t n = MIN(max, j->out.len);
-			memcpy(buf, j->out.p, n);
-			memmove(j->out.p, j->out.p + n, j->out.len - n);
-			j->out.len -= n;
-			j->out.p[j->out.len] = 0;
-			pthread_mutex_unlock(&j->mu);
-			st->last_write_ms = now_ms();
-			return (ssize_t)n;
-		}
-		if (j->state == JOB_DONE) {
-			pthread_mutex_unlock(&j->mu);
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 250 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT)
-			continue;
+	if (j->out.len > 0) {
+		size_t n = MIN(max, j->out.len);
+		memcpy(buf, j->out.p, n);
+		memmove(j->out.p, j->out.p + n, j->out.len - n);
+		j->out.len -= n;
+		j->out.p[j->out.len] = 0;
 		pthread_mutex_unlock(&j->mu);
-		if (peer_gone(st->fd)) {
-			web_sched_cancel(st->w->sched, j, 1);
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-		}
-		if (now_ms() > j->deadline_ms + 1000)
-			web_sched_cancel(st->w->sched, j, 2); /* ends the job; the error follows */
-		if (now_ms() - st->last_write_ms > KEEPALIVE_MS) {
-			static const char ka[] = ": keep-alive\n\n";
-			size_t n = MIN(max, sizeof ka - 1);
-			memcpy(buf, ka, n);
-			st->last_write_ms = now_ms();
-			return (ssize_t)n;
-		}
-		pthread_mutex_lock(&j->mu);
+		st->last_write_ms = now;
+		atomic_store(&st->park.wake_at, now + KEEPALIVE_MS);
+		return (ssize_t)n;
 	}
+	if (j->state == JOB_DONE) {
+		pthread_mutex_unlock(&j->mu);
+		check_engine_lost(st->w, j);
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	}
+	if (now - st->last_write_ms >= KEEPALIVE_MS) {
+		pthread_mutex_unlock(&j->mu);
+		static const char ka[] = ": keep-alive\n\n";
+		size_t n = MIN(max, sizeof ka - 1);
+		memcpy(buf, ka, n);
+		st->last_write_ms = now;
+		atomic_store(&st->park.wake_at, now + KEEPALIVE_MS);
+		return (ssize_t)n;
+	}
+	/* nothing yet: park (under j->mu, so the scheduler's next wake-up finds it suspended) */
+	int parked = web_park_suspend(st->w->guard, &st->park);
+	pthread_mutex_unlock(&j->mu);
+	return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 static void stream_free(void *cls)
@@ -467,7 +463,9 @@ static void stream_free(void *cls)
 	stream_t *st = cls;
 	pthread_mutex_lock(&st->job->mu);
 	int done = st->job->state == JOB_DONE;
+	st->job->wake = NULL;
 	pthread_mutex_unlock(&st->job->mu);
+	web_park_detach(st->w->guard, &st->park);
 	if (!done) /* the client went away mid-stream */
 		web_sched_cancel(st->w->sched, st->job, 1);
 	web_job_unref(st->job);
@@ -483,7 +481,9 @@ static int build_prompt(web_t *w, eng_t *e, web_req_t *rq, int **ids, int *n_ids
 	const char *param = rq->kind == WEB_CHAT ? "messages" : "prompt";
 	(void)w;
 	if (rq->kind == WEB_CHAT) {
-		rc = eng_chat_prompt(e, rq->msgs, rq->n_msgs, ids, n_ids, msg, sizeof msg);
+		rc = web_chat_prompt(e, rq, ids, n_ids, msg, sizeof msg, err); /* tools.c */
+		if (rc >= 400)
+			return rc;
 	} else if (rq->prompt) {
 		rc = eng_tokenize(e, rq->prompt, 1, 0, ids, n_ids, msg, sizeof msg);
 	} else {
@@ -518,31 +518,45 @@ static int build_prompt(web_t *w, eng_t *e, web_req_t *rq, int **ids, int *n_ids
 	return 0;
 }
 
-/* Waits for a non-streaming job, watching the client. Returns 1 done, 0 client gone. */
-static int wait_job(web_t *w, web_job_t *j, int fd)
+/* A non-streaming request's reply: sent when its job has ended, else the connection is parked
+ * until the job's wake-up resumes it and libmicrohttpd calls the handler again. */
+static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
 {
+	web_job_t *j = cn->job;
 	pthread_mutex_lock(&j->mu);
-	while (j->state != JOB_DONE) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 250 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT)
-			continue;
+	if (j->state != JOB_DONE) {
+		int parked = web_park_suspend(w->guard, &cn->park);
 		pthread_mutex_unlock(&j->mu);
-		if (peer_gone(fd)) {
-			web_sched_cancel(w->sched, j, 1);
-			return 0;
-		}
-		if (now_ms() > j->deadline_ms + 1000)
-			web_sched_cancel(w->sched, j, 2);
-		pthread_mutex_lock(&j->mu);
+		if (parked)
+			return MHD_YES;
+		return send_errorf(w, c, 503, "unavailable", "unavailable",
+				   "the server is stopping; retry");
 	}
 	pthread_mutex_unlock(&j->mu);
-	return 1;
+	check_engine_lost(w, j);
+	if (j->err.status)
+		return send_error(w, c, &j->err);
+	web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
+	char *body =
+	    web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u, j->logprobs);
+	j->logprobs = NULL; /* stolen */
+	return send_body(w, c, 200, body, "application/json", NULL, NULL);
+}
+
+/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
+static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn)
+{
+	if (!cn->parked) {
+		cn->park.c = c;
+		cn->park.fd = conn_fd(c);
+		web_park_attach(w->guard, &cn->park);
+		cn->parked = 1;
+	}
+	atomic_store(&cn->park.wake_at, now_ms() + 20);
+	if (web_park_suspend(w->guard, &cn->park))
+		return MHD_YES;
+	return send_errorf(w, c, 503, "unavailable", "unavailable",
+			   "the server is stopping; retry");
 }
 
 static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *cn)
@@ -550,7 +564,15 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 	web_req_t rq;
 	web_err_t err;
 	int kind = cn->route == R_CHAT ? WEB_CHAT : WEB_COMPLETION;
-	if (web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err)) {
+	/* a parsed tree is bounded by the pre-scan; at most WEB_PARSE_CONCURRENCY exist at once */
+	if (atomic_fetch_add(&w->parsing, 1) >= WEB_PARSE_CONCURRENCY) {
+		atomic_fetch_sub(&w->parsing, 1);
+		return park_retry(w, c, cn);
+	}
+	int prc = web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err);
+	atomic_fetch_sub(&w->parsing, 1);
+	web_buf_free(&cn->body);
+	if (prc) {
 		web_req_clear(&rq);
 		return send_error(w, c, &err);
 	}
@@ -596,7 +618,9 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		if (st) {
 			st->w = w;
 			st->job = j;
-			st->fd = fd;
+			st->park.c = c;
+			st->park.fd = fd;
+			st->park.job = j;
 			st->last_write_ms = now_ms();
 			r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK,
 							      stream_read, st, stream_free);
@@ -607,6 +631,11 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 			free(st);
 			return MHD_NO;
 		}
+		web_park_attach(w->guard, &st->park);
+		pthread_mutex_lock(&j->mu);
+		j->wake = web_park_wake;
+		j->wake_ud = &st->park;
+		pthread_mutex_unlock(&j->mu);
 		add_common_headers(r, "text/event-stream");
 		MHD_add_response_header(r, "X-Accel-Buffering", "no");
 		enum MHD_Result ok = MHD_queue_response(c, 200, r);
@@ -614,23 +643,20 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		web_metrics_status(&w->metrics, 200);
 		return ok;
 	}
-	if (!wait_job(w, j, fd)) {
-		web_metrics_status(&w->metrics, 499);
-		web_job_unref(j);
-		return MHD_NO;
+	cn->job = j; /* the request's reference, dropped in completed() */
+	if (!cn->parked) {
+		cn->park.c = c;
+		cn->park.fd = fd;
+		web_park_attach(w->guard, &cn->park);
+		cn->parked = 1;
 	}
-	enum MHD_Result ok;
-	if (j->err.status) {
-		ok = send_error(w, c, &j->err);
-	} else {
-		web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
-		char *body = web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u,
-					    j->logprobs);
-		j->logprobs = NULL; /* stolen */
-		ok = send_body(w, c, 200, body, "application/json", NULL, NULL);
-	}
-	web_job_unref(j);
-	return ok;
+	atomic_store(&cn->park.wake_at, 0);
+	cn->park.job = j;
+	pthread_mutex_lock(&j->mu);
+	j->wake = web_park_wake;
+	j->wake_ud = &cn->park;
+	pthread_mutex_unlock(&j->mu);
+	return job_reply(w, c, cn);
 }
 
 /* ---- routing -------------------------------------------------------------------------------- */
@@ -694,10 +720,50 @@ static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	case R_CLUSTER: return send_json(w, c, 200, cluster_json(w));
 	case R_EVENTS: return do_events(w, c);
 	}
+	if (cn->raw_replied)
+		return MHD_NO; /* the 413 went out already; close */
 	if (cn->too_large)
 		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
 				   "the request body is larger than %u bytes", WEB_BODY_MAX);
+	if (cn->route == R_PROXY)
+		return (enum MHD_Result)web_proxy_answer(c, atomic_load(&w->proxy_port), cn->method,
+							 cn->url, cn->body.p, cn->body.len,
+							 &w->stopping, w->timeout_ms);
 	return do_generate(w, c, cn);
+}
+
+/*
+ * A chunked body has passed WEB_BODY_MAX. libmicrohttpd (0.9.75) accepts a response only before
+ * the body or after all of it, so the 413 is written to the socket here, the write side is shut
+ * (the client reads the reply and end-of-file, and stops sending) and the rest is discarded for a
+ * bounded while. Over TLS the socket is not ours to write: returns 0 and the caller closes.
+ * Returns 1 when the reply went out.
+ */
+static int early_413(web_t *w, struct MHD_Connection *c)
+{
+	int fd = conn_fd(c);
+	if (w->tls || fd < 0)
+		return 0;
+	web_err_t e;
+	web_err_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+		    "the request body is larger than %u bytes", WEB_BODY_MAX);
+	char *body = web_json_error(&e);
+	if (!body)
+		return 0;
+	char head[256];
+	int hn = snprintf(head, sizeof head,
+			  "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+			  "Content-Length: %zu\r\nConnection: close\r\n"
+			  "Access-Control-Allow-Origin: *\r\n\r\n",
+			  strlen(body));
+	/* small and the first bytes on this socket: the send buffer takes it whole */
+	ssize_t a = send(fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT);
+	ssize_t b = a == hn ? send(fd, body, strlen(body), MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+	int ok = b == (ssize_t)strlen(body);
+	free(body);
+	shutdown(fd, SHUT_WR);
+	web_metrics_status(&w->metrics, 413);
+	return ok;
 }
 
 /*
@@ -716,16 +782,26 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	conn_t *cn = *con_cls;
 	if (cn) {
 		if (*upload_data_size) {
-			if (!cn->too_large && cn->body.len + *upload_data_size > WEB_BODY_MAX) {
+			size_t n = *upload_data_size;
+			*upload_data_size = 0;
+			if (!cn->too_large && cn->body.len + n > WEB_BODY_MAX) {
 				cn->too_large = 1;
 				web_buf_free(&cn->body);
+				cn->raw_replied = early_413(w, c);
+				if (!cn->raw_replied)
+					return MHD_NO;
 			}
-			if (!cn->too_large &&
-			    web_buf_add(&cn->body, upload_data, *upload_data_size) != 0)
+			if (cn->too_large) { /* discard a bounded amount while the client stops */
+				cn->discarded += n;
+				return cn->discarded > WEB_BODY_MAX ? MHD_NO : MHD_YES;
+			}
+			if (web_buf_add(&cn->body, upload_data, n) != 0)
 				cn->too_large = 1;
-			*upload_data_size = 0;
 			return MHD_YES;
 		}
+		if (cn->job) /* resumed: the job ended (or a spurious wake-up) */
+			return job_reply(w, c, cn);
+		web_guard_phase(w->guard, c, WEB_PHASE_WORK);
 		return dispatch(w, c, cn);
 	}
 
@@ -749,6 +825,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	int v1 = !strncmp(url, "/v1/", 4);
 	if ((!rt || rt->leader_only) && v1 && is_follower(w))
 		return redirect(w, c, url);
+	if ((!rt || rt->leader_only) && v1 && atomic_load(&w->proxy_port) > 0) { /* --exec */
+		if (!auth_ok(w, c))
+			return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
+					   "a valid API key is required: send 'Authorization: Bearer KEY'");
+		if (!(cn = calloc(1, sizeof *cn)) || !(cn->url = strdup(url))) {
+			free(cn);
+			return MHD_NO;
+		}
+		cn->route = R_PROXY;
+		snprintf(cn->method, sizeof cn->method, "%s", method);
+		*con_cls = cn;
+		return MHD_YES;
+	}
 	if (!rt)
 		return send_errorf(w, c, 404, "not_found_error", "unknown_url",
 				   "unknown path %.100s %.200s (see docs/api.md)", method, url);
@@ -773,21 +862,47 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_NO;
 	cn->route = rt->route;
 	*con_cls = cn;
+	unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
+	if (announced > 0 && web_buf_add(&cn->body, "", 0) == 0) { /* one allocation, exact size */
+		char *p = realloc(cn->body.p, (size_t)announced + 1);
+		if (p) {
+			cn->body.p = p;
+			cn->body.cap = (size_t)announced + 1;
+		}
+	}
+	/* the body (if any) must arrive within the body deadline, however slowly it trickles */
+	web_guard_phase(w->guard, c, strcmp(method, "POST") ? WEB_PHASE_WORK : WEB_PHASE_BODY);
 	return MHD_YES;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		      enum MHD_RequestTerminationCode toe)
 {
-	(void)cls;
-	(void)c;
 	(void)toe;
+	web_t *w = cls;
 	conn_t *cn = *con_cls;
 	if (cn) {
+		if (cn->job) {
+			web_job_t *j = cn->job;
+			pthread_mutex_lock(&j->mu);
+			int done = j->state == JOB_DONE;
+			j->wake = NULL;
+			pthread_mutex_unlock(&j->mu);
+			if (!done) { /* the connection ended before the reply */
+				web_sched_cancel(w->sched, j, 1);
+				web_metrics_status(&w->metrics, 499);
+			}
+			web_job_unref(j);
+		}
+		if (cn->parked)
+			web_park_detach(w->guard, &cn->park);
 		web_buf_free(&cn->body);
+		free(cn->url);
 		free(cn);
 		*con_cls = NULL;
 	}
+	/* keep-alive: the next request's headers must come within the header deadline */
+	web_guard_phase(w->guard, c, WEB_PHASE_HEADERS);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -815,6 +930,102 @@ void web_opts_default(web_opts_t *o)
 		o->api_key = k;
 }
 
+/* Reads a whole small file (a PEM) into a malloc'd string. */
+static char *read_pem(const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		sh_fail(err, errlen, SH_EIO, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	web_buf_t b = {0};
+	char chunk[4096];
+	size_t n;
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len < (1u << 20))
+		if (web_buf_add(&b, chunk, n) != 0)
+			break;
+	fclose(f);
+	if (!b.p || !strstr(b.p, "-----BEGIN ")) {
+		sh_fail(err, errlen, SH_EINVAL, "%s: not a PEM file", path);
+		web_buf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+/*
+ * The one place libmicrohttpd is configured: a pool of event-loop threads (epoll on Linux, poll
+ * elsewhere; MHD_USE_AUTO), suspend/resume for parked replies, connection caps in total and per
+ * client address, the guard's per-connection notifications, and TLS when asked for.
+ */
+static int httpd_start(web_t *w, const web_opts_t *o, const struct addrinfo *ai, char *err,
+		       size_t errlen)
+{
+	struct rlimit rl;
+	unsigned max_conns = o->max_conns > 0 ? (unsigned)o->max_conns : 2048;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < max_conns + 128) /* room for models, peers and the engine */
+		max_conns = rl.rlim_cur > 256 ? (unsigned)rl.rlim_cur - 128 : 64;
+	unsigned per_ip = o->per_ip_max > 0 ? (unsigned)o->per_ip_max : 64;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned pool = (unsigned)MAX(2, MIN(8, cores > 0 ? cores : 2));
+	unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+			 MHD_USE_ERROR_LOG;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	char *cert = NULL, *key = NULL;
+	if (o->tls_cert || o->tls_key) {
+		if (!o->tls_cert || !o->tls_key)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "--tls-cert and --tls-key go together");
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "this libmicrohttpd was built without TLS (GnuTLS)");
+		if (!(cert = read_pem(o->tls_cert, err, errlen)) ||
+		    !(key = read_pem(o->tls_key, err, errlen))) {
+			free(cert);
+			return SH_EINVAL;
+		}
+		flags |= MHD_USE_TLS;
+		w->tls = 1;
+	}
+	/* TLS 1.2 and 1.3 only (a GnuTLS priority string) */
+	static char prio[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
+	struct MHD_OptionItem tls_opts[] = {
+		{cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
+		{MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+		{MHD_OPTION_HTTPS_PRIORITIES, 0, prio},
+		{MHD_OPTION_END, 0, NULL},
+	};
+	/* clang-format off */
+	w->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, w,
+				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_THREAD_POOL_SIZE, pool,
+				MHD_OPTION_CONNECTION_LIMIT, max_conns,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+				MHD_OPTION_NOTIFY_COMPLETED, completed, w,
+				MHD_OPTION_NOTIFY_CONNECTION, web_guard_notify, w->guard,
+				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, w,
+				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+				MHD_OPTION_ARRAY, tls_opts, /* empty without TLS */
+				MHD_OPTION_END);
+	/* clang-format on */
+	int e = errno;
+	/* libmicrohttpd copies neither PEM: it hands them to GnuTLS at start, which copies them */
+	if (key) {
+		sodium_memzero(key, strlen(key));
+		free(key);
+	}
+	free(cert);
+	if (!w->d)
+		return sh_fail(err, errlen, SH_EIO, "cannot listen%s: %s", w->tls ? " (TLS)" : "",
+			       strerror(e ? e : EADDRINUSE));
+	LOG(LOG_DEBUG, "web: %u event threads, %u connections (%u per address)%s", pool, max_conns,
+	    per_ip, w->tls ? ", HTTPS" : "");
+	return 0;
+}
+
 int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errlen)
 {
 	*out = NULL;
@@ -824,7 +1035,6 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	if (!w)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
 	web_metrics_init(&w->metrics);
 	w->host = xstrdup(o->host && o->host[0] ? o->host : "127.0.0.1");
 	w->api_key = o->api_key && o->api_key[0] ? xstrdup(o->api_key) : NULL;
@@ -833,6 +1043,7 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	w->timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : 300000;
 	w->health = o->health;
 	w->cluster = o->cluster;
+	w->engine_lost = o->engine_lost;
 	w->ud = o->ud;
 	w->started = (long long)time(NULL);
 	if (!w->host)
@@ -842,6 +1053,10 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 		goto fail;
 	}
 	web_sched_set_engine(w->sched, eng);
+	if ((rc = web_guard_new(&w->guard, w->sched, o->header_timeout_ms, o->body_timeout_ms))) {
+		sh_fail(err, errlen, rc, "cannot start the connection watch thread");
+		goto fail;
+	}
 
 	char port[16];
 	snprintf(port, sizeof port, "%d", o->port < 0 ? 8080 : o->port);
@@ -853,19 +1068,9 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 			     gai_strerror(gai));
 		goto fail;
 	}
-	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-			 MHD_USE_AUTO | MHD_USE_ERROR_LOG;
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	w->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, w, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-				MHD_OPTION_NOTIFY_COMPLETED, completed, w,
-				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, w,
-				MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
-	if (!w->d) {
-		rc = sh_fail(err, errlen, SH_EIO, "cannot listen on %s:%s: %s", w->host, port,
-			     strerror(errno ? errno : EADDRINUSE));
+	char herr[200] = "";
+	if ((rc = httpd_start(w, o, ai, herr, sizeof herr)) != 0) {
+		sh_fail(err, errlen, rc, "%s:%s: %s", w->host, port, herr);
 		goto fail;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -888,15 +1093,15 @@ void web_free(web_t *w)
 		return;
 	pthread_mutex_lock(&w->mu);
 	atomic_store(&w->stopping, 1);
-	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	if (w->sched)
-		web_sched_stop(w->sched); /* every job ends, so every handler returns */
+		web_sched_stop(w->sched); /* every job ends and wakes its parked connection */
+	web_guard_stop(w->guard);         /* and every other parked connection resumes */
 	if (w->d)
 		MHD_stop_daemon(w->d);
+	web_guard_free(w->guard);
 	web_sched_free(w->sched);
 	web_metrics_destroy(&w->metrics);
-	pthread_cond_destroy(&w->cv);
 	pthread_mutex_destroy(&w->mu);
 	free(w->host);
 	free(w->api_key);
@@ -922,6 +1127,8 @@ void web_set_leader(web_t *w, const char *url)
 	w->leader = copy;
 	pthread_mutex_unlock(&w->mu);
 }
+
+void web_set_proxy(web_t *w, int port) { atomic_store(&w->proxy_port, port > 0 ? port : 0); }
 
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms)
 {

@@ -11,9 +11,16 @@
  * request's connection as it comes (streaming). A full queue answers 429; each request has a
  * deadline; a client that goes away cancels its request.
  *
- * Threads: libmicrohttpd runs its own threads (one per connection, plus its listening thread);
- * the scheduler thread is the only caller of eng_generate(). Every web_* function below may be
- * called from any thread once web_new() has returned, except web_free().
+ * Threads: libmicrohttpd runs a small pool of event-loop threads (epoll where available) that
+ * never block: waiting replies park their connections (web/guard.c); one watch thread enforces
+ * hard header/body deadlines. The scheduler thread is the only caller of eng_generate(). Every
+ * web_* function below may be called from any thread once web_new() has returned, except
+ * web_free(). The health and cluster callbacks run on the pool threads: they must not block.
+ *
+ * Limits against hostile clients (docs/security.md): request headers within header_timeout_ms
+ * and the body within body_timeout_ms however slowly bytes trickle in; at most max_conns
+ * connections and per_ip_max from one address; bodies up to 512 KiB with bounded JSON nesting
+ * and element counts; HTTPS when tls_cert and tls_key are given.
  *
  * Follower mode: after web_set_leader(w, url) the server answers /health, /metrics, /v1/cluster,
  * /v1/events and / itself and redirects (307) every other /v1/ path to url + path.
@@ -38,6 +45,11 @@ typedef int (*web_health_fn)(void *ud, char *reason, size_t reason_len);
  * in the shape docs/api.md gives for GET /v1/cluster, or NULL. Called from connection threads. */
 typedef char *(*web_cluster_fn)(void *ud);
 
+/* Group-lost callback: a request failed because the engine's group broke (a rank lost or
+ * silent: the request got 503); the owner should form a new group. Called from libmicrohttpd's
+ * threads, possibly more than once per break; must not block. */
+typedef void (*web_engine_lost_fn)(void *ud);
+
 typedef struct web_opts {
 	const char *host;         /* address to bind; default "127.0.0.1"; "0.0.0.0" for all */
 	int port;                 /* default 8080; 0 = any free port (see web_port) */
@@ -47,7 +59,14 @@ typedef struct web_opts {
 	const char *model_name;   /* id in /v1/models and replies; NULL = the engine's name */
 	web_health_fn health;     /* NULL: serving when an engine is attached, else loading */
 	web_cluster_fn cluster;   /* NULL: a one-node description built from the engine */
-	void *ud;                 /* passed to health and cluster */
+	void *ud;                 /* passed to health, cluster and engine_lost */
+	web_engine_lost_fn engine_lost; /* NULL: nobody to tell */
+	const char *tls_cert;     /* PEM files: both given = HTTPS only; NULL = plain HTTP */
+	const char *tls_key;
+	int max_conns;            /* open connections; 0 = 2048 (less if the fd limit is low) */
+	int per_ip_max;           /* connections from one client address; 0 = 64 */
+	int header_timeout_ms;    /* headers complete within this; 0 = 15000 */
+	int body_timeout_ms;      /* body complete within this after the headers; 0 = 60000 */
 } web_opts_t;
 
 /* Fills o with the defaults above, then applies SHOAL_API_KEY from the environment if set. */
@@ -73,6 +92,11 @@ void web_set_engine(web_t *w, eng_t *eng);
 /* Follower mode: redirect /v1/ inference paths to url ("http://10.0.0.1:8080"); NULL or "" =
  * serve them here (leader). The string is copied. */
 void web_set_leader(web_t *w, const char *url);
+
+/* --exec: from now on this server forwards /v1/... (except /v1/cluster and /v1/events) to
+ * 127.0.0.1:port, streaming included (web/proxy.c); 0 = off. A follower still redirects to the
+ * leader, whose proxy answers. */
+void web_set_proxy(web_t *w, int port);
 
 /* Figures from the compute side, shown in /metrics and on the dashboard: time of one decode step
  * and the part of it spent communicating, in milliseconds (negative = unknown). */

@@ -4,26 +4,34 @@
  *
  *   request.c  JSON body -> web_req_t (pure; every client mistake becomes a web_err_t)
  *   respond.c  replies, chunks, errors as JSON text; SSE framing; UTF-8 repair (pure)
- *   sched.c    the bounded queue and the scheduler thread that runs eng_generate
+ *   sched.c    the bounded queue and the continuous-batching scheduler thread (eng_step)
  *   metrics.c  counters and gauges, Prometheus text, the dashboard's live snapshot
  *   server.c   libmicrohttpd: routing, auth, body limits, streaming responses
+ *   guard.c    per-connection deadlines, parked (suspended) connections and their watch thread
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
+ *   proxy.c    --exec: /v1/... forwarded to the command's port (web_set_proxy)
  */
 #ifndef SHOAL_WEB_INT_H
 #define SHOAL_WEB_INT_H
 
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/common.h"
 #include "infer/infer.h"
 #include "web/web.h"
 
 struct json_t; /* jansson */
 
-#define WEB_BODY_MAX (1u << 20) /* request bodies above this are answered 413 */
-#define WEB_STOP_MAX 16         /* stop strings per request */
-#define WEB_MSG_MAX 4096        /* messages per request */
+#define WEB_BODY_MAX            (512u << 10) /* request bodies above this are answered 413 */
+#define WEB_STOP_MAX            16           /* stop strings per request */
+#define WEB_MSG_MAX             4096         /* messages per request */
+#define WEB_JSON_DEPTH_MAX      32           /* nesting of arrays and objects in a body */
+#define WEB_JSON_CONTAINERS_MAX 16384  /* arrays + objects in a body (~250 B each once parsed) */
+#define WEB_JSON_VALUES_MAX     131072 /* values of any kind in a body */
+#define WEB_PARSE_CONCURRENCY   2      /* bodies parsed into trees at once (bounds peak memory) */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -55,26 +63,65 @@ int web_err_set(web_err_t *e, int status, const char *type, const char *param, c
 enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
 
 typedef struct web_req {
-	int kind;             /* enum web_kind */
-	char *model;          /* as sent, or NULL */
-	eng_msg_t *msgs;      /* chat: n_msgs messages, role and content strings owned */
+	int kind;        /* enum web_kind */
+	char *model;     /* as sent, or NULL */
+	eng_msg_t *msgs; /* chat: n_msgs messages, role and content strings owned */
 	int n_msgs;
-	char *prompt;         /* completion: text prompt, or NULL when prompt_ids is used */
-	int *prompt_ids;      /* completion: prompt given as token ids */
+	char *prompt;    /* completion: text prompt, or NULL when prompt_ids is used */
+	int *prompt_ids; /* completion: prompt given as token ids */
 	int n_prompt_ids;
-	eng_sampling_t samp;  /* samp.stop points into stop[] */
+	eng_sampling_t samp; /* samp.stop points into stop[] */
 	char *stop[WEB_STOP_MAX];
 	int n_stop;
-	int stream;           /* Server-Sent Events */
-	int include_usage;    /* stream_options.include_usage */
-	int logprobs;         /* report log-probabilities of chosen tokens */
-	int seed_given;       /* samp.seed came from the request */
+	int stream;        /* Server-Sent Events */
+	int include_usage; /* stream_options.include_usage */
+	int logprobs;      /* report log-probabilities of chosen tokens */
+	int seed_given;    /* samp.seed came from the request */
+	/* tools and structured output (tools.c) */
+	eng_grammar_t *grammar; /* response_format or a forced call (owned); samp.grammar */
+	char *tools;            /* chat: the "tools" array as JSON text, or NULL */
+	int tool_choice;        /* enum web_tool_choice */
+	char tool_name[128];    /* WEB_TOOLS_NAMED: the function */
+	int parallel_tool_calls;
+	int tool_format; /* enum web_tool_format, set with the prompt (0: no tools) */
+	int mistral_ids; /* call ids of 9 alphanumeric characters */
 } web_req_t;
 
-/* Parses and validates a body for kind. Returns 0, or the HTTP status (400) with err filled.
- * Always leaves r safe to pass to web_req_clear. Never reads past len. */
+enum web_tool_choice { WEB_TOOLS_NONE = 0, WEB_TOOLS_AUTO, WEB_TOOLS_REQUIRED, WEB_TOOLS_NAMED };
+enum web_tool_format {
+	WEB_TC_OFF = 0,
+	WEB_TC_HERMES,
+	WEB_TC_LLAMA3,
+	WEB_TC_MISTRAL,
+	WEB_TC_FORCED
+};
+/* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
+#define WEB_FINISH_TOOL_CALLS 100
+
+/* Parses and validates a body for kind. Returns 0, or the HTTP status (400; 413 for a body
+ * nested or numerous beyond the WEB_JSON_* caps, which a linear pre-scan finds before any tree is
+ * built) with err filled. Always leaves r safe to pass to web_req_clear. Never reads past len.
+ * (server.c lets at most WEB_PARSE_CONCURRENCY calls run at once.) */
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
 void web_req_clear(web_req_t *r);
+
+/* ---- tools and structured output (tools.c) ----------------------------------------------------
+ */
+
+/* request.c: the tool and response_format fields of root; and one message's tool_calls /
+ * tool_call_id (m->role already set). 0 or the HTTP status with e filled. */
+int web_req_parse_tools(web_req_t *r, struct json_t *root, web_err_t *e);
+int web_msg_parse_tools(eng_msg_t *m, struct json_t *jm, size_t i, web_err_t *e);
+/* The chat prompt with tools (and the grammar of a forced call). 0, or an engine error code
+ * with msg filled, or an HTTP status (>= 400) with e filled. */
+int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, size_t msglen,
+		    web_err_t *e);
+struct web_job;
+/* Scheduler side, with the job's mutex held: after text was appended (streams the part that
+ * cannot be a call), and once at the end of a job with tools or a grammar (turns calls into
+ * tool_calls; a constrained value that closed on the last allowed token ends as "stop"). */
+void web_tools_on_text(struct web_job *j);
+void web_tools_finish(struct web_job *j);
 
 /* ---- replies (respond.c) -------------------------------------------------------------------- */
 
@@ -97,6 +144,7 @@ typedef struct web_reply_id {
 	char id[48];       /* "chatcmpl-..." or "cmpl-..." */
 	long long created; /* unix seconds */
 	const char *model;
+	struct json_t *tool_calls; /* chat reply that ends in calls: its tool_calls (owned) */
 } web_reply_id_t;
 
 /* The whole non-streaming reply. logprobs (may be NULL) is stolen: it is the array of
@@ -121,7 +169,8 @@ struct json_t *web_json_logprob(const char *text, size_t text_len, float logprob
 /* Appends "data: JSON\n\n" (takes ownership of json, frees it; NULL = out of memory). */
 int web_sse_add(web_buf_t *out, char *json);
 
-/* ---- the queue and the scheduler (sched.c) ---------------------------------------------------- */
+/* ---- the queue and the scheduler (sched.c) ----------------------------------------------------
+ */
 
 enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
 
@@ -134,22 +183,36 @@ typedef struct web_job {
 	pthread_cond_t cv;
 	int refs;
 	web_req_t req;
-	int *ids;             /* prompt token ids (owned) */
+	int *ids; /* prompt token ids (owned) */
 	int n_ids;
 	web_reply_id_t rid;
-	char model[128];      /* rid.model points here */
-	int64_t deadline_ms;  /* now_ms() clock */
-	atomic_int cancel;    /* 1 client gone, 2 timed out, 3 server stopping */
-	int state;            /* enum web_job_state */
-	web_buf_t out;        /* streaming: SSE bytes not yet sent to the client */
-	web_buf_t text;       /* non-streaming: the completion text */
+	char model[128];         /* rid.model points here */
+	int64_t deadline_ms;     /* now_ms() clock */
+	atomic_int cancel;       /* 1 client gone, 2 timed out, 3 server stopping */
+	int state;               /* enum web_job_state */
+	web_buf_t out;           /* streaming: SSE bytes not yet sent to the client */
+	web_buf_t text;          /* non-streaming: the completion text */
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
-	web_err_t err;        /* status != 0 when the request failed */
-	int sent_role;        /* streaming: the role chunk went out */
+	web_err_t err;                  /* status != 0 when the request failed */
+	int sent_role;                  /* streaming: the role chunk went out */
+	size_t tc_sent;                 /* tools: bytes of text already sent as content (tools.c) */
+	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
+	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
+	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
+	void (*wake)(void *); /* under mu: called with wake_ud whenever cv is broadcast (the */
+	void *wake_ud;        /* connection may be parked, see guard.c); NULL = none */
 } web_job_t;
+
+/* Wakes j's waiter (caller holds j->mu): the condition variable and the parked connection. */
+static inline void web_job_wake_locked(web_job_t *j)
+{
+	pthread_cond_broadcast(&j->cv);
+	if (j->wake)
+		j->wake(j->wake_ud);
+}
 
 /* A new job (refs = 1) owning req's contents (req is moved: zeroed on return) and ids. */
 web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, int timeout_ms);
@@ -168,7 +231,7 @@ void web_sched_free(web_sched_t *s); /* stops if needed, then frees; NULL-safe *
 int web_sched_submit(web_sched_t *s, web_job_t *j);
 
 /* Cancels j for reason (1 gone, 2 timeout): a queued job is removed and finished now; a running
- * one stops at its next token. */
+ * one is ended by the scheduler before its next step (its slot is free within one step). */
 void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason);
 
 /* Engine use from connection threads (tokenizing): acquire returns the engine with a use count
@@ -179,20 +242,53 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
+/* 1 when an eng_generate error means the group behind the engine broke (a rank lost or silent,
+ * its link failed): the request is answered 503 + Retry-After, as during a re-plan, never 500. */
+static inline int web_engine_lost(int rc)
+{
+	return rc == SH_ECLOSED || rc == SH_ETIMEDOUT || rc == SH_EIO;
+}
+
+/* ---- the --exec proxy (proxy.c) ------------------------------------------------------------ */
+
+struct MHD_Connection;
+/* Forwards method url with body to 127.0.0.1:port and queues the reply on c, streamed; answers
+ * 503 (with Retry-After) when nothing listens there, 502 on a bad reply. Returns libmicrohttpd's
+ * result (an enum MHD_Result). stopping: the server's flag (waits end when it is set). */
+int web_proxy_answer(struct MHD_Connection *c, int port, const char *method, const char *url,
+		     const char *body, size_t body_len, const atomic_int *stopping, int timeout_ms);
+/* Does something accept connections on 127.0.0.1:port? (/health of an --exec leader) */
+int web_proxy_alive(int port);
+
 /* ---- metrics (metrics.c) -------------------------------------------------------------------- */
 
-#define WEB_MAX_RANKS 256
+#define WEB_MAX_RANKS    256
+#define WEB_HIST_BUCKETS 14
+#define WEB_MAX_SLOTS    256 /* = ENG_MAX_PARALLEL */
+
+/* A Prometheus histogram with fixed upper bounds (le, ascending; +Inf implied). */
+typedef struct web_hist {
+	const double *le;                   /* [WEB_HIST_BUCKETS] */
+	uint64_t cnt[WEB_HIST_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
+	uint64_t count;
+	double sum;
+} web_hist_t;
 
 typedef struct web_metrics {
 	pthread_mutex_t mu;
-	uint64_t by_status[600];  /* finished HTTP requests per status code (API paths) */
+	uint64_t by_status[600]; /* finished HTTP requests per status code (API paths) */
 	uint64_t prompt_tokens, completion_tokens, api_requests;
 	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
-	double last_tps;          /* decode tokens/s of the last finished request */
-	double step_ms, comm_ms;  /* negative = unknown */
-	int step_external;        /* step_ms comes from web_set_step_metrics, not from results */
+	double last_tps;           /* decode tokens/s of the last finished request */
+	double step_ms, comm_ms;   /* negative = unknown */
+	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
 	int n_ranks;
 	signed char rank_ok[WEB_MAX_RANKS]; /* -1 unknown */
+	/* continuous batching (the scheduler thread writes them, under mu) */
+	web_hist_t ttft, itl; /* seconds: time to first token, between tokens of a request */
+	web_hist_t batch;     /* sequences per step */
+	int n_slots;          /* of the engine in use, 0 before the first step */
+	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
@@ -200,9 +296,74 @@ void web_metrics_destroy(web_metrics_t *m);
 const char *web_state_name(int state); /* "serving", "forming", ... */
 void web_metrics_status(web_metrics_t *m, int status);
 void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
+/* Adds v to h (caller holds m->mu). */
+void web_hist_add(web_hist_t *h, double v);
+/* The q-quantile (0..1) of h, interpolated within its bucket; 0 when empty (caller holds mu). */
+double web_hist_quantile(const web_hist_t *h, double q);
+/* The dashboard's batching figures: {"slots": "FPD.", "ttft_p50": s, ...} (new reference). */
+struct json_t *web_metrics_batch_json(web_metrics_t *m);
 
 /* Prometheus text exposition into out. */
 int web_metrics_prometheus(web_metrics_t *m, web_buf_t *out, int queued, int running, int state);
+
+/* ---- connection guard (guard.c) -------------------------------------------------------------- */
+
+/*
+ * libmicrohttpd runs a small pool of event-loop threads, so no callback may block. A reply that
+ * waits (a queued job, a stream between tokens, the events stream between snapshots) parks its
+ * connection: MHD_suspend_connection from inside the callback, MHD_resume_connection from the
+ * thread that has news (the scheduler through web_job_t.wake, or the guard's watch thread). The
+ * guard also gives each connection a hard deadline for its request headers and body that bytes
+ * trickling in do not extend (libmicrohttpd's own timeout restarts on every byte), and enforces
+ * it by shutting the socket down, which libmicrohttpd then sees as a closed peer.
+ *
+ * Lock order: guard mutex, then the scheduler's, then a job's mu, then a park's mu, then
+ * libmicrohttpd's own. Nothing that holds a job's mu takes the guard mutex.
+ */
+typedef struct web_guard web_guard_t;
+
+/* A connection whose reply waits. Lives inside its owner (stream, events or request state),
+ * attached to the guard from creation until its owner is freed (always before libmicrohttpd
+ * closes the socket, so fd and c stay valid while attached). */
+typedef struct web_park {
+	pthread_mutex_t mu; /* guards suspended */
+	struct MHD_Connection *c;
+	int fd;
+	int suspended;
+	web_job_t *job;               /* borrowed; the owner holds a reference. NULL for timers */
+	_Atomic int64_t wake_at;      /* now_ms() at which the watch thread resumes it; 0 = never */
+	struct web_park *prev, *next; /* the guard's list */
+} web_park_t;
+
+enum web_phase {
+	WEB_PHASE_HEADERS = 0, /* waiting for a request's headers: the header deadline runs */
+	WEB_PHASE_BODY,        /* headers done, body uploading: the body deadline runs */
+	WEB_PHASE_WORK,        /* request complete: no deadline (the job has its own) */
+};
+
+/* Starts the watch thread. header_ms / body_ms: the deadlines. sched: for cancelling jobs whose
+ * client went away. */
+int web_guard_new(web_guard_t **out, web_sched_t *sched, int header_ms, int body_ms);
+/* Refuses new parks and resumes every parked connection (before MHD_stop_daemon, which must not
+ * find a suspended one). Idempotent. */
+void web_guard_stop(web_guard_t *g);
+void web_guard_free(web_guard_t *g); /* stops the watch thread; NULL-safe */
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls = the guard). */
+void web_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+		      enum MHD_ConnectionNotificationCode toe);
+/* Moves c's deadline to phase (enum web_phase), from now. */
+void web_guard_phase(web_guard_t *g, struct MHD_Connection *c, int phase);
+
+/* Attaches p (zeroed by the caller except c, fd, job) / detaches it (before its owner frees). */
+void web_park_attach(web_guard_t *g, web_park_t *p);
+void web_park_detach(web_guard_t *g, web_park_t *p);
+/* From inside a libmicrohttpd callback of p's connection: suspends it. For a job park the caller
+ * holds the job's mu, so a wake-up cannot be lost. Returns 1 suspended, 0 when the guard stops
+ * (the caller then answers without waiting). */
+int web_park_suspend(web_guard_t *g, web_park_t *p);
+/* Resumes p if it is suspended; any thread (the job wake hook: void *). */
+void web_park_wake(void *p);
 
 /* ---- the page ------------------------------------------------------------------------------- */
 

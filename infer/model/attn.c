@@ -1,8 +1,8 @@
 /*
  * attn.c: attention over the KV cache, one work item per (token, query head) on the pool.
  *
- * Invariant: reads the cache rows [0, pos + b] of its layer, written before the call; writes only
- * m->att and the per-thread score rows.
+ * Invariant: token b reads the cache rows [0, bpos[b]] of its own slot bslot[b] (a batch mixes
+ * sequences), written before the call; writes only m->att and the per-thread score rows.
  */
 #include "common/common.h"
 #include "infer/model/model_int.h"
@@ -13,11 +13,11 @@
 
 typedef struct att_job {
 	model_t *m;
-	int layer, B, pos;
+	int layer, B;
 } att_job_t;
 
 /* Work item i = (token b, local head h): att[b][h] = softmax(q . K^T / sqrt(hd)) V over
- * positions [0, pos + b]. */
+ * positions [0, bpos[b]] of slot bslot[b]. */
 static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
@@ -26,14 +26,14 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	int grp = m->meta.n_heads / m->meta.n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
-	const float *kc = m->kc + (size_t)j->layer * m->n_ctx * m->kvd;
-	const float *vc = m->vc + (size_t)j->layer * m->n_ctx * m->kvd;
 	int lo, hi;
 	pool_split(j->B * nh, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
 		int b = it / nh, h = it % nh;
 		int kvh = (m->sh.q_head0 + h) / grp - m->sh.kv_head0;
-		int T = j->pos + b + 1;
+		int T = m->bpos[b] + 1;
+		const float *kc = m->kc + kv_at(m, j->layer, m->bslot[b], 0);
+		const float *vc = m->vc + kv_at(m, j->layer, m->bslot[b], 0);
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
 		/* sc[t] = q . k_t: the F32 matvec kernel over the cache rows of this KV head */
 		quant_act_t qa = {.type = QT_F32, .f = q};
@@ -54,9 +54,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	}
 }
 
-void attention(model_t *m, int lc, int B, int pos)
+void attention(model_t *m, int lc, int B)
 {
-	att_job_t aj = {m, lc, B, pos};
+	att_job_t aj = {m, lc, B};
 	int items = B * m->sh.n_q_heads;
 	pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 }

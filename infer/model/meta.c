@@ -2,7 +2,8 @@
  * meta.c: hyperparameters from [arch].* keys and a shape check of every tensor the forward pass
  * reads. Invariant: when meta_load() returns 0, every size is positive, n_heads is a multiple of
  * n_kv_heads, and each required tensor exists with exactly the shape below and a type the engine
- * has kernels for, so the engine can index weights without further checks.
+ * has kernels for, so the engine can index weights without further checks (deepseek2: every
+ * latent-attention tensor agrees with meta.mla, and the cache width is kv_lora + qk_rope).
  */
 #include "infer/model/meta.h"
 

@@ -49,7 +49,7 @@ typedef struct meta_mla {
 
 typedef struct model_meta {
 	int arch;           /* enum meta_arch */
-	char arch_name[16]; /* "llama", "qwen2", "qwen3" */
+	char arch_name[16]; /* "llama", "qwen2", "qwen3", "deepseek2" */
 	char name[128];     /* general.name, or "" */
 	int n_layers;
 	int dim; /* embedding length */

@@ -186,6 +186,17 @@ typedef struct tspec {
 
 enum { TS_PLAIN = 0, TS_KB, TS_VB };
 
+/* The type llama.cpp's quantizer writes for a row of n elements that is not whole blocks of t
+ * (llama-quant.cpp, llama_tensor_get_type's fallback; IQ4_NL, its choice for Q2_K/Q3_K, is not
+ * a type shoal reads, so those take Q4_0): deepseek2's attn_k_b rows are qk_nope (128) long. */
+static int fallback_type(int t, int64_t n)
+{
+	if (n % quant_block_elems(t) == 0)
+		return t;
+	int f = t == QT_Q4_K ? QT_Q5_0 : t == QT_Q5_K ? QT_Q5_1 : t == QT_Q6_K ? QT_Q8_0 : QT_Q4_0;
+	return n % quant_block_elems(f) == 0 ? f : QT_F16;
+}
+
 /* Quantizes one row of t and appends it to the file. */
 static int emit_row(gguf_writer_t *w, const tspec_t *t, const float *row, uint8_t *qrow, char *err,
 		    size_t errlen)
@@ -242,11 +253,11 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "inconsistent latent attention shape (kv-lora, q-lora, "
 				       "qk-nope, qk-rope, v-head)");
-		if (kvl % be || ql % be || (o->heads * dv) % be || (!legacy && nope % be))
-			return sh_fail(err, errlen, SH_EINVAL,
-				       "kv-lora, q-lora, heads*v-head and qk-nope must be "
-				       "multiples of %d for %s",
-				       be, quant_type_name(o->type));
+		if (kvl % be || ql % be || (o->heads * dv) % be)
+			return sh_fail(
+			    err, errlen, SH_EINVAL,
+			    "kv-lora, q-lora and heads*v-head must be multiples of %d for %s", be,
+			    quant_type_name(o->type));
 		hd = nope + rd;
 	}
 
@@ -303,7 +314,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			if (legacy) {
 				T(BLK("attn_kv_b.weight"), H * (nope + dv), kvl, o->type, skv, 0);
 			} else { /* kv_b's values, split per head and k_b transposed */
-				T3(BLK("attn_k_b.weight"), kvl, nope, H, o->type, skv, TS_KB);
+				T3(BLK("attn_k_b.weight"), kvl, nope, H,
+				   fallback_type(o->type, nope), skv, TS_KB);
 				T3(BLK("attn_v_b.weight"), dv, kvl, H, o->type, skv, TS_VB);
 			}
 			T(BLK("attn_output.weight"), D, VD, o->type, 0.8f / sqrtf((float)VD), 0);

@@ -13,8 +13,8 @@
  * so a score is one dot product of length kv_lora + qk_rope against a cache row, and a value is
  * one weighted sum of cache rows followed by a [v_head x kv_lora] product.
  *
- * Layout: the cache is F32 [layer][position][c (kv_lora) | rotated k_pe (qk_rope)], the same on
- * every rank (each rank computes the latent itself: W_kva and its norm are replicated); a rank
+ * Layout: the cache is F32 [layer][slot][position][c (kv_lora) | rotated k_pe (qk_rope)], the same
+ * on every rank (each rank computes the latent itself: W_kva and its norm are replicated); a rank
  * holds the query rows, W_kb,h, W_vb,h and attn_output's input columns of its heads only.
  * W_kb,h^T comes from attn_k_b as the file stores it (today's converter writes it transposed,
  * [qk_nope x kv_lora] rows per head); legacy files with only attn_kv_b get an F32 transposed copy
@@ -28,8 +28,9 @@
  * rope.scaling.type is yarn. The score scale is mscale^2 / sqrt(qk_nope + qk_rope) with llama.cpp's
  * mscale (see mla_new), which is 1 / sqrt(key length) when there is no scaling.
  *
- * Invariant: positions [0, pos) of the cache rows of every layer of the shard are filled;
- * mla_attention() appends rows pos..pos+B-1 and reads only rows <= its token's position.
+ * Invariant: each slot's cache rows [0, pos) of every layer of the shard are filled;
+ * mla_attention() writes the (slot, position) rows of its batch's tokens, then token b reads only
+ * rows [0, bpos[b]] of its own slot bslot[b] (a batch may mix sequences).
  */
 #include "common/common.h"
 #include "infer/model/model_int.h"
@@ -46,14 +47,15 @@ struct mla_layer {
 	wmat_t wq_b;      /* [n_heads*(qk_nope+qk_rope) x q_lora], the shard's rows */
 	wmat_t wkv_a;     /* [kv_lora + qk_rope x dim], whole: the latent is replicated */
 	float *kv_a_norm; /* [kv_lora] */
-	wmat_t *kb;    /* [n_heads] of [kv_lora x qk_nope] = W_kb,h^T (absorbed into the query) */
-	wmat_t *vb;    /* [n_heads] of [v_head x kv_lora] = W_vb,h (applied after attention) */
-	float *kb_own; /* legacy attn_kv_b: the transposed F32 copy kb points into */
+	wmat_t *kb;      /* [n_heads] of [kv_lora x qk_nope] = W_kb,h^T (absorbed into the query) */
+	wmat_t *vb;      /* [n_heads] of [v_head x kv_lora] = W_vb,h (applied after attention) */
+	float *kb_own;   /* legacy attn_kv_b: the transposed F32 copy kb points into */
+	wmat_t *kb_file; /* legacy: [n_heads] the attn_kv_b key rows each copy came from */
 };
 
 struct mla_state {
 	int lw;         /* cache row: kv_lora + qk_rope */
-	float *lat;     /* [layer1 - layer0][n_ctx][lw] */
+	float *lat;     /* [layer1 - layer0][n_slots][n_ctx][lw] */
 	float rope_mag; /* cos/sin magnitude (1 unless YaRN without yarn_log_multiplier) */
 	float kq_scale; /* mscale^2 / sqrt(qk_nope + qk_rope) */
 	float *qa;      /* [max_b][q_lora] low-rank query */
@@ -126,7 +128,8 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 			return rc;
 		float *row = malloc((size_t)kvl * sizeof *row);
 		a->kb_own = malloc((size_t)nq * kvl * nope * sizeof(float));
-		if (!row || !a->kb_own) {
+		a->kb_file = calloc((size_t)nq, sizeof *a->kb_file);
+		if (!row || !a->kb_own || !a->kb_file) {
 			free(row);
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory for attn_kv_b");
 		}
@@ -147,6 +150,7 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 					    .ops = f32,
 					    .dequant = quant_ops_ref(QT_F32)->dequant};
 			a->vb[h] = mat_rows(kvb, r0 + nope, dv);
+			a->kb_file[h] = mat_rows(kvb, r0, nope);
 		}
 		free(row);
 	}
@@ -183,15 +187,16 @@ int mla_new(model_t *m, char *err, size_t errlen)
 					 quant_act_bytes(a->vb[h].type, a->vb[h].cols)));
 	}
 	s->act_stride = (ab + 63) & ~(size_t)63;
-	s->lat = malloc(nl * (size_t)m->n_ctx * (size_t)s->lw * sizeof(float));
+	s->lat = malloc(nl * (size_t)m->n_slots * (size_t)m->n_ctx * (size_t)s->lw * sizeof(float));
 	s->qa = malloc(b * (size_t)MAX(x->q_lora, 1) * sizeof(float));
 	s->kv = malloc(b * (size_t)s->lw * sizeof(float));
 	s->tq = malloc((size_t)nt * s->lw * sizeof(float));
 	s->tl = malloc((size_t)nt * kvl * sizeof(float));
 	s->tact = aligned_alloc(64, (size_t)nt * MAX(s->act_stride, 64));
 	if (!s->lat || !s->qa || !s->kv || !s->tq || !s->tl || !s->tact)
-		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for a latent cache of %d",
-			       m->n_ctx);
+		return sh_fail(err, errlen, SH_ENOMEM,
+			       "out of memory for a latent cache of %d x %d slots", m->n_ctx,
+			       m->n_slots);
 
 	/* llama.cpp's scaling, reduced (llama-context.cpp's cparams set-up, ggml's rope_yarn and
 	 * deepseek2.cpp's kq_scale): f = rope.scaling.factor, L = yarn_log_multiplier as stored.
@@ -238,6 +243,7 @@ void mla_free(model_t *m)
 			free(a->kb);
 			free(a->vb);
 			free(a->kb_own);
+			free(a->kb_file);
 			free(a);
 			m->layers[l].mla = NULL;
 		}
@@ -274,6 +280,20 @@ uint64_t mla_layer_bytes(const layer_t *L)
 	return b;
 }
 
+int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n)
+{
+	const struct mla_layer *a = L->mla;
+	const wmat_t *w[] = {&a->wq, &a->wq_a, &a->wq_b, &a->wkv_a};
+	int rc = 0;
+	for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
+		if (w[i]->rows)
+			rc = mat_ranges(w[i], base, r, n);
+	for (int h = 0; !rc && h < a->n_heads; h++)
+		if (!(rc = mat_ranges(a->kb_file ? &a->kb_file[h] : &a->kb[h], base, r, n)))
+			rc = mat_ranges(&a->vb[h], base, r, n);
+	return rc;
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* Rotates the qk_rope values at h for position pos (YaRN frequencies are in m->inv_freq). */
@@ -297,11 +317,20 @@ static void mla_matvec(float *out, const wmat_t *w, const float *x, uint8_t *act
 typedef struct mla_job {
 	model_t *m;
 	const struct mla_layer *a;
-	int layer, B, pos;
+	int layer, B;
 } mla_job_t;
 
+/* Row pos of slot in layer lc of the latent cache. */
+static float *lat_at(const model_t *m, int lc, int slot, int pos)
+{
+	size_t row =
+	    ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos;
+	return m->mla->lat + row * (size_t)m->mla->lw;
+}
+
 /* Work item i = (token b, local head h): att[b][h] = W_vb,h sum_t p_t c_t with
- * p = softmax(s * [W_kb,h^T q_nope | q_pe] . [c_t | k_pe_t]) over positions [0, pos + b]. */
+ * p = softmax(s * [W_kb,h^T q_nope | q_pe] . [c_t | k_pe_t]) over positions [0, bpos[b]] of
+ * slot bslot[b]. */
 static void mla_task(void *ctx, int c, int nc, int tid)
 {
 	mla_job_t *j = ctx;
@@ -313,11 +342,11 @@ static void mla_task(void *ctx, int c, int nc, int tid)
 	float *qa = s->tq + (size_t)tid * lw, *ol = s->tl + (size_t)tid * kvl;
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
 	uint8_t *act = s->tact + (size_t)tid * s->act_stride;
-	const float *lat = s->lat + (size_t)j->layer * m->n_ctx * lw;
 	int lo, hi;
 	pool_split(j->B * nq, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
-		int b = it / nq, h = it % nq, T = j->pos + b + 1;
+		int b = it / nq, h = it % nq, T = m->bpos[b] + 1;
+		const float *lat = lat_at(m, j->layer, m->bslot[b], 0);
 		const float *q = m->q + (size_t)b * nq * dk + (size_t)h * dk;
 		/* qa = [W_kb,h^T q_nope | q_pe]: the query in the cache row's coordinates */
 		mla_matvec(qa, &j->a->kb[h], q, act);
@@ -337,7 +366,7 @@ static void mla_task(void *ctx, int c, int nc, int tid)
 	}
 }
 
-void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos)
+void mla_attention(model_t *m, layer_t *L, int lc, int B)
 {
 	const model_meta_t *p = &m->meta;
 	const meta_mla_t *x = &p->mla;
@@ -363,14 +392,13 @@ void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos)
 	for (int b = 0; b < B; b++) {
 		float *kv = s->kv + (size_t)b * lw;
 		rmsnorm(kv, kv, a->kv_a_norm, kvl, p->rms_eps);
-		mla_rope(m, kv + kvl, pos + b);
-		memcpy(s->lat + ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * lw, kv,
-		       (size_t)lw * sizeof *kv);
+		int pos = m->bpos[b];
+		mla_rope(m, kv + kvl, pos);
+		memcpy(lat_at(m, lc, m->bslot[b], pos), kv, (size_t)lw * sizeof *kv);
 		for (int h = 0; h < nq; h++)
-			mla_rope(m, m->q + (size_t)b * nq * dk + (size_t)h * dk + x->qk_nope,
-				 pos + b);
+			mla_rope(m, m->q + (size_t)b * nq * dk + (size_t)h * dk + x->qk_nope, pos);
 	}
-	mla_job_t j = {m, a, lc, B, pos};
+	mla_job_t j = {m, a, lc, B};
 	int items = B * nq;
 	pool_run(m->pool, mla_task, &j, MIN(items, 4 * pool_threads(m->pool)));
 }

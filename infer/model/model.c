@@ -9,8 +9,8 @@
  * down -> residual; final norm and the head. Every matrix product goes through matmul()
  * (matmul.c, the one place that chooses the kernel); attention is attn.c's.
  *
- * Invariant: the KV cache holds positions [0, pos) of the current sequence for this shard's KV
- * heads; model_forward() only appends.
+ * Invariant: each slot of the KV cache holds positions [0, pos) of its sequence for this shard's
+ * KV heads; a forward pass only writes the (slot, position) rows of its own tokens.
  */
 #include "common/common.h"
 #include "infer/model/model_int.h"
@@ -170,6 +170,11 @@ int model_n_ctx(const model_t *m)
 	return m->n_ctx;
 }
 
+int model_n_slots(const model_t *m)
+{
+	return m->n_slots;
+}
+
 void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 {
 	m->ar = fn;
@@ -216,7 +221,17 @@ static int alloc_scratch(model_t *m, int max_b)
 int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
 	      int n_ctx, pool_t *pool, char *err, size_t errlen)
 {
+	return model_new_slots(out, g, meta, shard, n_ctx, 1, pool, err, errlen);
+}
+
+int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
+		    const model_shard_t *shard, int n_ctx, int n_slots, pool_t *pool, char *err,
+		    size_t errlen)
+{
 	*out = NULL;
+	if (n_slots < 1 || n_ctx < 1)
+		return sh_fail(err, errlen, SH_EINVAL, "bad context %d or slot count %d", n_ctx,
+			       n_slots);
 	model_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -237,6 +252,7 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 		goto err;
 	m->pool = pool;
 	m->n_ctx = n_ctx;
+	m->n_slots = n_slots;
 	int hd = meta->head_dim;
 	m->qd = m->sh.n_q_heads * hd;
 	m->kvd = m->sh.n_kv_heads * hd;
@@ -314,12 +330,14 @@ int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const mo
 
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
-	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_ctx * (size_t)m->kvd;
+	size_t kv_elems = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots * (size_t)n_ctx *
+			  (size_t)m->kvd;
 	m->kc = malloc(kv_elems * sizeof(float) + 1); /* kv_elems is 0 with latent attention */
 	m->vc = malloc(kv_elems * sizeof(float) + 1);
-	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, 64) ||
+	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, MODEL_MAX_BATCH) ||
 	    (meta->n_experts && moe_scratch_new(m))) {
-		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d", n_ctx);
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d x %d slots",
+			     n_ctx, n_slots);
 		goto err;
 	}
 	m->f32 = quant_ops(QT_F32);
@@ -479,17 +497,24 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 			rc = mat_ranges(w[i], base, r, n);
 		if (!rc && L->moe)
 			rc = moe_weight_ranges(m, L->moe, base, r, n);
+		if (!rc && L->mla)
+			rc = mla_weight_ranges(L, base, r, n);
 	}
 	return rc;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *logits)
+/* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
+ * in order, when logits != NULL. */
+static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
+			 const int *out, int B, float *logits)
 {
 	const model_meta_t *p = &m->meta;
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
 	int rc;
+	m->bslot = slot;
+	m->bpos = pos;
 
 	/* x[B][D] = token_embd[tokens], or the previous pipeline stage's output */
 	if (m->sh.layer0 > 0) {
@@ -511,9 +536,8 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
 				p->rms_eps);
-		if (L->mla) { /* deepseek2: latent attention over mla.c's cache, att[B][n_q*v_head]
-			       */
-			mla_attention(m, L, lc, B, pos);
+		if (L->mla) { /* deepseek2: latent attention (mla.c) */
+			mla_attention(m, L, lc, B);
 		} else {
 			const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
 			float *qkv_out[3] = {m->q, m->k, m->v};
@@ -533,19 +557,19 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 					if (L->q_norm)
 						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
 							p->rms_eps);
-					rope(m, q + h * hd, pos + b);
+					rope(m, q + h * hd, pos[b]);
 				}
 				for (int h = 0; h < m->sh.n_kv_heads; h++) {
 					if (L->k_norm)
 						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
 							p->rms_eps);
-					rope(m, k + h * hd, pos + b);
+					rope(m, k + h * hd, pos[b]);
 				}
-				size_t at = ((size_t)lc * m->n_ctx + (size_t)(pos + b)) * m->kvd;
+				size_t at = kv_at(m, lc, slot[b], pos[b]);
 				memcpy(m->kc + at, k, (size_t)m->kvd * sizeof *k);
 				memcpy(m->vc + at, v, (size_t)m->kvd * sizeof *v);
 			}
-			attention(m, lc, B, pos);
+			attention(m, lc, B);
 		}
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
@@ -580,10 +604,42 @@ static int forward_batch(model_t *m, const int *tokens, int B, int pos, float *l
 	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
 	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
 		return rc;
-	if (logits) { /* only the last token's logits are needed */
-		float *xl = m->x + (size_t)(B - 1) * D;
-		rmsnorm(m->xb, xl, m->out_norm, D, p->rms_eps);
-		matmul(m, &m->out, logits, m->xb, 1);
+	if (logits) { /* xb[n_out][D] = the normed rows that want logits; one head matmul */
+		int n_out = 0;
+		for (int b = 0; b < B; b++)
+			if (out[b])
+				rmsnorm(m->xb + (size_t)n_out++ * D, m->x + (size_t)b * D,
+					m->out_norm, D, p->rms_eps);
+		if (n_out)
+			matmul(m, &m->out, logits, m->xb, n_out);
+	}
+	return 0;
+}
+
+int model_forward_batch(model_t *m, const model_batch_t *bt, float *logits)
+{
+	static const int zeros[MODEL_MAX_BATCH];
+	if (bt->n <= 0)
+		return SH_EINVAL;
+	for (int i = 0; i < bt->n; i++)
+		if (bt->tokens[i] < 0 || bt->tokens[i] >= m->meta.n_vocab || bt->slot[i] < 0 ||
+		    bt->slot[i] >= m->n_slots || bt->pos[i] < 0 || bt->pos[i] >= m->n_ctx)
+			return SH_EINVAL;
+	for (int done = 0; done < bt->n;) {
+		int B = MIN(m->max_b, bt->n - done), n_out = 0, rc;
+		const int *outs = zeros;
+		if (bt->out) {
+			outs = bt->out + done;
+			for (int b = 0; b < B; b++)
+				n_out += outs[b] != 0;
+		}
+		rc = forward_batch(m, bt->tokens + done, bt->slot + done, bt->pos + done, outs, B,
+				   logits && n_out ? logits : NULL);
+		if (rc)
+			return rc;
+		if (logits)
+			logits += (size_t)n_out * m->meta.n_vocab;
+		done += B;
 	}
 	return 0;
 }
@@ -595,10 +651,16 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits)
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= m->meta.n_vocab)
 			return SH_EINVAL;
+	int slot[MODEL_MAX_BATCH], ps[MODEL_MAX_BATCH], out[MODEL_MAX_BATCH];
 	for (int done = 0; done < n;) {
 		int B = MIN(m->max_b, n - done);
 		int last = done + B == n;
-		int rc = forward_batch(m, tokens + done, B, pos + done, last ? logits : NULL);
+		for (int b = 0; b < B; b++) {
+			slot[b] = 0;
+			ps[b] = pos + done + b;
+			out[b] = last && b == B - 1;
+		}
+		int rc = forward_batch(m, tokens + done, slot, ps, out, B, last ? logits : NULL);
 		if (rc)
 			return rc;
 		done += B;

@@ -6,6 +6,12 @@
  * tiny norm and bias vectors, kept as F32), a KV cache for its context, and scratch buffers.
  * model_forward() appends tokens to the cache and returns the logits of the last one.
  *
+ * Slots (continuous batching): the KV cache holds n_slots independent sequences of n_ctx
+ * positions each. model_forward_batch() runs one batch whose tokens each name their own slot and
+ * position (prefill chunks and decode tokens of several sequences mixed): every matrix sees the
+ * B rows at once, attention runs per token over its own slot's positions. model_forward() is the
+ * special case of one sequence in slot 0 at consecutive positions.
+ *
  * Tensor-parallel seam: a model computes the slice of every layer given by its shard (query heads,
  * the KV heads they use, FFN columns; default: everything). Q/K/V/gate/up are read by output rows,
  * attn_output/ffn_down by input columns (each row's slice is a contiguous run of quant blocks);
@@ -50,8 +56,8 @@ typedef int (*model_allreduce_fn)(void *ctx, float *x, int n);
 /* Pipeline hook. dir 0 (in): a stage that does not start at layer 0 receives the hidden state
  * x[B][dim] before its first layer (instead of the embedding). dir 1 (out): called after the
  * stage's last layer when the shard is a partial range of layers; the stage sends x on, and the
- * stage that computes the head (logits != NULL) must leave the final hidden state of the batch's
- * last token in x[B-1] when it returns. Returns 0 or a negative SH_E* code. */
+ * stage that computes the head (logits != NULL) must leave the final hidden state of every token
+ * of the batch in x[0..B) when it returns. Returns 0 or a negative SH_E* code. */
 typedef int (*model_pipe_fn)(void *ctx, int dir, float *x, int B, int dim);
 
 /* The whole model on one rank. */
@@ -61,6 +67,10 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s);
  * positions. shard NULL = everything. pool borrowed. Returns 0 or SH_E* with a reason. */
 int model_new(model_t **out, const gguf_t *g, const model_meta_t *meta, const model_shard_t *shard,
 	      int n_ctx, pool_t *pool, char *err, size_t errlen);
+/* As model_new with a KV cache of n_slots sequences of n_ctx positions each (model_new: 1). */
+int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
+		    const model_shard_t *shard, int n_ctx, int n_slots, pool_t *pool, char *err,
+		    size_t errlen);
 void model_free(model_t *m); /* NULL-safe */
 
 /* Installs the all-reduce hook (fn NULL = single node). */
@@ -77,7 +87,24 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
  * Returns 0, SH_EINVAL for a bad token id or position, or the all-reduce hook's error. */
 int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits);
 
+#define MODEL_MAX_BATCH 64 /* tokens per internal pass; longer batches are split in order */
+
+/* One batch: token i goes to slot[i] at position pos[i]. Within a slot, positions must be
+ * consecutive and increasing in batch order, and the slot's earlier positions already computed
+ * (attention of token i reads positions [0, pos[i]] of its slot). out[i] != 0 asks for token i's
+ * logits: they are written to logits in batch order (n_vocab floats each); out may be NULL (no
+ * logits). Returns 0, SH_EINVAL for a bad id, slot or position, or a hook's error. */
+typedef struct model_batch {
+	int n;
+	const int *tokens; /* [n] */
+	const int *slot;   /* [n] 0 .. n_slots-1 */
+	const int *pos;    /* [n] 0 .. n_ctx-1 */
+	const int *out;    /* [n] or NULL */
+} model_batch_t;
+int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
+
 int model_n_ctx(const model_t *m);
+int model_n_slots(const model_t *m);
 
 /* A byte range of the model file. */
 typedef struct model_range {

@@ -65,15 +65,17 @@ struct model {
 	float *out_norm; /* [dim] */
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
-	float *kc, *vc;  /* [layer1 - layer0][n_ctx][kvd] */
+	int n_slots;     /* sequences with their own KV range (model_new_slots) */
+	float *kc, *vc;  /* [layer1 - layer0][n_slots][n_ctx][kvd] */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
-	float *x, *xb, *xb2; /* [max_b][dim] */
-	float *q, *k, *v;    /* [max_b][qd], [max_b][kvd] x2 */
-	float *att;          /* [max_b][qd] */
-	float *hb, *hb2;     /* [max_b][n_ffn] */
-	float *scores;       /* [threads][n_ctx] */
-	uint8_t *act;        /* prepared activations, [max_b][act_stride] */
+	const int *bslot, *bpos; /* [B] slot and position of each token of the batch in progress */
+	float *x, *xb, *xb2;     /* [max_b][dim] */
+	float *q, *k, *v;        /* [max_b][qd], [max_b][kvd] x2 */
+	float *att;              /* [max_b][qd] */
+	float *hb, *hb2;         /* [max_b][n_ffn] */
+	float *scores;           /* [threads][n_ctx] */
+	uint8_t *act;            /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
@@ -97,9 +99,16 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
 
 /* ---- attn.c ------------------------------------------------------------------------------ */
 
-/* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, pos + b], for each of the B
- * tokens and each of the shard's query heads, reading layer lc of the KV cache. */
-void attention(model_t *m, int lc, int B, int pos);
+/* att[b] = softmax(q[b] . K^T / sqrt(hd)) V over positions [0, bpos[b]] of slot bslot[b], for
+ * each of the B tokens and each of the shard's query heads, reading layer lc of the KV cache. */
+void attention(model_t *m, int lc, int B);
+
+/* Offset (in floats) of position pos of slot in layer lc of the KV cache. */
+static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
+{
+	return (((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos) *
+	       (size_t)m->kvd;
+}
 
 /* ---- moe.c ------------------------------------------------------------------------------- */
 
@@ -144,11 +153,14 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen);
 /* The latent cache, rope tables and scratch; after the layers are bound and the scratch made. */
 int mla_new(model_t *m, char *err, size_t errlen);
 void mla_free(model_t *m); /* frees the state and every layer's MLA weights; NULL-safe parts */
-/* att[B][n_q_heads*v_head] from xb[B][dim] for tokens at pos..pos+B-1, appending their latents
- * to layer lc of the cache. */
-void mla_attention(model_t *m, layer_t *L, int lc, int B, int pos);
+/* att[B][n_q_heads*v_head] from xb[B][dim] for the batch's tokens (slot bslot[b], position
+ * bpos[b]), writing their latents to layer lc of the latent cache first. */
+void mla_attention(model_t *m, layer_t *L, int lc, int B);
 size_t mla_kv_bytes_per_pos(const model_meta_t *meta, int n_layers);
 uint64_t mla_layer_bytes(const layer_t *L); /* weight bytes one token reads (0 without MLA) */
+/* Appends the file ranges layer L's MLA matrices read (model_weight_ranges; base: the mapping's
+ * first byte). Returns 0 or SH_ENOMEM. */
+int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n);
 
 /* ---- model.c: binding helpers (shared with mla.c) ------------------------------------------ */
 
@@ -159,11 +171,12 @@ int bind_vec(const gguf_t *g, const char *name, int off, int n, float **out, cha
 	     size_t errlen);
 /* Rows [r0, r0+n) of w. */
 wmat_t mat_rows(wmat_t w, int r0, int n);
-/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller). */
+/* Appends the file ranges w reads (its rows at w->src) to *r. */
+int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
+/* Input columns [c0, c0+n) of w, copied into *own when partial (freed by the caller; read
+ * through gguf_copy so a slice node's sidecar serves them). */
 int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
 	     size_t errlen);
-/* Appends the file ranges of w's rows (base = the mapping's first byte) / one range to *r. */
-int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
 int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */

@@ -1,0 +1,118 @@
+/* test_chat_tools.c: prompts with tools, per tool style, equal the text the family's published
+ * template renders for the same conversation (tests/chat_tools/STYLE.txt; how those files were
+ * made is in tests/chat_tools/README); the style is recognised from the family and template. */
+#include "harness.h"
+
+#include "common/common.h"
+#include "infer/chat.h"
+
+static const char TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Current weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": "
+    "{\"city\": {\"type\": \"string\", \"description\": \"City name\"}, \"unit\": {\"type\": "
+    "\"string\", \"enum\": [\"celsius\", \"fahrenheit\"]}}, \"required\": [\"city\"]}}}]";
+
+/* As an OpenAI client sends it: arguments are a JSON string. */
+static const char CALLS[] = "[{\"id\": \"a1B2c3D4e\", \"type\": \"function\", \"function\": "
+			    "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
+			    "\\\"Paris\\\", \\\"unit\\\": \\\"celsius\\\"}\"}}]";
+
+static const eng_msg_t conv[] = {
+    {.role = "system", .content = "You are a helpful assistant."},
+    {.role = "user", .content = "What is the weather in Paris?"},
+    {.role = "assistant", .content = "", .tool_calls = CALLS},
+    {.role = "tool", .content = "{\"temperature\": 21}", .tool_call_id = "a1B2c3D4e"},
+};
+
+static void expect(const char *family, const char *style, const char *file)
+{
+	char path[256], *want = NULL, *out = NULL, err[256];
+	size_t wlen;
+	snprintf(path, sizeof path, "tests/chat_tools/%s.txt", file);
+	CHECK_EQ_INT(read_file_all(path, &want, &wlen, err, sizeof err), 0);
+	int rc = chat_render_tools(family, style, conv, 4, TOOLS, 0, NULL, &out, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	if (want && out && strcmp(want, out)) {
+		size_t i = 0;
+		while (want[i] && want[i] == out[i])
+			i++;
+		fprintf(stderr, "%s: differs at byte %zu:\n--- want\n%s\n--- got\n%s\n", file, i,
+			want + i, out + i);
+		CHECK(0);
+	}
+	free(want);
+	free(out);
+}
+
+TEST(llama3)
+{
+	expect("llama3", "llama3", "llama3");
+}
+TEST(qwen25)
+{
+	expect("chatml", "qwen2.5", "qwen2.5");
+}
+TEST(qwen3)
+{
+	expect("chatml", "qwen3", "qwen3");
+}
+TEST(hermes)
+{
+	expect("chatml", "hermes", "hermes");
+}
+TEST(mistral)
+{
+	expect("mistral-v3-tekken", "mistral", "mistral");
+}
+TEST(generic)
+{
+	expect("zephyr", "generic", "generic");
+}
+
+TEST(styles)
+{
+	static const char q25[] =
+	    "{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You are a "
+	    "helpful assistant.' }}<|im_start|>";
+	CHECK_EQ_STR(chat_tool_style("chatml", q25, sizeof q25 - 1), "qwen2.5");
+	CHECK_EQ_STR(chat_tool_style("chatml", "<|im_start|>", 12), "qwen3");
+	static const char h3[] = "{{- \"You are a function calling AI model. You are provided";
+	CHECK_EQ_STR(chat_tool_style("chatml", h3, sizeof h3 - 1), "hermes");
+	CHECK_EQ_STR(chat_tool_format("hermes"), "hermes");
+	CHECK_EQ_STR(chat_tool_style("llama3", NULL, 0), "llama3");
+	CHECK_EQ_STR(chat_tool_style("mistral-v3-tekken", NULL, 0), "mistral");
+	CHECK_EQ_STR(chat_tool_style("gemma", NULL, 0), "generic");
+	CHECK_EQ_STR(chat_tool_format("qwen3"), "hermes");
+	CHECK_EQ_STR(chat_tool_format("generic"), "hermes");
+	CHECK_EQ_STR(chat_tool_format("llama3"), "llama3");
+}
+
+/* A forced call opens its tag in the prompt; no tools and no tool messages is chat_render. */
+TEST(open_call_and_plain)
+{
+	char *a = NULL, *b = NULL, err[256];
+	eng_msg_t one[] = {{.role = "user", .content = "Hi"}};
+	CHECK_EQ_INT(
+	    chat_render_tools("chatml", "qwen3", one, 1, TOOLS, 1, NULL, &a, err, sizeof err), 0);
+	CHECK(a && strlen(a) > 12 && !strcmp(a + strlen(a) - 12, "<tool_call>\n"));
+	free(a);
+	CHECK_EQ_INT(
+	    chat_render_tools("chatml", "qwen3", one, 1, NULL, 0, NULL, &a, err, sizeof err), 0);
+	CHECK_EQ_INT(chat_render("chatml", one, 1, 1, NULL, &b, err, sizeof err), 0);
+	CHECK(a && b && !strcmp(a, b));
+	free(a);
+	free(b);
+}
+
+int main(void)
+{
+	RUN(llama3);
+	RUN(qwen25);
+	RUN(qwen3);
+	RUN(hermes);
+	RUN(mistral);
+	RUN(generic);
+	RUN(styles);
+	RUN(open_call_and_plain);
+	return harness_done();
+}

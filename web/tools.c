@@ -1,0 +1,547 @@
+/*
+ * tools.c: the OpenAI request fields for tool calling and structured output, and the reply side
+ * of tool calls.
+ *
+ *   request   "tools" (function tools), "tool_choice" (auto, none, required, or
+ *             {"type": "function", "function": {"name"}}), "parallel_tool_calls", messages'
+ *             "tool_calls" and role "tool", "response_format" ({"type": "text" | "json_object" |
+ *             "json_schema", "json_schema": {"name", "schema", "strict"}}).
+ *   prompt    tools rendered by the model's family (infer/chat.h); for tool_choice required or
+ *             a named function the reply is constrained to a call object
+ *             {"name": ..., "arguments": {...}} by the same grammar as response_format.
+ *   reply     the model's text is scanned for calls in its family's form (hermes <tool_call>
+ *             tags, llama3 JSON, mistral [TOOL_CALLS]); found calls become "tool_calls" with
+ *             finish_reason "tool_calls". While streaming, text that may begin a call is held
+ *             back, and calls go out as OpenAI sends them: one delta with id, type, name and
+ *             empty arguments, then the arguments (the openai SDK's ChatCompletionStream
+ *             accumulates exactly these fields).
+ *
+ * Invariant: a request that reaches the scheduler with tool_format != 0 has every byte of its
+ * text in job->text; job->tc_sent of them went out as content, and nothing that the final
+ * parse turns into a call was ever sent as content.
+ */
+#include "web/web_int.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+static int oom(web_err_t *e)
+{
+	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
+}
+
+static int bad(web_err_t *e, const char *param, const char *msg)
+{
+	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
+}
+
+/* ---- request fields ------------------------------------------------------------------------- */
+
+int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
+{
+	char param[80];
+	json_t *calls = json_object_get(jm, "tool_calls");
+	if (calls && !json_is_null(calls)) {
+		snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+		if (strcmp(m->role, "assistant"))
+			return bad(e, param, "only assistant messages carry 'tool_calls'");
+		if (!json_is_array(calls))
+			return bad(e, param, "'tool_calls' must be an array");
+		size_t k;
+		json_t *c;
+		json_array_foreach(calls, k, c)
+		{
+			json_t *fn = json_object_get(c, "function");
+			json_t *args = json_object_get(fn, "arguments");
+			if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")) ||
+			    !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+			    !(json_is_string(args) || json_is_object(args)))
+				return web_err_set(
+				    e, 400, "invalid_request_error", param, "invalid_value",
+				    "'%s[%zu]' must be {\"id\", \"type\": \"function\", "
+				    "\"function\": {\"name\", \"arguments\"}}",
+				    param, k);
+		}
+		if (json_array_size(calls)) {
+			m->tool_calls = json_dumps(calls, JSON_COMPACT);
+			if (!m->tool_calls)
+				return oom(e);
+		}
+	}
+	if (!strcmp(m->role, "tool")) {
+		json_t *id = json_object_get(jm, "tool_call_id");
+		snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+		if (!json_is_string(id))
+			return web_err_set(e, 400, "invalid_request_error", param,
+					   "missing_required_parameter",
+					   "'%s' is required for a tool message", param);
+		m->tool_call_id = strdup(json_string_value(id));
+		if (!m->tool_call_id)
+			return oom(e);
+	}
+	return 0;
+}
+
+/* The compiled schema of a call to one function: {"name": NAME, KEY: parameters}. */
+static json_t *call_schema(json_t *fn, const char *key)
+{
+	json_t *params = json_object_get(fn, "parameters");
+	json_t *props = json_pack("{s:{s:s}, s:o}", "name", "const",
+				  json_string_value(json_object_get(fn, "name")), key,
+				  params ? json_incref(params) : json_object());
+	return json_pack("{s:s, s:o, s:[s, s], s:b}", "type", "object", "properties", props,
+			 "required", "name", key, "additionalProperties", 0);
+}
+
+static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
+{
+	json_t *rf = json_object_get(root, "response_format");
+	if (!rf || json_is_null(rf))
+		return 0;
+	const char *type = json_string_value(json_object_get(rf, "type"));
+	if (!json_is_object(rf) || !type)
+		return bad(e, "response_format",
+			   "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
+			   "\"json_schema\"}");
+	if (!strcmp(type, "text"))
+		return 0;
+	char err[300];
+	int rc;
+	if (!strcmp(type, "json_object")) {
+		rc = eng_grammar_new(&r->grammar, NULL, 0, err, sizeof err);
+	} else if (!strcmp(type, "json_schema")) {
+		json_t *js = json_object_get(rf, "json_schema");
+		json_t *schema = json_object_get(js, "schema");
+		if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
+			return bad(
+			    e, "response_format.json_schema",
+			    "'response_format.json_schema' must be an object with 'name' and "
+			    "'schema'");
+		char *text =
+		    schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
+		if (!text)
+			return oom(e);
+		rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
+		free(text);
+	} else {
+		return web_err_set(
+		    e, 400, "invalid_request_error", "response_format.type", "invalid_value",
+		    "'response_format.type' must be text, json_object or json_schema "
+		    "(got '%.40s')",
+		    type);
+	}
+	if (rc == SH_ENOMEM)
+		return oom(e);
+	if (rc)
+		return web_err_set(e, 400, "invalid_request_error", "response_format",
+				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",
+				   "response_format: %s", err);
+	r->samp.grammar = r->grammar;
+	return 0;
+}
+
+int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
+{
+	int rc = parse_response_format(r, root, e);
+	if (rc)
+		return rc;
+	json_t *tools = json_object_get(root, "tools");
+	json_t *choice = json_object_get(root, "tool_choice");
+	json_t *par = json_object_get(root, "parallel_tool_calls");
+	r->parallel_tool_calls = 1;
+	if (par && !json_is_null(par)) {
+		if (!json_is_boolean(par))
+			return bad(e, "parallel_tool_calls",
+				   "'parallel_tool_calls' must be a boolean");
+		r->parallel_tool_calls = json_is_true(par);
+	}
+	if (tools && !json_is_null(tools)) {
+		if (r->kind != WEB_CHAT)
+			return bad(e, "tools", "'tools' is for /v1/chat/completions");
+		if (!json_is_array(tools))
+			return bad(e, "tools", "'tools' must be an array of function tools");
+		size_t i;
+		json_t *t;
+		json_array_foreach(tools, i, t)
+		{
+			json_t *fn = json_object_get(t, "function");
+			json_t *params = json_object_get(fn, "parameters");
+			if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+			    strcmp(json_string_value(json_object_get(t, "type")), "function") ||
+			    !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+			    (params && !json_is_object(params)))
+				return web_err_set(e, 400, "invalid_request_error", "tools",
+						   "invalid_value",
+						   "'tools[%zu]' must be {\"type\": \"function\", "
+						   "\"function\": {\"name\", \"description\", "
+						   "\"parameters\"}}",
+						   i);
+		}
+		if (json_array_size(tools)) {
+			r->tools = json_dumps(tools, JSON_PRESERVE_ORDER);
+			if (!r->tools)
+				return oom(e);
+		}
+	}
+	r->tool_choice = r->tools ? WEB_TOOLS_AUTO : WEB_TOOLS_NONE;
+	if (choice && !json_is_null(choice)) {
+		const char *s = json_string_value(choice);
+		const char *name =
+		    json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+		if (s && !strcmp(s, "none"))
+			r->tool_choice = WEB_TOOLS_NONE;
+		else if (s && !strcmp(s, "auto"))
+			r->tool_choice = r->tools ? WEB_TOOLS_AUTO : WEB_TOOLS_NONE;
+		else if (s && !strcmp(s, "required"))
+			r->tool_choice = WEB_TOOLS_REQUIRED;
+		else if (name) {
+			r->tool_choice = WEB_TOOLS_NAMED;
+			snprintf(r->tool_name, sizeof r->tool_name, "%s", name);
+		} else
+			return bad(e, "tool_choice",
+				   "'tool_choice' must be none, auto, required or {\"type\": "
+				   "\"function\", \"function\": {\"name\"}}");
+		if (r->tool_choice >= WEB_TOOLS_REQUIRED && !r->tools)
+			return bad(e, "tool_choice",
+				   "'tool_choice' asks for a call but no 'tools' were given");
+	}
+	if (r->tool_choice >= WEB_TOOLS_REQUIRED && r->grammar)
+		return bad(e, "response_format",
+			   "'response_format' cannot be combined with a required tool call");
+	if (r->tool_choice == WEB_TOOLS_NAMED) {
+		size_t i;
+		json_t *t, *found = NULL;
+		json_array_foreach(tools, i, t)
+		{
+			json_t *fn = json_object_get(t, "function");
+			if (!strcmp(json_string_value(json_object_get(fn, "name")), r->tool_name))
+				found = fn;
+		}
+		if (!found)
+			return web_err_set(
+			    e, 400, "invalid_request_error", "tool_choice", "invalid_value",
+			    "'tool_choice' names '%.80s', which is not in 'tools'", r->tool_name);
+	}
+	return 0;
+}
+
+/* ---- the prompt ----------------------------------------------------------------------------- */
+
+static int format_of(const char *name)
+{
+	if (name && !strcmp(name, "llama3"))
+		return WEB_TC_LLAMA3;
+	if (name && !strcmp(name, "mistral"))
+		return WEB_TC_MISTRAL;
+	return WEB_TC_HERMES;
+}
+
+/* The grammar for a forced call: the named function, or any of the tools. */
+static int forced_grammar(web_req_t *r, const char *key, web_err_t *e)
+{
+	json_t *tools = json_loads(r->tools, 0, NULL);
+	json_t *alts = json_array(), *schema = NULL;
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t)
+	{
+		json_t *fn = json_object_get(t, "function");
+		if (r->tool_choice == WEB_TOOLS_NAMED &&
+		    strcmp(json_string_value(json_object_get(fn, "name")), r->tool_name))
+			continue;
+		json_array_append_new(alts, call_schema(fn, key));
+	}
+	if (json_array_size(alts) == 1)
+		schema = json_incref(json_array_get(alts, 0));
+	else
+		schema = json_pack("{s:O}", "anyOf", alts);
+	char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+	json_decref(schema);
+	json_decref(alts);
+	json_decref(tools);
+	if (!text)
+		return oom(e);
+	char err[300];
+	int rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
+	free(text);
+	if (rc == SH_ENOMEM)
+		return oom(e);
+	if (rc)
+		return web_err_set(e, 400, "invalid_request_error", "tools",
+				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",
+				   "tools: a function's parameters cannot be enforced: %s", err);
+	r->samp.grammar = r->grammar;
+	return 0;
+}
+
+int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, size_t msglen,
+		    web_err_t *e)
+{
+	const eng_info_t *in = eng_info(eng);
+	const char *tools = r->tool_choice == WEB_TOOLS_NONE ? NULL : r->tools;
+	int forced = r->tool_choice >= WEB_TOOLS_REQUIRED;
+	if (tools) {
+		r->tool_format = forced ? WEB_TC_FORCED : format_of(in->tool_format);
+		if (forced) {
+			int rc = forced_grammar(r,
+						format_of(in->tool_format) == WEB_TC_LLAMA3
+						    ? "parameters"
+						    : "arguments",
+						e);
+			if (rc)
+				return rc;
+		}
+		r->mistral_ids = format_of(in->tool_format) == WEB_TC_MISTRAL;
+	}
+	return eng_chat_prompt_tools(eng, r->msgs, r->n_msgs, tools, forced, ids, n_ids, msg,
+				     msglen);
+}
+
+/* ---- the reply ------------------------------------------------------------------------------ */
+
+static const char *find(const char *s, size_t n, const char *needle)
+{
+	size_t k = strlen(needle);
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(s + i, needle, k))
+			return s + i;
+	return NULL;
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+	while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'))
+		i++;
+	return i;
+}
+
+/* Bytes of text[0..len) that are surely content (no call can start in them). */
+static size_t safe_len(const web_job_t *j)
+{
+	const char *s = j->text.p ? j->text.p : "";
+	size_t n = j->text.len;
+	switch (j->req.tool_format) {
+	case WEB_TC_FORCED: return 0;
+	case WEB_TC_HERMES: {
+		const char *tag = "<tool_call>";
+		const char *at = find(s, n, tag);
+		if (at)
+			return (size_t)(at - s);
+		/* a tail that could still grow into the tag stays */
+		for (size_t k = MIN(n, strlen(tag) - 1); k > 0; k--)
+			if (!memcmp(s + n - k, tag, k))
+				return n - k;
+		return n;
+	}
+	default: { /* llama3 / mistral: a call is the whole reply */
+		size_t i = skip_ws(s, n, 0);
+		if (i == n)
+			return 0;
+		if (s[i] == '{' || s[i] == '[')
+			return 0;
+		return n;
+	}
+	}
+}
+
+static void new_id(web_job_t *j, char *out, size_t len)
+{
+	static const char alnum[] =
+	    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	unsigned char rnd[24];
+	arc4random_buf(rnd, sizeof rnd);
+	if (j->req.mistral_ids) { /* Mistral's template wants 9 alphanumeric characters */
+		for (int i = 0; i < 9; i++)
+			out[i] = alnum[rnd[i] % 62];
+		out[9] = 0;
+		return;
+	}
+	int o = snprintf(out, len, "call_");
+	for (int i = 0; i < 12 && (size_t)o + 2 < len; i++)
+		o += snprintf(out + o, len - (size_t)o, "%02x", rnd[i]);
+}
+
+static int tool_known(const web_job_t *j, const char *name)
+{
+	json_t *tools = json_loads(j->req.tools, 0, NULL);
+	size_t i;
+	json_t *t;
+	int ok = 0;
+	json_array_foreach(tools, i, t)
+	{
+		const char *n =
+		    json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+		ok |= n && !strcmp(n, name);
+	}
+	json_decref(tools);
+	return ok;
+}
+
+/* Adds the call in v ({"name", "arguments"|"parameters"}) to calls; 0 or -1 when v is not one. */
+static int add_call(web_job_t *j, json_t *calls, json_t *v)
+{
+	const char *name = json_string_value(json_object_get(v, "name"));
+	json_t *args = json_object_get(v, "arguments");
+	if (!args)
+		args = json_object_get(v, "parameters");
+	if (!name || !tool_known(j, name))
+		return -1;
+	char *a = json_is_string(args) ? strdup(json_string_value(args))
+				       : json_dumps(args ? args : json_object(), JSON_COMPACT);
+	if (!a)
+		return -1;
+	char id[40];
+	new_id(j, id, sizeof id);
+	json_array_append_new(calls,
+			      json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+					"function", "name", name, "arguments", a));
+	free(a);
+	return 0;
+}
+
+/* Parses the calls in text; returns them (or NULL: plain content) and the content's length. */
+static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *content_len)
+{
+	json_t *calls = json_array();
+	*content_len = n;
+	if (!calls)
+		return NULL;
+	int fmt = j->req.tool_format;
+	if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
+		const char *p = fmt == WEB_TC_FORCED ? s : find(s, n, "<tool_call>");
+		if (p) {
+			*content_len = (size_t)(p - s);
+			const char *end = s + n;
+			while (p && p < end) {
+				if (!strncmp(p, "<tool_call>", 11))
+					p += 11;
+				const char *close = find(p, (size_t)(end - p), "</tool_call>");
+				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
+				json_t *v = json_loadb(p, len, 0, NULL);
+				if (v)
+					add_call(j, calls, v);
+				json_decref(v);
+				p = close ? find(close, (size_t)(end - close), "<tool_call>")
+					  : NULL;
+			}
+		}
+	} else {
+		size_t i = skip_ws(s, n, 0);
+		const char *p = s + i;
+		size_t len = n - i;
+		if (fmt == WEB_TC_MISTRAL && len >= 12 && !memcmp(p, "[TOOL_CALLS]", 12))
+			p += 12, len -= 12;
+		json_t *v = json_loadb(p, len, JSON_DISABLE_EOF_CHECK, NULL);
+		if (json_is_object(v)) {
+			add_call(j, calls, v);
+		} else if (json_is_array(v)) {
+			size_t k;
+			json_t *c;
+			json_array_foreach(v, k, c) add_call(j, calls, c);
+		}
+		json_decref(v);
+		if (json_array_size(calls))
+			*content_len = 0;
+	}
+	if (!j->req.parallel_tool_calls)
+		while (json_array_size(calls) > 1)
+			json_array_remove(calls, json_array_size(calls) - 1);
+	if (json_array_size(calls) == 0) {
+		json_decref(calls);
+		*content_len = n;
+		return NULL;
+	}
+	while (*content_len && (s[*content_len - 1] == ' ' || s[*content_len - 1] == '\n'))
+		(*content_len)--;
+	return calls;
+}
+
+static void emit_content(web_job_t *j, size_t upto)
+{
+	if (upto <= j->tc_sent)
+		return;
+	web_sse_add(&j->out,
+		    web_json_chunk(&j->rid, NULL, j->text.p + j->tc_sent, upto - j->tc_sent,
+				   ENG_FINISH_NONE, j->req.include_usage, NULL));
+	j->tc_sent = upto;
+	pthread_cond_broadcast(&j->cv);
+}
+
+void web_tools_on_text(web_job_t *j)
+{
+	if (j->req.stream)
+		emit_content(j, safe_len(j));
+}
+
+/* One streaming chunk whose delta is {"tool_calls": [call]}. */
+static char *call_chunk(const web_job_t *j, json_t *call)
+{
+	char *base =
+	    web_json_chunk(&j->rid, NULL, NULL, 0, ENG_FINISH_NONE, j->req.include_usage, NULL);
+	json_t *root = base ? json_loads(base, 0, NULL) : NULL;
+	free(base);
+	json_t *delta =
+	    json_object_get(json_array_get(json_object_get(root, "choices"), 0), "delta");
+	if (!delta) {
+		json_decref(root);
+		return NULL;
+	}
+	json_object_set_new(delta, "tool_calls", json_pack("[O]", call));
+	char *s = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	return s;
+}
+
+void web_tools_finish(web_job_t *j)
+{
+	size_t content_len;
+	const char *s = j->text.p ? j->text.p : "";
+	if (!j->req.tool_format) { /* response_format alone */
+		/* a value that closed on the last token allowed ends as "stop": the grammar had
+		 * nothing but the end left */
+		json_t *v = j->res.finish == ENG_FINISH_LENGTH
+				? json_loadb(s, j->text.len, JSON_DECODE_ANY, NULL)
+				: NULL;
+		if (v)
+			j->res.finish = ENG_FINISH_STOP;
+		json_decref(v);
+		return;
+	}
+	json_t *calls = parse_calls(j, s, j->text.len, &content_len);
+	if (!calls) {
+		if (j->req.stream)
+			emit_content(j, j->text.len);
+		return;
+	}
+	j->res.finish = WEB_FINISH_TOOL_CALLS;
+	if (!j->req.stream) {
+		j->text.len = content_len; /* the message's content: text before the calls */
+		if (j->text.p)
+			j->text.p[content_len] = 0;
+		j->rid.tool_calls = calls;
+		return;
+	}
+	emit_content(j, MAX(content_len, j->tc_sent));
+	size_t k;
+	json_t *c;
+	json_array_foreach(calls, k, c)
+	{
+		json_t *fn = json_object_get(c, "function");
+		json_t *head =
+		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
+			      json_object_get(c, "id"), "type", "function", "function", "name",
+			      json_object_get(fn, "name"), "arguments", "");
+		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
+					 "arguments", json_object_get(fn, "arguments"));
+		web_sse_add(&j->out, call_chunk(j, head));
+		web_sse_add(&j->out, call_chunk(j, args));
+		json_decref(head);
+		json_decref(args);
+	}
+	json_decref(calls);
+	pthread_cond_broadcast(&j->cv);
+}
