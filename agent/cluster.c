@@ -611,7 +611,7 @@ static char *cluster_json(agent_t *a, const char *state)
 	json_object_set_new(o, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
 	if (a->plan) {
 		int n = plan_n_ranks(a->plan);
-		json_t *shares = json_array();
+		json_t *shares = json_array(), *experts = json_array();
 		int ffn = 0;
 		for (int r = 0; r < n; r++)
 			ffn += plan_rank(a->plan, r)->ffn1 - plan_rank(a->plan, r)->ffn0;
@@ -622,6 +622,9 @@ static char *cluster_json(agent_t *a, const char *state)
 					       MAX(a->pmodel.n_layers, pr->layer1)
 					 : (double)(pr->ffn1 - pr->ffn0) / MAX(ffn, 1);
 			json_array_append_new(shares, json_real(sh));
+			if (a->pmodel.n_experts && experts) /* MoE: each rank's routed experts */
+				json_array_append_new(experts,
+						      json_pack("[i,i]", pr->exp0, pr->exp1));
 			for (int k = r + 1; k < n; k++) {
 				const plan_rank_t *pk = plan_rank(a->plan, k);
 				const char *dev = pr->rdma[k];
@@ -642,6 +645,10 @@ static char *cluster_json(agent_t *a, const char *state)
 					      a->pmodel.n_layers, "n_ctx", plan_ctx(a->plan),
 					      "hash", plan_hash(a->plan), "epoch",
 					      (json_int_t)plan_epoch(a->plan)));
+		json_t *po = json_object_get(o, "plan");
+		if (po && json_array_size(experts))
+			json_object_set(po, "experts", experts);
+		json_decref(experts);
 	} else
 		json_object_set_new(o, "plan", json_null());
 	json_object_set_new(o, "links", links);

@@ -105,6 +105,26 @@ int cmd_info(int argc, char **argv)
 		printf("extras:        %s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
+		if (m.n_experts) {
+			printf("experts:       %d, %d used per token, expert ffn %d", m.n_experts,
+			       m.n_experts_used, m.ffn_exp);
+			if (m.ffn_shexp)
+				printf(", shared experts ffn %d%s", m.ffn_shexp,
+				       m.shexp_gated ? " (gated)" : "");
+			if (m.n_dense_lead)
+				printf(", %d leading dense layers", m.n_dense_lead);
+			printf(
+			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
+			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
+			printf("router:        %s, top-k weights %s, scale %g%s",
+			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
+			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
+			       m.has_exp_bias ? ", selection bias" : "");
+			if (m.n_groups)
+				printf(", from the best %d of %d expert groups", m.groups_used,
+				       m.n_groups);
+			printf("\n");
+		}
 		if (m.is_mla)
 			printf("mla:           kv_lora %d, q_lora %d%s, qk_nope %d, qk_rope %d, "
 			       "v_head %d, "

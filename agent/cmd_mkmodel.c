@@ -6,6 +6,7 @@
 #include "infer/quant/quant.h"
 
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,8 +14,10 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: shoal mkmodel [--arch llama|qwen2|qwen3|deepseek2] [--dim D] [--layers L]\n"
-	    "                     [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
+	    "usage: shoal mkmodel [--arch ARCH] [--dim D] [--layers L] [--heads H]\n"
+	    "                     [--kv-heads K] [--ffn F] [--vocab V] [--head-dim N]\n"
+	    "                     [--experts N --experts-used K [--shared-experts S]\n"
+	    "                      [--expert-ffn F] [--dense-lead N]]\n"
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k] [--seed S] [--ctx N]\n"
@@ -22,10 +25,14 @@ static void usage(FILE *f)
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, or with experts mixtral, qwen2moe, qwen3moe.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
-	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; deepseek2: kv-lora\n"
-	    "dim/2, no q-lora (Lite), qk-nope and v-head dim/heads, qk-rope half that, attn_k_b +\n"
-	    "attn_v_b (--mla-legacy: one attn_kv_b), no rope scaling (--rope-factor: YaRN).\n");
+	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
+	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
+	    "stays F32 whatever the type. deepseek2: kv-lora dim/2, no q-lora (Lite), qk-nope\n"
+	    "and v-head dim/heads, qk-rope half that, attn_k_b + attn_v_b (--mla-legacy: one\n"
+	    "attn_kv_b), no rope scaling (--rope-factor: YaRN); with --experts, layers from\n"
+	    "--dense-lead (default 1) route through experts (1 shared expert by default).\n");
 }
 
 static int parse_int(const char *s, int *out)
@@ -38,36 +45,63 @@ static int parse_int(const char *s, int *out)
 	return 0;
 }
 
+/* The integer options: one row per flag (a new architecture adds its rows here). */
+static const struct {
+	const char *name;
+	size_t off; /* of the int in mkmodel_opts_t */
+} int_opts[] = {
+    {"dim", offsetof(mkmodel_opts_t, dim)},
+    {"layers", offsetof(mkmodel_opts_t, layers)},
+    {"heads", offsetof(mkmodel_opts_t, heads)},
+    {"kv-heads", offsetof(mkmodel_opts_t, kv_heads)},
+    {"ffn", offsetof(mkmodel_opts_t, ffn)},
+    {"vocab", offsetof(mkmodel_opts_t, vocab)},
+    {"ctx", offsetof(mkmodel_opts_t, ctx)},
+    {"head-dim", offsetof(mkmodel_opts_t, head_dim)},
+    {"experts", offsetof(mkmodel_opts_t, experts)},
+    {"experts-used", offsetof(mkmodel_opts_t, experts_used)},
+    {"shared-experts", offsetof(mkmodel_opts_t, shared_experts)},
+    {"expert-ffn", offsetof(mkmodel_opts_t, expert_ffn)},
+    {"dense-lead", offsetof(mkmodel_opts_t, dense_lead)},
+    /* deepseek2's latent attention */
+    {"kv-lora", offsetof(mkmodel_opts_t, kv_lora)},
+    {"q-lora", offsetof(mkmodel_opts_t, q_lora)},
+    {"qk-nope", offsetof(mkmodel_opts_t, qk_nope)},
+    {"qk-rope", offsetof(mkmodel_opts_t, qk_rope)},
+    {"v-head", offsetof(mkmodel_opts_t, v_head)},
+    {"rope-orig-ctx", offsetof(mkmodel_opts_t, rope_orig_ctx)},
+};
+
+enum {
+	OPT_INT = 0x100,
+	OPT_ARCH = 0x200,
+	OPT_TYPE,
+	OPT_SEED,
+	OPT_NAME,
+	OPT_LOG,
+	OPT_MLA_LEGACY,
+	OPT_ROPE_FACTOR,
+	OPT_YARN_MUL
+};
+
 int cmd_mkmodel(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"arch", required_argument, 0, 'a'},
-	    {"dim", required_argument, 0, 'd'},
-	    {"layers", required_argument, 0, 'l'},
-	    {"heads", required_argument, 0, 'H'},
-	    {"kv-heads", required_argument, 0, 'k'},
-	    {"ffn", required_argument, 0, 'f'},
-	    {"vocab", required_argument, 0, 'v'},
-	    {"type", required_argument, 0, 't'},
-	    {"seed", required_argument, 0, 's'},
-	    {"ctx", required_argument, 0, 'c'},
-	    {"head-dim", required_argument, 0, 'D'},
-	    {"name", required_argument, 0, 'n'},
-	    {"output", required_argument, 0, 'o'},
-	    {"log-level", required_argument, 0, 'L'},
-	    {"help", no_argument, 0, 'h'},
-	    /* deepseek2 */
-	    {"kv-lora", required_argument, 0, 1000},
-	    {"q-lora", required_argument, 0, 1001},
-	    {"qk-nope", required_argument, 0, 1002},
-	    {"qk-rope", required_argument, 0, 1003},
-	    {"v-head", required_argument, 0, 1004},
-	    {"rope-orig-ctx", required_argument, 0, 1005},
-	    {"mla-legacy", no_argument, 0, 1006},
-	    {"rope-factor", required_argument, 0, 1007},
-	    {"yarn-log-mul", required_argument, 0, 1008},
-	    {0, 0, 0, 0},
-	};
+	struct option opts[ARRAY_LEN(int_opts) + 12];
+	size_t n = 0;
+	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
+		opts[n++] =
+		    (struct option){int_opts[i].name, required_argument, 0, OPT_INT + (int)i};
+	opts[n++] = (struct option){"arch", required_argument, 0, OPT_ARCH};
+	opts[n++] = (struct option){"type", required_argument, 0, OPT_TYPE};
+	opts[n++] = (struct option){"seed", required_argument, 0, OPT_SEED};
+	opts[n++] = (struct option){"name", required_argument, 0, OPT_NAME};
+	opts[n++] = (struct option){"output", required_argument, 0, 'o'};
+	opts[n++] = (struct option){"log-level", required_argument, 0, OPT_LOG};
+	opts[n++] = (struct option){"help", no_argument, 0, 'h'};
+	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
+	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
+	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
 			    .layers = 4,
@@ -77,59 +111,49 @@ int cmd_mkmodel(int argc, char **argv)
 			    .vocab = 1024,
 			    .ctx = 2048,
 			    .type = QT_Q8_0,
-			    .seed = 1};
+			    .seed = 1,
+			    .experts = 8,
+			    .experts_used = 2};
 	const char *out = NULL;
-	int c, *ip;
+	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-		ip = NULL;
+		if (c >= OPT_INT && c < OPT_INT + (int)ARRAY_LEN(int_opts)) {
+			if (parse_int(optarg, (int *)((char *)&o + int_opts[c - OPT_INT].off))) {
+				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
+				return 2;
+			}
+			continue;
+		}
 		switch (c) {
-		case 'a': o.arch = optarg; break;
-		case 'd': ip = &o.dim; break;
-		case 'l': ip = &o.layers; break;
-		case 'H': ip = &o.heads; break;
-		case 'k': ip = &o.kv_heads; break;
-		case 'f': ip = &o.ffn; break;
-		case 'v': ip = &o.vocab; break;
-		case 'c': ip = &o.ctx; break;
-		case 'D': ip = &o.head_dim; break;
-		case 1000: ip = &o.kv_lora; break;
-		case 1001: ip = &o.q_lora; break;
-		case 1002: ip = &o.qk_nope; break;
-		case 1003: ip = &o.qk_rope; break;
-		case 1004: ip = &o.v_head; break;
-		case 1005: ip = &o.rope_orig_ctx; break;
-		case 1006: o.mla_legacy = 1; break;
-		case 1007:
-		case 1008: {
+		case OPT_ARCH: o.arch = optarg; break;
+		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_ROPE_FACTOR:
+		case OPT_YARN_MUL: {
 			char *end;
 			float f = strtof(optarg, &end);
 			if (!*optarg || *end || !(f >= 0 && f <= 1e6f)) {
 				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
 				return 2;
 			}
-			*(c == 1007 ? &o.rope_factor : &o.yarn_log_mul) = f;
+			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = f;
 			break;
 		}
-		case 't':
+		case OPT_TYPE:
 			if ((o.type = quant_type_parse(optarg)) < 0) {
 				fprintf(stderr, "shoal mkmodel: unknown type '%s'\n", optarg);
 				return 2;
 			}
 			break;
-		case 's': o.seed = strtoull(optarg, NULL, 10); break;
-		case 'n': o.name = optarg; break;
+		case OPT_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+		case OPT_NAME: o.name = optarg; break;
 		case 'o': out = optarg; break;
-		case 'L':
+		case OPT_LOG:
 			if (cli_set_log_level(optarg))
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
-		}
-		if (ip && parse_int(optarg, ip)) {
-			fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
-			return 2;
 		}
 	}
 	if (!out || optind != argc) {

@@ -59,6 +59,15 @@ static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
 			m->attn_qo_bytes += t->nbytes;
 		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
 			m->attn_kv_bytes += t->nbytes;
+		else if (strstr(k, "_exps.weight")) /* routed experts: split whole */
+			m->expert_bytes += t->nbytes;
+		else if (strstr(k, "_shexp.weight") && strncmp(k, "ffn_gate_inp", 12)) {
+			m->shexp_bytes += t->nbytes; /* the shared block: split by columns */
+			if (!strcmp(k, "ffn_down_shexp.weight"))
+				if (gguf_type_block(t->type) > gguf_type_block(*ffn_type))
+					*ffn_type = t->type; /* the larger block bounds both */
+		} else if (!strncmp(k, "ffn_gate_inp", 12))  /* routers: replicated */
+			m->norm_bytes += t->nbytes;
 		else if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight")) {
 			m->ffn_bytes += t->nbytes;
 			if (!strcmp(k, "ffn_down.weight"))
@@ -97,6 +106,7 @@ static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen
 	m->n_layers = mm.n_layers, m->n_heads = mm.n_heads, m->n_kv_heads = mm.n_kv_heads;
 	m->head_dim = mm.head_dim, m->dim = mm.dim, m->ffn = mm.ffn, m->n_vocab = mm.n_vocab;
 	m->n_ctx = mm.n_ctx;
+	m->n_experts = mm.n_experts, m->ffn_shexp = mm.ffn_shexp;
 	int ffn_type = GGML_F32;
 	for (int i = 0; i < gguf_n_tensors(g); i++)
 		add_tensor(m, gguf_tensor(g, i), &ffn_type);
@@ -106,6 +116,8 @@ static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen
 	m->attn_kv_bytes = (m->attn_kv_bytes + l - 1) / l;
 	m->ffn_bytes = (m->ffn_bytes + l - 1) / l;
 	m->norm_bytes = (m->norm_bytes + l - 1) / l;
+	m->expert_bytes = (m->expert_bytes + l - 1) / l;
+	m->shexp_bytes = (m->shexp_bytes + l - 1) / l;
 	m->ffn_block = MAX(gguf_type_block(ffn_type), 32);
 	rc = plan_model_check(m, e, sizeof e);
 	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;

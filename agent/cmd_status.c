@@ -50,10 +50,16 @@ static void print_table(json_t *root)
 	json_array_foreach(json_object_get(root, "members"), i, m)
 	{
 		double gib = (double)json_integer_value(json_object_get(m, "mem")) / (1 << 30);
-		printf("%-32s  %-20s  %-15s  %-10s  %8.1f  %5lld  %s%s\n", str(m, "node_id"),
+		json_t *ex = json_object_get(m, "experts"); /* MoE: the routed experts held */
+		char exps[48] = "";
+		if (json_array_size(ex) == 2)
+			snprintf(exps, sizeof exps, "  experts %lld-%lld",
+				 (long long)json_integer_value(json_array_get(ex, 0)),
+				 (long long)json_integer_value(json_array_get(ex, 1)));
+		printf("%-32s  %-20s  %-15s  %-10s  %8.1f  %5lld  %s%s%s\n", str(m, "node_id"),
 		       str(m, "host"), str(m, "address"), str(m, "interface"), gib,
 		       (long long)json_integer_value(json_object_get(m, "cores")), str(m, "role"),
-		       json_is_true(json_object_get(m, "self")) ? " (this node)" : "");
+		       json_is_true(json_object_get(m, "self")) ? " (this node)" : "", exps);
 		if (json_is_string(json_object_get(m, "excluded")))
 			printf("  left out: %s\n", str(m, "excluded"));
 	}

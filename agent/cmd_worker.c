@@ -262,6 +262,8 @@ int cmd_worker(int argc, char **argv)
 		dist.q0 = pr->q0, dist.q1 = pr->q1, dist.kv0 = pr->kv0, dist.kv1 = pr->kv1;
 		dist.ffn0 = pr->ffn0, dist.ffn1 = pr->ffn1;
 		dist.layer0 = pr->layer0, dist.layer1 = pr->layer1;
+		dist.exp0 = pr->exp0, dist.exp1 = pr->exp1, dist.shx0 = pr->shx0,
+		dist.shx1 = pr->shx1;
 		for (int r = 0; !o.peers && r < o.world; r++) {
 			hosts[r] = plan_rank(plan, r)->ip;
 			ports[r] = plan_rank(plan, r)->port;

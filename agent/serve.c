@@ -231,7 +231,11 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .ffn0 = me->ffn0,
 			       .ffn1 = me->ffn1,
 			       .layer0 = me->layer0,
-			       .layer1 = me->layer1};
+			       .layer1 = me->layer1,
+			       .exp0 = me->exp0,
+			       .exp1 = me->exp1,
+			       .shx0 = me->shx0,
+			       .shx1 = me->shx1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
 	if (a->model_slice) {
 		conn_t *h = agent_model_holder(a);

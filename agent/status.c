@@ -99,6 +99,11 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 		json_object_set_new(o, "addresses", addrs);
 	}
 	json_object_set_new(o, "role", json_string(role_of(a, id)));
+	int r = a->plan ? plan_rank_of(a->plan, h) : -1;
+	if (r >= 0 && a->pmodel.n_experts) { /* this member's routed experts [a, b) */
+		const plan_rank_t *pr = plan_rank(a->plan, r);
+		json_object_set_new(o, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
+	}
 	const char *ex = core_member_excluded(a->core, id); /* known on the planner */
 	if (ex && ex[0])
 		json_object_set_new(o, "excluded", json_string(ex));

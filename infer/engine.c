@@ -130,6 +130,18 @@ static int pick_ctx(const model_meta_t *m, int asked, int slots, int kv_type)
 	return ctx;
 }
 
+/* The shard a plan's ranges name. */
+static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_shard_t *s)
+{
+	*s = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
+			     o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1,
+			     o->exp0, o->exp1 - o->exp0, o->shx0,   o->shx1 - o->shx0};
+	if (!s->n_exp) /* an empty range: none (model.h's {0, 0} would mean all) */
+		s->exp0 = mt->n_experts;
+	if (!s->n_shx)
+		s->shx0 = mt->ffn_shexp;
+}
+
 /* The default slot count, lowered (never below 1) so that the KV cache of all slots of this
  * rank's share takes at most half the memory left after its weights: a context that fits one
  * sequence (the planner checks one) must not fail to load because of the default. */
@@ -155,10 +167,13 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
-		*shard = (model_shard_t){o->q0,   o->q1 - o->q0,     o->kv0,    o->kv1 - o->kv0,
-					 o->ffn0, o->ffn1 - o->ffn0, o->layer0, o->layer1};
+		shard_of_ranges(&e->meta, o, shard);
 	} else {
 		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
+		char nm[64]; /* a model whose first layer routes: its shared block's columns */
+		snprintf(nm, sizeof nm, "blk.%d.ffn_down_shexp.weight", e->meta.n_dense_lead);
+		if (!t)
+			t = gguf_find_tensor(e->g, nm);
 		int blk = MAX(t ? quant_block_elems(t->type) : 1, 32);
 		model_shard_t *all = calloc((size_t)world, sizeof *all);
 		if (!all)
@@ -183,11 +198,12 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 			     err, errlen)))
 		return rc;
 	LOG(LOG_INFO,
-	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d), "
-	    "context %d x %d slots",
+	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d) "
+	    "experts [%d,%d) shared [%d,%d), context %d x %d slots",
 	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
 	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
-	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, *ctx, *slots);
+	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, shard->exp0,
+	    shard->exp0 + shard->n_exp, shard->shx0, shard->shx0 + shard->n_shx, *ctx, *slots);
 	return 0;
 }
 
@@ -366,9 +382,7 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
 	model_shard_t shard;
 	model_shard_full(&meta, &shard);
 	if (dist)
-		shard = (model_shard_t){
-		    dist->q0,   dist->q1 - dist->q0,     dist->kv0,    dist->kv1 - dist->kv0,
-		    dist->ffn0, dist->ffn1 - dist->ffn0, dist->layer0, dist->layer1};
+		shard_of_ranges(&meta, dist, &shard);
 	/* bind the share as eng_open would (context 1: no real cache), then ask what it reads */
 	if (!(pool = pool_new(1))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");

@@ -43,10 +43,16 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
 
 typedef struct mkmodel_opts {
-	const char *arch; /* "llama", "qwen2", "qwen3", "deepseek2" */
+	const char
+	    *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe", "deepseek2" */
 	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
 	int head_dim; /* 0 = dim / heads (qwen3 may differ) */
-	int type;     /* enum qtype of the 2-D weights; norms and biases are F32 */
+	/* mixture of experts (the *moe and mixtral archs): routed experts, top-k, shared experts
+	 * (qwen2moe: its shared block is shared_experts x expert_ffn wide; default 1), one
+	 * expert's width (0 = ffn; mixtral always ffn, as llama.cpp reads it) */
+	int experts, experts_used, shared_experts, expert_ffn;
+	int dense_lead; /* deepseek2 with experts: leading dense layers (0 = 1) */
+	int type;       /* enum qtype of the 2-D weights; norms and biases are F32 */
 	uint64_t seed;
 	const char *name; /* general.name, or NULL */
 	/* deepseek2 (Multi-head Latent Attention; every layer dense). 0 = defaults: kv_lora dim/2,

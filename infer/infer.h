@@ -35,7 +35,9 @@ typedef struct eng_dist {
 				   from weights */
 	const int *weights;     /* world relative shares when !has_ranges (NULL = even) */
 	int q0, q1, kv0, kv1, ffn0, ffn1, layer0,
-	    layer1; /* half-open, as planner.h's plan_rank_t */
+	    layer1;                 /* half-open, as planner.h's plan_rank_t */
+	int exp0, exp1, shx0, shx1; /* routed experts and shared-expert units (MoE); an empty
+				       range = none of them */
 } eng_dist_t;
 
 typedef struct eng_opts {

@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIST_SHARE_WORDS 10 /* status, version, q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1 */
+#define DIST_SHARE_WORDS                                                                           \
+	14 /* status, version, q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1,                       \
+	    * exp0, exp1, shx0, shx1 (routed experts, shared-expert units) */
 
 struct dist {
 	tp_group_t *g;
@@ -81,6 +83,16 @@ static void split_units(int *out, int n, int units, const int *w)
 	sh_split_units(out, n, units, 1, uw);
 }
 
+/* Units a rank may hold none of (whole routed experts, shared-expert blocks), as the planner
+ * splits them: no minimum. */
+static void split_whole(int *out, int n, int units, const int *w)
+{
+	uint64_t uw[TP_MAX_WORLD];
+	for (int i = 0; i < n; i++)
+		uw[i] = w ? (uint64_t)w[i] : 1;
+	sh_split_units(out, n, units, 0, uw);
+}
+
 int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, const int *w,
 	       model_shard_t *out, char *err, size_t errlen)
 {
@@ -128,6 +140,19 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 	for (int r = 0; r < world; pos += cnt[r++]) {
 		out[r].ffn0 = pos * ffn_block;
 		out[r].n_ffn = MIN((pos + cnt[r]) * ffn_block, mt->ffn) - out[r].ffn0;
+	}
+	/* mixture of experts: whole routed experts by share (expert parallel), the shared block
+	 * by columns like the dense FFN; a rank with none starts at the end */
+	split_whole(cnt, world, mt->n_experts, w);
+	pos = 0;
+	for (int r = 0; r < world; pos += cnt[r++])
+		out[r].exp0 = cnt[r] ? pos : mt->n_experts, out[r].n_exp = cnt[r];
+	int sblocks = (mt->ffn_shexp + ffn_block - 1) / ffn_block;
+	split_whole(cnt, world, sblocks, w);
+	pos = 0;
+	for (int r = 0; r < world; pos += cnt[r++]) {
+		int s0 = pos * ffn_block, s1 = MIN((pos + cnt[r]) * ffn_block, mt->ffn_shexp);
+		out[r].shx0 = cnt[r] ? s0 : mt->ffn_shexp, out[r].n_shx = cnt[r] ? s1 - s0 : 0;
 	}
 	return 0;
 }
@@ -316,7 +341,13 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	    (uint32_t)mine->q_head0,  (uint32_t)(mine->q_head0 + mine->n_q_heads),
 	    (uint32_t)mine->kv_head0, (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
 	    (uint32_t)mine->ffn0,     (uint32_t)(mine->ffn0 + mine->n_ffn),
-	    (uint32_t)mine->layer0,   (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers)};
+	    (uint32_t)mine->layer0,   (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers),
+	    (uint32_t)mine->exp0,     (uint32_t)(mine->exp0 + mine->n_exp),
+	    (uint32_t)mine->shx0,     (uint32_t)(mine->shx0 + mine->n_shx)};
+	if (!mine->exp0 && !mine->n_exp) /* {0, 0}: all (model.h) */
+		sh[11] = (uint32_t)mt->n_experts;
+	if (!mine->shx0 && !mine->n_shx)
+		sh[13] = (uint32_t)mt->ffn_shexp;
 	uint8_t me[4 * DIST_SHARE_WORDS], *all = malloc((size_t)d->world * sizeof me);
 	if (!all)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -331,7 +362,7 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 		return sh_fail(err, errlen, status, "setup: %s", bad);
 	}
 	/* shares must tile each split dimension in rank order */
-	int q = 0, f = 0, l = 0;
+	int q = 0, f = 0, l = 0, e = 0, x = 0;
 	rc = 0;
 	for (int r = 0; r < d->world && !rc; r++) {
 		const uint8_t *s = all + (size_t)r * sizeof me;
@@ -357,16 +388,30 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 				    "follow rank %d's (heads ..%d, FFN ..%d)",
 				    r, q0, f0, r - 1, q, f);
 			q = q1, f = f1;
+			/* experts and shared units: ranks holding some tile them in order */
+			int e0 = (int)get32(s + 40), e1 = (int)get32(s + 44);
+			int x0 = (int)get32(s + 48), x1 = (int)get32(s + 52);
+			if (!rc && ((e1 > e0 && e0 != e) || (x1 > x0 && x0 != x)))
+				rc = sh_fail(err, errlen, SH_EINVAL,
+					     "setup: rank %d's experts [%d,%d) / shared units "
+					     "[%d,%d) do not follow at %d / %d",
+					     r, e0, e1, x0, x1, e, x);
+			if (e1 > e0)
+				e = e1;
+			if (x1 > x0)
+				x = x1;
 		}
 	}
 	free(all);
 	if (rc)
 		return rc;
-	if (d->pipeline ? l != mt->n_layers : (q != mt->n_heads || f != mt->ffn))
+	if (d->pipeline
+		? l != mt->n_layers
+		: (q != mt->n_heads || f != mt->ffn || e != mt->n_experts || x != mt->ffn_shexp))
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "setup: the ranks' shares do not cover the "
 			       "model (%s)",
-			       d->pipeline ? "layers" : "heads or FFN columns");
+			       d->pipeline ? "layers" : "heads, FFN columns or experts");
 	return 0;
 }
 

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DIST_VERSION       1
+#define DIST_VERSION       2  /* 2: SETUP shares carry expert ranges */
 #define DIST_HDR_BYTES     64 /* SETUP and STEP are this size on the wire */
 #define DIST_INLINE_TOKENS 9  /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
 

@@ -76,6 +76,7 @@ static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
 		plan_rank_t *k = &p->ranks[r];
 		k->q0 = 0, k->q1 = m->n_heads, k->kv0 = 0, k->kv1 = m->n_kv_heads;
 		k->ffn0 = 0, k->ffn1 = m->ffn, k->layer0 = 0, k->layer1 = m->n_layers;
+		k->exp0 = 0, k->exp1 = m->n_experts, k->shx0 = 0, k->shx1 = m->ffn_shexp;
 	}
 	if (s == PLAN_PIPELINE) {
 		plan_split(cnt, n, m->n_layers, 1, w);
@@ -106,6 +107,19 @@ static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
 		p->ranks[r].ffn0 = pos * m->ffn_block;
 		p->ranks[r].ffn1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn);
 	}
+	/* routed experts whole, in proportion to the shares (a rank may get none); the shared
+	 * block by columns like the dense FFN */
+	plan_split(cnt, n, m->n_experts, 0, w);
+	pos = 0;
+	for (int r = 0; r < n; pos += cnt[r++])
+		p->ranks[r].exp0 = pos, p->ranks[r].exp1 = pos + cnt[r];
+	int sblocks = (m->ffn_shexp + m->ffn_block - 1) / m->ffn_block;
+	plan_split(cnt, n, sblocks, 0, w);
+	pos = 0;
+	for (int r = 0; r < n; pos += cnt[r++]) {
+		p->ranks[r].shx0 = MIN(pos * m->ffn_block, m->ffn_shexp);
+		p->ranks[r].shx1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn_shexp);
+	}
 }
 
 /* Fills every rank's fit figures; returns 0 or SH_ENOFIT with the message in err. */
@@ -126,6 +140,14 @@ static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, cha
 		per_layer =
 		    plan_add_sat(per_layer, mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn));
 		per_layer = plan_add_sat(per_layer, m->norm_bytes);
+		if (m->n_experts) /* whole experts; the shared block's columns */
+			per_layer = plan_add_sat(
+			    per_layer, mul_div_up(m->expert_bytes, (uint64_t)(k->exp1 - k->exp0),
+						  (uint64_t)m->n_experts));
+		if (m->ffn_shexp)
+			per_layer = plan_add_sat(
+			    per_layer, mul_div_up(m->shexp_bytes, (uint64_t)(k->shx1 - k->shx0),
+						  (uint64_t)m->ffn_shexp));
 		uint64_t wt = plan_mul_sat(per_layer, layers);
 		wt = plan_add_sat(wt, has_embd ? m->embd_bytes : 0);
 		k->weight_bytes = plan_add_sat(wt, has_out ? m->output_bytes : 0);

@@ -36,12 +36,17 @@ static json_t *rank_json(const plan_t *p, const plan_rank_t *k)
 	    json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)k->weight_bytes, "kv_cache",
 		      (json_int_t)k->kv_cache_bytes, "activations", (json_int_t)k->act_bytes,
 		      "headroom", (json_int_t)k->headroom_bytes);
-	return json_pack("{s:i, s:s, s:s, s:s, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}",
-			 "rank", k->rank, "node_id", k->node_id, "host", k->host, "ip", k->ip,
-			 "port", k->port, "ips", ips, "rdma", rdma, "mem_avail",
-			 (json_int_t)k->mem_avail, "q_heads", range(k->q0, k->q1), "kv_heads",
-			 range(k->kv0, k->kv1), "ffn", range(k->ffn0, k->ffn1), "layers",
-			 range(k->layer0, k->layer1), "fit", fit);
+	json_t *o =
+	    json_pack("{s:i, s:s, s:s, s:s, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}", "rank",
+		      k->rank, "node_id", k->node_id, "host", k->host, "ip", k->ip, "port", k->port,
+		      "ips", ips, "rdma", rdma, "mem_avail", (json_int_t)k->mem_avail, "q_heads",
+		      range(k->q0, k->q1), "kv_heads", range(k->kv0, k->kv1), "ffn",
+		      range(k->ffn0, k->ffn1), "layers", range(k->layer0, k->layer1), "fit", fit);
+	if (o && p->model.n_experts) { /* MoE only: dense plans keep their bytes and hash */
+		json_object_set_new(o, "experts", range(k->exp0, k->exp1));
+		json_object_set_new(o, "shared", range(k->shx0, k->shx1));
+	}
+	return o;
 }
 
 json_t *plan_json_object(const plan_t *p, int with_hash)
@@ -60,6 +65,10 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 		      "n_layers", m->n_layers, "n_heads", m->n_heads, "n_kv_heads", m->n_kv_heads,
 		      "head_dim", m->head_dim, "dim", m->dim, "ffn", m->ffn, "n_vocab", m->n_vocab,
 		      "n_ctx", m->n_ctx, "ffn_block", m->ffn_block);
+	if (model && m->n_experts) {
+		json_object_set_new(model, "n_experts", json_integer(m->n_experts));
+		json_object_set_new(model, "ffn_shexp", json_integer(m->ffn_shexp));
+	}
 	json_t *o = json_object();
 	if (!o || !ranks || !model) {
 		json_decref(o), json_decref(ranks), json_decref(model);
@@ -132,6 +141,20 @@ static int whole(const plan_t *p, size_t off0, size_t off1, int end)
 
 #define RANGE(f0, f1) offsetof(plan_rank_t, f0), offsetof(plan_rank_t, f1)
 
+/* Contiguous ranges from 0 to end in rank order, empty ones allowed (experts). */
+static int tiles(const plan_t *p, size_t off0, size_t off1, int end)
+{
+	int pos = 0;
+	for (int r = 0; r < p->n_ranks; r++) {
+		const char *k = (const char *)&p->ranks[r];
+		int a = *(const int *)(k + off0), b = *(const int *)(k + off1);
+		if (a != pos || b < a)
+			return 0;
+		pos = b;
+	}
+	return pos == end;
+}
+
 int plan_check_cover(const plan_t *p, char *err, size_t errlen)
 {
 	const plan_model_t *m = &p->model;
@@ -140,7 +163,9 @@ int plan_check_cover(const plan_t *p, char *err, size_t errlen)
 			return sh_fail(err, errlen, SH_EFORMAT, "plan: layers not covered once");
 		if (!whole(p, RANGE(q0, q1), m->n_heads) ||
 		    !whole(p, RANGE(kv0, kv1), m->n_kv_heads) ||
-		    !whole(p, RANGE(ffn0, ffn1), m->ffn))
+		    !whole(p, RANGE(ffn0, ffn1), m->ffn) ||
+		    !whole(p, RANGE(exp0, exp1), m->n_experts) ||
+		    !whole(p, RANGE(shx0, shx1), m->ffn_shexp))
 			return sh_fail(err, errlen, SH_EFORMAT, "plan: pipeline rank not whole");
 		return 0;
 	}
@@ -150,6 +175,9 @@ int plan_check_cover(const plan_t *p, char *err, size_t errlen)
 		return sh_fail(err, errlen, SH_EFORMAT, "plan: query heads not covered once");
 	if (!covers(p, RANGE(ffn0, ffn1), m->ffn))
 		return sh_fail(err, errlen, SH_EFORMAT, "plan: FFN columns not covered once");
+	if (!tiles(p, RANGE(exp0, exp1), m->n_experts) ||
+	    !tiles(p, RANGE(shx0, shx1), m->ffn_shexp))
+		return sh_fail(err, errlen, SH_EFORMAT, "plan: experts not covered once");
 	int g = m->n_heads / m->n_kv_heads;
 	if (p->n_ranks <= m->n_kv_heads && !covers(p, RANGE(kv0, kv1), m->n_kv_heads))
 		return sh_fail(err, errlen, SH_EFORMAT, "plan: KV heads not covered once");
@@ -207,6 +235,21 @@ static int range_at(json_t *o, const char *key, int hi, int *a, int *b)
 	return 0;
 }
 
+/* [a, b] with 0 <= a <= b <= hi (an empty range allowed). */
+static int range0_at(json_t *o, const char *key, int hi, int *a, int *b)
+{
+	json_t *j = json_object_get(o, key);
+	if (!json_is_array(j) || json_array_size(j) != 2)
+		return -1;
+	json_t *x = json_array_get(j, 0), *y = json_array_get(j, 1);
+	if (!json_is_integer(x) || !json_is_integer(y) || json_integer_value(x) < 0 ||
+	    json_integer_value(y) > hi || json_integer_value(x) > json_integer_value(y))
+		return -1;
+	*a = (int)json_integer_value(x);
+	*b = (int)json_integer_value(y);
+	return 0;
+}
+
 static int rank_from_json(plan_t *p, int r, json_t *o)
 {
 	plan_rank_t *k = &p->ranks[r];
@@ -227,6 +270,9 @@ static int rank_from_json(plan_t *p, int r, json_t *o)
 	    u64_at(fit, "headroom", &k->headroom_bytes) || !json_is_array(ips) ||
 	    json_array_size(ips) > PLAN_MAX_ADDRS || !json_is_array(rdma) ||
 	    json_array_size(rdma) != (size_t)p->n_ranks)
+		return -1;
+	if (m->n_experts && (range0_at(o, "experts", m->n_experts, &k->exp0, &k->exp1) ||
+			     range0_at(o, "shared", m->ffn_shexp, &k->shx0, &k->shx1)))
 		return -1;
 	unsigned char buf[4];
 	if (strlen(k->node_id) != PLAN_ID_LEN ||
@@ -313,7 +359,11 @@ int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen)
 	    int_at(m, "dim", 1, 1 << 20, &pm->dim) || int_at(m, "ffn", 1, 1 << 22, &pm->ffn) ||
 	    int_at(m, "n_vocab", 1, 1 << 24, &pm->n_vocab) ||
 	    int_at(m, "n_ctx", 1, 1 << 24, &pm->n_ctx) ||
-	    int_at(m, "ffn_block", 1, 4096, &pm->ffn_block) || plan_model_check(pm, NULL, 0)) {
+	    int_at(m, "ffn_block", 1, 4096, &pm->ffn_block) ||
+	    (json_object_get(m, "n_experts") &&
+	     (int_at(m, "n_experts", 1, 512, &pm->n_experts) ||
+	      int_at(m, "ffn_shexp", 0, 1 << 22, &pm->ffn_shexp))) ||
+	    plan_model_check(pm, NULL, 0)) {
 		sh_fail(err, errlen, rc, "plan: bad model shape");
 		goto fail;
 	}

@@ -97,6 +97,11 @@ typedef struct {
 	uint64_t norm_bytes;    /* per layer: norms and biases (replicated on every rank) */
 	uint64_t embd_bytes;    /* token_embd */
 	uint64_t output_bytes;  /* output (0 when tied to token_embd) + output_norm */
+	/* mixture of experts (n_experts 0: dense). Per layer, averaged over all layers: */
+	int n_experts;         /* routed experts, split whole across ranks (expert parallel) */
+	int ffn_shexp;         /* shared-expert hidden units, split by columns (0: none) */
+	uint64_t expert_bytes; /* ffn_{gate,up,down}_exps */
+	uint64_t shexp_bytes;  /* ffn_{gate,up,down}_shexp */
 } plan_model_t;
 
 typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2 } plan_strategy_t;
@@ -124,6 +129,7 @@ typedef struct {
 	char rdma[PLAN_MAX_NODES][PLAN_DEV_MAX]; /* row of the JACCL matrix; "" = null */
 	uint64_t mem_avail;
 	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1;
+	int exp0, exp1, shx0, shx1; /* routed experts, shared units; may be empty (a == b) */
 	uint64_t weight_bytes, kv_cache_bytes, act_bytes, headroom_bytes; /* fit figures */
 } plan_rank_t;
 

@@ -291,7 +291,7 @@ TEST(kv_bytes_per_pos)
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, NULL, QT_F32), 2 * 2 * 64 * 4);
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, NULL, QT_F16), 2 * 2 * 64 * 2);
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, NULL, QT_Q8_0), 2 * 2 * 2 * 34);
-	model_shard_t one = {0, 4, 0, 1, 0, 512, 1, 2}; /* one KV head, one layer */
+	model_shard_t one = {0, 4, 0, 1, 0, 512, 1, 2, 0, 0, 0, 0}; /* one KV head, one layer */
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, &one, QT_F16), 2 * 32 * 2);
 	gen_close(&x);
 }

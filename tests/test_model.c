@@ -349,7 +349,7 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 		fprintf(stderr, "sharded vs full (type %d): nmse %g\n", type, num / den);
 	CHECK(num / den < 1e-8);
 	/* a shard whose column slice would split a quant block is refused */
-	model_shard_t bad = {0, 4, 0, 1, 0, 100, 0, 0};
+	model_shard_t bad = {0, 4, 0, 1, 0, 100, 0, 0, 0, 0, 0, 0};
 	model_t *mb = NULL;
 	if (type != QT_F32)
 		CHECK(model_new(&mb, full.g, &full.meta, &bad, 256, pools[0], err, sizeof err) < 0);
@@ -366,8 +366,10 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 
 /* 8 heads / 2 KV heads / ffn 512: an even split, and a 3:1 split where rank 0 holds both KV
  * heads and rank 1 a replica of the second. */
-static const model_shard_t even[2] = {{0, 4, 0, 1, 0, 256, 0, 0}, {4, 4, 1, 1, 256, 256, 0, 0}};
-static const model_shard_t uneven[2] = {{0, 6, 0, 2, 0, 384, 0, 0}, {6, 2, 1, 1, 384, 128, 0, 0}};
+static const model_shard_t even[2] = {{0, 4, 0, 1, 0, 256, 0, 0, 0, 0, 0, 0},
+				      {4, 4, 1, 1, 256, 256, 0, 0, 0, 0, 0, 0}};
+static const model_shard_t uneven[2] = {{0, 6, 0, 2, 0, 384, 0, 0, 0, 0, 0, 0},
+					{6, 2, 1, 1, 384, 128, 0, 0, 0, 0, 0, 0}};
 TEST(tensor_parallel_seam_f32)
 {
 	sharded_matches_full(QT_F32, even);

@@ -406,6 +406,70 @@ static const char *mat(const plan_t *p, int i, int j)
 }
 
 /* A macOS-shaped 3-Mac Thunderbolt mesh (rdma_enX named after the interface): full mesh. */
+/* Mixture of experts (Mixtral 8x7B-shaped, Q8_0, a shared block too): routed experts split whole
+ * by memory 4:2:1 (8 experts: 5/2/1), the shared block by columns, the fit check counts the
+ * held experts' bytes; plan.json carries the ranges and parses back; pipeline keeps them whole. */
+TEST(moe_experts)
+{
+	uint64_t mem[3] = {64, 32, 16};
+	uint64_t exp_layer = 3ull * 4096 * 14336 * 8 / 32 * 34; /* 8 experts' gate/up/down */
+	char js[1024], err[512] = "", id[33];
+	snprintf(js, sizeof js,
+		 "{\"arch\":\"llama\",\"n_layers\":32,\"n_heads\":32,\"n_kv_heads\":8,"
+		 "\"head_dim\":128,\"dim\":4096,\"ffn\":14336,\"n_vocab\":32000,\"n_ctx\":4096,"
+		 "\"wtype\":\"Q8_0\",\"ffn_bytes\":0,\"n_experts\":8,\"ffn_shexp\":1024,"
+		 "\"expert_bytes\":%llu,\"shexp_bytes\":%llu}",
+		 (unsigned long long)exp_layer, (unsigned long long)(3ull * 4096 * 1024 / 32 * 34));
+	plan_model_t m = model(js);
+	CHECK_EQ_INT(m.n_experts, 8);
+	plan_view_t *v = view_make(3, mem, T_SWITCH_ETH, NULL, NULL, 0);
+	int rc, r[3];
+	plan_t *p = make(v, &m, PLAN_TENSOR, &rc, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	if (!p) {
+		fprintf(stderr, "moe plan: %s\n", err);
+		plan_view_free(v);
+		return;
+	}
+	for (int i = 0; i < 3; i++)
+		node_id(id, i), r[i] = plan_rank_of(p, id);
+#define EXPS(k) (plan_rank(p, k)->exp1 - plan_rank(p, k)->exp0)
+	CHECK_EQ_INT(EXPS(r[0]), 5);
+	CHECK_EQ_INT(EXPS(r[1]), 2);
+	CHECK_EQ_INT(EXPS(r[2]), 1);
+	CHECK_EQ_INT(plan_check_cover(p, err, sizeof err), 0);
+	int shx = 0;
+	for (int k = 0; k < 3; k++) {
+		shx += plan_rank(p, k)->shx1 - plan_rank(p, k)->shx0;
+		CHECK_EQ_INT(plan_rank(p, k)->shx0 % m.ffn_block, 0);
+	}
+	CHECK_EQ_INT(shx, 1024);
+	/* the largest rank's weights include its 5 experts of every layer */
+	CHECK(plan_rank(p, r[0])->weight_bytes > 32 * (exp_layer / 8 * 5));
+	CHECK(plan_rank(p, r[2])->weight_bytes < 32 * (exp_layer / 8 * 2));
+	char *s = plan_to_json(p);
+	CHECK(s && strstr(s, "\"experts\"") && strstr(s, "\"n_experts\": 8"));
+	plan_t *q = NULL;
+	CHECK_EQ_INT(plan_from_json(&q, s, err, sizeof err), 0);
+	if (q) {
+		for (int k = 0; k < 3; k++) {
+			CHECK_EQ_INT(plan_rank(q, k)->exp0, plan_rank(p, k)->exp0);
+			CHECK_EQ_INT(plan_rank(q, k)->exp1, plan_rank(p, k)->exp1);
+			CHECK_EQ_INT(plan_rank(q, k)->shx1, plan_rank(p, k)->shx1);
+		}
+		plan_free(q);
+	}
+	free(s);
+	plan_free(p);
+	p = make(v, &m, PLAN_PIPELINE, &rc, err, sizeof err);
+	CHECK_EQ_INT(rc, 0);
+	for (int k = 0; p && k < 3; k++)
+		CHECK_EQ_INT(EXPS(k), 8);
+#undef EXPS
+	plan_free(p);
+	plan_view_free(v);
+}
+
 TEST(rdma_full_mesh_macos)
 {
 	uint64_t mem[3] = {64, 64, 64};
@@ -871,6 +935,7 @@ int main(void)
 	RUN(model_json);
 	RUN(nodes_1_to_8);
 	RUN(unequal_memory);
+	RUN(moe_experts);
 	RUN(rdma_full_mesh_macos);
 	RUN(rdma_partial_and_none);
 	RUN(kv_heads_fewer_than_nodes);

@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
+#include "infer/model/meta.h"
 #include "infer/model/model.h"
 #include "infer/quant/quant.h"
 
@@ -106,8 +107,9 @@ static int copy_ranges(const char *src, const char *dst, const eng_range_t *r, i
 TEST(shard_ranges_cover_what_a_shard_reads)
 {
 	/* deepseek2: the latent (one KV head) replicated, its per-head matrices split */
-	static const model_shard_t sh[3] = {
-	    {0, 4, 0, 1, 0, 256, 0, 2}, {4, 4, 1, 1, 256, 256, 0, 2}, {4, 4, 0, 1, 256, 256, 0, 2}};
+	static const model_shard_t sh[3] = {{0, 4, 0, 1, 0, 256, 0, 2, 0, 0, 0, 0},
+					    {4, 4, 1, 1, 256, 256, 0, 2, 0, 0, 0, 0},
+					    {4, 4, 0, 1, 256, 256, 0, 2, 0, 0, 0, 0}};
 	static const char *const arch[3] = {"llama", "qwen2", "deepseek2"};
 	for (int s = 0; s < 3; s++) {
 		char path[256], slice[300], err[256];
@@ -174,9 +176,86 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 	}
 }
 
+/* Mixture of experts: a rank's slice holds the routers, its whole experts and its columns of
+ * the shared expert; bound to that slice it computes the same logits (the router picks experts
+ * held elsewhere too: those are never read here). */
+TEST(moe_shard_ranges)
+{
+	char path[256], slice[300], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-moe.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "qwen2moe",
+			    .dim = 256,
+			    .layers = 2,
+			    .heads = 8,
+			    .kv_heads = 2,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_Q8_0,
+			    .seed = 7,
+			    .experts = 8,
+			    .experts_used = 2,
+			    .expert_ffn = 128};
+	gguf_t *g = NULL, *g2 = NULL;
+	model_meta_t meta;
+	pool_t *pool = pool_new(1);
+	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
+	    meta_load(&meta, g, err, sizeof err)) {
+		fprintf(stderr, "moe model: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	eng_dist_t d = {.has_ranges = 1,
+			.q0 = 4,
+			.q1 = 8,
+			.kv0 = 1,
+			.kv1 = 2,
+			.ffn0 = 128,
+			.ffn1 = 256,
+			.layer0 = 0,
+			.layer1 = 2,
+			.exp0 = 5,
+			.exp1 = 8,
+			.shx0 = 64,
+			.shx1 = 128};
+	model_shard_t sh = {4, 4, 1, 1, 128, 128, 0, 2, 5, 3, 64, 64};
+	eng_range_t *r = NULL;
+	int n = 0;
+	CHECK_EQ_INT(eng_shard_ranges(path, &d, 0, &r, &n, err, sizeof err), 0);
+	uint64_t bytes = 0;
+	for (int i = 0; i < n; i++)
+		bytes += r[i].len;
+	/* 3 of 8 experts: well under half the expert bytes plus the rest */
+	CHECK(bytes < meta.weight_bytes - meta.expert_bytes / 2);
+	snprintf(slice, sizeof slice, "%s.slice", path);
+	CHECK_EQ_INT(copy_ranges(path, slice, r, n), 0);
+	model_t *m1 = NULL, *m2 = NULL;
+	CHECK_EQ_INT(gguf_open(&g2, slice, err, sizeof err), 0);
+	CHECK_EQ_INT(model_new(&m1, g, &meta, &sh, 64, pool, err, sizeof err), 0);
+	CHECK_EQ_INT(model_new(&m2, g2, &meta, &sh, 64, pool, err, sizeof err), 0);
+	int nv = meta.n_vocab;
+	float *l1 = calloc((size_t)nv, sizeof *l1), *l2 = calloc((size_t)nv, sizeof *l2);
+	if (m1 && m2) {
+		CHECK_EQ_INT(model_forward(m1, prompt24, 24, 0, l1), 0);
+		CHECK_EQ_INT(model_forward(m2, prompt24, 24, 0, l2), 0);
+		CHECK(memcmp(l1, l2, (size_t)nv * sizeof *l1) == 0);
+	}
+	free(l1);
+	free(l2);
+	model_free(m1);
+	model_free(m2);
+	gguf_free(g2);
+	gguf_free(g);
+	pool_free(pool);
+	unlink(slice);
+	unlink(path);
+	free(r);
+}
+
 int main(void)
 {
 	quant_init(0);
 	RUN(shard_ranges_cover_what_a_shard_reads);
+	RUN(moe_shard_ranges);
 	return harness_done();
 }

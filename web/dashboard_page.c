@@ -200,6 +200,7 @@ const char web_dashboard_html[] =
 	"  const p = c.plan || {};\n"
 	"  $(\"plan\").textContent = p.strategy ? \"plan: \" + p.strategy + \", \" + (p.ranks || 1) + \" rank(s)\" +\n"
 	"    (p.shares ? \", shares \" + p.shares.map((x) => (100 * x).toFixed(0) + \"%\").join(\" / \") : \"\") +\n"
+	"    (p.experts ? \", experts \" + p.experts.map((e) => e[0] + \"-\" + e[1]).join(\" / \") : \"\") +\n"
 	"    (p.n_ctx ? \", context \" + p.n_ctx : \"\") : \"\";\n"
 	"  const links = (c.links || []).map((l) => {\n"
 	"    const k = String(l.kind || \"tcp\").toLowerCase();\n"

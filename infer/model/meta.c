@@ -43,9 +43,9 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
 		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
-	int want_dims = ne1 ? 2 : 1;
+	/* a vector may be stored as [n, 1] (qwen2moe's ffn_gate_inp_shexp) */
 	int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
-	if (t->n_dims > want_dims || t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || t->ne[2] != 1 ||
+	if (t->n_dims > 2 || t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || t->ne[2] != 1 ||
 	    t->ne[3] != 1)
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
@@ -59,6 +59,186 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
 			       gguf_type_name(t->type), name);
 	m->types_used |= 1ull << t->type;
+	return 0;
+}
+
+/* An optional integer key in [0, maxv] (absent: *out unchanged). */
+static int get_opt_int(const gguf_t *g, const char *arch, const char *suffix, uint32_t maxv,
+		       int *out, char *err, size_t errlen)
+{
+	char key[128];
+	uint32_t v;
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	int rc = gguf_get_u32(g, key, &v);
+	if (rc == SH_ENOENT)
+		return 0;
+	if (rc || v > maxv)
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	*out = (int)v;
+	return 0;
+}
+
+/* The mixture-of-experts keys, read the way llama.cpp's llama_model::load_hparams and
+ * load_tensors do: Mixtral (arch llama) is a llama file with expert_count > 0 whose experts
+ * have feed_forward_length units; qwen2moe/qwen3moe take expert_feed_forward_length (default
+ * feed_forward_length / expert_used_count), qwen2moe's shared expert
+ * expert_shared_feed_forward_length (default feed_forward_length); deepseek2 requires
+ * leading_dense_block_count, expert_feed_forward_length, expert_shared_count (its shared block
+ * is that many experts wide) and expert_weights_scale, and defaults expert_weights_norm to
+ * false and expert_gating_func to softmax. Renormalisation of the top-k weights: Mixtral and
+ * qwen3moe yes, qwen2moe no (build_moe_ffn's norm_w). */
+static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	int ds2 = !strcmp(a, "deepseek2"), rc;
+	if (ds2 && (rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
+				     err, errlen)))
+		return rc;
+	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
+	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
+		   (ds2 && m->n_dense_lead < m->n_layers);
+	char key[128];
+	m->gating = META_GATE_SOFTMAX;
+	m->exp_scale = 1.0f;
+	if ((rc = get_opt_int(g, a, "expert_count", 1u << 20, &m->n_experts, err, errlen)) ||
+	    (rc =
+		 get_opt_int(g, a, "expert_used_count", 1u << 20, &m->n_experts_used, err, errlen)))
+		return rc;
+	if (!need && (m->n_experts == 0 || ds2)) { /* a dense llama or deepseek2 */
+		m->n_experts = m->n_experts_used = 0;
+		return 0;
+	}
+	if (m->n_experts == 0)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s model with zero experts (key %s.expert_count)", a, a);
+	if (m->n_experts > META_MAX_EXPERTS)
+		return sh_fail(err, errlen, SH_EFORMAT, "%d experts (at most %d)", m->n_experts,
+			       META_MAX_EXPERTS);
+	if (m->n_experts_used <= 0 || m->n_experts_used > m->n_experts)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "expert_used_count %d is not in 1..expert_count %d",
+			       m->n_experts_used, m->n_experts);
+	m->ffn_exp = m->arch == META_LLAMA ? m->ffn : m->ffn / m->n_experts_used;
+	if (m->arch != META_LLAMA && (rc = get_opt_int(g, a, "expert_feed_forward_length", 1u << 24,
+						       &m->ffn_exp, err, errlen)))
+		return rc;
+	if (m->arch == META_QWEN2MOE) {
+		m->ffn_shexp = m->ffn, m->shexp_gated = 1;
+		if ((rc = get_opt_int(g, a, "expert_shared_feed_forward_length", 1u << 24,
+				      &m->ffn_shexp, err, errlen)))
+			return rc;
+	}
+	if (m->arch == META_LLAMA || m->arch == META_QWEN3MOE)
+		m->exp_norm = 1;
+	if (ds2) {
+		static const char *const req[] = {"leading_dense_block_count",
+						  "expert_feed_forward_length",
+						  "expert_shared_count", "expert_weights_scale"};
+		for (size_t i = 0; i < ARRAY_LEN(req); i++) {
+			snprintf(key, sizeof key, "%s.%s", a, req[i]);
+			if (gguf_find_key(g, key) < 0)
+				return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+		}
+		int n_shared = 0, gating = 0;
+		if ((rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
+				      err, errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_shared_count", 64, &n_shared, err, errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_gating_func", 2, &gating, err, errlen)) ||
+		    (rc = get_opt_f32(g, a, "expert_weights_scale", &m->exp_scale, err, errlen)))
+			return rc;
+		if (gating)
+			m->gating = gating;
+		/* DeepSeek-V3's group-limited routing (llama.cpp: expert_group_count / _used_count)
+		 */
+		if ((rc = get_opt_int(g, a, "expert_group_count", 1u << 10, &m->n_groups, err,
+				      errlen)) ||
+		    (rc = get_opt_int(g, a, "expert_group_used_count", 1u << 10, &m->groups_used,
+				      err, errlen)))
+			return rc;
+		if (m->n_groups > 1 &&
+		    (m->n_experts % m->n_groups || m->n_experts / m->n_groups < 2 ||
+		     m->groups_used < 1 || m->groups_used > m->n_groups ||
+		     m->n_experts_used > m->groups_used * (m->n_experts / m->n_groups)))
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "expert groups %d (used %d) do not fit %d experts, %d used",
+				       m->n_groups, m->groups_used, m->n_experts,
+				       m->n_experts_used);
+		if (m->n_groups <= 1)
+			m->n_groups = m->groups_used = 0;
+		snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+		rc = gguf_get_bool(g, key, &m->exp_norm);
+		if (rc && rc != SH_ENOENT)
+			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+		if (rc == SH_ENOENT)
+			m->exp_norm = 0;
+		if (!(m->exp_scale > 0 && m->exp_scale < 1e6f))
+			return sh_fail(err, errlen, SH_EFORMAT, "bad expert_weights_scale");
+		m->ffn_shexp = n_shared * m->ffn_exp;
+		if (m->n_dense_lead > m->n_layers)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "leading_dense_block_count %d exceeds %d layers",
+				       m->n_dense_lead, m->n_layers);
+	}
+	if (m->ffn_exp <= 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "expert feed-forward length is zero");
+	return 0;
+}
+
+/* Checks a 3-D tensor of shape (ne0, ne1, ne2) with a supported type and adds its bytes. */
+static int check_experts(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
+			 int64_t ne1, int64_t ne2, char *err, size_t errlen)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	if (!t)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "missing tensor %s (expected [%lld, %lld, %lld])", name,
+			       (long long)ne0, (long long)ne1, (long long)ne2);
+	if (t->n_dims > 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
+		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
+		    (long long)ne1, (long long)ne2);
+	if (!gguf_type_supported(t->type))
+		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
+			       gguf_type_name(t->type), name);
+	m->types_used |= 1ull << t->type;
+	m->expert_bytes += t->nbytes;
+	return 0;
+}
+
+/* The tensors of MoE layer l: router [D, E] (F32 in llama.cpp's files; any float type here),
+ * the three 3-D expert tensors in ggml order (gate/up {D, F, E}, down {F, D, E}), the shared
+ * block when there is one, and deepseek2's optional selection bias exp_probs_b [E]. */
+static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen)
+{
+	int64_t D = m->dim, E = m->n_experts, F = m->ffn_exp, S = m->ffn_shexp;
+	char tn[96];
+	int rc;
+#define TN(s) (snprintf(tn, sizeof tn, "blk.%d.%s", l, s), tn)
+	if ((rc = check_tensor(m, g, TN("ffn_gate_inp.weight"), D, E, err, errlen)) ||
+	    (rc = check_experts(m, g, TN("ffn_gate_exps.weight"), D, F, E, err, errlen)) ||
+	    (rc = check_experts(m, g, TN("ffn_up_exps.weight"), D, F, E, err, errlen)) ||
+	    (rc = check_experts(m, g, TN("ffn_down_exps.weight"), F, D, E, err, errlen)))
+		return rc;
+	const gguf_tensor_t *r = gguf_find_tensor(g, TN("ffn_gate_inp.weight"));
+	if (r->type != GGML_F32 && r->type != GGML_F16 && r->type != GGML_BF16)
+		return sh_fail(err, errlen, SH_EUNSUPP, "router %s is %s, expected F32", tn,
+			       gguf_type_name(r->type));
+	if (S && ((rc = check_tensor(m, g, TN("ffn_gate_shexp.weight"), D, S, err, errlen)) ||
+		  (rc = check_tensor(m, g, TN("ffn_up_shexp.weight"), D, S, err, errlen)) ||
+		  (rc = check_tensor(m, g, TN("ffn_down_shexp.weight"), S, D, err, errlen))))
+		return rc;
+	/* stored {n_embd} or {n_embd, 1}: both are one vector */
+	if (m->shexp_gated &&
+	    (rc = check_tensor(m, g, TN("ffn_gate_inp_shexp.weight"), D, 0, err, errlen)))
+		return rc;
+	if (gguf_find_tensor(g, TN("exp_probs_b.bias"))) {
+		if ((rc = check_tensor(m, g, tn, E, 0, err, errlen)))
+			return rc;
+		m->has_exp_bias = 1;
+	}
+#undef TN
 	return 0;
 }
 
@@ -159,11 +339,7 @@ static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if ((rc = get_opt_u32(g, a, "leading_dense_block_count", &v, err, errlen)) < 0)
 		return rc;
 	x->dense_lead = rc ? (int)v : 0;
-	if (x->dense_lead < m->n_layers)
-		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "deepseek2: blk.%d uses routed experts, not run by this build "
-			       "(leading_dense_block_count %d of %d layers)",
-			       x->dense_lead, x->dense_lead, m->n_layers);
+	/* layers from dense_lead on route through experts (moe_keys, moe.c) */
 
 	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
 	m->rope_scaling = META_SCALING_LINEAR;
@@ -243,6 +419,10 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->arch = META_QWEN2, m->rope_style = META_ROPE_NEOX, m->has_qkv_bias = 1;
 	else if (n == 5 && !memcmp(s, "qwen3", 5))
 		m->arch = META_QWEN3, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
+	else if (n == 8 && !memcmp(s, "qwen2moe", 8))
+		m->arch = META_QWEN2MOE, m->rope_style = META_ROPE_NEOX, m->has_qkv_bias = 1;
+	else if (n == 8 && !memcmp(s, "qwen3moe", 8))
+		m->arch = META_QWEN3MOE, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
 	else if (n == 9 && !memcmp(s, "deepseek2", 9))
 		m->arch = META_DEEPSEEK2, m->rope_style = META_ROPE_ADJACENT;
 	else {
@@ -253,9 +433,7 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			a[k++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
 		a[k] = 0;
 		return sh_fail(err, errlen, SH_EUNSUPP,
-			       "unsupported architecture '%s' (supported: llama, qwen2, qwen3, "
-			       "deepseek2)",
-			       a);
+			       "unsupported architecture '%s' (supported: %s)", a, META_ARCHS);
 	}
 	memcpy(m->arch_name, s, n);
 	m->arch_name[n] = 0;
@@ -300,7 +478,7 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		if ((rc = get_req(g, a, "attention.key_length", &v, err, errlen)))
 			return rc;
 		m->head_dim = (int)v;
-	} else if (m->arch == META_QWEN3) {
+	} else if (m->has_qk_norm) { /* qwen3's head size is its own key */
 		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
 	} else {
 		if (m->dim % m->n_heads)
@@ -337,6 +515,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			       "rope dimension %d does not fit head size %d", m->rope_dim,
 			       m->head_dim);
 
+	if ((rc = moe_keys(m, g, err, errlen)))
+		return rc;
+
 	/* tensors */
 	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
 	if (!emb)
@@ -367,11 +548,13 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		};
 		int64_t sz[5] = {D, QD, KD, F, m->head_dim};
 		for (size_t i = 0; i < ARRAY_LEN(need); i++) {
+			if (m->is_mla && i >= 1 && i <= 4) /* Q/K/V/output: mla_tensors */
+				continue;
+			if (i >= 6 && i < 9 && meta_layer_moe(m, l))
+				continue; /* experts instead of the dense FFN (moe_tensors) */
 			if (i >= 9 && i < 12 && !m->has_qkv_bias)
 				continue;
 			if (i >= 12 && !m->has_qk_norm)
-				continue;
-			if (m->is_mla && i >= 1 && i <= 4) /* Q/K/V/output: mla_tensors */
 				continue;
 			char tn[96];
 			snprintf(tn, sizeof tn, "blk.%d.%s", l, need[i].name);
@@ -380,6 +563,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			if (rc)
 				return rc;
 		}
+		if (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen)))
+			return rc;
 		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
 			return rc;
 	}

@@ -3,7 +3,8 @@
  * Internal to infer/.
  *
  * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2, qwen3 and
- * deepseek2 (Multi-head Latent Attention, `mla` below; its dense layers only for now), checks
+ * deepseek2 (Multi-head Latent Attention, `mla` below), with experts also Mixtral, qwen2moe and
+ * qwen3moe (and deepseek2's routed experts, the n_experts fields), checks
  * that every tensor the forward pass needs exists with the expected shape and a supported type,
  * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
  * else is a one-line error naming what is wrong.
@@ -15,7 +16,18 @@
 
 #include <stdint.h>
 
-enum meta_arch { META_LLAMA = 0, META_QWEN2, META_QWEN3, META_DEEPSEEK2 };
+enum meta_arch {
+	META_LLAMA = 0,
+	META_QWEN2,
+	META_QWEN3,
+	META_QWEN2MOE,
+	META_QWEN3MOE,
+	META_DEEPSEEK2
+};
+/* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities */
+enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2 };
+#define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
+#define META_ARCHS       "llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2" /* for error messages */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
 enum meta_rope_scaling { META_SCALING_NONE = 0, META_SCALING_LINEAR, META_SCALING_YARN };
@@ -54,7 +66,22 @@ typedef struct model_meta {
 	int has_qkv_bias; /* qwen2 */
 	int has_qk_norm;  /* qwen3 */
 	int tied_output;  /* no output.weight: the head reuses token_embd */
-	int is_mla;       /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */
+	/* mixture of experts (n_experts == 0: every layer is dense). Layers [0, n_dense_lead) are
+	 * dense SwiGLU of width ffn; the others route each token to n_experts_used of n_experts
+	 * SwiGLU experts of width ffn_exp (+ an always-on shared block of width ffn_shexp). */
+	int n_experts, n_experts_used;
+	int ffn_exp;           /* one routed expert's hidden size */
+	int ffn_shexp;         /* shared-expert hidden size (0: none) */
+	int n_dense_lead;      /* deepseek2 leading_dense_block_count */
+	int gating;            /* enum meta_gating */
+	int exp_norm;          /* renormalise the top-k weights to sum 1 */
+	float exp_scale;       /* routed weights multiplied by this (1: none) */
+	int has_exp_bias;      /* exp_probs_b: selection-only bias (DeepSeek-V3) */
+	int n_groups;          /* DeepSeek-V3 group-limited routing: experts in n_groups groups, */
+	int groups_used;       /* choices only from the groups_used best (0: no groups) */
+	int shexp_gated;       /* qwen2moe: shared output x sigmoid(ffn_gate_inp_shexp . x) */
+	uint64_t expert_bytes; /* bytes of the routed expert tensors, all layers */
+	int is_mla;            /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */
 	meta_mla_t mla;
 	/* rope.scaling.* (read for deepseek2 only): type, factor (freq scale = 1/factor),
 	 * original_context_length (default n_ctx), yarn_log_multiplier as stored in the file */
@@ -69,6 +96,12 @@ typedef struct model_meta {
 /* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,
  * missing tensor, wrong shape) with the reason in err. */
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
+
+/* Whether layer l routes through experts. */
+static inline int meta_layer_moe(const model_meta_t *m, int l)
+{
+	return m->n_experts > 0 && l >= m->n_dense_lead;
+}
 
 /* Writes the names of the types in m->types_used, e.g. "F32 Q8_0", into buf. */
 void meta_types_str(const model_meta_t *m, char *buf, size_t len);

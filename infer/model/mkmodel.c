@@ -176,6 +176,7 @@ static float rng_uniform(uint64_t *s) /* [-1, 1) */
 typedef struct tspec {
 	char name[64];
 	int64_t rows, cols; /* rows = 0: a vector of cols */
+	int64_t ne2;        /* > 0: a 3-D tensor [cols, rows / ne2, ne2] (experts) */
 	int type;
 	float scale; /* uniform in [-scale, scale); for norms, around 1 */
 	int is_norm;
@@ -206,10 +207,27 @@ static int emit_row(gguf_writer_t *w, const tspec_t *t, const float *row, uint8_
 
 int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen)
 {
-	int qwen2 = !strcmp(o->arch, "qwen2"), qwen3 = !strcmp(o->arch, "qwen3");
-	int ds2 = !strcmp(o->arch, "deepseek2");
-	if (!qwen2 && !qwen3 && !ds2 && strcmp(o->arch, "llama"))
-		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported architecture '%s'", o->arch);
+	int mixtral = !strcmp(o->arch, "mixtral"), q2moe = !strcmp(o->arch, "qwen2moe"),
+	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
+	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
+	/* deepseek2 routes when given --experts: layers from dense_lead on */
+	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && strcmp(o->arch, "llama"))
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
+			       "mixtral, qwen2moe, qwen3moe)",
+			       o->arch);
+	int E = moe ? o->experts : 0, K = o->experts_used;
+	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
+	int n_sh = q2moe || ds2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	int lead = ds2moe ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense layers */
+	if (moe &&
+	    (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0 || lead > o->layers))
+		return sh_fail(
+		    err, errlen, SH_EINVAL,
+		    "need 1 <= experts-used <= experts <= 512, a positive expert ffn and "
+		    "dense-lead <= layers");
+	int64_t SF = (int64_t)n_sh * FE; /* the shared block (qwen2moe gated, deepseek2 not) */
 	int hd = o->head_dim ? o->head_dim : (o->heads ? o->dim / o->heads : 0);
 	int kvh = ds2 ? 1 : o->kv_heads; /* deepseek2: one latent, --kv-heads unused */
 	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || kvh <= 0 || o->ffn <= 0 || hd <= 0 ||
@@ -221,7 +239,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if (!quant_type_supported(o->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported type");
 	int be = quant_block_elems(o->type);
-	if (o->dim % be || o->ffn % be || (o->heads * hd) % be)
+	if (o->dim % be || o->ffn % be || (o->heads * hd) % be || FE % be)
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "dim, ffn and heads*head_dim must be multiples of %d for %s", be,
 			       quant_type_name(o->type));
@@ -243,7 +261,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		hd = nope + rd;
 	}
 
-	int L = o->layers, n_t = 0, cap = 3 + L * 14;
+	int L = o->layers, n_t = 0, cap = 3 + L * 20;
 	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
 	vocab_t v;
 	memset(&v, 0, sizeof v);
@@ -268,6 +286,11 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	do {                                                                                       \
 		T(nm, r, c, ty, sc, 0);                                                            \
 		ts[n_t - 1].planes = (p), ts[n_t - 1].kind = (k);                                  \
+	} while (0)
+#define TE(nm, e, r, c, ty, sc) /* e experts of [r x c], generated as e * r rows */                \
+	do {                                                                                       \
+		T(nm, (int64_t)(e) * (r), c, ty, sc, 0);                                           \
+		ts[n_t - 1].ne2 = (e);                                                             \
 	} while (0)
 	char nm[64];
 	T("token_embd.weight", o->vocab, D, o->type, 1.0f, 0);
@@ -296,11 +319,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 				T3(BLK("attn_v_b.weight"), dv, kvl, H, o->type, skv, TS_VB);
 			}
 			T(BLK("attn_output.weight"), D, VD, o->type, 0.8f / sqrtf((float)VD), 0);
-			T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
-			T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
-			T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
-			T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
-			continue;
+			goto ffn;
 		}
 		T(BLK("attn_q.weight"), QD, D, o->type, 1.7f * sd, 0);
 		T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
@@ -315,16 +334,36 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 		}
 		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+	ffn:
 		T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
-		T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
-		T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
-		T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
+		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
+			float se = 1.0f / sqrtf((float)FE);
+			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
+			TE(BLK("ffn_gate_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			TE(BLK("ffn_up_exps.weight"), E, FE, D, o->type, 1.7f * sd);
+			TE(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
+			if (ds2moe) /* DeepSeek-V3's selection bias */
+				T(BLK("exp_probs_b.bias"), 0, E, QT_F32, 0.3f, 0);
+			if (SF && q2moe)
+				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
+			if (SF) {
+				T(BLK("ffn_gate_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
+				T(BLK("ffn_up_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
+				T(BLK("ffn_down_shexp.weight"), D, SF, o->type,
+				  0.8f / sqrtf((float)SF), 0);
+			}
+		} else {
+			T(BLK("ffn_gate.weight"), F, D, o->type, 1.7f * sd, 0);
+			T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
+			T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
+		}
 #undef BLK
 	}
 	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
 	T("output.weight", o->vocab, D, o->type, 5.0f / sqrtf((float)D), 0);
 #undef T
 #undef T3
+#undef TE
 	/* per-architecture attention keys (deepseek2: as today's converter, MQA over the latent) */
 	uint32_t kv_heads_key = (uint32_t)o->kv_heads, key_len = (uint32_t)hd,
 		 val_len = (uint32_t)hd;
@@ -337,7 +376,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 
 	char key[96];
-	const char *a = o->arch;
+	const char *a = mixtral ? "llama" : o->arch; /* Mixtral is a llama file with experts */
 #define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
 	int krc =
 	    gw_kv_str(w, "general.architecture", a) |
@@ -367,10 +406,10 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_str(w, "tokenizer.chat_template", chatml);
 	if (ds2) {
 		krc |= gw_kv_u32(w, K("attention.kv_lora_rank"), (uint32_t)kvl) |
-		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)L) |
+		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)(ds2moe ? lead : L)) |
 		       /* llama.cpp requires these two even when every layer is dense */
-		       gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)F) |
-		       gw_kv_u32(w, K("expert_shared_count"), 0);
+		       gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)(ds2moe ? FE : F)) |
+		       gw_kv_u32(w, K("expert_shared_count"), (uint32_t)n_sh);
 		if (ql)
 			krc |= gw_kv_u32(w, K("attention.q_lora_rank"), (uint32_t)ql);
 		if (!legacy)
@@ -384,13 +423,26 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 								     : (o->ctx ? o->ctx : 2048))) |
 			       gw_kv_f32(w, K("rope.scaling.yarn_log_multiplier"), o->yarn_log_mul);
 	}
+	if (moe)
+		krc |= gw_kv_u32(w, K("expert_count"), (uint32_t)E) |
+		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);
+	if (moe && !mixtral && !ds2)
+		krc |= gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)FE);
+	if (SF && q2moe)
+		krc |= gw_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)SF);
+	if (ds2moe)
+		krc |= gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
+		       gw_kv_bool(w, K("expert_weights_norm"), 1) |
+		       gw_kv_u32(w, K("expert_gating_func"), 2); /* DeepSeek-V3: sigmoid + bias */
 #undef K
 	for (int i = 0; i < n_t && !krc; i++) {
 		int64_t ne[3] = {ts[i].cols, ts[i].rows, ts[i].planes};
+		if (ts[i].ne2)
+			ne[1] = ts[i].rows / ts[i].ne2, ne[2] = ts[i].ne2;
 		krc |= gw_tensor(w, ts[i].name,
-				 ts[i].planes ? 3
-				 : ts[i].rows ? 2
-					      : 1,
+				 ts[i].ne2 || ts[i].planes ? 3
+				 : ts[i].rows              ? 2
+							   : 1,
 				 ne, ts[i].type);
 	}
 	if (krc) {
@@ -400,6 +452,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
 	int64_t maxc = MAX(MAX(MAX(D, F), QD), MAX(MAX(kvl, ql), VD));
+	maxc = MAX(maxc, MAX(FE, SF));
 	row = malloc((size_t)maxc * sizeof *row);
 	qrow = malloc((size_t)maxc * 4);
 	if (ds2 && !legacy) /* one layer's kv_b: [H * (nope + dv)][kvl] */

@@ -1,6 +1,7 @@
 /*
  * model.c: weights bound to the GGUF mapping and the forward pass (llama, qwen2, qwen3,
- * deepseek2's dense layers with latent attention from mla.c).
+ * deepseek2's latent attention from mla.c, and with moe.c's expert block Mixtral, qwen2moe,
+ * qwen3moe and deepseek2's routed layers).
  *
  * forward() reads like llama2.c's: embedding, then per layer RMSNorm -> Q/K/V (+bias, +q/k norm)
  * -> RoPE -> cache -> attention (or mla.c's latent attention) -> output projection -> residual,
@@ -86,6 +87,10 @@ void model_shard_full(const model_meta_t *meta, model_shard_t *s)
 	s->n_ffn = meta->ffn;
 	s->layer0 = 0;
 	s->layer1 = meta->n_layers;
+	s->exp0 = 0;
+	s->n_exp = meta->n_experts;
+	s->shx0 = 0;
+	s->n_shx = meta->ffn_shexp;
 }
 
 int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen)
@@ -130,6 +135,9 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	    s->n_ffn <= 0 || s->ffn0 < 0 || s->ffn0 + s->n_ffn > mt->ffn || s->layer0 < 0 ||
 	    s->layer0 >= s->layer1 || s->layer1 > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "shard out of range");
+	if (s->exp0 < 0 || s->n_exp < 0 || s->exp0 + s->n_exp > mt->n_experts || s->shx0 < 0 ||
+	    s->n_shx < 0 || s->shx0 + s->n_shx > mt->ffn_shexp)
+		return sh_fail(err, errlen, SH_EINVAL, "shard's expert range out of range");
 	if (s->q_head0 / grp < s->kv_head0 ||
 	    (s->q_head0 + s->n_q_heads - 1) / grp >= s->kv_head0 + s->n_kv_heads)
 		return sh_fail(err, errlen, SH_EINVAL,
@@ -226,6 +234,7 @@ static int alloc_scratch(model_t *m, int max_b)
 	const model_meta_t *mt = &m->meta;
 	int nt = pool_threads(m->pool);
 	int maxc = MAX(MAX(MAX(mt->dim, m->qd), m->sh.n_ffn), mt->mla.q_lora);
+	maxc = MAX(maxc, MAX(mt->ffn_exp, m->sh.n_shx)); /* the experts' inputs */
 	size_t b = (size_t)max_b;
 	m->max_b = max_b;
 	m->x = calloc(b * mt->dim, sizeof(float));
@@ -288,6 +297,10 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		model_shard_full(meta, &m->sh);
 	if (m->sh.layer1 == 0 && m->sh.layer0 == 0)
 		m->sh.layer1 = meta->n_layers;
+	if (m->sh.exp0 == 0 && m->sh.n_exp == 0)
+		m->sh.n_exp = meta->n_experts;
+	if (m->sh.shx0 == 0 && m->sh.n_shx == 0)
+		m->sh.n_shx = meta->ffn_shexp;
 	if ((rc = shard_check(meta, &m->sh, err, errlen)))
 		goto err;
 	m->pool = pool;
@@ -322,16 +335,23 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME("ffn_norm.weight"), 0, meta->dim, &L->ffn_norm, err,
-				   errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
-		    (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen)))
+				   errlen)))
 			goto err;
-		L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
-		L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
-		if ((rc = mat_cols(g, &L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own, "ffn_down",
-				   err, errlen)))
-			goto err;
+		if (meta_layer_moe(meta, l)) { /* experts instead of the dense FFN (moe.c) */
+			if ((rc = moe_layer_new(m, g, l, &L->moe, err, errlen)))
+				goto err;
+		} else {
+			if ((rc = bind_mat(m, g, NAME("ffn_gate.weight"), &L->w_gate, err,
+					   errlen)) ||
+			    (rc = bind_mat(m, g, NAME("ffn_up.weight"), &L->w_up, err, errlen)) ||
+			    (rc = bind_mat(m, g, NAME("ffn_down.weight"), &L->w_down, err, errlen)))
+				goto err;
+			L->w_gate = mat_rows(L->w_gate, m->sh.ffn0, m->sh.n_ffn);
+			L->w_up = mat_rows(L->w_up, m->sh.ffn0, m->sh.n_ffn);
+			if ((rc = mat_cols(g, &L->w_down, m->sh.ffn0, m->sh.n_ffn, &L->down_own,
+					   "ffn_down", err, errlen)))
+				goto err;
+		}
 		if (meta->is_mla) { /* deepseek2: latent attention's weights and attn_output */
 			if ((rc = mla_bind(m, g, l, err, errlen)))
 				goto err;
@@ -380,7 +400,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	size_t kv_rows = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots * (size_t)n_ctx;
 	m->kc = malloc(MAX(kv_rows * m->kv_row, 1));
 	m->vc = malloc(MAX(kv_rows * m->kv_row, 1));
-	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, MODEL_MAX_BATCH)) {
+	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, MODEL_MAX_BATCH) ||
+	    (meta->n_experts && moe_scratch_new(m))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d x %d slots",
 			     n_ctx, n_slots);
 		goto err;
@@ -425,7 +446,9 @@ void model_free(model_t *m)
 				       &L->w_gate, &L->w_up, &L->w_down};
 			for (size_t i = 0; i < ARRAY_LEN(w); i++)
 				wmat_release(w[i]);
+			moe_layer_free(L->moe);
 		}
+	moe_scratch_free(m->moe);
 	if (m->tiles)
 		for (int i = 0; i < pool_threads(m->pool); i++)
 			free(m->tiles[i]);
@@ -457,10 +480,14 @@ uint64_t model_bytes_per_token(const model_t *m)
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		const layer_t *L = &m->layers[l];
 		const wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
-		for (size_t i = 0; i < ARRAY_LEN(w); i++)
+		for (size_t i = 0; i < ARRAY_LEN(w) - (L->moe ? 2 : 0); i++)
 			b += w[i]->row_bytes * (uint64_t)w[i]->rows;
 		b += quant_row_bytes(L->wo.type, L->wo.cols) * (uint64_t)L->wo.rows;
-		b += quant_row_bytes(L->w_down.type, L->w_down.cols) * (uint64_t)L->w_down.rows;
+		if (L->moe)
+			b += moe_bytes_per_token(m, L->moe);
+		else
+			b += quant_row_bytes(L->w_down.type, L->w_down.cols) *
+			     (uint64_t)L->w_down.rows;
 		b += mla_layer_bytes(L);
 	}
 	return b;
@@ -496,7 +523,7 @@ void rope(const model_t *m, float *h, int pos)
 
 /* ---- the file's bytes a shard reads -------------------------------------------------------- */
 
-static int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact)
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact)
 {
 	if (*n && (*r)[*n - 1].off + (*r)[*n - 1].len == off &&
 	    (*r)[*n - 1].compact == compact) { /* rows back to back: one range */
@@ -542,6 +569,8 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 				     &L->w_gate, &L->w_up, &L->w_down};
 		for (size_t i = 0; !rc && i < ARRAY_LEN(w); i++)
 			rc = mat_ranges(w[i], base, r, n);
+		if (!rc && L->moe)
+			rc = moe_weight_ranges(m, L->moe, base, r, n);
 		if (!rc && L->mla)
 			rc = mla_weight_ranges(L, base, r, n);
 	}
@@ -624,18 +653,23 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 
-		/* FFN block: hb[B][F] = silu(gate(xb)) * up(xb); xb2 = down(hb) */
+		/* FFN block, dense: hb[B][F] = silu(gate(xb)) * up(xb); xb2 = down(hb); or the
+		 * mixture of experts (moe.c): xb2 = this rank's experts and shared slice */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->ffn_norm, D,
 				p->rms_eps);
-		const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
-		float *gu_out[2] = {m->hb, m->hb2};
-		matmul_same_input(m, 2, gu, gu_out, m->xb, B);
-		for (int i = 0; i < B * F; i++) {
-			float g = m->hb[i];
-			m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+		if (L->moe) {
+			moe_ffn(m, L->moe, B);
+		} else {
+			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
+			float *gu_out[2] = {m->hb, m->hb2};
+			matmul_same_input(m, 2, gu, gu_out, m->xb, B);
+			for (int i = 0; i < B * F; i++) {
+				float g = m->hb[i];
+				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+			}
+			matmul(m, &L->w_down, m->xb2, m->hb, B);
 		}
-		matmul(m, &L->w_down, m->xb2, m->hb, B);
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
 			return rc;
 		for (int i = 0; i < B * D; i++)

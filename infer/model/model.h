@@ -42,6 +42,12 @@ typedef struct model_shard {
 	int ffn0, n_ffn;          /* FFN hidden units [ffn0, ffn0 + n_ffn) */
 	int layer0, layer1;       /* pipeline stage: layers [layer0, layer1); layer1 == 0 means
 				   * every layer (so older initializers keep working) */
+	/* mixture of experts: whole routed experts [exp0, exp0 + n_exp) (expert parallel) and the
+	 * shared block's hidden units [shx0, shx0 + n_shx) (split like the dense FFN). Both
+	 * {0, 0} mean everything (older initializers); a rank holding none has exp0 ==
+	 * n_experts (shx0 == ffn_shexp) and a count of 0. */
+	int exp0, n_exp;
+	int shx0, n_shx;
 } model_shard_t;
 
 /* Sums x[n] over all ranks in place; returns 0 or a negative SH_E* code. */

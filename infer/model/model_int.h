@@ -48,6 +48,9 @@ typedef struct wmat {
 	uint8_t *rp_own; /* what to free (wmat_release) */
 } wmat_t;
 
+typedef struct moe_layer moe_layer_t;     /* moe.c: a layer's experts */
+typedef struct moe_scratch moe_scratch_t; /* moe.c: the MoE block's buffers */
+
 typedef struct layer {
 	float *attn_norm;           /* [dim] */
 	wmat_t wq;                  /* [n_heads*head_dim x dim] */
@@ -59,6 +62,7 @@ typedef struct layer {
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
+	moe_layer_t *moe;           /* experts instead of w_gate/w_up/w_down (NULL: dense) */
 	struct mla_layer *mla;      /* deepseek2: latent attention's weights (mla.c), else NULL */
 } layer_t;
 
@@ -105,6 +109,7 @@ struct model {
 	quant_expsum_fn expsum; /* softmax numerators */
 	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
 	quant_wsum_fn wsum;
+	moe_scratch_t *moe;    /* NULL for a dense model */
 	struct mla_state *mla; /* deepseek2: latent cache, YaRN tables, scratch (mla.c) */
 };
 
@@ -144,6 +149,42 @@ static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
 	       m->kv_row;
 }
 
+/* ---- moe.c ------------------------------------------------------------------------------- */
+
+/* One token's routing: probabilities from the router logits (softmax, or sigmoid), the top k by
+ * probability + bias (bias NULL = none; it only steers the choice), weights = the unbiased
+ * probabilities of the chosen, renormalised to sum 1 when norm (sum floored at 2^-14 as
+ * llama.cpp does), times scale. */
+typedef struct moe_route {
+	int n_experts, k, gating, norm; /* gating: enum meta_gating */
+	float scale;
+	const float *bias;         /* [n_experts] or NULL */
+	int n_groups, groups_used; /* > 1 groups: choose only within the groups_used groups whose
+				      two best biased scores sum highest (DeepSeek-V3); 0 = none */
+} moe_route_t;
+/* sel[k] = chosen experts (by falling biased probability), w[k] = their weights. */
+void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
+
+/* Binds layer l's router, this shard's experts (pages of the others released) and its slice of
+ * the shared block. */
+int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
+void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
+int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
+void moe_scratch_free(moe_scratch_t *s);
+/* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
+ * outputs + its slice of the shared block): summed over ranks it is the whole block. */
+void moe_ffn(model_t *m, const moe_layer_t *ml, int B);
+/* Expected weight bytes one decoded token reads in ml on this rank (router, shared slice,
+ * experts used / experts of the held experts). */
+uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml);
+/* Appends the file ranges ml reads on this rank (router, shared gate, held experts, the
+ * shared slice) for model_weight_ranges. Returns 0 or SH_ENOMEM. */
+int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *base,
+		      model_range_t **r, int *n);
+/* Test hook: when set, moe_ffn writes the last token's choices of each layer l to
+ * trace[l * n_experts_used + i] (NULL: off). */
+void moe_set_trace(model_t *m, int *trace);
+
 /* ---- mla.c: deepseek2's Multi-head Latent Attention --------------------------------------- */
 
 /* Binds layer l's MLA weights for the shard's heads, and L->wo (attn_output by input columns). */
@@ -175,6 +216,7 @@ int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
  * through gguf_copy so a slice node's sidecar serves them). */
 int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
 	     size_t errlen);
+int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 

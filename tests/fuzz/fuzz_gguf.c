@@ -1,10 +1,13 @@
 /* fuzz_gguf.c: the GGUF reader on any bytes, then everything that reads what parses: model
- * metadata, the tokenizer (loading, encoding and decoding part of the input as text) and chat
+ * metadata, binding a small model's weights (the MoE expert views included) and one forward step,
+ * the tokenizer (loading, encoding and decoding part of the input as text) and chat
  * template recognition. Nothing may crash, leak or read out of bounds. */
 #include "common/common.h"
 #include "infer/chat.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"
+#include "infer/model/model.h"
+#include "infer/pool.h"
 #include "infer/tok/tokenizer.h"
 
 #include <stdlib.h>
@@ -17,7 +20,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (gguf_open_mem(&g, data, size, err, sizeof err))
 		return 0;
 	model_meta_t m;
-	(void)meta_load(&m, g, err, sizeof err);
+	if (meta_load(&m, g, err, sizeof err) == 0 && size < (1 << 16)) {
+		pool_t *pool = pool_new(1);
+		model_t *mod = NULL;
+		float *logits = malloc((size_t)m.n_vocab * sizeof *logits);
+		int tok = 0;
+		if (pool && logits && model_new(&mod, g, &m, NULL, 8, pool, err, sizeof err) == 0)
+			(void)model_forward(mod, &tok, 1, 0, logits);
+		model_free(mod);
+		free(logits);
+		pool_free(pool);
+	}
 	for (int i = 0; i < gguf_n_kv(g); i++) {
 		int64_t iv;
 		double dv;

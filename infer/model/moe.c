@@ -1,0 +1,396 @@
+/*
+ * moe.c: the mixture-of-experts FFN block (Mixtral, qwen2moe, qwen3moe, deepseek2's routed and
+ * shared experts), called from the one forward() in model.c for every layer that routes.
+ *
+ * Per token: router logits = W_r . x (F32, plain loop), probabilities (softmax or sigmoid),
+ * top-k by probability (+ deepseek's selection bias), weights renormalised and scaled as the
+ * architecture says (moe_route), then y = sum_k w_k . down_e(silu(gate_e x) * up_e x) over the
+ * chosen experts e, plus the shared block (qwen2moe: times sigmoid(w_sh . x)).
+ *
+ * Expert parallel: a rank holds whole experts [exp0, exp0 + n_exp) and a column slice of the
+ * shared block; it adds only its experts' outputs and its shared slice into the layer's FFN
+ * output, which model.c's one all-reduce sums over ranks. The router is computed by the same
+ * plain loop on every rank, so all ranks choose the same experts whatever their thread counts.
+ *
+ * Batch: the tokens of a batch are grouped by expert, so each chosen expert's weights are read
+ * once per batch; an expert no token chose is not read at all (decode reads k of n experts).
+ *
+ * Invariant: the 3-D expert tensors are only read through row views of the held experts
+ * (expert e of gate/up = rows [e*F, (e+1)*F) of the [E*F x dim] matrix; of down = rows
+ * [e*dim, (e+1)*dim) of [E*dim x F]); the pages of the other experts are released at bind.
+ */
+#include "common/common.h"
+#include "infer/model/model_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct moe_layer {
+	int layer;           /* its index in the model */
+	const float *router; /* [E][dim] (into the mapping when F32, else router_own) */
+	const gguf_tensor_t *router_t, *shexp_gate_t; /* their bytes in the file */
+	float *router_own;                            /* dequantized router, or NULL */
+	float *exp_bias;                              /* [E] selection bias, or NULL */
+	float *shexp_gate;                            /* qwen2moe: [dim], or NULL */
+	wmat_t gate, up;                              /* [E*F x dim] */
+	wmat_t down;                                  /* [E*dim x F] */
+	int has_sh;            /* this rank holds a slice of the shared block */
+	wmat_t sh_gate, sh_up; /* [n_shx x dim] */
+	wmat_t sh_down;        /* [dim x n_shx] */
+	uint8_t *sh_down_own;
+};
+
+struct moe_scratch {
+	float *logits;  /* [max_b][E] */
+	int *sel;       /* [max_b][K] */
+	float *wt;      /* [max_b][K] */
+	float *xs, *ys; /* [max_b][dim]: inputs gathered for one expert, its outputs */
+	float *h, *h2;  /* [max_b][max(F, n_shx)] */
+	int *tok;       /* [max_b]: the batch rows routed to the expert at hand */
+	float *tw;      /* [max_b]: their weights */
+	int *trace;     /* test hook (borrowed), or NULL */
+};
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w)
+{
+	float p[META_MAX_EXPERTS], s[META_MAX_EXPERTS];
+	int E = r->n_experts;
+	if (r->gating == META_GATE_SIGMOID) {
+		for (int e = 0; e < E; e++)
+			p[e] = 1.0f / (1.0f + expf(-logits[e]));
+	} else {
+		float mx = logits[0], sum = 0;
+		for (int e = 1; e < E; e++)
+			mx = MAX(mx, logits[e]);
+		for (int e = 0; e < E; e++)
+			sum += p[e] = expf(logits[e] - mx);
+		for (int e = 0; e < E; e++)
+			p[e] /= sum;
+	}
+	unsigned char taken[META_MAX_EXPERTS] = {0};
+	for (int e = 0; e < E; e++)
+		s[e] = r->bias ? p[e] + r->bias[e] : p[e];
+	if (r->n_groups > 1) { /* group score = its two best; experts of the other groups are out */
+		int per = E / r->n_groups;
+		float gs[META_MAX_EXPERTS];
+		unsigned char gtaken[META_MAX_EXPERTS] = {0};
+		for (int gi = 0; gi < r->n_groups; gi++) {
+			const float *x = s + gi * per;
+			int b0 = 0;
+			for (int j = 1; j < per; j++)
+				if (x[j] > x[b0])
+					b0 = j;
+			int b1 = b0 ? 0 : 1;
+			for (int j = 0; j < per; j++)
+				if (j != b0 && x[j] > x[b1])
+					b1 = j;
+			gs[gi] = x[b0] + x[b1];
+		}
+		for (int u = 0; u < r->groups_used; u++) {
+			int best = -1;
+			for (int gi = 0; gi < r->n_groups; gi++)
+				if (!gtaken[gi] && (best < 0 || gs[gi] > gs[best]))
+					best = gi;
+			gtaken[best] = 1;
+		}
+		for (int e = 0; e < E; e++)
+			taken[e] = !gtaken[e / per];
+	}
+	float tot = 0;
+	for (int i = 0; i < r->k; i++) { /* k is small: repeated arg-max, ties to the lower id */
+		int best = -1;           /* (NaN or -inf scores from a bad file still pick one) */
+		for (int e = 0; e < E; e++)
+			if (!taken[e] && (best < 0 || s[e] > s[best]))
+				best = e;
+		sel[i] = best;
+		w[i] = p[best];
+		tot += p[best];
+		taken[best] = 1;
+	}
+	float inv = r->norm ? 1.0f / MAX(tot, 6.103515625e-5f) : 1.0f;
+	for (int i = 0; i < r->k; i++)
+		w[i] *= inv * r->scale;
+}
+
+/* ---- binding ------------------------------------------------------------------------------ */
+
+/* Releases the whole pages inside [p, p + n) from this process (another rank's experts). */
+static void release(const uint8_t *p, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* A 3-D expert tensor as one [E * per x cols] matrix; releases the rows of experts outside
+ * [e0, e1). */
+static int bind_experts(model_t *m, const gguf_t *g, const char *name, int per, int e0, int e1,
+			wmat_t *w, char *err, size_t errlen)
+{
+	int rc = bind_mat(m, g, name, w, err, errlen);
+	if (rc)
+		return rc;
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	w->rows = (int)(t->ne[1] * t->ne[2]);
+	if ((uint64_t)w->row_bytes * (uint64_t)w->rows > t->nbytes)
+		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s is truncated", name);
+	size_t eb = (size_t)per * w->row_bytes;
+	release(w->data, (size_t)e0 * eb);
+	release(w->data + (size_t)e1 * eb, (size_t)(m->meta.n_experts - e1) * eb);
+	return 0;
+}
+
+int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen)
+{
+	const model_meta_t *p = &m->meta;
+	const model_shard_t *sh = &m->sh;
+	int D = p->dim, E = p->n_experts, F = p->ffn_exp, rc;
+	char n[96];
+	moe_layer_t *ml = calloc(1, sizeof *ml);
+	*out = ml;
+	if (!ml)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	ml->layer = l;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+	const gguf_tensor_t *r = gguf_find_tensor(g, NAME("ffn_gate_inp.weight"));
+	if (!r || r->ne[0] != D || r->ne[1] != E)
+		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", n, D, E);
+	ml->router_t = r;
+	if (r->type == GGML_F32) {
+		ml->router = r->data; /* GGUF data is aligned (32 bytes at least) */
+	} else {
+		if (!(ml->router_own = malloc((size_t)E * D * sizeof(float))))
+			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		for (int e = 0; e < E; e++)
+			quant_dequant_row(r->type,
+					  (const uint8_t *)r->data + gguf_row_bytes(r->type, D) * e,
+					  ml->router_own + (size_t)e * D, D);
+		ml->router = ml->router_own;
+	}
+	if (gguf_find_tensor(g, NAME("exp_probs_b.bias")) &&
+	    (rc = bind_vec(g, n, 0, E, &ml->exp_bias, err, errlen)))
+		return rc;
+	if (p->shexp_gated && (rc = bind_vec(g, NAME("ffn_gate_inp_shexp.weight"), 0, D,
+					     &ml->shexp_gate, err, errlen)))
+		return rc;
+	ml->shexp_gate_t = p->shexp_gated ? gguf_find_tensor(g, n) : NULL;
+	int e0 = sh->exp0, e1 = sh->exp0 + sh->n_exp;
+	if ((rc = bind_experts(m, g, NAME("ffn_gate_exps.weight"), F, e0, e1, &ml->gate, err,
+			       errlen)) ||
+	    (rc =
+		 bind_experts(m, g, NAME("ffn_up_exps.weight"), F, e0, e1, &ml->up, err, errlen)) ||
+	    (rc = bind_experts(m, g, NAME("ffn_down_exps.weight"), D, e0, e1, &ml->down, err,
+			       errlen)))
+		return rc;
+	if (ml->gate.cols != D || ml->gate.rows != E * F || ml->up.rows != E * F ||
+	    ml->up.cols != D || ml->down.cols != F || ml->down.rows != E * D)
+		return sh_fail(err, errlen, SH_EFORMAT, "layer %d: expert tensors misshapen", l);
+	if (p->ffn_shexp && sh->n_shx > 0) {
+		ml->has_sh = 1;
+		if ((rc = bind_mat(m, g, NAME("ffn_gate_shexp.weight"), &ml->sh_gate, err,
+				   errlen)) ||
+		    (rc = bind_mat(m, g, NAME("ffn_up_shexp.weight"), &ml->sh_up, err, errlen)) ||
+		    (rc = bind_mat(m, g, NAME("ffn_down_shexp.weight"), &ml->sh_down, err, errlen)))
+			return rc;
+		ml->sh_gate = mat_rows(ml->sh_gate, sh->shx0, sh->n_shx);
+		ml->sh_up = mat_rows(ml->sh_up, sh->shx0, sh->n_shx);
+		if ((rc = mat_cols(g, &ml->sh_down, sh->shx0, sh->n_shx, &ml->sh_down_own,
+				   "ffn_down_shexp", err, errlen)))
+			return rc;
+	}
+#undef NAME
+	return 0;
+}
+
+void moe_layer_free(moe_layer_t *ml)
+{
+	if (!ml)
+		return;
+	free(ml->router_own);
+	free(ml->exp_bias);
+	free(ml->shexp_gate);
+	free(ml->sh_down_own);
+	free(ml);
+}
+
+int moe_scratch_new(model_t *m)
+{
+	const model_meta_t *p = &m->meta;
+	size_t b = (size_t)m->max_b, w = (size_t)MAX(p->ffn_exp, MAX(m->sh.n_shx, 1));
+	moe_scratch_t *s = calloc(1, sizeof *s);
+	m->moe = s;
+	if (!s)
+		return SH_ENOMEM;
+	s->logits = malloc(b * p->n_experts * sizeof(float));
+	s->sel = malloc(b * p->n_experts_used * sizeof(int));
+	s->wt = malloc(b * p->n_experts_used * sizeof(float));
+	s->xs = malloc(b * p->dim * sizeof(float));
+	s->ys = malloc(b * p->dim * sizeof(float));
+	s->h = malloc(b * w * sizeof(float));
+	s->h2 = malloc(b * w * sizeof(float));
+	s->tok = malloc(b * sizeof(int));
+	s->tw = malloc(b * sizeof(float));
+	if (!s->logits || !s->sel || !s->wt || !s->xs || !s->ys || !s->h || !s->h2 || !s->tok ||
+	    !s->tw)
+		return SH_ENOMEM;
+	return 0;
+}
+
+void moe_scratch_free(moe_scratch_t *s)
+{
+	if (!s)
+		return;
+	free(s->logits);
+	free(s->sel);
+	free(s->wt);
+	free(s->xs);
+	free(s->ys);
+	free(s->h);
+	free(s->h2);
+	free(s->tok);
+	free(s->tw);
+	free(s);
+}
+
+void moe_set_trace(model_t *m, int *trace)
+{
+	if (m->moe)
+		m->moe->trace = trace;
+}
+
+uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml)
+{
+	const model_meta_t *p = &m->meta;
+	uint64_t b = (uint64_t)p->n_experts * p->dim * sizeof(float);
+	if (ml->has_sh)
+		b += ml->sh_gate.row_bytes * (uint64_t)ml->sh_gate.rows * 2 +
+		     quant_row_bytes(ml->sh_down.type, ml->sh_down.cols) *
+			 (uint64_t)ml->sh_down.rows;
+	/* one expert's three matrices, times the expected number of held experts a token uses */
+	uint64_t one = (ml->gate.row_bytes + ml->up.row_bytes) * (uint64_t)p->ffn_exp +
+		       ml->down.row_bytes * (uint64_t)p->dim;
+	b += one * (uint64_t)m->sh.n_exp * p->n_experts_used / p->n_experts;
+	return b;
+}
+
+int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *base,
+		      model_range_t **r, int *n)
+{
+	const gguf_tensor_t *v[2] = {ml->router_t, ml->shexp_gate_t}; /* read whole everywhere */
+	int rc = 0, F = m->meta.ffn_exp, D = m->meta.dim, e0 = m->sh.exp0, ne = m->sh.n_exp;
+	for (int i = 0; i < 2 && !rc; i++)
+		if (v[i])
+			rc = range_push(r, n, (uint64_t)((const uint8_t *)v[i]->data - base),
+					v[i]->nbytes, 0);
+	if (ne > 0) { /* the held experts: one run of rows in each 3-D tensor */
+		wmat_t g = mat_rows(ml->gate, e0 * F, ne * F), u = mat_rows(ml->up, e0 * F, ne * F);
+		wmat_t d = mat_rows(ml->down, e0 * D, ne * D);
+		if (!rc)
+			rc = mat_ranges(&g, base, r, n);
+		if (!rc)
+			rc = mat_ranges(&u, base, r, n);
+		if (!rc)
+			rc = mat_ranges(&d, base, r, n);
+	}
+	if (ml->has_sh) {
+		const wmat_t *w[3] = {&ml->sh_gate, &ml->sh_up, &ml->sh_down};
+		for (int i = 0; i < 3 && !rc; i++)
+			rc = mat_ranges(w[i], base, r, n);
+	}
+	return rc;
+}
+
+/* ---- the block ---------------------------------------------------------------------------- */
+
+static void swiglu(float *h, const float *h2, int n)
+{
+	for (int i = 0; i < n; i++)
+		h[i] = h[i] / (1.0f + expf(-h[i])) * h2[i];
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+	float s = 0;
+	for (int i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
+{
+	const model_meta_t *p = &m->meta;
+	moe_scratch_t *s = m->moe;
+	int D = p->dim, E = p->n_experts, K = p->n_experts_used, F = p->ffn_exp;
+	const float *xb = m->xb;
+	float *out = m->xb2;
+	moe_route_t rt = {
+	    E, K, p->gating, p->exp_norm, p->exp_scale, ml->exp_bias, p->n_groups, p->groups_used};
+
+	/* routing: logits[B][E], sel/wt[B][K] */
+	for (int b = 0; b < B; b++) {
+		float *lg = s->logits + (size_t)b * E;
+		for (int e = 0; e < E; e++)
+			lg[e] = dot(ml->router + (size_t)e * D, xb + (size_t)b * D, D);
+		moe_route(&rt, lg, s->sel + (size_t)b * K, s->wt + (size_t)b * K);
+	}
+	if (s->trace)
+		memcpy(s->trace + (size_t)ml->layer * K, s->sel + (size_t)(B - 1) * K,
+		       (size_t)K * sizeof(int));
+	memset(out, 0, (size_t)B * D * sizeof *out);
+
+	/* routed experts held here: each one's tokens gathered, its weights read once */
+	for (int e = m->sh.exp0; e < m->sh.exp0 + m->sh.n_exp; e++) {
+		int n = 0;
+		for (int b = 0; b < B; b++)
+			for (int k = 0; k < K; k++)
+				if (s->sel[b * K + k] == e) {
+					s->tok[n] = b;
+					s->tw[n++] = s->wt[b * K + k];
+				}
+		if (!n)
+			continue;
+		for (int i = 0; i < n; i++)
+			memcpy(s->xs + (size_t)i * D, xb + (size_t)s->tok[i] * D,
+			       (size_t)D * sizeof *xb);
+		wmat_t g = mat_rows(ml->gate, e * F, F), u = mat_rows(ml->up, e * F, F);
+		wmat_t d = mat_rows(ml->down, e * D, D);
+		const wmat_t *gu[2] = {&g, &u};
+		float *gu_out[2] = {s->h, s->h2};
+		matmul_same_input(m, 2, gu, gu_out, s->xs, n); /* h, h2 [n][F] */
+		swiglu(s->h, s->h2, n * F);
+		matmul(m, &d, s->ys, s->h, n); /* ys [n][D] */
+		for (int i = 0; i < n; i++) {
+			float *o = out + (size_t)s->tok[i] * D;
+			const float *y = s->ys + (size_t)i * D;
+			for (int j = 0; j < D; j++)
+				o[j] += s->tw[i] * y[j];
+		}
+	}
+
+	/* this rank's columns of the shared block, over the whole batch */
+	if (ml->has_sh) {
+		int S = ml->sh_gate.rows;
+		const wmat_t *gu[2] = {&ml->sh_gate, &ml->sh_up};
+		float *gu_out[2] = {s->h, s->h2};
+		matmul_same_input(m, 2, gu, gu_out, xb, B); /* h, h2 [B][S] */
+		swiglu(s->h, s->h2, B * S);
+		matmul(m, &ml->sh_down, s->ys, s->h, B); /* ys [B][D] */
+		for (int b = 0; b < B; b++) {
+			float gsc = 1.0f;
+			if (ml->shexp_gate)
+				gsc = 1.0f /
+				      (1.0f + expf(-dot(ml->shexp_gate, xb + (size_t)b * D, D)));
+			float *o = out + (size_t)b * D;
+			const float *y = s->ys + (size_t)b * D;
+			for (int j = 0; j < D; j++)
+				o[j] += gsc * y[j];
+		}
+	}
+}
