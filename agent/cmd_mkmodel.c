@@ -63,6 +63,8 @@ static const struct {
     {"shared-experts", offsetof(mkmodel_opts_t, shared_experts)},
     {"expert-ffn", offsetof(mkmodel_opts_t, expert_ffn)},
     {"dense-lead", offsetof(mkmodel_opts_t, dense_lead)},
+    {"expert-groups", offsetof(mkmodel_opts_t, expert_groups)},
+    {"expert-groups-used", offsetof(mkmodel_opts_t, expert_groups_used)},
     /* deepseek2's latent attention */
     {"kv-lora", offsetof(mkmodel_opts_t, kv_lora)},
     {"q-lora", offsetof(mkmodel_opts_t, q_lora)},

@@ -52,7 +52,8 @@ typedef struct mkmodel_opts {
 	 * expert's width (0 = ffn; mixtral always ffn, as llama.cpp reads it) */
 	int experts, experts_used, shared_experts, expert_ffn;
 	int dense_lead; /* deepseek2 with experts: leading dense layers (0 = 1) */
-	int type;       /* enum qtype of the 2-D weights; norms and biases are F32 */
+	int expert_groups, expert_groups_used; /* deepseek2: V3 group-limited routing (0 = none) */
+	int type; /* enum qtype of the 2-D weights; norms and biases are F32 */
 	uint64_t seed;
 	const char *name; /* general.name, or NULL */
 	/* deepseek2 (Multi-head Latent Attention; every layer dense). 0 = defaults: kv_lora dim/2,

@@ -239,6 +239,31 @@ static void ref_moe(const ref_t *r, const ref_layer_t *L, const float *xn, float
 			p[e] /= z;
 		sel_s[e] = p[e] + (L->bias ? L->bias[e] : 0);
 	}
+	if (mt->n_groups > 1) { /* V3: only the groups whose two best scores sum highest */
+		int per = E / mt->n_groups, keep[64] = {0};
+		double gsum[64];
+		for (int gi = 0; gi < mt->n_groups; gi++) {
+			double a = -1e300, b = -1e300; /* the two largest */
+			for (int j = 0; j < per; j++) {
+				double v = sel_s[gi * per + j];
+				if (v > a)
+					b = a, a = v;
+				else if (v > b)
+					b = v;
+			}
+			gsum[gi] = a + b;
+		}
+		for (int u = 0; u < mt->groups_used; u++) {
+			int best = -1;
+			for (int gi = 0; gi < mt->n_groups; gi++)
+				if (!keep[gi] && (best < 0 || gsum[gi] > gsum[best]))
+					best = gi;
+			keep[best] = 1;
+		}
+		for (int e = 0; e < E; e++)
+			if (!keep[e / per])
+				sel_s[e] = -1e301;
+	}
 	for (int i = 0; i < K; i++) {
 		int b = -1;
 		for (int e = 0; e < E; e++)
@@ -469,6 +494,15 @@ TEST(f32_qlora_moe)
 	mkmodel_opts_t o = base_opts(QT_F32);
 	o.layers = 3, o.experts = 8, o.experts_used = 2, o.expert_ffn = 64;
 	f32_matches_reference(&o, "moe");
+}
+
+/* The same with DeepSeek-V3's group-limited routing: 8 experts in 4 groups, the best 2 groups. */
+TEST(f32_qlora_moe_groups)
+{
+	mkmodel_opts_t o = base_opts(QT_F32);
+	o.layers = 3, o.experts = 8, o.experts_used = 2, o.expert_ffn = 64;
+	o.expert_groups = 4, o.expert_groups_used = 2;
+	f32_matches_reference(&o, "moegroups");
 }
 
 TEST(f32_lite_legacy_kvb)
@@ -941,6 +975,7 @@ int main(void)
 	RUN(f32_qlora_split);
 	RUN(f32_lite_legacy_kvb);
 	RUN(f32_qlora_moe);
+	RUN(f32_qlora_moe_groups);
 	RUN(f32_qlora_yarn);
 	RUN(f32_lite_legacy_yarn_no_log_mul);
 	RUN(split_equals_legacy);

@@ -434,6 +434,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		krc |= gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
 		       gw_kv_bool(w, K("expert_weights_norm"), 1) |
 		       gw_kv_u32(w, K("expert_gating_func"), 2); /* DeepSeek-V3: sigmoid + bias */
+	if (ds2moe && o->expert_groups > 1)
+		krc |= gw_kv_u32(w, K("expert_group_count"), (uint32_t)o->expert_groups) |
+		       gw_kv_u32(w, K("expert_group_used_count"), (uint32_t)o->expert_groups_used);
 #undef K
 	for (int i = 0; i < n_t && !krc; i++) {
 		int64_t ne[3] = {ts[i].cols, ts[i].rows, ts[i].planes};
