@@ -46,9 +46,15 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
 			__m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
-			__m512i ia[QR_NT];
-			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
-			    _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+			/* two int32 chains per vector (even / odd k-steps, or low / high
+			 * nibbles): with one vector a single chain of 8 dependent vpdpbusd
+			 * would make decode latency-bound */
+			__m512i ia[QR_NT], ib[QR_NT];
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+			{
+				ia[v] = _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+				ib[v] = _mm512_setzero_si512();
+			}
 			if (Q4) {
 				_Pragma("GCC unroll 8") for (int s = 0; s < 4; s++)
 				{
@@ -60,22 +66,27 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 						const int8_t *xq = x[v].q + 32 * i + 4 * s;
 						ia[v] = _mm512_dpbusd_epi32(
 						    ia[v], lo, _mm512_set1_epi32(ld32(xq)));
-						ia[v] = _mm512_dpbusd_epi32(
-						    ia[v], hi, _mm512_set1_epi32(ld32(xq + 16)));
+						ib[v] = _mm512_dpbusd_epi32(
+						    ib[v], hi, _mm512_set1_epi32(ld32(xq + 16)));
 					}
 				}
 			} else {
 				_Pragma("GCC unroll 8") for (int s = 0; s < 8; s++)
 				{
 					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
-					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
-					    _mm512_dpbusd_epi32(
-						ia[v], b,
-						_mm512_set1_epi32(ld32(x[v].q + 32 * i + 4 * s)));
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					{
+						__m512i xb = _mm512_set1_epi32(
+						    ld32(x[v].q + 32 * i + 4 * s));
+						if (s & 1)
+							ib[v] = _mm512_dpbusd_epi32(ib[v], b, xb);
+						else
+							ia[v] = _mm512_dpbusd_epi32(ia[v], b, xb);
+					}
 				}
 			}
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
-			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[v]),
+			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(ia[v], ib[v])),
 					    _mm512_mul_ps(sw, _mm512_set1_ps(x[v].d[i])), acc[v]);
 		}
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
