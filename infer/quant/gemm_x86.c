@@ -267,6 +267,8 @@ TGT512 static INL void vnni_gemm_k6(float *out, int ldo, const uint8_t *w, int n
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * 3360;
+			for (int o = 0; o < 3360; o += 64) /* as in vnni_gemm_k4 */
+				_mm_prefetch((const char *)d + 2 * 3360 + o, _MM_HINT_T0);
 			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 			__m512i isum[4];
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
