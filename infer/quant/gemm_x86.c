@@ -46,9 +46,15 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
 			__m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
-			__m512i ia[QR_NT];
-			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
-			    _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+			/* two int32 chains per vector (even / odd k-steps, or low / high
+			 * nibbles): with one vector a single chain of 8 dependent vpdpbusd
+			 * would make decode latency-bound */
+			__m512i ia[QR_NT], ib[QR_NT];
+			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+			{
+				ia[v] = _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+				ib[v] = _mm512_setzero_si512();
+			}
 			if (Q4) {
 				_Pragma("GCC unroll 8") for (int s = 0; s < 4; s++)
 				{
@@ -60,22 +66,27 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 						const int8_t *xq = x[v].q + 32 * i + 4 * s;
 						ia[v] = _mm512_dpbusd_epi32(
 						    ia[v], lo, _mm512_set1_epi32(ld32(xq)));
-						ia[v] = _mm512_dpbusd_epi32(
-						    ia[v], hi, _mm512_set1_epi32(ld32(xq + 16)));
+						ib[v] = _mm512_dpbusd_epi32(
+						    ib[v], hi, _mm512_set1_epi32(ld32(xq + 16)));
 					}
 				}
 			} else {
 				_Pragma("GCC unroll 8") for (int s = 0; s < 8; s++)
 				{
 					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
-					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
-					    _mm512_dpbusd_epi32(
-						ia[v], b,
-						_mm512_set1_epi32(ld32(x[v].q + 32 * i + 4 * s)));
+					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+					{
+						__m512i xb = _mm512_set1_epi32(
+						    ld32(x[v].q + 32 * i + 4 * s));
+						if (s & 1)
+							ib[v] = _mm512_dpbusd_epi32(ib[v], b, xb);
+						else
+							ia[v] = _mm512_dpbusd_epi32(ia[v], b, xb);
+					}
 				}
 			}
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
-			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[v]),
+			    _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(ia[v], ib[v])),
 					    _mm512_mul_ps(sw, _mm512_set1_ps(x[v].d[i])), acc[v]);
 		}
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
@@ -135,6 +146,11 @@ TGT512 static INL void vnni_gemm_k4(float *out, int ldo, const uint8_t *w, int n
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * 2304;
+			/* two blocks ahead: this much work per byte leaves too few loads in
+			 * flight for the hardware prefetcher alone (decode was at half the
+			 * streaming bandwidth); past the end it is only a hint */
+			for (int o = 0; o < 2304; o += 64)
+				_mm_prefetch((const char *)d + 2 * 2304 + o, _MM_HINT_T0);
 			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 			__m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(d + 32)));
 			__m512i u0 = _mm512_loadu_si512((const void *)(d + 64));
@@ -159,11 +175,14 @@ TGT512 static INL void vnni_gemm_k4(float *out, int ldo, const uint8_t *w, int n
 				    _mm512_and_si512(_mm512_srli_epi32(s, 16 * (c % 2)), ff);
 				__m512i sb =
 				    _mm512_and_si512(_mm512_srli_epi32(s, 16 * (c % 2) + 8), ff);
-				__m512i il[4], ih[4];
+				/* with 1-2 vectors, odd k-steps go to a second pair of chains
+				 * (slots 4..7): 8 dependent vpdpbusd would bind on latency */
+				const int spl = NT <= 2 ? 4 : 0;
+				__m512i il[8], ih[8];
 				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 				{
-					il[v] = _mm512_setzero_si512();
-					ih[v] = _mm512_setzero_si512();
+					il[v] = ih[v] = _mm512_setzero_si512();
+					il[v + spl] = ih[v + spl] = _mm512_setzero_si512();
 				}
 				const uint8_t *q = d + 256 + 512 * c;
 				_Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
@@ -175,16 +194,24 @@ TGT512 static INL void vnni_gemm_k4(float *out, int ldo, const uint8_t *w, int n
 					{
 						const int8_t *xq =
 						    x[v].q + QK_K * i + 64 * c + 4 * k;
-						il[v] = _mm512_dpbusd_epi32(
-						    il[v], lo, _mm512_set1_epi32(ld32(xq)));
-						ih[v] = _mm512_dpbusd_epi32(
-						    ih[v], hi, _mm512_set1_epi32(ld32(xq + 32)));
+						int u = v + (k & 1) * spl;
+						il[u] = _mm512_dpbusd_epi32(
+						    il[u], lo, _mm512_set1_epi32(ld32(xq)));
+						ih[u] = _mm512_dpbusd_epi32(
+						    ih[u], hi, _mm512_set1_epi32(ld32(xq + 32)));
 					}
 				}
-				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
-				    _mm512_add_epi32(
-					isum[v], _mm512_add_epi32(_mm512_mullo_epi32(il[v], sa),
-								  _mm512_mullo_epi32(ih[v], sb)));
+				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
+				{
+					if (spl) {
+						il[v] = _mm512_add_epi32(il[v], il[v + spl]);
+						ih[v] = _mm512_add_epi32(ih[v], ih[v + spl]);
+					}
+					isum[v] = _mm512_add_epi32(
+					    isum[v],
+					    _mm512_add_epi32(_mm512_mullo_epi32(il[v], sa),
+							     _mm512_mullo_epi32(ih[v], sb)));
+				}
 			}
 			__m512i pa = _mm512_and_si512(mn[0], ff16);
 			__m512i pb = _mm512_and_si512(_mm512_srli_epi32(mn[0], 8), ff16);
@@ -240,6 +267,8 @@ TGT512 static INL void vnni_gemm_k6(float *out, int ldo, const uint8_t *w, int n
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
 		for (int i = 0; i < nb; i++) {
 			const uint8_t *d = gp + (size_t)i * 3360;
+			for (int o = 0; o < 3360; o += 64) /* as in vnni_gemm_k4 */
+				_mm_prefetch((const char *)d + 2 * 3360 + o, _MM_HINT_T0);
 			__m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 			__m512i isum[4];
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) isum[v] =
