@@ -2,7 +2,8 @@
 //   node serve_bench.mjs URL streams N R   N concurrent clients, R streamed 64-token completions
 //                                          each: aggregate tok/s, mean request latency
 //   node serve_bench.mjs URL ttft K BG     K sequential requests, each with BG long streams running
-//                                          (0 = idle): time to the first token, median and max
+//                                          (0 = idle): time to the first token (its chunk), median
+//                                          and max
 // Prints one line of figures; exits non-zero only when a request fails.
 import http from "node:http";
 
@@ -10,12 +11,14 @@ const [url, mode, a = "1", b = "1"] = process.argv.slice(2);
 const u = new URL("/v1/completions", url);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 
-// One streamed completion: resolves {tokens, ms, ttft} (ttft: first content chunk) or rejects.
-// onFirst is called at the first content chunk; abort() ends a background stream early.
-function complete(maxTokens, prompt, onFirst, ctl) {
+// One streamed completion: resolves {tokens, ms, ttft} or rejects. ttft: the first chunk (with
+// perToken, logprobs on: every token sends a chunk, even one whose text is still held back, so
+// this is the first token; else the first chunk with text). onFirst is called then; ctl.abort()
+// ends a background stream early.
+function complete(maxTokens, prompt, onFirst, ctl, perToken) {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true,
-      stream_options: { include_usage: true } });
+      stream_options: { include_usage: true }, ...(perToken ? { logprobs: true } : {}) });
     const t0 = process.hrtime.bigint();
     let ttft = -1, buf = "";
     const req = http.request(u, { method: "POST", agent, headers: { "Content-Type": "application/json",
@@ -23,7 +26,7 @@ function complete(maxTokens, prompt, onFirst, ctl) {
       res.setEncoding("utf8");
       res.on("data", (d) => {
         buf += d;
-        if (ttft < 0 && buf.includes('"text":"') && /"text":"[^"]/.test(buf)) {
+        if (ttft < 0 && (perToken ? buf.includes("data: {") : /"text":"[^"]/.test(buf))) {
           ttft = Number(process.hrtime.bigint() - t0) / 1e6;
           if (onFirst) onFirst();
         }
@@ -71,7 +74,7 @@ if (mode === "streams") {
   const t = [];
   for (let i = 0; i < k; i++) {
     await new Promise((z) => setTimeout(z, 150));
-    t.push((await complete(8, prompts[0])).ttft);
+    t.push((await complete(8, prompts[0], null, null, true)).ttft);
   }
   for (const c of ctls) c.abort();
   t.sort((x, y) => x - y);
