@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #ifdef __APPLE__
@@ -830,6 +831,25 @@ static int make_pipe(int p[2])
 	return 0;
 }
 
+/* Publishes this node over mDNS (not with --no-mdns). */
+static int mdns_start(agent_t *a, const tp_keys_t *keys, int port, char *errbuf, size_t errlen)
+{
+	const agent_config_t *cfg = &a->cfg;
+	if (!cfg->no_mdns) {
+		disc_publish_t pub = {.id = a->self,
+				      .port = (uint16_t)port,
+				      .mem_bytes = a->facts.mem_bytes,
+				      .cores = a->facts.cores,
+				      .nonce = a->nonce};
+		snprintf(pub.cid, sizeof pub.cid, "%s", keys->cid_hex);
+		snprintf(pub.rdma, sizeof pub.rdma, "%s", a->facts.rdma);
+		a->mdns = disc_mdns_new(&pub, errbuf, errlen);
+		if (!a->mdns)
+			return SH_EIO;
+	}
+	return 0;
+}
+
 agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbuf, size_t errlen)
 {
 	agent_t *a = calloc(1, sizeof *a);
@@ -877,7 +897,16 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->cfg.port = port;
 	if (agent_status_listen(a, errbuf, errlen))
 		goto err;
+	/* publish before hashing a small model: mDNS probing (~0.75 s) runs meanwhile (formation
+	 * time). A large model's first hash takes long: peers would time out handshaking with a
+	 * node that does not answer yet, so it publishes after. */
+	struct stat st;
+	int early = !cfg->model || (stat(cfg->model, &st) == 0 && st.st_size < (1LL << 30));
+	if (early && mdns_start(a, keys, port, errbuf, errlen))
+		goto err;
 	if (agent_model_init(a, errbuf, errlen))
+		goto err;
+	if (!early && mdns_start(a, keys, port, errbuf, errlen))
 		goto err;
 	if (agent_web_start(a, errbuf, errlen))
 		goto err;
@@ -902,18 +931,6 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		a->static_last_ms[i] = INT64_MIN / 2;
 	for (int i = 0; i < DISC_MAX_PEERS; i++)
 		a->mdns_last_try_ms[i] = INT64_MIN / 2;
-	if (!cfg->no_mdns) {
-		disc_publish_t pub = {.id = a->self,
-				      .port = (uint16_t)port,
-				      .mem_bytes = a->facts.mem_bytes,
-				      .cores = a->facts.cores,
-				      .nonce = a->nonce};
-		snprintf(pub.cid, sizeof pub.cid, "%s", keys->cid_hex);
-		snprintf(pub.rdma, sizeof pub.rdma, "%s", a->facts.rdma);
-		a->mdns = disc_mdns_new(&pub, errbuf, errlen);
-		if (!a->mdns)
-			goto err;
-	}
 	LOG(LOG_INFO,
 	    "agent: control port %d, cluster %s, mDNS %s, %d static peers, settle %lld ms%s", port,
 	    keys->cid_hex, a->mdns ? disc_mdns_backend() : "off", cfg->npeers,

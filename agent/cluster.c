@@ -307,6 +307,7 @@ static void make_plan(agent_t *a, const core_action_t *x)
 	plan_t *p = NULL;
 	plan_view_t *v = NULL;
 	if (!a->have_pmodel) {
+		snprintf(err, sizeof err, "this node has no model file yet");
 		if (!a->cfg.model || cli_plan_model_gguf(a->cfg.model, &a->pmodel, err, sizeof err))
 			goto out;
 		a->have_pmodel = 1;
