@@ -145,6 +145,8 @@ fi
 
 # ---- B. the verdicts ---------------------------------------------------------------------------
 LOG4=$(ns_dir 4)/agent.log
+# the third failure announces a 4 s wait: about 3 s after the first start (A may end sooner)
+ns_wait 20 grep -q 'retrying in 4000 ms' "$LOG4"
 check "B: the exit status is reported" grep -q "command ended after .* ms with exit status 7" "$LOG4"
 check "B: with its last output" grep -q 'exec:   | boom on rank 0' "$LOG4"
 starts=$(grep -c 'exec: started rank' "$LOG4")
