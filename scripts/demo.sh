@@ -5,7 +5,8 @@
 #     shoal agent --token demo                 (host 1 also --model models/stories260K.gguf)
 # waits until the elected leader serves the OpenAI API, prints the member table and the plan, and
 # asks for a story: the TinyStories model carried in models/ (MIT, see models/README.md) continues
-# "Once upon a time" in simple English. Then the agents restart with a larger generated model of
+# "Once upon a time" in simple English, and one reply constrained by a JSON Schema
+# (response_format). Then the agents restart with a larger generated model of
 # random weights (its text is noise) for the speed line, and everything is torn down.
 #
 # Flags beyond `--token demo`: every simulated host shares this machine's filesystem, so each gets
@@ -176,6 +177,12 @@ fi
 echo
 printf 'Once upon a time%s\n' "$STORY_TEXT" | fold -s -w 96 | sed 's/^/    /'
 echo "($(field '.usage.completion_tokens' 's/.*"completion_tokens":\([0-9]*\).*/\1/p') tokens, finish_reason $(field '.choices[0].finish_reason' 's/.*"finish_reason":"\([a-z]*\)".*/\1/p'))"
+
+say "structured output from the same cluster (response_format json_schema: constrained sampling)"
+BODY='{"model":"stories260K","prompt":"Lily and Ben","max_tokens":60,"temperature":0.8,"seed":3,"response_format":{"type":"json_schema","json_schema":{"name":"character","schema":{"type":"object","properties":{"name":{"type":"string","maxLength":16},"age":{"type":"integer"},"likes":{"type":"array","items":{"enum":["ball","park","cat","dog"]},"maxItems":3}},"required":["name","age","likes"],"additionalProperties":false}}}}'
+post /v1/completions "$BODY"
+echo "schema: {name: string (max 16), age: integer, likes: [ball|park|cat|dog] (max 3)}, all required"
+echo "reply:  $(field '.choices[0].text' 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/p')"
 
 say "the speed line: the agents restart with the random-weight model"
 stop_agents
