@@ -5,16 +5,20 @@
 # as one of 3 ranks, then fetches only its share's bytes into a sparse slice file: its state
 # directory holds about its share, not the file. kill -9 of host 2 re-plans onto 2 ranks: host 3's
 # share grows and it fetches only the difference. Answers equal `shoal generate`'s throughout.
+# SLICES_NAME and SLICES_MODEL (mkmodel flags) let another test run the same on another model
+# (t_moe_slices.sh: a mixture of experts, whose ranks keep whole experts).
 . tests/lib.sh
+NAME=${SLICES_NAME:-t_slices}
+MODEL_ARGS=${SLICES_MODEL:-"--dim 1024 --layers 4 --heads 8 --kv-heads 4 --ffn 6144 --vocab 512"}
 
 if [ "$(id -u)" -ne 0 ]; then
-	skip "t_slices: needs root for network namespaces"
+	skip "$NAME: needs root for network namespaces"
 	done_tests
 	exit $?
 fi
 for tool in ip avahi-daemon dbus-daemon curl jq du; do
 	if ! command -v $tool >/dev/null 2>&1; then
-		skip "t_slices: $tool not installed"
+		skip "$NAME: $tool not installed"
 		done_tests
 		exit $?
 	fi
@@ -22,7 +26,7 @@ done
 
 . tests/netns.sh
 SHOAL=$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")
-TOKEN="shoal-slices-test-$$"
+TOKEN="shoal-$NAME-test-$$"
 PROMPT="the little fish"
 N=16
 
@@ -35,8 +39,8 @@ TMP=$NS_ROOT/t
 mkdir -p "$TMP"
 # rows long enough that a share's rows are whole file-system blocks
 GEN=$TMP/gen.gguf
-"$SHOAL" mkmodel --dim 1024 --layers 4 --heads 8 --kv-heads 4 --ffn 6144 --vocab 512 --seed 5 \
-	-o "$GEN" >/dev/null 2>&1 || fail "mkmodel"
+# shellcheck disable=SC2086
+"$SHOAL" mkmodel $MODEL_ARGS --seed 5 -o "$GEN" >/dev/null 2>&1 || fail "mkmodel"
 SIZE=$(wc -c <"$GEN")
 
 state() { echo "$(ns_dir "$1")/state"; }
