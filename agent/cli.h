@@ -33,6 +33,10 @@ void cli_comm_stats(const struct eng *e); /* one line on stderr */
  * leader uses it too). Returns 0 or an error with "PATH: reason" in err. */
 int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
 
+/* A whole decimal integer in [lo, hi] (no sign games, no trailing text: "foo" and "12x" are
+ * refused). Returns 0 with *out set, or -1. Every subcommand's integer flags go through it. */
+int cli_parse_int(const char *s, long lo, long hi, int *out);
+
 /* Common flag: --log-level LEVEL (or SHOAL_LOG). Returns 0, or 2 with a message on a bad level. */
 int cli_set_log_level(const char *arg);
 

@@ -194,16 +194,6 @@ static int write_outputs(const plan_t *p, const char *dir, int mlx_list, char *e
 	return rc;
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -240,19 +230,19 @@ int cmd_plan(int argc, char **argv)
 			o.strategy = (plan_strategy_t)x;
 			break;
 		case 'c':
-			if (parse_int(optarg, 1, 1 << 24, &o.ctx)) {
+			if (cli_parse_int(optarg, 1, 1 << 24, &o.ctx)) {
 				fprintf(stderr, "shoal plan: --ctx must be from 1 to 16777216\n");
 				return 2;
 			}
 			break;
 		case 'k':
-			if (parse_int(optarg, 1, 8, &o.kv_bytes)) {
+			if (cli_parse_int(optarg, 1, 8, &o.kv_bytes)) {
 				fprintf(stderr, "shoal plan: --kv-bytes must be from 1 to 8\n");
 				return 2;
 			}
 			break;
 		case 'H':
-			if (parse_int(optarg, 0, 1 << 30, &x)) {
+			if (cli_parse_int(optarg, 0, 1 << 30, &x)) {
 				fprintf(stderr,
 					"shoal plan: --headroom-mb must be a number of MB\n");
 				return 2;
@@ -260,7 +250,7 @@ int cmd_plan(int argc, char **argv)
 			o.headroom_bytes = (uint64_t)x << 20;
 			break;
 		case 'p':
-			if (parse_int(optarg, 1, 65535, &o.base_port)) {
+			if (cli_parse_int(optarg, 1, 65535, &o.base_port)) {
 				fprintf(stderr,
 					"shoal plan: --base-port must be from 1 to 65535\n");
 				return 2;
