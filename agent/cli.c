@@ -2,7 +2,20 @@
 #include "agent/cli.h"
 #include "common/common.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+int cli_parse_int(const char *s, long lo, long hi, int *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
 
 int cli_set_log_level(const char *arg)
 {

@@ -29,9 +29,9 @@ struct eng;
 int cli_generate(int argc, char **argv, const char *name, const struct eng_dist *dist);
 void cli_comm_stats(const struct eng *e); /* one line on stderr */
 
-/* Model shapes and exact tensor sizes from a GGUF file, for the planner (cmd_plan.c; the agent's
- * leader uses it too). Returns 0 or an error with "PATH: reason" in err. */
-int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
+/* A whole decimal integer in [lo, hi] (no sign games, no trailing text: "foo" and "12x" are
+ * refused). Returns 0 with *out set, or -1. Every subcommand's integer flags go through it. */
+int cli_parse_int(const char *s, long lo, long hi, int *out);
 
 /* Common flag: --log-level LEVEL (or SHOAL_LOG). Returns 0, or 2 with a message on a bad level. */
 int cli_set_log_level(const char *arg);

@@ -15,8 +15,8 @@
  * accepted until its session starts, a->made the planner's last plan; at most one session runs.
  */
 #include "agent/agent_int.h"
-#include "agent/cli.h"
 #include "agent/exec.h"
+#include "agent/planio.h"
 #include "common/common.h"
 #include "infer/infer.h"
 
@@ -280,25 +280,6 @@ static void core_plan_of(const plan_t *p, core_plan_t *cp)
 			cp->n++;
 }
 
-static int write_plan_files(agent_t *a, const plan_t *p, char *err, size_t errlen)
-{
-	static const char *const names[] = {"hostfile.json", "mlx-hosts.json", "rdma-devices.json",
-					    "plan.json"};
-	char *(*const fns[])(const plan_t *) = {plan_hostfile_json, plan_mlx_hosts_json,
-						plan_rdma_json, plan_to_json};
-	int rc = 0;
-	for (size_t i = 0; !rc && i < ARRAY_LEN(names); i++) {
-		char path[4200];
-		snprintf(path, sizeof path, "%s/%s", a->cfg.state_dir, names[i]);
-		char *text = fns[i](p);
-		if (!text)
-			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-		rc = write_file_atomic(path, text, strlen(text), err, errlen);
-		free(text);
-	}
-	return rc;
-}
-
 /* The planner: plan the nodes the core names (x->ids, epoch x->epoch). */
 static void make_plan(agent_t *a, const core_action_t *x)
 {
@@ -308,7 +289,8 @@ static void make_plan(agent_t *a, const core_action_t *x)
 	plan_view_t *v = NULL;
 	if (!a->have_pmodel) {
 		snprintf(err, sizeof err, "this node has no model file yet");
-		if (!a->cfg.model || cli_plan_model_gguf(a->cfg.model, &a->pmodel, err, sizeof err))
+		if (!a->cfg.model ||
+		    agent_plan_model_gguf(a->cfg.model, &a->pmodel, err, sizeof err))
 			goto out;
 		a->have_pmodel = 1;
 	}
@@ -400,7 +382,7 @@ static void start_session(agent_t *a, const core_action_t *x)
 		    plan_hash(a->plan), (unsigned long long)plan_epoch(a->plan),
 		    plan_n_ranks(a->plan), plan_strategy_name(plan_strategy(a->plan)), x->rank,
 		    a->cfg.state_dir);
-		if (write_plan_files(a, a->plan, err, sizeof err) == 0)
+		if (agent_plan_write_files(a->plan, a->cfg.state_dir, 0, err, sizeof err) == 0)
 			a->sess = session_start(a, a->plan, x->rank, err, sizeof err);
 	}
 	if (!a->sess) {

@@ -185,8 +185,7 @@ int cmd_agent(int argc, char **argv)
 			break;
 		}
 		case 'e':
-			cfg.expect = atoi(optarg);
-			if (cfg.expect < 0 || cfg.expect > DISC_MAX_PEERS) {
+			if (cli_parse_int(optarg, 0, DISC_MAX_PEERS, &cfg.expect)) {
 				fprintf(stderr, "shoal agent: bad --expect '%s'\n", optarg);
 				return 2;
 			}

@@ -124,9 +124,22 @@ int cmd_bench(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': path = optarg; break;
-		case 't': threads = atoi(optarg); break;
-		case 'p': n_prompt = atoi(optarg); break;
-		case 'g': n_gen = atoi(optarg); break;
+		case 't':
+		case 'p':
+		case 'g':
+			/* strict: "foo" is an error, not 0 */
+			if (cli_parse_int(optarg, c == 't' ? 0 : 1, 1 << 20,
+					  c == 't'   ? &threads
+					  : c == 'p' ? &n_prompt
+						     : &n_gen)) {
+				fprintf(stderr, "shoal bench: bad --%s '%s'\n",
+					c == 't'   ? "threads"
+					: c == 'p' ? "prompt"
+						   : "gen",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'k': kv_name = optarg; break;
 		case 'B': bw = 1; break;
 		case 'h': usage(stdout); return 0;

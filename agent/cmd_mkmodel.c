@@ -35,16 +35,6 @@ static void usage(FILE *f)
 	    "--dense-lead (default 1) route through experts (1 shared expert by default).\n");
 }
 
-static int parse_int(const char *s, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == 0 || *end || v < 0 || v > (1 << 24))
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 /* The integer options: one row per flag (a new architecture adds its rows here). */
 static const struct {
 	const char *name;
@@ -121,7 +111,8 @@ int cmd_mkmodel(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		if (c >= OPT_INT && c < OPT_INT + (int)ARRAY_LEN(int_opts)) {
-			if (parse_int(optarg, (int *)((char *)&o + int_opts[c - OPT_INT].off))) {
+			if (cli_parse_int(optarg, 0, 1 << 24,
+					  (int *)((char *)&o + int_opts[c - OPT_INT].off))) {
 				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
 				return 2;
 			}

@@ -2,13 +2,12 @@
  * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
  * Reads a membership view and model metadata, prints the plan as a table and writes
  * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
- * All the planning is planner/'s; this file only does the I/O around it (and turns a GGUF's
- * metadata and tensor sizes into the planner's model struct: planner/ may not depend on infer/).
+ * All the planning is planner/'s; this file only does the I/O around it (planio.c turns a GGUF
+ * into the planner's model struct and writes the files, as the agent does).
  */
 #include "agent/cli.h"
+#include "agent/planio.h"
 #include "common/common.h"
-#include "infer/gguf.h"
-#include "infer/model/meta.h"
 #include "planner/planner.h"
 
 #include <getopt.h>
@@ -43,91 +42,11 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Adds a tensor's bytes to the planner bucket its name says (per-layer buckets are summed over
- * all layers and averaged by the caller). */
-static void add_tensor(plan_model_t *m, const gguf_tensor_t *t, int *ffn_type)
-{
-	const char *n = t->name;
-	if (!strncmp(n, "blk.", 4)) {
-		const char *dot = strchr(n + 4, '.');
-		const char *k = dot ? dot + 1 : "";
-		if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight") ||
-		    /* deepseek2's per-head latent attention matrices split with the query heads
-		     * (attn_q_a, attn_kv_a_mqa and their norms are replicated: norm_bytes) */
-		    !strcmp(k, "attn_q_b.weight") || !strcmp(k, "attn_kv_b.weight") ||
-		    !strcmp(k, "attn_k_b.weight") || !strcmp(k, "attn_v_b.weight"))
-			m->attn_qo_bytes += t->nbytes;
-		else if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
-			m->attn_kv_bytes += t->nbytes;
-		else if (strstr(k, "_exps.weight")) /* routed experts: split whole */
-			m->expert_bytes += t->nbytes;
-		else if (strstr(k, "_shexp.weight") && strncmp(k, "ffn_gate_inp", 12)) {
-			m->shexp_bytes += t->nbytes; /* the shared block: split by columns */
-			if (!strcmp(k, "ffn_down_shexp.weight"))
-				if (gguf_type_block(t->type) > gguf_type_block(*ffn_type))
-					*ffn_type = t->type; /* the larger block bounds both */
-		} else if (!strncmp(k, "ffn_gate_inp", 12))  /* routers: replicated */
-			m->norm_bytes += t->nbytes;
-		else if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight")) {
-			m->ffn_bytes += t->nbytes;
-			if (!strcmp(k, "ffn_down.weight"))
-				*ffn_type = t->type; /* its rows run along the FFN dimension */
-		} else
-			m->norm_bytes += t->nbytes; /* norms and biases: replicated */
-	} else if (!strcmp(n, "token_embd.weight")) {
-		m->embd_bytes += t->nbytes;
-	} else {
-		m->output_bytes += t->nbytes; /* output, output_norm */
-	}
-}
-
-/* Model shapes and exact tensor sizes from a GGUF file. */
-static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen);
-
-int cli_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
-{
-	return load_gguf(path, m, err, errlen);
-}
-
-static int load_gguf(const char *path, plan_model_t *m, char *err, size_t errlen)
-{
-	gguf_t *g = NULL;
-	model_meta_t mm;
-	char e[256];
-	int rc = gguf_open(&g, path, e, sizeof e);
-	if (!rc)
-		rc = meta_load(&mm, g, e, sizeof e);
-	if (rc) {
-		gguf_free(g);
-		return sh_fail(err, errlen, rc, "%s: %s", path, e);
-	}
-	memset(m, 0, sizeof *m);
-	snprintf(m->arch, sizeof m->arch, "%s", mm.arch_name);
-	m->n_layers = mm.n_layers, m->n_heads = mm.n_heads, m->n_kv_heads = mm.n_kv_heads;
-	m->head_dim = mm.head_dim, m->dim = mm.dim, m->ffn = mm.ffn, m->n_vocab = mm.n_vocab;
-	m->n_ctx = mm.n_ctx;
-	m->n_experts = mm.n_experts, m->ffn_shexp = mm.ffn_shexp;
-	int ffn_type = GGML_F32;
-	for (int i = 0; i < gguf_n_tensors(g); i++)
-		add_tensor(m, gguf_tensor(g, i), &ffn_type);
-	gguf_free(g);
-	uint64_t l = (uint64_t)MAX(m->n_layers, 1);
-	m->attn_qo_bytes = (m->attn_qo_bytes + l - 1) / l; /* per layer, rounded up */
-	m->attn_kv_bytes = (m->attn_kv_bytes + l - 1) / l;
-	m->ffn_bytes = (m->ffn_bytes + l - 1) / l;
-	m->norm_bytes = (m->norm_bytes + l - 1) / l;
-	m->expert_bytes = (m->expert_bytes + l - 1) / l;
-	m->shexp_bytes = (m->shexp_bytes + l - 1) / l;
-	m->ffn_block = MAX(gguf_type_block(ffn_type), 32);
-	rc = plan_model_check(m, e, sizeof e);
-	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;
-}
-
 /* Model metadata from a model-metadata JSON file or a .gguf. */
 static int load_model(const char *path, plan_model_t *m, char *err, size_t errlen)
 {
 	if (ends_with(path, ".gguf"))
-		return load_gguf(path, m, err, errlen);
+		return agent_plan_model_gguf(path, m, err, errlen);
 	char *text = NULL;
 	int rc = read_file_all(path, &text, NULL, err, errlen);
 	if (rc)
@@ -172,38 +91,6 @@ static void print_table(const plan_t *p)
 	}
 }
 
-/* Writes the four files; returns 0 or an error with the message in err. */
-static int write_outputs(const plan_t *p, const char *dir, int mlx_list, char *err, size_t errlen)
-{
-	static const char *const names[] = {"hostfile.json", "mlx-hosts.json", "rdma-devices.json",
-					    "plan.json"};
-	char *(*const fns[])(const plan_t *) = {plan_hostfile_json,
-						mlx_list ? plan_mlx_list_json : plan_mlx_hosts_json,
-						plan_rdma_json, plan_to_json};
-	int rc = mkdir_p(dir, err, errlen);
-	for (size_t i = 0; !rc && i < ARRAY_LEN(names); i++) {
-		char path[4096];
-		if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path)
-			return sh_fail(err, errlen, SH_EINVAL, "output path too long");
-		char *text = fns[i](p);
-		if (!text)
-			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-		rc = write_file_atomic(path, text, strlen(text), err, errlen);
-		free(text);
-	}
-	return rc;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -240,19 +127,19 @@ int cmd_plan(int argc, char **argv)
 			o.strategy = (plan_strategy_t)x;
 			break;
 		case 'c':
-			if (parse_int(optarg, 1, 1 << 24, &o.ctx)) {
+			if (cli_parse_int(optarg, 1, 1 << 24, &o.ctx)) {
 				fprintf(stderr, "shoal plan: --ctx must be from 1 to 16777216\n");
 				return 2;
 			}
 			break;
 		case 'k':
-			if (parse_int(optarg, 1, 8, &o.kv_bytes)) {
+			if (cli_parse_int(optarg, 1, 8, &o.kv_bytes)) {
 				fprintf(stderr, "shoal plan: --kv-bytes must be from 1 to 8\n");
 				return 2;
 			}
 			break;
 		case 'H':
-			if (parse_int(optarg, 0, 1 << 30, &x)) {
+			if (cli_parse_int(optarg, 0, 1 << 30, &x)) {
 				fprintf(stderr,
 					"shoal plan: --headroom-mb must be a number of MB\n");
 				return 2;
@@ -260,7 +147,7 @@ int cmd_plan(int argc, char **argv)
 			o.headroom_bytes = (uint64_t)x << 20;
 			break;
 		case 'p':
-			if (parse_int(optarg, 1, 65535, &o.base_port)) {
+			if (cli_parse_int(optarg, 1, 65535, &o.base_port)) {
 				fprintf(stderr,
 					"shoal plan: --base-port must be from 1 to 65535\n");
 				return 2;
@@ -296,7 +183,7 @@ int cmd_plan(int argc, char **argv)
 	if (plan_make(&p, v, &m, &o, err, sizeof err))
 		goto fail;
 	print_table(p);
-	if (write_outputs(p, out, mlx_list, err, sizeof err))
+	if (agent_plan_write_files(p, out, mlx_list, err, sizeof err))
 		goto fail;
 	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",
 	       out);

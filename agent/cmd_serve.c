@@ -43,16 +43,6 @@ static void usage(FILE *f)
 	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 int cmd_serve(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -84,27 +74,27 @@ int cmd_serve(int argc, char **argv)
 		case 'm': eo.model_path = optarg; break;
 		case 'H': wo.host = optarg; break;
 		case 'p':
-			if (parse_int(optarg, 0, 65535, &wo.port))
+			if (cli_parse_int(optarg, 0, 65535, &wo.port))
 				goto bad;
 			break;
 		case 't':
-			if (parse_int(optarg, 0, 4096, &eo.threads))
+			if (cli_parse_int(optarg, 0, 4096, &eo.threads))
 				goto bad;
 			break;
 		case 'c':
-			if (parse_int(optarg, 0, 1 << 24, &eo.ctx))
+			if (cli_parse_int(optarg, 0, 1 << 24, &eo.ctx))
 				goto bad;
 			break;
 		case 'P':
-			if (parse_int(optarg, 1, ENG_MAX_PARALLEL, &eo.parallel))
+			if (cli_parse_int(optarg, 1, ENG_MAX_PARALLEL, &eo.parallel))
 				goto bad;
 			break;
 		case 'q':
-			if (parse_int(optarg, 1, 1 << 20, &wo.queue_max))
+			if (cli_parse_int(optarg, 1, 1 << 20, &wo.queue_max))
 				goto bad;
 			break;
 		case 'T':
-			if (parse_int(optarg, 1, 1 << 30, &wo.request_timeout_ms))
+			if (cli_parse_int(optarg, 1, 1 << 30, &wo.request_timeout_ms))
 				goto bad;
 			break;
 		case 'k': wo.api_key = optarg; break;

@@ -346,6 +346,32 @@ err:
 	return rc;
 }
 
+int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,
+		    size_t errlen)
+{
+	gguf_t *g = NULL;
+	model_meta_t mm;
+	char e[256];
+	int rc = gguf_open(&g, path, e, sizeof e);
+	if (!rc)
+		rc = meta_load(&mm, g, e, sizeof e);
+	if (rc) {
+		gguf_free(g);
+		return sh_fail(err, errlen, rc, "%s: %s", path, e);
+	}
+	memset(s, 0, sizeof *s);
+	snprintf(s->arch, sizeof s->arch, "%s", mm.arch_name);
+	s->n_layers = mm.n_layers, s->n_heads = mm.n_heads, s->n_kv_heads = mm.n_kv_heads;
+	s->head_dim = mm.head_dim, s->dim = mm.dim, s->ffn = mm.ffn, s->n_vocab = mm.n_vocab;
+	s->n_ctx = mm.n_ctx, s->n_experts = mm.n_experts, s->ffn_shexp = mm.ffn_shexp;
+	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);
+	}
+	gguf_free(g);
+	return 0;
+}
+
 int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen)
 {
 	return gguf_header_bytes(prefix, len, need, err, errlen);

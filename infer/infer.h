@@ -258,6 +258,18 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
  * prefix may). For a node that fetches the header before its slice. */
 int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
+/* A model file's shape and tensors, for planning without loading it: the metadata the engine
+ * reads (with its checks) and, through fn (may be NULL), every tensor's name, the elements per
+ * block of its type and its bytes. */
+typedef struct eng_model_shape {
+	char arch[32];
+	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
+	int n_experts, ffn_shexp; /* mixture of experts (0: dense) */
+} eng_model_shape_t;
+typedef void (*eng_tensor_fn)(void *ud, const char *name, int type_block, uint64_t nbytes);
+int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,
+		    size_t errlen);
+
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {
 	uint64_t steps, tokens; /* forward passes and the tokens in them */

@@ -14,4 +14,12 @@ check "unknown command prints usage to stderr" grep -q '^usage: shoal' /tmp/shoa
 $SHOAL >/dev/null 2>&1; rc=$?
 check "no command exits 2" [ $rc -eq 2 ]
 rm -f /tmp/shoal-cli.$$
+# integer flags are strict everywhere (cli_parse_int): "foo" and "12x" are errors, never 0
+for args in "bench --model x --threads foo" "bench --model x --gen 12x" \
+	"agent --token t --expect foo" "serve --model x --port foo" "mkmodel --dim foo -o /dev/null" \
+	"plan --view x --model y --ctx 1k"; do
+	# shellcheck disable=SC2086
+	$SHOAL $args >/dev/null 2>&1; rc=$?
+	check "shoal $args: refused with exit 2 (got $rc)" [ $rc -eq 2 ]
+done
 done_tests
