@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,8 +441,10 @@ quant_gemm_fn quant_x86_gemm(int t, const char **impl)
 		__builtin_cpu_init();
 		vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
+		/* F16C through CPUID leaf 1 (ECX bit 29): clang 14 does not know "f16c" here */
+		unsigned a, b, c, d;
+		int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+		have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 	}
 	if (!have)
 		return NULL;
