@@ -43,10 +43,21 @@ wait_ranks() { # http-port n
 	done
 	return 1
 }
-chat() {
+chat1() {
 	curl -sL "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
 		-d '{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":24,"temperature":0}' |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])'
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])' 2>/dev/null
+}
+# chat PORT: the greedy answer; a 503 while the cluster re-forms (a re-check ends a session) is
+# retried for up to 20 s, as a client would
+chat() {
+	_i=0
+	while [ $_i -lt 100 ]; do
+		_a=$(chat1 "$1") && [ -n "$_a" ] && { printf '%s\n' "$_a"; return 0; }
+		sleep 0.2
+		_i=$((_i + 1))
+	done
+	return 1
 }
 # rot FILE OFF: flips the byte at OFF, keeps size and mtime (to the nanosecond)
 rot() {
