@@ -457,6 +457,12 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	m->dim = (int)v;
 	if ((rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
 		return rc;
+	/* no tensor bounds it in a model whose every layer routes to experts, and the scratch is
+	 * sized by it: a hostile value must not become gigabytes (real models stay under 60k) */
+	if (v > (1u << 18))
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s.feed_forward_length %u is beyond any model (at most %u)", a, v,
+			       1u << 18);
 	m->ffn = (int)v;
 	if ((rc = get_req(g, a, "attention.head_count", &v, err, errlen)))
 		return rc;
