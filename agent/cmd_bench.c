@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 static void usage(FILE *f)
@@ -45,26 +46,52 @@ typedef struct bw_job {
 	uint64_t sum[64]; /* per chunk, so the reads cannot be optimized away */
 } bw_job_t;
 
-/* Each chunk sums its contiguous share in four 16-byte vector lanes (GCC/clang vector types:
- * SSE2 / NEON registers without target flags), 64 bytes per step, so the loop is bound by
- * memory, not by the adds. */
-typedef uint64_t bw_v2 __attribute__((vector_size(16)));
+/* Each chunk sums its contiguous share in four vector lanes, 4 vectors per step, so the loop is
+ * bound by memory, not by the adds. The vectors must be as wide as the widest loads the kernels
+ * use: with 16-byte loads one core measured ~30 GB/s where its 64-byte loads (and the decode
+ * kernels) read ~37, so the bound would have been below what decode achieves. */
+#define BW_SUM(name, bytes_per_vec, attr)                                                          \
+	typedef uint64_t name##_v __attribute__((vector_size(bytes_per_vec)));                     \
+	attr static uint64_t name(const uint64_t *buf, size_t words)                               \
+	{                                                                                          \
+		const name##_v *p = (const name##_v *)buf;                                         \
+		name##_v s0 = {0}, s1 = s0, s2 = s0, s3 = s0;                                      \
+		size_t nv = words / (bytes_per_vec / 8);                                           \
+		for (size_t i = 0; i + 4 <= nv; i += 4) {                                          \
+			s0 += p[i];                                                                \
+			s1 += p[i + 1];                                                            \
+			s2 += p[i + 2];                                                            \
+			s3 += p[i + 3];                                                            \
+		}                                                                                  \
+		name##_v s = s0 + s1 + s2 + s3;                                                    \
+		uint64_t t = 0;                                                                    \
+		for (int k = 0; k < bytes_per_vec / 8; k++)                                        \
+			t += s[k];                                                                 \
+		return t;                                                                          \
+	}
+BW_SUM(bw_sum16, 16, ) /* SSE2 / NEON without target flags */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+BW_SUM(bw_sum32, 32, __attribute__((target("avx2"))))
+BW_SUM(bw_sum64, 64, __attribute__((target("avx512f"))))
+#endif
 
 static void bw_task(void *ctx, int c, int nc, int tid)
 {
 	bw_job_t *j = ctx;
 	size_t lo = j->n / (size_t)nc * (size_t)c, hi = c == nc - 1 ? j->n : lo + j->n / (size_t)nc;
-	const bw_v2 *p = (const bw_v2 *)(j->buf + lo);
-	bw_v2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
+	lo &= ~(size_t)31; /* 256-byte steps from a 64-byte aligned start */
 	(void)tid;
-	for (size_t i = 0; i + 4 <= (hi - lo) / 2; i += 4) {
-		s0 += p[i];
-		s1 += p[i + 1];
-		s2 += p[i + 2];
-		s3 += p[i + 3];
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	if (__builtin_cpu_supports("avx512f")) {
+		j->sum[c] = bw_sum64(j->buf + lo, hi - lo);
+		return;
 	}
-	bw_v2 s = s0 + s1 + s2 + s3;
-	j->sum[c] = s[0] + s[1];
+	if (__builtin_cpu_supports("avx2")) {
+		j->sum[c] = bw_sum32(j->buf + lo, hi - lo);
+		return;
+	}
+#endif
+	j->sum[c] = bw_sum16(j->buf + lo, hi - lo);
 }
 
 /* Best of 40 passes over 256 MiB (8x the largest L3 here), one contiguous share per thread:
@@ -73,7 +100,11 @@ static int membw(int threads)
 {
 	size_t bytes = (size_t)256 << 20;
 	pool_t *pool = pool_new(threads);
-	uint64_t *buf = aligned_alloc(64, bytes);
+	uint64_t *buf = aligned_alloc((size_t)2 << 20, bytes);
+#ifdef MADV_HUGEPAGE
+	if (buf) /* as the engine's repacked weights are (matmul.c rp_alloc) */
+		madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
 	if (!pool || !buf) {
 		fprintf(stderr, "shoal bench: out of memory\n");
 		pool_free(pool);

@@ -55,6 +55,34 @@ static void rp_task(void *ctx, int c, int nc, int tid)
 		     j->w->row_bytes, hi - lo, j->w->cols, j->dst + (size_t)lo * j->gbytes);
 }
 
+/* The copy is read once per token, start to end: in 2 MiB pages (transparent huge pages, which
+ * many kernels grant only on request) a token's read takes ~400x fewer TLB misses than in 4 KiB
+ * ones. Where huge pages are not granted the mapping works the same in small pages. */
+#define RP_HUGE ((size_t)2 << 20)
+
+static size_t rp_round(size_t bytes)
+{
+	return (bytes + RP_HUGE - 1) & ~(RP_HUGE - 1);
+}
+
+static uint8_t *rp_alloc(size_t bytes)
+{
+	size_t len = rp_round(bytes) + RP_HUGE; /* room to align the start to a huge page */
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	uintptr_t a = ((uintptr_t)p + RP_HUGE - 1) & ~(uintptr_t)(RP_HUGE - 1);
+	if (a > (uintptr_t)p)
+		munmap(p, a - (uintptr_t)p);
+	size_t tail = (uintptr_t)p + len - (a + rp_round(bytes));
+	if (tail)
+		munmap((uint8_t *)a + rp_round(bytes), tail);
+#ifdef MADV_HUGEPAGE
+	madvise((void *)a, rp_round(bytes), MADV_HUGEPAGE);
+#endif
+	return (uint8_t *)a;
+}
+
 int wmat_repack(model_t *m, wmat_t *w, int release)
 {
 	const char *impl = quant_gemm_impl(w->type);
@@ -63,7 +91,8 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 		return 0;
 	int ng = w->rows / QR_ROWS;
 	size_t gb = quant_repack_group_bytes(w->type, w->cols);
-	uint8_t *dst = aligned_alloc(64, ((size_t)ng * gb + 63) & ~(size_t)63);
+	size_t bytes = (size_t)ng * gb;
+	uint8_t *dst = rp_alloc(bytes);
 	if (!dst)
 		return SH_ENOMEM;
 	w->rp_groups = ng;
@@ -76,6 +105,7 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 	rp_job_t j = {w, dst, gb};
 	pool_run(m->pool, rp_task, &j, MIN(ng, 8 * pool_threads(m->pool)));
 	w->rp = w->rp_own = dst;
+	w->rp_bytes = bytes;
 	w->rp_of = w->data;
 	w->gemm = quant_gemm(w->type);
 	if (release) { /* whole pages inside the repacked rows only */
@@ -91,7 +121,8 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 
 void wmat_release(wmat_t *w)
 {
-	free(w->rp_own);
+	if (w->rp_own)
+		munmap(w->rp_own, rp_round(w->rp_bytes));
 	w->rp = w->rp_own = NULL;
 	w->rp_groups = 0;
 }

@@ -45,7 +45,8 @@ typedef struct wmat {
 	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
 		       */
 	quant_gemm_fn gemm;
-	uint8_t *rp_own; /* what to free (wmat_release) */
+	uint8_t *rp_own; /* what to unmap (wmat_release) */
+	size_t rp_bytes; /* its size */
 } wmat_t;
 
 typedef struct moe_layer moe_layer_t;     /* moe.c: a layer's experts */
