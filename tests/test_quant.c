@@ -502,15 +502,15 @@ TEST(attention_tile_kernels)
 		}
 }
 
-/* The optimized Q8_0 activation quantizer is bit-identical to the plain one (an all-zero block
- * and ties at .5 included). */
+/* The optimized Q8_0 and Q8_K activation quantizers are bit-identical to the plain ones (an
+ * all-zero block of either size and ties at .5 included). */
 TEST(act_prepare_fast_equals_plain)
 {
 	enum { N = 2048 };
 	static float x[N];
 	static uint8_t b1[N * 2], b2[N * 2];
 	for (int i = 0; i < N; i++)
-		x[i] = i < 32 ? 0.f : i % 97 == 0 ? 127.f * 0.5f : frand() * (1 + i % 11);
+		x[i] = i < 256 ? 0.f : i % 97 == 0 ? 127.f * 0.5f : frand() * (1 + i % 11);
 	quant_act_t a1, a2;
 	quant_init(1);
 	quant_act_prepare(QT_Q8_0, x, N, b1, &a1);
@@ -519,6 +519,14 @@ TEST(act_prepare_fast_equals_plain)
 	CHECK(!memcmp(a1.q, a2.q, N));
 	CHECK(!memcmp(a1.d, a2.d, N / 32 * sizeof(float)));
 	CHECK(!memcmp(a1.bsums, a2.bsums, N / 32 * sizeof(int16_t)));
+	/* and the Q8_K one (Q4_K weights): d per 256, sums per 16 */
+	quant_init(1);
+	quant_act_prepare(QT_Q4_K, x, N, b1, &a1);
+	quant_init(0);
+	quant_act_prepare(QT_Q4_K, x, N, b2, &a2);
+	CHECK(!memcmp(a1.q, a2.q, N));
+	CHECK(!memcmp(a1.d, a2.d, N / 256 * sizeof(float)));
+	CHECK(!memcmp(a1.bsums, a2.bsums, N / 16 * sizeof(int16_t)));
 }
 
 /* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */

@@ -483,7 +483,11 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
 		int16_t *bs = (int16_t *)(p + n + (n / QK_K) * 4);
-		quantize_q8_k(x, q, d, bs, n);
+		quant_act_q8_0_fn fast_k = quant_use_ref ? NULL : quant_x86_act_q8_k();
+		if (fast_k)
+			fast_k(x, n, q, d, bs);
+		else
+			quantize_q8_k(x, q, d, bs, n);
 		a->q = q;
 		a->d = d;
 		a->bsums = bs;

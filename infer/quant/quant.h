@@ -245,6 +245,8 @@ quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
  * quantizer (same float operations, round to nearest even). NULL when unavailable. */
 typedef void (*quant_act_q8_0_fn)(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
 quant_act_q8_0_fn quant_x86_act_q8_0(void);
+/* The same for Q8_K blocks (d[n/256], bsums[n/16]), bit-identical to the plain one. */
+quant_act_q8_0_fn quant_x86_act_q8_k(void);
 
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);

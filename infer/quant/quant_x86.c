@@ -856,6 +856,37 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 	}
 }
 
+/* Q8_K (the K-quants' activations) per block of 256: the same operations as quant.c's
+ * quantize_q8_k (|x| max, d = amax / 127 and its inverse as scalars, round to nearest even);
+ * the saturating packs stand in for its MIN(127, ...); one int16 sum per 16 values. */
+TGT static void avx2_act_q8_k(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (int i = 0; i < n / QK_K; i++, x += QK_K, q += QK_K, bsums += 16) {
+		__m256 m = _mm256_setzero_ps();
+		for (int k = 0; k < QK_K / 8; k++)
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float amax = _mm_cvtss_f32(h), s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		d[i] = s;
+		__m256 vi = _mm256_set1_ps(is);
+		for (int c = 0; c < QK_K / 32; c++) {
+			__m256i r[4];
+			for (int k = 0; k < 4; k++)
+				r[k] = _mm256_cvtps_epi32(
+				    _mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), vi));
+			bsums[2 * c] = (int16_t)hsum8i(_mm256_add_epi32(r[0], r[1]));
+			bsums[2 * c + 1] = (int16_t)hsum8i(_mm256_add_epi32(r[2], r[3]));
+			__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+						       _mm256_packs_epi32(r[2], r[3]));
+			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+			_mm256_storeu_si256((__m256i *)(q + 32 * c), p);
+		}
+	}
+}
+
 /* Attention tiles. AVX2: one query at a time, 64 scores in eight registers (eight independent
  * FMA chains, no horizontal sums). AVX-512: up to four queries at once, each key-tile load (four
  * registers of 16 keys) used by all of them, so the loop is bound by FMAs, not loads. */
@@ -993,6 +1024,11 @@ quant_act_q8_0_fn quant_x86_act_q8_0(void)
 	return quant_x86_ops(QT_F32) ? avx2_act_q8_0 : NULL;
 }
 
+quant_act_q8_0_fn quant_x86_act_q8_k(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_act_q8_k : NULL;
+}
+
 quant_wsum_fn quant_x86_wsum(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_wsum : NULL;
@@ -1028,6 +1064,11 @@ quant_av_fn quant_x86_av(void)
 }
 
 quant_act_q8_0_fn quant_x86_act_q8_0(void)
+{
+	return NULL;
+}
+
+quant_act_q8_0_fn quant_x86_act_q8_k(void)
 {
 	return NULL;
 }
