@@ -2,11 +2,11 @@
 # bench_infer.sh: single-node inference figures on a ~0.85B Llama-shaped model (dim 2048, 16
 # layers, 32 heads, 8 KV heads, FFN 5632, vocab 32000, seed 7) in each of BENCH_TYPES (default
 # q8_0 q4_0 q4_k q6_k), generated once and cached under $BUILD/bench/.
-# First the machine's streaming read bandwidth (`shoal bench --membw`) for each thread count:
-# decode reads every weight byte once per token, so bandwidth / bytes-per-token is the decode
-# bound, and every decode figure is printed as a fraction of it. Then, per type and thread
-# count: decode tok/s (64 tokens after a 128-token prompt) and prefill tok/s for 128-, 512- and
-# 1024-token prompts (BENCH_PROMPTS), with the 1024-token per-token cost relative to 128's.
+# Per type and thread count: decode tok/s (64 tokens after a 128-token prompt) as a fraction of
+# the decode bound (decode reads every weight byte once per token, so the streaming read
+# bandwidth of `shoal bench --membw`, measured right after the run, / bytes per token bounds
+# it), and prefill tok/s for 128-, 512- and 1024-token prompts (BENCH_PROMPTS), with the
+# 1024-token per-token cost relative to 128's.
 # With LLAMA_BENCH=/path/to/llama-bench, llama.cpp is run on the same files in the same run and
 # its figures printed beside ours (never stored numbers; LLAMA_REPS repetitions, default 2).
 # cpu% = CPU time the run got / (wall time x threads): below ~95% the machine was shared and
@@ -22,10 +22,12 @@ PROMPTS=${BENCH_PROMPTS:-"128 512 1024"}
 GEN=${BENCH_GEN:-64}
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+# The bound is measured again right after each decode run: on a shared host the bandwidth one
+# gets moves by 2x within minutes (measured here: 2 threads 45 GB/s, then 83, then 45), so a
+# figure taken once at the start says little about a decode run ten minutes later.
+membw() { $SHOAL bench --membw --threads "$1" | sed -n 's/.*read_gb_s=\([0-9.]*\).*/\1/p'; }
 for t in $THREADS; do
-	bw=$($SHOAL bench --membw --threads "$t" | sed -n 's/.*read_gb_s=\([0-9.]*\).*/\1/p')
-	eval "BW_$t=$bw"
-	echo "streaming read bandwidth, $t thread(s): $bw GB/s"
+	echo "streaming read bandwidth, $t thread(s): $(membw "$t") GB/s (at the start)"
 done
 
 get() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -54,7 +56,6 @@ for ty in $TYPES; do
 	ll=
 	[ -n "$LLAMA_BENCH" ] && [ -x "$LLAMA_BENCH" ] && ll=$(llama_run "$m")
 	for t in $THREADS; do
-		eval "bw=\$BW_$t"
 		p128=
 		for p in $PROMPTS; do
 			g=1
@@ -71,6 +72,7 @@ for ty in $TYPES; do
 				"${lf:--}" "${ratio:--}" - - "$(get "$line" peak_rss_mb)" \
 				"$(pct "$(get "$line" prefill_cpu_s)" "$(get "$line" prefill_wall_s)" "$t")" "$rel"
 			if [ "$p" = 128 ]; then
+				bw=$(membw "$t")
 				dec=$(get "$line" decode_tok_s)
 				bpt=$(get "$line" bytes_per_token)
 				bound=$(awk -v b="$bw" -v n="$bpt" 'BEGIN { if (b > 0) printf "%.1f", b * 1e9 / n }')
