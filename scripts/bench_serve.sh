@@ -13,11 +13,11 @@ DIR=$BUILD/bench
 REQS=${BENCH_SERVE_REQS:-2}
 command -v node >/dev/null 2>&1 || { echo "skipped: node not installed"; exit 0; }
 mkdir -p "$DIR"
-m=$DIR/llama-0.85b-q8_0-seed7.gguf
+m=$DIR/llama-0.85b-q8_0-s7.gguf # bench_infer.sh's file (and tests/t_big_models.sh's)
 if [ ! -s "$m" ]; then
 	echo "(generating $m once)" >&2
 	$SHOAL mkmodel --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
-		--vocab 32000 --type q8_0 --seed 7 -o "$m" >/dev/null || exit 0
+		--vocab 32000 --type q8_0 --seed 7 --name bench-0.85b-q8_0 -o "$m" >/dev/null || exit 0
 fi
 SHOAL=$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")
 m=$(cd "$(dirname "$m")" && pwd)/$(basename "$m")

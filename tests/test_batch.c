@@ -404,7 +404,7 @@ TEST(lost_rank_fails_every_sequence)
 	CHECK(errors >= 1);
 }
 
-/* `test_batch --model PATH` (tests/t_batch_big.sh, the 0.85B Q8_0 model of make bench): the
+/* `test_batch --model PATH` (tests/t_big_models.sh, the 0.85B Q8_0 model of make bench): the
  * same-as-alone checks on one node and on 2 tensor ranks for that file only. On the ranks each
  * request alone runs on the same 2-rank group: their partial sums add in another order than one
  * node's, and over 64 steps of a random 0.85B model with an F16 cache that flips near-ties, which
