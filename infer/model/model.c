@@ -408,6 +408,7 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	}
 	m->qkt = quant_qkt();
 	m->av = quant_av();
+	m->kt_f16 = quant_kt_f16();
 	m->expsum = quant_expsum();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();

@@ -107,6 +107,7 @@ struct model {
 	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
 	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
 	quant_av_fn av;         /* weighted sums of a V tile */
+	quant_kt_f16_fn kt_f16; /* an F16 cache's K tile, transposed */
 	quant_expsum_fn expsum; /* softmax numerators */
 	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
 	quant_wsum_fn wsum;
