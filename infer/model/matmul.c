@@ -57,28 +57,31 @@ static void rp_task(void *ctx, int c, int nc, int tid)
 
 /* The copy is read once per token, start to end: in 2 MiB pages (transparent huge pages, which
  * many kernels grant only on request) a token's read takes ~400x fewer TLB misses than in 4 KiB
- * ones. Where huge pages are not granted the mapping works the same in small pages. */
+ * ones. The mapping starts on a huge-page boundary and ends on a small page one: the last part
+ * (under 2 MiB) stays in small pages rather than a whole huge page touched for it (~1 MiB per
+ * matrix, 100 MB on the 0.85B model). Where huge pages are not granted it works the same. */
 #define RP_HUGE ((size_t)2 << 20)
 
 static size_t rp_round(size_t bytes)
 {
-	return (bytes + RP_HUGE - 1) & ~(RP_HUGE - 1);
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	return (bytes + pg - 1) / pg * pg;
 }
 
 static uint8_t *rp_alloc(size_t bytes)
 {
-	size_t len = rp_round(bytes) + RP_HUGE; /* room to align the start to a huge page */
+	size_t want = rp_round(bytes), len = want + RP_HUGE; /* room to align the start */
 	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	uintptr_t a = ((uintptr_t)p + RP_HUGE - 1) & ~(uintptr_t)(RP_HUGE - 1);
 	if (a > (uintptr_t)p)
 		munmap(p, a - (uintptr_t)p);
-	size_t tail = (uintptr_t)p + len - (a + rp_round(bytes));
+	size_t tail = (uintptr_t)p + len - (a + want);
 	if (tail)
-		munmap((uint8_t *)a + rp_round(bytes), tail);
+		munmap((uint8_t *)a + want, tail);
 #ifdef MADV_HUGEPAGE
-	madvise((void *)a, rp_round(bytes), MADV_HUGEPAGE);
+	madvise((void *)a, want, MADV_HUGEPAGE);
 #endif
 	return (uint8_t *)a;
 }
