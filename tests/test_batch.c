@@ -336,8 +336,7 @@ out:
 	return NULL;
 }
 
-static void run_ranks(rank_t *ctx, int world, int pipeline, const char *path, int vanish,
-		      int alone)
+static void run_ranks(rank_t *ctx, int world, int pipeline, const char *path, int vanish, int alone)
 {
 	static const char *hosts[MAXR];
 	static int ports[MAXR];

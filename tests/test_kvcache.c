@@ -160,8 +160,8 @@ static int gen_attach(gen_t *x, const char *path)
 {
 	char err[256];
 	memset(x, 0, sizeof *x);
-	if (gguf_open(&x->g, path, err, sizeof err) ||
-	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(2))) {
+	if (gguf_open(&x->g, path, err, sizeof err) || meta_load(&x->meta, x->g, err, sizeof err) ||
+	    !(x->pool = pool_new(2))) {
 		fprintf(stderr, "%s: %s\n", path, err);
 		return -1;
 	}
@@ -182,12 +182,12 @@ static float top_gap(const float *x, int n, int *top)
 	return x[a] - second;
 }
 
-/* Greedy decoding with F32, F16 and Q8_0 caches side by side on x's model, each fed the F32 run's token:
- * returns in agree[k] the steps whose top-1 equals the F32 cache's, counting only steps where
- * the F32 run's top-1 leads by more than min_gap (a random model has near ties; with 8-bit
- * activations any perturbation of ~1e-3 flips some of their roundings). */
 static double WORST_NMSE[3]; /* per cache type, over the last kv_top1_on's steps */
 
+/* Greedy decoding with F32, F16 and Q8_0 caches side by side on x's model, each fed the F32 run's
+ * token: returns in agree[k] the steps whose top-1 equals the F32 cache's, counting only steps
+ * where the F32 run's top-1 leads by more than min_gap (a random model has near ties; with 8-bit
+ * activations any perturbation of ~1e-3 flips some of their roundings). */
 static void kv_top1_on(gen_t *xp, const char *what, float min_gap, int *agree, int *counted)
 {
 	gen_t x = *xp;
@@ -225,8 +225,8 @@ static void kv_top1_on(gen_t *xp, const char *what, float min_gap, int *agree, i
 					fprintf(stderr,
 						"  step %d, %s cache: top-1 %d, not %d (gap %.3f, "
 						"logits RMS %.2f; logits NMSE %.2e)\n",
-						s, k == 1 ? "f16" : "q8_0", a, t, gap,
-						sqrt(ss / n), nmse(l[k], l[0], n));
+						s, k == 1 ? "f16" : "q8_0", a, t, gap, sqrt(ss / n),
+						nmse(l[k], l[0], n));
 				}
 			}
 		}

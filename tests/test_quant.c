@@ -511,22 +511,20 @@ TEST(act_prepare_fast_equals_plain)
 	static uint8_t b1[N * 2], b2[N * 2];
 	for (int i = 0; i < N; i++)
 		x[i] = i < 256 ? 0.f : i % 97 == 0 ? 127.f * 0.5f : frand() * (1 + i % 11);
-	quant_act_t a1, a2;
-	quant_init(1);
-	quant_act_prepare(QT_Q8_0, x, N, b1, &a1);
-	quant_init(0);
-	quant_act_prepare(QT_Q8_0, x, N, b2, &a2);
-	CHECK(!memcmp(a1.q, a2.q, N));
-	CHECK(!memcmp(a1.d, a2.d, N / 32 * sizeof(float)));
-	CHECK(!memcmp(a1.bsums, a2.bsums, N / 32 * sizeof(int16_t)));
-	/* and the Q8_K one (Q4_K weights): d per 256, sums per 16 */
-	quant_init(1);
-	quant_act_prepare(QT_Q4_K, x, N, b1, &a1);
-	quant_init(0);
-	quant_act_prepare(QT_Q4_K, x, N, b2, &a2);
-	CHECK(!memcmp(a1.q, a2.q, N));
-	CHECK(!memcmp(a1.d, a2.d, N / 256 * sizeof(float)));
-	CHECK(!memcmp(a1.bsums, a2.bsums, N / 16 * sizeof(int16_t)));
+	/* Q8_0 weights: d and a sum per 32; Q4_K weights (Q8_K): d per 256, a sum per 16 */
+	static const struct {
+		int wtype, per_d, per_sum;
+	} kinds[] = {{QT_Q8_0, 32, 32}, {QT_Q4_K, 256, 16}};
+	for (int t = 0; t < 2; t++) {
+		quant_act_t a1, a2;
+		quant_init(1);
+		quant_act_prepare(kinds[t].wtype, x, N, b1, &a1);
+		quant_init(0);
+		quant_act_prepare(kinds[t].wtype, x, N, b2, &a2);
+		CHECK(!memcmp(a1.q, a2.q, N));
+		CHECK(!memcmp(a1.d, a2.d, N / kinds[t].per_d * sizeof(float)));
+		CHECK(!memcmp(a1.bsums, a2.bsums, N / kinds[t].per_sum * sizeof(int16_t)));
+	}
 }
 
 /* The F16 K tile: every version writes the plain version's bits (tails of n and of hd too). */

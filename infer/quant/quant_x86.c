@@ -824,6 +824,25 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 }
 
+/* The largest of m's 8 lanes. */
+TGT static inline float hmax8(__m256 m)
+{
+	__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	return _mm_cvtss_f32(h);
+}
+
+/* 32 int32 lanes (already in int8 range, or saturated) stored as 32 bytes in order: packs work
+ * per 128-bit lane, the permute puts the bytes back in order. */
+TGT static inline void store_q32(int8_t *q, const __m256i r[4])
+{
+	__m256i p =
+	    _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+	p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)q, p);
+}
+
 /* Per block of 32: |x| max by masking the sign, d = amax / 127 and its inverse as scalars (the
  * same operations as quant.c), q = round-to-nearest-even(x * id) (cvtps under the default
  * rounding mode, as lrintf), packed to bytes; the block sum from the int32 lanes. */
@@ -837,10 +856,7 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 		m = _mm256_max_ps(
 		    _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
 		    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-		h = _mm_max_ss(h, _mm_movehdup_ps(h));
-		float amax = _mm_cvtss_f32(h), s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		float amax = hmax8(m), s = amax / 127.f, is = s ? 1.f / s : 0.f;
 		d[i] = s;
 		__m256 vi = _mm256_set1_ps(is);
 		__m256i r[4];
@@ -848,11 +864,7 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 			r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vi));
 		bsums[i] = (int16_t)hsum8i(
 		    _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
-		/* packs work per 128-bit lane: the permute puts the 32 bytes back in order */
-		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
-					       _mm256_packs_epi32(r[2], r[3]));
-		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-		_mm256_storeu_si256((__m256i *)q, p);
+		store_q32(q, r);
 	}
 }
 
@@ -866,10 +878,7 @@ TGT static void avx2_act_q8_k(const float *x, int n, int8_t *q, float *d, int16_
 		__m256 m = _mm256_setzero_ps();
 		for (int k = 0; k < QK_K / 8; k++)
 			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
-		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-		h = _mm_max_ss(h, _mm_movehdup_ps(h));
-		float amax = _mm_cvtss_f32(h), s = amax / 127.f, is = s ? 1.f / s : 0.f;
+		float amax = hmax8(m), s = amax / 127.f, is = s ? 1.f / s : 0.f;
 		d[i] = s;
 		__m256 vi = _mm256_set1_ps(is);
 		for (int c = 0; c < QK_K / 32; c++) {
@@ -879,10 +888,7 @@ TGT static void avx2_act_q8_k(const float *x, int n, int8_t *q, float *d, int16_
 				    _mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), vi));
 			bsums[2 * c] = (int16_t)hsum8i(_mm256_add_epi32(r[0], r[1]));
 			bsums[2 * c + 1] = (int16_t)hsum8i(_mm256_add_epi32(r[2], r[3]));
-			__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
-						       _mm256_packs_epi32(r[2], r[3]));
-			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-			_mm256_storeu_si256((__m256i *)(q + 32 * c), p);
+			store_q32(q + 32 * c, r);
 		}
 	}
 }
@@ -983,17 +989,18 @@ TGT512A static inline __attribute__((always_inline)) void tr16x16(__m512 r[16])
 /* The F16 K tile in 16x16 blocks converted and transposed in registers (the plain version
  * stores every element on its own: that was most of an F16 cache's attention cost). */
 TGT512A __attribute__((target("f16c"))) static void avx512_kt_f16(float *kt, const uint8_t *k,
-								 size_t stride, int n, int hd)
+								  size_t stride, int n, int hd)
 {
 	int i0 = 0;
 	for (; i0 + 16 <= hd; i0 += 16)
 		for (int t0 = 0; t0 < 64; t0 += 16) {
 			__m512 r[16];
 			for (int x = 0; x < 16; x++)
-				r[x] = t0 + x < n ? _mm512_cvtph_ps(_mm256_loadu_si256(
-							(const __m256i *)(k + (size_t)(t0 + x) * stride +
-									  2 * (size_t)i0)))
-						  : _mm512_setzero_ps();
+				r[x] = t0 + x < n
+					   ? _mm512_cvtph_ps(_mm256_loadu_si256(
+						 (const __m256i *)(k + (size_t)(t0 + x) * stride +
+								   2 * (size_t)i0)))
+					   : _mm512_setzero_ps();
 			tr16x16(r);
 			for (int c = 0; c < 16; c++)
 				_mm512_storeu_ps(kt + (i0 + c) * 64 + t0, r[c]);
