@@ -101,8 +101,8 @@ static const float *att_tile(const model_t *m, const uint8_t *k, const uint8_t *
 
 /* The next tile's K and V rows (one head's bytes of each, hb) are asked for while this one is
  * worked on: the rows are a whole cache row apart (all heads), a stride that reaches memory on
- * every row once the context outgrows the caches; without it a long context's attention was
- * bound by those misses (measured: a third of decode time at 1,024 positions). */
+ * every row once the context outgrows the caches, and the tile waited on each (measured at
+ * 1,024 positions, Q4_0, F16 cache, 1 thread: decode 40 -> 45 tok/s). */
 static void att_prefetch(const uint8_t *k, const uint8_t *v, size_t row, int n, size_t hb)
 {
 	for (int t = 0; t < n; t++)
