@@ -16,6 +16,7 @@
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
 #include "infer/quant/quant.h"
+#include "loop_group.h"
 #include "transport/transport.h"
 
 #define N_REQ 6 /* requests, more than the slots */
@@ -285,9 +286,8 @@ TEST(prefill_chunks_interleave)
 /* ---- several ranks ------------------------------------------------------------------------ */
 
 typedef struct rank {
-	int rank, world, pipeline, lfd;
-	const char **hosts;
-	int *ports;
+	loop_rank_t l; /* first: loop_run fills it */
+	int pipeline;
 	const char *path;
 	int vanish; /* rank 1 leaves after opening: rank 0's step must fail, not hang */
 	int alone;  /* rank 0 runs the requests one after another (eng_generate), not batched */
@@ -299,30 +299,20 @@ typedef struct rank {
 static void *rank_main(void *arg)
 {
 	rank_t *c = arg;
-	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)(c->rank + 1)};
-	tp_group_cfg_t cfg = {.rank = c->rank,
-			      .world = c->world,
-			      .hosts = c->hosts,
-			      .ports = c->ports,
-			      .listen_fd = c->lfd,
-			      .tag = 16,
-			      .keys = &KEYS,
-			      .node_id = id,
-			      .timeout_ms = 20000};
 	tp_group_t *g = NULL;
 	eng_t *e = NULL;
-	if ((c->rc = tp_group_new(&g, &cfg, c->err, sizeof c->err)))
+	if ((c->rc = loop_join(&g, &c->l, 16, &KEYS, NULL, 20000, c->err, sizeof c->err)))
 		goto out;
 	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 3000};
 	/* workers ask for 1 slot: rank 0's count must win */
-	if (!(e = open_eng(c->path, c->rank ? 1 : SLOTS, &d, c->err))) {
+	if (!(e = open_eng(c->path, c->l.rank ? 1 : SLOTS, &d, c->err))) {
 		c->rc = -1;
 		goto out;
 	}
 	if (eng_info(e)->n_slots != SLOTS) {
 		snprintf(c->err, sizeof c->err, "%d slots", eng_info(e)->n_slots);
 		c->rc = -1;
-	} else if (c->rank == 0) {
+	} else if (c->l.rank == 0) {
 		make_prompts(c->rq, eng_info(e)->n_vocab);
 		c->rc = c->alone ? run_each(e, c->rq) : run_batched(e, c->rq);
 	} else if (c->vanish) {
@@ -338,27 +328,13 @@ out:
 
 static void run_ranks(rank_t *ctx, int world, int pipeline, const char *path, int vanish, int alone)
 {
-	static const char *hosts[MAXR];
-	static int ports[MAXR];
-	pthread_t th[MAXR];
-	char err[128];
 	memset(ctx, 0, sizeof *ctx * (size_t)world);
 	for (int r = 0; r < world; r++) {
-		hosts[r] = "127.0.0.1";
-		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
-			abort();
-	}
-	for (int r = 0; r < world; r++) {
 		rank_t *c = &ctx[r];
-		c->rank = r, c->world = world, c->pipeline = pipeline, c->hosts = hosts;
-		c->ports = ports, c->path = path, c->vanish = vanish && r == 1;
+		c->pipeline = pipeline, c->path = path, c->vanish = vanish && r == 1;
 		c->alone = alone;
-		pthread_create(&th[r], NULL, rank_main, c);
 	}
-	for (int r = 0; r < world; r++) {
-		pthread_join(th[r], NULL);
-		close(ctx[r].lfd);
-	}
+	loop_run(ctx, sizeof *ctx, world, rank_main);
 }
 
 static void check_ranks(const char *path, int world, int pipeline, const char *what)

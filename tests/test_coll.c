@@ -9,6 +9,7 @@
 
 #include "common/common.h"
 #include "harness.h"
+#include "loop_group.h"
 #include "transport/group.h"
 #include "transport/keys.h"
 #include "transport/transport.h"
@@ -20,10 +21,7 @@ typedef struct rank_ctx rank_ctx_t;
 typedef void (*rank_fn)(tp_group_t *g, rank_ctx_t *c);
 
 struct rank_ctx {
-	int rank, world;
-	int lfd;
-	const char **hosts;
-	int *ports;
+	loop_rank_t l; /* first: loop_run fills it */
 	const tp_keys_t *keys;
 	uint64_t tag;
 	int form_timeout;
@@ -44,19 +42,11 @@ struct rank_ctx {
 static void *rank_main(void *p)
 {
 	rank_ctx_t *c = p;
-	tp_group_cfg_t cfg = {.rank = c->rank,
-			      .world = c->world,
-			      .hosts = c->hosts,
-			      .ports = c->ports,
-			      .listen_fd = c->lfd,
-			      .tag = c->tag,
-			      .keys = c->keys,
-			      .node_id = c->id,
-			      .timeout_ms = c->form_timeout};
 	tp_group_t *g = NULL;
 	if (c->start_delay_ms)
 		usleep((useconds_t)c->start_delay_ms * 1000);
-	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
+	c->rc_new =
+	    loop_join(&g, &c->l, c->tag, c->keys, c->id, c->form_timeout, c->err, sizeof c->err);
 	if (c->rc_new == 0 && c->fn)
 		c->fn(g, c);
 	tp_group_free(g);
@@ -66,21 +56,8 @@ static void *rank_main(void *p)
 /* Runs fn on `world` ranks in threads; ctx[i] holds each rank's results. */
 static void run_ranks(int world, rank_fn fn, rank_ctx_t *ctx, void *user)
 {
-	static const char *hosts[MAXR];
-	static int ports[MAXR];
-	pthread_t t[MAXR];
-	char err[128];
-	for (int r = 0; r < world; r++) {
-		hosts[r] = "127.0.0.1";
-		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err) != 0)
-			abort();
-	}
 	for (int r = 0; r < world; r++) {
 		rank_ctx_t *c = &ctx[r];
-		c->rank = r;
-		c->world = world;
-		c->hosts = hosts;
-		c->ports = ports;
 		if (!c->keys)
 			c->keys = &K1;
 		if (!c->form_timeout)
@@ -88,18 +65,14 @@ static void run_ranks(int world, rank_fn fn, rank_ctx_t *ctx, void *user)
 		c->id[0] = (uint8_t)(r + 1);
 		c->fn = fn;
 		c->user = user;
-		pthread_create(&t[r], NULL, rank_main, c);
 	}
-	for (int r = 0; r < world; r++) {
-		pthread_join(t[r], NULL);
-		close(ctx[r].lfd);
-	}
+	loop_run(ctx, sizeof *ctx, world, rank_main);
 }
 
 #define RCHECK(c, cond)                                                                            \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
-			fprintf(stderr, "rank %d: %s:%d: %s\n", (c)->rank, __FILE__, __LINE__,     \
+			fprintf(stderr, "rank %d: %s:%d: %s\n", (c)->l.rank, __FILE__, __LINE__,   \
 				#cond);                                                            \
 			(c)->fails++;                                                              \
 		}                                                                                  \
@@ -125,30 +98,30 @@ static const size_t SIZES[] = {1, 7, 1000, 16384, 16385, 100003, (1u << 20) + 3}
 static void fn_allreduce(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
-	RCHECK(c, !strcmp(tp_group_link(g, (c->rank + 1) % c->world),
-			  c->world > 1 ? "tcp" : "self"));
+	RCHECK(c, !strcmp(tp_group_link(g, (c->l.rank + 1) % c->l.world),
+			  c->l.world > 1 ? "tcp" : "self"));
 	for (size_t si = 0; si < ARRAY_LEN(SIZES); si++) {
 		size_t n = SIZES[si];
 		float *b = malloc(n * sizeof *b);
 		/* small integers: every order of addition gives the exact sum */
 		for (size_t i = 0; i < n; i++)
-			b[i] = (float)((int)(i % 1000) * (c->rank + 1) - 500);
+			b[i] = (float)((int)(i % 1000) * (c->l.rank + 1) - 500);
 		int rc = tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
 		RCHECK(c, rc == 0);
-		int tri = c->world * (c->world + 1) / 2;
+		int tri = c->l.world * (c->l.world + 1) / 2;
 		size_t bad = 0;
 		for (size_t i = 0; i < n; i++)
-			if (b[i] != (float)((int)(i % 1000) * tri - 500 * c->world))
+			if (b[i] != (float)((int)(i % 1000) * tri - 500 * c->l.world))
 				bad++;
 		if (bad)
-			fprintf(stderr, "rank %d n %zu: %zu wrong sums\n", c->rank, n, bad);
+			fprintf(stderr, "rank %d n %zu: %zu wrong sums\n", c->l.rank, n, bad);
 		RCHECK(c, bad == 0);
 		free(b);
 	}
 	/* random floats: bit-identical on every rank, near the reference */
 	size_t n = c->n;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(c->rank * 40503u + 17);
+		uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(c->l.rank * 40503u + 17);
 		h ^= h >> 13;
 		h *= 0x5bd1e995u;
 		h ^= h >> 15;
@@ -158,19 +131,19 @@ static void fn_allreduce(tp_group_t *g, rank_ctx_t *c)
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
 	/* bytes per rank: the bandwidth-optimal 2 (N-1)/N x S (S for 2 ranks), never (N-1) x S */
 	uint64_t sent = tp_group_bytes_sent(g) - b0, S = n * 4;
-	if (c->world == 2)
+	if (c->l.world == 2)
 		RCHECK(c, sent == S);
-	else if (c->world > 2)
-		RCHECK(c, sent <= 2 * S * (uint64_t)(c->world - 1) / (uint64_t)c->world +
-				      8 * (uint64_t)c->world);
+	else if (c->l.world > 2)
+		RCHECK(c, sent <= 2 * S * (uint64_t)(c->l.world - 1) / (uint64_t)c->l.world +
+				      8 * (uint64_t)c->l.world);
 	/* many small ones in a row (decode-like) */
 	float v[1024];
 	for (int it = 0; it < 100; it++) {
 		for (int i = 0; i < 1024; i++)
-			v[i] = (float)(c->rank + it + i);
+			v[i] = (float)(c->l.rank + it + i);
 		RCHECK(c, tp_all_reduce_f32(g, v, 1024, 5000, err, sizeof err) == 0);
 		float want = 0;
-		for (int r = 0; r < c->world; r++)
+		for (int r = 0; r < c->l.world; r++)
 			want += (float)(r + it + 5);
 		RCHECK(c, v[5] == want);
 	}
@@ -218,19 +191,33 @@ static void allreduce_world(int world)
 	}
 }
 
-TEST(all_reduce_world_1) { allreduce_world(1); }
-TEST(all_reduce_world_2) { allreduce_world(2); }
-TEST(all_reduce_world_3) { allreduce_world(3); }
-TEST(all_reduce_world_4) { allreduce_world(4); }
-TEST(all_reduce_world_5) { allreduce_world(5); }
-
+TEST(all_reduce_world_1)
+{
+	allreduce_world(1);
+}
+TEST(all_reduce_world_2)
+{
+	allreduce_world(2);
+}
+TEST(all_reduce_world_3)
+{
+	allreduce_world(3);
+}
+TEST(all_reduce_world_4)
+{
+	allreduce_world(4);
+}
+TEST(all_reduce_world_5)
+{
+	allreduce_world(5);
+}
 
 static void fn_one_sum(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
 	float v = 1;
 	c->rc = tp_all_reduce_f32(g, &v, 1, 5000, err, sizeof err);
-	RCHECK(c, v == (float)c->world);
+	RCHECK(c, v == (float)c->l.world);
 }
 
 TEST(start_order_does_not_matter)
@@ -253,7 +240,7 @@ TEST(start_order_does_not_matter)
 static void fn_misc(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
-	int w = c->world, r = c->rank;
+	int w = c->l.world, r = c->l.rank;
 	for (int root = 0; root < w; root++) {
 		size_t lens[] = {0, 5, 70000};
 		for (size_t k = 0; k < ARRAY_LEN(lens); k++) {
@@ -288,13 +275,15 @@ static void fn_misc(tp_group_t *g, rank_ctx_t *c)
 		memset(msg, r, sizeof msg);
 		int to = (r + 1) % w, from = (r + w - 1) % w;
 		if (r == 0) {
-			RCHECK(c, tp_group_send(g, to, msg, sizeof msg, 5000, err, sizeof err) == 0);
-			RCHECK(c, tp_group_recv(g, from, got, sizeof got, 5000, err, sizeof err) ==
-					  0);
+			RCHECK(c,
+			       tp_group_send(g, to, msg, sizeof msg, 5000, err, sizeof err) == 0);
+			RCHECK(c,
+			       tp_group_recv(g, from, got, sizeof got, 5000, err, sizeof err) == 0);
 		} else {
-			RCHECK(c, tp_group_recv(g, from, got, sizeof got, 5000, err, sizeof err) ==
-					  0);
-			RCHECK(c, tp_group_send(g, to, msg, sizeof msg, 5000, err, sizeof err) == 0);
+			RCHECK(c,
+			       tp_group_recv(g, from, got, sizeof got, 5000, err, sizeof err) == 0);
+			RCHECK(c,
+			       tp_group_send(g, to, msg, sizeof msg, 5000, err, sizeof err) == 0);
 		}
 		RCHECK(c, got[0] == from && got[2999] == from);
 		RCHECK(c, tp_group_send(g, r, msg, 1, 100, err, sizeof err) == SH_EINVAL);
@@ -310,7 +299,6 @@ TEST(broadcast_gather_barrier_p2p)
 		all_formed(ctx, w);
 	}
 }
-
 
 /* ---- 8-bit blocks on the wire ------------------------------------------------------------- */
 
@@ -360,7 +348,7 @@ static void fn_q8(tp_group_t *g, rank_ctx_t *c)
 	RCHECK(c, tp_group_set_q8(g, 1) == 0);
 	size_t n = c->n;
 	for (size_t i = 0; i < n; i++)
-		c->out[i] = sinf((float)(i * 13 + (size_t)c->rank * 7)) * (float)(1 + i % 5);
+		c->out[i] = sinf((float)(i * 13 + (size_t)c->l.rank * 7)) * (float)(1 + i % 5);
 	uint64_t b0 = tp_group_bytes_sent(g);
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
 	uint64_t sent = tp_group_bytes_sent(g) - b0;
@@ -392,14 +380,16 @@ TEST(q8_all_reduce)
 				for (size_t i = 0; i < n; i++) {
 					double ref = 0;
 					for (int r = 0; r < w; r++)
-						ref += (double)(sinf((float)(i * 13 + (size_t)r * 7)) *
-								(float)(1 + i % 5));
+						ref +=
+						    (double)(sinf((float)(i * 13 + (size_t)r * 7)) *
+							     (float)(1 + i % 5));
 					worst = fmax(worst, fabs(ref - (double)ctx[0].out[i]));
 				}
 				double bound = (5.0 * w + 5.0 * w) / 254.0;
 				CHECK(worst <= bound);
-				fprintf(stderr, "q8 all-reduce world %d n %zu: max error %.4g "
-						"(bound %.4g)\n",
+				fprintf(stderr,
+					"q8 all-reduce world %d n %zu: max error %.4g "
+					"(bound %.4g)\n",
 					w, n, worst, bound);
 			}
 			for (int r = 0; r < w; r++)
@@ -408,12 +398,11 @@ TEST(q8_all_reduce)
 	}
 }
 
-
 static void fn_q8_mismatch(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
 	float v[1000] = {0};
-	tp_group_set_q8(g, c->rank == 0);
+	tp_group_set_q8(g, c->l.rank == 0);
 	c->rc = tp_all_reduce_f32(g, v, 1000, 2000, err, sizeof err);
 	snprintf(c->err, sizeof c->err, "%s", err);
 }
@@ -436,7 +425,7 @@ static void fn_stall(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
 	float v[256] = {0};
-	if (c->rank == c->world - 1) {
+	if (c->l.rank == c->l.world - 1) {
 		usleep(1500 * 1000);
 		return;
 	}
@@ -466,11 +455,11 @@ static void fn_leave(tp_group_t *g, rank_ctx_t *c)
 {
 	char err[256];
 	float v[100000] = {0};
-	if (c->rank == c->world - 1)
+	if (c->l.rank == c->l.world - 1)
 		return; /* rank_main frees the group */
 	usleep(100 * 1000);
 	int64_t t0 = now_ms();
-	c->rc = tp_all_reduce_f32(g, v, c->rank == 0 ? 100000 : 100000, 5000, err, sizeof err);
+	c->rc = tp_all_reduce_f32(g, v, c->l.rank == 0 ? 100000 : 100000, 5000, err, sizeof err);
 	c->ms = now_ms() - t0;
 	snprintf(c->err, sizeof c->err, "%s", err);
 }
@@ -520,9 +509,15 @@ static const uint8_t WANT_IDS[2][16] = {{1}, {0x77}}; /* rank 1 is expected to b
 static void *rank_main_ids(void *p)
 {
 	rank_ctx_t *c = p;
-	tp_group_cfg_t cfg = {.rank = c->rank, .world = 2, .hosts = c->hosts, .ports = c->ports,
-			      .listen_fd = c->lfd, .keys = &K1, .node_id = c->id,
-			      .peer_ids = c->rank == 0 ? WANT_IDS : NULL, .timeout_ms = 800};
+	tp_group_cfg_t cfg = {.rank = c->l.rank,
+			      .world = 2,
+			      .hosts = c->l.hosts,
+			      .ports = c->l.ports,
+			      .listen_fd = c->l.lfd,
+			      .keys = &K1,
+			      .node_id = c->id,
+			      .peer_ids = c->l.rank == 0 ? WANT_IDS : NULL,
+			      .timeout_ms = 800};
 	tp_group_t *g = NULL;
 	c->rc_new = tp_group_new(&g, &cfg, c->err, sizeof c->err);
 	tp_group_free(g);
@@ -531,24 +526,10 @@ static void *rank_main_ids(void *p)
 
 TEST(unexpected_node_id_cannot_join)
 {
-	static const char *hosts[2] = {"127.0.0.1", "127.0.0.1"};
-	static int ports[2];
 	rank_ctx_t ctx[2] = {0};
-	pthread_t t[2];
-	char err[100];
-	for (int r = 0; r < 2; r++) {
-		ctx[r].rank = r;
-		ctx[r].hosts = hosts;
-		ctx[r].ports = ports;
-		ctx[r].id[0] = (uint8_t)(r + 1); /* rank 1 is node 02.., not 77.. */
-		tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err);
-	}
 	for (int r = 0; r < 2; r++)
-		pthread_create(&t[r], NULL, rank_main_ids, &ctx[r]);
-	for (int r = 0; r < 2; r++) {
-		pthread_join(t[r], NULL);
-		close(ctx[r].lfd);
-	}
+		ctx[r].id[0] = (uint8_t)(r + 1); /* rank 1 is node 02.., not 77.. */
+	loop_run(ctx, sizeof *ctx, 2, rank_main_ids);
 	CHECK_EQ_INT(ctx[0].rc_new, SH_ETIMEDOUT);
 	CHECK_EQ_INT(ctx[1].rc_new, SH_EAUTH);
 	CHECK(strstr(ctx[1].err, "but is node 02") != NULL);
@@ -567,8 +548,13 @@ TEST(killed_process_rank)
 	pid_t pid = fork();
 	if (pid == 0) {
 		uint8_t id[16] = {2};
-		tp_group_cfg_t cfg = {.rank = 1, .world = 2, .hosts = hosts, .ports = ports,
-				      .listen_fd = lfd[1], .keys = &K1, .node_id = id,
+		tp_group_cfg_t cfg = {.rank = 1,
+				      .world = 2,
+				      .hosts = hosts,
+				      .ports = ports,
+				      .listen_fd = lfd[1],
+				      .keys = &K1,
+				      .node_id = id,
 				      .timeout_ms = 5000};
 		tp_group_t *g = NULL;
 		if (tp_group_new(&g, &cfg, err, sizeof err) == 0)
@@ -576,8 +562,14 @@ TEST(killed_process_rank)
 		_exit(1);
 	}
 	uint8_t id[16] = {1};
-	tp_group_cfg_t cfg = {.rank = 0, .world = 2, .hosts = hosts, .ports = ports,
-			      .listen_fd = lfd[0], .keys = &K1, .node_id = id, .timeout_ms = 5000};
+	tp_group_cfg_t cfg = {.rank = 0,
+			      .world = 2,
+			      .hosts = hosts,
+			      .ports = ports,
+			      .listen_fd = lfd[0],
+			      .keys = &K1,
+			      .node_id = id,
+			      .timeout_ms = 5000};
 	tp_group_t *g = NULL;
 	CHECK_EQ_INT(tp_group_new(&g, &cfg, err, sizeof err), 0);
 	usleep(100 * 1000);
@@ -617,8 +609,13 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 					  "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"};
 	char err[256];
 	uint8_t id[16] = {(uint8_t)(rank + 1)};
-	tp_group_cfg_t cfg = {.rank = rank, .world = world, .hosts = hosts, .ports = ports,
-			      .listen_fd = lfd[rank], .keys = &K1, .node_id = id,
+	tp_group_cfg_t cfg = {.rank = rank,
+			      .world = world,
+			      .hosts = hosts,
+			      .ports = ports,
+			      .listen_fd = lfd[rank],
+			      .keys = &K1,
+			      .node_id = id,
 			      .timeout_ms = 10000};
 	tp_group_t *g = NULL;
 	if (tp_group_new(&g, &cfg, err, sizeof err)) {

@@ -20,6 +20,7 @@
 #include "infer/pool.h"
 #include "infer/quant/quant.h"
 #include "infer/tp.h"
+#include "loop_group.h"
 #include "transport/transport.h"
 
 #define MAXR     4
@@ -109,9 +110,8 @@ static int run_one(const char *path, run_t *r)
 typedef enum { BEHAVE_OK, BEHAVE_STALL, BEHAVE_VANISH, BEHAVE_BAD_SHARE } behave_t;
 
 typedef struct rank_ctx {
-	int rank, world, lfd, pipeline;
-	const char **hosts;
-	int *ports;
+	loop_rank_t l; /* first: loop_run fills it */
+	int pipeline;
 	const char *path;
 	const int *weights;
 	behave_t behave; /* what rank 1 does */
@@ -125,16 +125,7 @@ typedef struct rank_ctx {
 static void *rank_main(void *arg)
 {
 	rank_ctx_t *c = arg;
-	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)c->rank};
-	tp_group_cfg_t cfg = {.rank = c->rank,
-			      .world = c->world,
-			      .hosts = c->hosts,
-			      .ports = c->ports,
-			      .listen_fd = c->lfd,
-			      .tag = 7,
-			      .keys = &KEYS,
-			      .node_id = id,
-			      .timeout_ms = 20000};
+	int rank = c->l.rank;
 	tp_group_t *grp = NULL;
 	gguf_t *g = NULL;
 	model_meta_t mt;
@@ -143,24 +134,24 @@ static void *rank_main(void *arg)
 	pool_t *p = pool_new(1);
 	model_shard_t sh[MAXR];
 	int ctx = CTX, rc;
-	if ((rc = tp_group_new(&grp, &cfg, c->err, sizeof c->err)) ||
+	if ((rc = loop_join(&grp, &c->l, 7, &KEYS, NULL, 20000, c->err, sizeof c->err)) ||
 	    (rc = gguf_open(&g, c->path, c->err, sizeof c->err)) ||
 	    (rc = meta_load(&mt, g, c->err, sizeof c->err)))
 		goto out;
 	const gguf_tensor_t *t = gguf_find_tensor(g, "blk.0.ffn_down.weight");
 	int blk = MAX(t ? quant_block_elems(t->type) : 32, 32); /* MoE files: Q8_0 or F16 */
-	if ((rc = dist_split(&mt, blk, c->pipeline, c->world, c->weights, sh, c->err,
+	if ((rc = dist_split(&mt, blk, c->pipeline, c->l.world, c->weights, sh, c->err,
 			     sizeof c->err)))
 		goto out;
-	if (c->rank == 1 && c->behave == BEHAVE_BAD_SHARE)
+	if (rank == 1 && c->behave == BEHAVE_BAD_SHARE)
 		sh[1].q_head0 += 1, sh[1].n_q_heads -= 1;
 	if ((rc = dist_new(&d, grp, c->pipeline, c->step_timeout)) ||
-	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[c->rank], &ctx, NULL, c->err,
+	    (rc = dist_setup(d, &mt, dist_model_fingerprint(g), &sh[rank], &ctx, NULL, c->err,
 			     sizeof c->err)) ||
-	    (rc = model_new_kv(&m, g, &mt, &sh[c->rank], ctx, kv_type, p, c->err, sizeof c->err)))
+	    (rc = model_new_kv(&m, g, &mt, &sh[rank], ctx, kv_type, p, c->err, sizeof c->err)))
 		goto out;
 	dist_attach(d, m);
-	if (c->rank == 0) {
+	if (rank == 0) {
 		c->run.n_vocab = mt.n_vocab;
 		c->run.logits = calloc((size_t)(N_GEN + 1) * mt.n_vocab, sizeof(float));
 		int64_t t0 = now_ms();
@@ -170,9 +161,9 @@ static void *rank_main(void *arg)
 			snprintf(c->err, sizeof c->err, "%s", dist_error(d));
 		else
 			dist_stop(d);
-	} else if (c->rank == 1 && c->behave == BEHAVE_STALL) {
+	} else if (rank == 1 && c->behave == BEHAVE_STALL) {
 		usleep((useconds_t)(c->step_timeout + 500) * 1000); /* hold the socket open */
-	} else if (c->rank == 1 && c->behave == BEHAVE_VANISH) {
+	} else if (rank == 1 && c->behave == BEHAVE_VANISH) {
 		/* close everything without a word */
 	} else {
 		rc = dist_serve(d, c->err, sizeof c->err);
@@ -191,34 +182,13 @@ out:
 static void run_group(rank_ctx_t *ctx, int world, const char *path, int pipeline,
 		      const int *weights, behave_t behave, int step_timeout)
 {
-	static const char *hosts[MAXR];
-	static int ports[MAXR];
-	pthread_t th[MAXR];
-	char err[128];
-	memset(ctx, 0, sizeof *ctx * (size_t)world);
-	for (int r = 0; r < world; r++) {
-		hosts[r] = "127.0.0.1";
-		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
-			abort();
-	}
-	for (int r = 0; r < world; r++) {
-		rank_ctx_t *c = &ctx[r];
-		*c = (rank_ctx_t){.rank = r,
-				  .world = world,
-				  .lfd = c->lfd,
-				  .pipeline = pipeline,
-				  .hosts = hosts,
-				  .ports = ports,
-				  .path = path,
-				  .weights = weights,
-				  .behave = behave,
-				  .step_timeout = step_timeout};
-		pthread_create(&th[r], NULL, rank_main, c);
-	}
-	for (int r = 0; r < world; r++) {
-		pthread_join(th[r], NULL);
-		close(ctx[r].lfd);
-	}
+	for (int r = 0; r < world; r++)
+		ctx[r] = (rank_ctx_t){.pipeline = pipeline,
+				      .path = path,
+				      .weights = weights,
+				      .behave = behave,
+				      .step_timeout = step_timeout};
+	loop_run(ctx, sizeof *ctx, world, rank_main);
 }
 
 /* The same greedy ids, and logits within tol x the largest reference logit; or, with tol < 0,
@@ -480,9 +450,8 @@ TEST(deepseek2)
 #define ENG_GEN 16
 
 typedef struct eng_rank {
-	int rank, world, lfd, pipeline;
-	const char **hosts;
-	int *ports;
+	loop_rank_t l; /* first: loop_run fills it */
+	int pipeline;
 	const char *path;
 	int ids[2][ENG_GEN], n_ids[2]; /* rank 0: two requests' ids */
 	int rc;
@@ -526,27 +495,17 @@ static int eng_two_requests(eng_t *e, int ids[2][ENG_GEN], int n_ids[2], char *e
 static void *eng_rank_main(void *arg)
 {
 	eng_rank_t *c = arg;
-	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)(c->rank + 1)};
-	tp_group_cfg_t cfg = {.rank = c->rank,
-			      .world = c->world,
-			      .hosts = c->hosts,
-			      .ports = c->ports,
-			      .listen_fd = c->lfd,
-			      .tag = 9,
-			      .keys = &KEYS,
-			      .node_id = id,
-			      .timeout_ms = 20000};
 	tp_group_t *g = NULL;
 	eng_t *e = NULL;
-	if ((c->rc = tp_group_new(&g, &cfg, c->err, sizeof c->err)))
+	if ((c->rc = loop_join(&g, &c->l, 9, &KEYS, NULL, 20000, c->err, sizeof c->err)))
 		goto out;
 	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 10000};
 	eng_opts_t o = {.model_path = c->path, .threads = 1, .ctx = 128, .dist = &d};
 	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
 		goto out;
-	if (c->rank == 0) {
+	if (c->l.rank == 0) {
 		c->rc = eng_two_requests(e, c->ids, c->n_ids, c->err, sizeof c->err);
-		if (eng_info(e)->world != c->world)
+		if (eng_info(e)->world != c->l.world)
 			c->rc = -1;
 	} else {
 		c->rc = eng_worker_run(e, c->err, sizeof c->err);
@@ -559,10 +518,7 @@ out:
 
 static void check_engine(const char *path, int world, int pipeline, const char *what)
 {
-	static const char *hosts[MAXR];
-	static int ports[MAXR];
 	eng_rank_t ctx[MAXR];
-	pthread_t th[MAXR];
 	char err[320];
 	int want[2][ENG_GEN], n_want[2];
 	eng_t *one = NULL;
@@ -576,19 +532,10 @@ static void check_engine(const char *path, int world, int pipeline, const char *
 	}
 	eng_free(one);
 	memset(ctx, 0, sizeof ctx);
+	for (int r = 0; r < world; r++)
+		ctx[r].pipeline = pipeline, ctx[r].path = path;
+	loop_run(ctx, sizeof *ctx, world, eng_rank_main);
 	for (int r = 0; r < world; r++) {
-		hosts[r] = "127.0.0.1";
-		if (tp_listen("127.0.0.1", 0, &ctx[r].lfd, &ports[r], err, sizeof err))
-			abort();
-	}
-	for (int r = 0; r < world; r++) {
-		ctx[r].rank = r, ctx[r].world = world, ctx[r].pipeline = pipeline;
-		ctx[r].hosts = hosts, ctx[r].ports = ports, ctx[r].path = path;
-		pthread_create(&th[r], NULL, eng_rank_main, &ctx[r]);
-	}
-	for (int r = 0; r < world; r++) {
-		pthread_join(th[r], NULL);
-		close(ctx[r].lfd);
 		if (ctx[r].rc)
 			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
 		CHECK_EQ_INT(ctx[r].rc, 0);
