@@ -24,6 +24,7 @@
 #include "infer/model/model.h"
 #include "infer/pool.h"
 #include "infer/quant/quant.h"
+#include "ref_util.h"
 
 #define CTX 96
 
@@ -45,25 +46,11 @@ typedef struct ref {
 	float *K, *Vc; /* expanded cache: [layer][pos][H][dk], [layer][pos][H][dv] */
 } ref_t;
 
-/* The whole tensor as F32 (reference dequantization, row by row). */
-static float *ld(const gguf_t *g, const char *name)
-{
-	const gguf_tensor_t *t = gguf_find_tensor(g, name);
-	if (!t)
-		return NULL;
-	int64_t rows = t->ne[1] * t->ne[2] * t->ne[3], n0 = t->ne[0];
-	float *o = malloc((size_t)(rows * n0) * sizeof *o);
-	size_t rb = quant_row_bytes(t->type, n0);
-	for (int64_t r = 0; r < rows; r++)
-		quant_dequant_row(t->type, t->data + r * rb, o + r * n0, n0);
-	return o;
-}
-
 static float *ldl(const gguf_t *g, int l, const char *s)
 {
 	char n[96];
 	snprintf(n, sizeof n, "blk.%d.%s", l, s);
-	return ld(g, n);
+	return ref_deq(g, n);
 }
 
 static int ref_open(ref_t *r, const gguf_t *g, const model_meta_t *mt)
@@ -73,9 +60,9 @@ static int ref_open(ref_t *r, const gguf_t *g, const model_meta_t *mt)
 	r->H = mt->n_heads, r->dk = mt->head_dim, r->nope = mt->mla.qk_nope;
 	r->rd = mt->mla.qk_rope, r->dv = mt->mla.v_head, r->kvl = mt->mla.kv_lora;
 	r->ql = mt->mla.q_lora, r->D = mt->dim, r->F = mt->ffn, r->V = mt->n_vocab;
-	r->embd = ld(g, "token_embd.weight");
-	r->out_norm = ld(g, "output_norm.weight");
-	r->out = ld(g, "output.weight");
+	r->embd = ref_deq(g, "token_embd.weight");
+	r->out_norm = ref_deq(g, "output_norm.weight");
+	r->out = ref_deq(g, "output.weight");
 	r->L = calloc((size_t)mt->n_layers, sizeof *r->L);
 	int H = r->H, nope = r->nope, dv = r->dv, kvl = r->kvl;
 	for (int l = 0; l < mt->n_layers; l++) {
@@ -148,27 +135,6 @@ static void ref_close(ref_t *r)
 	free(r->Vc);
 }
 
-/* o[rows] = W[rows][cols] x */
-static void mv(float *o, const float *w, const float *x, int rows, int cols)
-{
-	for (int i = 0; i < rows; i++) {
-		double s = 0;
-		for (int j = 0; j < cols; j++)
-			s += (double)w[(size_t)i * cols + j] * x[j];
-		o[i] = (float)s;
-	}
-}
-
-static void norm(float *o, const float *x, const float *w, int n, float eps)
-{
-	double ss = 0;
-	for (int i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	double s = 1.0 / sqrt(ss / n + eps);
-	for (int i = 0; i < n; i++)
-		o[i] = (float)(x[i] * s * w[i]);
-}
-
 /* llama.cpp's scaling for deepseek2, from the definitions: freq_scale fs = 1 / factor, YaRN's
  * ext_factor 1; cparams.yarn_attn_factor = (L != 0 ? 1 : get_mscale(f, 1)) / (1 + 0.1 ln f); the
  * rope multiplies cos/sin by attn_factor * (1 + 0.1 ln(1/fs)); the graph's
@@ -227,7 +193,7 @@ static void ref_moe(const ref_t *r, const ref_layer_t *L, const float *xn, float
 	float lg[64], h[512], u[512], t[512];
 	double p[64], sel_s[64], w[8], sum = 0;
 	int sel[8];
-	mv(lg, L->router, xn, E, D);
+	ref_mv(lg, L->router, xn, E, D);
 	double mx = -1e300, z = 0;
 	for (int e = 0; e < E; e++)
 		mx = fmax(mx, lg[e]);
@@ -276,20 +242,20 @@ static void ref_moe(const ref_t *r, const ref_layer_t *L, const float *xn, float
 	for (int i = 0; i < K; i++) {
 		double wi =
 		    (mt->exp_norm ? w[i] / fmax(sum, 6.103515625e-5) : w[i]) * mt->exp_scale;
-		mv(h, L->gate_e + (size_t)sel[i] * F * D, xn, F, D);
-		mv(u, L->up_e + (size_t)sel[i] * F * D, xn, F, D);
+		ref_mv(h, L->gate_e + (size_t)sel[i] * F * D, xn, F, D);
+		ref_mv(u, L->up_e + (size_t)sel[i] * F * D, xn, F, D);
 		for (int j = 0; j < F; j++)
 			h[j] = (float)(h[j] / (1 + exp(-(double)h[j])) * u[j]);
-		mv(t, L->down_e + (size_t)sel[i] * D * F, h, D, F);
+		ref_mv(t, L->down_e + (size_t)sel[i] * D * F, h, D, F);
 		for (int j = 0; j < D; j++)
 			y[j] += (float)(wi * t[j]);
 	}
 	if (S) {
-		mv(h, L->sh_gate, xn, S, D);
-		mv(u, L->sh_up, xn, S, D);
+		ref_mv(h, L->sh_gate, xn, S, D);
+		ref_mv(u, L->sh_up, xn, S, D);
 		for (int j = 0; j < S; j++)
 			h[j] = (float)(h[j] / (1 + exp(-(double)h[j])) * u[j]);
-		mv(t, L->sh_down, h, D, S);
+		ref_mv(t, L->sh_down, h, D, S);
 		for (int j = 0; j < D; j++)
 			y[j] += t[j];
 	}
@@ -310,23 +276,23 @@ static void ref_forward(ref_t *r, int tok, int pos, float *logits)
 	memcpy(x, r->embd + (size_t)tok * D, D * sizeof *x);
 	for (int l = 0; l < r->mt.n_layers; l++) {
 		ref_layer_t *L = &r->L[l];
-		norm(xn, x, L->attn_norm, D, eps);
+		ref_norm(xn, x, L->attn_norm, D, eps);
 		if (r->ql) {
-			mv(qa, L->wq_a, xn, r->ql, D);
-			norm(qa, qa, L->q_a_norm, r->ql, eps);
-			mv(q, L->wq_b, qa, H * dk, r->ql);
+			ref_mv(qa, L->wq_a, xn, r->ql, D);
+			ref_norm(qa, qa, L->q_a_norm, r->ql, eps);
+			ref_mv(q, L->wq_b, qa, H * dk, r->ql);
 		} else {
-			mv(q, L->wq, xn, H * dk, D);
+			ref_mv(q, L->wq, xn, H * dk, D);
 		}
-		mv(kva, L->wkv_a, xn, kvl + r->rd, D);
-		norm(c, kva, L->kv_a_norm, kvl, eps);
+		ref_mv(kva, L->wkv_a, xn, kvl + r->rd, D);
+		ref_norm(c, kva, L->kv_a_norm, kvl, eps);
 		ref_rope(r, kva + kvl, pos, mag);
 		/* expand: K[h] = [W_kb,h c | k_pe], V[h] = W_vb,h c */
 		float *K = r->K + ((size_t)l * CTX + pos) * H * dk;
 		float *Vv = r->Vc + ((size_t)l * CTX + pos) * H * dv;
 		for (int h = 0; h < H; h++) {
 			ref_rope(r, q + h * dk + nope, pos, mag);
-			mv(kvh, L->kvb + (size_t)h * (nope + dv) * kvl, c, nope + dv, kvl);
+			ref_mv(kvh, L->kvb + (size_t)h * (nope + dv) * kvl, c, nope + dv, kvl);
 			memcpy(K + h * dk, kvh, nope * sizeof *kvh);
 			memcpy(K + h * dk + nope, kva + kvl, r->rd * sizeof *kva);
 			memcpy(Vv + h * dv, kvh + nope, dv * sizeof *kvh);
@@ -351,24 +317,24 @@ static void ref_forward(ref_t *r, int tok, int pos, float *logits)
 				o[h * dv + i] = (float)a;
 			}
 		}
-		mv(y, L->wo, o, D, H * dv);
+		ref_mv(y, L->wo, o, D, H * dv);
 		for (int i = 0; i < D; i++)
 			x[i] += y[i];
-		norm(xn, x, L->ffn_norm, D, eps);
+		ref_norm(xn, x, L->ffn_norm, D, eps);
 		if (L->router) {
 			ref_moe(r, L, xn, y);
 		} else {
-			mv(g, L->gate, xn, F, D);
-			mv(u, L->up, xn, F, D);
+			ref_mv(g, L->gate, xn, F, D);
+			ref_mv(u, L->up, xn, F, D);
 			for (int i = 0; i < F; i++)
 				g[i] = (float)(g[i] / (1 + exp(-(double)g[i])) * u[i]);
-			mv(y, L->down, g, D, F);
+			ref_mv(y, L->down, g, D, F);
 		}
 		for (int i = 0; i < D; i++)
 			x[i] += y[i];
 	}
-	norm(xn, x, r->out_norm, D, eps);
-	mv(logits, r->out, xn, r->V, D);
+	ref_norm(xn, x, r->out_norm, D, eps);
+	ref_mv(logits, r->out, xn, r->V, D);
 	free(x), free(xn), free(q), free(qa), free(kva), free(c), free(kvh), free(o), free(y);
 	free(g), free(u), free(p);
 }
@@ -426,15 +392,6 @@ static void gen_close(gen_t *x)
 	unlink(x->path);
 }
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static const int prompt[12] = {300, 10, 47, 299, 256, 100, 101, 102, 32, 33, 34, 35};
 
 /* max |a - b| / max |b| */
@@ -465,12 +422,12 @@ static void f32_matches_reference(const mkmodel_opts_t *o, const char *tag)
 	for (int i = 0; i < 12; i++)
 		ref_forward(&r, prompt[i], i, lr);
 	double worst = rel_err(le, lr, V);
-	int tok = argmax(lr, V);
+	int tok = ref_argmax(lr, V);
 	for (int s = 0; s < 20; s++) {
 		CHECK_EQ_INT(model_forward(x.m, &tok, 1, 12 + s, le), 0);
 		ref_forward(&r, tok, 12 + s, lr);
 		worst = fmax(worst, rel_err(le, lr, V));
-		tok = argmax(lr, V);
+		tok = ref_argmax(lr, V);
 	}
 	if (!(worst < 1e-4))
 		fprintf(stderr, "%s: engine vs reference max relative error %g\n", tag, worst);
@@ -569,15 +526,16 @@ static void q8_greedy(const mkmodel_opts_t *o, const char *tag)
 	for (int i = 0; i < 12; i++)
 		ref_forward(&r, prompt[i], i, lr);
 	for (int s = 0; s < 32 && same; s++) {
-		te = argmax(le, V), tr = argmax(lr, V);
+		te = ref_argmax(le, V), tr = ref_argmax(lr, V);
 		/* equal, or a near-tie in the reference itself (its top two within 1 %: int8
-		 * activations move Q8_0 logits by about that, and the kernels' summation order breaks
-		 * such ties either way; measured here: 0.56 % at one step of the MoE model after the
-		 * repacked kernels); both then go on with the engine's token */
+		 * activations move Q8_0 logits by about that, and the kernels' summation order
+		 * breaks such ties either way; measured here: 0.56 % at one step of the MoE model
+		 * after the repacked kernels); both then go on with the engine's token */
 		int tie = te != tr && lr[tr] - lr[te] < 0.01f * fabsf(lr[tr]);
 		if (te != tr) {
-			fprintf(stderr, "%s: step %d engine %d reference %d (%s, %g vs %g)\n", tag, s,
-				te, tr, tie ? "a near-tie" : "DIFFER", (double)lr[tr], (double)lr[te]);
+			fprintf(stderr, "%s: step %d engine %d reference %d (%s, %g vs %g)\n", tag,
+				s, te, tr, tie ? "a near-tie" : "DIFFER", (double)lr[tr],
+				(double)lr[te]);
 			same = tie;
 		}
 		CHECK_EQ_INT(model_forward(x.m, &te, 1, 12 + s, le), 0);
@@ -648,7 +606,7 @@ TEST(every_weight_type)
 		CHECK(rms < 2e-2);
 		/* top-1 may flip between near-equal logits (random weights): the engine's choice
 		 * must be one the reference scores within 1% of its largest logit */
-		int ae = argmax(le, V), ar = argmax(lr, V);
+		int ae = ref_argmax(le, V), ar = ref_argmax(lr, V);
 		if (getenv("MLA_DBG"))
 			fprintf(stderr, "  top-1 %d (%g) vs %d (%g)\n", ae, lr[ae], ar, lr[ar]);
 		CHECK(lr[ae] >= lr[ar] - 0.01f * fabsf(lr[ar]));
@@ -729,35 +687,8 @@ TEST(slots_mixed_batch)
 /* ---- sharded heads ----------------------------------------------------------------------------
  */
 
-typedef struct bar {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int n, gen, count;
-} bar_t;
-
-static void bar_wait(bar_t *b)
-{
-	pthread_mutex_lock(&b->mu);
-	int g = b->gen;
-	if (++b->count == b->n) {
-		b->count = 0;
-		b->gen++;
-		pthread_cond_broadcast(&b->cv);
-	} else {
-		while (g == b->gen)
-			pthread_cond_wait(&b->cv, &b->mu);
-	}
-	pthread_mutex_unlock(&b->mu);
-}
-
-typedef struct ar {
-	bar_t bar;
-	int n;
-	float *slot[3];
-} ar_t;
-
 typedef struct rk {
-	ar_t *ar;
+	mem_group_t *g;
 	int rank;
 	model_t *m;
 	float *logits;
@@ -767,16 +698,7 @@ typedef struct rk {
 static int sum_allreduce(void *ctx, float *x, int n)
 {
 	rk_t *r = ctx;
-	ar_t *a = r->ar;
-	memcpy(a->slot[r->rank], x, (size_t)n * sizeof *x);
-	bar_wait(&a->bar);
-	for (int i = 0; i < n; i++) { /* rank order on every rank: identical sums */
-		float s = 0;
-		for (int k = 0; k < a->n; k++)
-			s += a->slot[k][i];
-		x[i] = s;
-	}
-	bar_wait(&a->bar);
+	mem_group_allreduce(r->g, r->rank, x, n);
 	return 0;
 }
 
@@ -786,7 +708,7 @@ static void *rk_main(void *arg)
 	int V = 320; /* base_opts' vocabulary */
 	r->rc = model_forward(r->m, prompt, 12, 0, r->logits);
 	for (int s = 0; s < 8 && !r->rc; s++) {
-		r->ids[s] = argmax(r->logits, V);
+		r->ids[s] = ref_argmax(r->logits, V);
 		r->rc = model_forward(r->m, &r->ids[s], 1, 12 + s, r->logits);
 	}
 	return NULL;
@@ -806,7 +728,7 @@ static void sharded(int type, int n, const int *heads)
 	rk_t one = {.m = x.m, .logits = malloc(320 * sizeof(float))};
 	rk_main(&one);
 	CHECK_EQ_INT(one.rc, 0);
-	ar_t ar = {.bar = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, 0}, .n = n};
+	mem_group_t grp = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, n, 0, 0, {0}};
 	rk_t rk[3];
 	pool_t *pools[3];
 	pthread_t th[3];
@@ -814,9 +736,9 @@ static void sharded(int type, int n, const int *heads)
 		int nf = r == n - 1 ? o.ffn - f0 : (o.ffn / n) / 32 * 32; /* whole Q8_0 blocks */
 		model_shard_t s = {h0, heads[r], 0, 1, f0, nf, 0, o.layers, 0, 0, 0, 0};
 		h0 += heads[r], f0 += nf;
-		ar.slot[r] = malloc(64 * o.dim * sizeof(float));
+		grp.slot[r] = malloc(64 * o.dim * sizeof(float));
 		pools[r] = pool_new(1);
-		rk[r] = (rk_t){.ar = &ar, .rank = r, .logits = malloc(320 * sizeof(float))};
+		rk[r] = (rk_t){.g = &grp, .rank = r, .logits = malloc(320 * sizeof(float))};
 		CHECK_EQ_INT(model_new(&rk[r].m, x.g, &x.meta, &s, CTX, pools[r], err, sizeof err),
 			     0);
 		model_set_allreduce(rk[r].m, sum_allreduce, &rk[r]);
@@ -832,7 +754,7 @@ static void sharded(int type, int n, const int *heads)
 		model_free(rk[r].m);
 		pool_free(pools[r]);
 		free(rk[r].logits);
-		free(ar.slot[r]);
+		free(grp.slot[r]);
 	}
 	free(one.logits);
 	gen_close(&x);

@@ -16,6 +16,7 @@
 #include "infer/model/model_int.h"
 #include "infer/quant/quant.h"
 #include "infer/tp.h"
+#include "ref_util.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -37,21 +38,6 @@ typedef struct ref {
 	int choice[8][8]; /* the last token's experts per layer */
 } ref_t;
 
-/* The whole tensor as F32 (NULL when absent). */
-static float *deq(const gguf_t *g, const char *name)
-{
-	const gguf_tensor_t *t = gguf_find_tensor(g, name);
-	if (!t)
-		return NULL;
-	int64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
-	float *o = malloc((size_t)(cols * rows) * sizeof *o);
-	for (int64_t r = 0; r < rows; r++)
-		quant_dequant_row(t->type,
-				  (const uint8_t *)t->data + r * gguf_row_bytes(t->type, cols),
-				  o + r * cols, cols);
-	return o;
-}
-
 static void ref_open(ref_t *R, const gguf_t *g, const model_meta_t *p)
 {
 	memset(R, 0, sizeof *R);
@@ -60,12 +46,12 @@ static void ref_open(ref_t *R, const gguf_t *g, const model_meta_t *p)
 	R->moe_norm = p->arch != META_QWEN2MOE;
 	R->shexp_gated = p->arch == META_QWEN2MOE;
 	R->neox = p->arch != META_LLAMA;
-	R->embd = deq(g, "token_embd.weight");
-	R->out_norm = deq(g, "output_norm.weight");
-	R->out = deq(g, "output.weight");
+	R->embd = ref_deq(g, "token_embd.weight");
+	R->out_norm = ref_deq(g, "output_norm.weight");
+	R->out = ref_deq(g, "output.weight");
 	char n[96];
 	for (int l = 0; l < p->n_layers; l++) {
-#define D(f, s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), R->L[l].f = deq(g, n))
+#define D(f, s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), R->L[l].f = ref_deq(g, n))
 		D(attn_norm, "attn_norm.weight");
 		D(wq, "attn_q.weight");
 		D(wk, "attn_k.weight");
@@ -104,27 +90,6 @@ static void ref_close(ref_t *R)
 	}
 }
 
-/* o[r] = W[r, :] . x for a [rows x cols] matrix. */
-static void mv(float *o, const float *w, const float *x, int rows, int cols)
-{
-	for (int r = 0; r < rows; r++) {
-		double s = 0;
-		for (int c = 0; c < cols; c++)
-			s += (double)w[(size_t)r * cols + c] * x[c];
-		o[r] = (float)s;
-	}
-}
-
-static void norm(float *o, const float *x, const float *w, int n, float eps)
-{
-	double ss = 0;
-	for (int i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	double s = 1.0 / sqrt(ss / n + eps);
-	for (int i = 0; i < n; i++)
-		o[i] = (float)(x[i] * s * w[i]);
-}
-
 static void rot(const ref_t *R, float *h, int pos)
 {
 	int hd = R->p->head_dim, half = hd / 2;
@@ -153,22 +118,22 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 	memcpy(x, R->embd + (size_t)tok * D, D * sizeof *x);
 	for (int l = 0; l < p->n_layers; l++) {
 		typeof(R->L[0]) *L = &R->L[l];
-		norm(xb, x, L->attn_norm, D, p->rms_eps);
-		mv(q, L->wq, xb, qd, D);
-		mv(k, L->wk, xb, kvd, D);
-		mv(v, L->wv, xb, kvd, D);
+		ref_norm(xb, x, L->attn_norm, D, p->rms_eps);
+		ref_mv(q, L->wq, xb, qd, D);
+		ref_mv(k, L->wk, xb, kvd, D);
+		ref_mv(v, L->wv, xb, kvd, D);
 		for (int i = 0; L->bq && i < qd; i++)
 			q[i] += L->bq[i];
 		for (int i = 0; L->bk && i < kvd; i++)
 			k[i] += L->bk[i], v[i] += L->bv[i];
 		for (int hh = 0; hh < H; hh++) {
 			if (L->qn)
-				norm(q + hh * hd, q + hh * hd, L->qn, hd, p->rms_eps);
+				ref_norm(q + hh * hd, q + hh * hd, L->qn, hd, p->rms_eps);
 			rot(R, q + hh * hd, pos);
 		}
 		for (int hh = 0; hh < KH; hh++) {
 			if (L->kn)
-				norm(k + hh * hd, k + hh * hd, L->kn, hd, p->rms_eps);
+				ref_norm(k + hh * hd, k + hh * hd, L->kn, hd, p->rms_eps);
 			rot(R, k + hh * hd, pos);
 		}
 		memcpy(L->kc + (size_t)pos * kvd, k, kvd * sizeof *k);
@@ -193,15 +158,15 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 				att[hh * hd + i] = (float)a;
 			}
 		}
-		mv(y, L->wo, att, D, qd);
+		ref_mv(y, L->wo, att, D, qd);
 		for (int i = 0; i < D; i++)
 			x[i] += y[i];
 
 		/* the experts */
-		norm(xb, x, L->ffn_norm, D, p->rms_eps);
+		ref_norm(xb, x, L->ffn_norm, D, p->rms_eps);
 		float lg[64];
 		double pr[64], tot = 0, mx = -1e300;
-		mv(lg, L->router, xb, E, D);
+		ref_mv(lg, L->router, xb, E, D);
 		for (int e = 0; e < E; e++)
 			mx = fmax(mx, lg[e]);
 		for (int e = 0; e < E; e++)
@@ -226,24 +191,24 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 		for (int i = 0; i < K; i++) {
 			double wi = R->moe_norm ? w[i] / wsum : w[i];
 			int e = sel[i];
-			mv(h, L->gate + (size_t)e * F * D, xb, F, D);
-			mv(h + F, L->up + (size_t)e * F * D, xb, F, D);
+			ref_mv(h, L->gate + (size_t)e * F * D, xb, F, D);
+			ref_mv(h + F, L->up + (size_t)e * F * D, xb, F, D);
 			for (int j = 0; j < F; j++)
 				h[j] = (float)(silu(h[j]) * h[F + j]);
-			mv(t, L->down + (size_t)e * D * F, h, D, F);
+			ref_mv(t, L->down + (size_t)e * D * F, h, D, F);
 			for (int j = 0; j < D; j++)
 				y[j] += (float)(wi * t[j]);
 		}
 		if (S) {
-			mv(h, L->sh_gate, xb, S, D);
-			mv(h + S, L->sh_up, xb, S, D);
+			ref_mv(h, L->sh_gate, xb, S, D);
+			ref_mv(h + S, L->sh_up, xb, S, D);
 			for (int j = 0; j < S; j++)
 				h[j] = (float)(silu(h[j]) * h[S + j]);
-			mv(t, L->sh_down, h, D, S);
+			ref_mv(t, L->sh_down, h, D, S);
 			double gsc = 1;
 			if (R->shexp_gated) {
 				float gl;
-				mv(&gl, L->sh_inp, xb, 1, D);
+				ref_mv(&gl, L->sh_inp, xb, 1, D);
 				gsc = 1.0 / (1.0 + exp(-(double)gl));
 			}
 			for (int j = 0; j < D; j++)
@@ -252,20 +217,11 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 		for (int i = 0; i < D; i++)
 			x[i] += y[i];
 	}
-	norm(xb, x, R->out_norm, D, p->rms_eps);
-	mv(logits, R->out, xb, p->n_vocab, D);
+	ref_norm(xb, x, R->out_norm, D, p->rms_eps);
+	ref_mv(logits, R->out, xb, p->n_vocab, D);
 }
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
 
 typedef struct fix {
 	char path[256];
@@ -332,7 +288,7 @@ static void f32_matches_reference(const char *arch)
 	double worst = 0;
 	int choices_ok = 1;
 	for (int i = 0; i < 24; i++) {
-		int t = i < 12 ? prompt[i] : argmax(b, V);
+		int t = i < 12 ? prompt[i] : ref_argmax(b, V);
 		CHECK_EQ_INT(model_forward(x.m, &t, 1, i, a), 0);
 		ref_step(&R, t, i, b);
 		double md = 0, mr = 0;
@@ -383,7 +339,7 @@ static void q8_greedy_matches_reference(const char *arch)
 	for (int i = 0; i < 12; i++)
 		ref_step(&R, prompt[i], i, b);
 	for (int s = 0; s < steps; s++) {
-		int ta = argmax(a, V), tb = argmax(b, V);
+		int ta = ref_argmax(a, V), tb = ref_argmax(b, V);
 		/* equal, or a near-tie in the reference itself (its top two within 0.5 %: int8
 		 * activations legitimately break those either way) */
 		int tie = ta != tb && b[tb] - b[ta] < 0.005f * fabsf(b[tb]);
@@ -433,7 +389,7 @@ TEST(prefill_groups_tokens_by_expert)
 	for (int k = 0; k < V; k++)
 		md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
 	CHECK(md / mr < 1e-4);
-	CHECK_EQ_INT(argmax(a, V), argmax(b, V));
+	CHECK_EQ_INT(ref_argmax(a, V), ref_argmax(b, V));
 	free(a);
 	free(b);
 	fix_close(&x);
@@ -511,30 +467,9 @@ TEST(route_deepseek_groups)
 /* ---- expert-parallel shards in-process ------------------------------------------------------ */
 
 #define MAXR 3
-typedef struct group {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int n, waiting, phase;
-	float *slot[MAXR];
-} group_t;
-
-static void group_wait(group_t *g)
-{
-	pthread_mutex_lock(&g->mu);
-	int phase = g->phase;
-	if (++g->waiting == g->n) {
-		g->waiting = 0;
-		g->phase++;
-		pthread_cond_broadcast(&g->cv);
-	} else {
-		while (phase == g->phase)
-			pthread_cond_wait(&g->cv, &g->mu);
-	}
-	pthread_mutex_unlock(&g->mu);
-}
 
 typedef struct rank {
-	group_t *g;
+	mem_group_t *g;
 	int r, rc, ids[16];
 	model_t *m;
 	int V;
@@ -543,16 +478,7 @@ typedef struct rank {
 static int group_allreduce(void *ctx, float *x, int n)
 {
 	rank_t *k = ctx;
-	group_t *g = k->g;
-	memcpy(g->slot[k->r], x, (size_t)n * sizeof *x);
-	group_wait(g);
-	for (int i = 0; i < n; i++) { /* rank order on every rank: identical sums */
-		float s = 0;
-		for (int r = 0; r < g->n; r++)
-			s += g->slot[r][i];
-		x[i] = s;
-	}
-	group_wait(g);
+	mem_group_allreduce(k->g, k->r, x, n);
 	return 0;
 }
 
@@ -562,7 +488,7 @@ static int greedy(model_t *m, int V, int *ids)
 	float *lg = malloc(V * sizeof *lg);
 	int rc = model_forward(m, prompt, 12, 0, lg);
 	for (int i = 0; i < 16 && !rc; i++) {
-		ids[i] = argmax(lg, V);
+		ids[i] = ref_argmax(lg, V);
 		rc = model_forward(m, &ids[i], 1, 12 + i, lg);
 	}
 	free(lg);
@@ -588,7 +514,7 @@ static void shards_match_one_rank(const char *arch, int world, const int *w)
 	CHECK_EQ_INT(greedy(x.m, V, want), 0);
 	model_shard_t sh[MAXR];
 	CHECK_EQ_INT(dist_split(&x.meta, 32, 0, world, w, sh, err, sizeof err), 0);
-	group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
+	mem_group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
 	rank_t rk[MAXR];
 	pool_t *pools[MAXR];
 	pthread_t th[MAXR];

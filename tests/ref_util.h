@@ -1,0 +1,101 @@
+/*
+ * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla)
+ * and their in-process tensor-parallel groups: whole tensors as F32, double-accumulated
+ * products, RMS norm, argmax, and an all-reduce over threads that sums in rank order (so every
+ * rank gets the same bits).
+ */
+#ifndef SHOAL_TEST_REF_UTIL_H
+#define SHOAL_TEST_REF_UTIL_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer/gguf.h"
+#include "infer/quant/quant.h"
+
+/* The whole tensor as F32 (reference dequantization, row by row); NULL when absent. Caller
+ * frees. */
+static inline float *ref_deq(const gguf_t *g, const char *name)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	if (!t)
+		return NULL;
+	int64_t cols = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+	float *o = malloc((size_t)(cols * rows) * sizeof *o);
+	size_t rb = quant_row_bytes(t->type, cols);
+	for (int64_t r = 0; r < rows; r++)
+		quant_dequant_row(t->type, (const uint8_t *)t->data + r * rb, o + r * cols, cols);
+	return o;
+}
+
+/* o[r] = W[r, :] . x for a [rows x cols] matrix, summed in double. */
+static inline void ref_mv(float *o, const float *w, const float *x, int rows, int cols)
+{
+	for (int r = 0; r < rows; r++) {
+		double s = 0;
+		for (int c = 0; c < cols; c++)
+			s += (double)w[(size_t)r * cols + c] * x[c];
+		o[r] = (float)s;
+	}
+}
+
+static inline void ref_norm(float *o, const float *x, const float *w, int n, float eps)
+{
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	double s = 1.0 / sqrt(ss / n + eps);
+	for (int i = 0; i < n; i++)
+		o[i] = (float)(x[i] * s * w[i]);
+}
+
+static inline int ref_argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* n threads standing in for ranks: slot[r] is rank r's vector during a reduction. */
+#define MEM_GROUP_MAX 8
+typedef struct mem_group {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int n, waiting, phase;
+	float *slot[MEM_GROUP_MAX];
+} mem_group_t;
+
+static inline void mem_group_wait(mem_group_t *g)
+{
+	pthread_mutex_lock(&g->mu);
+	int phase = g->phase;
+	if (++g->waiting == g->n) {
+		g->waiting = 0;
+		g->phase++;
+		pthread_cond_broadcast(&g->cv);
+	} else {
+		while (phase == g->phase)
+			pthread_cond_wait(&g->cv, &g->mu);
+	}
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* x[n] summed over the group's ranks, in rank order on every rank. */
+static inline void mem_group_allreduce(mem_group_t *g, int rank, float *x, int n)
+{
+	memcpy(g->slot[rank], x, (size_t)n * sizeof *x);
+	mem_group_wait(g);
+	for (int i = 0; i < n; i++) {
+		float s = 0;
+		for (int r = 0; r < g->n; r++)
+			s += g->slot[r][i];
+		x[i] = s;
+	}
+	mem_group_wait(g);
+}
+
+#endif
