@@ -299,23 +299,30 @@ static void quantize_q4_0(const float *x, blk_q4_0 *b, int64_t n)
 	}
 }
 
+void quant_subblock_ranges(const float *x, int nsub, int len, float levels, float *scale,
+			   float *minv, float *smax, float *mmax)
+{
+	*smax = *mmax = 0;
+	for (int j = 0; j < nsub; j++) {
+		float lo = 0, hi = 0;
+		for (int l = 0; l < len; l++) {
+			lo = fminf(lo, x[len * j + l]);
+			hi = fmaxf(hi, x[len * j + l]);
+		}
+		scale[j] = (hi - lo) / levels;
+		minv[j] = -lo;
+		*smax = fmaxf(*smax, scale[j]);
+		*mmax = fmaxf(*mmax, minv[j]);
+	}
+}
+
 /* A simple (not ggml's optimal-search) Q4_K quantizer: per 32-element sub-block, min = min(0,
  * min x) and scale = (max - min) / 15, both then quantized to 6 bits against the super-scales. */
 static void quantize_q4_k(const float *x, blk_q4_k *b, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[8], minv[8], smax = 0, mmax = 0;
-		for (int j = 0; j < 8; j++) {
-			float lo = 0, hi = 0;
-			for (int l = 0; l < 32; l++) {
-				lo = fminf(lo, x[32 * j + l]);
-				hi = fmaxf(hi, x[32 * j + l]);
-			}
-			scale[j] = (hi - lo) / 15.f;
-			minv[j] = -lo;
-			smax = fmaxf(smax, scale[j]);
-			mmax = fmaxf(mmax, minv[j]);
-		}
+		float scale[8], minv[8], smax, mmax;
+		quant_subblock_ranges(x, 8, 32, 15.f, scale, minv, &smax, &mmax);
 		float d = smax / 63.f, dmin = mmax / 63.f;
 		b[i].d = quant_f32_to_f16(d);
 		b[i].dmin = quant_f32_to_f16(dmin);

@@ -256,6 +256,12 @@ quant_act_q8_0_fn quant_x86_act_q8_0(void);
 /* The same for Q8_K blocks (d[n/256], bsums[n/16]), bit-identical to the plain one. */
 quant_act_q8_0_fn quant_x86_act_q8_k(void);
 
+/* For the K-quant quantizers (quant.c, quant_lowbit.c): per sub-block j < nsub of len values
+ * of x, with lo = min(0, min) and hi = max(0, max): scale[j] = (hi - lo) / levels and
+ * minv[j] = -lo; *smax and *mmax get the largest of each (the super-block's scales' range). */
+void quant_subblock_ranges(const float *x, int nsub, int len, float levels, float *scale,
+			   float *minv, float *smax, float *mmax);
+
 /* x86 tables (quant_x86.c); NULL when not compiled in or the CPU lacks the features. */
 const quant_ops_t *quant_x86_ops(int wtype);
 /* NEON tables (quant_neon.c); NULL when not built for aarch64. */

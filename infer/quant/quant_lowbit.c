@@ -188,18 +188,8 @@ static void quantize_q5_1(const float *x, blk_q5_1 *b, int64_t n)
 static void quantize_q2_k(const float *x, blk_q2_k *b, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[16], minv[16], smax = 0, mmax = 0;
-		for (int g = 0; g < 16; g++) {
-			float lo = 0, hi = 0;
-			for (int l = 0; l < 16; l++) {
-				lo = fminf(lo, x[16 * g + l]);
-				hi = fmaxf(hi, x[16 * g + l]);
-			}
-			scale[g] = (hi - lo) / 3.f;
-			minv[g] = -lo;
-			smax = fmaxf(smax, scale[g]);
-			mmax = fmaxf(mmax, minv[g]);
-		}
+		float scale[16], minv[16], smax, mmax;
+		quant_subblock_ranges(x, 16, 16, 3.f, scale, minv, &smax, &mmax);
 		b[i].d = quant_f32_to_f16(smax / 15.f);
 		b[i].dmin = quant_f32_to_f16(mmax / 15.f);
 		float d = quant_f16_to_f32(b[i].d), dmin = quant_f16_to_f32(b[i].dmin);
@@ -259,18 +249,8 @@ static void quantize_q3_k(const float *x, blk_q3_k *b, int64_t n)
 static void quantize_q5_k(const float *x, blk_q5_k *b, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[8], minv[8], smax = 0, mmax = 0;
-		for (int j = 0; j < 8; j++) {
-			float lo = 0, hi = 0;
-			for (int l = 0; l < 32; l++) {
-				lo = fminf(lo, x[32 * j + l]);
-				hi = fmaxf(hi, x[32 * j + l]);
-			}
-			scale[j] = (hi - lo) / 31.f;
-			minv[j] = -lo;
-			smax = fmaxf(smax, scale[j]);
-			mmax = fmaxf(mmax, minv[j]);
-		}
+		float scale[8], minv[8], smax, mmax;
+		quant_subblock_ranges(x, 8, 32, 31.f, scale, minv, &smax, &mmax);
 		b[i].d = quant_f32_to_f16(smax / 63.f);
 		b[i].dmin = quant_f32_to_f16(mmax / 63.f);
 		float d = quant_f16_to_f32(b[i].d), dmin = quant_f16_to_f32(b[i].dmin);
