@@ -59,38 +59,43 @@ LB_TGT static inline __m256i lb_q5_unpack(const uint8_t *qs, const uint8_t *qh4)
 	return _mm256_or_si256(lo, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
-LB_TGT static void lb_rows_q5_0(float *out, const uint8_t *w, size_t stride, int nrows,
-				const quant_act_t *x, int n)
+/* Q5_0 (values stored + 16: minus 16 x d x the activation block's sum) and Q5_1 (plus m x that
+ * sum): the same dot, a different offset. */
+LB_TGT static inline __attribute__((always_inline)) void lb_rows_q5(float *out, const uint8_t *w,
+								    size_t stride, int nrows,
+								    const quant_act_t *x, int n,
+								    const int Q51)
 {
+	const size_t bb = Q51 ? sizeof(blk_q5_1) : sizeof(blk_q5_0);
 	for (int r = 0; r < nrows; r++) {
-		const blk_q5_0 *b = (const blk_q5_0 *)(w + (size_t)r * stride);
 		__m256 acc = _mm256_setzero_ps();
 		float off = 0;
 		for (int i = 0; i < n / 32; i++) {
-			float d = quant_f16_to_f32(b[i].d) * x->d[i];
-			__m256i p = lb_dot(lb_q5_unpack(b[i].qs, b[i].qh), x->q + 32 * i);
+			const uint8_t *blk = w + (size_t)r * stride + (size_t)i * bb;
+			const blk_q5_0 *b0 = (const blk_q5_0 *)blk;
+			const blk_q5_1 *b1 = (const blk_q5_1 *)blk;
+			float d = quant_f16_to_f32(Q51 ? b1->d : b0->d) * x->d[i];
+			__m256i p = lb_dot(Q51 ? lb_q5_unpack(b1->qs, b1->qh)
+					       : lb_q5_unpack(b0->qs, b0->qh),
+					   x->q + 32 * i);
 			acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
-			off += d * 16.f * (float)x->bsums[i]; /* values are stored + 16 */
+			off += Q51 ? quant_f16_to_f32(b1->m) * x->d[i] * (float)x->bsums[i]
+				   : -(d * 16.f * (float)x->bsums[i]);
 		}
-		out[r] = lb_hsum(acc) - off;
+		out[r] = lb_hsum(acc) + off;
 	}
+}
+
+LB_TGT static void lb_rows_q5_0(float *out, const uint8_t *w, size_t stride, int nrows,
+				const quant_act_t *x, int n)
+{
+	lb_rows_q5(out, w, stride, nrows, x, n, 0);
 }
 
 LB_TGT static void lb_rows_q5_1(float *out, const uint8_t *w, size_t stride, int nrows,
 				const quant_act_t *x, int n)
 {
-	for (int r = 0; r < nrows; r++) {
-		const blk_q5_1 *b = (const blk_q5_1 *)(w + (size_t)r * stride);
-		__m256 acc = _mm256_setzero_ps();
-		float off = 0;
-		for (int i = 0; i < n / 32; i++) {
-			float d = quant_f16_to_f32(b[i].d) * x->d[i];
-			__m256i p = lb_dot(lb_q5_unpack(b[i].qs, b[i].qh), x->q + 32 * i);
-			acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
-			off += quant_f16_to_f32(b[i].m) * x->d[i] * (float)x->bsums[i];
-		}
-		out[r] = lb_hsum(acc) + off;
-	}
+	lb_rows_q5(out, w, stride, nrows, x, n, 1);
 }
 
 /* Per-lane scales for a 32-element run covering groups g (lanes 0-3) and g + 1 (lanes 4-7). */
