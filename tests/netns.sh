@@ -239,3 +239,38 @@ ns_capture_stop() {
 	wait "$NS_TCPDUMP" 2>/dev/null
 	NS_TCPDUMP=
 }
+
+# ns_workers MODEL N NAME [flags...]: `shoal worker` ranks 1..N-1 on hosts 2..N and rank 0 on
+# host 1, which generates $PROMPT greedily for NS_TOKENS ids (default 32; stdout in $T/NAME.out,
+# stderr in $T/NAME.err); returns rank 0's exit code. Uses $SHOAL, $TOKEN, $PROMPT and $T, and
+# takes the next port from $PORT.
+ns_workers() {
+	m=$1 n=$2 name=$3
+	shift 3
+	PORT=$((PORT + 1))
+	P="" r=1
+	while [ $r -le "$n" ]; do P="$P${P:+,}$(ns_ip $r):$PORT"; r=$((r + 1)); done
+	r=1
+	while [ $r -lt "$n" ]; do
+		ns_start $((r + 1)) "$name" $SHOAL worker --rank $r --world "$n" --peers "$P" \
+			--token "$TOKEN" --model "$m" --threads 1 --join-timeout 20000 "$@"
+		r=$((r + 1))
+	done
+	ns_exec 1 timeout 60 $SHOAL worker --rank 0 --world "$n" --peers "$P" --token "$TOKEN" \
+		--model "$m" --threads 1 --join-timeout 20000 "$@" --prompt "$PROMPT" \
+		--max-tokens "${NS_TOKENS:-32}" --ids >"$T/$name.out" 2>"$T/$name.err"
+}
+
+# ns_same_ids MODEL WHAT N NAME [flags...]: one check (tests/lib.sh): ns_workers' ids equal
+# `shoal generate`'s on one rank.
+ns_same_ids() {
+	m=$1 d=$2 n=$3 name=$4
+	shift 4
+	want=$($SHOAL generate --model "$m" --prompt "$PROMPT" --max-tokens "${NS_TOKENS:-32}" \
+		--ids --threads 1)
+	if ns_workers "$m" "$n" "$name" "$@"; then
+		check "$d: same greedy ids as one rank" [ "$(cat "$T/$name.out")" = "$want" ]
+	else
+		fail "$d: rank 0 failed: $(tail -1 "$T/$name.err")"
+	fi
+}

@@ -29,50 +29,20 @@ DS=$T/deepseek2.gguf
 $SHOAL mkmodel --arch deepseek2 --dim 128 --layers 3 --heads 4 --ffn 256 --vocab 512 \
 	--kv-lora 64 --q-lora 64 --qk-nope 32 --qk-rope 16 --v-head 32 --seed 5 -o "$DS" >/dev/null
 
-# run_hosts MODEL N NAME [flags...]: ranks 1..N-1 on hosts 2..N, rank 0 on host 1 (stdout in
-# $T/NAME.out); returns rank 0's exit code.
-run_hosts() {
-	m=$1 n=$2 name=$3
-	shift 3
-	PORT=$((PORT + 1))
-	P="" r=1
-	while [ $r -le "$n" ]; do P="$P${P:+,}$(ns_ip $r):$PORT"; r=$((r + 1)); done
-	r=1
-	while [ $r -lt "$n" ]; do
-		ns_start $((r + 1)) "$name" $SHOAL worker --rank $r --world "$n" --peers "$P" \
-			--token "$TOKEN" --model "$m" --threads 1 --join-timeout 20000 "$@"
-		r=$((r + 1))
-	done
-	ns_exec 1 timeout 60 $SHOAL worker --rank 0 --world "$n" --peers "$P" --token "$TOKEN" \
-		--model "$m" --threads 1 --join-timeout 20000 "$@" --prompt "$PROMPT" \
-		--max-tokens 32 --ids >"$T/$name.out" 2>"$T/$name.err"
-}
-
-same_ids() {
-	m=$1 d=$2 n=$3 name=$4
-	shift 4
-	want=$($SHOAL generate --model "$m" --prompt "$PROMPT" --max-tokens 32 --ids --threads 1)
-	if run_hosts "$m" "$n" "$name" "$@"; then
-		check "$d: same greedy ids as one rank" [ "$(cat "$T/$name.out")" = "$want" ]
-	else
-		fail "$d: rank 0 failed: $(tail -1 "$T/$name.err")"
-	fi
-}
-
 if [ -r "$S" ]; then
-	same_ids "$S" "netns stories 2 hosts" 2 s2
-	same_ids "$S" "netns stories 3 hosts 2:1:1" 3 s3 --shares 2:1:1
+	ns_same_ids "$S" "netns stories 2 hosts" 2 s2
+	ns_same_ids "$S" "netns stories 3 hosts 2:1:1" 3 s3 --shares 2:1:1
 else
 	skip "stories260K: $S not found"
 fi
-same_ids "$Q" "netns qwen2 3 hosts" 3 q3
-same_ids "$Q" "netns qwen2 pipeline 2 hosts" 2 qp --strategy pipeline
+ns_same_ids "$Q" "netns qwen2 3 hosts" 3 q3
+ns_same_ids "$Q" "netns qwen2 pipeline 2 hosts" 2 qp --strategy pipeline
 # deepseek2: query heads split, every host computes the latent itself
-same_ids "$DS" "netns deepseek2 3 hosts 2:1:1" 3 d3 --shares 2:1:1
+ns_same_ids "$DS" "netns deepseek2 3 hosts 2:1:1" 3 d3 --shares 2:1:1
 
 # the bridge sees every byte between hosts: the token is never among them
 ns_capture_start "$T/cap.pcap"
-same_ids "$Q" "netns captured run" 2 cap
+ns_same_ids "$Q" "netns captured run" 2 cap
 ns_capture_stop
 check "the capture saw the run" [ "$(stat -c %s "$T/cap.pcap")" -gt 2000 ]
 check "no token bytes on the wire between hosts" sh -c '! grep -a -q "$1" "$2"' _ "$TOKEN" \
