@@ -447,6 +447,31 @@ static void files_free(files_t *x)
 	json_decref(x->plan);
 }
 
+/* Plans fixture f (with_seen: with the links it observed) and loads the files the plan writes
+ * into x; NULL (a failed check) when planning failed. plan_done() frees both. */
+static plan_t *plan_load(const fixture_t *f, int with_seen, files_t *x)
+{
+	plan_t *p = plan_fx(f, with_seen);
+	CHECK(p != NULL);
+	if (p)
+		files_load(x, p);
+	return p;
+}
+
+static void plan_done(plan_t *p, files_t *x)
+{
+	files_free(x);
+	plan_free(p);
+}
+
+/* mlx_ring_forms' verdict: "" or why the ring would not form (printed with the case). */
+static void check_forms(const char *why, size_t k, int seen)
+{
+	if (why[0])
+		fprintf(stderr, "fixture %zu seen %d: %s\n", k, seen, why);
+	CHECK_EQ_STR(why, "");
+}
+
 static const char *mlx_field(const files_t *x, const char *k)
 {
 	const char *s = json_string_value(json_object_get(json_object_get(x->plan, "mlx"), k));
@@ -462,20 +487,15 @@ TEST(f1_hostfile_nested)
 	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4, &RING4_CFG};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++)
 		for (int seen = 0; seen < 2; seen++) {
-			plan_t *p = plan_fx(fx[k], seen);
-			CHECK(p != NULL);
+			files_t x;
+			plan_t *p = plan_load(fx[k], seen, &x);
 			if (!p)
 				continue;
-			files_t x;
-			files_load(&x, p);
 			for (size_t r = 0; r < json_array_size(x.hostfile); r++)
 				CHECK(json_is_array(json_array_get(x.hostfile, r)));
 			const char *why = mlx_ring_forms(fx[k], p, x.hostfile);
-			if (why[0])
-				fprintf(stderr, "fixture %zu seen %d: %s\n", k, seen, why);
-			CHECK_EQ_STR(why, "");
-			files_free(&x);
-			plan_free(p);
+			check_forms(why, k, seen);
+			plan_done(p, &x);
 		}
 }
 
@@ -485,20 +505,17 @@ TEST(f1_hostfile_nested)
 TEST(f2_one_rank_empty_hostfile)
 {
 	for (int seen = 0; seen < 2; seen++) {
-		plan_t *p = plan_fx(&ONE, seen);
-		CHECK(p != NULL);
+		files_t x;
+		plan_t *p = plan_load(&ONE, seen, &x);
 		if (!p)
 			continue;
-		files_t x;
-		files_load(&x, p);
 		CHECK_EQ_STR(x.hostfile_text, "");
 		CHECK_EQ_STR(json_string_value(json_object_get(x.hosts_obj, "backend")), "ring");
 		json_t *h0 = json_array_get(x.hosts, 0);
 		/* launch.py RemoteProcess: only the exact string "127.0.0.1" runs locally */
 		CHECK_EQ_STR(json_string_value(json_object_get(h0, "ssh")), "127.0.0.1");
 		CHECK_EQ_STR(mlx_field(&x, "jaccl"), "none");
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
 }
 
@@ -513,38 +530,31 @@ TEST(f3_ips_per_backend)
 	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++)
 		for (int seen = 0; seen < 2; seen++) {
-			plan_t *p = plan_fx(fx[k], seen);
-			CHECK(p != NULL);
+			files_t x;
+			plan_t *p = plan_load(fx[k], seen, &x);
 			if (!p)
 				continue;
-			files_t x;
-			files_load(&x, p);
 			json_t *rows = launch_ring_rows(x.hosts);
 			const char *why = mlx_ring_forms(fx[k], p, rows);
-			if (why[0])
-				fprintf(stderr, "fixture %zu seen %d: %s\n", k, seen, why);
-			CHECK_EQ_STR(why, "");
+			check_forms(why, k, seen);
 			for (size_t r = 0; r < json_array_size(x.hosts); r++)
 				CHECK_EQ_INT(json_array_size(json_object_get(
 						 json_array_get(x.hosts, r), "ips")),
 					     1);
 			json_decref(rows);
-			files_free(&x);
-			plan_free(p);
+			plan_done(p, &x);
 		}
 	/* the Ethernet view is a TCP ring: its ips are the ring's own addresses */
-	plan_t *p = plan_fx(&ETH3, 1);
+	files_t x;
+	plan_t *p = plan_load(&ETH3, 1, &x);
 	if (p) {
-		files_t x;
-		files_load(&x, p);
 		CHECK_EQ_STR(json_string_value(json_object_get(x.hosts_obj, "backend")), "ring");
 		for (int r = 0; r < 3; r++)
 			CHECK_EQ_STR(
 			    json_string_value(json_array_get(
 				json_object_get(json_array_get(x.hosts, (size_t)r), "ips"), 0)),
 			    plan_rank(p, r)->ip);
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
 }
 
@@ -556,17 +566,14 @@ TEST(f4_coordinator_reachable)
 	const fixture_t *fx[] = {&MESH4, &RING4, &RING4_CFG};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++)
 		for (int seen = 0; seen < 2; seen++) {
-			plan_t *p = plan_fx(fx[k], seen);
-			CHECK(p != NULL);
+			files_t x;
+			plan_t *p = plan_load(fx[k], seen, &x);
 			if (!p)
 				continue;
-			files_t x;
-			files_load(&x, p);
 			CHECK_EQ_STR(launch_jaccl_ok(fx[k], p, x.hosts), "");
 			CHECK_EQ_STR(plan_coordinator(p), "192.168.1.11:32323");
 			CHECK_EQ_STR(mlx_field(&x, "coordinator"), "192.168.1.11:32323");
-			files_free(&x);
-			plan_free(p);
+			plan_done(p, &x);
 		}
 }
 
@@ -578,12 +585,10 @@ TEST(f5_ranks_follow_cables)
 {
 	for (int seen = 0; seen < 4; seen++) {
 		const fixture_t *f = seen < 2 ? &RING4 : &RING4_CFG;
-		plan_t *p = plan_fx(f, seen & 1);
-		CHECK(p != NULL);
+		files_t x;
+		plan_t *p = plan_load(f, seen & 1, &x);
 		if (!p)
 			continue;
-		files_t x;
-		files_load(&x, p);
 		int cnt[8][8] = {{0}}, n = jaccl_parse(x.rdma, cnt);
 		CHECK_EQ_INT(n, 4);
 		CHECK(jaccl_is_ring(n, cnt));
@@ -605,16 +610,13 @@ TEST(f5_ranks_follow_cables)
 		for (int r = 0; r < 4; r++)
 			CHECK(strncmp(plan_rank(p, r)->ip, "192.168.1.", 10));
 		CHECK_EQ_STR(mlx_ring_forms(f, p, x.hostfile), "");
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
 	for (int seen = 0; seen < 2; seen++) {
-		plan_t *p = plan_fx(&MESH4, seen);
-		CHECK(p != NULL);
+		files_t x;
+		plan_t *p = plan_load(&MESH4, seen, &x);
 		if (!p)
 			continue;
-		files_t x;
-		files_load(&x, p);
 		int cnt[8][8] = {{0}}, n = jaccl_parse(x.rdma, cnt);
 		CHECK_EQ_INT(n, 4);
 		CHECK(jaccl_is_mesh(n, cnt));
@@ -622,21 +624,18 @@ TEST(f5_ranks_follow_cables)
 		CHECK_EQ_STR(mlx_field(&x, "jaccl"), "jaccl");
 		for (int r = 0; r < 4; r++) /* a uniform mesh keeps ascending ids */
 			CHECK_EQ_INT(node_of_rank(&MESH4, p, r), r);
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
-	plan_t *p = plan_fx(&ETH3, 1);
+	files_t x;
+	plan_t *p = plan_load(&ETH3, 1, &x);
 	if (p) {
-		files_t x;
-		files_load(&x, p);
 		int cnt[8][8] = {{0}}, n = jaccl_parse(x.rdma, cnt);
 		CHECK_EQ_INT(n, 3);
 		CHECK(!jaccl_is_mesh(n, cnt) && !jaccl_is_ring(n, cnt));
 		CHECK_EQ_STR(mlx_field(&x, "jaccl"), "none");
 		CHECK_EQ_STR(mlx_field(&x, "why"),
 			     "no RDMA device links any two ranks: MLX's TCP ring");
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
 }
 
@@ -648,12 +647,10 @@ TEST(f6_object_form)
 	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4, &ONE};
 	const char *want[] = {"ring", "jaccl", "jaccl-ring", "ring"};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++) {
-		plan_t *p = plan_fx(fx[k], 1);
-		CHECK(p != NULL);
+		files_t x;
+		plan_t *p = plan_load(fx[k], 1, &x);
 		if (!p)
 			continue;
-		files_t x;
-		files_load(&x, p);
 		CHECK(json_is_object(x.hosts_obj));
 		CHECK_EQ_STR(json_string_value(json_object_get(x.hosts_obj, "backend")), want[k]);
 		json_t *envs = json_object_get(x.hosts_obj, "envs");
@@ -674,8 +671,7 @@ TEST(f6_object_form)
 		CHECK(json_equal(l, x.hosts));
 		json_decref(l);
 		free(list);
-		files_free(&x);
-		plan_free(p);
+		plan_done(p, &x);
 	}
 }
 
