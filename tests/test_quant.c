@@ -527,26 +527,6 @@ TEST(act_prepare_fast_equals_plain)
 	}
 }
 
-/* The F16 K tile: every version writes the plain version's bits (tails of n and of hd too). */
-TEST(kt_f16_equals_plain)
-{
-	static uint16_t k[64 * 200];
-	static float a[200 * 64], b[200 * 64];
-	for (int i = 0; i < 64 * 200; i++)
-		k[i] = quant_f32_to_f16(frand() * 8);
-	static const int ns[] = {1, 15, 16, 17, 40, 63, 64}, hds[] = {64, 128, 80, 40};
-	quant_kt_f16_fn fast = quant_kt_f16(), ref = quant_kt_f16_ref();
-	for (size_t x = 0; x < sizeof ns / sizeof *ns; x++)
-		for (size_t y = 0; y < sizeof hds / sizeof *hds; y++) {
-			size_t stride = 200 * 2; /* rows of a wider cache row: heads side by side */
-			memset(a, 0xff, sizeof a);
-			memset(b, 0x7f, sizeof b);
-			ref(a, (const uint8_t *)k, stride, ns[x], hds[y]);
-			fast(b, (const uint8_t *)k, stride, ns[x], hds[y]);
-			CHECK(!memcmp(a, b, (size_t)hds[y] * 64 * sizeof(float)));
-		}
-}
-
 /* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */
 TEST(kernels_vs_reference_avx2)
 {
@@ -586,7 +566,6 @@ int main(void)
 	RUN(batched_kernels_vs_reference);
 	RUN(repacked_kernels_vs_reference);
 	RUN(act_prepare_fast_equals_plain);
-	RUN(kt_f16_equals_plain);
 	RUN(attention_tile_kernels);
 	RUN(expsum_accuracy);
 	RUN(wsum_vs_reference);

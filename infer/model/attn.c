@@ -27,9 +27,37 @@
 
 void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const float *v)
 {
-	size_t at = kv_at(m, lc, slot, pos);
-	quant_quantize_row(m->kv_type, k, m->kc + at, m->kvd);
-	quant_quantize_row(m->kv_type, v, m->vc + at, m->kvd);
+	int hd = m->meta.head_dim;
+	for (int h = 0; h < m->sh.n_kv_heads; h++) {
+		const float *kh = k + (size_t)h * hd;
+		quant_quantize_row(m->kv_type, v + (size_t)h * hd, m->vc + kv_at(m, lc, slot, h, pos),
+				   hd);
+		if (!m->kt_tiled) {
+			quant_quantize_row(m->kv_type, kh, m->kc + kv_at(m, lc, slot, h, pos), hd);
+			continue;
+		}
+		uint8_t *c = m->kc + kv_k_at(m, lc, slot, h, pos, 0); /* column pos of the tile */
+		for (int d = 0; d < hd; d++) {
+			if (m->kv_type == QT_F16) {
+				uint16_t e = quant_f32_to_f16(kh[d]);
+				memcpy(c + (size_t)d * ATT_TILE * sizeof e, &e, sizeof e);
+			} else {
+				memcpy(c + (size_t)d * ATT_TILE * sizeof kh[d], &kh[d], sizeof kh[d]);
+			}
+		}
+	}
+}
+
+/* K at position pos of local KV head h as F32 (whichever layout K has). */
+static void kv_k_row(const model_t *m, int lc, int slot, int h, int pos, float *out)
+{
+	int hd = m->meta.head_dim;
+	if (!m->kt_tiled) {
+		quant_dequant_row(m->kv_type, m->kc + kv_at(m, lc, slot, h, pos), out, hd);
+		return;
+	}
+	for (int d = 0; d < hd; d++)
+		quant_dequant_row(m->kv_type, m->kc + kv_k_at(m, lc, slot, h, pos, d), out + d, 1);
 }
 
 typedef struct att_job {
@@ -39,16 +67,15 @@ typedef struct att_job {
 	int n_blk;
 } att_job_t;
 
-/* Item it of a job as (token b, local head h): its KV head's cache columns start hoff bytes
- * into each row; T positions are visible. */
-static void att_item(const att_job_t *j, int it, int *b, int *h, size_t *hoff, int *T)
+/* Item it of a job as (token b, local head h) reading local KV head *kvh; T positions are
+ * visible. */
+static void att_item(const att_job_t *j, int it, int *b, int *h, int *kvh, int *T)
 {
 	const model_t *m = j->m;
 	int nh = m->sh.n_q_heads, grp = m->meta.n_heads / m->meta.n_kv_heads;
 	*b = it / nh;
 	*h = it % nh;
-	int kvh = (m->sh.q_head0 + *h) / grp - m->sh.kv_head0;
-	*hoff = quant_row_bytes(m->kv_type, (int64_t)kvh * m->meta.head_dim);
+	*kvh = (m->sh.q_head0 + *h) / grp - m->sh.kv_head0;
 	*T = m->bpos[*b] + 1;
 }
 
@@ -68,48 +95,53 @@ static void att_kv_item(const att_job_t *j, int it, int *g, int *b0, int *b1, in
 	*h1 = MIN(q0 + grp, m->sh.q_head0 + m->sh.n_q_heads) - m->sh.q_head0;
 }
 
-/* n cache rows (kv_row bytes apart, from k and v) as F32: K transposed into kt[hd][64] (columns
- * past n zeroed), V as rows hd apart in vt, or the V rows in place for an F32 cache (*vs: the
- * stride in bytes either way). */
-static const float *att_tile(const model_t *m, const uint8_t *k, const uint8_t *v, int n, float *kt,
-			     float *vt, size_t *vs)
+/* The tile of n positions of one head (k, v: its first bytes) as F32: K transposed,
+ * [hd][ATT_TILE], into *kt (the cache itself when K is tiled F32; columns past n hold zeros or
+ * an earlier sequence's keys, whose scores are never used), V as n rows of hd into *vt (the
+ * cache itself for F32). */
+static void att_tile(const model_t *m, const uint8_t *k, const uint8_t *v, int n, float *kbuf,
+		     float *vbuf, const float **kt, const float **vt)
 {
 	int hd = m->meta.head_dim;
 	quant_dequant_fn dq =
 	    m->kv_ops->dequant ? m->kv_ops->dequant : quant_ops_ref(m->kv_type)->dequant;
-	if (m->kv_type == QT_F16) {
-		m->kt_f16(kt, k, m->kv_row, n, hd);
+	if (m->kv_type == QT_F32) {
+		*kt = (const float *)k;
+		*vt = (const float *)v;
+		return;
+	}
+	if (m->kt_tiled) {
+		dq(k, kbuf, ATT_TILE * hd);
 	} else {
-		float *tmp = vt; /* the first V row is written last */
+		float *tmp = vbuf; /* V is converted after */
 		for (int t = 0; t < n; t++) {
-			dq(k + (size_t)t * m->kv_row, tmp, hd);
+			dq(k + (size_t)t * m->kv_hrow, tmp, hd);
 			for (int i = 0; i < hd; i++)
-				kt[i * ATT_TILE + t] = tmp[i];
+				kbuf[i * ATT_TILE + t] = tmp[i];
 		}
 		for (int i = 0; n < ATT_TILE && i < hd; i++)
-			memset(kt + i * ATT_TILE + n, 0, (size_t)(ATT_TILE - n) * sizeof *kt);
+			memset(kbuf + i * ATT_TILE + n, 0, (size_t)(ATT_TILE - n) * sizeof *kbuf);
 	}
-	if (m->kv_type == QT_F32) {
-		*vs = m->kv_row;
-		return (const float *)v;
-	}
-	for (int t = 0; t < n; t++)
-		dq(v + (size_t)t * m->kv_row, vt + (size_t)t * hd, hd);
-	*vs = (size_t)hd * sizeof(float);
-	return vt;
+	dq(v, vbuf, n * hd); /* the rows are contiguous */
+	*kt = kbuf;
+	*vt = vbuf;
 }
 
-/* The next tile's K and V rows (one head's bytes of each, hb) are asked for while this one is
- * worked on: the rows are a whole cache row apart (all heads), a stride that reaches memory on
- * every row once the context outgrows the caches, and the tile waited on each (measured at
- * 1,024 positions, Q4_0, F16 cache, 1 thread: decode 40 -> 45 tok/s). */
-static void att_prefetch(const uint8_t *k, const uint8_t *v, size_t row, int n, size_t hb)
+/* The next tile's K and V are asked for while this one is worked on (the next item's first
+ * tile after an item's last: a decode step's items are a few tiles each), so the conversions
+ * do not wait on memory once the context outgrows the caches. */
+static void att_prefetch(const att_job_t *j, int it, int t0)
 {
-	for (int t = 0; t < n; t++)
-		for (size_t o = 0; o < hb; o += 64) {
-			__builtin_prefetch(k + (size_t)t * row + o);
-			__builtin_prefetch(v + (size_t)t * row + o);
-		}
+	const model_t *m = j->m;
+	int g, b0, b1, h0, h1;
+	att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
+	int n = MIN(ATT_TILE, m->bpos[b1 - 1] + 1 - t0);
+	size_t at = kv_at(m, j->layer, m->bslot[b0], g, t0);
+	size_t kb = (size_t)(m->kt_tiled ? ATT_TILE : n) * m->kv_hrow;
+	for (size_t o = 0; o < kb; o += 64)
+		__builtin_prefetch(m->kc + at + o);
+	for (size_t o = 0; o < (size_t)n * m->kv_hrow; o += 64)
+		__builtin_prefetch(m->vc + at + o);
 }
 
 static void att_task(void *ctx, int c, int nc, int tid)
@@ -118,18 +150,19 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	model_t *m = j->m;
 	int hd = m->meta.head_dim;
 	float scale = 1.0f / sqrtf((float)hd);
-	size_t row = m->kv_row;
-	float *kt = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kt + ATT_TILE * hd;
+	size_t row = m->kv_hrow;
+	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
 	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
 	const float *qp[ATT_GROUP];
 	float *op[ATT_GROUP];
 	int lo, hi;
 	pool_split(j->m->sh.n_kv_heads * j->n_blk, c, nc, 1, &lo, &hi);
+	if (lo < hi)
+		att_prefetch(j, lo, 0);
 	for (int it = lo; it < hi; it++) {
 		int g, b0, b1, h0, h1;
 		att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
-		size_t hoff = quant_row_bytes(m->kv_type, (int64_t)g * hd);
-		size_t base = kv_at(m, j->layer, m->bslot[b0], 0) + hoff; /* the block's slot */
+		size_t base = kv_at(m, j->layer, m->bslot[b0], g, 0); /* the block's slot */
 		const uint8_t *kc = m->kc + base, *vc = m->vc + base;
 		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
@@ -141,14 +174,13 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		int tmax = m->bpos[b1 - 1] + 1; /* the block's last token sees the most */
 		for (int t0 = 0; t0 < tmax; t0 += ATT_TILE) {
 			int n = MIN(ATT_TILE, tmax - t0);
-			size_t vs;
+			const float *kt, *vt;
 			if (t0 + ATT_TILE < tmax)
-				att_prefetch(kc + (size_t)(t0 + ATT_TILE) * row,
-					     vc + (size_t)(t0 + ATT_TILE) * row, row,
-					     MIN(ATT_TILE, tmax - t0 - ATT_TILE),
-					     quant_row_bytes(m->kv_type, hd));
-			const float *vt = att_tile(m, kc + (size_t)t0 * row, vc + (size_t)t0 * row,
-						   n, kt, vbuf, &vs);
+				att_prefetch(j, it, t0 + ATT_TILE);
+			else if (it + 1 < hi)
+				att_prefetch(j, it + 1, 0);
+			att_tile(m, kc + (size_t)t0 * row, vc + (size_t)t0 * row, n, kbuf, vbuf,
+				 &kt, &vt);
 			for (int b = b0; b < b1; b++) {
 				int nb =
 				    MIN(n, m->bpos[b] + 1 - t0); /* causal: this token's share */
@@ -179,7 +211,7 @@ static void att_task(void *ctx, int c, int nc, int tid)
 					}
 					*S += m->expsum(sh, nb, *M);
 				}
-				m->av(op, s, h1 - h0, vt, vs / sizeof(float), nb, hd);
+				m->av(op, s, h1 - h0, vt, hd, nb, hd);
 			}
 		}
 		for (int b = b0; b < b1; b++)
@@ -214,19 +246,17 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 	int hd = m->meta.head_dim;
 	float scale = 1.0f / sqrtf((float)hd), kv[1024];
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
-	size_t row = m->kv_row;
+	size_t row = m->kv_hrow;
 	int lo, hi;
 	pool_split(j->B * m->sh.n_q_heads, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
-		int b, h, T;
-		size_t hoff;
-		att_item(j, it, &b, &h, &hoff, &T);
-		size_t layer = kv_at(m, j->layer, m->bslot[b], 0);
+		int b, h, kvh, T;
+		att_item(j, it, &b, &h, &kvh, &T);
+		size_t base = kv_at(m, j->layer, m->bslot[b], kvh, 0);
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
 		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd, mx = -INFINITY, sum = 0;
 		for (int t = 0; t < T; t++) {
-			quant_dequant_row(m->kv_type, m->kc + layer + (size_t)t * row + hoff, kv,
-					  hd);
+			kv_k_row(m, j->layer, m->bslot[b], kvh, t, kv);
 			float d = 0;
 			for (int i = 0; i < hd; i++)
 				d += q[i] * kv[i];
@@ -237,7 +267,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 			sum += sc[t] = expf(sc[t] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (int t = 0; t < T; t++) {
-			quant_dequant_row(m->kv_type, m->vc + layer + (size_t)t * row + hoff, kv,
+			quant_dequant_row(m->kv_type, m->vc + base + (size_t)t * row, kv,
 					  hd);
 			for (int i = 0; i < hd; i++)
 				o[i] += sc[t] / sum * kv[i];

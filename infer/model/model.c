@@ -395,11 +395,16 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	int half = meta->rope_dim / 2;
 	m->inv_freq = malloc((size_t)MAX(half, 1) * sizeof(float));
 	m->kv_type = bind_only ? QT_F32 : kv_type;
-	m->kv_row = bind_only ? 0 : quant_row_bytes(kv_type, m->kvd);
+	m->kv_hrow = bind_only ? 0 : quant_row_bytes(kv_type, meta->head_dim);
 	m->kv_ops = quant_ops(m->kv_type);
-	size_t kv_rows = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots * (size_t)n_ctx;
-	m->kc = malloc(MAX(kv_rows * m->kv_row, 1));
-	m->vc = malloc(MAX(kv_rows * m->kv_row, 1));
+	m->kv_npos = (n_ctx + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
+	m->kt_tiled = m->kv_type == QT_F16 || m->kv_type == QT_F32;
+	size_t kv_rows = (size_t)(m->sh.layer1 - m->sh.layer0) * (size_t)n_slots *
+			 (size_t)m->sh.n_kv_heads * (size_t)m->kv_npos;
+	/* zeroed: a tiled K's columns past the last position are read (and their scores
+	 * ignored) */
+	m->kc = calloc(MAX(kv_rows, 1), MAX(m->kv_hrow, 1));
+	m->vc = calloc(MAX(kv_rows, 1), MAX(m->kv_hrow, 1));
 	if (!m->inv_freq || !m->kc || !m->vc || alloc_scratch(m, MODEL_MAX_BATCH) ||
 	    (meta->n_experts && moe_scratch_new(m))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for a context of %d x %d slots",
@@ -408,7 +413,6 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	}
 	m->qkt = quant_qkt();
 	m->av = quant_av();
-	m->kt_f16 = quant_kt_f16();
 	m->expsum = quant_expsum();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();

@@ -80,12 +80,17 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	int n_slots;     /* sequences with their own KV range (model_new_slots) */
-	/* KV cache: [layer1 - layer0][n_slots][n_ctx] rows of kvd elements of kv_type, kv_row bytes
-	 * each (kv_at); a head's slice starts at quant_row_bytes(kv_type, h * head_dim) (whole
-	 * blocks) */
+	/* KV cache: [layer1 - layer0][n_slots][sh.n_kv_heads][kv_npos] rows of head_dim elements of
+	 * kv_type, kv_hrow bytes each (kv_at). Head-major: one head's attention reads its rows
+	 * contiguously. With an element type (F16, F32: kt_tiled) K is stored as tiles of
+	 * ATT_TILE positions already transposed, [head_dim][ATT_TILE] (kv_k_at): the scores
+	 * kernel reads K that way, and transposing each tile on every read had been most of
+	 * attention's cost (a 16x16 register transpose per 256 elements). V stays row-major. */
 	uint8_t *kc, *vc;
 	int kv_type;
-	size_t kv_row;
+	size_t kv_hrow;
+	int kv_npos;   /* positions per head: n_ctx rounded up to whole tiles */
+	int kt_tiled;  /* K stored as transposed tiles */
 	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
@@ -107,7 +112,6 @@ struct model {
 	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
 	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
 	quant_av_fn av;         /* weighted sums of a V tile */
-	quant_kt_f16_fn kt_f16; /* an F16 cache's K tile, transposed */
 	quant_expsum_fn expsum; /* softmax numerators */
 	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
 	quant_wsum_fn wsum;
@@ -141,14 +145,26 @@ void attention(model_t *m, int lc, int B);
 /* The same computed plainly (whole score row, reference dequantize, scalar loops): the test
  * oracle for attention(). */
 void attention_ref(model_t *m, int lc, int B);
-/* Stores k[kvd], v[kvd] (F32) as position pos of slot in layer lc of the cache, in its type. */
+/* Stores k[kvd], v[kvd] (F32; the local KV heads one after another) as position pos of slot in
+ * layer lc of the cache, in its type. */
 void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const float *v);
 
-/* Byte offset of position pos of slot in layer lc of the KV cache (kc and vc alike). */
-static inline size_t kv_at(const model_t *m, int lc, int slot, int pos)
+/* Byte offset of local KV head h's row at position pos of slot in layer lc of the KV cache (kc
+ * and vc alike); the head's next position is kv_hrow bytes on. */
+static inline size_t kv_at(const model_t *m, int lc, int slot, int h, int pos)
 {
-	return (((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->n_ctx + (size_t)pos) *
-	       m->kv_row;
+	size_t head = ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->sh.n_kv_heads +
+		      (size_t)h;
+	return (head * (size_t)m->kv_npos + (size_t)pos) * m->kv_hrow;
+}
+
+/* Byte offset of element d of K at position pos when K is tiled (kt_tiled): within the tile of
+ * pos, row d holds the tile's ATT_TILE positions. */
+static inline size_t kv_k_at(const model_t *m, int lc, int slot, int h, int pos, int d)
+{
+	size_t es = m->kv_hrow / (size_t)m->meta.head_dim; /* element bytes */
+	return kv_at(m, lc, slot, h, pos - pos % ATT_TILE) +
+	       ((size_t)d * ATT_TILE + (size_t)(pos % ATT_TILE)) * es;
 }
 
 /* ---- moe.c ------------------------------------------------------------------------------- */

@@ -790,28 +790,6 @@ quant_av_fn quant_av(void)
 	return f ? f : ref_av;
 }
 
-static void ref_kt_f16(float *kt, const uint8_t *k, size_t stride, int n, int hd)
-{
-	for (int i = 0; i < hd; i++)
-		for (int t = 0; t < 64; t++) {
-			uint16_t h = 0;
-			if (t < n)
-				memcpy(&h, k + (size_t)t * stride + 2 * (size_t)i, 2);
-			kt[i * 64 + t] = t < n ? quant_f16_to_f32(h) : 0.0f;
-		}
-}
-
-quant_kt_f16_fn quant_kt_f16_ref(void)
-{
-	return ref_kt_f16;
-}
-
-quant_kt_f16_fn quant_kt_f16(void)
-{
-	quant_kt_f16_fn f = quant_use_ref ? NULL : quant_x86_kt_f16();
-	return f ? f : ref_kt_f16;
-}
-
 static float ref_expsum(float *x, int n, float mx)
 {
 	float sum = 0;

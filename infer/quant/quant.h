@@ -235,14 +235,6 @@ quant_av_fn quant_av(void);
 quant_av_fn quant_av_ref(void);
 quant_av_fn quant_x86_av(void); /* NULL when unavailable */
 
-/* The K tile of an F16 cache: kt[i * 64 + t] = k[t][i] as F32 for t < n, i < hd, and 0 for
- * n <= t < 64 (rows stride bytes apart). Exact (F16 -> F32 loses nothing), so every version
- * writes the same bits. */
-typedef void (*quant_kt_f16_fn)(float *kt, const uint8_t *k, size_t stride, int n, int hd);
-quant_kt_f16_fn quant_kt_f16(void);
-quant_kt_f16_fn quant_kt_f16_ref(void);
-quant_kt_f16_fn quant_x86_kt_f16(void); /* NULL when unavailable */
-
 /* x[i] = exp(x[i] - mx) for i < n, returns the sum (softmax numerators; relative error of the
  * optimized version < 2e-7). */
 typedef float (*quant_expsum_fn)(float *x, int n, float mx);

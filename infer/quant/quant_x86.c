@@ -956,64 +956,6 @@ TGT512A static void avx512_qkt(float *s, const float *const *q, int nq, const fl
 	}
 }
 
-/* r[16] rows of 16 floats become its 16 columns: pairs interleaved, then 4x4 blocks within each
- * 128-bit lane, then lanes across registers twice. */
-TGT512A static inline __attribute__((always_inline)) void tr16x16(__m512 r[16])
-{
-	__m512 t[16];
-	for (int k = 0; k < 8; k++) {
-		t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-		t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-	}
-	/* r[4k + m], lane L: rows 4k..4k+3 of column 4L + m */
-	for (int k = 0; k < 4; k++) {
-		r[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
-		r[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
-		r[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
-		r[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
-	}
-	for (int m = 0; m < 4; m++) {
-		t[m] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
-		t[m + 4] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
-		t[m + 8] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
-		t[m + 12] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
-	}
-	for (int m = 0; m < 4; m++) {
-		r[m] = _mm512_shuffle_f32x4(t[m], t[m + 8], 0x88);
-		r[m + 8] = _mm512_shuffle_f32x4(t[m], t[m + 8], 0xdd);
-		r[m + 4] = _mm512_shuffle_f32x4(t[m + 4], t[m + 12], 0x88);
-		r[m + 12] = _mm512_shuffle_f32x4(t[m + 4], t[m + 12], 0xdd);
-	}
-}
-
-/* The F16 K tile in 16x16 blocks converted and transposed in registers (the plain version
- * stores every element on its own: that was most of an F16 cache's attention cost). */
-TGT512A __attribute__((target("f16c"))) static void avx512_kt_f16(float *kt, const uint8_t *k,
-								  size_t stride, int n, int hd)
-{
-	int i0 = 0;
-	for (; i0 + 16 <= hd; i0 += 16)
-		for (int t0 = 0; t0 < 64; t0 += 16) {
-			__m512 r[16];
-			for (int x = 0; x < 16; x++)
-				r[x] = t0 + x < n
-					   ? _mm512_cvtph_ps(_mm256_loadu_si256(
-						 (const __m256i *)(k + (size_t)(t0 + x) * stride +
-								   2 * (size_t)i0)))
-					   : _mm512_setzero_ps();
-			tr16x16(r);
-			for (int c = 0; c < 16; c++)
-				_mm512_storeu_ps(kt + (i0 + c) * 64 + t0, r[c]);
-		}
-	for (; i0 < hd; i0++) /* a head size that is not a multiple of 16 */
-		for (int t = 0; t < 64; t++) {
-			uint16_t h = 0;
-			if (t < n)
-				memcpy(&h, k + (size_t)t * stride + 2 * (size_t)i0, 2);
-			kt[i0 * 64 + t] = t < n ? _cvtsh_ss(h) : 0.0f;
-		}
-}
-
 /* o[j][64 columns] in four registers per query; every value row load serves all queries. */
 TGT512A static inline __attribute__((always_inline)) void
 av512(float *const *o, const float *a, const int NQ, const float *v, size_t stride, int T, int i0)
@@ -1088,11 +1030,6 @@ quant_act_q8_0_fn quant_x86_act_q8_0(void)
 	return quant_x86_ops(QT_F32) ? avx2_act_q8_0 : NULL;
 }
 
-quant_kt_f16_fn quant_x86_kt_f16(void)
-{
-	return quant_x86_ops(QT_F32) && have_avx512f() ? avx512_kt_f16 : NULL;
-}
-
 quant_act_q8_0_fn quant_x86_act_q8_k(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_act_q8_k : NULL;
@@ -1133,11 +1070,6 @@ quant_av_fn quant_x86_av(void)
 }
 
 quant_act_q8_0_fn quant_x86_act_q8_0(void)
-{
-	return NULL;
-}
-
-quant_kt_f16_fn quant_x86_kt_f16(void)
 {
 	return NULL;
 }
