@@ -1,6 +1,7 @@
 /* cmd_bench.c: `shoal bench`: speed figures of the forward pass on one model, without the
- * tokenizer (random token ids): prefill tok/s for a prompt, decode tok/s (greedy), the weight
- * bytes one decoded token reads and the resulting GB/s, and the peak resident memory. One
+ * tokenizer (random token ids): prefill tok/s for a prompt, decode tok/s (greedy), the bytes one
+ * decoded token reads (weights, and the KV cache up to its position) and the resulting GB/s,
+ * and the peak resident memory. One
  * key=value line per run so scripts can pick the numbers. `shoal bench --membw` instead measures
  * this machine's streaming read bandwidth with the pool's threads (the bound decode is held
  * against: every weight byte is read once per token). */
@@ -230,19 +231,23 @@ int cmd_bench(int argc, char **argv)
 	int64_t t2 = now_ns();
 	double c2 = cpu_s();
 	double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
-	uint64_t bpt = model_bytes_per_token(m);
+	/* a decode step reads every weight once and the cache up to its position: step i sees
+	 * n_prompt + i + 1 positions, n_prompt + (n_gen + 1) / 2 on average */
+	uint64_t kvpt = (uint64_t)(model_kv_bytes_per_pos(&meta, NULL, kv_type) *
+				   (n_prompt + (n_gen + 1) / 2.0));
+	uint64_t bpt = model_bytes_per_token(m) + kvpt;
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
 	char types[64];
 	meta_types_str(&meta, types, sizeof types);
 	printf(
 	    "model=%s types=\"%s\" kernels=%s kv=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
-	    "decode_tok_s=%.2f bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
+	    "decode_tok_s=%.2f bytes_per_token=%llu kv_bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
 	    "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
 	    "decode_wall_s=%.2f\n",
 	    path, types, impl, quant_type_name(kv_type), pool_threads(pool), n_prompt,
 	    n_prompt / pre_s, n_gen, n_gen / dec_s, (unsigned long long)bpt,
-	    (double)bpt * n_gen / dec_s / 1e9, (double)ru.ru_maxrss / 1024.0,
+	    (unsigned long long)kvpt,	    (double)bpt * n_gen / dec_s / 1e9, (double)ru.ru_maxrss / 1024.0,
 	    (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s, c2 - c1, dec_s);
 	rc = 0;
 out:

@@ -4,10 +4,10 @@
 # q8_0 q4_0 q4_k q6_k), generated once and cached under $BUILD/bench/.
 # Per type and thread count: decode tok/s (64 tokens after a 128-token prompt; best of DEC_REPS
 # runs, default 3, alternating with llama.cpp's when it runs) as a fraction of the decode bound
-# (decode reads every weight byte once per token, so the streaming read bandwidth of
-# `shoal bench --membw`, measured right after each run, best of those, / bytes per token bounds
-# it), and prefill tok/s for 128-, 512- and 1024-token prompts (BENCH_PROMPTS), with the
-# 1024-token per-token cost relative to 128's.
+# (decode reads every weight byte once per token, and the KV cache up to its position, so the
+# streaming read bandwidth of `shoal bench --membw`, measured right after each run, best of
+# those, / those bytes per token bounds it), and prefill tok/s for 128-, 512- and 1024-token
+# prompts (BENCH_PROMPTS), with the 1024-token per-token cost relative to 128's.
 # With LLAMA_BENCH=/path/to/llama-bench, llama.cpp is run on the same files in the same run and
 # its figures printed beside ours (never stored numbers; LLAMA_REPS repetitions, default 2).
 # cpu% = CPU time the run got / (wall time x threads): below ~95% the machine was shared and

@@ -40,7 +40,7 @@ echo "model: $(basename "$m"), ~${params}B parameters, $weights weight bytes, $e
 
 line=$($SHOAL bench --model "$m" --threads 2 --prompt 128 --gen 64) || { echo "bench failed"; exit 1; }
 get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-bpt=$(get bytes_per_token)
+bpt=$(($(get bytes_per_token) - $(get kv_bytes_per_token))) # the weights' share
 dense=$DIR/llama-0.85b-q8_0.gguf
 ref=""
 if [ -s "$dense" ]; then
@@ -49,7 +49,7 @@ if [ -s "$dense" ]; then
 fi
 printf 'prefill %s tok/s, decode %s tok/s (2 threads), peak RSS %s MB\n' "$(get prefill_tok_s)" \
 	"$(get decode_tok_s)" "$(get peak_rss_mb)"
-printf 'bytes/token %s; formula non-expert + 2/8 x expert = %s (%s%%)\n' "$bpt" "$formula" \
+printf 'weight bytes/token %s; formula non-expert + 2/8 x expert = %s (%s%%)\n' "$bpt" "$formula" \
 	"$(awk -v a="$bpt" -v b="$formula" 'BEGIN { printf "%+.1f", 100 * (a - b) / b }')"
 printf 'decode GB/s %s' "$(get decode_gb_s)"
 if [ -n "$ref" ]; then
