@@ -127,23 +127,6 @@ static void att_tile(const model_t *m, const uint8_t *k, const uint8_t *v, int n
 	*vt = vbuf;
 }
 
-/* The next tile's K and V are asked for while this one is worked on (the next item's first
- * tile after an item's last: a decode step's items are a few tiles each), so the conversions
- * do not wait on memory once the context outgrows the caches. */
-static void att_prefetch(const att_job_t *j, int it, int t0)
-{
-	const model_t *m = j->m;
-	int g, b0, b1, h0, h1;
-	att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
-	int n = MIN(ATT_TILE, m->bpos[b1 - 1] + 1 - t0);
-	size_t at = kv_at(m, j->layer, m->bslot[b0], g, t0);
-	size_t kb = (size_t)(m->kt_tiled ? ATT_TILE : n) * m->kv_hrow;
-	for (size_t o = 0; o < kb; o += 64)
-		__builtin_prefetch(m->kc + at + o);
-	for (size_t o = 0; o < (size_t)n * m->kv_hrow; o += 64)
-		__builtin_prefetch(m->vc + at + o);
-}
-
 static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
@@ -157,8 +140,6 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	float *op[ATT_GROUP];
 	int lo, hi;
 	pool_split(j->m->sh.n_kv_heads * j->n_blk, c, nc, 1, &lo, &hi);
-	if (lo < hi)
-		att_prefetch(j, lo, 0);
 	for (int it = lo; it < hi; it++) {
 		int g, b0, b1, h0, h1;
 		att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
@@ -175,10 +156,6 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		for (int t0 = 0; t0 < tmax; t0 += ATT_TILE) {
 			int n = MIN(ATT_TILE, tmax - t0);
 			const float *kt, *vt;
-			if (t0 + ATT_TILE < tmax)
-				att_prefetch(j, it, t0 + ATT_TILE);
-			else if (it + 1 < hi)
-				att_prefetch(j, it + 1, 0);
 			att_tile(m, kc + (size_t)t0 * row, vc + (size_t)t0 * row, n, kbuf, vbuf,
 				 &kt, &vt);
 			for (int b = b0; b < b1; b++) {
