@@ -242,13 +242,14 @@ int cmd_bench(int argc, char **argv)
 	meta_types_str(&meta, types, sizeof types);
 	printf(
 	    "model=%s types=\"%s\" kernels=%s kv=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
-	    "decode_tok_s=%.2f bytes_per_token=%llu kv_bytes_per_token=%llu decode_gb_s=%.1f peak_rss_mb=%.0f "
-	    "file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f decode_cpu_s=%.2f "
-	    "decode_wall_s=%.2f\n",
+	    "decode_tok_s=%.2f bytes_per_token=%llu kv_bytes_per_token=%llu decode_gb_s=%.1f "
+	    "peak_rss_mb=%.0f file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f "
+	    "decode_cpu_s=%.2f decode_wall_s=%.2f\n",
 	    path, types, impl, quant_type_name(kv_type), pool_threads(pool), n_prompt,
 	    n_prompt / pre_s, n_gen, n_gen / dec_s, (unsigned long long)bpt,
-	    (unsigned long long)kvpt,	    (double)bpt * n_gen / dec_s / 1e9, (double)ru.ru_maxrss / 1024.0,
-	    (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s, c2 - c1, dec_s);
+	    (unsigned long long)kvpt, (double)bpt * n_gen / dec_s / 1e9,
+	    (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s,
+	    c2 - c1, dec_s);
 	rc = 0;
 out:
 	free(logits);

@@ -38,8 +38,6 @@ int gw_begin(gguf_writer_t *w, const char *path, char *err, size_t errlen);
 int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t errlen);
 int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 
-#endif
-
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
 
 typedef struct mkmodel_opts {
@@ -69,3 +67,5 @@ typedef struct mkmodel_opts {
  * byte-level BPE tokenizer (gpt2 model: 256 byte tokens, merges of common English words,
  * <|endoftext|> <|im_start|> <|im_end|>, a chatml template). Returns 0 or SH_E* with a reason. */
 int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen);
+
+#endif

@@ -2,7 +2,7 @@
  * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla)
  * and their in-process tensor-parallel groups: whole tensors as F32, double-accumulated
  * products, RMS norm, argmax, and an all-reduce over threads that sums in rank order (so every
- * rank gets the same bits).
+ * rank gets the same bits; test_model's two shards use it too).
  */
 #ifndef SHOAL_TEST_REF_UTIL_H
 #define SHOAL_TEST_REF_UTIL_H

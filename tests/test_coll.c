@@ -547,31 +547,16 @@ TEST(killed_process_rank)
 			abort();
 	pid_t pid = fork();
 	if (pid == 0) {
-		uint8_t id[16] = {2};
-		tp_group_cfg_t cfg = {.rank = 1,
-				      .world = 2,
-				      .hosts = hosts,
-				      .ports = ports,
-				      .listen_fd = lfd[1],
-				      .keys = &K1,
-				      .node_id = id,
-				      .timeout_ms = 5000};
+		loop_rank_t l1 = {
+		    .rank = 1, .world = 2, .lfd = lfd[1], .hosts = hosts, .ports = ports};
 		tp_group_t *g = NULL;
-		if (tp_group_new(&g, &cfg, err, sizeof err) == 0)
+		if (loop_join(&g, &l1, 0, &K1, NULL, 5000, err, sizeof err) == 0)
 			pause(); /* stall inside the group until killed */
 		_exit(1);
 	}
-	uint8_t id[16] = {1};
-	tp_group_cfg_t cfg = {.rank = 0,
-			      .world = 2,
-			      .hosts = hosts,
-			      .ports = ports,
-			      .listen_fd = lfd[0],
-			      .keys = &K1,
-			      .node_id = id,
-			      .timeout_ms = 5000};
+	loop_rank_t l0 = {.rank = 0, .world = 2, .lfd = lfd[0], .hosts = hosts, .ports = ports};
 	tp_group_t *g = NULL;
-	CHECK_EQ_INT(tp_group_new(&g, &cfg, err, sizeof err), 0);
+	CHECK_EQ_INT(loop_join(&g, &l0, 0, &K1, NULL, 5000, err, sizeof err), 0);
 	usleep(100 * 1000);
 	kill(pid, SIGKILL);
 	float v[64] = {0};
@@ -608,17 +593,10 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 	static const char *hosts[MAXR] = {"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1",
 					  "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"};
 	char err[256];
-	uint8_t id[16] = {(uint8_t)(rank + 1)};
-	tp_group_cfg_t cfg = {.rank = rank,
-			      .world = world,
-			      .hosts = hosts,
-			      .ports = ports,
-			      .listen_fd = lfd[rank],
-			      .keys = &K1,
-			      .node_id = id,
-			      .timeout_ms = 10000};
+	loop_rank_t l = {
+	    .rank = rank, .world = world, .lfd = lfd[rank], .hosts = hosts, .ports = ports};
 	tp_group_t *g = NULL;
-	if (tp_group_new(&g, &cfg, err, sizeof err)) {
+	if (loop_join(&g, &l, 0, &K1, NULL, 10000, err, sizeof err)) {
 		fprintf(stderr, "rank %d: %s\n", rank, err);
 		return;
 	}

@@ -15,6 +15,8 @@
 #include "infer/model/model_int.h"
 #include "infer/quant/quant.h"
 
+#include "gen_model.h"
+
 static int argmax(const float *x, int n)
 {
 	int b = 0;
@@ -117,46 +119,33 @@ TEST(stories260K_f16_equals_f32)
 	gguf_free(g);
 }
 
-typedef struct gen {
+/* A generated model's file, opened (no model: each test makes its own per cache type). */
+typedef struct kvgen {
 	char path[256];
 	gguf_t *g;
 	model_meta_t meta;
 	pool_t *pool;
-} gen_t;
+} kvgen_t;
 
-static int gen_open(gen_t *x, int type)
+static int kvgen_open(kvgen_t *x, int type)
 {
-	char err[256];
 	memset(x, 0, sizeof *x);
-	mkmodel_opts_t o = {.arch = "llama",
-			    .dim = 256,
-			    .layers = 2,
-			    .heads = 8,
-			    .kv_heads = 2,
-			    .ffn = 512,
-			    .vocab = 512,
-			    .ctx = 256,
-			    .type = type,
-			    .seed = 11};
+	mkmodel_opts_t o = gen_opts("llama", type, 11);
 	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-kv-%d-%d.gguf", (int)getpid(), type);
-	if (mkmodel_write(&o, x->path, err, sizeof err) ||
-	    gguf_open(&x->g, x->path, err, sizeof err) ||
-	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(2))) {
-		fprintf(stderr, "gen_open: %s\n", err);
+	if (gen_file(&o, x->path, &x->g, &x->meta, "kvgen_open"))
 		return -1;
-	}
-	return 0;
+	return (x->pool = pool_new(2)) ? 0 : -1;
 }
 
-static void gen_close(gen_t *x)
+static void kvgen_close(kvgen_t *x)
 {
 	pool_free(x->pool);
 	gguf_free(x->g);
 	unlink(x->path);
 }
 
-/* An existing file (test_kvcache --model): opened like gen_open's, never removed. */
-static int gen_attach(gen_t *x, const char *path)
+/* An existing file (test_kvcache --model): opened like kvgen_open's, never removed. */
+static int kvgen_attach(kvgen_t *x, const char *path)
 {
 	char err[256];
 	memset(x, 0, sizeof *x);
@@ -188,9 +177,9 @@ static double WORST_NMSE[3]; /* per cache type, over the last kv_top1_on's steps
  * token: returns in agree[k] the steps whose top-1 equals the F32 cache's, counting only steps
  * where the F32 run's top-1 leads by more than min_gap (a random model has near ties; with 8-bit
  * activations any perturbation of ~1e-3 flips some of their roundings). */
-static void kv_top1_on(gen_t *xp, const char *what, float min_gap, int *agree, int *counted)
+static void kv_top1_on(kvgen_t *xp, const char *what, float min_gap, int *agree, int *counted)
 {
-	gen_t x = *xp;
+	kvgen_t x = *xp;
 	char err[256];
 	const int kt[3] = {QT_F32, QT_F16, QT_Q8_0};
 	model_t *m[3] = {0};
@@ -246,15 +235,15 @@ out:
 
 static void kv_top1(int wtype, float min_gap, int *agree, int *counted)
 {
-	gen_t x;
+	kvgen_t x;
 	char what[64];
-	if (gen_open(&x, wtype)) {
+	if (kvgen_open(&x, wtype)) {
 		CHECK(0);
 		return;
 	}
 	snprintf(what, sizeof what, "%s weights", quant_type_name(wtype));
 	kv_top1_on(&x, what, min_gap, agree, counted);
-	gen_close(&x);
+	kvgen_close(&x);
 }
 
 /* F32 weights (float activations): every one of the 64 steps. */
@@ -280,8 +269,8 @@ TEST(generated_top1_64_steps_q8_0_weights)
 /* Fused attention vs the plain version on the same cache, per cache type and thread count. */
 TEST(fused_attention_vs_plain)
 {
-	gen_t x;
-	if (gen_open(&x, QT_F32)) {
+	kvgen_t x;
+	if (kvgen_open(&x, QT_F32)) {
 		CHECK(0);
 		return;
 	}
@@ -316,13 +305,13 @@ TEST(fused_attention_vs_plain)
 	}
 	free(a);
 	free(b);
-	gen_close(&x);
+	kvgen_close(&x);
 }
 
 TEST(kv_bytes_per_pos)
 {
-	gen_t x;
-	if (gen_open(&x, QT_F32)) {
+	kvgen_t x;
+	if (kvgen_open(&x, QT_F32)) {
 		CHECK(0);
 		return;
 	}
@@ -332,7 +321,7 @@ TEST(kv_bytes_per_pos)
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, NULL, QT_Q8_0), 2 * 2 * 2 * 34);
 	model_shard_t one = {0, 4, 0, 1, 0, 512, 1, 2, 0, 0, 0, 0}; /* one KV head, one layer */
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, &one, QT_F16), 2 * 32 * 2);
-	gen_close(&x);
+	kvgen_close(&x);
 }
 
 /* `test_kvcache --model PATH...` (tests/t_big_models.sh: the 0.85B models of make bench): greedy
@@ -348,9 +337,9 @@ static char **BIG_PATHS;
 TEST(big_models_f16_top1)
 {
 	for (int i = 0; i < BIG_N; i++) {
-		gen_t x;
+		kvgen_t x;
 		int agree[3], counted;
-		if (gen_attach(&x, BIG_PATHS[i])) {
+		if (kvgen_attach(&x, BIG_PATHS[i])) {
 			CHECK(0);
 			continue;
 		}

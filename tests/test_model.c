@@ -100,6 +100,7 @@ TEST(stories260K_greedy_batched_2threads)
 }
 
 #include "gen_model.h"
+#include "ref_util.h"
 
 static const int prompt24[24] = {300, 10,  47,  299, 256, 100, 101, 102, 32, 33, 34, 35,
 				 400, 401, 402, 403, 270, 271, 272, 273, 5,  6,  7,  8};
@@ -205,35 +206,8 @@ TEST(batched_lowbit_types)
 
 /* ---- the tensor-parallel seam: two shards in two threads, summed by a toy all-reduce ---- */
 
-/* A two-party barrier (macOS has no pthread_barrier_t). */
-typedef struct toy_bar {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int waiting, phase;
-} toy_bar_t;
-
-static void toy_bar_wait(toy_bar_t *b)
-{
-	pthread_mutex_lock(&b->mu);
-	int phase = b->phase;
-	if (++b->waiting == 2) {
-		b->waiting = 0;
-		b->phase++;
-		pthread_cond_broadcast(&b->cv);
-	} else {
-		while (phase == b->phase)
-			pthread_cond_wait(&b->cv, &b->mu);
-	}
-	pthread_mutex_unlock(&b->mu);
-}
-
-typedef struct toy_ar {
-	toy_bar_t bar;
-	float *slot[2];
-} toy_ar_t;
-
 typedef struct rank_ctx {
-	toy_ar_t *ar;
+	mem_group_t *ar;
 	int rank;
 	model_t *m;
 	float *logits;
@@ -243,13 +217,7 @@ typedef struct rank_ctx {
 static int toy_allreduce(void *ctx, float *x, int n)
 {
 	rank_ctx_t *r = ctx;
-	toy_ar_t *a = r->ar;
-	memcpy(a->slot[r->rank], x, (size_t)n * sizeof *x);
-	toy_bar_wait(&a->bar);
-	const float *o = a->slot[1 - r->rank];
-	for (int i = 0; i < n; i++) /* the same order on both ranks: identical sums */
-		x[i] = r->rank == 0 ? x[i] + o[i] : o[i] + x[i];
-	toy_bar_wait(&a->bar);
+	mem_group_allreduce(r->ar, r->rank, x, n); /* rank order on both: identical sums */
 	return 0;
 }
 
@@ -278,8 +246,7 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 	for (int i = 0; i < 4; i++)
 		CHECK_EQ_INT(model_forward(full.m, &prompt24[i], 1, 24 + i, want), 0);
 
-	toy_ar_t ar;
-	ar.bar = (toy_bar_t){PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+	mem_group_t ar = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 2, 0, 0, {NULL}};
 	rank_ctx_t rk[2];
 	pool_t *pools[2];
 	pthread_t th[2];

@@ -11,6 +11,7 @@
  * exp_probs_b for selection only, norm_w with the sum clamped at 2^-14, scale_w).
  */
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/model/model_int.h"
@@ -250,11 +251,11 @@ static int fix_open(fix_t *x, const char *arch, int type, int threads)
 			    .expert_ffn = 64};
 	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-moe-%d-%s-%d.gguf", (int)getpid(), arch,
 		 type);
-	if (mkmodel_write(&o, x->path, err, sizeof err) ||
-	    gguf_open(&x->g, x->path, err, sizeof err) ||
-	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(threads)) ||
+	if (gen_file(&o, x->path, &x->g, &x->meta, arch))
+		return -1;
+	if (!(x->pool = pool_new(threads)) ||
 	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, QT_F32, x->pool, err, sizeof err)) {
-		fprintf(stderr, "fix_open %s: %s\n", arch, err);
+		fprintf(stderr, "fix_open %s: %s\n", arch, x->pool ? err : "no threads");
 		return -1;
 	}
 	return 0;

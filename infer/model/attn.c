@@ -30,8 +30,8 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
 	int hd = m->meta.head_dim;
 	for (int h = 0; h < m->sh.n_kv_heads; h++) {
 		const float *kh = k + (size_t)h * hd;
-		quant_quantize_row(m->kv_type, v + (size_t)h * hd, m->vc + kv_at(m, lc, slot, h, pos),
-				   hd);
+		quant_quantize_row(m->kv_type, v + (size_t)h * hd,
+				   m->vc + kv_at(m, lc, slot, h, pos), hd);
 		if (!m->kt_tiled) {
 			quant_quantize_row(m->kv_type, kh, m->kc + kv_at(m, lc, slot, h, pos), hd);
 			continue;
@@ -42,7 +42,8 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
 				uint16_t e = quant_f32_to_f16(kh[d]);
 				memcpy(c + (size_t)d * ATT_TILE * sizeof e, &e, sizeof e);
 			} else {
-				memcpy(c + (size_t)d * ATT_TILE * sizeof kh[d], &kh[d], sizeof kh[d]);
+				memcpy(c + (size_t)d * ATT_TILE * sizeof kh[d], &kh[d],
+				       sizeof kh[d]);
 			}
 		}
 	}
@@ -244,8 +245,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 			sum += sc[t] = expf(sc[t] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (int t = 0; t < T; t++) {
-			quant_dequant_row(m->kv_type, m->vc + base + (size_t)t * row, kv,
-					  hd);
+			quant_dequant_row(m->kv_type, m->vc + base + (size_t)t * row, kv, hd);
 			for (int i = 0; i < hd; i++)
 				o[i] += sc[t] / sum * kv[i];
 		}

@@ -89,8 +89,8 @@ struct model {
 	uint8_t *kc, *vc;
 	int kv_type;
 	size_t kv_hrow;
-	int kv_npos;   /* positions per head: n_ctx rounded up to whole tiles */
-	int kt_tiled;  /* K stored as transposed tiles */
+	int kv_npos;               /* positions per head: n_ctx rounded up to whole tiles */
+	int kt_tiled;              /* K stored as transposed tiles */
 	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
 	int max_b;
@@ -153,8 +153,8 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
  * and vc alike); the head's next position is kv_hrow bytes on. */
 static inline size_t kv_at(const model_t *m, int lc, int slot, int h, int pos)
 {
-	size_t head = ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->sh.n_kv_heads +
-		      (size_t)h;
+	size_t head =
+	    ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->sh.n_kv_heads + (size_t)h;
 	return (head * (size_t)m->kv_npos + (size_t)pos) * m->kv_hrow;
 }
 
