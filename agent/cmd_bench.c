@@ -4,7 +4,9 @@
  * and the peak resident memory. One
  * key=value line per run so scripts can pick the numbers. `shoal bench --membw` instead measures
  * this machine's streaming read bandwidth with the pool's threads (the bound decode is held
- * against: every weight byte is read once per token). */
+ * against: every weight byte is read once per token). `--bound` measures that bandwidth between
+ * the decode steps of the run itself: on a shared host it moves by 2x within minutes, so only a
+ * figure from the same seconds says how close decode came to it. */
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
@@ -23,10 +25,12 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: shoal bench --model FILE.gguf [--threads N] [--prompt N] [--gen N]\n"
-		   "                   [--kv-type f16|f32|q8_0]\n"
+		   "                   [--kv-type f16|f32|q8_0] [--bound]\n"
 		   "       shoal bench --membw [--threads N]   (streaming read GB/s)\n"
 		   "Prints: prefill and decode tokens/s, weight bytes per decoded token, GB/s and\n"
-		   "peak RSS for one run (defaults: all cores, 128-token prompt, 64 tokens).\n");
+		   "peak RSS for one run (defaults: all cores, 128-token prompt, 64 tokens).\n"
+		   "--bound also streams 256 MiB between decode steps and prints that bandwidth\n"
+		   "(bound_gb_s) and decode's fraction of it (of_bound).\n");
 }
 
 /* CPU seconds used by the process so far (all threads): on a shared machine, wall time / CPU
@@ -95,38 +99,50 @@ static void bw_task(void *ctx, int c, int nc, int tid)
 	j->sum[c] = bw_sum16(j->buf + lo, hi - lo);
 }
 
-/* Best of 40 passes over 256 MiB (8x the largest L3 here), one contiguous share per thread:
- * a pass takes ~10 ms, so on a shared machine some passes still run undisturbed. */
+/* The streaming buffer: 256 MiB (8x the largest L3 here), in huge pages as the engine's
+ * repacked weights are (matmul.c rp_alloc), every page faulted in first. */
+#define BW_BYTES ((size_t)256 << 20)
+
+static uint64_t *bw_buf_new(void)
+{
+	uint64_t *buf = aligned_alloc((size_t)2 << 20, BW_BYTES);
+	if (!buf)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(buf, BW_BYTES, MADV_HUGEPAGE);
+#endif
+	memset(buf, 1, BW_BYTES);
+	return buf;
+}
+
+/* One pass over the buffer, one contiguous share per pool thread; returns its seconds. */
+static double bw_pass(pool_t *pool, bw_job_t *j)
+{
+	int64_t t0 = now_ns();
+	pool_run(pool, bw_task, j, pool_threads(pool));
+	return (double)(now_ns() - t0) / 1e9;
+}
+
+/* Best of 40 passes: a pass takes ~10 ms, so on a shared machine some passes still run
+ * undisturbed. */
 static int membw(int threads)
 {
-	size_t bytes = (size_t)256 << 20;
 	pool_t *pool = pool_new(threads);
-	uint64_t *buf = aligned_alloc((size_t)2 << 20, bytes);
-#ifdef MADV_HUGEPAGE
-	if (buf) /* as the engine's repacked weights are (matmul.c rp_alloc) */
-		madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
+	uint64_t *buf = bw_buf_new();
 	if (!pool || !buf) {
 		fprintf(stderr, "shoal bench: out of memory\n");
 		pool_free(pool);
 		free(buf);
 		return 1;
 	}
-	memset(buf, 1, bytes); /* fault every page in first */
-	bw_job_t j = {.buf = buf, .n = bytes / 8};
-	int nt = pool_threads(pool);
+	bw_job_t j = {.buf = buf, .n = BW_BYTES / 8};
 	double best = 0;
-	for (int pass = 0; pass < 40; pass++) {
-		int64_t t0 = now_ns();
-		pool_run(pool, bw_task, &j, nt);
-		double s = (double)(now_ns() - t0) / 1e9;
-		if (bytes / s > best)
-			best = (double)bytes / s;
-	}
+	for (int pass = 0; pass < 40; pass++)
+		best = MAX(best, (double)BW_BYTES / bw_pass(pool, &j));
 	uint64_t chk = 0;
-	for (int i = 0; i < nt; i++)
+	for (int i = 0; i < pool_threads(pool); i++)
 		chk += j.sum[i];
-	printf("membw threads=%d read_gb_s=%.1f check=%llu\n", nt, best / 1e9,
+	printf("membw threads=%d read_gb_s=%.1f check=%llu\n", pool_threads(pool), best / 1e9,
 	       (unsigned long long)(chk & 1));
 	pool_free(pool);
 	free(buf);
@@ -145,13 +161,18 @@ static int argmax(const float *x, int n)
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"model", required_argument, 0, 'm'},  {"threads", required_argument, 0, 't'},
-	    {"prompt", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
-	    {"help", no_argument, 0, 'h'},         {"kv-type", required_argument, 0, 'k'},
-	    {"membw", no_argument, 0, 'B'},        {0, 0, 0, 0},
+	    {"model", required_argument, 0, 'm'},
+	    {"threads", required_argument, 0, 't'},
+	    {"prompt", required_argument, 0, 'p'},
+	    {"gen", required_argument, 0, 'g'},
+	    {"help", no_argument, 0, 'h'},
+	    {"kv-type", required_argument, 0, 'k'},
+	    {"membw", no_argument, 0, 'B'},
+	    {"bound", no_argument, 0, 'b'},
+	    {0, 0, 0, 0},
 	};
 	const char *path = NULL, *kv_name = "f16";
-	int threads = 0, n_prompt = 128, n_gen = 64, c, bw = 0;
+	int threads = 0, n_prompt = 128, n_gen = 64, c, bw = 0, bound = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -174,6 +195,7 @@ int cmd_bench(int argc, char **argv)
 			break;
 		case 'k': kv_name = optarg; break;
 		case 'B': bw = 1; break;
+		case 'b': bound = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -191,6 +213,7 @@ int cmd_bench(int argc, char **argv)
 	pool_t *pool = NULL;
 	float *logits = NULL;
 	int *toks = NULL, rc = 1;
+	uint64_t *bwbuf = NULL;
 	const char *impl = quant_init(0);
 	if (gguf_open(&g, path, err, sizeof err) || meta_load(&meta, g, err, sizeof err)) {
 		fprintf(stderr, "shoal bench: %s: %s\n", path, err);
@@ -207,6 +230,9 @@ int cmd_bench(int argc, char **argv)
 	toks = malloc((size_t)n_prompt * sizeof *toks);
 	if (!logits || !toks)
 		goto out;
+	bw_job_t bj = {.n = BW_BYTES / 8};
+	struct rusage ru;
+	double bw_s = 0, bw_best = 0; /* --bound: the passes between decode steps */
 	uint64_t s = 12345;
 	for (int i = 0; i < n_prompt; i++) {
 		s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -223,37 +249,57 @@ int cmd_bench(int argc, char **argv)
 	int64_t t1 = now_ns();
 	double c1 = cpu_s();
 	int pos = n_prompt;
+	double dec_s = 0, c2 = c1;
 	for (int i = 0; i < n_gen; i++) {
 		int t = argmax(logits, meta.n_vocab);
+		int64_t s0 = now_ns();
+		double cs0 = cpu_s();
 		if (model_forward(m, &t, 1, pos++, logits))
 			goto out;
+		dec_s += (double)(now_ns() - s0) / 1e9;
+		c2 += cpu_s() - cs0;
+		if (bound && !bwbuf) { /* the peak RSS is the engine's, taken before the buffer */
+			getrusage(RUSAGE_SELF, &ru);
+			if (!(bj.buf = bwbuf = bw_buf_new()))
+				goto out;
+		}
+		if (bound) { /* the bandwidth of these very seconds, not of a minute before */
+			double p = bw_pass(pool, &bj);
+			bw_s += p;
+			bw_best = MAX(bw_best, (double)BW_BYTES / p);
+		}
 	}
-	int64_t t2 = now_ns();
-	double c2 = cpu_s();
-	double pre_s = (double)(t1 - t0) / 1e9, dec_s = (double)(t2 - t1) / 1e9;
+	double pre_s = (double)(t1 - t0) / 1e9;
 	/* a decode step reads every weight once and the cache up to its position: step i sees
 	 * n_prompt + i + 1 positions, n_prompt + (n_gen + 1) / 2 on average */
 	uint64_t kvpt = (uint64_t)(model_kv_bytes_per_pos(&meta, NULL, kv_type) *
 				   (n_prompt + (n_gen + 1) / 2.0));
 	uint64_t bpt = model_bytes_per_token(m) + kvpt;
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
+	if (!bound)
+		getrusage(RUSAGE_SELF, &ru);
 	char types[64];
 	meta_types_str(&meta, types, sizeof types);
 	printf(
 	    "model=%s types=\"%s\" kernels=%s kv=%s threads=%d prompt=%d prefill_tok_s=%.1f gen=%d "
 	    "decode_tok_s=%.2f bytes_per_token=%llu kv_bytes_per_token=%llu decode_gb_s=%.1f "
 	    "peak_rss_mb=%.0f file_mb=%.0f prefill_cpu_s=%.2f prefill_wall_s=%.2f "
-	    "decode_cpu_s=%.2f decode_wall_s=%.2f\n",
+	    "decode_cpu_s=%.2f decode_wall_s=%.2f",
 	    path, types, impl, quant_type_name(kv_type), pool_threads(pool), n_prompt,
 	    n_prompt / pre_s, n_gen, n_gen / dec_s, (unsigned long long)bpt,
 	    (unsigned long long)kvpt, (double)bpt * n_gen / dec_s / 1e9,
 	    (double)ru.ru_maxrss / 1024.0, (double)gguf_file_size(g) / 1048576.0, c1 - c0, pre_s,
 	    c2 - c1, dec_s);
+	if (bound) {
+		double b = (double)BW_BYTES * n_gen / bw_s;
+		printf(" bound_gb_s=%.1f bound_best_gb_s=%.1f of_bound=%.3f", b / 1e9,
+		       bw_best / 1e9, (double)bpt * n_gen / dec_s / b);
+	}
+	printf("\n");
 	rc = 0;
 out:
 	free(logits);
 	free(toks);
+	free(bwbuf);
 	model_free(m);
 	pool_free(pool);
 	gguf_free(g);

@@ -22,4 +22,21 @@ for args in "bench --model x --threads foo" "bench --model x --gen 12x" \
 	$SHOAL $args >/dev/null 2>&1; rc=$?
 	check "shoal $args: refused with exit 2 (got $rc)" [ $rc -eq 2 ]
 done
+# shoal bench: one key=value line; --bound adds the bandwidth streamed between the decode steps
+M=$SHARED/models/stories260K.gguf
+line=$($SHOAL bench --model "$M" --threads 1 --prompt 4 --gen 8 --bound 2>&1); rc=$?
+check "bench --bound exits 0 (got $rc: $line)" [ $rc -eq 0 ]
+field() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+for k in decode_tok_s bytes_per_token bound_gb_s bound_best_gb_s; do
+	check "bench --bound prints $k > 0 ($(field $k))" awk -v v="$(field $k)" 'BEGIN { exit !(v > 0) }'
+done
+check "bench --bound: the best pass is at least the mean ($(field bound_best_gb_s) >= $(field bound_gb_s))" \
+	awk -v b="$(field bound_best_gb_s)" -v m="$(field bound_gb_s)" 'BEGIN { exit !(b >= m) }'
+check "bench --bound: of_bound = decode_gb_s / bound_gb_s" awk -v o="$(field of_bound)" \
+	-v d="$(field decode_gb_s)" -v b="$(field bound_gb_s)" \
+	'BEGIN { exit !(o > 0 && (o - d / b) ^ 2 < (0.06 * o) ^ 2 + 0.0025) }'
+check "bench --bound: peak RSS is the engine's, not its 256 MiB buffer ($(field peak_rss_mb) MB)" \
+	awk -v r="$(field peak_rss_mb)" 'BEGIN { exit !(r > 0 && r < 200) }'
+line=$($SHOAL bench --model "$M" --threads 1 --prompt 4 --gen 8 2>&1)
+check "bench without --bound prints no bound" sh -c "! echo \"\$1\" | grep -q bound_gb_s" _ "$line"
 done_tests

@@ -33,9 +33,13 @@
 #define GEMM_GROUPS                                                                                \
 	4 /* row groups (x16 rows) per chunk of the tiled kernel for a batch (the                  \
 	   * chunk's weights stay in L2 across the token tiles) */
-#define GEMM_CHUNKS                                                                                \
-	8 /* one token: about this many chunks per thread and matrix (longer runs                  \
-	   * of contiguous weights keep the prefetchers streaming) */
+/* One token (decode): the job's row groups, matrix after matrix, are cut into chunks that each
+ * take 1 / (2 x threads) of what is left, down to MM_MIN_GROUPS: the first chunks are long runs
+ * of contiguous weights (the prefetchers keep streaming) and the last ones short, so the threads
+ * finish a product within microseconds of each other rather than one waiting on the other's
+ * last long chunk (64 products per token). */
+#define MM_MIN_GROUPS 4
+#define MM_MAX_CHUNKS 96
 
 /* ---- repacking ---------------------------------------------------------------------------- */
 
@@ -145,10 +149,15 @@ typedef struct mm_job {
 	float *out[MAX_MULTI]; /* [B][w->rows] */
 	const float *x;        /* [B][cols] (same cols for every matrix) */
 	int B, cols;
-	int per;                /* chunks per matrix */
-	int cum[MAX_MULTI + 1]; /* tiled path: chunks of matrices before k */
-	int gper;               /* tiled path: row groups per chunk */
-	quant_act_t acts[64];   /* per input, integer path */
+	int per;                 /* chunks per matrix */
+	int cum[MAX_MULTI + 1];  /* tiled path: chunks of matrices before k */
+	int gper;                /* tiled path, a batch: row groups per chunk */
+	int n_seq;               /* tiled path, one token: chunks of row groups; then the tails */
+	int gcum[MAX_MULTI + 1]; /* ... groups of matrices before k */
+	int seq[MM_MAX_CHUNKS + 1]; /* ... chunk i is groups [seq[i], seq[i + 1]) of them all */
+	int tail[MAX_MULTI];        /* ... chunk n_seq + i: the rows past the last group of
+				     * matrix tail[i] */
+	quant_act_t acts[64];       /* per input, integer path */
 } mm_job_t;
 
 /* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
@@ -185,8 +194,29 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	}
 }
 
-/* Tiled path: chunk c is GEMM_GROUPS row groups of one matrix (all B tokens, in tiles of
- * QR_NT), or that matrix's rows past its last whole group. */
+/* Row groups [g0, g0 + ng) of matrix k, all B tokens in tiles of QR_NT. */
+static void mm_gemm_groups(const mm_job_t *j, int k, int g0, int ng)
+{
+	const wmat_t *w = j->w[k];
+	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
+	for (int b = 0; b < j->B; b += QR_NT)
+		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
+			&j->acts[b], MIN(QR_NT, j->B - b), j->cols);
+}
+
+/* Matrix k's rows past its last whole group, by the row kernel. */
+static void mm_gemm_tail(const mm_job_t *j, int k)
+{
+	const wmat_t *w = j->w[k];
+	int r0 = w->rp_groups * QR_ROWS;
+	for (int b = 0; b < j->B; b++)
+		w->ops->rows(j->out[k] + (size_t)b * w->rows + r0,
+			     w->data + (size_t)r0 * w->row_bytes, w->row_bytes, w->rows - r0,
+			     &j->acts[b], j->cols);
+}
+
+/* Tiled path, a batch: chunk c is GEMM_GROUPS row groups of one matrix, or that matrix's rows
+ * past its last whole group. */
 static void mm_gemm_task(void *ctx, int c, int nc, int tid)
 {
 	mm_job_t *j = ctx;
@@ -195,21 +225,54 @@ static void mm_gemm_task(void *ctx, int c, int nc, int tid)
 	(void)tid;
 	while (c >= j->cum[k + 1])
 		k++;
-	const wmat_t *w = j->w[k];
 	int g0 = (c - j->cum[k]) * j->gper;
-	if (g0 >= w->rp_groups) { /* the tail rows */
-		int r0 = w->rp_groups * QR_ROWS;
-		for (int b = 0; b < j->B; b++)
-			w->ops->rows(j->out[k] + (size_t)b * w->rows + r0,
-				     w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
-				     w->rows - r0, &j->acts[b], j->cols);
+	if (g0 >= j->w[k]->rp_groups)
+		mm_gemm_tail(j, k);
+	else
+		mm_gemm_groups(j, k, g0, MIN(j->gper, j->w[k]->rp_groups - g0));
+}
+
+/* Tiled path, one token: chunk c is groups [seq[c], seq[c + 1]) of the matrices' groups back to
+ * back (a chunk may end one matrix and start the next), or a tail. */
+static void mm_seq_task(void *ctx, int c, int nc, int tid)
+{
+	mm_job_t *j = ctx;
+	(void)nc;
+	(void)tid;
+	if (c >= j->n_seq) {
+		mm_gemm_tail(j, j->tail[c - j->n_seq]);
 		return;
 	}
-	int ng = MIN(j->gper, w->rp_groups - g0);
-	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
-	for (int b = 0; b < j->B; b += QR_NT)
-		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
-			&j->acts[b], MIN(QR_NT, j->B - b), j->cols);
+	for (int g = j->seq[c], k = 0; g < j->seq[c + 1];) {
+		while (g >= j->gcum[k + 1])
+			k++;
+		int g1 = MIN(j->seq[c + 1], j->gcum[k + 1]);
+		mm_gemm_groups(j, k, g - j->gcum[k], g1 - g);
+		g = g1;
+	}
+}
+
+/* The one-token job's chunks (mm_seq_task); returns their number, tails included. */
+static int mm_seq_plan(mm_job_t *j, int nt)
+{
+	int n_tail = 0;
+	j->gcum[0] = 0;
+	for (int k = 0; k < j->n_mat; k++) {
+		j->gcum[k + 1] = j->gcum[k] + j->w[k]->rp_groups;
+		if (j->w[k]->rows > j->w[k]->rp_groups * QR_ROWS)
+			j->tail[n_tail++] = k;
+	}
+	int total = j->gcum[j->n_mat], n = 0;
+	j->seq[0] = 0;
+	for (int g = 0; g < total; n++) {
+		int left = total - g, sz = MAX(MM_MIN_GROUPS, (left + 2 * nt - 1) / (2 * nt));
+		if (n == MM_MAX_CHUNKS - 1) /* cannot happen below ~2^20 groups; stays correct */
+			sz = left;
+		g += MIN(sz, left);
+		j->seq[n + 1] = g;
+	}
+	j->n_seq = n;
+	return n + n_tail;
 }
 
 typedef struct act_job {
@@ -267,9 +330,12 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 	if (tiled) { /* activations quantized once, on the pool when there are several */
 		act_job_t aj = {m, w[0]->type, j.cols, x, j.acts};
 		pool_run(m->pool, act_task, &aj, B);
+		if (B == 1) {
+			pool_run(m->pool, mm_seq_task, &j, mm_seq_plan(&j, nt));
+			return;
+		}
 		j.cum[0] = 0;
-		j.gper =
-		    B > 1 ? GEMM_GROUPS : MAX(GEMM_GROUPS, w[0]->rp_groups / (GEMM_CHUNKS * nt));
+		j.gper = GEMM_GROUPS;
 		for (int k = 0; k < n_mat; k++)
 			j.cum[k + 1] = j.cum[k] + (w[k]->rp_groups + j.gper - 1) / j.gper +
 				       (w[k]->rows > w[k]->rp_groups * QR_ROWS);
