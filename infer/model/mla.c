@@ -296,10 +296,10 @@ int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-/* Rotates the qk_rope values at h for position pos (YaRN frequencies are in m->inv_freq). */
-static void mla_rope(const model_t *m, float *h, int pos)
+/* Rotates the qk_rope values at h by token b's angles (YaRN frequencies are in m->inv_freq). */
+static void mla_rope(const model_t *m, float *h, int b)
 {
-	rope(m, h, pos);
+	rope(m, h, b);
 	float mag = m->mla->rope_mag;
 	if (mag != 1.0f)
 		for (int i = 0; i < m->meta.mla.qk_rope; i++)
@@ -393,10 +393,10 @@ void mla_attention(model_t *m, layer_t *L, int lc, int B)
 		float *kv = s->kv + (size_t)b * lw;
 		rmsnorm(kv, kv, a->kv_a_norm, kvl, p->rms_eps);
 		int pos = m->bpos[b];
-		mla_rope(m, kv + kvl, pos);
+		mla_rope(m, kv + kvl, b);
 		memcpy(lat_at(m, lc, m->bslot[b], pos), kv, (size_t)lw * sizeof *kv);
 		for (int h = 0; h < nq; h++)
-			mla_rope(m, m->q + (size_t)b * nq * dk + (size_t)h * dk + x->qk_nope, pos);
+			mla_rope(m, m->q + (size_t)b * nq * dk + (size_t)h * dk + x->qk_nope, b);
 	}
 	mla_job_t j = {m, a, lc, B};
 	int items = B * nq;

@@ -246,6 +246,7 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->att = calloc(b * m->qd, sizeof(float));
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
+	m->rope_cs = malloc(b * (size_t)MAX(mt->rope_dim / 2, 1) * 2 * sizeof(float));
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
 	m->att_tiles = aligned_alloc(64, (size_t)nt * 2 * ATT_TILE * mt->head_dim * sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
@@ -253,7 +254,7 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->act = aligned_alloc(64, b * m->act_stride);
 	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-	    !m->scores || !m->act || !m->tiles || !m->att_tiles)
+	    !m->scores || !m->act || !m->tiles || !m->att_tiles || !m->rope_cs)
 		return SH_ENOMEM;
 	for (int i = 0; i < nt; i++)
 		if (!(m->tiles[i] = malloc((size_t)TILE_ROWS * maxc * sizeof(float))))
@@ -414,6 +415,7 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->qkt = quant_qkt();
 	m->av = quant_av();
 	m->expsum = quant_expsum();
+	m->silu = quant_silu();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();
 	for (int i = 0; i < half; i++)
@@ -462,6 +464,7 @@ void model_free(model_t *m)
 	free(m->layers);
 	free(m->out_norm);
 	free(m->inv_freq);
+	free(m->rope_cs);
 	free(m->kc);
 	free(m->vc);
 	free(m->x);
@@ -510,11 +513,23 @@ void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 		o[i] = x[i] * s * w[i];
 }
 
-void rope(const model_t *m, float *h, int pos)
+void rope_table(model_t *m, const int *pos, int B)
 {
 	int half = m->meta.rope_dim / 2;
+	for (int b = 0; b < B; b++)
+		for (int i = 0; i < half; i++) {
+			float a = (float)pos[b] * m->inv_freq[i];
+			m->rope_cs[((size_t)b * half + i) * 2] = cosf(a);
+			m->rope_cs[((size_t)b * half + i) * 2 + 1] = sinf(a);
+		}
+}
+
+void rope(const model_t *m, float *h, int b)
+{
+	int half = m->meta.rope_dim / 2;
+	const float *cs = m->rope_cs + (size_t)b * half * 2;
 	for (int i = 0; i < half; i++) {
-		float a = (float)pos * m->inv_freq[i], c = cosf(a), s = sinf(a);
+		float c = cs[2 * i], s = cs[2 * i + 1];
 		int i0, i1;
 		if (m->meta.rope_style == META_ROPE_NEOX)
 			i0 = i, i1 = i + half;
@@ -608,6 +623,7 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 					  m->x + (size_t)b * D, D);
 	}
 
+	rope_table(m, pos, B);
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
 		int lc = l - m->sh.layer0; /* index into the KV cache */
@@ -636,13 +652,13 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 					if (L->q_norm)
 						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
 							p->rms_eps);
-					rope(m, q + h * hd, pos[b]);
+					rope(m, q + h * hd, b);
 				}
 				for (int h = 0; h < m->sh.n_kv_heads; h++) {
 					if (L->k_norm)
 						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
 							p->rms_eps);
-					rope(m, k + h * hd, pos[b]);
+					rope(m, k + h * hd, b);
 				}
 				attn_cache_put(m, lc, slot[b], pos[b], k, v);
 			}
@@ -669,10 +685,7 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 			float *gu_out[2] = {m->hb, m->hb2};
 			matmul_same_input(m, 2, gu, gu_out, m->xb, B);
-			for (int i = 0; i < B * F; i++) {
-				float g = m->hb[i];
-				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
-			}
+			m->silu(m->hb, m->hb2, B * F);
 			matmul(m, &L->w_down, m->xb2, m->hb, B);
 		}
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

@@ -79,6 +79,7 @@ struct model {
 	float *out_norm; /* [dim] */
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
+	float *rope_cs;  /* [max_b][rope_dim/2][2]: cos, sin of this pass's token b (rope_table) */
 	int n_slots;     /* sequences with their own KV range (model_new_slots) */
 	/* KV cache: [layer1 - layer0][n_slots][sh.n_kv_heads][kv_npos] rows of head_dim elements of
 	 * kv_type, kv_hrow bytes each (kv_at). Head-major: one head's attention reads its rows
@@ -113,6 +114,7 @@ struct model {
 	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
 	quant_av_fn av;         /* weighted sums of a V tile */
 	quant_expsum_fn expsum; /* softmax numerators */
+	quant_silu_fn silu;     /* the gated FFN's activation */
 	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
 	quant_wsum_fn wsum;
 	moe_scratch_t *moe;    /* NULL for a dense model */
@@ -239,7 +241,10 @@ int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compac
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
 void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
-/* Rotates one head vector h[head_dim] for position pos. */
-void rope(const model_t *m, float *h, int pos);
+/* cos and sin of every RoPE angle of the B tokens at pos[] (once per pass: every head of every
+ * layer rotates by the same angles). */
+void rope_table(model_t *m, const int *pos, int B);
+/* Rotates one head vector h[head_dim] by token b's angles (rope_table). */
+void rope(const model_t *m, float *h, int b);
 
 #endif
