@@ -279,6 +279,43 @@ TEST(kernels_vs_reference)
 	}
 }
 
+/* F32 -> F16 rows (the KV cache) by the CPU's conversion: bit-identical to quant_f32_to_f16 on
+ * every non-NaN input sampled across all 2^32 patterns (subnormal results, overflow to infinity,
+ * ties included), NaN stays NaN; tails of every length. */
+TEST(f16_row_exact)
+{
+	enum { N = 4099 };
+	static float x[N];
+	static uint16_t y[N];
+	quant_init(0);
+	int bad = 0, nan_ok = 1;
+	for (uint64_t base = 0; base < (1ull << 32); base += (uint64_t)N * 1021) {
+		for (int i = 0; i < N; i++) {
+			uint32_t u = (uint32_t)(base + (uint64_t)i * 1021);
+			memcpy(&x[i], &u, 4);
+		}
+		quant_quantize_row(QT_F16, x, y, N);
+		for (int i = 0; i < N; i++) {
+			if (x[i] != x[i])
+				nan_ok &= (y[i] & 0x7c00) == 0x7c00 && (y[i] & 0x3ff);
+			else if (y[i] != quant_f32_to_f16(x[i]) && bad++ < 5)
+				fprintf(stderr, "f16 of %a: %04x, want %04x\n", (double)x[i], y[i],
+					quant_f32_to_f16(x[i]));
+		}
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK(nan_ok);
+	for (int n = 1; n < 20; n++) { /* ties to even at every tail position */
+		for (int i = 0; i < n; i++)
+			x[i] =
+			    1.0f + (float)(2 * i + 1) / 2048; /* halfway between two F16 values */
+		quant_quantize_row(QT_F16, x, y, n);
+		for (int i = 0; i < n; i++)
+			bad += y[i] != quant_f32_to_f16(x[i]);
+	}
+	CHECK_EQ_INT(bad, 0);
+}
+
 /* The gated FFN's activation against double precision: relative error under 1e-6 from -120 to
  * 120 (0 and values past the exponential's range included); every element the same whatever
  * the slice's length and start (tails go through the same vector code). */
@@ -607,6 +644,7 @@ int main(void)
 	RUN(attention_tile_kernels);
 	RUN(expsum_accuracy);
 	RUN(silu_accuracy);
+	RUN(f16_row_exact);
 	RUN(wsum_vs_reference);
 	RUN(pool_runs_every_thread);
 	return harness_done();

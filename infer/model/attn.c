@@ -28,6 +28,8 @@
 void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const float *v)
 {
 	int hd = m->meta.head_dim;
+	size_t es = m->kv_hrow / (size_t)hd; /* tiled K: element bytes */
+	uint8_t row[1024 * sizeof(float)];
 	for (int h = 0; h < m->sh.n_kv_heads; h++) {
 		const float *kh = k + (size_t)h * hd;
 		quant_quantize_row(m->kv_type, v + (size_t)h * hd,
@@ -36,16 +38,11 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
 			quant_quantize_row(m->kv_type, kh, m->kc + kv_at(m, lc, slot, h, pos), hd);
 			continue;
 		}
-		uint8_t *c = m->kc + kv_k_at(m, lc, slot, h, pos, 0); /* column pos of the tile */
-		for (int d = 0; d < hd; d++) {
-			if (m->kv_type == QT_F16) {
-				uint16_t e = quant_f32_to_f16(kh[d]);
-				memcpy(c + (size_t)d * ATT_TILE * sizeof e, &e, sizeof e);
-			} else {
-				memcpy(c + (size_t)d * ATT_TILE * sizeof kh[d], &kh[d],
-				       sizeof kh[d]);
-			}
-		}
+		/* converted as a row, then written down column pos of the tile */
+		uint8_t *c = m->kc + kv_k_at(m, lc, slot, h, pos, 0);
+		quant_quantize_row(m->kv_type, kh, row, hd);
+		for (int d = 0; d < hd; d++)
+			memcpy(c + (size_t)d * ATT_TILE * es, row + (size_t)d * es, es);
 	}
 }
 

@@ -405,11 +405,17 @@ static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, i
 	}
 }
 
+static int quant_use_ref; /* set once by quant_init before threads start */
+
 int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 {
 	switch (t) {
 	case QT_F32: memcpy(dst, src, (size_t)n * 4); return 0;
 	case QT_F16:
+		if (!quant_use_ref && quant_x86_f16_row()) {
+			quant_x86_f16_row()(src, dst, n);
+			return 0;
+		}
 		for (int64_t i = 0; i < n; i++)
 			((uint16_t *)dst)[i] = quant_f32_to_f16(src[i]);
 		return 0;
@@ -426,8 +432,6 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 }
 
 /* ---- activations -------------------------------------------------------------------------- */
-
-static int quant_use_ref; /* set once by quant_init before threads start */
 
 static int act_type_of(int wtype)
 {

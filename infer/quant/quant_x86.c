@@ -561,6 +561,16 @@ TGT static inline __m256 silu8(__m256 g)
 	return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+TGT static void avx2_f16_row(const float *x, uint16_t *y, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+								     _MM_FROUND_TO_NEAREST_INT));
+	for (; i < n; i++)
+		y[i] = quant_f32_to_f16(x[i]);
+}
+
 TGT static void avx2_silu(float *g, const float *u, int n)
 {
 	int i = 0;
@@ -1077,6 +1087,11 @@ quant_silu_fn quant_x86_silu(void)
 	return quant_x86_ops(QT_F32) ? avx2_silu : NULL;
 }
 
+quant_f16_row_fn quant_x86_f16_row(void)
+{
+	return quant_x86_ops(QT_F32) ? avx2_f16_row : NULL;
+}
+
 quant_vsum_fn quant_x86_vsum(int type)
 {
 	if (!quant_x86_ops(QT_F32))
@@ -1123,6 +1138,11 @@ quant_expsum_fn quant_x86_expsum(void)
 }
 
 quant_silu_fn quant_x86_silu(void)
+{
+	return NULL;
+}
+
+quant_f16_row_fn quant_x86_f16_row(void)
 {
 	return NULL;
 }
