@@ -4,7 +4,8 @@
  * tiled integer kernel for any batch (decode included): the activations are quantized once per
  * row, the pool threads claim chunks of GEMM_GROUPS row groups and run every token tile over
  * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
- * the token tiles). Otherwise types with a batched integer kernel (rows8) use it for any batch;
+ * the token tiles); one token's chunks shrink towards the end of the product (MM_MIN_GROUPS).
+ * Otherwise types with a batched integer kernel (rows8) use it for any batch;
  * otherwise a batch of fewer than BLAS_MIN tokens uses the integer matvec kernels (weights read
  * once per batch, rows split over the pool) and a larger one dequantizes tiles of rows and calls
  * cblas_sgemm on each pool thread (OpenBLAS itself single-threaded).
@@ -39,7 +40,7 @@
  * finish a product within microseconds of each other rather than one waiting on the other's
  * last long chunk (64 products per token). */
 #define MM_MIN_GROUPS 4
-#define MM_MAX_CHUNKS 96
+#define MM_MAX_CHUNKS 1024 /* ~500 for a 150k-row head on 64 threads */
 
 /* ---- repacking ---------------------------------------------------------------------------- */
 
@@ -266,7 +267,7 @@ static int mm_seq_plan(mm_job_t *j, int nt)
 	j->seq[0] = 0;
 	for (int g = 0; g < total; n++) {
 		int left = total - g, sz = MAX(MM_MIN_GROUPS, (left + 2 * nt - 1) / (2 * nt));
-		if (n == MM_MAX_CHUNKS - 1) /* cannot happen below ~2^20 groups; stays correct */
+		if (n == MM_MAX_CHUNKS - 1) /* hundreds of threads: the last chunk takes the rest */
 			sz = left;
 		g += MIN(sz, left);
 		j->seq[n + 1] = g;
