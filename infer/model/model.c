@@ -415,7 +415,6 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->qkt = quant_qkt();
 	m->av = quant_av();
 	m->expsum = quant_expsum();
-	m->silu = quant_silu();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();
 	for (int i = 0; i < half; i++)
@@ -685,7 +684,10 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 			float *gu_out[2] = {m->hb, m->hb2};
 			matmul_same_input(m, 2, gu, gu_out, m->xb, B);
-			m->silu(m->hb, m->hb2, B * F);
+			for (int i = 0; i < B * F; i++) {
+				float g = m->hb[i];
+				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+			}
 			matmul(m, &L->w_down, m->xb2, m->hb, B);
 		}
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))

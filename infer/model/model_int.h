@@ -114,7 +114,6 @@ struct model {
 	quant_qkt_fn qkt;       /* attention scores against a transposed K tile */
 	quant_av_fn av;         /* weighted sums of a V tile */
 	quant_expsum_fn expsum; /* softmax numerators */
-	quant_silu_fn silu;     /* the gated FFN's activation */
 	const quant_ops_t *f32; /* F32 matvec and weighted sum: latent attention's scores (mla.c) */
 	quant_wsum_fn wsum;
 	moe_scratch_t *moe;    /* NULL for a dense model */

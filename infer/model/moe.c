@@ -309,6 +309,12 @@ int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *ba
 
 /* ---- the block ---------------------------------------------------------------------------- */
 
+static void swiglu(float *h, const float *h2, int n)
+{
+	for (int i = 0; i < n; i++)
+		h[i] = h[i] / (1.0f + expf(-h[i])) * h2[i];
+}
+
 static float dot(const float *a, const float *b, int n)
 {
 	float s = 0;
@@ -358,7 +364,7 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		const wmat_t *gu[2] = {&g, &u};
 		float *gu_out[2] = {s->h, s->h2};
 		matmul_same_input(m, 2, gu, gu_out, s->xs, n); /* h, h2 [n][F] */
-		m->silu(s->h, s->h2, n * F);
+		swiglu(s->h, s->h2, n * F);
 		matmul(m, &d, s->ys, s->h, n); /* ys [n][D] */
 		for (int i = 0; i < n; i++) {
 			float *o = out + (size_t)s->tok[i] * D;
@@ -374,7 +380,7 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		const wmat_t *gu[2] = {&ml->sh_gate, &ml->sh_up};
 		float *gu_out[2] = {s->h, s->h2};
 		matmul_same_input(m, 2, gu, gu_out, xb, B); /* h, h2 [B][S] */
-		m->silu(s->h, s->h2, B * S);
+		swiglu(s->h, s->h2, B * S);
 		matmul(m, &ml->sh_down, s->ys, s->h, B); /* ys [B][D] */
 		for (int b = 0; b < B; b++) {
 			float gsc = 1.0f;

@@ -804,18 +804,6 @@ static float ref_expsum(float *x, int n, float mx)
 	return sum;
 }
 
-static void ref_silu(float *g, const float *u, int n)
-{
-	for (int i = 0; i < n; i++)
-		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-quant_silu_fn quant_silu(void)
-{
-	quant_silu_fn f = quant_use_ref ? NULL : quant_x86_silu();
-	return f ? f : ref_silu;
-}
-
 quant_expsum_fn quant_expsum(void)
 {
 	quant_expsum_fn f = quant_use_ref ? NULL : quant_x86_expsum();

@@ -241,17 +241,10 @@ typedef float (*quant_expsum_fn)(float *x, int n, float mx);
 quant_expsum_fn quant_expsum(void);
 quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
 
-/* g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i] for i < n (the gated FFN's
- * activation; relative error of the optimized version < 1e-6). Each element's result depends
- * only on g[i] and u[i], never on n or on where the slice starts: tensor-parallel ranks, each
- * with a slice of the FFN, get the same values as one node. */
-typedef void (*quant_silu_fn)(float *g, const float *u, int n);
 /* F32 -> F16 of x[n] by the CPU's conversion (round to nearest even, as quant_f32_to_f16; NaNs
  * stay NaNs), or NULL. quant_quantize_row(QT_F16) uses it. */
 typedef void (*quant_f16_row_fn)(const float *x, uint16_t *y, int64_t n);
 quant_f16_row_fn quant_x86_f16_row(void);
-quant_silu_fn quant_silu(void);
-quant_silu_fn quant_x86_silu(void); /* NULL when unavailable */
 
 /* Q8_0 activation blocks of x[n]: q[n], d[n/32], bsums[n/32], bit-identical to the plain C
  * quantizer (same float operations, round to nearest even). NULL when unavailable. */

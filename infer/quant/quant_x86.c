@@ -550,17 +550,6 @@ TGT static float avx2_expsum(float *x, int n, float mx)
 	return sum;
 }
 
-/* silu(g) = g / (1 + exp(-g)) from e = exp(-|g|) <= 1 (never overflows): g / (1 + e) for
- * g >= 0, g e / (1 + e) below. The last n % 8 elements go through the same vector code in a
- * padded copy, so an element's result never depends on its place in the slice. */
-TGT static inline __m256 silu8(__m256 g)
-{
-	__m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
-	__m256 e = exp_le0(_mm256_or_ps(g, _mm256_set1_ps(-0.0f))); /* exp(-|g|) */
-	__m256 num = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), neg);
-	return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-
 TGT static void avx2_f16_row(const float *x, uint16_t *y, int64_t n)
 {
 	int64_t i = 0;
@@ -569,22 +558,6 @@ TGT static void avx2_f16_row(const float *x, uint16_t *y, int64_t n)
 								     _MM_FROUND_TO_NEAREST_INT));
 	for (; i < n; i++)
 		y[i] = quant_f32_to_f16(x[i]);
-}
-
-TGT static void avx2_silu(float *g, const float *u, int n)
-{
-	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(
-		    g + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
-	if (i < n) {
-		float pg[8] = {0}, pu[8] = {0};
-		memcpy(pg, g + i, (size_t)(n - i) * sizeof *g);
-		memcpy(pu, u + i, (size_t)(n - i) * sizeof *u);
-		_mm256_storeu_ps(pg,
-				 _mm256_mul_ps(silu8(_mm256_loadu_ps(pg)), _mm256_loadu_ps(pu)));
-		memcpy(g + i, pg, (size_t)(n - i) * sizeof *g);
-	}
 }
 
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
@@ -1082,11 +1055,6 @@ quant_expsum_fn quant_x86_expsum(void)
 	return quant_x86_ops(QT_F32) ? avx2_expsum : NULL;
 }
 
-quant_silu_fn quant_x86_silu(void)
-{
-	return quant_x86_ops(QT_F32) ? avx2_silu : NULL;
-}
-
 quant_f16_row_fn quant_x86_f16_row(void)
 {
 	return quant_x86_ops(QT_F32) ? avx2_f16_row : NULL;
@@ -1133,11 +1101,6 @@ quant_vsum_fn quant_x86_vsum(int type)
 }
 
 quant_expsum_fn quant_x86_expsum(void)
-{
-	return NULL;
-}
-
-quant_silu_fn quant_x86_silu(void)
 {
 	return NULL;
 }
