@@ -18,6 +18,12 @@
 #include <string.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
+/* F16 rows (the KV cache's tiles) are converted at ~14 GB/s when one core waits for each line
+ * in turn; a prefetch 4 KiB ahead in the same stream made it ~21 GB/s in a standalone test, and
+ * decode at 384-448 positions 2-3.5 % faster (Q4_0, one thread, alternating runs: 73.4 -> 74.8,
+ * 76.5 -> 79.1 tok/s). Consecutive tiles of a head are contiguous, so the prefetch of one tile
+ * covers the next. */
+#define DQ_F16_AHEAD 4096
 
 TGT static inline float hsum8(__m256 v)
 {
@@ -323,6 +329,12 @@ TGT static void avx2_dq_f16(const void *src, float *dst, int n)
 {
 	const uint16_t *s = src;
 	int i = 0;
+	for (; i + 32 <= n; i += 32) {
+		_mm_prefetch((const char *)(s + i) + DQ_F16_AHEAD, _MM_HINT_T0);
+		for (int k = 0; k < 32; k += 8)
+			_mm256_storeu_ps(dst + i + k, _mm256_cvtph_ps(_mm_loadu_si128(
+							  (const __m128i *)(s + i + k))));
+	}
 	for (; i + 8 <= n; i += 8)
 		_mm256_storeu_ps(dst + i,
 				 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
