@@ -367,6 +367,13 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 	o->total = MAX(o->total, 1);
 }
 
+uint64_t plan_cost_decode_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p)
+{
+	pass_t d;
+	pass_time(c, l, p, 1, 1, &d);
+	return d.total;
+}
+
 void plan_cost_predict(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
 		       plan_cost_t *out)
 {

@@ -72,6 +72,12 @@ void plan_slices_fill(plan_t *p, int r0, int r1, const uint64_t *w)
 	int n = r1 - r0, cnt[PLAN_MAX_NODES], pos = 0;
 	plan_rank_t *k0 = p->ranks + r0;
 	w += r0;
+	if (n == 1) { /* one rank holds it all (what the splits below give, without them) */
+		k0->q0 = 0, k0->q1 = m->n_heads, k0->kv0 = 0, k0->kv1 = m->n_kv_heads;
+		k0->ffn0 = 0, k0->ffn1 = m->ffn, k0->exp0 = 0, k0->exp1 = m->n_experts;
+		k0->shx0 = 0, k0->shx1 = m->ffn_shexp;
+		return;
+	}
 	int g = m->n_heads / m->n_kv_heads;
 	if (n <= m->n_kv_heads) { /* whole KV-head groups */
 		plan_split(cnt, n, m->n_kv_heads, 1, w);

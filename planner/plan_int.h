@@ -70,6 +70,8 @@ int plan_lan_addr(char out[PLAN_IP_MAX], const plan_node_t *const *nodes, int n,
 /* Orders nodes[1..n-1] so that consecutive ranks (and the last with rank 0) share the best links
  * (order.c). nodes[0] stays. Deterministic. */
 void plan_ring_order(const plan_node_t **nodes, int n);
+/* The same on indices: idx[0..n) name nodes whose pair kinds are kind[a][b]; idx[0] stays. */
+void plan_ring_order_kinds(int *idx, int n, const uint8_t kind[][PLAN_MAX_NODES]);
 /* MLX's JACCL rules on the plan's RDMA matrix, our own code after MLX's
  * mlx/distributed/jaccl/lib/jaccl/jaccl.cpp Config::is_valid_mesh / is_valid_ring (ring: also
  * at least one device per neighbour, which MLX's check leaves to the first connection). */
@@ -144,6 +146,8 @@ uint64_t plan_cost_xfer(const plan_cost_ctx_t *c, int i, int j, uint64_t bytes);
  * the slowest rank + its two syncs): what balances the layers between stages. */
 uint64_t plan_cost_stage_layer_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
 				  int r0, int r1);
+/* One stream's decode step alone (what plan_cost_predict puts in decode_ns). */
+uint64_t plan_cost_decode_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p);
 /* Predicts the figures of plan p (shares and fit filled) laid out as l. */
 void plan_cost_predict(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
 		       plan_cost_t *out);

@@ -52,6 +52,7 @@ typedef struct {
 	plan_t *p;                       /* scratch plan of PLAN_MAX_NODES ranks */
 	uint64_t multi;                  /* nodes a plan of >= 2 ranks may use */
 	uint64_t linked[PLAN_MAX_NODES]; /* per node: itself and the nodes it has a figure to */
+	uint8_t kind[PLAN_MAX_NODES][PLAN_MAX_NODES]; /* link kinds (order.c's ring) */
 	best_t chosen, cls[CLS_N], all[CLS_N], with[PLAN_MAX_NODES];
 	/* tour search scratch */
 	uint64_t cm[PLAN_MAX_NODES][PLAN_MAX_NODES];
@@ -248,19 +249,35 @@ int plan_layout_fill(const plan_cost_ctx_t *c, const plan_layout_t *l, plan_t *p
 
 /* ---- evaluating and keeping candidates ---- */
 
-static int evaluate(search_t *s, const plan_layout_t *l, plan_cost_t *k)
+/* Fills the scratch plan for layout l: 0, or -1 when it does not fit. */
+static int fill(search_t *s, const plan_layout_t *l)
 {
 	plan_t *p = s->p;
 	for (int r = 0; r < l->n; r++) {
-		plan_rank_t *x = &p->ranks[r];
-		memset(x, 0, sizeof *x);
+		plan_rank_t *x = &p->ranks[r]; /* only what filling reads (a rank is ~5 KB) */
 		x->rank = r;
 		x->mem_avail = s->nodes[l->idx[r]]->mem_avail;
 	}
-	if (plan_layout_fill(s->c, l, p, s->o))
-		return -1;
-	plan_cost_predict(s->c, l, p, k);
+	return plan_layout_fill(s->c, l, p, s->o) ? -1 : 0;
+}
+
+/* Could a candidate of this decode time enter any record it is offered to? (keep() takes only
+ * strictly better ones, and decode decides first: a slower one never does.) */
+static int could_matter(const search_t *s, const plan_layout_t *l, uint64_t decode)
+{
+	int cls = class_of(l);
+#define OPEN(b) (!(b).have || decode <= (b).k.decode_ns)
+	if (OPEN(s->cls[cls]) || (cls != CLS_SINGLE && mask_of(l) == s->multi && OPEN(s->all[cls])))
+		return 1;
+	if (!eligible(s, l))
+		return 0;
+	if (OPEN(s->chosen))
+		return 1;
+	for (int r = 0; r < l->n; r++)
+		if (OPEN(s->with[l->idx[r]]))
+			return 1;
 	return 0;
+#undef OPEN
 }
 
 static void record(search_t *s, const plan_layout_t *l, const plan_cost_t *k)
@@ -277,7 +294,7 @@ static void record(search_t *s, const plan_layout_t *l, const plan_cost_t *k)
 }
 
 /* Evaluates a layout's variants (layers balanced or filled; the 8-bit wire) and records
- * those that fit. */
+ * those that fit. The full prediction only for one that may be kept. */
 static void offer(search_t *s, plan_layout_t *l)
 {
 	int group = 0;
@@ -287,18 +304,24 @@ static void offer(search_t *s, plan_layout_t *l)
 		group |= r1 - r0 >= 2;
 	}
 	for (int f = 0; f < (l->n_stages > 1 ? 2 : 1); f++) {
-		plan_cost_t k0, k1;
 		l->fill = f, l->q8 = 0;
-		if (evaluate(s, l, &k0))
+		if (fill(s, l))
 			continue;
-		l->q8 = 1;
-		if (group && !evaluate(s, l, &k1) &&
-		    k1.decode_ns * 1000 <= k0.decode_ns * PLAN_Q8_PERMILLE) {
-			record(s, l, &k1);
-			continue;
+		uint64_t d =
+		    plan_cost_decode_ns(s->c, l, s->p); /* the wire does not change shares */
+		if (group) {
+			l->q8 = 1;
+			uint64_t d8 = plan_cost_decode_ns(s->c, l, s->p);
+			if (d8 * 1000 <= d * PLAN_Q8_PERMILLE)
+				d = d8;
+			else
+				l->q8 = 0;
 		}
-		l->q8 = 0;
-		record(s, l, &k0);
+		if (!could_matter(s, l, d))
+			continue;
+		plan_cost_t k;
+		plan_cost_predict(s->c, l, s->p, &k);
+		record(s, l, &k);
 	}
 }
 
@@ -327,11 +350,11 @@ static void tour_dfs(search_t *s, int depth, int K, uint64_t cost)
 }
 
 /* The order of K items (item 0 first) that makes the cheapest ring under s->cm: every order
- * up to PLAN_EXHAUSTIVE + 1 items, nearest neighbour above. Writes it into s->tbest. */
+ * up to PLAN_EXHAUSTIVE items, nearest neighbour above. Writes it into s->tbest. */
 static void tour(search_t *s, int K)
 {
 	s->tbest[0] = s->path[0] = 0;
-	if (K <= PLAN_EXHAUSTIVE + 1) {
+	if (K <= PLAN_EXHAUSTIVE) {
 		memset(s->used, 0, sizeof s->used);
 		s->used[0] = 1;
 		s->tcost = UINT64_MAX;
@@ -370,15 +393,9 @@ static void offer_tensor(search_t *s, const int *mem, int k)
 	int blocks = (s->m->ffn + s->m->ffn_block - 1) / s->m->ffn_block;
 	if (k > s->m->n_heads || k > blocks)
 		return;
-	const plan_node_t *ptr[PLAN_MAX_NODES];
-	for (int j = 0; j < k; j++)
-		ptr[j] = s->nodes[mem[j]];
-	plan_ring_order(ptr, k); /* as the kind-based plans order a group: MLX's ring */
 	plan_layout_t l = {.strategy = PLAN_TENSOR, .n = k, .n_stages = 1};
-	for (int r = 0; r < k; r++)
-		for (int j = 0; j < k; j++)
-			if (ptr[r] == s->nodes[mem[j]])
-				l.idx[r] = mem[j];
+	memcpy(l.idx, mem, sizeof(int) * (size_t)k);
+	plan_ring_order_kinds(l.idx, k, (const uint8_t(*)[PLAN_MAX_NODES])s->kind); /* MLX's ring */
 	l.stage_end[0] = k;
 	offer(s, &l);
 }
@@ -775,6 +792,8 @@ int plan_search(plan_choice_t *out, const plan_cost_ctx_t *c, const plan_node_t 
 	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
 	s->c = c, s->nodes = nodes, s->n = n, s->m = m, s->o = o, s->p = p;
 	for (int i = 0; i < n; i++) {
+		for (int j = 0; j < n; j++)
+			s->kind[i][j] = i == j ? 0 : (uint8_t)plan_pair_link(nodes[i], nodes[j]);
 		s->linked[i] = 1ULL << i;
 		for (int j = 0; j < n; j++)
 			if (j != i && plan_cost_pair_ok(c, i, j))
