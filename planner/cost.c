@@ -210,22 +210,29 @@ static int group_crowding(const plan_cost_ctx_t *c, const plan_layout_t *l, int 
 	return crowded;
 }
 
-/* One exchange in which every rank of [r0, r1) sends `chunk` bytes to every other: a rank's
+/* Rank root sends `bytes` to every other rank of [d0, d1) (or receives that from each): its
  * sends leave one after another through its link, their latencies overlap. */
+static uint64_t fan_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, int root, int d0, int d1,
+		       uint64_t bytes)
+{
+	uint64_t lat = 0, x = 0;
+	for (int q = d0; q < d1; q++) {
+		if (q == root)
+			continue;
+		lat = MAX(lat, plan_cost_lat(c, node_at(l, root), node_at(l, q)));
+		x += plan_cost_xfer(c, node_at(l, root), node_at(l, q), bytes);
+	}
+	return lat + x;
+}
+
+/* One exchange in which every rank of [r0, r1) sends `chunk` bytes to every other: the
+ * slowest rank's sends. */
 static uint64_t exchange_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, int r0, int r1,
 			    uint64_t chunk)
 {
 	uint64_t worst = 0;
-	for (int r = r0; r < r1; r++) {
-		uint64_t lat = 0, x = 0;
-		for (int q = r0; q < r1; q++) {
-			if (q == r)
-				continue;
-			lat = MAX(lat, plan_cost_lat(c, node_at(l, r), node_at(l, q)));
-			x += plan_cost_xfer(c, node_at(l, r), node_at(l, q), chunk);
-		}
-		worst = MAX(worst, lat + x);
-	}
+	for (int r = r0; r < r1; r++)
+		worst = MAX(worst, fan_ns(c, l, r, r0, r1, chunk));
 	return worst;
 }
 
@@ -253,20 +260,6 @@ static uint64_t allreduce_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, i
 		step = MAX(step, plan_cost_lat(c, a, b) + plan_cost_xfer(c, a, b, chunk));
 	}
 	return 2 * (uint64_t)(g - 1) * step;
-}
-
-/* The root of [r0, r1) sends `bytes` to every rank of [d0, d1) (or receives from each). */
-static uint64_t fan_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, int root, int d0, int d1,
-		       uint64_t bytes)
-{
-	uint64_t lat = 0, x = 0;
-	for (int q = d0; q < d1; q++) {
-		if (q == root)
-			continue;
-		lat = MAX(lat, plan_cost_lat(c, node_at(l, root), node_at(l, q)));
-		x += plan_cost_xfer(c, node_at(l, root), node_at(l, q), bytes);
-	}
-	return lat + x;
 }
 
 /* The head's bytes: the output matrix, or the tied embedding it reuses (output_bytes is then
@@ -319,6 +312,24 @@ uint64_t plan_cost_stage_layer_ns(const plan_cost_ctx_t *c, const plan_layout_t 
 	return MAX(compute + 2 * sync, 1);
 }
 
+uint64_t plan_cost_stage_fixed_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
+				  int s)
+{
+	int r0, r1, d0 = 0, d1 = 1;
+	stage_range(l, s, &r0, &r1);
+	uint64_t t = 0;
+	if (s == 0)
+		t += compute_ns(c, node_at(l, 0), head_bytes(c->m), 1) +
+		     fan_ns(c, l, 0, r0, r1, PLAN_STEP_BYTES);
+	if (l->n_stages > 1) {
+		if (s + 1 < l->n_stages)
+			stage_range(l, s + 1, &d0, &d1);
+		t += fan_ns(c, l, r0, d0, d1, 4 * (uint64_t)c->m->dim);
+	}
+	(void)p;
+	return t;
+}
+
 /* One forward pass of B rows through plan p laid out as l; the head for head_rows rows. */
 static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p, int B,
 		      int head_rows, pass_t *o)
@@ -343,13 +354,9 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 			int d0 = 0, d1 = 1;
 			if (s + 1 < S)
 				stage_range(l, s + 1, &d0, &d1);
-			uint64_t lat = 0, x = 0;
-			for (int q = d0; q < d1; q++) {
-				lat = MAX(lat, plan_cost_lat(c, node_at(l, r0), node_at(l, q)));
-				x += plan_cost_xfer(c, node_at(l, r0), node_at(l, q), xbytes);
-			}
-			st += lat + x;
-			o->hop_ns += lat + x;
+			uint64_t hop = fan_ns(c, l, r0, d0, d1, xbytes);
+			st += hop;
+			o->hop_ns += hop;
 			o->n_hops++;
 		}
 		o->stage[s] = st;

@@ -78,8 +78,8 @@ int plan_model_check(const plan_model_t *m, char *err, size_t errlen)
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "model: %s must be from 1 to %d (is %d)", lim[i].name,
 				       lim[i].max, lim[i].v);
-	if (m->n_experts < 0 || m->n_experts > 512 || m->ffn_shexp < 0 || m->ffn_shexp > (1 << 22) ||
-	    m->n_expert_used < 0 || m->n_expert_used > 512)
+	if (m->n_experts < 0 || m->n_experts > 512 || m->ffn_shexp < 0 ||
+	    m->ffn_shexp > (1 << 22) || m->n_expert_used < 0 || m->n_expert_used > 512)
 		return sh_fail(err, errlen, SH_EINVAL, "model: bad expert count or shared width");
 	if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads)
 		return sh_fail(err, errlen, SH_EINVAL,

@@ -146,6 +146,10 @@ uint64_t plan_cost_xfer(const plan_cost_ctx_t *c, int i, int j, uint64_t bytes);
  * the slowest rank + its two syncs): what balances the layers between stages. */
 uint64_t plan_cost_stage_layer_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
 				  int r0, int r1);
+/* A decode step's time in stage s that does not grow with its layers: rank 0's head and STEP
+ * (stage 0), the hop to the next stage. */
+uint64_t plan_cost_stage_fixed_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
+				  int s);
 /* One stream's decode step alone (what plan_cost_predict puts in decode_ns). */
 uint64_t plan_cost_decode_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p);
 /* Predicts the figures of plan p (shares and fit filled) laid out as l. */

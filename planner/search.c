@@ -141,13 +141,36 @@ static int stage_cap(const plan_t *p, const plan_opts_t *o, int r0, int r1)
 	return cap;
 }
 
+/* Balanced: moves single layers from the stage that takes longest (its layers plus its fixed
+ * time: the head on stage 0, the hop out) to the one that takes least, while that shortens the
+ * longest; in-flight micro-batches then keep every stage equally busy. */
+static void layers_even(int S, int *cnt, const int *cap, const uint64_t *t, const uint64_t *fix)
+{
+	for (int it = 0; it < 64 * PLAN_MAX_NODES; it++) {
+		int a = 0, b = -1;
+		for (int s = 1; s < S; s++)
+			if ((uint64_t)cnt[s] * t[s] + fix[s] > (uint64_t)cnt[a] * t[a] + fix[a])
+				a = s;
+		for (int s = 0; s < S; s++)
+			if (s != a && cnt[s] < cap[s] &&
+			    (b < 0 ||
+			     (uint64_t)cnt[s] * t[s] + fix[s] < (uint64_t)cnt[b] * t[b] + fix[b]))
+				b = s;
+		if (b < 0 || cnt[a] <= 1 ||
+		    (uint64_t)(cnt[b] + 1) * t[b] + fix[b] >= (uint64_t)cnt[a] * t[a] + fix[a])
+			return;
+		cnt[a]--, cnt[b]++;
+	}
+}
+
 /* Layers per stage: at least one each, within the caps; balanced (in proportion to each
- * stage's speed, water-filled against the caps) or fill (the fastest stages first). */
+ * stage's speed, water-filled against the caps, then evened out) or fill (the fastest stages
+ * first). */
 static int layers_split(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p,
 			const plan_opts_t *o, int *cnt)
 {
 	int S = l->n_stages, L = p->model.n_layers, cap[PLAN_MAX_NODES], sum = 0;
-	uint64_t t[PLAN_MAX_NODES];
+	uint64_t t[PLAN_MAX_NODES], fix[PLAN_MAX_NODES];
 	if (L < S)
 		return -1;
 	for (int s = 0; s < S; s++) {
@@ -155,6 +178,7 @@ static int layers_split(const plan_cost_ctx_t *c, const plan_layout_t *l, const 
 		stage_range(l, s, &r0, &r1);
 		cap[s] = stage_cap(p, o, r0, r1);
 		t[s] = plan_cost_stage_layer_ns(c, l, p, r0, r1);
+		fix[s] = plan_cost_stage_fixed_ns(c, l, p, s);
 		if (cap[s] < 1)
 			return -1;
 		sum += cap[s];
@@ -200,6 +224,7 @@ static int layers_split(const plan_cost_ctx_t *c, const plan_layout_t *l, const 
 		if (!over) {
 			for (int q = 0; q < nf; q++)
 				cnt[fi[q]] = tmp[q];
+			layers_even(S, cnt, cap, t, fix);
 			return 0;
 		}
 	}
