@@ -220,9 +220,9 @@ static uint64_t fan_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, int roo
 		if (q == root)
 			continue;
 		lat = MAX(lat, plan_cost_lat(c, node_at(l, root), node_at(l, q)));
-		x += plan_cost_xfer(c, node_at(l, root), node_at(l, q), bytes);
+		x = plan_add_sat(x, plan_cost_xfer(c, node_at(l, root), node_at(l, q), bytes));
 	}
-	return lat + x;
+	return plan_add_sat(lat, x);
 }
 
 /* One exchange in which every rank of [r0, r1) sends `chunk` bytes to every other: the
@@ -247,19 +247,21 @@ static uint64_t allreduce_ns(const plan_cost_ctx_t *c, const plan_layout_t *l, i
 		uint64_t blocks = (n + 31) / 32;
 		if (g == 2)
 			return exchange_ns(c, l, r0, r1, blocks * 36);
-		return 2 * exchange_ns(c, l, r0, r1, (blocks + (uint64_t)g - 1) / (uint64_t)g * 36);
+		return plan_mul_sat(
+		    2, exchange_ns(c, l, r0, r1, (blocks + (uint64_t)g - 1) / (uint64_t)g * 36));
 	}
 	uint64_t bytes = n * 4, chunk = (n + (uint64_t)g - 1) / (uint64_t)g * 4;
 	if (bytes <= PLAN_DIRECT_MAX) /* direct (N = 2) or two-phase (N >= 3) */
 		return g == 2 ? exchange_ns(c, l, r0, r1, bytes)
-			      : 2 * exchange_ns(c, l, r0, r1, chunk);
+			      : plan_mul_sat(2, exchange_ns(c, l, r0, r1, chunk));
 	/* ring: reduce-scatter and all-gather, 2 (N - 1) steps to the next rank */
 	uint64_t step = 0;
 	for (int r = r0; r < r1; r++) {
 		int a = node_at(l, r), b = node_at(l, r + 1 < r1 ? r + 1 : r0);
-		step = MAX(step, plan_cost_lat(c, a, b) + plan_cost_xfer(c, a, b, chunk));
+		step =
+		    MAX(step, plan_add_sat(plan_cost_lat(c, a, b), plan_cost_xfer(c, a, b, chunk)));
 	}
-	return 2 * (uint64_t)(g - 1) * step;
+	return plan_mul_sat(2 * (uint64_t)(g - 1), step);
 }
 
 /* The head's bytes: the output matrix, or the tied embedding it reuses (output_bytes is then
@@ -288,10 +290,10 @@ static void stage_layer(const plan_cost_ctx_t *c, const plan_layout_t *l, const 
 		uint64_t att, ffn;
 		plan_rank_layer_bytes(p, &p->ranks[r], 1, &att, &ffn);
 		int i = node_at(l, r);
-		t_att = MAX(t_att, compute_ns(c, i, att, B) * permille[r - r0] / 1000);
-		t_ffn = MAX(t_ffn, compute_ns(c, i, ffn, B) * permille[r - r0] / 1000);
+		t_att = MAX(t_att, plan_mul_sat(compute_ns(c, i, att, B), permille[r - r0]) / 1000);
+		t_ffn = MAX(t_ffn, plan_mul_sat(compute_ns(c, i, ffn, B), permille[r - r0]) / 1000);
 	}
-	*compute = t_att + t_ffn;
+	*compute = plan_add_sat(t_att, t_ffn);
 	*sync = *root = 0;
 	if (r1 - r0 < 2)
 		return;
@@ -343,11 +345,11 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 		uint64_t layers = (uint64_t)(p->ranks[r0].layer1 - p->ranks[r0].layer0);
 		uint64_t compute, sync, root;
 		stage_layer(c, l, p, r0, r1, B, &compute, &sync, &root);
-		uint64_t st = layers * compute;
+		uint64_t st = plan_mul_sat(layers, compute); /* hostile figures saturate */
 		if (r1 - r0 >= 2 && layers) {
-			uint64_t syncs = (2 * layers - 1) * sync + root;
-			st += syncs;
-			o->sync_ns += syncs;
+			uint64_t syncs = plan_add_sat(plan_mul_sat(2 * layers - 1, sync), root);
+			st = plan_add_sat(st, syncs);
+			o->sync_ns = plan_add_sat(o->sync_ns, syncs);
 			o->n_syncs += (int)(2 * layers);
 		}
 		if (S > 1) { /* to every rank of the next stage; from the last, to rank 0 */
@@ -355,12 +357,12 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 			if (s + 1 < S)
 				stage_range(l, s + 1, &d0, &d1);
 			uint64_t hop = fan_ns(c, l, r0, d0, d1, xbytes);
-			st += hop;
-			o->hop_ns += hop;
+			st = plan_add_sat(st, hop);
+			o->hop_ns = plan_add_sat(o->hop_ns, hop);
 			o->n_hops++;
 		}
 		o->stage[s] = st;
-		o->total += st;
+		o->total = plan_add_sat(o->total, st);
 	}
 	/* the STEP (BATCH: entries follow when more than two) reaches stage 0's other ranks
 	 * before they start; later stages have it long before their input arrives */
@@ -369,8 +371,8 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 	uint64_t msg = PLAN_STEP_BYTES + (B > 2 ? (uint64_t)B * PLAN_ENTRY_BYTES : 0);
 	uint64_t bcast = fan_ns(c, l, 0, r0, r1, msg);
 	uint64_t head = compute_ns(c, node_at(l, 0), head_bytes(c->m), head_rows);
-	o->stage[0] += bcast + head;
-	o->total += bcast + head;
+	o->stage[0] = plan_add_sat(o->stage[0], plan_add_sat(bcast, head));
+	o->total = plan_add_sat(o->total, plan_add_sat(bcast, head));
 	o->total = MAX(o->total, 1);
 }
 

@@ -337,7 +337,7 @@ static void offer(search_t *s, plan_layout_t *l)
 		if (group) {
 			l->q8 = 1;
 			uint64_t d8 = plan_cost_decode_ns(s->c, l, s->p);
-			if (d8 * 1000 <= d * PLAN_Q8_PERMILLE)
+			if ((unsigned __int128)d8 * 1000 <= (unsigned __int128)d * PLAN_Q8_PERMILLE)
 				d = d8;
 			else
 				l->q8 = 0;
