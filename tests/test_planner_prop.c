@@ -98,7 +98,11 @@ static void measure(plan_view_t *v)
 			e->rtt_us = (uint32_t)rnd_in(5, 20000);
 			e->rtt_p90_us = rnd() % 2 ? 0 : e->rtt_us + (uint32_t)rnd_in(0, 5000);
 			e->mbps = (uint32_t)rnd_in(10, 100000);
+			if (rnd() % 30 == 0) /* extremes: nothing may wrap or divide by zero */
+				e->rtt_us = 100000000, e->rtt_p90_us = 0, e->mbps = 1;
 		}
+		if (rnd() % 30 == 0)
+			a->bw_mbs = 1, a->prefill_mbs = rnd() % 2 ? 1 : 1000000000;
 	}
 }
 
@@ -198,7 +202,7 @@ static void one_case(void)
 	n_hybrid += plan_strategy(p) == PLAN_HYBRID;
 	n_standby += plan_n_standby(p) > 0;
 	if (plan_predicted(p)) {
-		CHECK(plan_predicted(p)->decode_dtok > 0);
+		CHECK_EQ_INT(plan_predicted(p)->decode_dtok, plan_candidate(p, 0)->decode_dtok);
 		CHECK(plan_n_candidates(p) >= 1);
 		CHECK_EQ_STR(plan_candidate(p, 0)->what, "chosen");
 	}
