@@ -787,12 +787,18 @@ static void standby_write(const search_t *s, plan_choice_t *out)
 			snprintf(b->reason, sizeof b->reason,
 				 "not measured: no link figure to %.8s",
 				 s->nodes[missing]->node_id);
-		else if (s->with[i].have) {
+		else if (s->with[i].have && s->with[i].k.decode_ns > s->chosen.k.decode_ns) {
 			describe(s, &s->with[i].l, d, sizeof d);
 			snprintf(b->reason, sizeof b->reason,
 				 "slower with it: the best plan using it (%s) predicts %.1f tok/s, "
 				 "this one %.1f",
 				 d, tok_s(&s->with[i].k), tok_s(&s->chosen.k));
+		} else if (s->with[i].have) { /* as fast (e.g. a twin of the node chosen) */
+			describe(s, &s->with[i].l, d, sizeof d);
+			snprintf(
+			    b->reason, sizeof b->reason,
+			    "not needed: the best plan using it (%s) is no faster (%.1f tok/s)", d,
+			    tok_s(&s->with[i].k));
 		} else
 			snprintf(b->reason, sizeof b->reason,
 				 "no plan using it fits (its memory, or the model's shape)");

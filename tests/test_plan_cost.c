@@ -263,8 +263,10 @@ TEST(issue_lab_three_nodes)
 		}
 		CHECK(a && plan_strategy(a) != PLAN_TENSOR ? 1 : plan_n_ranks(a) == 1);
 		CHECK_EQ_INT(plan_n_ranks(a) + plan_n_standby(a), 3);
+		/* the twins of the node chosen are no faster alone */
 		for (int i = 0; a && i < plan_n_standby(a); i++)
-			CHECK(strstr(plan_standby(a, i)->reason, "slower with it") != NULL);
+			CHECK(!strncmp(plan_standby(a, i)->reason,
+				       "not needed: the best plan using it (single node ", 48));
 		plan_free(a);
 		plan_view_free(v);
 	}
