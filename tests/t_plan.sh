@@ -1,6 +1,7 @@
 #!/bin/sh
 # `shoal plan`: writes the four files from a view file, they parse and follow formats.md, the same
-# view in another order gives byte-identical files, and bad input is a clear error.
+# view in another order gives byte-identical files, a measured view prints and writes the cost
+# model's predictions (hybrid with --hybrid), and bad input is a clear error.
 . tests/lib.sh
 
 T=$(mktemp -d)
