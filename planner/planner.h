@@ -2,10 +2,11 @@
  * planner.h: from a membership view and model metadata to one plan (rank order, hostfiles, RDMA
  * device matrix, shards). Pure: no I/O, no clock, no globals, so every node computes the same plan.
  *
- * Invariant: for the same view (whatever the order of its nodes, addresses, devices and seen_on
- * entries), model and options, every output of this module is byte-identical on every machine.
- * All arithmetic is integer (bandwidth is carried as whole MB/s), JSON keys are written in a fixed
- * order, and the plan hash is a 64-bit FNV-1a over the canonical compact plan JSON.
+ * Invariant: for the same view (whatever the order of its nodes, addresses, devices, seen_on and
+ * links entries), model and options, every output of this module is byte-identical on every
+ * machine. All arithmetic is integer (bandwidth is carried as whole MB/s, time as ns, the cost
+ * model's figures as tenths), JSON keys are written in a fixed order, and the plan hash is a
+ * 64-bit FNV-1a over the canonical compact plan JSON.
  *
  * Typical use (the leader):
  *     plan_view_t *v; plan_model_t m; plan_opts_t o; plan_t *p;
@@ -207,7 +208,7 @@ typedef struct {
 /* ---- view ---- */
 
 /* Parses a view JSON (docs/view.md) into *out, sorted canonically (nodes by id, then addresses,
- * devices and seen_on entries). Returns 0, or SH_EFORMAT/SH_EINVAL/SH_ENOMEM with a one-line
+ * devices, seen_on and links entries). Returns 0, or SH_EFORMAT/SH_EINVAL/SH_ENOMEM with a one-line
  * message in err. The caller frees *out with plan_view_free. */
 int plan_view_from_json(plan_view_t **out, const char *json, char *err, size_t errlen);
 /* Canonical JSON text of a view (sorted, fixed key order), newline-terminated; caller frees. */
