@@ -50,6 +50,9 @@ typedef struct eng_opts {
 	int parallel;              /* KV slots: sequences run together; 0 = ENG_DEFAULT_PARALLEL
 				      (on several ranks rank 0's value wins) */
 	const char *kv_type;       /* KV cache elements: "f32", "f16" or "q8_0"; NULL = "f16" */
+	int rollback;              /* hybrid models (recurrent layers): positions of a step that can
+				      be taken back (speculative decoding verifies k + 1 tokens:
+				      k); 0 = none. On several ranks rank 0's value wins. */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
@@ -61,6 +64,8 @@ typedef struct eng_info {
 	int n_ctx;           /* context length in use */
 	const char *kv_type; /* KV cache element type in use ("f16", ...) */
 	uint64_t kv_bytes;   /* bytes of this rank's KV cache */
+	uint64_t rs_bytes;   /* bytes of this rank's recurrent state, all slots (hybrid models:
+				a state per slot instead of a KV cache in most layers; 0 else) */
 	int n_vocab;
 	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
 	int bos, eos;              /* token ids, -1 when absent */
