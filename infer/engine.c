@@ -381,6 +381,14 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->n_layers = mm.n_layers, s->n_heads = mm.n_heads, s->n_kv_heads = mm.n_kv_heads;
 	s->head_dim = mm.head_dim, s->dim = mm.dim, s->ffn = mm.ffn, s->n_vocab = mm.n_vocab;
 	s->n_ctx = mm.n_ctx, s->n_experts = mm.n_experts, s->ffn_shexp = mm.ffn_shexp;
+	s->n_kv_layers = mm.n_layers;
+	for (int l = 0; l < mm.n_layers; l++)
+		if (meta_layer_recurrent(&mm, l)) {
+			s->recurrent[l / 8] |= (uint8_t)(1u << (l % 8));
+			s->n_kv_layers--;
+		}
+	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
+	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);

@@ -982,6 +982,25 @@ TEST(bytes_per_token)
 	fix_close(&x);
 }
 
+/* The planner's facts: which layers keep a KV cache, the state per slot of the others. */
+TEST(model_shape_facts)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-q35-shape-%d.gguf", (int)getpid());
+	mkmodel_opts_t o = fix_opts("qwen35moe", QT_Q8_0, 2);
+	o.nextn = 1;
+	CHECK_EQ_INT(mkmodel_write(&o, path, err, sizeof err), 0);
+	eng_model_shape_t s;
+	CHECK_EQ_INT(eng_model_shape(path, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(s.n_layers, 6);
+	CHECK_EQ_INT(s.n_kv_layers, 2);
+	CHECK_EQ_INT(s.recurrent[0], 0x1b); /* layers 0 1 3 4 */
+	/* conv (4 - 1) x (2 x 2 + 4) x 32 + 4 value heads x 32 x 32, floats */
+	CHECK_EQ_INT(s.rs_layer_bytes, 4 * (3 * 8 * 32 + 4 * 32 * 32));
+	CHECK_EQ_INT(s.rs_copies, 1 + MODEL_CHECKPOINTS);
+	unlink(path);
+}
+
 /* A qwen35 file with one key or tensor altered: meta_load's code and message. */
 static int bad_model(const char *what, char *err, size_t errlen)
 {
@@ -1118,6 +1137,7 @@ int main(void)
 	RUN(qwen35moe_pipeline_3);
 	RUN(mtp_block_skipped);
 	RUN(bytes_per_token);
+	RUN(model_shape_facts);
 	RUN(bad_input);
 	return harness_done();
 }
