@@ -83,7 +83,13 @@ struct dn_state {
 	float *z, *o;      /* [max_b][vd]: output gate, delta-rule output (then gated) */
 	float *beta, *g;   /* [max_b][nlv] */
 	float *tin, *tout; /* [max_b][max(ch, vd, dim)]: a run's input or output */
+	void (*head)(float *, const float *, int, float, float, const float *, const float *,
+		     const float *, float, float *); /* delta_head_pick's kernel (delta_head_fn) */
 };
+
+typedef void (*delta_head_fn)(float *So, const float *S, int ds, float eg, float bt, const float *k,
+			      const float *q, const float *v, float scale, float *o);
+static delta_head_fn delta_head_pick(void);
 
 /* ---- binding ------------------------------------------------------------------------------ */
 
@@ -318,6 +324,7 @@ int deltanet_init(model_t *m, char *err, size_t errlen)
 	s->vd = s->nlv * s->ds;
 	s->ch = 2 * s->nlk * s->ds + s->vd;
 	s->n_ring = 1;
+	s->head = delta_head_pick();
 	return 0;
 }
 
@@ -585,44 +592,79 @@ static void conv_task(void *ctx, int c, int nc, int tid)
 	}
 }
 
-/* ro = eg * ri; returns ro . k (eight running sums: the compiler vectorises them). */
-static float scale_dot(float *ro, const float *ri, float eg, const float *k, int n)
-{
-	float acc[8] = {0};
-	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int u = 0; u < 8; u++) {
-			ro[i + u] = ri[i + u] * eg;
-			acc[u] += ro[i + u] * k[i + u];
-		}
-	float sum = 0;
-	for (; i < n; i++) {
-		ro[i] = ri[i] * eg;
-		sum += ro[i] * k[i];
+/* One value head's step: So = exp(g) S + d k^T row by row (d = beta (v - exp(g) S k)), o = So q
+ * scale. So may be S (in place: each row is read before it is written). Eight lanes of
+ * vector_size floats (SSE pairs on plain x86-64, one AVX register in the AVX2 build below, NEON
+ * on arm64), a scalar tail when d_state is not a multiple of 8. */
+typedef float v8f __attribute__((vector_size(32)));
+
+/* macros, not functions: a 32-byte vector passed by value would change the ABI between the
+ * builds */
+#define V8_LOAD(a, p) memcpy(&(a), (p), sizeof(a))
+#define V8_SUM(a)     (((a)[0] + (a)[4]) + ((a)[1] + (a)[5])) + (((a)[2] + (a)[6]) + ((a)[3] + (a)[7]))
+
+#define DELTA_HEAD_BODY                                                                            \
+	for (int j = 0; j < ds; j++) {                                                             \
+		const float *ri = S + (size_t)j * ds;                                              \
+		float *ro = So + (size_t)j * ds;                                                   \
+		v8f acc = {0}, e = (v8f){0} + eg, a, b;                                            \
+		int i = 0;                                                                         \
+		for (; i + 8 <= ds; i += 8) {                                                      \
+			V8_LOAD(a, ri + i);                                                        \
+			V8_LOAD(b, k + i);                                                         \
+			a *= e;                                                                    \
+			memcpy(ro + i, &a, sizeof a);                                              \
+			acc += a * b;                                                              \
+		}                                                                                  \
+		float sk = V8_SUM(acc);                                                            \
+		for (; i < ds; i++) {                                                              \
+			ro[i] = ri[i] * eg;                                                        \
+			sk += ro[i] * k[i];                                                        \
+		}                                                                                  \
+		float d = (v[j] - sk) * bt, oj;                                                    \
+		v8f dd = (v8f){0} + d;                                                             \
+		acc = (v8f){0};                                                                    \
+		for (i = 0; i + 8 <= ds; i += 8) {                                                 \
+			V8_LOAD(a, ro + i);                                                        \
+			V8_LOAD(b, k + i);                                                         \
+			a += dd * b;                                                               \
+			memcpy(ro + i, &a, sizeof a);                                              \
+			V8_LOAD(b, q + i);                                                         \
+			acc += a * b;                                                              \
+		}                                                                                  \
+		oj = V8_SUM(acc);                                                                  \
+		for (; i < ds; i++) {                                                              \
+			ro[i] += d * k[i];                                                         \
+			oj += ro[i] * q[i];                                                        \
+		}                                                                                  \
+		o[j] = oj * scale;                                                                 \
 	}
-	for (int u = 0; u < 8; u++)
-		sum += acc[u];
-	return sum;
+
+static void delta_head(float *So, const float *S, int ds, float eg, float bt, const float *k,
+		       const float *q, const float *v, float scale, float *o)
+{
+	DELTA_HEAD_BODY
 }
 
-/* ro += d * k; returns ro . q. */
-static float mad_dot(float *ro, float d, const float *k, const float *q, int n)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma"))) static void delta_head_avx2(float *So, const float *S, int ds,
+								float eg, float bt, const float *k,
+								const float *q, const float *v,
+								float scale, float *o)
 {
-	float acc[8] = {0};
-	int i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int u = 0; u < 8; u++) {
-			ro[i + u] += d * k[i + u];
-			acc[u] += ro[i + u] * q[i + u];
-		}
-	float sum = 0;
-	for (; i < n; i++) {
-		ro[i] += d * k[i];
-		sum += ro[i] * q[i];
-	}
-	for (int u = 0; u < 8; u++)
-		sum += acc[u];
-	return sum;
+	DELTA_HEAD_BODY
+}
+#endif
+
+/* The AVX2 build where the CPU has it (and the reference kernels are not forced). */
+static delta_head_fn delta_head_pick(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	__builtin_cpu_init();
+	if (!quant_ref_forced() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return delta_head_avx2;
+#endif
+	return delta_head;
 }
 
 /* The delta rule and the gated norm of (run, local value head) items. */
@@ -648,12 +690,7 @@ static void delta_task(void *ctx, int c, int nc, int tid)
 			float eg = expf(s->g[(size_t)b * nlv + h]),
 			      bt = s->beta[(size_t)b * nlv + h];
 			float *o = s->o + (size_t)b * s->vd + (size_t)h * ds;
-			for (int jj = 0; jj < ds; jj++) {
-				float *ro = So + (size_t)jj * ds;
-				float sk = scale_dot(ro, S + (size_t)jj * ds, eg, k, ds);
-				float d = (v[jj] - sk) * bt;
-				o[jj] = mad_dot(ro, d, k, q, ds) * scale;
-			}
+			s->head(So, S, ds, eg, bt, k, q, v, scale, o);
 			if (s->ck[b] >= 0)
 				memcpy(dn_buf(s, m->n_slots, rec, sl, s->ck[b]) + hoff, So,
 				       (size_t)ds * ds * sizeof(float));
