@@ -26,7 +26,7 @@
 #define MAXR  3
 #define CTX   192
 
-static char F32[256], Q8[256];
+static char F32[256], Q8[256], Q35[256];
 static tp_keys_t KEYS;
 
 typedef struct req {
@@ -368,6 +368,16 @@ TEST(same_as_alone_ranks)
 		check_ranks(s, 3, 0, "stories260K 3 tensor ranks");
 }
 
+/* A hybrid (qwen35: DeltaNet layers with a recurrent state per slot): batching, slots reused
+ * with old prefixes (resumed only where a state is held: checkpoints, BATCH keep flags), on one
+ * node, 2 tensor ranks and 3 pipeline stages. */
+TEST(qwen35_same_as_alone)
+{
+	check_one_node(Q35, "qwen35 one node");
+	check_ranks(Q35, 2, 0, "qwen35 2 tensor ranks");
+	check_ranks(Q35, 3, 1, "qwen35 3 pipeline ranks");
+}
+
 TEST(lost_rank_fails_every_sequence)
 {
 	static rank_t ctx[2];
@@ -431,12 +441,33 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mkmodel: %s\n", err);
 		return 1;
 	}
+	snprintf(Q35, sizeof Q35, "/tmp/shoal-test-batch-%d-q35.gguf", (int)getpid());
+	mkmodel_opts_t q = {.arch = "qwen35",
+			    .dim = 128,
+			    .layers = 4,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .head_dim = 32,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_F32,
+			    .seed = 17,
+			    .ssm_state = 32,
+			    .ssm_k_heads = 2,
+			    .ssm_v_heads = 4};
+	if (mkmodel_write(&q, Q35, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		return 1;
+	}
 	RUN(same_as_alone_one_node);
 	RUN(slots_prefix_busy_cancel);
 	RUN(prefill_chunks_interleave);
 	RUN(same_as_alone_ranks);
+	RUN(qwen35_same_as_alone);
 	RUN(lost_rank_fails_every_sequence);
 	unlink(F32);
 	unlink(Q8);
+	unlink(Q35);
 	return harness_done();
 }
