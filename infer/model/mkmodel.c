@@ -321,7 +321,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	int rdim = o->rope_dim ? o->rope_dim : MAX(hd / 4 / 2 * 2, 2);
 	int64_t KDn = (int64_t)nk * ds, VDn = (int64_t)nv * ds, CONV = 2 * KDn + VDn;
 	if (q35 && (ds <= 0 || nk <= 0 || nv % nk || kc < 1 || kc > 64 || every < 1 || mtp < 0 ||
-		    rdim % 2 || rdim > hd || ds % be || nv / nk > 16))
+		    rdim % 2 || rdim > hd || VDn % be || nv / nk > 16))
 		return sh_fail(
 		    err, errlen, SH_EINVAL,
 		    "inconsistent DeltaNet shape (ssm-state a multiple of %d, ssm-v-heads a "
