@@ -212,10 +212,96 @@ TEST(moe_shard_ranges)
 	free(r);
 }
 
+/* qwen35moe: the second of two tensor shares holds DeltaNet key head 1 of 2 and its value
+ * heads 1 and 3 (runs of attn_qkv / attn_gate / ssm_beta / ssm_alpha rows, two column slices of
+ * ssm_out), the conv kernel whole; a copy with only its ranges (and the head, as rank 0)
+ * computes the same logits. */
+TEST(qwen35_shard_ranges)
+{
+	char path[256], slice[300], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-q35.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "qwen35moe",
+			    .dim = 128,
+			    .layers = 4,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .head_dim = 32,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_Q8_0,
+			    .seed = 8,
+			    .experts = 4,
+			    .experts_used = 2,
+			    .expert_ffn = 64,
+			    .ssm_state = 32,
+			    .ssm_k_heads = 2,
+			    .ssm_v_heads = 4};
+	gguf_t *g = NULL, *g2 = NULL;
+	model_meta_t meta;
+	pool_t *pool = pool_new(1);
+	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
+	    meta_load(&meta, g, err, sizeof err)) {
+		fprintf(stderr, "qwen35 model: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	eng_dist_t d = {.has_ranges = 1,
+			.q0 = 2,
+			.q1 = 4,
+			.kv0 = 1,
+			.kv1 = 2,
+			.ffn0 = 64,
+			.ffn1 = 128,
+			.layer0 = 0,
+			.layer1 = 4,
+			.exp0 = 2,
+			.exp1 = 4,
+			.shx0 = 32,
+			.shx1 = 64};
+	model_shard_t sh = {2, 2, 1, 1, 64, 64, 0, 4, 2, 2, 32, 32};
+	eng_range_t *r = NULL;
+	int n = 0;
+	CHECK_EQ_INT(eng_shard_ranges(path, &d, 0, &r, &n, err, sizeof err), 0); /* with the head */
+	uint64_t bytes = 0;
+	for (int i = 0; i < n; i++)
+		bytes += r[i].len;
+	CHECK(bytes < meta.weight_bytes * 3 / 4);
+	snprintf(slice, sizeof slice, "%s.slice", path);
+	CHECK_EQ_INT(copy_ranges(path, slice, r, n), 0);
+	model_t *m1 = NULL, *m2 = NULL;
+	CHECK_EQ_INT(gguf_open(&g2, slice, err, sizeof err), 0);
+	CHECK_EQ_INT(model_new(&m1, g, &meta, &sh, 64, pool, err, sizeof err), 0);
+	CHECK_EQ_INT(model_new(&m2, g2, &meta, &sh, 64, pool, err, sizeof err), 0);
+	int nv = meta.n_vocab;
+	float *l1 = calloc((size_t)nv, sizeof *l1), *l2 = calloc((size_t)nv, sizeof *l2);
+	if (m1 && m2) {
+		CHECK_EQ_INT(model_forward(m1, prompt24, 24, 0, l1), 0);
+		CHECK_EQ_INT(model_forward(m2, prompt24, 24, 0, l2), 0);
+		CHECK(memcmp(l1, l2, (size_t)nv * sizeof *l1) == 0);
+	}
+	free(l1);
+	free(l2);
+	model_free(m1);
+	model_free(m2);
+	gguf_free(g2);
+	gguf_free(g);
+	pool_free(pool);
+	unlink(slice);
+	char side[320];
+	snprintf(side, sizeof side, "%s.cols", slice);
+	unlink(side);
+	snprintf(side, sizeof side, "%s.cols.map", slice);
+	unlink(side);
+	unlink(path);
+	free(r);
+}
+
 int main(void)
 {
 	quant_init(0);
 	RUN(shard_ranges_cover_what_a_shard_reads);
 	RUN(moe_shard_ranges);
+	RUN(qwen35_shard_ranges);
 	return harness_done();
 }
