@@ -727,6 +727,146 @@ TEST(engine_prefix_reuse)
 	unlink(path);
 }
 
+/* ---- llama.cpp ---------------------------------------------------------------------------------
+ * Expected outputs of llama.cpp for tiny generated files. The files are `shoal mkmodel --arch
+ * ARCH --dim 128 --layers 6 --heads 4 --kv-heads 2 --head-dim 32 --ffn 256 --vocab 512 --ctx 256
+ * --type TYPE --seed 11 --experts 8 --experts-used 2 --expert-ffn 64 --ssm-state 32
+ * --ssm-k-heads 2 --ssm-v-heads 4 --attn-interval 3 --rope-dim 8 --nextn 1` (regenerated here
+ * from the same options: mkmodel is deterministic), so they carry an MTP block llama.cpp skips
+ * too. The numbers came from the 2026 llama.cpp tree this project was given (src/ at
+ * /work/llama.cpp, ggml 0.18.1, no git metadata; libllama built with its CMake defaults, CPU
+ * only) through a 40-line C++ program against libllama: llama_tokenize(prompt, add_special,
+ * parse_special), llama_batch_get_one over the prompt then one token per step, default context
+ * parameters (F16 KV cache, flash attention auto, n_ctx 512), greedy, log-softmax of
+ * llama_get_logits_ith(-1). Its prompt ids equal shoal's (30 tokens). Measured: F32 ids and
+ * top-5 equal, |delta logprob| <= 0.0013 over the 8 steps; Q8_0 the same first id (later steps
+ * differ on near ties: 8-bit activations round differently). */
+static const char VPROMPT[] = "The quick brown fox jumps over the lazy dog";
+
+typedef struct lvec {
+	const char *arch;
+	int type;
+	int ids[8];
+	struct {
+		int id;
+		float lp;
+	} top[8][5];
+} lvec_t;
+
+static const lvec_t LVEC[] = {
+    {"qwen35",
+     QT_F32,
+     {488, 338, 82, 360, 336, 39, 433, 71},
+     {{{488, -1.26457f}, {414, -2.17177f}, {444, -2.85747f}, {270, -3.13615f}, {508, -3.20762f}},
+      {{338, -0.54969f}, {288, -3.31931f}, {98, -3.41494f}, {65, -3.54370f}, {76, -3.57109f}},
+      {{82, -2.14851f}, {342, -2.50346f}, {323, -2.64969f}, {377, -2.65238f}, {437, -3.01205f}},
+      {{360, -0.51456f}, {383, -1.37642f}, {33, -2.89589f}, {295, -4.07260f}, {304, -5.15629f}},
+      {{336, -1.05174f}, {285, -1.67948f}, {299, -2.37832f}, {335, -2.78592f}, {356, -3.11582f}},
+      {{39, -1.94041f}, {482, -1.94876f}, {92, -2.15681f}, {86, -2.36159f}, {366, -2.51115f}},
+      {{433, -1.72782f}, {470, -1.93684f}, {376, -2.04961f}, {368, -2.15920f}, {261, -3.11503f}},
+      {{71, -1.38147f}, {117, -2.58111f}, {300, -2.70270f}, {399, -2.80538f}, {57, -2.88417f}}}},
+    {"qwen35moe",
+     QT_F32,
+     {392, 310, 383, 434, 101, 345, 341, 81},
+     {{{392, -1.97066f}, {108, -2.05658f}, {399, -2.23472f}, {490, -3.02389f}, {316, -3.22324f}},
+      {{310, -2.16967f}, {55, -2.43984f}, {10, -2.72237f}, {449, -2.93832f}, {396, -2.94054f}},
+      {{383, -1.82694f}, {64, -2.26243f}, {365, -2.45688f}, {496, -3.27795f}, {470, -3.29086f}},
+      {{434, -1.16934f}, {324, -1.90597f}, {353, -2.32113f}, {354, -3.00851f}, {447, -3.63424f}},
+      {{101, -1.44331f}, {270, -2.55926f}, {49, -2.56535f}, {401, -3.19221f}, {451, -3.68880f}},
+      {{345, -2.07408f}, {32, -2.11176f}, {359, -2.11204f}, {465, -2.13763f}, {449, -2.84895f}},
+      {{341, -0.52038f}, {393, -2.07238f}, {470, -3.61141f}, {264, -3.86271f}, {60, -4.34587f}},
+      {{81, -0.08359f}, {289, -3.72255f}, {392, -4.39457f}, {287, -5.01138f}, {469, -5.14970f}}}},
+    {"qwen35",
+     QT_Q8_0,
+     {488, 338, 82, 360, 336, 482, 475, 451},
+     {{{488, -1.25318f}, {414, -2.16323f}, {444, -2.93629f}, {270, -3.11645f}, {508, -3.21901f}},
+      {{338, -0.54776f}, {98, -3.27563f}, {65, -3.33004f}, {288, -3.37734f}, {52, -3.53800f}},
+      {{82, -2.06286f}, {342, -2.42941f}, {377, -2.67335f}, {323, -2.85541f}, {437, -3.11008f}},
+      {{360, -0.53875f}, {383, -1.33981f}, {33, -2.83703f}, {295, -4.06747f}, {304, -5.09973f}},
+      {{336, -1.16581f}, {285, -1.50621f}, {299, -2.21692f}, {335, -2.79546f}, {356, -3.14792f}},
+      {{482, -1.92766f}, {39, -1.97529f}, {92, -2.15114f}, {86, -2.37182f}, {366, -2.51077f}},
+      {{475, -1.23354f}, {266, -1.68783f}, {439, -1.83831f}, {318, -2.59336f}, {378, -3.26288f}},
+      {{451, -1.81537f}, {53, -1.99723f}, {322, -2.71900f}, {296, -2.72816f}, {61, -2.82766f}}}},
+    {"qwen35moe",
+     QT_Q8_0,
+     {392, 55, 79, 291, 490, 478, 43, 370},
+     {{{392, -1.89684f}, {108, -2.06266f}, {399, -2.25703f}, {490, -3.08329f}, {316, -3.16945f}},
+      {{55, -2.41882f}, {310, -2.44585f}, {449, -2.81546f}, {10, -2.84556f}, {124, -2.88957f}},
+      {{79, -1.34372f}, {483, -2.09569f}, {350, -2.83750f}, {429, -2.84272f}, {73, -2.92923f}},
+      {{291, -1.93093f}, {505, -2.55292f}, {361, -2.58607f}, {118, -2.92244f}, {482, -2.96207f}},
+      {{490, -1.05606f}, {498, -2.28934f}, {98, -2.75628f}, {83, -3.02503f}, {393, -3.49535f}},
+      {{478, -1.14863f}, {317, -1.69262f}, {86, -2.03965f}, {327, -3.44739f}, {76, -3.64900f}},
+      {{43, -1.38208f}, {289, -2.01102f}, {125, -2.82096f}, {381, -2.91709f}, {52, -3.34865f}},
+      {{370, -1.76558f}, {89, -1.83615f}, {403, -2.51598f}, {303, -3.03513f}, {358, -3.08583f}}}},
+};
+
+typedef struct lgot {
+	int n, ids[8];
+	eng_logprob_t top[8][5];
+} lgot_t;
+
+static int lcollect(void *ud, const eng_token_t *t)
+{
+	lgot_t *g = ud;
+	if (g->n < 8 && t->n_top == 5) {
+		g->ids[g->n] = t->id;
+		memcpy(g->top[g->n++], t->top, sizeof g->top[0]);
+	}
+	return 0;
+}
+
+TEST(llama_cpp_vectors)
+{
+	for (size_t v = 0; v < ARRAY_LEN(LVEC); v++) {
+		const lvec_t *x = &LVEC[v];
+		char path[256], err[256];
+		snprintf(path, sizeof path, "/tmp/shoal-test-q35-lv-%d-%zu.gguf", (int)getpid(), v);
+		mkmodel_opts_t o = fix_opts(x->arch, x->type, 11);
+		o.nextn = 1;
+		if (mkmodel_write(&o, path, err, sizeof err)) {
+			fprintf(stderr, "%s\n", err);
+			CHECK(0);
+			continue;
+		}
+		eng_opts_t eo = {.model_path = path, .threads = 2, .ctx = 128, .parallel = 1};
+		eng_t *e = NULL;
+		int *ids = NULL, n = 0;
+		CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+		if (!e)
+			continue;
+		CHECK_EQ_INT(eng_tokenize(e, VPROMPT, 1, 1, &ids, &n, err, sizeof err), 0);
+		CHECK_EQ_INT(n, 30);
+		eng_sampling_t s;
+		eng_sampling_default(&s);
+		s.max_tokens = 8;
+		s.top_logprobs = 5;
+		lgot_t g = {0, {0}, {{{0, 0}}}};
+		eng_result_t r;
+		CHECK_EQ_INT(eng_generate(e, ids, n, &s, lcollect, &g, &r), 0);
+		CHECK_EQ_INT(g.n, 8);
+		if (x->type == QT_F32) { /* 8 ids, the top 5 and their log-probabilities */
+			double worst = 0;
+			int same = !memcmp(g.ids, x->ids, sizeof g.ids);
+			for (int i = 0; i < g.n; i++)
+				for (int k = 0; k < 5; k++) {
+					same &= g.top[i][k].token == x->top[i][k].id;
+					worst = fmax(worst,
+						     fabs(g.top[i][k].logprob - x->top[i][k].lp));
+				}
+			if (!same || worst > 0.01)
+				fprintf(stderr, "%s f32 vs llama.cpp: same %d, worst %.4f\n",
+					x->arch, same, worst);
+			CHECK(same);
+			CHECK(worst <= 0.01);
+		} else { /* quantized: the first id */
+			CHECK_EQ_INT(g.ids[0], x->ids[0]);
+		}
+		free(ids);
+		eng_free(e);
+		unlink(path);
+	}
+}
+
 /* ---- tensor and pipeline parallel in-process ------------------------------------------------- */
 
 #define MAXR 3
@@ -1129,6 +1269,7 @@ int main(void)
 	RUN(checkpoint_resume);
 	RUN(rollback_ring);
 	RUN(engine_prefix_reuse);
+	RUN(llama_cpp_vectors);
 	RUN(qwen35_tensor_2);
 	RUN(qwen35_tensor_2_1_1);
 	RUN(qwen35moe_tensor_2_1);
