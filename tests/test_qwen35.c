@@ -724,6 +724,26 @@ TEST(engine_prefix_reuse)
 		CHECK(!memcmp(g1[i].ids, g2[i].ids, sizeof g1[i].ids));
 	}
 	eng_free(e);
+	/* a rollback depth keeps that many more states per slot (1 + depth in the ring, plus the
+	 * checkpoints) */
+	eo.rollback = 3;
+	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+	if (e) {
+		gguf_t *g = NULL;
+		model_meta_t mt;
+		CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
+		CHECK_EQ_INT(meta_load(&mt, g, err, sizeof err), 0);
+		CHECK_EQ_INT(eng_info(e)->rs_bytes, meta_dn_state_bytes(&mt, mt.dn.n_k_heads) *
+							mt.dn.n_recurrent *
+							(4 + MODEL_CHECKPOINTS));
+		gguf_free(g);
+		got_t g3 = {{0}, 0};
+		CHECK_EQ_INT(eng_generate(e, prompt, 12, &s, on_tok, &g3, &r), 0);
+		CHECK(!memcmp(g3.ids, g2[0].ids, sizeof g3.ids)); /* the same text */
+		eng_free(e);
+	}
+	eo.rollback = 65;
+	CHECK(eng_open(&e, &eo, err, sizeof err) < 0);
 	unlink(path);
 }
 

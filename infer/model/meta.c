@@ -682,7 +682,7 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	/* without the key (llama.cpp only derives defaults from it): no layer is dense, and only
 	 * the shard's FFN units read it; the relation llama.cpp's default assumes */
 	if (m->arch == META_QWEN35MOE && m->ffn == 0)
-		m->ffn = m->ffn_exp * m->n_experts_used;
+		m->ffn = (int)MIN((int64_t)m->ffn_exp * m->n_experts_used, 1 << 18);
 
 	/* tensors */
 	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
