@@ -569,6 +569,9 @@ static void conv_task(void *ctx, int c, int nc, int tid)
 		const float *cs = dn_buf(s, m->n_slots, rec, sl, s->src[s->order[s->rstart[r]]]);
 		for (int k = 0; k < K - 1; k++)
 			hist[k] = cs[(size_t)k * ch + cc];
+		/* only the run's last n_ring states stay in the ring (earlier ones are overwritten
+		 * within the run): the others need no conv state written */
+		int kept = MAX(s->rstart[r], s->rstart[r + 1] - s->n_ring);
 		for (int i = s->rstart[r]; i < s->rstart[r + 1]; i++) {
 			int b = s->order[i];
 			float x = s->xin[(size_t)b * ch + cc], acc = 0;
@@ -581,7 +584,7 @@ static void conv_task(void *ctx, int c, int nc, int tid)
 				hist[K - 2] = x;
 			}
 			float *d = dn_buf(s, m->n_slots, rec, sl, s->dst[b]);
-			for (int k = 0; k < K - 1; k++)
+			for (int k = 0; i >= kept && k < K - 1; k++)
 				d[(size_t)k * ch + cc] = hist[k];
 			if (s->ck[b] >= 0) {
 				d = dn_buf(s, m->n_slots, rec, sl, s->ck[b]);
