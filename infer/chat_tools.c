@@ -55,6 +55,8 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 		return "llama3";
 	if (!strcmp(family, "mistral-v3-tekken"))
 		return "mistral";
+	if (!strcmp(family, "qwen3.5"))
+		return "qwen3.5";
 	if (!strcmp(family, "chatml")) {
 		static const char qwen25[] = "You are Qwen, created by Alibaba Cloud";
 		static const char hermes[] = "You are a function calling AI model";
@@ -73,6 +75,8 @@ const char *chat_tool_format(const char *style)
 {
 	if (!strcmp(style, "llama3") || !strcmp(style, "mistral"))
 		return style;
+	if (!strcmp(style, "qwen3.5"))
+		return "qwen3-coder";
 	return "hermes";
 }
 
@@ -567,6 +571,13 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 		      size_t errlen)
 {
 	*out = NULL;
+	if (family && !strcmp(family, "qwen3.5")) {
+		int rc = chat_render_qwen35(m, n, tools_json, 1, out, err, errlen);
+		if (rc || !open_call)
+			return rc;
+		style = "hermes"; /* a forced call opens with its tag too (below) */
+		goto open;
+	}
 	int any = tools_json != NULL;
 	for (int i = 0; i < n && !any; i++)
 		any = m[i].tool_calls || is_role(&m[i], "tool");
@@ -617,6 +628,7 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 	if (rc || !*out)
 		return rc ? rc
 			  : sh_fail(err, errlen, SH_ENOMEM, "out of memory rendering the chat");
+open:
 	if (open_call && !strcmp(chat_tool_format(style), "hermes")) {
 		/* the reply must be a call: its opening tag is part of the prompt */
 		size_t l = strlen(*out);

@@ -93,7 +93,8 @@ enum web_tool_format {
 	WEB_TC_HERMES,
 	WEB_TC_LLAMA3,
 	WEB_TC_MISTRAL,
-	WEB_TC_FORCED
+	WEB_TC_FORCED,
+	WEB_TC_XML /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
 };
 /* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
 #define WEB_FINISH_TOOL_CALLS 100

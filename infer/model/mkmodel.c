@@ -38,12 +38,61 @@ static const char *const words[] = {
     "token", "cluster", "shoal", "fish",   "sea",    "swim",
 };
 
-static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+/* The first N_CONTROL are control tokens; qwen35 files also get Qwen's reasoning and tool tags
+ * (user-defined tokens, as its converter marks added tokens that are not special). */
+static const char *const specials[] = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+				       "<think>",       "</think>",        "<tool_call>",
+				       "</tool_call>",  "<tool_response>", "</tool_response>"};
+#define N_CONTROL 3
 
 static const char chatml[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* qwen35 files: a template in the layout of Qwen3.5's (tools as JSON lines in <tools>, calls as
+ * <tool_call><function=NAME><parameter=K>, results in <tool_response> user turns, reasoning
+ * kept only after the last user query, "<think>\n" opening the reply), written here. */
+static const char qwen35_tmpl[] =
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n\\nYou have access to the following fun"
+    "ctions:\\n\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %"
+    "}{{- '\\n</tools>\\n\\nIf you choose to call a function ONLY reply in the following format"
+    " with NO suffix:\\n\\n<tool_call>\\n<function=example_function_name>\\n<parameter=example_"
+    "parameter_1>\\nvalue_1\\n</parameter>\\n<parameter=example_parameter_2>\\nThis is the valu"
+    "e for the second parameter\\nthat can span\\nmultiple lines\\n</parameter>\\n</function>\\n"
+    "</tool_call>\\n\\n<IMPORTANT>\\nReminder:\\n- Function calls MUST follow the specified for"
+    "mat: an inner <function=...></function> block must be nested within <tool_call></tool_call"
+    "> XML tags\\n- Required parameters MUST be specified\\n- You may provide optional reasonin"
+    "g for your function call in natural language BEFORE the function call, but NOT after\\n- I"
+    "f there is no function call available, answer the question like normal with your current k"
+    "nowledge and do not tell the user about function calls\\n</IMPORTANT>' }}{%- if messages[0"
+    "].role == 'system' and messages[0].content | trim %}{{- '\\n\\n' + messages[0].content | t"
+    "rim }}{%- endif %}{{- '<|im_end|>\\n' }}{%- elif messages[0].role == 'system' %}{{- '<|im_"
+    "start|>system\\n' + messages[0].content | trim + '<|im_end|>\\n' }}{%- endif %}{%- set ns "
+    "= namespace(last=-1) %}{%- for m in messages %}{%- set c = m.content | trim if m.content i"
+    "s string else '' %}{%- if m.role == 'user' and not (c.startswith('<tool_response>') and c."
+    "endswith('</tool_response>')) %}{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}{"
+    "%- for m in messages %}{%- set content = m.content | trim if m.content is string else '' %"
+    "}{%- if m.role == 'user' %}{{- '<|im_start|>user\\n' + content + '<|im_end|>\\n' }}{%- eli"
+    "f m.role == 'assistant' %}{%- set reasoning = '' %}{%- if m.reasoning_content is string %}"
+    "{%- set reasoning = m.reasoning_content %}{%- elif '</think>' in content %}{%- set reasoni"
+    "ng = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}{%- s"
+    "et content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}{%- if loop.index0 "
+    "> ns.last %}{{- '<|im_start|>assistant\\n<think>\\n' + reasoning | trim + '\\n</think>\\n\\n"
+    "' + content }}{%- else %}{{- '<|im_start|>assistant\\n' + content }}{%- endif %}{%- if m.t"
+    "ool_calls %}{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined"
+    " else tc %}{%- if not loop.first %}{{- '\\n' }}{%- elif content | trim %}{{- '\\n\\n' }}{%"
+    "- endif %}{{- '<tool_call>\\n<function=' + f.name + '>\\n' }}{%- if f.arguments is defined"
+    " %}{%- for k, v in f.arguments | items %}{{- '<parameter=' + k + '>\\n' }}{{- v | tojson i"
+    "f v is mapping or (v is sequence and v is not string) else v | string }}{{- '\\n</paramete"
+    "r>\\n' }}{%- endfor %}{%- endif %}{{- '</function>\\n</tool_call>' }}{%- endfor %}{%- endi"
+    "f %}{{- '<|im_end|>\\n' }}{%- elif m.role == 'tool' %}{%- if not loop.first and messages[l"
+    "oop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}{{- '\\n<tool_respon"
+    "se>\\n' + content + '\\n</tool_response>' }}{%- if loop.last or messages[loop.index0 + 1]."
+    "role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- endfor %}{%- if add_gen"
+    "eration_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and en"
+    "able_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }"
+    "}{%- endif %}{%- endif %}";
 
 /* GPT-2's byte -> code point map, as UTF-8 into out (at most 3 bytes + NUL). */
 static void byte_spelling(int b, char *out)
@@ -97,8 +146,9 @@ static int vocab_add(vocab_t *v, const char *s, int type)
 	return 0;
 }
 
-/* Builds the vocabulary; n_vocab must leave room for bytes and specials. */
-static int vocab_build(vocab_t *v, int n_vocab)
+/* Builds the vocabulary with the first n_spec specials; n_vocab must leave room for bytes and
+ * specials. */
+static int vocab_build(vocab_t *v, int n_vocab, int n_spec)
 {
 	v->cap = n_vocab;
 	v->tok = calloc((size_t)n_vocab, sizeof *v->tok);
@@ -114,7 +164,7 @@ static int vocab_build(vocab_t *v, int n_vocab)
 		if (vocab_add(v, sp, 1))
 			return SH_ENOMEM;
 	}
-	int room = n_vocab - 256 - (int)ARRAY_LEN(specials);
+	int room = n_vocab - 256 - n_spec;
 	char space[4];
 	byte_spelling(' ', space); /* "Ġ" */
 	for (size_t w = 0; w < ARRAY_LEN(words) && room > 0; w++) {
@@ -134,8 +184,8 @@ static int vocab_build(vocab_t *v, int n_vocab)
 			room--;
 		}
 	}
-	for (size_t i = 0; i < ARRAY_LEN(specials); i++)
-		if (vocab_add(v, specials[i], 3))
+	for (int i = 0; i < n_spec; i++)
+		if (vocab_add(v, specials[i], i < N_CONTROL ? 3 : 4))
 			return SH_ENOMEM;
 	char f[32];
 	for (int i = 0; v->n < n_vocab; i++) { /* no merge produces these: never emitted by BPE */
@@ -184,7 +234,7 @@ typedef struct tspec {
 	int kind;       /* TS_PLAIN, or deepseek2's split kv_b (see mkmodel_write) */
 } tspec_t;
 
-enum { TS_PLAIN = 0, TS_KB, TS_VB };
+enum { TS_PLAIN = 0, TS_KB, TS_VB, TS_NEG };
 
 /* The type llama.cpp's quantizer writes for a row of n elements that is not whole blocks of t
  * (llama-quant.cpp, llama_tensor_get_type's fallback; IQ4_NL, its choice for Q2_K/Q3_K, is not
@@ -210,16 +260,18 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	int mixtral = !strcmp(o->arch, "mixtral"), q2moe = !strcmp(o->arch, "qwen2moe"),
 	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
 	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
+	int q35moe = !strcmp(o->arch, "qwen35moe"), q35 = !strcmp(o->arch, "qwen35") || q35moe;
 	/* deepseek2 routes when given --experts: layers from dense_lead on */
-	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe;
-	if (!qwen2 && !qwen3 && !mixtral && !ds2 && strcmp(o->arch, "llama"))
+	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe || q35moe;
+	int n_spec = q35 ? (int)ARRAY_LEN(specials) : N_CONTROL;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
 			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
-			       "mixtral, qwen2moe, qwen3moe)",
+			       "qwen35, mixtral, qwen2moe, qwen3moe, qwen35moe)",
 			       o->arch);
 	int E = moe ? o->experts : 0, K = o->experts_used;
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
-	int n_sh = q2moe || ds2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	int n_sh = q2moe || ds2moe || q35moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
 	int lead = ds2moe ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense layers */
 	if (moe &&
 	    (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0 || lead > o->layers))
@@ -233,9 +285,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || kvh <= 0 || o->ffn <= 0 || hd <= 0 ||
 	    hd % 2 || o->heads % kvh || (!o->head_dim && o->dim % o->heads))
 		return sh_fail(err, errlen, SH_EINVAL, "inconsistent shape (dim, heads, kv-heads)");
-	if (o->vocab < 256 + (int)ARRAY_LEN(specials) + 1)
+	if (o->vocab < 256 + n_spec + 1)
 		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d",
-			       256 + (int)ARRAY_LEN(specials) + 1);
+			       256 + n_spec + 1);
 	if (!quant_type_supported(o->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported type");
 	int be = quant_block_elems(o->type);
@@ -260,8 +312,23 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			    quant_type_name(o->type));
 		hd = nope + rd;
 	}
+	/* qwen35: DeltaNet sizes (state = key/value head size), a full-attention layer every
+	 * attn_interval-th, `nextn` MTP blocks after the stack, partial interleaved M-RoPE */
+	int ds = o->ssm_state ? o->ssm_state : hd,
+	    nk = o->ssm_k_heads ? o->ssm_k_heads : MAX(o->heads / 2, 1);
+	int nv = o->ssm_v_heads ? o->ssm_v_heads : 2 * nk, kc = o->ssm_conv ? o->ssm_conv : 4;
+	int every = o->attn_interval ? o->attn_interval : 4, mtp = q35 ? o->nextn : 0;
+	int rdim = o->rope_dim ? o->rope_dim : MAX(hd / 4 / 2 * 2, 2);
+	int64_t KDn = (int64_t)nk * ds, VDn = (int64_t)nv * ds, CONV = 2 * KDn + VDn;
+	if (q35 && (ds <= 0 || nk <= 0 || nv % nk || kc < 1 || kc > 64 || every < 1 || mtp < 0 ||
+		    rdim % 2 || rdim > hd || VDn % be || nv / nk > 16))
+		return sh_fail(
+		    err, errlen, SH_EINVAL,
+		    "inconsistent DeltaNet shape (ssm-state a multiple of %d, ssm-v-heads a "
+		    "multiple of ssm-k-heads, rope-dim even and <= head_dim)",
+		    be);
 
-	int L = o->layers, n_t = 0, cap = 3 + L * 20;
+	int L = o->layers, n_t = 0, cap = 3 + (L + mtp) * 24;
 	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
 	vocab_t v;
 	memset(&v, 0, sizeof v);
@@ -269,7 +336,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	float *row = NULL, *kvb = NULL;
 	uint8_t *qrow = NULL;
 	int rc = SH_ENOMEM;
-	if (!ts || !w || vocab_build(&v, o->vocab)) {
+	if (!ts || !w || vocab_build(&v, o->vocab, n_spec)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -294,11 +361,42 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	} while (0)
 	char nm[64];
 	T("token_embd.weight", o->vocab, D, o->type, 1.0f, 0);
-	for (int l = 0; l < L; l++) {
+	for (int l = 0; l < L + mtp; l++) {
 		float sd = 1.0f / sqrtf((float)D), sq = 1.0f / sqrtf((float)QD),
 		      sf = 1.0f / sqrtf((float)F);
 #define BLK(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
 		T(BLK("attn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		if (q35) { /* as llama_model_qwen35(moe)::load_arch_tensors */
+			T(BLK("post_attention_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+			if ((l + 1) % every && l < L) { /* Gated DeltaNet */
+				T(BLK("attn_qkv.weight"), CONV, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_gate.weight"), VDn, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_conv1d.weight"), CONV, kc, QT_F32, 0.6f, 0);
+				T(BLK("ssm_dt.bias"), 0, nv, QT_F32, 0.5f, 0);
+				T(BLK("ssm_a"), 0, nv, QT_F32, 0.5f, 0);
+				ts[n_t - 1].kind =
+				    TS_NEG; /* -exp(A_log), as the converter stores it */
+				T(BLK("ssm_beta.weight"), nv, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_alpha.weight"), nv, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_norm.weight"), 0, ds, QT_F32, 0.1f, 1);
+				T(BLK("ssm_out.weight"), D, VDn, o->type, 0.8f / sqrtf((float)VDn),
+				  0);
+			} else { /* gated full attention: [query | gate] rows per head */
+				T(BLK("attn_q.weight"), 2 * QD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_v.weight"), KD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+				T(BLK("attn_q_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+				T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+			}
+			if (l >= L) { /* the MTP block's own tensors (not read by shoal) */
+				T(BLK("nextn.eh_proj.weight"), D, 2 * D, o->type, sd, 0);
+				T(BLK("nextn.enorm.weight"), 0, D, QT_F32, 0.1f, 1);
+				T(BLK("nextn.hnorm.weight"), 0, D, QT_F32, 0.1f, 1);
+				T(BLK("nextn.shared_head_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+			}
+			goto ffn;
+		}
 		if (ds2) { /* latent attention, as llama_model_deepseek2::load_arch_tensors */
 			float skv = 1.7f / sqrtf((float)kvl);
 			if (ql) {
@@ -335,7 +433,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		}
 		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
 	ffn:
-		T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		if (!q35) /* qwen35: its post_attention_norm */
+			T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
 		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
 			float se = 1.0f / sqrtf((float)FE);
 			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
@@ -344,7 +443,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			TE(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
 			if (ds2moe) /* DeepSeek-V3's selection bias */
 				T(BLK("exp_probs_b.bias"), 0, E, QT_F32, 0.3f, 0);
-			if (SF && q2moe)
+			if (SF && (q2moe || q35moe))
 				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
 			if (SF) {
 				T(BLK("ffn_gate_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
@@ -367,7 +466,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	/* per-architecture attention keys (deepseek2: as today's converter, MQA over the latent) */
 	uint32_t kv_heads_key = (uint32_t)o->kv_heads, key_len = (uint32_t)hd,
 		 val_len = (uint32_t)hd;
-	uint32_t rope_n = (uint32_t)hd;
+	uint32_t rope_n = (uint32_t)(q35 ? rdim : hd);
 	if (ds2) {
 		kv_heads_key = legacy ? (uint32_t)H : 1;
 		key_len = (uint32_t)(legacy ? nope + rd : kvl + rd);
@@ -384,17 +483,19 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "general.alignment", 32) |
 	    gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
 	    gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
-	    gw_kv_u32(w, K("block_count"), (uint32_t)L) |
-	    gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
+	    gw_kv_u32(w, K("block_count"), (uint32_t)(L + mtp)) |
 	    gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
 	    gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
 	    gw_kv_u32(w, K("attention.key_length"), key_len) |
 	    gw_kv_u32(w, K("attention.value_length"), val_len) |
 	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
-	    gw_kv_f32(w, K("rope.freq_base"), qwen2 || qwen3 ? 1000000.0f : 10000.0f) |
+	    gw_kv_f32(w, K("rope.freq_base"),
+		      q35              ? 10000000.0f
+		      : qwen2 || qwen3 ? 1000000.0f
+				       : 10000.0f) |
 	    gw_kv_u32(w, K("rope.dimension_count"), rope_n) |
 	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-	    gw_kv_str(w, "tokenizer.ggml.pre", "gpt-2") |
+	    gw_kv_str(w, "tokenizer.ggml.pre", q35 ? "qwen35" : "gpt-2") |
 	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
 	    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
 	    gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
@@ -403,7 +504,24 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, specials[2])) |
 	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
 	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
-	    gw_kv_str(w, "tokenizer.chat_template", chatml);
+	    gw_kv_str(w, "tokenizer.chat_template", q35 ? qwen35_tmpl : chatml);
+	if (!q35moe) /* qwen35moe's converter writes none when the config has none */
+		krc |= gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F);
+	if (q35) {
+		int half = rdim / 2, s0 = (half * 11 + 16) / 32;
+		int32_t sec[4] = {s0, s0, half - 2 * s0, 0}; /* Qwen3.5's [11, 11, 10, 0] scaled */
+		if (sec[2] < 0)
+			sec[0] = half, sec[1] = sec[2] = 0;
+		krc |= gw_kv_arr_i32(w, K("rope.dimension_sections"), sec, 4) |
+		       gw_kv_u32(w, K("ssm.conv_kernel"), (uint32_t)kc) |
+		       gw_kv_u32(w, K("ssm.state_size"), (uint32_t)ds) |
+		       gw_kv_u32(w, K("ssm.group_count"), (uint32_t)nk) |
+		       gw_kv_u32(w, K("ssm.time_step_rank"), (uint32_t)nv) |
+		       gw_kv_u32(w, K("ssm.inner_size"), (uint32_t)VDn) |
+		       gw_kv_u32(w, K("full_attention_interval"), (uint32_t)every);
+		if (mtp)
+			krc |= gw_kv_u32(w, K("nextn_predict_layers"), (uint32_t)mtp);
+	}
 	if (ds2) {
 		krc |= gw_kv_u32(w, K("attention.kv_lora_rank"), (uint32_t)kvl) |
 		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)(ds2moe ? lead : L)) |
@@ -428,7 +546,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);
 	if (moe && !mixtral && !ds2)
 		krc |= gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)FE);
-	if (SF && q2moe)
+	if (SF && (q2moe || q35moe))
 		krc |= gw_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)SF);
 	if (ds2moe)
 		krc |= gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
@@ -454,8 +572,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
-	int64_t maxc = MAX(MAX(MAX(D, F), QD), MAX(MAX(kvl, ql), VD));
-	maxc = MAX(maxc, MAX(FE, SF));
+	int64_t maxc = MAX(MAX(MAX(D, F), 2 * QD), MAX(MAX(kvl, ql), VD));
+	maxc = MAX(maxc, MAX(MAX(FE, SF), MAX(2 * D, VDn)));
 	row = malloc((size_t)maxc * sizeof *row);
 	qrow = malloc((size_t)maxc * 4);
 	if (ds2 && !legacy) /* one layer's kv_b: [H * (nope + dv)][kvl] */
@@ -465,7 +583,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		goto out;
 	}
 	uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 1;
-	int n_real = vocab_find(&v, specials[ARRAY_LEN(specials) - 1]) + 1;
+	int n_real = vocab_find(&v, specials[n_spec - 1]) + 1;
 	for (int i = 0; i < n_t; i++) {
 		const tspec_t *t = &ts[i];
 		int64_t rows = t->rows ? t->rows : 1;
@@ -498,6 +616,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			float sc = head && rare ? 0.1f * t->scale : t->scale;
 			for (int64_t c = 0; c < t->cols; c++)
 				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
+			for (int64_t c = 0; t->kind == TS_NEG && c < t->cols; c++)
+				row[c] = -expf(row[c]); /* qwen35's A = -exp(A_log) */
 			if ((rc = emit_row(w, t, row, qrow, err, errlen)))
 				goto out;
 		}

@@ -117,8 +117,32 @@ typedef struct model_batch {
 	const int *slot;   /* [n] 0 .. n_slots-1 */
 	const int *pos;    /* [n] 0 .. n_ctx-1 */
 	const int *out;    /* [n] or NULL */
+	const int *keep;   /* [n] or NULL: keep[i] != 0 checkpoints the recurrent state after
+			    * token i (see "Recurrent state" below; ignored without one) */
 } model_batch_t;
 int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
+
+/* ---- Recurrent state (hybrid models: qwen35's DeltaNet layers, deltanet.c) -----------------
+ * Such a layer keeps per slot a state that only moves forward, instead of a KV cache holding
+ * every position. A slot holds the state after its last rollback + 1 positions computed (a
+ * ring: a speculative step that fed k + 1 tokens can take back up to `rollback` of them) and
+ * up to MODEL_CHECKPOINTS states at positions a batch marked with keep (the oldest is
+ * replaced). A batch may continue slot s at position p only when p == 0 (from scratch) or the
+ * slot holds the state after p tokens; else the pass fails with SH_EINVAL. Continuing at p
+ * forgets every state after p (it belonged to other tokens). Models without recurrent layers
+ * accept any p (their KV cache is positional). The states follow the batches, so every rank of
+ * a group holds the same positions. */
+#define MODEL_CHECKPOINTS 2
+
+/* The largest position <= limit at which slot can continue: limit itself for a model without
+ * recurrent layers; else the latest held state <= limit, or 0. */
+int model_seq_resume_pos(const model_t *m, int slot, int limit);
+/* Keeps the states after the last depth + 1 positions of each slot (default 0: the last one).
+ * Reallocates the state and forgets every slot's: call before the first pass (or when every
+ * slot starts again). 0 or SH_ENOMEM / SH_EINVAL with a reason. */
+int model_set_rollback(model_t *m, int depth, char *err, size_t errlen);
+/* Bytes of recurrent state per slot on this rank (every buffer; 0 without such layers). */
+uint64_t model_rs_bytes_per_slot(const model_t *m);
 
 int model_n_ctx(const model_t *m);
 int model_n_slots(const model_t *m);
