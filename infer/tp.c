@@ -41,6 +41,7 @@ struct dist {
 	dist_stats_t st;
 	double pass_comm_ms; /* communication of the pass in progress */
 	int n_layers;        /* all-reduces per forward batch: 2 x n_layers (tensor mode) */
+	int dim;             /* row length of the all-reduced x[B][dim] */
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
@@ -352,6 +353,7 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	*slots = get32(h + 56) ? (int)get32(h + 56) : 1;
 	d->rollback = (int)get32(h + 60);
 	d->n_layers = mt->n_layers;
+	d->dim = mt->dim;
 	/* every rank learns every rank's status and shares */
 	uint32_t sh[DIST_SHARE_WORDS] = {
 	    (uint32_t)-status,        DIST_VERSION,
@@ -475,9 +477,12 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	char why[256];
 	int64_t t0 = now_ns();
 	int per = 2 * d->n_layers, k = d->ar_calls++;
+	/* by rows, so that a row's sum (and its 8-bit blocks) never depend on the batch */
+	size_t rows = d->dim > 0 && n % d->dim == 0 ? (size_t)(n / d->dim) : 1;
 	int rc = per && k % per == per - 1
 		     ? reduce_to_root(d, x, n, why, sizeof why)
-		     : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
+		     : tp_all_reduce_team(d->g, NULL, 0, x, rows, (size_t)n / rows, d->timeout_ms,
+					  why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }

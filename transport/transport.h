@@ -204,19 +204,43 @@ int tp_group_world(const tp_group_t *g);
 /* "tcp" or "rdma" for the link to a peer rank ("self" for our own rank). */
 const char *tp_group_link(const tp_group_t *g, int peer);
 
-/* Sum of f32 over all ranks, in place (buf has n floats on every rank; n the same everywhere).
- * Small messages (<= 64 KiB): one exchange for 2 ranks, two for more (each rank sums one chunk
- * in rank order, then shares it); larger ones: ring reduce-scatter + all-gather. Per rank at
- * most 2 (N-1)/N x 4n bytes leave (4n for 2 ranks). Result bit-identical on every rank. */
+/* Sum of f32 over the ranks of a team, in place: buf holds rows x cols floats (the same shape on
+ * every member). The team is ranks[0..nranks), ascending ranks of the group including ours (a
+ * pipeline stage's tensor group in a hybrid plan), or every rank when ranks is NULL; ranks
+ * outside it do not take part, and teams on disjoint ranks may run at the same time.
+ * Every element is summed in ascending rank order of the team (x(r0) + x(r1) + ...), whatever
+ * the path, segmenting or number of rows: a row gives the same bits alone or inside a batch of
+ * any size, on every member. Paths (S = 4 x rows x cols bytes, k members):
+ *   direct  (k = 2, or (k - 1) x S <= direct_max, default 32 KiB): one message to each member,
+ *           one link latency, (k - 1) x S bytes out per member;
+ *   2-phase (otherwise): two latencies, 2 (k - 1)/k x S bytes out per member.
+ * Returns 0, SH_EINVAL (bad team or shape), or the group's errors. */
+int tp_all_reduce_team(tp_group_t *g, const int *ranks, int nranks, float *buf, size_t rows,
+		       size_t cols, int timeout_ms, char *err, size_t errlen);
+
+/* The whole group, one row of n floats: tp_all_reduce_team(g, NULL, 0, buf, 1, n, ...). */
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
 		      size_t errlen);
 
-/* Optional: all-reduce sends 8-bit blocks (32 floats -> 36 bytes: an f32 scale and 32 int8)
- * instead of f32, for slow links. Off by default; every rank must set the same (a mismatch fails
- * the next all-reduce as "out of step"). Results stay bit-identical on every rank; the error per
- * element is at most (sum over ranks of the block's max |x|) / 254, plus (for 3+ ranks) the
- * block's max |sum| / 254. Returns 0 or SH_EINVAL. */
+/* Optional: all-reduce sends 8-bit blocks (up to 32 floats of one row -> 36 bytes: an f32 scale
+ * and 32 int8) instead of f32, for slow links. Off by default; every rank must set the same (a
+ * mismatch fails the next all-reduce as "out of step"). Results stay bit-identical on every rank
+ * and independent of the batch (blocks are per row); the error per element is at most (sum over
+ * ranks of the block's max |x|) / 254, plus (for 3+ members) the block's max |sum| / 254.
+ * Returns 0 or SH_EINVAL. */
 int tp_group_set_q8(tp_group_t *g, int on);
+
+/* The direct path's threshold in bytes (see tp_all_reduce_team): every rank must set the same,
+ * else the next all-reduce fails as "out of step" (results never differ between the paths). A
+ * planner that measured the links can pick it: direct costs L + (k-1) S / B, 2-phase
+ * 2 L + 2 (k-1)/k S / B (L one-way latency, B bandwidth; docs/protocol.md). */
+int tp_group_set_direct_max(tp_group_t *g, size_t bytes);
+
+/* How long (us) a collective polls its sockets without sleeping before it sleeps in poll()
+ * (default 100; 0 = never spin; SHOAL_TP_SPIN_US overrides the default). Spinning saves a
+ * wake-up per message when the peer answers within that time (a rank in step on a fast link)
+ * and costs CPU time the rank would spend waiting anyway. Per rank; ranks may differ. */
+int tp_group_set_spin(tp_group_t *g, int us);
 
 /* Copies root's len bytes of buf to every rank's buf. */
 int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms, char *err,
@@ -237,6 +261,27 @@ int tp_group_send(tp_group_t *g, int to, const void *buf, size_t len, int timeou
 		  size_t errlen);
 int tp_group_recv(tp_group_t *g, int from, void *buf, size_t len, int timeout_ms, char *err,
 		  size_t errlen);
+
+/* Tagged messages of any length between two ranks (pipeline micro-batches: hidden states of
+ * several sequences in flight between stages). Messages from one rank to another arrive in the
+ * order sent; the tag (the caller's, e.g. a micro-batch number) and the length travel with the
+ * message, so the receiver needs neither in advance. Always over TCP (never RDMA).
+ * tp_group_send_msg returns once the message is in the kernel's socket buffers: a sender runs
+ * ahead of a busy receiver by up to what those hold (a few MB), then waits within timeout_ms.
+ * Keep the data in flight around a ring of stages below that, or stages that all send at once
+ * wait for each other until the timeout.
+ * tp_group_recv_msg receives the next message from `from` into buf (cap bytes): *tag and *len
+ * are the sender's; a message longer than cap is an error (SH_EINVAL, the group breaks). */
+int tp_group_send_msg(tp_group_t *g, int to, uint32_t tag, const void *buf, size_t len,
+		      int timeout_ms, char *err, size_t errlen);
+int tp_group_recv_msg(tp_group_t *g, int from, uint32_t *tag, void *buf, size_t cap, size_t *len,
+		      int timeout_ms, char *err, size_t errlen);
+/* Waits until one of from[0..nfrom) has started to send us a message (or its link failed: the
+ * next receive from it reports that) and sets *ready to that rank; returns SH_ETIMEDOUT (the
+ * group stays usable) when none did within timeout_ms (0 = just look). A stage with several
+ * micro-batches in flight uses it to take whichever comes first. */
+int tp_group_wait_msg(tp_group_t *g, const int *from, int nfrom, int *ready, int timeout_ms,
+		      char *err, size_t errlen);
 
 /* Bytes this rank has sent through the group's collectives (payload, for accounting). */
 uint64_t tp_group_bytes_sent(const tp_group_t *g);
