@@ -37,6 +37,9 @@ struct tp_chan {
 	uint32_t rx_body;
 	int rx_done;
 	uint16_t rx_type;
+	/* link-probe responder (probe.c): the burst being received */
+	int64_t burst_t0;     /* arrival of its frame 0 (now_ns) */
+	uint64_t burst_bytes; /* data bytes received so far */
 };
 
 /* Starts a frame: type, then hdr[0..hlen) and data[0..dlen) as its payload (hlen + dlen <=

@@ -149,6 +149,95 @@ void tp_chan_set_send_timeout(tp_chan_t *c, int timeout_ms);
 /* Closes the socket and wipes the session keys. NULL is fine. */
 void tp_chan_free(tp_chan_t *c);
 
+/* ---- link probes -------------------------------------------------------------------------- */
+
+/* Measures the link under an authenticated channel: round-trip time of small probes (median,
+ * p90, min), optionally of probes of a chosen size, the per-message gap of back-to-back probes,
+ * and payload throughput from a short burst. Every byte is a sealed frame (message types
+ * 0x0016-0x0019, docs/protocol.md), so the figures include the channel's own costs (crypto,
+ * system calls, wake-ups): what a collective on that link sees. With the defaults one run sends
+ * ~2 KB of probes and a burst of at most 4 MiB or 200 ms (of which at most 1 MiB unacknowledged),
+ * and is over in about K x RTT + 200 ms: cheap enough to repeat in the background.
+ *
+ * Who calls what:
+ *  - The peer answers: whoever receives on the channel passes every received message to
+ *    tp_probe_answer (the agent's event loop, for types below TP_MSG_USER), which echoes probes
+ *    and acknowledges burst frames from that thread (tp_chan_send is thread-safe). A peer that
+ *    does not answer makes the prober time out.
+ *  - The prober measures one channel at a time, either
+ *    (a) blocking, tp_link_probe, on a thread that is the channel's only receiver for the time
+ *        of the run (messages of other types go to the caller's callback, on that thread), or
+ *    (b) from an event loop that receives on the channel: tp_probe_new, then tp_probe_step
+ *        whenever the loop wakes (it sends what is due and says how long to wait at most),
+ *        tp_probe_take for every received message (it consumes the answers), until step
+ *        returns 1; tp_probe_result; tp_probe_free. Both sides may probe each other at once.
+ * Times are now_ns() (common.h, monotonic); RTTs use the prober's clock only, throughput the
+ * responder's (its receive rate). */
+typedef struct tp_probe_opts {
+	int probes;         /* RTT probes, one at a time (default 16, 1..256) */
+	int probe_bytes;    /* size of a probe and of its echo (default 64; 16..65536) */
+	int sized_bytes;    /* 0, or also 8 probes of this size each way (16..65536), e.g. an
+			       all-reduce's message: sized_rtt_us_median */
+	int train;          /* probes per train (3 trains, each back to back) for gap_us
+			       (default 16; 0 = skip) */
+	size_t burst_bytes; /* throughput burst: at most this many bytes (default 4 MiB; use
+			       tp_probe_opts_default and set 0 to skip) */
+	int burst_ms;       /* and at most this long (default 200) */
+	int timeout_ms;     /* the whole run (default 5000) */
+} tp_probe_opts_t;
+
+/* The defaults above. */
+void tp_probe_opts_default(tp_probe_opts_t *o);
+
+typedef struct tp_link_stats {
+	int probes; /* RTT samples taken */
+	double rtt_us_median, rtt_us_p90, rtt_us_min;
+	int sized_bytes;            /* 0 when not measured */
+	double sized_rtt_us_median; /* RTT of sized_bytes each way */
+	double gap_us;    /* per-message overhead: spacing of back-to-back small messages through
+			     both ends (the slowest stage's cost per message; LogP's g); -1 when
+			     not measured or not separable from the RTT's noise */
+	double tput_mbit; /* payload Mbit/s of the burst at the receiver; -1 when skipped */
+	uint64_t burst_bytes; /* payload bytes the burst carried */
+	double burst_ms;      /* first burst frame sent to last acknowledgement, at the prober */
+} tp_link_stats_t;
+
+typedef struct tp_probe tp_probe_t;
+
+/* o NULL = defaults. Returns 0, SH_EINVAL (an option out of range, with a message) or SH_ENOMEM.
+ * The run's deadline starts at the first tp_probe_step. */
+int tp_probe_new(tp_probe_t **out, const tp_probe_opts_t *o, char *err, size_t errlen);
+void tp_probe_free(tp_probe_t *p);
+
+/* Sends what is due at time now (ns) on c. Returns 1 when the run is complete, 0 while it waits
+ * for answers (*wait_ms: call again after at most this long, or when a message came), or an
+ * error: SH_ETIMEDOUT (no answer within the run's timeout: the peer does not answer probes, or
+ * the link is that slow), or the channel's send errors. */
+int tp_probe_step(tp_probe_t *p, tp_chan_t *c, int64_t now, int *wait_ms);
+
+/* Offers a message received on the probed channel at time now. Returns 1 when it was an answer
+ * to this prober (consumed), 0 when not (pass it to tp_probe_answer, then to your own handler). */
+int tp_probe_take(tp_probe_t *p, uint16_t type, const void *payload, size_t len, int64_t now);
+
+/* The figures of a complete run (SH_EINVAL before step returned 1). */
+int tp_probe_result(const tp_probe_t *p, tp_link_stats_t *out);
+
+/* The answering side: for a message received on c, echoes a PROBE, acknowledges a PROBE_BURST
+ * frame. Returns 1 when the message was one of those (answered), 0 when it is not a probe
+ * message, SH_EFORMAT for a malformed one (the caller drops the peer as for any malformed
+ * message) or tp_chan_send's error. Call it from the channel's receiving thread. */
+int tp_probe_answer(tp_chan_t *c, uint16_t type, const void *payload, size_t len);
+
+/* A message that arrived during tp_link_probe and is not a probe message. payload is valid only
+ * during the call. */
+typedef void (*tp_chan_msg_fn)(void *ctx, uint16_t type, const void *payload, size_t len);
+
+/* Runs a whole probe on c from the calling thread, which must be c's only receiver meanwhile;
+ * answers the peer's probes too; other messages go to other(ctx, ...) (NULL: dropped). Returns 0
+ * with *out filled, or an error as tp_probe_step (message in err). */
+int tp_link_probe(tp_chan_t *c, const tp_probe_opts_t *o, tp_link_stats_t *out,
+		  tp_chan_msg_fn other, void *ctx, char *err, size_t errlen);
+
 /* ---- group of ranks and collectives ------------------------------------------------------- */
 
 /* Ranks 0..world-1 in a full mesh of authenticated channels (rank r connects to every rank < r
