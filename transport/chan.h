@@ -34,7 +34,9 @@ struct tp_chan {
 	 * consumed by the caller (reset on the next receive) */
 	uint8_t *rx_buf;
 	size_t rx_cap, rx_got;
-	uint32_t rx_body;
+	uint32_t rx_body; /* the frame's body length; 0 until its header is in */
+	size_t rx_hint;   /* the next frame's total size when the caller knows it (0: not known):
+			     read in one go; cleared when the frame completes */
 	int rx_done;
 	uint16_t rx_type;
 	/* link-probe responder (probe.c): the burst being received */
@@ -81,6 +83,12 @@ int tp_tcp_connect(const char *host, int port, int64_t deadline, int *fd, char *
 
 /* Sets TCP_NODELAY, keepalive and close-on-exec on a connected socket. */
 void tp_tcp_tune(int fd);
+
+/* A collective's frame is a burst of a few packets on an otherwise idle link: BBR paces them
+ * out at its estimate of the bandwidth, which for such app-limited traffic is low, and the last
+ * packet of an 8 KB frame arrives late. Switches a BBR socket to cubic (or reno, whichever the
+ * system allows). */
+void tp_tcp_unpace(int fd);
 
 /* "addr:port" of the socket's peer. */
 void tp_fd_peer_addr(int fd, char *out, size_t outlen);

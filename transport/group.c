@@ -174,6 +174,10 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 				}
 			}
 			if (x->recv && !x->rdone && !x->rrdma) {
+				tp_chan_t *c = g->chan[p];
+				if (!x->rany && (c->rx_done || !c->rx_got)) /* one recv per frame */
+					c->rx_hint = TP_FRAME_HDR + TP_FRAME_TYPE + TP_COLL_WIRE +
+						     x->rlen + TP_FRAME_TAG;
 				rc = tp_chan_rx_progress(g->chan[p]);
 				if (rc < 0)
 					goto peer_failed;
@@ -496,6 +500,9 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	if (g->world > 1)
 		tp_rdma_group_setup(g, cfg->rdma_devices,
 				    deadline < 0 ? -1 : MAX(deadline, now_ms() + 2000));
+	for (int p = 0; p < g->world; p++)
+		if (g->chan[p])
+			tp_tcp_unpace(g->chan[p]->fd);
 	LOG(LOG_INFO, "group rank %d/%d formed (tag %llx)", g->rank, g->world,
 	    (unsigned long long)g->tag);
 	*out = g;
