@@ -522,6 +522,81 @@ TEST(sums_do_not_depend_on_batch_or_path)
 				}
 }
 
+/* ---- streamed all-reduce: the same bits as the plain one ---------------------------------- */
+
+static void fn_stream(tp_group_t *g, rank_ctx_t *c)
+{
+	const struct det_cfg *dc = c->user;
+	char err[256];
+	size_t cols = dc->cols;
+	float *a = malloc(3 * cols * sizeof *a), *b = malloc(3 * cols * sizeof *b);
+	tp_group_set_q8(g, dc->q8);
+	size_t bad = 0;
+	for (int rows = 1; rows <= 3; rows += 2)
+		for (int nc = 1; nc <= 4; nc *= 2) {
+			for (int r = 0; r < rows; r++)
+				for (size_t i = 0; i < cols; i++)
+					a[(size_t)r * cols + i] = b[(size_t)r * cols + i] =
+					    det_val(c->l.rank, r + nc, i);
+			RCHECK(c, tp_all_reduce_team(g, NULL, 0, a, (size_t)rows, cols, 5000, err,
+						     sizeof err) == 0);
+			int rc = tp_all_reduce_begin(g, NULL, 0, b, (size_t)rows, cols, nc, 5000,
+						     err, sizeof err);
+			for (int k = 0; k < nc && !rc; k++) {
+				size_t c0, c1;
+				tp_all_reduce_chunk(cols, nc, k, &c0, &c1);
+				RCHECK(c, c0 % 32 == 0 && c1 > c0);
+				rc = tp_all_reduce_push(g, k, err, sizeof err);
+			}
+			if (!rc)
+				rc = tp_all_reduce_end(g, err, sizeof err);
+			RCHECK(c, rc == 0);
+			if (rc)
+				fprintf(stderr, "rank %d: %s\n", c->l.rank, err);
+			bad += memcmp(a, b, (size_t)rows * cols * sizeof *a) != 0;
+		}
+	RCHECK(c, bad == 0);
+	/* misuse: out of order, early end, twice begun; the group stays usable */
+	RCHECK(c, tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 2, 5000, err, sizeof err) == 0);
+	RCHECK(c,
+	       tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 2, 5000, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_push(g, 1, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_end(g, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 9999, 5000, err, sizeof err) ==
+		      SH_EINVAL);
+	RCHECK(c, tp_group_check(g, err, sizeof err) == 0);
+	free(a);
+	free(b);
+}
+
+TEST(streamed_sums_equal_plain_ones)
+{
+	size_t cols[] = {2048, 100};
+	for (int w = 2; w <= 3; w++)
+		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
+			for (int q8 = 0; q8 <= 1; q8++) {
+				struct det_cfg dc = {cols[ci], q8, TP_DIRECT_MAX_DEFAULT};
+				rank_ctx_t ctx[MAXR] = {0};
+				run_ranks(w, fn_stream, ctx, &dc);
+				all_formed(ctx, w);
+			}
+}
+
+TEST(stream_chunk_policy)
+{
+	/* pure: chunk bounds tile the row in whole blocks */
+	size_t c0, c1, prev = 0;
+	for (int k = 0; k < 3; k++) {
+		tp_all_reduce_chunk(2048, 3, k, &c0, &c1);
+		CHECK(c0 == prev && c0 % 32 == 0);
+		prev = c1;
+	}
+	CHECK_EQ_INT(prev, 2048);
+	tp_all_reduce_chunk(100, 2, 1, &c0, &c1);
+	CHECK(c0 == 64 && c1 == 100);
+	CHECK_EQ_INT(tp_all_reduce_stream_chunks(NULL, 1, 2048), 0);
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* The last rank stalls (never calls); the others time out. */
@@ -789,10 +864,11 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* `test_coll peer RANK WORLD H0:P0,H1:P1,... [FLOATS [ITERS [COMPUTE_US [Q8]]]]`: forms the group,
- * then ITERS all-reduces of FLOATS floats, each after COMPUTE_US of busy work (a decode step's
- * matmul between two syncs), and prints this rank's time per all-reduce (median, p10, p90, mean,
- * in us) and the bytes it sent per call. */
+/* `test_coll peer RANK WORLD H0:P0,H1:P1,... [FLOATS [ITERS [COMPUTE_US [Q8 [CHUNKS]]]]]`: forms
+ * the group, then ITERS all-reduces of FLOATS floats, each after COMPUTE_US of busy work (a
+ * decode step's matmul between two syncs; CHUNKS > 0: streamed, a chunk pushed after each
+ * 1/CHUNKS of the work), and prints this rank's time per all-reduce beyond the work (median,
+ * p10, p90, mean, in us) and the bytes it sent per call. */
 static int peer_main(int argc, char **argv)
 {
 	char err[256], hosts_s[TP_MAX_WORLD][64];
@@ -803,7 +879,7 @@ static int peer_main(int argc, char **argv)
 	int rank = atoi(argv[2]), world = atoi(argv[3]);
 	size_t n = argc > 5 ? (size_t)atol(argv[5]) : 2048;
 	int iters = argc > 6 ? atoi(argv[6]) : 2000, compute_us = argc > 7 ? atoi(argv[7]) : 0;
-	int q8 = argc > 8 ? atoi(argv[8]) : 0;
+	int q8 = argc > 8 ? atoi(argv[8]) : 0, chunks = argc > 9 ? atoi(argv[9]) : 0;
 	char *list = strdup(argv[4]), *save = NULL;
 	int k = 0;
 	for (char *t = strtok_r(list, ",", &save); t && k < TP_MAX_WORLD;
@@ -838,14 +914,25 @@ static int peer_main(int argc, char **argv)
 		rc = tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
 	uint64_t s0 = tp_group_bytes_sent(g);
 	for (int i = 0; i < iters && !rc; i++) {
-		int64_t end = now_ns() + (int64_t)compute_us * 1000;
-		while (now_ns() < end)
-			;
-		for (size_t j = 0; j < n; j++)
-			b[j] = (float)((j + (size_t)i) % 7) - 3.0f;
-		int64_t t0 = now_ns();
-		rc = tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
-		us[i] = (double)(now_ns() - t0) / 1e3;
+		/* the time beyond the compute: all of the all-reduce, or (streamed) the pushes
+		 * and the wait at the end */
+		int64_t t0 = now_ns(), end = t0;
+		if (chunks)
+			rc = tp_all_reduce_begin(g, NULL, 0, b, 1, n, chunks, 10000, err,
+						 sizeof err);
+		for (int c = 0; c < (chunks ? chunks : 1) && !rc; c++) {
+			end += (int64_t)compute_us * 1000 / (chunks ? chunks : 1);
+			while (now_ns() < end)
+				;
+			for (size_t j = 0; j < n; j++)
+				b[j] = (float)((j + (size_t)i) % 7) - 3.0f;
+			if (chunks)
+				rc = tp_all_reduce_push(g, c, err, sizeof err);
+		}
+		if (!rc)
+			rc = chunks ? tp_all_reduce_end(g, err, sizeof err)
+				    : tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
+		us[i] = (double)(now_ns() - t0) / 1e3 - compute_us;
 	}
 	if (rc) {
 		fprintf(stderr, "rank %d: %s\n", rank, err);
@@ -854,10 +941,10 @@ static int peer_main(int argc, char **argv)
 		for (int i = 0; i < iters; i++)
 			sum += us[i];
 		qsort(us, (size_t)iters, sizeof *us, cmp_double);
-		printf("rank %d/%d all_reduce %zu floats%s, %d us compute between: median %.1f us, "
-		       "p10 %.1f, p90 %.1f, mean %.1f; %.0f bytes sent per call\n",
-		       rank, world, n, q8 ? " (q8 wire)" : "", compute_us, us[iters / 2],
-		       us[iters / 10], us[iters * 9 / 10], sum / iters,
+		printf("rank %d/%d all_reduce %zu floats%s%s, %d us compute between: median %.1f "
+		       "us, p10 %.1f, p90 %.1f, mean %.1f; %.0f bytes sent per call\n",
+		       rank, world, n, q8 ? " (q8 wire)" : "", chunks ? " streamed" : "",
+		       compute_us, us[iters / 2], us[iters / 10], us[iters * 9 / 10], sum / iters,
 		       (double)(tp_group_bytes_sent(g) - s0) / iters);
 	}
 	free(b);
@@ -891,6 +978,8 @@ int main(int argc, char **argv)
 	RUN(q8_all_reduce);
 	RUN(q8_mismatch_is_out_of_step);
 	RUN(sums_do_not_depend_on_batch_or_path);
+	RUN(streamed_sums_equal_plain_ones);
+	RUN(stream_chunk_policy);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);

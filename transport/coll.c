@@ -41,7 +41,7 @@ static inline float tp_ldf(const uint8_t *p)
 
 /* dst[i] = src[0][i] + src[1][i] + ... + src[k-1][i], added in that order, for i < n. A source
  * may be dst itself (our own contribution: element i is read before it is written). */
-static void tp_sum_ordered(float *dst, const uint8_t *const *src, int k, size_t n)
+void tp_sum_ordered(float *dst, const uint8_t *const *src, int k, size_t n)
 {
 	if (k == 2) {
 		const uint8_t *a = src[0], *b = src[1];

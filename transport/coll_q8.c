@@ -81,7 +81,7 @@ static inline void tp_q8_block(size_t cols, size_t b, size_t *start, size_t *len
 }
 
 /* Blocks [b0, b1) of x -> out (36 bytes each, out points at block b0's place). */
-static void tp_q8_encode_blocks(uint8_t *out, const float *x, size_t cols, size_t b0, size_t b1)
+void tp_q8_encode_blocks(uint8_t *out, const float *x, size_t cols, size_t b0, size_t b1)
 {
 	for (size_t b = b0; b < b1; b++, out += TP_Q8_BYTES) {
 		size_t s, m;
@@ -90,8 +90,7 @@ static void tp_q8_encode_blocks(uint8_t *out, const float *x, size_t cols, size_
 	}
 }
 
-static void tp_q8_decode_blocks(float *x, const uint8_t *in, size_t cols, size_t b0, size_t b1,
-				int add)
+void tp_q8_decode_blocks(float *x, const uint8_t *in, size_t cols, size_t b0, size_t b1, int add)
 {
 	for (size_t b = b0; b < b1; b++, in += TP_Q8_BYTES) {
 		size_t s, m;
@@ -217,18 +216,25 @@ static int tp_q8_2phase(tp_group_t *g, const tp_team_t *t, float *buf, size_t co
 	return 0;
 }
 
+int tp_q8_reserve(tp_group_t *g, size_t bytes, char *err, size_t errlen)
+{
+	if (g->qcap >= bytes)
+		return 0;
+	uint8_t *q = realloc(g->qbuf, bytes);
+	if (!q)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %zu bytes", bytes);
+	g->qbuf = q;
+	g->qcap = bytes;
+	return 0;
+}
+
 int tp_allreduce_q8(tp_group_t *g, const tp_team_t *t, float *buf, size_t rows, size_t cols,
 		    int64_t deadline, int timeout_ms, char *err, size_t errlen)
 {
 	size_t nb = rows * ((cols + TP_Q8_BLOCK - 1) / TP_Q8_BLOCK), bytes = nb * TP_Q8_BYTES;
-	if (g->qcap < bytes) {
-		uint8_t *q = realloc(g->qbuf, bytes);
-		if (!q)
-			return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %zu bytes",
-				       bytes);
-		g->qbuf = q;
-		g->qcap = bytes;
-	}
+	int rc = tp_q8_reserve(g, bytes, err, errlen);
+	if (rc)
+		return rc;
 	tp_q8_encode_blocks(g->qbuf, buf, cols, 0, nb);
 	if (t->n == 2 || (size_t)(t->n - 1) * bytes <= g->direct_max)
 		return tp_q8_direct(g, t, buf, cols, nb, deadline, timeout_ms, err, errlen);

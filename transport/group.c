@@ -473,9 +473,10 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	g->tag = cfg->tag;
 	g->direct_max = TP_DIRECT_MAX_DEFAULT;
 	g->spin_ns = (int64_t)TP_SPIN_US_DEFAULT * 1000;
-	const char *spin = getenv("SHOAL_TP_SPIN_US"); /* for measurements */
-	if (spin && *spin)
+	const char *spin = getenv("SHOAL_TP_SPIN_US"), *stream = getenv("SHOAL_TP_STREAM");
+	if (spin && *spin) /* for measurements */
 		g->spin_ns = (int64_t)atoi(spin) * 1000;
+	g->stream = stream && *stream ? atoi(stream) : -1;
 	snprintf(g->addr[g->rank], sizeof g->addr[0], "self");
 	int64_t deadline = tp_deadline(cfg->timeout_ms);
 	int lfd = cfg->listen_fd, own_lfd = 0, rc = 0;
@@ -536,6 +537,7 @@ void tp_group_free(tp_group_t *g)
 		tp_chan_free(g->chan[p]);
 	}
 	free(g->qbuf);
+	free(g->st.stage);
 	free(g);
 }
 

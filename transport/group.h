@@ -24,7 +24,8 @@ enum tp_coll_op {
 	TP_OP_P2P = 7,
 	TP_OP_ALLREDUCE_2PHASE = 8,
 	TP_OP_ALLREDUCE_Q8 = 9,
-	TP_OP_MSG = 10, /* tagged point-to-point message of any length (p2p.c) */
+	TP_OP_MSG = 10,              /* tagged point-to-point message of any length (p2p.c) */
+	TP_OP_ALLREDUCE_STREAM = 11, /* streamed all-reduce, step = chunk (stream.c) */
 };
 /* Retired: 2 (ring reduce-scatter) and 3 (ring all-gather), replaced by the 2-phase path whose
  * sums do not depend on the message size. */
@@ -33,6 +34,10 @@ enum tp_coll_op {
 #define TP_DIRECT_MAX_DEFAULT (32u << 10)
 /* How long an exchange polls without sleeping before it sleeps in poll() (tp_group_set_spin). */
 #define TP_SPIN_US_DEFAULT 100
+/* Streamed all-reduce: chunks of about one TCP segment (1448 bytes at MTU 1500, less our 38
+ * bytes of framing), at most this many. */
+#define TP_STREAM_CHUNK_BYTES 1200
+#define TP_STREAM_MAX_CHUNKS  8
 
 /* Per-peer slot of one exchange. */
 typedef struct tp_xfer {
@@ -54,6 +59,24 @@ typedef struct tp_xfer {
 
 struct tp_rdma_link;
 
+/* The ranks taking part in one collective: ascending ranks of the group, ours at index me. */
+typedef struct tp_team {
+	int n, me;
+	int r[TP_MAX_WORLD];
+} tp_team_t;
+
+/* A streamed all-reduce in progress (stream.c). */
+typedef struct tp_stream {
+	int active, nchunks, next; /* chunks pushed so far */
+	tp_team_t t;
+	float *buf;
+	size_t rows, cols;
+	int64_t deadline;
+	int timeout_ms;
+	float *stage; /* chunk columns of every row, gathered (rows > 1) */
+	size_t stage_cap;
+} tp_stream_t;
+
 struct tp_group {
 	int rank, world;
 	uint64_t tag;
@@ -64,6 +87,8 @@ struct tp_group {
 	uint64_t bytes_sent;
 	size_t direct_max; /* all-reduce: the direct path when (team - 1) x bytes <= this */
 	int64_t spin_ns;   /* exchanges poll without sleeping this long before poll() sleeps */
+	int stream;        /* tp_group_set_stream: -1 auto (with the q8 wire), 0 never, 1 also
+			      f32, 2..8 forced chunks */
 	tp_chan_t *chan[TP_MAX_WORLD];          /* NULL for our own rank */
 	struct tp_rdma_link *rdma[TP_MAX_WORLD]; /* NULL: the pair uses TCP */
 	char addr[TP_MAX_WORLD][64];
@@ -71,6 +96,7 @@ struct tp_group {
 	int q8;              /* all-reduce with 8-bit blocks on the wire (coll_q8.c) */
 	uint8_t *qbuf;       /* our vector, quantized */
 	size_t qcap;
+	tp_stream_t st;
 };
 
 /* Runs one exchange described by g->xf[] (slots of peers not involved must be zeroed: use
@@ -89,12 +115,6 @@ int tp_group_break(tp_group_t *g, int rc, char *err, size_t errlen, const char *
 /* Clears every slot of g->xf. */
 void tp_xfer_reset(tp_group_t *g);
 
-/* The ranks taking part in one collective: ascending ranks of the group, ours at index me. */
-typedef struct tp_team {
-	int n, me;
-	int r[TP_MAX_WORLD];
-} tp_team_t;
-
 /* coll.c: a team from the caller's list (NULL = every rank). Returns 0 or SH_EINVAL (not
  * ascending, out of range, or without our rank) with a message. */
 int tp_team_make(const tp_group_t *g, const int *ranks, int nranks, tp_team_t *t, char *err,
@@ -106,6 +126,13 @@ int tp_team_make(const tp_group_t *g, const int *ranks, int nranks, tp_team_t *t
 int tp_allreduce_q8(tp_group_t *g, const tp_team_t *t, float *buf, size_t rows, size_t cols,
 		    int64_t deadline, int timeout_ms, char *err, size_t errlen);
 size_t tp_q8_size(size_t n);
+/* Quantized blocks [b0, b1) of x (rows of cols floats, blocks per row) to out / back. */
+void tp_q8_encode_blocks(uint8_t *out, const float *x, size_t cols, size_t b0, size_t b1);
+void tp_q8_decode_blocks(float *x, const uint8_t *in, size_t cols, size_t b0, size_t b1, int add);
+/* The q8 buffer for n bytes (g->qbuf). */
+int tp_q8_reserve(tp_group_t *g, size_t bytes, char *err, size_t errlen);
+/* coll.c: dst[i] = src[0][i] + ... + src[k-1][i] in that order (a source may be dst). */
+void tp_sum_ordered(float *dst, const uint8_t *const *src, int k, size_t n);
 void tp_q8_encode(uint8_t *out, const float *x, size_t n);
 void tp_q8_decode(float *acc, const uint8_t *in, size_t n, int add);
 

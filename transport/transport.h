@@ -307,6 +307,32 @@ const char *tp_group_link(const tp_group_t *g, int peer);
 int tp_all_reduce_team(tp_group_t *g, const int *ranks, int nranks, float *buf, size_t rows,
 		       size_t cols, int timeout_ms, char *err, size_t errlen);
 
+/* Streamed all-reduce, to overlap the transfer with the compute that produces buf: begin, then
+ * for c = 0..nchunks-1 compute columns [c0, c1) of every row (tp_all_reduce_chunk; whole blocks
+ * of 32 columns) and push(c), which sends them at once; end waits for the other members' chunks
+ * and sums. Same team rules and the same result bits as tp_all_reduce_team (direct path: one
+ * message per chunk per peer; meant for decode-sized rows x cols). Every member must stream the
+ * same shape with the same nchunks (1 <= nchunks <= ceil(cols / 32)). buf must not be written
+ * between a chunk's push and end except in later chunks. One stream per group at a time;
+ * another collective between begin and end is a protocol error. Returns 0, SH_EINVAL (bad
+ * shape, order) or the group's errors. */
+int tp_all_reduce_begin(tp_group_t *g, const int *ranks, int nranks, float *buf, size_t rows,
+			size_t cols, int nchunks, int timeout_ms, char *err, size_t errlen);
+int tp_all_reduce_push(tp_group_t *g, int chunk, char *err, size_t errlen);
+int tp_all_reduce_end(tp_group_t *g, char *err, size_t errlen);
+/* Columns [*c0, *c1) of chunk c of nchunks over rows of cols floats (pure). */
+void tp_all_reduce_chunk(size_t cols, int nchunks, int c, size_t *c0, size_t *c1);
+/* How many chunks to stream rows x cols in on this group (0: do not stream): chunks of about
+ * one TCP segment (~1200 bytes), 2..8 of them. By default only with the q8 wire: on the latency
+ * lab (a userspace switch with a cost per packet) streaming f32 frames added frames and was
+ * slower, while the q8 wire's two one-packet chunks cut the wait at the end by about a third.
+ * Every rank must answer the same (same settings). */
+int tp_all_reduce_stream_chunks(const tp_group_t *g, size_t rows, size_t cols);
+/* -1 = auto (streams with the q8 wire, the default; SHOAL_TP_STREAM overrides), 0 = never,
+ * 1 = also f32, 2..8 = always that many chunks whatever the size (tests). Returns 0 or
+ * SH_EINVAL. */
+int tp_group_set_stream(tp_group_t *g, int mode);
+
 /* The whole group, one row of n floats: tp_all_reduce_team(g, NULL, 0, buf, 1, n, ...). */
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
 		      size_t errlen);
