@@ -84,12 +84,6 @@ int tp_tcp_connect(const char *host, int port, int64_t deadline, int *fd, char *
 /* Sets TCP_NODELAY, keepalive and close-on-exec on a connected socket. */
 void tp_tcp_tune(int fd);
 
-/* A collective's frame is a burst of a few packets on an otherwise idle link: BBR paces them
- * out at its estimate of the bandwidth, which for such app-limited traffic is low, and the last
- * packet of an 8 KB frame arrives late. Switches a BBR socket to cubic (or reno, whichever the
- * system allows). */
-void tp_tcp_unpace(int fd);
-
 /* "addr:port" of the socket's peer. */
 void tp_fd_peer_addr(int fd, char *out, size_t outlen);
 

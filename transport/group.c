@@ -501,9 +501,6 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	if (g->world > 1)
 		tp_rdma_group_setup(g, cfg->rdma_devices,
 				    deadline < 0 ? -1 : MAX(deadline, now_ms() + 2000));
-	for (int p = 0; p < g->world; p++)
-		if (g->chan[p])
-			tp_tcp_unpace(g->chan[p]->fd);
 	LOG(LOG_INFO, "group rank %d/%d formed (tag %llx)", g->rank, g->world,
 	    (unsigned long long)g->tag);
 	*out = g;

@@ -103,23 +103,6 @@ void tp_tcp_tune(int fd)
 		(void)fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 }
 
-void tp_tcp_unpace(int fd)
-{
-#ifdef TCP_CONGESTION
-	char cc[16] = "";
-	socklen_t len = sizeof cc - 1;
-	if (getenv("SHOAL_TP_KEEP_CC")) /* for measurements */
-		return;
-	if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) != 0 || strcmp(cc, "bbr"))
-		return;
-	/* the first one this process may use (tcp_allowed_congestion_control) */
-	if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "cubic", 5) != 0)
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4);
-#else
-	(void)fd;
-#endif
-}
-
 int tp_listen(const char *host, int port, int *fd_out, int *bound_port, char *err, size_t errlen)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
