@@ -868,7 +868,9 @@ static int cmp_double(const void *a, const void *b)
  * the group, then ITERS all-reduces of FLOATS floats, each after COMPUTE_US of busy work (a
  * decode step's matmul between two syncs; CHUNKS > 0: streamed, a chunk pushed after each
  * 1/CHUNKS of the work), and prints this rank's time per all-reduce beyond the work (median,
- * p10, p90, mean, in us) and the bytes it sent per call. */
+ * p10, p90, mean, in us) and the bytes it sent per call. PEER_MEMBOUND=1: the work streams
+ * through 16 MB as a matmul does (on a VM shared with the lab's switch that slows the network
+ * path: q8 2048 floats, mean 145-196 us -> 254-292). */
 static int peer_main(int argc, char **argv)
 {
 	char err[256], hosts_s[TP_MAX_WORLD][64];
@@ -909,6 +911,8 @@ static int peer_main(int argc, char **argv)
 	tp_group_set_q8(g, q8);
 	float *b = calloc(n, sizeof *b);
 	double *us = calloc((size_t)iters, sizeof *us);
+	float *mem = getenv("PEER_MEMBOUND") ? calloc(4u << 20, sizeof *mem) : NULL;
+	size_t mpos = 0;
 	int rc = 0;
 	for (int i = 0; i < 50 && !rc; i++)
 		rc = tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
@@ -922,8 +926,9 @@ static int peer_main(int argc, char **argv)
 						 sizeof err);
 		for (int c = 0; c < (chunks ? chunks : 1) && !rc; c++) {
 			end += (int64_t)compute_us * 1000 / (chunks ? chunks : 1);
-			while (now_ns() < end)
-				;
+			while (now_ns() < end) /* memory-bound work, as a decode step's matmul */
+				for (size_t j = 0; mem && j < (1u << 14); j += 16)
+					mem[(mpos = (mpos + 4096) % (16u << 20)) / 4] += 1.0f;
 			for (size_t j = 0; j < n; j++)
 				b[j] = (float)((j + (size_t)i) % 7) - 3.0f;
 			if (chunks)
@@ -949,6 +954,7 @@ static int peer_main(int argc, char **argv)
 	}
 	free(b);
 	free(us);
+	free(mem);
 	tp_group_free(g);
 	return rc ? 1 : 0;
 }

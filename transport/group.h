@@ -33,7 +33,7 @@ enum tp_coll_op {
 /* All-reduce path threshold: direct (one exchange) while (team - 1) x bytes <= this. */
 #define TP_DIRECT_MAX_DEFAULT (32u << 10)
 /* How long an exchange polls without sleeping before it sleeps in poll() (tp_group_set_spin). */
-#define TP_SPIN_US_DEFAULT 250
+#define TP_SPIN_US_DEFAULT 100
 /* Streamed all-reduce: chunks of about one TCP segment (1448 bytes at MTU 1500, less our 38
  * bytes of framing), at most this many. */
 #define TP_STREAM_CHUNK_BYTES 1200

@@ -352,7 +352,7 @@ int tp_group_set_q8(tp_group_t *g, int on);
 int tp_group_set_direct_max(tp_group_t *g, size_t bytes);
 
 /* How long (us) a collective polls its sockets without sleeping before it sleeps in poll()
- * (default 250; 0 = never spin; SHOAL_TP_SPIN_US overrides the default). Spinning saves a
+ * (default 100; 0 = never spin; SHOAL_TP_SPIN_US overrides the default). Spinning saves a
  * wake-up per message when the peer answers within that time (a rank in step on a fast link)
  * and costs CPU time the rank would spend waiting anyway. Per rank; ranks may differ. */
 int tp_group_set_spin(tp_group_t *g, int us);
