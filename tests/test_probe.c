@@ -92,6 +92,35 @@ static void *responder_main(void *p)
 	return NULL;
 }
 
+/* A connected pair with an answering thread on b (fx_up), and its teardown (fx_down). */
+typedef struct fixture {
+	tp_chan_t *a, *b;
+	struct responder r;
+	pthread_t t;
+} fixture_t;
+
+static int fx_up(fixture_t *f, int send_other)
+{
+	memset(f, 0, sizeof *f);
+	if (pair_tcp(&f->a, &f->b)) {
+		tp_chan_free(f->a);
+		tp_chan_free(f->b);
+		return -1;
+	}
+	f->r.ch = f->b;
+	f->r.send_other = send_other;
+	pthread_create(&f->t, NULL, responder_main, &f->r);
+	return 0;
+}
+
+static void fx_down(fixture_t *f)
+{
+	atomic_store(&f->r.stop, 1);
+	pthread_join(f->t, NULL);
+	tp_chan_free(f->a);
+	tp_chan_free(f->b);
+}
+
 static void on_other(void *ctx, uint16_t type, const void *payload, size_t len)
 {
 	int *n = ctx;
@@ -115,21 +144,18 @@ static void check_stats(const tp_link_stats_t *s, int probes, size_t burst)
 
 TEST(probe_against_answering_peer)
 {
-	tp_chan_t *a, *b;
-	if (pair_tcp(&a, &b)) {
+	fixture_t f;
+	if (fx_up(&f, 1)) {
 		CHECK(!"pair");
 		return;
 	}
-	struct responder r = {.ch = b, .send_other = 1};
-	pthread_t t;
-	pthread_create(&t, NULL, responder_main, &r);
 	tp_probe_opts_t o;
 	tp_probe_opts_default(&o);
 	o.sized_bytes = 8192;
 	tp_link_stats_t s;
 	char err[256];
 	int others = 0;
-	CHECK_EQ_INT(tp_link_probe(a, &o, &s, on_other, &others, err, sizeof err), 0);
+	CHECK_EQ_INT(tp_link_probe(f.a, &o, &s, on_other, &others, err, sizeof err), 0);
 	check_stats(&s, 16, o.burst_bytes);
 	CHECK_EQ_INT(s.sized_bytes, 8192);
 	CHECK(s.sized_rtt_us_median > 0);
@@ -143,19 +169,16 @@ TEST(probe_against_answering_peer)
 	/* a second run on the same channel (the responder's burst state starts again) */
 	o.sized_bytes = 0;
 	o.burst_bytes = 300000; /* not a multiple of the frame: the last frame is short */
-	CHECK_EQ_INT(tp_link_probe(a, &o, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(tp_link_probe(f.a, &o, &s, NULL, NULL, err, sizeof err), 0);
 	check_stats(&s, 16, 300000);
 	CHECK_EQ_INT(s.burst_bytes, 300000);
 	/* the channel still carries ordinary messages afterwards */
-	CHECK_EQ_INT(tp_chan_send(a, 0x0301, "x", 1), 0);
+	CHECK_EQ_INT(tp_chan_send(f.a, 0x0301, "x", 1), 0);
 	usleep(100 * 1000);
-	atomic_store(&r.stop, 1);
-	pthread_join(t, NULL);
-	CHECK_EQ_INT(r.bad, 0);
-	CHECK(r.answered >= 16 + 8 + 16 + 2);
-	CHECK_EQ_INT(r.others, 1);
-	tp_chan_free(a);
-	tp_chan_free(b);
+	fx_down(&f);
+	CHECK_EQ_INT(f.r.bad, 0);
+	CHECK(f.r.answered >= 16 + 8 + 16 + 2);
+	CHECK_EQ_INT(f.r.others, 1);
 }
 
 struct prober {
@@ -218,14 +241,12 @@ TEST(both_sides_probe_at_once)
 TEST(event_loop_form)
 {
 	/* the way an agent's poll loop drives it: step when woken, take every message */
-	tp_chan_t *a, *b;
-	if (pair_tcp(&a, &b)) {
+	fixture_t f;
+	if (fx_up(&f, 0)) {
 		CHECK(!"pair");
 		return;
 	}
-	struct responder r = {.ch = b};
-	pthread_t t;
-	pthread_create(&t, NULL, responder_main, &r);
+	tp_chan_t *a = f.a;
 	tp_probe_opts_t o;
 	tp_probe_opts_default(&o);
 	o.probes = 5;
@@ -256,23 +277,17 @@ TEST(event_loop_form)
 	/* a message that is not an answer is not taken */
 	CHECK_EQ_INT(tp_probe_take(p, 0x0300, "x", 1, now_ns()), 0);
 	tp_probe_free(p);
-	atomic_store(&r.stop, 1);
-	pthread_join(t, NULL);
-	tp_chan_free(a);
-	tp_chan_free(b);
+	fx_down(&f);
 }
 
 TEST(burst_time_bound)
 {
 	/* 1 GiB asked for, 30 ms allowed: the burst stops on time, window-limited */
-	tp_chan_t *a, *b;
-	if (pair_tcp(&a, &b)) {
+	fixture_t f;
+	if (fx_up(&f, 0)) {
 		CHECK(!"pair");
 		return;
 	}
-	struct responder r = {.ch = b};
-	pthread_t t;
-	pthread_create(&t, NULL, responder_main, &r);
 	tp_probe_opts_t o;
 	tp_probe_opts_default(&o);
 	o.probes = 3;
@@ -281,19 +296,16 @@ TEST(burst_time_bound)
 	o.burst_ms = 30;
 	tp_link_stats_t s;
 	char err[256];
-	CHECK_EQ_INT(tp_link_probe(a, &o, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(tp_link_probe(f.a, &o, &s, NULL, NULL, err, sizeof err), 0);
 	CHECK(s.burst_bytes < (1u << 30));
 	CHECK(s.tput_mbit > 0);
 	fprintf(stderr, "30 ms burst: %llu bytes in %.1f ms\n", (unsigned long long)s.burst_bytes,
 		s.burst_ms);
 	/* no burst at all */
 	o.burst_bytes = 0;
-	CHECK_EQ_INT(tp_link_probe(a, &o, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(tp_link_probe(f.a, &o, &s, NULL, NULL, err, sizeof err), 0);
 	check_stats(&s, 3, 0);
-	atomic_store(&r.stop, 1);
-	pthread_join(t, NULL);
-	tp_chan_free(a);
-	tp_chan_free(b);
+	fx_down(&f);
 }
 
 TEST(peer_that_never_answers)
