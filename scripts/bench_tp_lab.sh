@@ -5,7 +5,8 @@
 # gap and throughput), decode tok/s, communication per step and its share on each rank, the cost
 # of one all-reduce inside the decode (mean wait per sync: with both ranks in step each sync
 # costs the step about one transfer, and the rank that arrived first waits it), the transport
-# alone (2048-float all-reduces between 300 us of busy work), f32 and the 8-bit wire. Printed,
+# alone (2048-float all-reduces between 300 us of busy work: f32, the 8-bit wire, and that
+# streamed in 2 chunks), f32 and the 8-bit wire. Printed,
 # never asserted. Skips (one line) when not root.
 # The ranks run SCHED_FIFO below the lab's switch (LAB_RT=0: normal scheduling): on a busy
 # shared machine a rank that sleeps in poll() otherwise waits for a time slice, which would be
@@ -59,7 +60,7 @@ decode() {
 		--threads 1 --prompt "Once" --max-tokens "$GEN" --stats --log-level warn "$@" \
 		>/dev/null 2>"$T/r0"
 	unset SHOAL_TP_TRACE
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	lab_wait "$pid"
 	tps=$(sed -n 's/.*generation: \([0-9]*\) tokens in [0-9.]* ms (\([0-9.]*\) tok\/s).*/\2 tok\/s (\1 tokens)/p' "$T/r0")
 	[ -n "$tps" ] || { echo "$label: run failed: $(tail -1 "$T/r0")"; return; }
 	echo "$label: decode $tps"
@@ -84,12 +85,12 @@ fi
 
 coll=$BUILD/tests/test_coll
 if [ -x "$coll" ]; then
-	for q in 0 1; do
+	for w in "0 0" "1 0" "1 2"; do # f32, q8, q8 streamed in 2 chunks
 		pid=$(lab_bg 2 "$T/c1" $RT "$PWD/$coll" peer 1 2 "$(lab_ip 1):7621,$(lab_ip 2):7622" \
-			2048 1000 300 $q)
+			2048 1000 300 $w)
 		lab_run 1 $RT "$PWD/$coll" peer 0 2 "$(lab_ip 1):7621,$(lab_ip 2):7622" 2048 1000 \
-			300 $q 2>/dev/null | sed 's/^rank 0\/2 /transport alone: /'
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+			300 $w 2>/dev/null | sed 's/^rank 0\/2 /transport alone: /'
+		lab_wait "$pid"
 	done
 fi
 echo "  target (issue 26): communication <= 25% of a decode step at 0.19 ms RTT"
