@@ -41,7 +41,10 @@ struct dist {
 	dist_stats_t st;
 	double pass_comm_ms; /* communication of the pass in progress */
 	int n_layers;        /* all-reduces per forward batch: 2 x n_layers (tensor mode) */
+	int dim;             /* row length of the all-reduced x[B][dim] */
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
+	int st_n, st_chunks; /* the streamed all-reduce in progress: floats, chunks */
+	double st_ms;        /* its communication time so far (pushes) */
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
 	size_t red_cap;
@@ -352,6 +355,7 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	*slots = get32(h + 56) ? (int)get32(h + 56) : 1;
 	d->rollback = (int)get32(h + 60);
 	d->n_layers = mt->n_layers;
+	d->dim = mt->dim;
 	/* every rank learns every rank's status and shares */
 	uint32_t sh[DIST_SHARE_WORDS] = {
 	    (uint32_t)-status,        DIST_VERSION,
@@ -475,10 +479,62 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	char why[256];
 	int64_t t0 = now_ns();
 	int per = 2 * d->n_layers, k = d->ar_calls++;
+	/* by rows, so that a row's sum (and its 8-bit blocks) never depend on the batch */
+	size_t rows = d->dim > 0 && n % d->dim == 0 ? (size_t)(n / d->dim) : 1;
 	int rc = per && k % per == per - 1
 		     ? reduce_to_root(d, x, n, why, sizeof why)
-		     : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
+		     : tp_all_reduce_team(d->g, NULL, 0, x, rows, (size_t)n / rows, d->timeout_ms,
+					  why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+/* Streamed all-reduce (model_ar_stream_t): a one-token sum goes out in chunks while the matmul
+ * computes the next ones, when the transport says it pays (tp_all_reduce_stream_chunks). The
+ * pass's last sum (reduce to rank 0) is never streamed. The same bits as hook_allreduce. */
+static int hook_ar_begin(void *ctx, float *x, int n)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int per = 2 * d->n_layers, nc = tp_all_reduce_stream_chunks(d->g, 1, (size_t)n);
+	if (nc <= 0 || (per && d->ar_calls % per == per - 1))
+		return 0;
+	d->ar_calls++;
+	int64_t t0 = now_ns();
+	int rc =
+	    tp_all_reduce_begin(d->g, NULL, 0, x, 1, (size_t)n, nc, d->timeout_ms, why, sizeof why);
+	d->st_ms = (double)(now_ns() - t0) / 1e6;
+	d->st_n = n;
+	d->st_chunks = nc;
+	return rc ? dist_fail(d, rc, "%s", why) : nc;
+}
+
+static void hook_ar_chunk(void *ctx, int c, int *r0, int *r1)
+{
+	dist_t *d = ctx;
+	size_t a, b;
+	tp_all_reduce_chunk((size_t)d->st_n, d->st_chunks, c, &a, &b);
+	*r0 = (int)a;
+	*r1 = (int)b;
+}
+
+static int hook_ar_push(void *ctx, int c)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int64_t t0 = now_ns();
+	int rc = tp_all_reduce_push(d->g, c, why, sizeof why);
+	d->st_ms += (double)(now_ns() - t0) / 1e6;
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+static int hook_ar_end(void *ctx)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int64_t t0 = now_ns();
+	int rc = tp_all_reduce_end(d->g, why, sizeof why);
+	sync_done(d, d->st_ms + (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
@@ -513,8 +569,12 @@ void dist_attach(dist_t *d, model_t *m)
 		return;
 	if (d->pipeline)
 		model_set_pipe(m, hook_pipe, d);
-	else
+	else {
+		static const model_ar_stream_t st = {hook_ar_begin, hook_ar_chunk, hook_ar_push,
+						     hook_ar_end};
 		model_set_allreduce(m, hook_allreduce, d);
+		model_set_allreduce_stream(m, &st);
+	}
 }
 
 /* ---- steps -------------------------------------------------------------------------------- */

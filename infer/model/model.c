@@ -233,6 +233,11 @@ void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 	m->ar_ctx = ctx;
 }
 
+void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s)
+{
+	m->ars = s ? *s : (model_ar_stream_t){0};
+}
+
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx)
 {
 	m->pipe = fn;
@@ -657,6 +662,27 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* out[B][w->rows] = w . x, summed over the ranks by the all-reduce hook (none on one node); one
+ * token's sums are streamed out chunk by chunk as they are computed when the hook asks. */
+static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x, int B)
+{
+	int n = m->ars.begin && B == 1 ? m->ars.begin(m->ar_ctx, out, w->rows) : 0;
+	if (n <= 0) {
+		if (n < 0)
+			return n;
+		matmul(m, w, out, x, B);
+		return m->ar ? m->ar(m->ar_ctx, out, B * w->rows) : 0;
+	}
+	for (int c = 0; c < n; c++) {
+		int r0, r1, rc;
+		m->ars.chunk(m->ar_ctx, c, &r0, &r1);
+		matmul_rows(m, w, out, x, r0, r1);
+		if ((rc = m->ars.push(m->ar_ctx, c)))
+			return rc;
+	}
+	return m->ars.end(m->ar_ctx);
+}
+
 /* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
  * in order, when logits != NULL. */
 static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
@@ -740,9 +766,11 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				m->att[i] *= 1.0f / (1.0f + expf(-m->qgate[i]));
 		}
 		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
-		if (!L->dn)
-			matmul(m, &L->wo, m->xb2, m->att, B);
-		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
+		if (L->dn) /* the Gated DeltaNet block left its output in xb2 */
+			rc = m->ar ? m->ar(m->ar_ctx, m->xb2, B * D) : 0;
+		else
+			rc = matmul_reduce(m, &L->wo, m->xb2, m->att, B);
+		if (rc)
 			return rc;
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
@@ -754,6 +782,8 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				p->rms_eps);
 		if (L->moe) {
 			moe_ffn(m, L->moe, B);
+			if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
+				return rc;
 		} else {
 			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 			float *gu_out[2] = {m->hb, m->hb2};
@@ -762,10 +792,9 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				float g = m->hb[i];
 				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
 			}
-			matmul(m, &L->w_down, m->xb2, m->hb, B);
+			if ((rc = matmul_reduce(m, &L->w_down, m->xb2, m->hb, B)))
+				return rc;
 		}
-		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
-			return rc;
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 	}

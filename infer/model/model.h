@@ -53,6 +53,19 @@ typedef struct model_shard {
 /* Sums x[n] over all ranks in place; returns 0 or a negative SH_E* code. */
 typedef int (*model_allreduce_fn)(void *ctx, float *x, int n);
 
+/* Streamed all-reduce (optional, tensor parallel): so that the sums' transfer overlaps the
+ * matmul that produces them. For a one-token batch, begin(ctx, x, n) returns the number of
+ * chunks to produce x[0..n) in (0: not this time, the all-reduce hook runs as usual; < 0: an
+ * error); the model then, for c = 0.. that number - 1, computes x's rows [r0, r1) (from
+ * chunk(ctx, c, ...): multiples of 16 but at the end) and calls push(ctx, c); then end(ctx)
+ * leaves the sum in x. The sums must be the same bits as the plain hook's. */
+typedef struct model_ar_stream {
+	int (*begin)(void *ctx, float *x, int n);
+	void (*chunk)(void *ctx, int c, int *r0, int *r1);
+	int (*push)(void *ctx, int c);
+	int (*end)(void *ctx);
+} model_ar_stream_t;
+
 /* Pipeline hook. dir 0 (in): a stage that does not start at layer 0 receives the hidden state
  * x[B][dim] before its first layer (instead of the embedding). dir 1 (out): called after the
  * stage's last layer when the shard is a partial range of layers; the stage sends x on, and the
@@ -89,6 +102,9 @@ void model_free(model_t *m); /* NULL-safe */
 
 /* Installs the all-reduce hook (fn NULL = single node). */
 void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx);
+
+/* Installs the streamed all-reduce (s NULL = none; copied; ctx is the all-reduce hook's). */
+void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s);
 
 /* Installs the pipeline hook (fn NULL = no pipeline). */
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);

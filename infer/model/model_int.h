@@ -113,6 +113,7 @@ struct model {
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	model_ar_stream_t ars; /* begin NULL: none */
 	model_pipe_fn pipe;
 	void *pipe_ctx;
 	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
@@ -141,6 +142,9 @@ void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
 /* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B);
+/* One input (B = 1): out[r] for rows r0 <= r < r1 only (r0 a multiple of 16: repacked matrices
+ * keep their tiled kernel), the same bits as matmul's. */
+void matmul_rows(model_t *m, const wmat_t *w, float *out, const float *x, int r0, int r1);
 /* Several matrices (n <= MAX_MULTI) over the same input x[B][cols] (Q, K, V or gate, up): one
  * pool dispatch when their types and widths agree. */
 void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x, int B);
