@@ -382,6 +382,9 @@ static void start_session(agent_t *a, const core_action_t *x)
 		    plan_hash(a->plan), (unsigned long long)plan_epoch(a->plan),
 		    plan_n_ranks(a->plan), plan_strategy_name(plan_strategy(a->plan)), x->rank,
 		    a->cfg.state_dir);
+		web_event(a->web, "replan", "plan %s: %d ranks, %s; this node is rank %d",
+			  plan_hash(a->plan), plan_n_ranks(a->plan),
+			  plan_strategy_name(plan_strategy(a->plan)), x->rank);
 		if (agent_plan_write_files(a->plan, a->cfg.state_dir, 0, err, sizeof err) == 0)
 			a->sess = session_start(a, a->plan, x->rank, err, sizeof err);
 	}
@@ -683,6 +686,8 @@ static void session_poll(agent_t *a)
 		snprintf(e, sizeof e, "%s", session_error(a->sess));
 		session_free(a->sess);
 		a->sess = NULL;
+		if (e[0])
+			web_event(a->web, "error", "session ended: %s", e);
 		/* "STEP: rank N (ADDR) did not answer within MS ms": a rank that stalled while its
 		 * channel stayed up (transport/group.c says it so) */
 		const char *r = strstr(e, "rank ");
