@@ -539,6 +539,14 @@ static json_t *member_obj(agent_t *a, const char *id, const char *name, const ch
 	json_object_set_new(m, "rank", rank >= 0 ? json_integer(rank) : json_null());
 	const plan_rank_t *pr = a->plan && rank >= 0 ? plan_rank(a->plan, rank) : NULL;
 	json_object_set_new(m, "mem_model", json_integer(pr ? (json_int_t)pr->weight_bytes : 0));
+	if (pr) { /* what this rank holds, half-open ranges (the dashboard's topology) */
+		json_t *h = json_pack("{s:[i,i], s:[i,i], s:[i,i], s:[i,i]}", "layers", pr->layer0,
+				      pr->layer1, "heads", pr->q0, pr->q1, "kv_heads", pr->kv0,
+				      pr->kv1, "ffn", pr->ffn0, pr->ffn1);
+		if (h && a->pmodel.n_experts)
+			json_object_set_new(h, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
+		json_object_set_new(m, "holds", h);
+	}
 	json_t *rd = json_array();
 	char tmp[256];
 	snprintf(tmp, sizeof tmp, "%s", rdma ? rdma : "");
@@ -632,6 +640,8 @@ static char *cluster_json(agent_t *a, const char *state)
 					      "hash", plan_hash(a->plan), "epoch",
 					      (json_int_t)plan_epoch(a->plan)));
 		json_t *po = json_object_get(o, "plan");
+		if (po)
+			json_object_set_new(po, "reason", json_string(plan_reason(a->plan)));
 		if (po && json_array_size(experts))
 			json_object_set(po, "experts", experts);
 		json_decref(experts);
