@@ -11,8 +11,9 @@
  * histograms: a sample's are those of the counts added over its last WEB_HISTORY_QWINDOW
  * seconds (the difference of two cumulative snapshots), so the hot path adds nothing.
  *
- * Invariant: every field is read and written under h->mu (the metrics' own fields under
- * m->mu, taken without h->mu held); the rings overwrite only their oldest entry; the sequence
+ * Invariant: every field is read and written under h->mu (the metrics' and the scheduler's
+ * own fields under their mutexes, taken before h->mu and never while it is held: the lock order
+ * is scheduler, then history); the rings overwrite only their oldest entry; the sequence
  * numbers of events and requests only grow, so a reader asks for what followed the last one it
  * saw and never misses one that is still kept.
  */

@@ -255,7 +255,7 @@ static void record_job(web_sched_t *s, const web_job_t *j)
 	snprintf(r.finish, sizeof r.finish, "%s", fin ? fin : "");
 	if (j->err.status)
 		web_reqrec_error(&r, &j->err);
-	if (j->keep_text) {
+	if (web_history_show_text(s->hist)) { /* (a job that never ran has no reply) */
 		const char *p = j->req.prompt;
 		for (int i = j->req.n_msgs - 1; !p && i >= 0; i--) /* chat: the last user turn */
 			if (j->req.msgs[i].role && !strcmp(j->req.msgs[i].role, "user"))
@@ -469,6 +469,7 @@ static void drain_locked(web_sched_t *s, int reason)
 		cancel_err(j, reason);
 		finish_job_locked(j);
 		pthread_mutex_unlock(&j->mu);
+		record_job(s, j);
 		web_job_unref(j);
 		j = next;
 	}
@@ -566,6 +567,7 @@ void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason)
 		finish_job_locked(j);
 		pthread_mutex_unlock(&j->mu);
 		pthread_mutex_unlock(&s->mu);
+		record_job(s, j);
 		web_job_unref(j);
 		return;
 	}

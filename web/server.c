@@ -288,11 +288,11 @@ static json_t *cluster_json(web_t *w)
 	}
 	char addr[300];
 	snprintf(addr, sizeof addr, "%s:%d", w->host, w->port);
-	json_t *member = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[]}", "id", host,
-				   "name", host, "addr", addr, "role", "leader", "rank", 0, "state",
-				   web_state_name(st), "healthy", st == WEB_SERVING, "mem_total",
-				   (json_int_t)mem_total_bytes(), "mem_model", (json_int_t)wbytes,
-				   "rdma");
+	json_t *member = json_pack(
+	    "{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[], s:{s:[i,i]}}", "id", host, "name",
+	    host, "addr", addr, "role", "leader", "rank", 0, "state", web_state_name(st), "healthy",
+	    st == WEB_SERVING, "mem_total", (json_int_t)mem_total_bytes(), "mem_model",
+	    (json_int_t)wbytes, "rdma", "holds", "layers", 0, layers);
 	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}", "state",
 			 web_state_name(st), "leader", host, "self", host, "members", member,
 			 "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0, "model",
@@ -1111,7 +1111,12 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 		goto fail;
 	}
 	web_sched_set_engine(w->sched, eng);
-	if (!(w->hist = web_history_new(&w->metrics, w->sched, o->node_id, o->show_text))) {
+	char self[256] = "self"; /* shoal serve: the host, as its one-node cluster names it */
+	if (!o->node_id || !o->node_id[0])
+		gethostname(self, sizeof self - 1);
+	if (!(w->hist =
+		  web_history_new(&w->metrics, w->sched,
+				  o->node_id && o->node_id[0] ? o->node_id : self, o->show_text))) {
 		rc = SH_ENOMEM;
 		goto fail;
 	}
