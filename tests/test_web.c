@@ -441,7 +441,8 @@ TEST(dashboard_page)
 	CHECK(strstr(web_dashboard_html, "href=\"http") == NULL);
 	CHECK(strstr(web_dashboard_html, "@import") == NULL);
 	CHECK(strstr(web_dashboard_html, "/v1/events") != NULL);
-	CHECK(strstr(web_dashboard_html, "id=\"nodes\"") != NULL);
+	CHECK(strstr(web_dashboard_html, "id=\"topo\"") != NULL);
+	CHECK(strlen(web_dashboard_html) < 100 * 1024); /* issue 32: the page stays under 100 KB */
 }
 
 /* ---- the scheduler with the real engine (stories260K) -------------------------------------- */
