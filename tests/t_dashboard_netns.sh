@@ -37,22 +37,14 @@ if ! ns_setup 4; then
 	done_tests
 	exit 1
 fi
-state() { echo "$(ns_dir "$1")/state"; }
-node_id() { cat "$(state "$1")/node_id" 2>/dev/null; }
-status_json() { ns_exec "$1" "$SHOAL" status --json --state-dir "$(state "$1")" 2>/dev/null; }
-leader_host() {
-	_l=$(status_json "$1" | jq -r .leader 2>/dev/null)
-	for _h in 1 2 3; do [ "$(node_id $_h)" = "$_l" ] && { echo $_h; return 0; }; done
-	return 1
-}
 serving3() {
-	[ "$(status_json 1 | jq '.members | length' 2>/dev/null)" = 3 ] || return 1
-	_lh=$(leader_host 1) || return 1
+	[ "$(ns_status 1 | jq '.members | length' 2>/dev/null)" = 3 ] || return 1
+	_lh=$(ns_leader_host 1 3) || return 1
 	[ "$(ns_exec 4 curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$(ns_ip "$_lh"):8080/health")" = 200 ] &&
-		[ "$(jq '.ranks | length' "$(state "$_lh")/plan.json" 2>/dev/null)" = 3 ]
+		[ "$(jq '.ranks | length' "$(ns_state "$_lh")/plan.json" 2>/dev/null)" = 3 ]
 }
 for h in 1 2 3; do
-	ns_start $h agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(state $h)" \
+	ns_start $h agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(ns_state $h)" \
 		--settle 0.5 --threads 1 --model "$STORIES"
 done
 if ! ns_wait 60 serving3; then
@@ -62,7 +54,7 @@ if ! ns_wait 60 serving3; then
 	exit 1
 fi
 pass
-L=$(leader_host 1)
+L=$(ns_leader_host 1 3)
 F=$((L % 3 + 1))
 
 # the links' RTT (median of 5 pings, ms), as the agent will measure it
@@ -80,7 +72,7 @@ links="$links}"
 echo "  links (ping avg, ms): $links" >&2
 
 out=$(ns_exec 4 env CHROMIUM="$CHROMIUM" HOME="$NS_ROOT" node tests/node/dashboard_cluster.mjs \
-	"http://$(ns_ip "$L"):8080/" "$LOGS" "$links" "$(ns_pid $F agent)" "$(node_id $F)" 2>"$NS_ROOT/dash.err")
+	"http://$(ns_ip "$L"):8080/" "$LOGS" "$links" "$(ns_pid $F agent)" "$(ns_node_id $F)" 2>"$NS_ROOT/dash.err")
 rc=$?
 sed 's/^/  /' "$NS_ROOT/dash.err" >&2
 p=$(echo "$out" | sed -n 's/^\([0-9]*\) passed.*/\1/p')
