@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "web/web.h"
 #include "web/web_int.h"
+#include "web_jobs.h"
 
 static int parse(web_req_t *r, int kind, const char *body, web_err_t *e)
 {
@@ -462,22 +463,6 @@ static web_job_t *long_job(eng_t *e, int max_tokens, int stream)
 		return NULL;
 	}
 	return web_job_new(&r, ids, n, "m", 60000);
-}
-
-static int job_state(web_job_t *j)
-{
-	pthread_mutex_lock(&j->mu);
-	int s = j->state;
-	pthread_mutex_unlock(&j->mu);
-	return s;
-}
-
-static void job_wait(web_job_t *j)
-{
-	pthread_mutex_lock(&j->mu);
-	while (j->state != JOB_DONE)
-		pthread_cond_wait(&j->cv, &j->mu);
-	pthread_mutex_unlock(&j->mu);
 }
 
 TEST(sched_cancel_and_detach)

@@ -17,6 +17,7 @@
 #include "common/common.h"
 #include "web/web.h"
 #include "web/web_int.h"
+#include "web_jobs.h"
 
 static json_t *hist_json(web_history_t *h, int64_t since, uint64_t ev, uint64_t rq)
 {
@@ -252,14 +253,6 @@ static web_job_t *job(eng_t *e, const char *body, int kind, int max_tokens)
 		return NULL;
 	}
 	return web_job_new(&r, ids, n, "m", 60000);
-}
-
-static void job_wait(web_job_t *j)
-{
-	pthread_mutex_lock(&j->mu);
-	while (j->state != JOB_DONE)
-		pthread_cond_wait(&j->cv, &j->mu);
-	pthread_mutex_unlock(&j->mu);
 }
 
 TEST(sched_records)
