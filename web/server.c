@@ -309,6 +309,8 @@ typedef struct events {
 	int64_t last_ms;
 	int n;
 	int interval_ms;         /* between snapshots (?interval_ms=, default 1000) */
+	int64_t due_ms;          /* the next snapshot's time: a fixed cadence, late wake-ups do
+				    not add up */
 	int64_t hist_t;          /* the history sent so far: its last sample's time, */
 	uint64_t ev_seq, rq_seq; /* last event and last request */
 	web_park_t park; /* parked between snapshots; the watch thread resumes it when due */
@@ -374,13 +376,17 @@ static ssize_t events_read(void *cls, uint64_t pos, char *buf, size_t max)
 	if (ev->off >= ev->pend.len) {
 		if (atomic_load(&w->stopping))
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		int64_t due = ev->last_ms + ev->interval_ms; /* one snapshot a second by default */
-		if (ev->n > 0 && now_ms() < due) {
-			atomic_store(&ev->park.wake_at, due);
+		int64_t now = now_ms();
+		if (ev->n > 0 && now < ev->due_ms) {
+			atomic_store(&ev->park.wake_at, ev->due_ms);
 			return web_park_suspend(w->guard, &ev->park)
 				   ? 0
 				   : MHD_CONTENT_READER_END_OF_STREAM;
 		}
+		/* one snapshot a second by default, on a fixed cadence (restarted after a stall) */
+		ev->due_ms = ev->n > 0 && now - ev->due_ms < ev->interval_ms
+				 ? ev->due_ms + ev->interval_ms
+				 : now + ev->interval_ms;
 		events_snapshot(ev);
 		if (ev->pend.len == 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
