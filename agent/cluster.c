@@ -533,10 +533,18 @@ static json_t *member_obj(agent_t *a, const char *id, const char *name, const ch
 {
 	char ap[96];
 	snprintf(ap, sizeof ap, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, http_port);
+	const char *standby = NULL; /* left out of the plan on purpose (the cost model's choice) */
+	for (int i = 0; a->plan && rank < 0 && i < plan_n_standby(a->plan); i++)
+		if (!strcmp(plan_standby(a->plan, i)->node_id, id))
+			standby = plan_standby(a->plan, i)->reason;
+	if (standby && strcmp(role, "leader"))
+		role = "standby";
 	json_t *m =
 	    json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:I}", "id", id, "name", name, "addr", ap, "role",
 		      role, "state", state, "healthy", 1, "mem_total", (json_int_t)mem);
 	json_object_set_new(m, "rank", rank >= 0 ? json_integer(rank) : json_null());
+	if (standby)
+		json_object_set_new(m, "standby_reason", json_string(standby));
 	const plan_rank_t *pr = a->plan && rank >= 0 ? plan_rank(a->plan, rank) : NULL;
 	json_object_set_new(m, "mem_model", json_integer(pr ? (json_int_t)pr->weight_bytes : 0));
 	if (pr) { /* what this rank holds, half-open ranges (the dashboard's topology) */
@@ -642,6 +650,10 @@ static char *cluster_json(agent_t *a, const char *state)
 		json_t *po = json_object_get(o, "plan");
 		if (po)
 			json_object_set_new(po, "reason", json_string(plan_reason(a->plan)));
+		const plan_pred_t *pd = plan_predicted(a->plan); /* from measured links only */
+		if (po && pd && pd->decode_dtok)
+			json_object_set_new(po, "predicted_decode_tok_s",
+					    json_real((double)pd->decode_dtok / 10.0));
 		if (po && json_array_size(experts))
 			json_object_set(po, "experts", experts);
 		json_decref(experts);
