@@ -55,8 +55,12 @@ typedef struct slot {
 	sampler_t *samp;
 	int chunk; /* tokens of this slot in the step being built */
 	/* the sequence (state != SLOT_FREE) */
-	int *prompt; /* [n_prompt] (owned) */
-	int n_prompt;
+	int *prompt;  /* [n_ctx] (owned): the tokens to prefill, [0, n_prompt), then every token
+		       * sampled and handed out: [0, n_toks) is the sequence so far (its resumable
+		       * state with the sampler's, ts and held: eng_seq_snapshot) */
+	int n_prompt; /* tokens to prefill (a resumed sequence: all it had) */
+	int n_toks;
+	int n_req;         /* the request's own prompt tokens, [0, n_req) (usage) */
 	eng_sampling_t sp; /* stop strings borrowed from the caller */
 	int n_top;
 	eng_token_cb cb;
@@ -699,31 +703,29 @@ static void seq_end(eng_t *e, slot_t *sl, int finish)
 	e->n_active--;
 }
 
-int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
-		  eng_token_cb cb, void *ud, eng_result_t *res)
+/* Admits toks[0..n) as a sequence to prefill into the free slot whose cached tokens share the
+ * longest prefix with them (ties: least recently used), with room for n_ctx tokens. Sets *out
+ * and returns the slot number, or a negative code with res set (eng_seq_start's contract). The
+ * caller sets up the sampler. */
+static int seq_admit(eng_t *e, const int *toks, int n, const eng_sampling_t *s, eng_token_cb cb,
+		     void *ud, eng_result_t *res, slot_t **out)
 {
 	memset(res, 0, sizeof *res);
-	res->prompt_tokens = n_prompt;
+	res->prompt_tokens = n;
 	res->finish = ENG_FINISH_ERROR;
-	eng_sampling_t def;
-	if (!s) {
-		eng_sampling_default(&def);
-		s = &def;
-	}
 	int n_ctx = e->info.n_ctx, n_vocab = e->meta.n_vocab;
 	if (e->dist && dist_rank(e->dist) != 0)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
 			       "only rank 0 of a group generates");
-	if (n_prompt <= 0)
+	if (n <= 0)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL, "empty prompt");
-	if (n_prompt >= n_ctx)
+	if (n >= n_ctx)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
-			       "prompt of %d tokens does not fit the context of %d", n_prompt,
-			       n_ctx);
-	for (int i = 0; i < n_prompt; i++)
-		if (prompt[i] < 0 || prompt[i] >= n_vocab)
+			       "prompt of %d tokens does not fit the context of %d", n, n_ctx);
+	for (int i = 0; i < n; i++)
+		if (toks[i] < 0 || toks[i] >= n_vocab)
 			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
-				       prompt[i]);
+				       toks[i]);
 	/* the free slot sharing the longest prefix; ties to the least recently used */
 	slot_t *sl = NULL;
 	int best = -1;
@@ -732,11 +734,11 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		if (c->state != SLOT_FREE)
 			continue;
 		int k = 0;
-		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
+		while (k < c->n_cache && k < n && c->cache[k] == toks[k])
 			k++;
 		/* a fully cached prompt still recomputes its last token for the logits; recurrent
 		 * layers continue only from a state the slot holds (model.h) */
-		k = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		k = model_seq_resume_pos(e->model, i, k == n ? k - 1 : k);
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
 			sl = c;
@@ -746,17 +748,19 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		res->finish = ENG_FINISH_NONE;
 		return SH_EBUSY;
 	}
-	if (!(sl->prompt = malloc((size_t)n_prompt * sizeof *prompt)) ||
+	if (!(sl->prompt = malloc((size_t)n_ctx * sizeof *toks)) ||
 	    tok_stream_init(&sl->ts, e->tok, 0)) {
 		free(sl->prompt);
 		sl->prompt = NULL;
 		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
 	}
-	memcpy(sl->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
-	sl->n_prompt = n_prompt;
+	memcpy(sl->prompt, toks, (size_t)n * sizeof *toks);
+	sl->n_prompt = sl->n_toks = sl->n_req = n;
 	sl->n_cache = best;
-	sl->sp = *s;
-	sl->n_top = MAX(0, MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
+	sl->sp = s ? *s : (eng_sampling_t){0};
+	if (!s)
+		eng_sampling_default(&sl->sp);
+	sl->n_top = MAX(0, MIN(MIN(sl->sp.top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
 	sl->cb = cb;
 	sl->ud = ud;
 	sl->res = res;
@@ -765,16 +769,115 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	sl->t1 = 0;
 	sl->used = ++e->clock; /* admission order: prefills go first come, first served */
 	sl->state = SLOT_PREFILL;
-	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
 	e->n_active++;
 	res->finish = ENG_FINISH_NONE;
+	*out = sl;
 	return (int)(sl - e->slots);
+}
+
+int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		  eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	slot_t *sl;
+	int id = seq_admit(e, prompt, n_prompt, s, cb, ud, res, &sl);
+	if (id >= 0)
+		sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
+	return id;
 }
 
 void eng_seq_cancel(eng_t *e, int id)
 {
 	if (id >= 0 && id < e->n_slots && e->slots[id].state != SLOT_FREE)
 		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
+}
+
+/* ---- resuming a sequence elsewhere ---------------------------------------------------------
+ * A sequence's state is kept current as it runs (the tokens in sl->prompt, the sampler, ts,
+ * held, res): a snapshot is a copy, taken between steps or when a step's pass failed (nothing
+ * of that step was sampled, so the state is the one before it). */
+
+struct eng_seq_state {
+	int *toks; /* [n_toks]: the request's prompt [0, n_req), then the tokens handed out */
+	int n_toks, n_req;
+	sampler_pos_t pos;     /* the sampler's generator */
+	unsigned char pend[4]; /* ts: an unfinished UTF-8 character */
+	int n_pend;
+	char *held; /* [n_held]: text held back (a stop string's possible start) */
+	size_t n_held;
+	int64_t t0, t1; /* admission and end of the first prefill (0 = not yet) */
+	double prompt_ms;
+};
+
+static eng_seq_state_t *seq_snapshot(const slot_t *sl)
+{
+	eng_seq_state_t *st = calloc(1, sizeof *st);
+	if (!st)
+		return NULL;
+	st->toks = malloc((size_t)sl->n_toks * sizeof *st->toks);
+	st->held = malloc(sl->held.len + 1);
+	if (!st->toks || !st->held) {
+		eng_seq_state_free(st);
+		return NULL;
+	}
+	memcpy(st->toks, sl->prompt, (size_t)sl->n_toks * sizeof *st->toks);
+	st->n_toks = sl->n_toks;
+	st->n_req = sl->n_req;
+	sampler_get_pos(sl->samp, &st->pos);
+	memcpy(st->pend, sl->ts.pend, sizeof st->pend);
+	st->n_pend = sl->ts.n_pend;
+	if (sl->held.len)
+		memcpy(st->held, sl->held.buf, sl->held.len);
+	st->n_held = sl->held.len;
+	st->t0 = sl->t0;
+	st->t1 = sl->t1;
+	st->prompt_ms = sl->res->prompt_ms;
+	return st;
+}
+
+eng_seq_state_t *eng_seq_snapshot(const eng_t *e, int id)
+{
+	if (id < 0 || id >= e->n_slots || e->slots[id].state == SLOT_FREE)
+		return NULL;
+	return seq_snapshot(&e->slots[id]);
+}
+
+void eng_seq_state_free(eng_seq_state_t *st)
+{
+	if (!st)
+		return;
+	free(st->toks);
+	free(st->held);
+	free(st);
+}
+
+int eng_seq_state_tokens(const eng_seq_state_t *st, int *n_generated)
+{
+	if (n_generated)
+		*n_generated = st->n_toks - st->n_req;
+	return st->n_toks;
+}
+
+int eng_seq_start_resume(eng_t *e, const eng_seq_state_t *st, const eng_sampling_t *s,
+			 eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	slot_t *sl;
+	int id = seq_admit(e, st->toks, st->n_toks, s, cb, ud, res, &sl);
+	if (id < 0)
+		return id;
+	sl->n_req = st->n_req;
+	res->prompt_tokens = st->n_req;
+	res->completion_tokens = st->n_toks - st->n_req;
+	res->prompt_ms = st->prompt_ms;
+	sl->t0 = st->t0;
+	sl->t1 = st->t1;
+	sampler_resume(sl->samp, &sl->sp, st->toks, st->n_req, st->n_toks, &st->pos);
+	memcpy(sl->ts.pend, st->pend, sizeof st->pend);
+	sl->ts.n_pend = st->n_pend;
+	if (st->n_held && held_add(&sl->held, st->held, st->n_held)) {
+		seq_end(e, sl, ENG_FINISH_ERROR);
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	}
+	return id;
 }
 
 /* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
@@ -806,6 +909,8 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	}
 	sampler_accept(sl->samp, t);
 	res->completion_tokens++;
+	if (sl->n_toks < e->info.n_ctx) /* the sequence's state (eng_seq_snapshot) */
+		sl->prompt[sl->n_toks++] = t;
 	const char *piece = tok_stream_push(&sl->ts, t, &plen);
 	if (held_add(&sl->held, piece, plen)) {
 		sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
@@ -899,6 +1004,7 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 				continue;
 			sh_fail(sl->res->error, sizeof sl->res->error, rc,
 				"forward pass failed: %s", eng_forward_why(e, rc));
+			sl->res->resume = seq_snapshot(sl); /* to go on elsewhere */
 			seq_end(e, sl, ENG_FINISH_ERROR);
 			sl->n_cache = 0;
 			done[(*n_done)++] = (eng_done_t){i, rc};
@@ -918,8 +1024,10 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 			continue;
 		float *lg = e->logits + (size_t)row++ * e->meta.n_vocab;
 		if (sl->state == SLOT_PREFILL) {
-			sl->t1 = now_ns();
-			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+			if (!sl->t1) { /* (a resumed sequence keeps its first prefill's) */
+				sl->t1 = now_ns();
+				sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+			}
 			sl->state = SLOT_DECODE;
 		}
 		if (seq_sample(e, sl, lg)) {
@@ -945,6 +1053,8 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		eng_step(e, e->gen_done, &nd);
 		for (int i = 0; i < nd; i++)
 			if (e->gen_done[i].id == id) {
+				eng_seq_state_free(res->resume); /* (nowhere to go on) */
+				res->resume = NULL;
 				int rc = e->gen_done[i].rc;
 				if (res->finish == ENG_FINISH_ERROR)
 					return rc ? rc : SH_EIO;

@@ -120,6 +120,20 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	}
 }
 
+void sampler_get_pos(const sampler_t *s, sampler_pos_t *pos)
+{
+	pos->rng = s->rng;
+}
+
+void sampler_resume(sampler_t *s, const eng_sampling_t *p, const int *toks, int n_prompt,
+		    int n_toks, const sampler_pos_t *pos)
+{
+	sampler_reset(s, p, toks, n_prompt);
+	for (int i = n_prompt; i < n_toks; i++) /* as the tokens were accepted, in order */
+		sampler_accept(s, toks[i]);
+	s->rng = pos->rng;
+}
+
 static uint64_t rng_next(uint64_t *x) /* splitmix64 */
 {
 	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
