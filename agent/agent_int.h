@@ -2,12 +2,12 @@
  * agent_int.h: the agent's internals shared by its files (core.c, behind core.h: the pure cluster
  * core that decides; agent.c: the loop, members and handshakes; cluster.c: node descriptions,
  * the core's actions, the view, the plan and its distribution, the
- * /v1/cluster document; serve.c: a plan's session (group, engine, worker loop) and the web glue;
+ * /v1/cluster document; session/session.c: a plan's session (group, engine, worker loop) and the web glue;
  * status.c: the status socket and its JSON). Not for other modules.
  *
  * Everything here is owned by the thread that runs agent_run (see agent.h), except the fields
  * marked "pub" (behind pub_mu, read by the web server's threads) and a session's own fields
- * (serve.c says which thread touches what).
+ * (session/session.c says which thread touches what).
  */
 #ifndef SHOAL_AGENT_INT_H
 #define SHOAL_AGENT_INT_H
@@ -67,7 +67,7 @@ typedef struct conn {
 } conn_t;
 
 /* A plan's session on this node: forming the group, loading the engine, serving (rank 0) or
- * running the worker loop (others), on its own thread. serve.c. */
+ * running the worker loop (others), on its own thread. session/session.c. */
 typedef struct session session_t;
 enum session_phase { SESSION_FORMING, SESSION_LOADING, SESSION_READY, SESSION_DONE };
 
@@ -125,7 +125,7 @@ struct agent {
 	char foreign_seen[8][DISC_NAME_MAX]; /* other clusters' services, logged once each */
 	int nforeign;
 	disc_id_t last_leader;
-	/* the model (model.c) */
+	/* the model (modelstore/modelstore.c) */
 	char model_hash[AGENT_HASH_HEX]; /* "" without --model until fetched */
 	uint64_t model_size;
 	char model_path[4200];   /* a fetched model's path (then cfg.model points here) */
@@ -146,10 +146,10 @@ struct agent {
 	char *made_text;
 	session_t *sess;     /* the running session, or NULL */
 	int sess_ready;      /* its READY went to the core */
-	char why[200];       /* the model transfer's news for /health (model.c) */
+	char why[200];       /* the model transfer's news for /health (modelstore/modelstore.c) */
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
-	struct exec *exec; /* --exec: the command's process group (exec.c), or NULL */
+	struct exec *exec; /* --exec: the command's process group (session/exec.c), or NULL */
 	/* the API */
 	web_t *web;
 	char leader_url[128];
@@ -165,7 +165,7 @@ struct agent {
 /* Sends to one member; a failure drops nothing here (heartbeats notice). */
 int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len);
 
-/* ---- model.c ---- */
+/* ---- modelstore/modelstore.c ---- */
 /* Content hash of the model file (BLAKE2b-256, hex; cached in state_dir) and its size. */
 int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
 		     uint64_t *size, char *err, size_t errlen);
@@ -201,7 +201,7 @@ void agent_cluster_tick(agent_t *a, int64_t now);
 /* Stops and frees the session and plans (agent_free). */
 void agent_cluster_free(agent_t *a);
 
-/* ---- serve.c ---- */
+/* ---- session/session.c ---- */
 /* Starts the session for plan p (borrowed for the call) as rank `rank`. NULL on failure. */
 session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_t errlen);
 int session_phase(session_t *s);

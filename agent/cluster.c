@@ -9,13 +9,13 @@
  * out (AGENT_MSG_EXCLUDED), parses and verifies received plans, writes hostfile.json,
  * mlx-hosts.json, rdma-devices.json and plan.json into the state directory when a session starts
  * (the same bytes everywhere: written from the one plan text), starts and stops sessions
- * (serve.c), calls agent_plan_hook, and publishes health and the /v1/cluster document.
+ * (session/session.c), calls agent_plan_hook, and publishes health and the /v1/cluster document.
  *
  * Invariant: a->plan is the plan of the running (or last) session, a->pending the plan the core
  * accepted until its session starts, a->made the planner's last plan; at most one session runs.
  */
 #include "agent/agent_int.h"
-#include "agent/exec.h"
+#include "agent/session/exec.h"
 #include "agent/planio.h"
 #include "common/common.h"
 #include "infer/infer.h"
@@ -700,7 +700,7 @@ static void session_poll(agent_t *a)
 
 void agent_cluster_tick(agent_t *a, int64_t now)
 {
-	if (strcmp(a->core_model, a->model_hash)) { /* a model arrived (model.c) */
+	if (strcmp(a->core_model, a->model_hash)) { /* a model arrived (modelstore/modelstore.c) */
 		snprintf(a->core_model, sizeof a->core_model, "%s", a->model_hash);
 		core_event_t ev = {
 		    .type = CORE_EV_MODEL, .model = a->model_hash, .model_size = a->model_size};
@@ -710,7 +710,7 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 	core_event_t ev = {.type = CORE_EV_TICK};
 	agent_core_feed(a, &ev);
 	set_leader_url(a);
-	if (a->cfg.exec_cmd) { /* --exec (exec.c): the command runs while this node serves a plan */
+	if (a->cfg.exec_cmd) { /* --exec (session/exec.c): the command runs while this node serves a plan */
 		exec_cfg_t ec = {a->cfg.exec_cmd, a->cfg.exec_port, a->cfg.state_dir};
 		int live = a->plan && core_state(a->core) == AGENT_SERVING;
 		exec_sync(&a->exec, &ec, live ? a->plan : NULL,

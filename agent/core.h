@@ -4,7 +4,7 @@
  * and what /health, `shoal status` and shoal_rank_up report. It does no I/O, reads no clock and
  * allocates nothing after core_new: events and the time come in through core_step, actions go
  * out through a queue the shell drains (core_next_action), in the shape of discovery/election.c.
- * The shell (agent.c, cluster.c, serve.c) owns sockets, plan_t objects, files and threads; it
+ * The shell (agent.c, cluster.c, session/session.c) owns sockets, plan_t objects, files and threads; it
  * feeds events and carries out the actions. tests/test_core.c steps a whole simulated cluster.
  *
  * Threads: a core belongs to the thread that runs agent_run; nothing here is thread-safe.

@@ -93,4 +93,27 @@ uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n);
 #define SH_SPLIT_MAX 256
 void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w);
 
+/* Little-endian fields of wire formats and files (any alignment). */
+static inline void sh_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void sh_put_le64(uint8_t *p, uint64_t v)
+{
+	sh_put_le32(p, (uint32_t)v);
+	sh_put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t sh_get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t sh_get_le64(const uint8_t *p)
+{
+	return sh_get_le32(p) | (uint64_t)sh_get_le32(p + 4) << 32;
+}
+
 #endif

@@ -12,7 +12,7 @@
  */
 #include "planner/plan_int.h"
 
-#include "agent/exec.h"
+#include "agent/session/exec.h"
 #include "common/common.h"
 #include "harness.h"
 

@@ -8,7 +8,7 @@
  * Shares: a --plan's ranges for this rank; else split by --shares weights (even by default) as
  * the planner splits (infer/tp.c dist_split).
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/infer.h"
 #include "planner/planner.h"

@@ -7,7 +7,7 @@
  * against: every weight byte is read once per token). `--bound` measures that bandwidth between
  * the decode steps of the run itself: on a shared host it moves by 2x within minutes, so only a
  * figure from the same seconds says how close decode came to it. */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"

@@ -2,7 +2,7 @@
  * Streams text to stdout as it is produced; --ids prints only the generated ids, --top-logprobs
  * one JSON line per step; --stats adds speed figures on stderr. Errors are one line on stderr and
  * exit code 1 (2 for usage errors). */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/infer.h"
 

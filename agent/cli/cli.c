@@ -1,5 +1,5 @@
-/* cli.c: helpers shared by the subcommands (common flags, model shapes for the planner). */
-#include "agent/cli.h"
+/* cli.c: helpers shared by the subcommands (common flags, one strict number parser). */
+#include "agent/cli/cli.h"
 #include "common/common.h"
 
 #include <errno.h>

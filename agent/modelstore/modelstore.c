@@ -1,5 +1,5 @@
 /*
- * model.c: the agent's model availability, on top of modelsync.h. A node started with --model
+ * modelstore.c: the agent's model availability, on top of modelsync.h. A node started with --model
  * hashes its file once (cached by modelsync in the state directory) and announces the hash in its
  * NODE message; it also listens on a second port (any free one, announced as "sync_port") where
  * any member may fetch the file: each accepted connection runs the handshake and modelsync_serve
@@ -22,7 +22,7 @@
  * what they need at their start.
  */
 #include "agent/agent_int.h"
-#include "agent/modelsync.h"
+#include "agent/modelstore/modelsync.h"
 #include "common/common.h"
 #include "infer/infer.h"
 

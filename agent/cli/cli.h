@@ -1,5 +1,5 @@
 /*
- * cli.h: the subcommands of the shoal binary. Each lives in agent/cmd_NAME.c, takes the
+ * cli.h: the subcommands of the shoal binary. Each lives in agent/cli/cmd_NAME.c, takes the
  * arguments after its name (argv[0] is the subcommand name, as for getopt) and returns the
  * process exit code: 0 success, 1 failure, 2 usage error.
  */

@@ -4,8 +4,8 @@
  * its copies of the token, and runs the agent until SIGINT/SIGTERM.
  */
 #include "agent/agent.h"
-#include "agent/cli.h"
-#include "agent/exec.h"
+#include "agent/cli/cli.h"
+#include "agent/session/exec.h"
 #include "common/common.h"
 #include "infer/infer.h"
 

@@ -1,6 +1,6 @@
 /* cmd_mkmodel.c: `shoal mkmodel`: writes a GGUF with seeded random weights and a small byte-level
  * tokenizer (infer/mkmodel.c). Same options and seed give the same file. */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
 #include "infer/quant/quant.h"

@@ -3,7 +3,7 @@
  * reads the one JSON object it writes, and prints it (--json) or the member table.
  */
 #include "agent/agent.h"
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 
 #include <errno.h>

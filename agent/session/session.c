@@ -1,5 +1,5 @@
 /*
- * serve.c: a plan's session on this node, and the glue to the web server.
+ * session.c: a plan's session on this node, and the glue to the web server.
  *
  * A session runs on its own thread: it forms the tensor-parallel group of the plan (rank order,
  * ring addresses and ports from the plan; one rank alone needs no group), opens the engine with

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/infer.h"
 #include "web/web.h"

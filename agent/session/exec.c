@@ -16,7 +16,7 @@
  * its leader is reaped, so no process of it outlives the agent's knowledge of it; on Linux the
  * child also dies with the agent (PR_SET_PDEATHSIG), even on kill -9.
  */
-#include "agent/exec.h"
+#include "agent/session/exec.h"
 
 #include "common/common.h"
 
