@@ -689,7 +689,7 @@ static void heartbeat_and_reap(agent_t *a, int64_t now)
 /* The largest election epoch seen before (STATE_DIR/term), 0 when none. */
 static uint64_t term_load(const char *state_dir)
 {
-	char path[4200], *text = NULL, err[128];
+	char path[SH_SUBPATH_MAX], *text = NULL, err[128];
 	size_t len;
 	snprintf(path, sizeof path, "%s/term", state_dir);
 	if (read_file_all(path, &text, &len, err, sizeof err))
@@ -706,7 +706,7 @@ static void term_save(agent_t *a)
 	uint64_t t = elec_max_epoch(a->elec);
 	if (t <= a->term_saved)
 		return;
-	char path[4200], text[32], err[256];
+	char path[SH_SUBPATH_MAX], text[32], err[256];
 	snprintf(path, sizeof path, "%s/term", a->cfg.state_dir);
 	int n = snprintf(text, sizeof text, "%llu\n", (unsigned long long)t);
 	if (write_file_atomic(path, text, (size_t)n, err, sizeof err))

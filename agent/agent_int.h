@@ -2,8 +2,8 @@
  * agent_int.h: the agent's internals shared by its files (core.c, behind core.h: the pure cluster
  * core that decides; agent.c: the loop, members and handshakes; cluster.c: node descriptions,
  * the core's actions, the view, the plan and its distribution, the
- * /v1/cluster document; session/session.c: a plan's session (group, engine, worker loop) and the web glue;
- * status.c: the status socket and its JSON). Not for other modules.
+ * /v1/cluster document; session/session.c: a plan's session (group, engine, worker loop) and the
+ * web glue; status.c: the status socket and its JSON). Not for other modules.
  *
  * Everything here is owned by the thread that runs agent_run (see agent.h), except the fields
  * marked "pub" (behind pub_mu, read by the web server's threads) and a session's own fields
@@ -14,6 +14,7 @@
 
 #include "agent/agent.h"
 #include "agent/core.h"
+#include "common/common.h"
 
 #include "planner/planner.h"
 #include "web/web.h"
@@ -103,7 +104,7 @@ struct agent {
 	disc_mdns_t *mdns;
 	disc_table_t *table;
 	int listen_fd, status_fd;
-	char status_path[4096];
+	char status_path[SH_SUBPATH_MAX];
 	int result_pipe[2], stop_pipe[2];
 	atomic_int dials_running;
 	conn_t conns[MAX_CONNS];
@@ -128,10 +129,10 @@ struct agent {
 	/* the model (modelstore/modelstore.c) */
 	char model_hash[AGENT_HASH_HEX]; /* "" without --model until fetched */
 	uint64_t model_size;
-	char model_path[4200];   /* a fetched model's path (then cfg.model points here) */
-	int sync_fd, sync_port;  /* model transfer listener */
-	atomic_int sync_running; /* serving threads */
-	struct fetch *fetch;     /* the running fetch, or NULL */
+	char model_path[SH_SUBPATH_MAX]; /* a fetched model's path (then cfg.model points here) */
+	int sync_fd, sync_port;          /* model transfer listener */
+	atomic_int sync_running;         /* serving threads */
+	struct fetch *fetch;             /* the running fetch, or NULL */
 	int64_t fetch_retry_ms;
 	atomic_int fetch_permille;
 	struct verify *verify;  /* the running periodic re-hash, or NULL */
@@ -150,6 +151,7 @@ struct agent {
 	plan_model_t pmodel; /* the model's shapes for the planner (loaded once) */
 	int have_pmodel;
 	struct exec *exec; /* --exec: the command's process group (session/exec.c), or NULL */
+	int in_force;      /* a->plan is in force here (agent_plan_hook) */
 	/* the API */
 	web_t *web;
 	char leader_url[128];
@@ -166,9 +168,6 @@ struct agent {
 int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len);
 
 /* ---- modelstore/modelstore.c ---- */
-/* Content hash of the model file (BLAKE2b-256, hex; cached in state_dir) and its size. */
-int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
-		     uint64_t *size, char *err, size_t errlen);
 /* Hashes --model (if any) and opens the transfer listener. */
 int agent_model_init(agent_t *a, char *err, size_t errlen);
 void agent_sync_accept(agent_t *a); /* the transfer listener is readable */
@@ -192,9 +191,11 @@ int agent_cluster_msg(agent_t *a, conn_t *c, uint16_t type, const uint8_t *p, si
 void agent_core_feed(agent_t *a, const core_event_t *ev);
 /* Feeds the election's leader and epoch to the core when they moved. */
 void agent_core_leader(agent_t *a);
-/* The one place for what runs beside the engine (e.g. --exec): plan `hash` (a->plan) serves on
- * this node from now on (in_force = 1: its session is ready, the plan files are in the state
- * directory), or no longer (0: its session is ending or ended). Agent thread; must not block. */
+/* What runs beside the engine follows this: plan `hash` (a->plan) serves on this node from now
+ * on (in_force = 1: its session is ready, the plan files are in the state directory), or no
+ * longer (0: its session is ending or ended). It sets a->in_force, which --exec follows (CMD
+ * starts, restarts and stops from agent_cluster_tick, which also reaps it). Agent thread; must
+ * not block. */
 void agent_plan_hook(agent_t *a, const char *hash, int in_force);
 /* Once per loop turn: the core's tick, sessions, the published health and cluster. */
 void agent_cluster_tick(agent_t *a, int64_t now);

@@ -15,8 +15,8 @@
  * accepted until its session starts, a->made the planner's last plan; at most one session runs.
  */
 #include "agent/agent_int.h"
-#include "agent/session/exec.h"
 #include "agent/planio.h"
+#include "agent/session/exec.h"
 #include "common/common.h"
 #include "infer/infer.h"
 
@@ -395,7 +395,7 @@ static void start_session(agent_t *a, const core_action_t *x)
 void agent_plan_hook(agent_t *a, const char *hash, int in_force)
 {
 	LOG(LOG_INFO, "plan %s: %s", hash, in_force ? "in force" : "no longer in force");
-	(void)a;
+	a->in_force = in_force && a->plan && !strcmp(plan_hash(a->plan), hash);
 }
 
 void agent_core_feed(agent_t *a, const core_event_t *ev)
@@ -710,9 +710,9 @@ void agent_cluster_tick(agent_t *a, int64_t now)
 	core_event_t ev = {.type = CORE_EV_TICK};
 	agent_core_feed(a, &ev);
 	set_leader_url(a);
-	if (a->cfg.exec_cmd) { /* --exec (session/exec.c): the command runs while this node serves a plan */
+	if (a->cfg.exec_cmd) { /* --exec (session/exec.c): CMD runs while the plan is in force */
 		exec_cfg_t ec = {a->cfg.exec_cmd, a->cfg.exec_port, a->cfg.state_dir};
-		int live = a->plan && core_state(a->core) == AGENT_SERVING;
+		int live = a->in_force && a->plan;
 		exec_sync(&a->exec, &ec, live ? a->plan : NULL,
 			  live ? plan_rank_of(a->plan, a->self_hex) : -1, now);
 	}

@@ -825,11 +825,6 @@ const core_plan_t *core_pending(const core_t *c)
 	return c->have_pending ? &c->pending : NULL;
 }
 
-int core_served_once(const core_t *c)
-{
-	return c->served_once;
-}
-
 core_health_t core_health(const core_t *c, char *reason, size_t len)
 {
 	core_health_t later = c->served_once ? CORE_HEALTH_REPLANNING : CORE_HEALTH_FORMING;

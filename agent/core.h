@@ -4,8 +4,9 @@
  * and what /health, `shoal status` and shoal_rank_up report. It does no I/O, reads no clock and
  * allocates nothing after core_new: events and the time come in through core_step, actions go
  * out through a queue the shell drains (core_next_action), in the shape of discovery/election.c.
- * The shell (agent.c, cluster.c, session/session.c) owns sockets, plan_t objects, files and threads; it
- * feeds events and carries out the actions. tests/test_core.c steps a whole simulated cluster.
+ * The shell (agent.c, cluster.c, session/session.c) owns sockets, plan_t objects, files and
+ * threads; it feeds events and carries out the actions. tests/test_core.c steps a whole simulated
+ * cluster.
  *
  * Threads: a core belongs to the thread that runs agent_run; nothing here is thread-safe.
  * Ownership: core_new returns a core the caller frees with core_free (NULL-safe). Pointers in an
@@ -148,7 +149,6 @@ const char *core_member_excluded(const core_t *c, const disc_id_t *id);
 core_ack_t core_member_ack(const core_t *c, const disc_id_t *id);
 /* The majority model's hash ("" when no member has one yet). */
 const char *core_majority_model(const core_t *c);
-int core_served_once(const core_t *c);
 
 /* The transition table as Graphviz dot (docs/agent.md). */
 void core_table_dot(FILE *f);

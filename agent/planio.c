@@ -91,7 +91,7 @@ int agent_plan_write_files(const plan_t *p, const char *dir, int mlx_list, char 
 						plan_rdma_json, plan_to_json};
 	int rc = mkdir_p(dir, err, errlen);
 	for (size_t i = 0; !rc && i < ARRAY_LEN(names); i++) {
-		char path[4200];
+		char path[SH_SUBPATH_MAX];
 		if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path)
 			return sh_fail(err, errlen, SH_EINVAL, "output path too long");
 		char *text = fns[i](p);

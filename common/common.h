@@ -72,6 +72,12 @@ int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 int64_t now_ms(void);
 int64_t now_ns(void);
 
+/* Path buffers: a path the user or the system gives (a state directory, a model file), and a
+ * file shoal names inside such a directory (DIR/NAME, DIR/models/HEX.slice.cols.map, a
+ * temporary name beside a file: room for the longest suffix shoal adds). */
+#define SH_PATH_MAX    4096
+#define SH_SUBPATH_MAX (SH_PATH_MAX + 128)
+
 /* Writes len bytes to path atomically: a temp file beside it, fsync, rename. */
 int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen);
 
@@ -93,7 +99,38 @@ uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n);
 #define SH_SPLIT_MAX 256
 void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w);
 
+/* The index of the largest of x[0..n) (the first on ties; 0 when n < 1): greedy decoding. */
+static inline int sh_argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* splitmix64: the next 64 random bits of the sequence *state walks (state advances). The
+ * seeded generator of sampling and of generated models: same seed, same bits everywhere. */
+static inline uint64_t sh_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 /* Little-endian fields of wire formats and files (any alignment). */
+static inline void sh_put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline uint16_t sh_get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
 static inline void sh_put_le32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)

@@ -57,7 +57,7 @@ int64_t now_ms(void)
 
 int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen)
 {
-	char tmp[4096];
+	char tmp[SH_SUBPATH_MAX];
 	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
 		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -129,7 +129,7 @@ int read_file_all(const char *path, char **out, size_t *outlen, char *errbuf, si
 
 int mkdir_p(const char *path, char *errbuf, size_t errlen)
 {
-	char tmp[4096];
+	char tmp[SH_PATH_MAX];
 	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
 		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
 	for (char *p = tmp + 1;; p++) {

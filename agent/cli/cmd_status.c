@@ -71,7 +71,7 @@ int cmd_status(int argc, char **argv)
 					     {"state-dir", required_argument, 0, 'd'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
-	char state_dir[4096] = "", path[4096];
+	char state_dir[SH_PATH_MAX] = "", path[SH_SUBPATH_MAX];
 	int c, as_json = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

@@ -42,7 +42,7 @@
 
 struct verify {
 	pthread_t th;
-	char path[4200], state_dir[4096];
+	char path[SH_SUBPATH_MAX], state_dir[SH_PATH_MAX];
 	int slice;                   /* a slice: re-hash its batches (modelsync_slice_verify) */
 	uint8_t hash[MS_HASH_BYTES]; /* the slice's model */
 	uint64_t dropped;            /* slice bytes that no longer match */
@@ -60,31 +60,16 @@ struct fetch {
 	uint8_t want[MS_HASH_BYTES];
 	atomic_int done;
 	int rc;
-	char path[4200];
+	char path[SH_SUBPATH_MAX];
 	char err[256];
 };
 
 typedef struct sync_srv {
 	agent_t *a;
 	int fd;
-	char path[4096];
+	char path[SH_SUBPATH_MAX];
 	uint8_t hash[MS_HASH_BYTES];
 } sync_srv_t;
-
-int agent_model_hash(const char *path, const char *state_dir, char hex[AGENT_HASH_HEX],
-		     uint64_t *size, char *err, size_t errlen)
-{
-	uint8_t h[MS_HASH_BYTES];
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return sh_fail(err, errlen, SH_ENOENT, "%s: %s", path, strerror(errno));
-	int rc = modelsync_hash_file(path, state_dir, h, err, errlen);
-	if (rc)
-		return rc;
-	modelsync_hex(hex, h);
-	*size = (uint64_t)st.st_size;
-	return 0;
-}
 
 /* ---- serving the file ----------------------------------------------------------------------- */
 
@@ -368,7 +353,7 @@ int agent_model_ensure_share(agent_t *a, const eng_dist_t *dist, int rank, const
 	free(er);
 	if (!r)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-	char path[4200];
+	char path[SH_SUBPATH_MAX];
 	/* what the slice already holds needs no peer */
 	int64_t t0 = now_ms();
 	rc = modelsync_fetch_slice(NULL, want, a->cfg.state_dir, r, n, path, sizeof path, NULL,

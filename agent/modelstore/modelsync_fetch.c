@@ -83,7 +83,8 @@ int modelsync_fetch(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const char 
 {
 	if (sodium_init() < 0)
 		return sh_fail(err, errlen, SH_EIO, "libsodium failed to initialize");
-	char final_path[PATH_MAX], part[PATH_MAX + 8], dir[PATH_MAX], hex[MS_HASH_HEX];
+	char final_path[SH_PATH_MAX], part[SH_SUBPATH_MAX], dir[SH_SUBPATH_MAX],
+	    hex[MS_HASH_HEX];
 	const char *peer = tp_chan_peer_addr(c);
 	modelsync_hex(hex, want);
 	if (modelsync_model_path(state_dir, want, final_path, sizeof final_path))

@@ -55,7 +55,7 @@ static int cache_path(const char *state_dir, char *out, size_t len)
 static int cache_lookup(const char *state_dir, const char *abs, uint64_t size, int64_t mtime,
 			uint8_t out[MS_HASH_BYTES])
 {
-	char cp[PATH_MAX + 32], *buf = NULL;
+	char cp[SH_SUBPATH_MAX], *buf = NULL;
 	size_t blen;
 	if (cache_path(state_dir, cp, sizeof cp) || read_file_all(cp, &buf, &blen, NULL, 0))
 		return 0;
@@ -83,7 +83,7 @@ static int cache_lookup(const char *state_dir, const char *abs, uint64_t size, i
 void ms_cache_store(const char *state_dir, const char *abs, uint64_t size, int64_t mtime,
 		    const uint8_t hash[MS_HASH_BYTES])
 {
-	char cp[PATH_MAX + 32], *old = NULL;
+	char cp[SH_SUBPATH_MAX], *old = NULL;
 	size_t olen = 0;
 	if (cache_path(state_dir, cp, sizeof cp) || mkdir_p(state_dir, NULL, 0))
 		return;
@@ -228,7 +228,7 @@ int modelsync_model_path(const char *state_dir, const uint8_t hash[MS_HASH_BYTES
 int modelsync_cached(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], char *path_out,
 		     size_t path_len)
 {
-	char p[PATH_MAX], err[256];
+	char p[SH_SUBPATH_MAX], err[256];
 	uint8_t got[MS_HASH_BYTES];
 	if (modelsync_model_path(state_dir, hash, p, sizeof p) || access(p, F_OK) != 0)
 		return 0;

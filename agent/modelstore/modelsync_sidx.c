@@ -172,7 +172,7 @@ static void sidx_write_batch(FILE *f, const ms_sbatch_t *b)
 /* Rewrites the index (and the sidecar's map the engine reads) from x, atomically. */
 int ms_sidx_store(const char *slice_path, const ms_sidx_t *x, char *err, size_t errlen)
 {
-	char *a = NULL, *m = NULL, p[PATH_MAX + 16];
+	char *a = NULL, *m = NULL, p[SH_SUBPATH_MAX];
 	size_t al = 0, ml = 0;
 	FILE *fa = open_memstream(&a, &al), *fm = open_memstream(&m, &ml);
 	int rc = fa && fm ? 0 : SH_ENOMEM;

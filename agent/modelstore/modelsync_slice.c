@@ -187,7 +187,7 @@ static int sfetch_files(sfetch_t *s, const char *path, int want_side)
 	    ((uint64_t)sb.st_size != s->total && ftruncate(s->fd, (off_t)s->total) != 0))
 		return sh_fail(s->err, s->errlen, SH_EIO, "%s: %s", path, strerror(errno));
 	if (want_side && s->side_fd < 0) {
-		char sp[PATH_MAX + 8];
+		char sp[SH_SUBPATH_MAX];
 		snprintf(sp, sizeof sp, "%s.cols", path);
 		s->side_fd = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (s->side_fd < 0 || fstat(s->side_fd, &sb) != 0)
@@ -203,7 +203,7 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 {
 	if (sodium_init() < 0)
 		return sh_fail(err, errlen, SH_EIO, "libsodium failed to initialize");
-	char path[PATH_MAX], idxp[PATH_MAX + 8], dir[PATH_MAX];
+	char path[SH_PATH_MAX], idxp[SH_SUBPATH_MAX], dir[SH_SUBPATH_MAX];
 	if (modelsync_slice_path(state_dir, want, path, sizeof path))
 		return sh_fail(err, errlen, SH_EINVAL, "state directory path too long");
 	snprintf(idxp, sizeof idxp, "%s.idx", path);
@@ -224,7 +224,7 @@ int modelsync_fetch_slice(tp_chan_t *c, const uint8_t want[MS_HASH_BYTES], const
 	ms_range_t *held = NULL, *need = NULL, *miss = NULL;
 	int nh = 0, nm = 0, grew = 0;
 	if (ms_sidx_load(idxp, &x) != 0) { /* none, or unreadable: start afresh */
-		char sp[PATH_MAX + 8];
+		char sp[SH_SUBPATH_MAX];
 		unlink(path);
 		snprintf(sp, sizeof sp, "%s.cols", path);
 		unlink(sp);
@@ -330,7 +330,7 @@ out:
 int modelsync_slice_verify(const char *state_dir, const uint8_t hash[MS_HASH_BYTES], uint64_t *held,
 			   uint64_t *dropped, char *err, size_t errlen)
 {
-	char path[PATH_MAX], idxp[PATH_MAX + 8], sp[PATH_MAX + 8];
+	char path[SH_PATH_MAX], idxp[SH_SUBPATH_MAX], sp[SH_SUBPATH_MAX];
 	*held = 0;
 	if (dropped)
 		*dropped = 0;

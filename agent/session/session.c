@@ -41,7 +41,7 @@ struct session {
 	int ports[TP_MAX_WORLD];
 	uint8_t peer_ids[TP_MAX_WORLD][TP_NODE_ID_BYTES];
 	eng_dist_t dist;
-	char rdma_path[4200];
+	char rdma_path[SH_SUBPATH_MAX];
 	char hash[20];
 	int slice;                      /* this node holds a slice: fetch the share's bytes first */
 	char slice_host[DISC_ADDR_MAX]; /* from this holder of the whole file */
