@@ -190,16 +190,9 @@ static void check_one_node(const char *path, const char *what)
 	eng_free(e);
 }
 
-static const char *stories(void)
-{
-	static char p[512];
-	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
-	return access(p, R_OK) ? NULL : p;
-}
-
 TEST(same_as_alone_one_node)
 {
-	const char *s = stories();
+	const char *s = harness_stories();
 	if (s)
 		check_one_node(s, "stories260K");
 	check_one_node(F32, "llama f32");
@@ -286,55 +279,35 @@ TEST(prefill_chunks_interleave)
 /* ---- several ranks ------------------------------------------------------------------------ */
 
 typedef struct rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	int pipeline;
-	const char *path;
-	int vanish; /* rank 1 leaves after opening: rank 0's step must fail, not hang */
-	int alone;  /* rank 0 runs the requests one after another (eng_generate), not batched */
+	loop_eng_t e; /* first: the harness's record (loop_group.h) */
+	int alone;    /* rank 0 runs the requests one after another (eng_generate), not batched */
 	req_t rq[N_REQ];
-	int rc;
-	char err[320];
 } rank_t;
 
-static void *rank_main(void *arg)
+static int lead(loop_eng_t *r, eng_t *e)
 {
-	rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
-	if ((c->rc = loop_join(&g, &c->l, 16, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 3000};
-	/* workers ask for 1 slot: rank 0's count must win */
-	if (!(e = open_eng(c->path, c->l.rank ? 1 : SLOTS, &d, c->err))) {
-		c->rc = -1;
-		goto out;
-	}
-	if (eng_info(e)->n_slots != SLOTS) {
-		snprintf(c->err, sizeof c->err, "%d slots", eng_info(e)->n_slots);
-		c->rc = -1;
-	} else if (c->l.rank == 0) {
-		make_prompts(c->rq, eng_info(e)->n_vocab);
-		c->rc = c->alone ? run_each(e, c->rq) : run_batched(e, c->rq);
-	} else if (c->vanish) {
-		tp_group_abort(g);
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e);
-	tp_group_free(g);
-	return NULL;
+	rank_t *c = (rank_t *)r;
+	make_prompts(c->rq, eng_info(e)->n_vocab);
+	return c->alone ? run_each(e, c->rq) : run_batched(e, c->rq);
 }
 
 static void run_ranks(rank_t *ctx, int world, int pipeline, const char *path, int vanish, int alone)
 {
 	memset(ctx, 0, sizeof *ctx * (size_t)world);
-	for (int r = 0; r < world; r++) {
-		rank_t *c = &ctx[r];
-		c->pipeline = pipeline, c->path = path, c->vanish = vanish && r == 1;
-		c->alone = alone;
-	}
-	loop_run(ctx, sizeof *ctx, world, rank_main);
+	for (int r = 0; r < world; r++)
+		ctx[r] = (rank_t){.e = {.keys = &KEYS,
+					.tag = 16,
+					.path = path,
+					.pipeline = pipeline,
+					.threads = 2,
+					.ctx = CTX,
+					.step_timeout_ms = 3000,
+					.slots = SLOTS,
+					.want_slots = SLOTS,
+					.vanish = vanish,
+					.lead = lead},
+				  .alone = alone};
+	loop_run(ctx, sizeof *ctx, world, loop_eng_main);
 }
 
 static void check_ranks(const char *path, int world, int pipeline, const char *what)
@@ -352,9 +325,9 @@ static void check_ranks(const char *path, int world, int pipeline, const char *w
 	CHECK_EQ_INT(run_alone(path, want), 0);
 	run_ranks(ctx, world, pipeline, path, 0, 0);
 	for (int r = 0; r < world; r++) {
-		if (ctx[r].rc)
-			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
-		CHECK_EQ_INT(ctx[r].rc, 0);
+		if (ctx[r].e.rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].e.err);
+		CHECK_EQ_INT(ctx[r].e.rc, 0);
 	}
 	compare(want, ctx[0].rq, what);
 }
@@ -363,7 +336,7 @@ TEST(same_as_alone_ranks)
 {
 	check_ranks(Q8, 2, 0, "q8_0 2 tensor ranks");
 	check_ranks(F32, 3, 1, "f32 3 pipeline ranks");
-	const char *s = stories();
+	const char *s = harness_stories();
 	if (s)
 		check_ranks(s, 3, 0, "stories260K 3 tensor ranks");
 }
@@ -443,7 +416,7 @@ TEST(lost_rank_fails_every_sequence)
 {
 	static rank_t ctx[2];
 	run_ranks(ctx, 2, 0, Q8, 1, 0);
-	CHECK(ctx[0].rc != 0); /* the step failed: every running sequence ended with an error */
+	CHECK(ctx[0].e.rc != 0); /* the step failed: every running sequence ended with an error */
 	int errors = 0;
 	for (int i = 0; i < N_REQ; i++)
 		errors += ctx[0].rq[i].res.finish == ENG_FINISH_ERROR;
@@ -462,10 +435,10 @@ static int big_model(const char *path)
 	run_ranks(alone, 2, 0, path, 0, 1);
 	run_ranks(batched, 2, 0, path, 0, 0);
 	for (int r = 0; r < 2; r++) {
-		if (alone[r].rc || batched[r].rc)
-			printf("  rank %d: %s %s\n", r, alone[r].err, batched[r].err);
-		CHECK_EQ_INT(alone[r].rc, 0);
-		CHECK_EQ_INT(batched[r].rc, 0);
+		if (alone[r].e.rc || batched[r].e.rc)
+			printf("  rank %d: %s %s\n", r, alone[r].e.err, batched[r].e.err);
+		CHECK_EQ_INT(alone[r].e.rc, 0);
+		CHECK_EQ_INT(batched[r].e.rc, 0);
 	}
 	compare(alone[0].rq, batched[0].rq, "2 tensor ranks");
 	return harness_done();
