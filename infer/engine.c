@@ -73,7 +73,7 @@ struct eng {
 	model_meta_t meta;
 	tok_t *tok;
 	const char *chat;       /* template family (static string), NULL when unusable */
-	const char *tool_style; /* how tools are rendered (chat.h), static string */
+	chat_tool_style_t tool_style; /* how tools are rendered (chat.h) */
 	char chat_err[256];     /* why there is no template */
 	pool_t *pool;
 	model_t *model;

@@ -71,10 +71,21 @@ typedef struct eng_info {
 	int bos, eos;              /* token ids, -1 when absent */
 	uint64_t weight_bytes;     /* bytes of tensor data */
 	const char *chat_template; /* family in use, or NULL when none */
-	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
+	int tool_format;           /* how tool calls look in the output: enum eng_tool_format */
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
 } eng_info_t;
+
+/* How a model writes tool calls in its output (eng_info_t.tool_format): <tool_call> tags around
+ * JSON (Hermes, Qwen, and the generic style), Llama 3.1's bare JSON, Mistral's [TOOL_CALLS],
+ * Qwen3.5's XML. */
+enum eng_tool_format {
+	ENG_TOOLS_HERMES = 0,
+	ENG_TOOLS_LLAMA3,
+	ENG_TOOLS_MISTRAL,
+	ENG_TOOLS_XML /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			 qwen3-coder) */
+};
 
 typedef struct eng_msg {
 	const char *role;         /* "system", "user", "assistant", "tool" */

@@ -223,15 +223,14 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 
 /* ---- the prompt ----------------------------------------------------------------------------- */
 
-static int format_of(const char *name)
+static int format_of(int eng_format)
 {
-	if (name && !strcmp(name, "llama3"))
-		return WEB_TC_LLAMA3;
-	if (name && !strcmp(name, "mistral"))
-		return WEB_TC_MISTRAL;
-	if (name && !strcmp(name, "qwen3-coder"))
-		return WEB_TC_XML;
-	return WEB_TC_HERMES;
+	switch (eng_format) {
+	case ENG_TOOLS_LLAMA3: return WEB_TC_LLAMA3;
+	case ENG_TOOLS_MISTRAL: return WEB_TC_MISTRAL;
+	case ENG_TOOLS_XML: return WEB_TC_XML;
+	default: return WEB_TC_HERMES;
+	}
 }
 
 /* The grammar for a forced call: the named function, or any of the tools. */
