@@ -274,9 +274,9 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
  * prefix may). For a node that fetches the header before its slice. */
 int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
-/* A model file's shape and tensors, for planning without loading it: the metadata the engine
- * reads (with its checks) and, through fn (may be NULL), every tensor's name, the elements per
- * block of its type and its bytes. */
+/* A model file's shape, for planning without loading it: the metadata the engine reads (with
+ * its checks), and the tensors' bytes summed by how tensor parallelism cuts them (infer/tp.h's
+ * dist_tensor_part: the same function the engine's split follows). */
 typedef struct eng_model_shape {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
@@ -290,10 +290,13 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
+	int ffn_block;            /* elements per block of the FFN column split (dist_ffn_block) */
+	/* bytes over all layers: */
+	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
+	uint64_t replicated_bytes; /* norms, biases, routers */
+	uint64_t embd_bytes, output_bytes;
 } eng_model_shape_t;
-typedef void (*eng_tensor_fn)(void *ud, const char *name, int type_block, uint64_t nbytes);
-int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,
-		    size_t errlen);
+int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t errlen);
 
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {

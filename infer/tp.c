@@ -137,6 +137,46 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 	return 0;
 }
 
+dist_part_t dist_tensor_part(const char *n)
+{
+	if (!strcmp(n, "token_embd.weight"))
+		return DIST_PART_EMBD;
+	if (strncmp(n, "blk.", 4))
+		return DIST_PART_OUTPUT; /* output, output_norm */
+	const char *dot = strchr(n + 4, '.');
+	const char *k = dot ? dot + 1 : "";
+	if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight") ||
+	    /* deepseek2's per-head latent attention matrices split with the query heads
+	     * (attn_q_a, attn_kv_a_mqa and their norms are replicated) */
+	    !strcmp(k, "attn_q_b.weight") || !strcmp(k, "attn_kv_b.weight") ||
+	    !strcmp(k, "attn_k_b.weight") || !strcmp(k, "attn_v_b.weight"))
+		return DIST_PART_Q_HEADS;
+	if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
+		return DIST_PART_KV_HEADS;
+	if (strstr(k, "_exps.weight"))
+		return DIST_PART_EXPERTS;
+	if (!strncmp(k, "ffn_gate_inp", 12)) /* routers (ffn_gate_inp_shexp too) */
+		return DIST_PART_REPLICATED;
+	if (strstr(k, "_shexp.weight"))
+		return DIST_PART_SHEXP;
+	if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight"))
+		return DIST_PART_FFN;
+	return DIST_PART_REPLICATED;
+}
+
+int dist_ffn_block(const gguf_t *g)
+{
+	int blk = 32;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		const char *dot = strncmp(t->name, "blk.", 4) ? NULL : strchr(t->name + 4, '.');
+		if (dot && (!strcmp(dot + 1, "ffn_down.weight") ||
+			    !strcmp(dot + 1, "ffn_down_shexp.weight")))
+			blk = MAX(blk, gguf_type_block(t->type));
+	}
+	return blk;
+}
+
 void dist_even_weights(const gguf_t *g, int world, int *w)
 {
 	uint64_t layers = 0, head = 0, embd = 0;

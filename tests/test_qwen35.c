@@ -1115,7 +1115,7 @@ TEST(model_shape_facts)
 	o.nextn = 1;
 	CHECK_EQ_INT(mkmodel_write(&o, path, err, sizeof err), 0);
 	eng_model_shape_t s;
-	CHECK_EQ_INT(eng_model_shape(path, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(eng_model_shape(path, &s, err, sizeof err), 0);
 	CHECK_EQ_INT(s.n_layers, 6);
 	CHECK_EQ_INT(s.n_kv_layers, 2);
 	CHECK_EQ_INT(s.recurrent[0], 0x1b); /* layers 0 1 3 4 */

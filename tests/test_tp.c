@@ -133,8 +133,7 @@ static void *rank_main(void *arg)
 	    (rc = gguf_open(&g, c->path, c->err, sizeof c->err)) ||
 	    (rc = meta_load(&mt, g, c->err, sizeof c->err)))
 		goto out;
-	const gguf_tensor_t *t = gguf_find_tensor(g, "blk.0.ffn_down.weight");
-	int blk = MAX(t ? quant_block_elems(t->type) : 32, 32); /* MoE files: Q8_0 or F16 */
+	int blk = dist_ffn_block(g); /* as the engine and the planner cut the FFN */
 	if ((rc = dist_split(&mt, blk, c->pipeline, c->l.world, c->weights, sh, c->err,
 			     sizeof c->err)))
 		goto out;
@@ -286,6 +285,41 @@ TEST(split)
 	CHECK_EQ_INT(dist_split(&mt, 32, 1, 7, NULL, s, err, sizeof err), SH_EINVAL);
 	const int bad[] = {1, 0};
 	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, bad, s, err, sizeof err), SH_EINVAL);
+}
+
+/* Each tensor's part (what the planner sizes shares by) is the axis the engine cuts it along. */
+TEST(tensor_parts)
+{
+	static const struct {
+		const char *name;
+		dist_part_t part;
+	} t[] = {
+	    {"token_embd.weight", DIST_PART_EMBD},
+	    {"output.weight", DIST_PART_OUTPUT},
+	    {"output_norm.weight", DIST_PART_OUTPUT},
+	    {"blk.0.attn_q.weight", DIST_PART_Q_HEADS},
+	    {"blk.3.attn_output.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_kv_b.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_k_b.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_kv_a_mqa.weight", DIST_PART_REPLICATED},
+	    {"blk.12.attn_k.weight", DIST_PART_KV_HEADS},
+	    {"blk.0.attn_v.weight", DIST_PART_KV_HEADS},
+	    {"blk.0.attn_q.bias", DIST_PART_REPLICATED},
+	    {"blk.0.attn_norm.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ffn_norm.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ffn_up.weight", DIST_PART_FFN},
+	    {"blk.0.ffn_down.weight", DIST_PART_FFN},
+	    {"blk.2.ffn_gate_exps.weight", DIST_PART_EXPERTS},
+	    {"blk.2.ffn_gate_inp.weight", DIST_PART_REPLICATED},
+	    {"blk.2.ffn_gate_inp_shexp.weight", DIST_PART_REPLICATED},
+	    {"blk.2.ffn_down_shexp.weight", DIST_PART_SHEXP},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(t); i++)
+		if (dist_tensor_part(t[i].name) != t[i].part) {
+			fprintf(stderr, "%s: part %d, want %d\n", t[i].name,
+				dist_tensor_part(t[i].name), t[i].part);
+			CHECK(0);
+		}
 }
 
 TEST(step_decode)
@@ -645,6 +679,7 @@ int main(void)
 		return 1;
 	}
 	RUN(split);
+	RUN(tensor_parts);
 	RUN(step_decode);
 	RUN(stories_tensor);
 	RUN(stories_pipeline);
