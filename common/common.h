@@ -99,6 +99,17 @@ uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n);
 #define SH_SPLIT_MAX 256
 void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w);
 
+/* Lowercase hex of n bytes into out (2n + 1 bytes with the NUL). */
+void sh_hex_encode(char *out, const uint8_t *p, size_t n);
+/* Exactly 2n hex digits (either case, nothing after) into n bytes. Returns 0 or SH_EFORMAT
+ * (then out may be partly written). */
+int sh_hex_decode(uint8_t *out, size_t n, const char *hex);
+
+/* A size such as --memory-limit takes: BYTES with an optional K, M, G or T (powers of 1024,
+ * optionally followed by B or iB; fractions allowed: "1.5G"), or PCT% of total. Returns 0 with
+ * *out set (at least 1), or SH_EINVAL. */
+int sh_size_parse(const char *s, uint64_t total, uint64_t *out);
+
 /* The index of the largest of x[0..n) (the first on ties; 0 when n < 1): greedy decoding. */
 static inline int sh_argmax(const float *x, int n)
 {
