@@ -43,18 +43,6 @@
 #include <sys/sysctl.h>
 #endif
 
-const char *agent_state_name(agent_state_t s)
-{
-	switch (s) {
-	case AGENT_DISCOVERING: return "discovering";
-	case AGENT_SETTLED: return "settled";
-	case AGENT_PLANNED: return "planned";
-	case AGENT_LOADING: return "loading";
-	case AGENT_SERVING: return "serving";
-	}
-	return "?";
-}
-
 int agent_send(agent_t *a, conn_t *c, uint16_t type, const void *p, size_t len)
 {
 	(void)a;
@@ -80,6 +68,13 @@ static void short_id(const disc_id_t *id, char out[9])
 	disc_id_hex(id, h);
 	memcpy(out, h, 8);
 	out[8] = 0;
+}
+
+/* The cluster core's log lines (core_config_t.log). */
+static void core_log_line(void *ud, int level, const char *line)
+{
+	(void)ud;
+	LOG(level, "%s", line);
 }
 
 /* ---- memory the model may take ------------------------------------------------------------ */
@@ -115,31 +110,6 @@ static uint64_t mem_available(void)
 	fclose(f);
 	return (uint64_t)kb * 1024;
 #endif
-}
-
-int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno || v < 0)
-		return SH_EINVAL;
-	if (!strcmp(end, "%")) {
-		if (v <= 0 || v > 100)
-			return SH_EINVAL;
-		*out = (uint64_t)((double)total * v / 100);
-		return 0;
-	}
-	static const char units[] = "KMGT";
-	const char *u = *end ? strchr(units, *end) : NULL;
-	if (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))
-		return SH_EINVAL;
-	for (const char *k = units; u && k <= u; k++)
-		v *= 1024;
-	if (v < 1 || v > 1e18)
-		return SH_EINVAL;
-	*out = (uint64_t)v;
-	return 0;
 }
 
 /* ---- handshakes on their own threads -------------------------------------------------------- */
@@ -809,6 +779,8 @@ int agent_run(agent_t *a)
 		agent_model_tick(a, now);
 		agent_cluster_tick(a, now);
 		dial_missing(a, now);
+		if (a->fatal)
+			return a->fatal;
 	}
 }
 
@@ -874,7 +846,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		a->mem_avail = a->facts.mem_bytes;
 	if (cfg->memory_limit) {
 		uint64_t cap;
-		if (agent_memory_limit_parse(cfg->memory_limit, a->facts.mem_bytes, &cap)) {
+		if (sh_size_parse(cfg->memory_limit, a->facts.mem_bytes, &cap)) {
 			sh_fail(errbuf, errlen, SH_EINVAL,
 				"bad --memory-limit '%s' (BYTES with K, M, G or T, or PCT%%)",
 				cfg->memory_limit);
@@ -922,6 +894,8 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	core_config_t cc;
 	core_config_default(&cc);
 	cc.replan_delay_ms = cfg->replan_delay_ms;
+	cc.log = core_log_line;
+	cc.log_level = log_threshold;
 	a->core = core_new(&a->self, &cc, now_ms());
 	if (!a->elec || !a->table || !a->core) {
 		sh_fail(errbuf, errlen, SH_ENOMEM, "out of memory");

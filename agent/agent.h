@@ -31,16 +31,6 @@
 #define AGENT_HEARTBEAT_MS      300  /* every member hears from us this often */
 #define AGENT_DEAD_MS           1500 /* a member silent this long is dropped */
 
-typedef enum agent_state {
-	AGENT_DISCOVERING, /* the view is not settled: no leader yet */
-	AGENT_SETTLED,     /* a leader is known (this node or another); no plan runs here */
-	AGENT_PLANNED,     /* a plan that includes this node arrived; its files are written */
-	AGENT_LOADING,     /* forming the group and loading this node's share */
-	AGENT_SERVING,     /* the leader serves the API; followers compute their share */
-} agent_state_t;
-
-const char *agent_state_name(agent_state_t s);
-
 /* The agent's settings. Strings are borrowed for the agent's life. */
 typedef struct agent_config {
 	const char *state_dir;
@@ -83,10 +73,6 @@ void agent_stop(agent_t *a);
 
 /* Closes everything (waits for running handshakes, at most their timeout). NULL is fine. */
 void agent_free(agent_t *a);
-
-/* Parses a --memory-limit (see agent_config_t) against a machine with `total` bytes. Returns 0
- * and the bytes, or SH_EINVAL. */
-int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out);
 
 /* The status socket of a state directory: STATE_DIR/agent.sock. */
 int agent_status_path(const char *state_dir, char *out, size_t len);

@@ -161,6 +161,7 @@ struct agent {
 	char *pub_cluster;    /* pub: the /v1/cluster JSON */
 	int64_t pub_ms;
 	atomic_int group_broken; /* set by the web server when a request met a broken group */
+	int fatal;               /* the loop cannot go on (a core step overflowed): its code */
 };
 
 /* ---- agent.c ---- */

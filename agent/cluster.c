@@ -400,7 +400,8 @@ void agent_plan_hook(agent_t *a, const char *hash, int in_force)
 
 void agent_core_feed(agent_t *a, const core_event_t *ev)
 {
-	core_step(a->core, now_ms(), ev);
+	if (core_step(a->core, now_ms(), ev))
+		a->fatal = SH_EBUSY;
 	core_action_t x;
 	while (core_next_action(a->core, &x)) {
 		conn_t *c = NULL;
@@ -461,7 +462,8 @@ static void on_plan(agent_t *a, conn_t *c, const uint8_t *p, size_t len)
 		core_plan_of(pl, &cp);
 		ev = (core_event_t){.type = CORE_EV_PLAN, .id = c->id, .plan = &cp};
 	}
-	core_step(a->core, now_ms(), &ev);
+	if (core_step(a->core, now_ms(), &ev))
+		a->fatal = SH_EBUSY;
 	pending_sync(a, pl); /* before the actions: START_SESSION takes a->pending */
 	ev = (core_event_t){.type = CORE_EV_TICK};
 	agent_core_feed(a, &ev);
