@@ -1,21 +1,25 @@
 /*
- * agent.h: the agent's state machine (discovering -> settled -> planned -> loading -> serving)
- * that ties discovery, planner, transport, infer and web together on every node.
+ * agent.h: the agent every machine runs (`shoal agent`): it ties discovery, planner, transport,
+ * infer and web together on every node. docs/agent.md.
  *
  * The agent publishes itself over mDNS, connects to the peers it finds (and to --peer addresses)
  * over the authenticated control channel, keeps members alive with heartbeats and runs the
- * election core. The planner (the leader, or the smallest holder of the model most nodes hold:
- * agent/core.c) plans the cluster from the members' descriptions and sends the plan to every
- * member; each writes the plan files into its state directory, forms the tensor-parallel group
- * and loads its share; the planner serves the OpenAI API on --http-port as rank 0, the others
- * redirect there. It answers `shoal status` on a unix socket in its state directory
- * (STATE_DIR/agent.sock: connect, read one JSON object, EOF). docs/agent.md.
+ * election; the cluster core (core.h) decides who plans, what, and when this node's session
+ * starts and stops. The planner plans the cluster from the members' descriptions and sends the
+ * plan to every member; each writes the plan files into its state directory, forms the
+ * tensor-parallel group and loads its share; the planner serves the OpenAI API on --http-port
+ * as rank 0, the others redirect there. It answers `shoal status` on a unix socket in its state
+ * directory (STATE_DIR/agent.sock: connect, read one JSON object, EOF).
+ *
+ * Where the flags of future work land: agent_config_t (then cli/cmd_agent.c parses them), and
+ * from here the object that uses them: a planner option (--strategy) in agent.c's make_plan,
+ * an engine option (--draft-model, --spec) in session/session.h's session_cfg_t.
  *
  * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
- * through a queue); each handshake runs on a short-lived thread that hands the finished channel
- * back through a pipe; a plan's session (group, engine, worker loop) runs on its own thread; the
- * web server has its threads and reads the published health and cluster document. agent_stop is the
- * only call allowed from another thread or a signal handler.
+ * through a queue); each handshake runs on a short-lived thread (handshake.h); a plan's session
+ * runs on its own thread (session/session.h); the web server has its threads and reads what
+ * the loop publishes (publish.h). agent_stop is the only call allowed from another thread or a
+ * signal handler.
  */
 #ifndef SHOAL_AGENT_H
 #define SHOAL_AGENT_H

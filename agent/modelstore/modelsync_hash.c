@@ -30,18 +30,13 @@ int modelsync_is_msg(uint16_t type)
 
 char *modelsync_hex(char out[MS_HASH_HEX], const uint8_t hash[MS_HASH_BYTES])
 {
-	return sodium_bin2hex(out, MS_HASH_HEX, hash, MS_HASH_BYTES);
+	sh_hex_encode(out, hash, MS_HASH_BYTES);
+	return out;
 }
 
 int modelsync_unhex(uint8_t out[MS_HASH_BYTES], const char *hex)
 {
-	size_t n = 0;
-	const char *end;
-	if (!hex || strlen(hex) != 2 * MS_HASH_BYTES ||
-	    sodium_hex2bin(out, MS_HASH_BYTES, hex, 2 * MS_HASH_BYTES, NULL, &n, &end) != 0 ||
-	    n != MS_HASH_BYTES || *end)
-		return SH_EINVAL;
-	return 0;
+	return sh_hex_decode(out, MS_HASH_BYTES, hex) ? SH_EINVAL : 0;
 }
 
 /* ---- hash cache: STATE_DIR/model-hashes, lines "HEX SIZE MTIME_NS PATH" ------------------- */
@@ -52,28 +47,46 @@ static int cache_path(const char *state_dir, char *out, size_t len)
 	return n > 0 && (size_t)n < len ? 0 : SH_EINVAL;
 }
 
+/* One cache line: the hash's hex, size, mtime and path (a pointer into line). 0, or -1 when
+ * the line does not parse. */
+static int cache_line(const char *line, char hex[MS_HASH_HEX], unsigned long long *size,
+		      long long *mtime, const char **path)
+{
+	int off = 0;
+	if (sscanf(line, "%64s %llu %lld %n", hex, size, mtime, &off) != 3 || !off)
+		return -1;
+	*path = line + off;
+	return 0;
+}
+
+/* The next line of a NUL-terminated buffer, cut in place; NULL at the end. */
+static char *next_line(char **cursor)
+{
+	char *line = *cursor, *nl;
+	if (!line || !*line)
+		return NULL;
+	nl = strchr(line, '\n');
+	if (nl)
+		*nl++ = 0;
+	*cursor = nl;
+	return line;
+}
+
 static int cache_lookup(const char *state_dir, const char *abs, uint64_t size, int64_t mtime,
 			uint8_t out[MS_HASH_BYTES])
 {
-	char cp[SH_SUBPATH_MAX], *buf = NULL;
+	char cp[SH_SUBPATH_MAX], *buf = NULL, *cur, *line, hex[MS_HASH_HEX];
 	size_t blen;
+	unsigned long long sz;
+	long long mt;
+	const char *path;
 	if (cache_path(state_dir, cp, sizeof cp) || read_file_all(cp, &buf, &blen, NULL, 0))
 		return 0;
 	int found = 0;
-	for (char *line = buf, *next; line && *line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = 0;
-		char hex[MS_HASH_HEX];
-		unsigned long long sz;
-		long long mt;
-		int off = 0;
-		if (sscanf(line, "%64s %llu %lld %n", hex, &sz, &mt, &off) != 3 || !off)
-			continue;
-		if (sz == size && mt == mtime && strcmp(line + off, abs) == 0 &&
-		    modelsync_unhex(out, hex) == 0)
+	for (cur = buf; (line = next_line(&cur));)
+		if (!cache_line(line, hex, &sz, &mt, &path) && sz == size && mt == mtime &&
+		    !strcmp(path, abs) && modelsync_unhex(out, hex) == 0)
 			found = 1;
-	}
 	free(buf);
 	return found;
 }
@@ -90,18 +103,13 @@ void ms_cache_store(const char *state_dir, const char *abs, uint64_t size, int64
 	if (read_file_all(cp, &old, &olen, NULL, 0))
 		old = NULL;
 	/* Lines other than abs's, newest last; then ours. */
-	const char *lines[CACHE_MAX_ENTRIES];
+	const char *lines[CACHE_MAX_ENTRIES], *path;
+	char *cur = old, *line, hex[MS_HASH_HEX];
+	unsigned long long sz;
+	long long mt;
 	int n = 0;
-	for (char *line = old, *next; line && *line; line = next) {
-		next = strchr(line, '\n');
-		if (next)
-			*next++ = 0;
-		char hex[MS_HASH_HEX];
-		unsigned long long sz;
-		long long mt;
-		int off = 0;
-		if (sscanf(line, "%64s %llu %lld %n", hex, &sz, &mt, &off) != 3 || !off ||
-		    strcmp(line + off, abs) == 0)
+	while ((line = next_line(&cur))) {
+		if (cache_line(line, hex, &sz, &mt, &path) || !strcmp(path, abs))
 			continue;
 		if (n == CACHE_MAX_ENTRIES - 1) {
 			memmove(lines, lines + 1, (size_t)(n - 1) * sizeof lines[0]);
