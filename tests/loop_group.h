@@ -81,7 +81,9 @@ typedef struct loop_eng {
 	int slots; /* rank 0's KV slots (workers ask for 1: rank 0's count wins); 0 = default */
 	int want_slots; /* every rank checks the engine has this many (0: no check) */
 	int vanish;
+	int rollback; /* rank 0's rollback depth (the workers ask for none: rank 0's wins) */
 	int (*lead)(struct loop_eng *r, eng_t *e); /* rank 0's work: 0, or non-zero with err */
+	uint64_t rs_bytes; /* the engine's recurrent state bytes, once opened */
 	int rc;
 	char err[320];
 } loop_eng_t;
@@ -94,15 +96,16 @@ static inline void *loop_eng_main(void *arg)
 	if ((c->rc = loop_join(&g, &c->l, c->tag, c->keys, NULL, 20000, c->err, sizeof c->err)))
 		goto out;
 	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = c->step_timeout_ms};
+	int lead = c->l.rank == 0;
 	eng_opts_t o = {.model_path = c->path,
 			.threads = c->threads,
 			.ctx = c->ctx,
-			.parallel = !c->slots   ? 0
-				    : c->l.rank ? 1
-						: c->slots,
+			.parallel = lead || !c->slots ? c->slots : 1,
+			.rollback = lead ? c->rollback : 0,
 			.dist = &d};
 	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
 		goto out;
+	c->rs_bytes = eng_info(e)->rs_bytes;
 	if (c->want_slots && eng_info(e)->n_slots != c->want_slots) {
 		snprintf(c->err, sizeof c->err, "%d slots", eng_info(e)->n_slots);
 		c->rc = -1;

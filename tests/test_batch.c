@@ -353,62 +353,41 @@ TEST(qwen35_same_as_alone)
 
 /* The rollback depth (speculative decoding) is rank 0's on every rank: a worker asking for none
  * keeps the same ring of states per slot (SETUP carries it), and the group still generates. */
-typedef struct rb_rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	uint64_t rs;
-	int rc;
-	char err[320];
-} rb_rank_t;
-
-static void *rb_main(void *arg)
+static int rb_lead(loop_eng_t *r, eng_t *e)
 {
-	rb_rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
-	if ((c->rc = loop_join(&g, &c->l, 17, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .step_timeout_ms = 3000};
-	eng_opts_t o = {.model_path = Q35,
-			.threads = 1,
-			.ctx = 64,
-			.parallel = 2,
-			.dist = &d,
-			.rollback = c->l.rank ? 0 : 2};
-	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
-		goto out;
-	c->rs = eng_info(e)->rs_bytes;
-	if (c->l.rank == 0) {
-		static req_t rq[N_REQ];
-		eng_sampling_t sp;
-		sampling(&sp);
-		sp.max_tokens = 8;
-		make_prompts(rq, eng_info(e)->n_vocab);
-		c->rc =
-		    eng_generate(e, rq[0].prompt, rq[0].n_prompt, &sp, collect, &rq[0], &rq[0].res);
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e);
-	tp_group_free(g);
-	return NULL;
+	static req_t rq[N_REQ];
+	eng_sampling_t sp;
+	(void)r;
+	sampling(&sp);
+	sp.max_tokens = 8;
+	make_prompts(rq, eng_info(e)->n_vocab);
+	return eng_generate(e, rq[0].prompt, rq[0].n_prompt, &sp, collect, &rq[0], &rq[0].res);
 }
 
 TEST(qwen35_rollback_agreed)
 {
-	static rb_rank_t ctx[2];
+	static loop_eng_t ctx[2];
 	char err[256];
-	memset(ctx, 0, sizeof ctx);
-	loop_run(ctx, sizeof *ctx, 2, rb_main);
+	for (int r = 0; r < 2; r++)
+		ctx[r] = (loop_eng_t){.keys = &KEYS,
+				      .tag = 17,
+				      .path = Q35,
+				      .threads = 1,
+				      .ctx = 64,
+				      .step_timeout_ms = 3000,
+				      .slots = 2,
+				      .rollback = 2,
+				      .lead = rb_lead};
+	loop_run(ctx, sizeof *ctx, 2, loop_eng_main);
 	for (int r = 0; r < 2; r++) {
 		if (ctx[r].rc)
 			printf("  rank %d: %s\n", r, ctx[r].err);
 		CHECK_EQ_INT(ctx[r].rc, 0);
 	}
-	CHECK(ctx[0].rs > 0 && ctx[1].rs == ctx[0].rs);
+	CHECK(ctx[0].rs_bytes > 0 && ctx[1].rs_bytes == ctx[0].rs_bytes);
 	/* one node without rollback: 3 of the 5 states per slot of a depth of 2 (for all heads) */
 	eng_t *e = open_eng(Q35, 2, NULL, err);
-	CHECK(e && eng_info(e)->rs_bytes * 5 == ctx[0].rs * 2 * 3);
+	CHECK(e && eng_info(e)->rs_bytes * 5 == ctx[0].rs_bytes * 2 * 3);
 	eng_free(e);
 }
 
