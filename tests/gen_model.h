@@ -38,6 +38,20 @@ static inline int gen_file(const mkmodel_opts_t *o, const char *path, gguf_t **g
 	return 0;
 }
 
+/* Writes the model o describes to /tmp/shoal-test-PID-TAG.gguf, its path into path (256
+ * bytes): a file a test opens itself (engines, ranks). Returns 0, or -1 with the reason printed.
+ * The caller removes the file. */
+static inline int gen_write(char path[256], const mkmodel_opts_t *o, const char *tag)
+{
+	char err[256];
+	snprintf(path, 256, "/tmp/shoal-test-%d-%s.gguf", (int)getpid(), tag);
+	if (mkmodel_write(o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel %s: %s\n", tag, err);
+		return -1;
+	}
+	return 0;
+}
+
 /* The fixture's shapes in arch, weight type and seed. */
 static inline mkmodel_opts_t gen_opts(const char *arch, int type, int seed)
 {

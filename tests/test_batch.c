@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
@@ -433,8 +434,6 @@ int main(int argc, char **argv)
 	}
 	if (argc == 3 && !strcmp(argv[1], "--model"))
 		return big_model(argv[2]);
-	snprintf(F32, sizeof F32, "/tmp/shoal-test-batch-%d-f32.gguf", (int)getpid());
-	snprintf(Q8, sizeof Q8, "/tmp/shoal-test-batch-%d-q8.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 128,
 			    .layers = 3,
@@ -445,16 +444,8 @@ int main(int argc, char **argv)
 			    .ctx = 256,
 			    .type = QT_F32,
 			    .seed = 16};
-	if (mkmodel_write(&o, F32, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(F32, &o, "batch-f32") || (o.type = QT_Q8_0, gen_write(Q8, &o, "batch-q8")))
 		return 1;
-	}
-	o.type = QT_Q8_0;
-	if (mkmodel_write(&o, Q8, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		return 1;
-	}
-	snprintf(Q35, sizeof Q35, "/tmp/shoal-test-batch-%d-q35.gguf", (int)getpid());
 	mkmodel_opts_t q = {.arch = "qwen35",
 			    .dim = 128,
 			    .layers = 4,
@@ -469,10 +460,8 @@ int main(int argc, char **argv)
 			    .ssm_state = 32,
 			    .ssm_k_heads = 2,
 			    .ssm_v_heads = 4};
-	if (mkmodel_write(&q, Q35, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(Q35, &q, "batch-q35"))
 		return 1;
-	}
 	RUN(same_as_alone_one_node);
 	RUN(slots_prefix_busy_cancel);
 	RUN(prefill_chunks_interleave);

@@ -191,7 +191,7 @@ TEST(shard_ranges_cover_what_a_shard_reads)
  * held elsewhere too: those are never read here). */
 TEST(moe_shard_ranges)
 {
-	char path[256], err[256];
+	char path[256];
 	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-moe.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen2moe",
 			    .dim = 256,
@@ -208,9 +208,7 @@ TEST(moe_shard_ranges)
 			    .expert_ffn = 128};
 	gguf_t *g = NULL;
 	model_meta_t meta;
-	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
-	    meta_load(&meta, g, err, sizeof err)) {
-		fprintf(stderr, "moe model: %s\n", err);
+	if (gen_file(&o, path, &g, &meta, "moe model")) {
 		CHECK(0);
 		return;
 	}
@@ -241,7 +239,7 @@ TEST(moe_shard_ranges)
  * computes the same logits. */
 TEST(qwen35_shard_ranges)
 {
-	char path[256], err[256];
+	char path[256];
 	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-q35.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen35moe",
 			    .dim = 128,
@@ -262,9 +260,7 @@ TEST(qwen35_shard_ranges)
 			    .ssm_v_heads = 4};
 	gguf_t *g = NULL;
 	model_meta_t meta;
-	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
-	    meta_load(&meta, g, err, sizeof err)) {
-		fprintf(stderr, "qwen35 model: %s\n", err);
+	if (gen_file(&o, path, &g, &meta, "qwen35 model")) {
 		CHECK(0);
 		return;
 	}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf.h"
 #include "infer/gguf_write.h"
@@ -630,7 +631,6 @@ int main(void)
 		fprintf(stderr, "keys: %s\n", err);
 		return 1;
 	}
-	snprintf(QWEN, sizeof QWEN, "/tmp/shoal-test-tp-%d-qwen2.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen2",
 			    .dim = 128,
 			    .layers = 3,
@@ -641,16 +641,9 @@ int main(void)
 			    .ctx = 256,
 			    .type = QT_Q8_0,
 			    .seed = 11};
-	if (mkmodel_write(&o, QWEN, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(QWEN, &o, "tp-qwen2") ||
+	    (o.type = QT_F16, gen_write(QWEN16, &o, "tp-qwen2-f16")))
 		return 1;
-	}
-	snprintf(QWEN16, sizeof QWEN16, "/tmp/shoal-test-tp-%d-qwen2-f16.gguf", (int)getpid());
-	o.type = QT_F16;
-	if (mkmodel_write(&o, QWEN16, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		return 1;
-	}
 	/* deepseek2: q_lora + split attn_k_b/attn_v_b + YaRN in F16; Lite + legacy attn_kv_b in
 	 * Q8_0 */
 	mkmodel_opts_t d = {.arch = "deepseek2",
@@ -670,14 +663,10 @@ int main(void)
 			    .rope_factor = 40,
 			    .yarn_log_mul = 0.0707f,
 			    .rope_orig_ctx = 64};
-	snprintf(DS2, sizeof DS2, "/tmp/shoal-test-tp-%d-ds2-f16.gguf", (int)getpid());
-	snprintf(DS2Q, sizeof DS2Q, "/tmp/shoal-test-tp-%d-ds2-q8.gguf", (int)getpid());
-	if (mkmodel_write(&d, DS2, err, sizeof err) ||
+	if (gen_write(DS2, &d, "tp-ds2-f16") ||
 	    (d.type = QT_Q8_0, d.q_lora = 0, d.mla_legacy = 1, d.rope_factor = 0,
-	     mkmodel_write(&d, DS2Q, err, sizeof err))) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	     gen_write(DS2Q, &d, "tp-ds2-q8")))
 		return 1;
-	}
 	RUN(split);
 	RUN(tensor_parts);
 	RUN(step_decode);
