@@ -398,13 +398,8 @@ static int tp_group_connect_lower(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 			rc = tp_join_check(g, cfg, &theirs, p, c, why, sizeof why);
 		if (rc) {
 			tp_chan_free(c);
-			if ((rc == SH_ECLOSED || rc == SH_EBUSY) && tp_left_ms(deadline) > 0) {
-				/* it dropped us (a restart), or another group holds its port (the
-				 * previous plan's, still ending): try again */
-				struct timespec ts = {0, 50 * 1000000L};
-				nanosleep(&ts, NULL);
-				continue;
-			}
+			if (rc == SH_ECLOSED && tp_left_ms(deadline) > 0)
+				continue; /* it dropped us (e.g. a restart): try again */
 			return sh_fail(err, errlen, rc, "rank %d (%s:%d) %s", p, cfg->hosts[p],
 				       cfg->ports[p], why);
 		}

@@ -273,9 +273,10 @@ typedef struct tp_group_cfg {
 
 #define TP_MAX_WORLD 64
 
-/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up, or its port stayed held
- * by another group: a rank of another plan, with another tag or world, is retried until the
- * timeout), SH_EAUTH, SH_EIO, SH_EINVAL with a message naming the rank. */
+/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up), SH_EBUSY (a lower rank's
+ * port belongs to another group: another tag or world, e.g. the previous plan's group still
+ * ending there; the caller may try again), SH_EAUTH, SH_EIO, SH_EINVAL with a message naming the
+ * rank. */
 int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
 void tp_group_free(tp_group_t *g);
 

@@ -120,10 +120,15 @@ static void *session_main(void *arg)
 				     .timeout_ms = GROUP_FORM_MS,
 				     .rdma_devices = s->rdma_path,
 				     .cancel = &s->cancel};
-		/* a peer whose previous plan's group still holds its port is retried inside, while
-		 * the forming window lasts (transport.h) */
-		if (tp_group_new(&g, &gc, err, sizeof err))
-			goto done;
+		/* a peer whose previous plan's group still holds its port says so (SH_EBUSY): try
+		 * again while the forming window lasts */
+		int rc;
+		while ((rc = tp_group_new(&g, &gc, err, sizeof err))) {
+			if (rc != SH_EBUSY || atomic_load(&s->cancel) ||
+			    now_ms() - t0 > GROUP_FORM_MS - 500)
+				goto done;
+			usleep(100 * 1000);
+		}
 		pthread_mutex_lock(&s->mu);
 		s->group = g;
 		int st = s->stop;
