@@ -366,7 +366,7 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->n_ctx = mm.n_ctx, s->n_experts = mm.n_experts, s->ffn_shexp = mm.ffn_shexp;
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
-		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);
+		fn(ud, t->name, quant_block_elems(t->type), t->nbytes);
 	}
 	gguf_free(g);
 	return 0;

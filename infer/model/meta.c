@@ -8,6 +8,7 @@
 #include "infer/model/meta.h"
 
 #include "common/common.h"
+#include "infer/quant/quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -51,13 +52,13 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 			       "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
 			       (long long)t->ne[0], (long long)n1, (long long)ne0,
 			       (long long)(ne1 ? ne1 : 1));
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	/* norms and biases are used as float vectors */
-	if (!ne1 && t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
+	if (!ne1 && t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	return 0;
 }
@@ -199,9 +200,9 @@ static int check_experts(model_meta_t *m, const gguf_t *g, const char *name, int
 		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
 		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
 		    (long long)ne1, (long long)ne2);
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	m->expert_bytes += t->nbytes;
 	return 0;
@@ -222,9 +223,9 @@ static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 	    (rc = check_experts(m, g, TN("ffn_down_exps.weight"), F, D, E, err, errlen)))
 		return rc;
 	const gguf_tensor_t *r = gguf_find_tensor(g, TN("ffn_gate_inp.weight"));
-	if (r->type != GGML_F32 && r->type != GGML_F16 && r->type != GGML_BF16)
+	if (r->type != QT_F32 && r->type != QT_F16 && r->type != QT_BF16)
 		return sh_fail(err, errlen, SH_EUNSUPP, "router %s is %s, expected F32", tn,
-			       gguf_type_name(r->type));
+			       quant_type_ggml_name(r->type));
 	if (S && ((rc = check_tensor(m, g, TN("ffn_gate_shexp.weight"), D, S, err, errlen)) ||
 		  (rc = check_tensor(m, g, TN("ffn_up_shexp.weight"), D, S, err, errlen)) ||
 		  (rc = check_tensor(m, g, TN("ffn_down_shexp.weight"), S, D, err, errlen))))
@@ -255,9 +256,9 @@ static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int
 		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
 		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
 		    (long long)ne1, (long long)ne2);
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	return 0;
 }
@@ -588,7 +589,7 @@ void meta_types_str(const model_meta_t *m, char *buf, size_t len)
 	for (int t = 0; t < 64 && len; t++) {
 		if (!(m->types_used & (1ull << t)))
 			continue;
-		int w = snprintf(buf + k, len - k, "%s%s", k ? " " : "", gguf_type_name(t));
+		int w = snprintf(buf + k, len - k, "%s%s", k ? " " : "", quant_type_ggml_name(t));
 		if (w < 0 || (size_t)w >= len - k)
 			break;
 		k += (size_t)w;

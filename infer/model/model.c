@@ -37,7 +37,7 @@ int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err
 		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
 	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	memset(w, 0, sizeof *w);
 	if (t->ne[0] % quant_block_elems(t->type))
 		return sh_fail(err, errlen, SH_EFORMAT,

@@ -163,14 +163,14 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (!r || r->ne[0] != D || r->ne[1] != E)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", n, D, E);
 	ml->router_t = r;
-	if (r->type == GGML_F32) {
+	if (r->type == QT_F32) {
 		ml->router = r->data; /* GGUF data is aligned (32 bytes at least) */
 	} else {
 		if (!(ml->router_own = malloc((size_t)E * D * sizeof(float))))
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		for (int e = 0; e < E; e++)
 			quant_dequant_row(r->type,
-					  (const uint8_t *)r->data + gguf_row_bytes(r->type, D) * e,
+					  (const uint8_t *)r->data + quant_row_bytes(r->type, D) * e,
 					  ml->router_own + (size_t)e * D, D);
 		ml->router = ml->router_own;
 	}

@@ -37,6 +37,7 @@ enum qtype {
 	QT_Q6_K = 14,
 	QT_Q8_K = 15,
 	QT_BF16 = 30,
+	QT_NTYPES = 40 /* ggml's numbers stop below this (qtype.c's table) */
 };
 
 #define QK8_0 32
@@ -156,7 +157,15 @@ static inline void quant_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
 		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
 	}
 }
-/* The inverse: 8 scales and 8 mins (each 0..63) into the 12 bytes. */
+/* Q3_K's 6-bit scale of group g (0..15), minus 32: low 4 bits in the nibbles of s[0..7], top 2
+ * bits in s[8 + g%4] at bit 2*(g/4). */
+static inline int quant_q3k_scale(const uint8_t *s, int g)
+{
+	int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
+	int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+	return (lo | hi << 4) - 32;
+}
+/* The inverse of quant_k4_scale_min: 8 scales and 8 mins (each 0..63) into the 12 bytes. */
 void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s);
 
 /* The low-bit types (quant_lowbit.c): reference dequantize, quantize and kernel tables for
@@ -173,13 +182,16 @@ uint16_t quant_f32_to_f16(float f);
 float quant_bf16_to_f32(uint16_t h);
 uint16_t quant_f32_to_bf16(float f);
 
-/* 1 when this build can compute with type t (weights). */
-int quant_type_supported(int t);
+/* Type facts, from the one table (qtype.c) of every ggml type number. */
+int quant_type_known(int t);              /* 1 when its block size is known (a file's tensors
+					   * of it can be sized and described) */
+int quant_type_supported(int t);          /* 1 when the engine computes with it (weights) */
 const char *quant_type_name(int t);       /* "q8_0", ...; "?" when unknown */
-int quant_type_parse(const char *s);      /* name -> type, -1 when unknown */
-int quant_block_elems(int t);             /* elements per block (1 for float types) */
-size_t quant_block_bytes(int t);          /* bytes per block */
-size_t quant_row_bytes(int t, int64_t n); /* n must be a multiple of the block size */
+const char *quant_type_ggml_name(int t);  /* ggml's spelling, "Q8_0"; "?" when unknown */
+int quant_type_parse(const char *s);      /* a supported type's name (any case) -> type, or -1 */
+int quant_block_elems(int t);             /* elements per block (1 for float types); 0 unknown */
+size_t quant_block_bytes(int t);          /* bytes per block; 0 unknown */
+size_t quant_row_bytes(int t, int64_t n); /* 0 unless n is a whole number of known blocks */
 
 /* Reference dequantize of n elements (a multiple of the block size). */
 void quant_dequant_row(int t, const void *src, float *dst, int64_t n);
