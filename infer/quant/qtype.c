@@ -53,7 +53,7 @@ static const struct qtype_row {
     [QT_BF16] = {"BF16", "bf16", 1, 2, QTF_WEIGHT},
     [34] = {"TQ1_0", "tq1_0", 256, 54, 0},
     [35] = {"TQ2_0", "tq2_0", 256, 66, 0},
-    [39] = {"MXFP4", "mxfp4", 32, 17, 0},
+    [QT_MXFP4] = {"MXFP4", "mxfp4", 32, sizeof(blk_mxfp4), QTF_WEIGHT},
 };
 
 static const struct qtype_row *row_of(int t)

@@ -182,6 +182,7 @@ void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 			dequant_q6k_block(&b[i], dst + i * QK_K);
 		break;
 	}
+	case QT_MXFP4: quant_mxfp4_dequant(src, dst, n); break;
 	default: quant_lowbit_dequant(t, src, dst, n);
 	}
 }
@@ -360,6 +361,7 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 	case QT_Q4_0: quantize_q4_0(src, dst, n); return 0;
 	case QT_Q4_K: quantize_q4_k(src, dst, n); return 0;
 	case QT_Q6_K: quantize_q6_k(src, dst, n); return 0;
+	case QT_MXFP4: quant_mxfp4_quantize(src, dst, n); return 0;
 	default: return quant_lowbit_quantize(t, src, dst, n);
 	}
 }
@@ -372,7 +374,8 @@ static int act_type_of(int wtype)
 	case QT_Q8_0:
 	case QT_Q4_0:
 	case QT_Q5_0:
-	case QT_Q5_1: return QT_Q8_0;
+	case QT_Q5_1:
+	case QT_MXFP4: return QT_Q8_0;
 	case QT_Q2_K:
 	case QT_Q3_K:
 	case QT_Q4_K:
@@ -641,6 +644,7 @@ const quant_ops_t *quant_ops_ref(int wtype)
 	case QT_Q4_0: return &ref_q4_0;
 	case QT_Q4_K: return &ref_q4_k;
 	case QT_Q6_K: return &ref_q6_k;
+	case QT_MXFP4: return quant_mxfp4_ops_ref();
 	default: return quant_lowbit_ops_ref(wtype);
 	}
 }
@@ -652,6 +656,10 @@ const quant_ops_t *quant_ops_opt(int wtype)
 		o = quant_lowbit_x86_ops(wtype);
 	if (!o)
 		o = quant_neon_ops(wtype);
+	if (!o && wtype == QT_MXFP4)
+		o = quant_mxfp4_x86_ops();
+	if (!o && wtype == QT_MXFP4)
+		o = quant_mxfp4_neon_ops();
 	return o ? o : quant_ops_ref(wtype);
 }
 

@@ -37,6 +37,7 @@ enum qtype {
 	QT_Q6_K = 14,
 	QT_Q8_K = 15,
 	QT_BF16 = 30,
+	QT_MXFP4 = 39,
 	QT_NTYPES = 40 /* ggml's numbers stop below this (qtype.c's table) */
 };
 
@@ -101,6 +102,28 @@ typedef struct {
 	uint8_t qs[QK_K / 2]; /* low nibbles, as Q4_K */
 } blk_q5_k;
 
+/* MXFP4 (quant_mxfp4.c), as ggml/src/ggml-common.h block_mxfp4: 32 E2M1 values sharing one
+ * power-of-two scale. Element j is value[qs[j] & 0xf] (j < 16) or value[qs[j - 16] >> 4], times
+ * 2^(e - 128): quant_mxfp4_values holds the E2M1 values doubled (ggml's kvalues_mxfp4) and
+ * quant_e8m0_half the scale halved (ggml_e8m0_to_fp32_half), so their product is the value. */
+typedef struct {
+	uint8_t e;      /* E8M0 exponent: 2^(e - 127) */
+	uint8_t qs[16]; /* E2M1 codes: sign bit 3, magnitude index bits 0-2 */
+} blk_mxfp4;
+
+extern const int8_t quant_mxfp4_values[16]; /* 0 1 2 3 4 6 8 12, then the same negated */
+
+/* 2^(e - 128) as ggml_e8m0_to_fp32_half computes it (e < 2: the subnormals 2^-128, 2^-127). */
+static inline float quant_e8m0_half(uint8_t e)
+{
+	union {
+		uint32_t u;
+		float f;
+	} v = {e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23};
+	return v.f;
+}
+
+_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 block");
 _Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(blk_q2_k) == 84, "q2_k block");
@@ -175,6 +198,15 @@ int quant_lowbit_quantize(int t, const float *src, void *dst, int64_t n);
 const quant_ops_t *quant_lowbit_ops_ref(int t);
 /* Their AVX2 tables (quant_lowbit_x86.c); NULL when the CPU lacks AVX2/FMA or off x86. */
 const quant_ops_t *quant_lowbit_x86_ops(int t);
+
+/* MXFP4 (quant_mxfp4.c): reference dequantize, quantize (ggml's quantize_row_mxfp4_ref, byte
+ * for byte) and the plain C kernel table (Q8_0 activations); the optimized tables
+ * (quant_mxfp4_x86.c: AVX-512 VNNI, AVX2; quant_mxfp4_neon.c), NULL where not available. */
+void quant_mxfp4_dequant(const void *src, float *dst, int64_t n);
+void quant_mxfp4_quantize(const float *src, void *dst, int64_t n);
+const quant_ops_t *quant_mxfp4_ops_ref(void);
+const quant_ops_t *quant_mxfp4_x86_ops(void);
+const quant_ops_t *quant_mxfp4_neon_ops(void);
 
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);
