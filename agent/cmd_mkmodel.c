@@ -20,19 +20,23 @@ static void usage(FILE *f)
 	    "                      [--expert-ffn F] [--dense-lead N]]\n"
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
-	    "                     q2_k] [--seed S] [--ctx N]\n"
+	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
-	    "ARCH: llama, qwen2, qwen3, deepseek2, or with experts mixtral, qwen2moe, qwen3moe.\n"
+	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, or with experts mixtral, qwen2moe, qwen3moe,\n"
+	    "gpt-oss.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
 	    "stays F32 whatever the type. deepseek2: kv-lora dim/2, no q-lora (Lite), qk-nope\n"
 	    "and v-head dim/heads, qk-rope half that, attn_k_b + attn_v_b (--mla-legacy: one\n"
 	    "attn_kv_b), no rope scaling (--rope-factor: YaRN); with --experts, layers from\n"
-	    "--dense-lead (default 1) route through experts (1 shared expert by default).\n");
+	    "--dense-lead (default 1) route through experts (1 shared expert by default).\n"
+	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -62,6 +66,7 @@ static const struct {
     {"qk-rope", offsetof(mkmodel_opts_t, qk_rope)},
     {"v-head", offsetof(mkmodel_opts_t, v_head)},
     {"rope-orig-ctx", offsetof(mkmodel_opts_t, rope_orig_ctx)},
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)}, /* gpt-oss */
 };
 
 enum {

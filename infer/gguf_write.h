@@ -41,8 +41,8 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
 
 typedef struct mkmodel_opts {
-	const char
-	    *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe", "deepseek2" */
+	const char *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe",
+			   * "deepseek2", "gpt-oss" */
 	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
 	int head_dim; /* 0 = dim / heads (qwen3 may differ) */
 	/* mixture of experts (the *moe and mixtral archs): routed experts, top-k, shared experts
@@ -60,7 +60,11 @@ typedef struct mkmodel_opts {
 	int mla_legacy;     /* 1: one attn_kv_b (older converters), 0: attn_k_b + attn_v_b */
 	float rope_factor;  /* > 0: rope.scaling.type yarn with this factor */
 	float yarn_log_mul; /* rope.scaling.yarn_log_multiplier (as the converter stores it) */
-	int rope_orig_ctx;  /* rope.scaling.original_context_length (0 = ctx) */
+	int rope_orig_ctx;  /* rope.scaling.original_context_length (0 = ctx; gpt-oss 4096) */
+	/* gpt-oss: experts as above, head_dim free (0 = dim / heads), YaRN with rope_factor
+	 * (0 = 32), the sliding window of every other layer (0 = 128); --type mxfp4 gives MXFP4
+	 * experts and F16 for the other matrices, as the converter writes gpt-oss */
+	int swa_window;
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small

@@ -18,6 +18,9 @@
  * loop's token blocks are runs of tokens of one slot at consecutive positions (a prompt chunk), so
  * a tile serves the whole block; a decode batch's tokens are blocks of one.
  *
+ * gpt-oss's attention sinks (one learned logit per head, llama.cpp's ggml_soft_max_add_sinks)
+ * take part in the softmax's max and sum but add no value: the online softmax starts from them.
+ *
  * Invariant: reads only cache rows written before the call; writes only m->att and the calling
  * thread's tile and score scratch.
  */
@@ -144,6 +147,7 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->sh.layer0 + j->layer].sinks;
 	float scale = att_scale(m);
 	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
 	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
@@ -159,8 +163,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 			for (int h = h0; h < h1; h++) {
 				memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
 				       (size_t)hd * sizeof(float));
-				mx[b - b0][h - h0] = -INFINITY;
-				sum[b - b0][h - h0] = 0;
+				/* a sink is a logit with no value: the softmax starts from it */
+				mx[b - b0][h - h0] = sinks ? sinks[h] : -INFINITY;
+				sum[b - b0][h - h0] = sinks ? 1.0f : 0.0f;
 			}
 		/* the block's first token sees the earliest position, its last the latest; a
 		 * sliding window (win) starts each token's share later */
@@ -235,6 +240,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->sh.layer0 + j->layer].sinks;
 	float scale = att_scale(m), kv[1024];
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
 	int lo, hi;
@@ -253,8 +259,12 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 			sc[t] = d * scale;
 			mx = fmaxf(mx, sc[t]);
 		}
+		if (sinks) /* in the max and the sum, as ggml's soft_max with sinks */
+			mx = fmaxf(mx, sinks[h]);
 		for (int t = t_lo; t < T; t++)
 			sum += sc[t] = expf(sc[t] - mx);
+		if (sinks)
+			sum += expf(sinks[h] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (int t = t_lo; t < T; t++) {
 			quant_dequant_row(m->kv_type,

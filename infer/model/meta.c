@@ -126,7 +126,7 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				     err, errlen)))
 		return rc;
 	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
-	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
+	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE || m->arch == META_GPTOSS ||
 		   (ds2 && m->n_dense_lead < m->n_layers);
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
@@ -293,6 +293,16 @@ static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int
 	return 0;
 }
 
+int meta_check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0, int64_t ne1,
+		      int64_t ne2, char *err, size_t errlen)
+{
+	if (ne2) {
+		int rc = check_tensor3(m, g, name, ne0, ne1, ne2, err, errlen);
+		return rc ? rc : 0;
+	}
+	return check_tensor(m, g, name, ne0, ne1, err, errlen);
+}
+
 /* An optional u32 key (0 allowed): 1 when present, 0 when absent, or an error. */
 static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, uint32_t *out,
 		       char *err, size_t errlen)
@@ -305,6 +315,46 @@ static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, ui
 	if (rc || *out > (1u << 24))
 		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
 	return 1;
+}
+
+int meta_rope_scaling_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	char key[128];
+	uint32_t v = 0;
+	int rc;
+	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
+	m->rope_scaling = META_SCALING_LINEAR;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+	const char *s;
+	size_t n;
+	if (!gguf_get_str(g, key, &s, &n)) {
+		if (n == 4 && !memcmp(s, "none", 4))
+			m->rope_scaling = META_SCALING_NONE;
+		else if (n == 4 && !memcmp(s, "yarn", 4))
+			m->rope_scaling = META_SCALING_YARN;
+		else if (!(n == 6 && !memcmp(s, "linear", 6)))
+			return sh_fail(
+			    err, errlen, SH_EUNSUPP,
+			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
+	}
+	m->rope_factor = 0;
+	m->yarn_log_mul = 0;
+	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
+	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
+			      errlen)))
+		return rc;
+	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
+	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
+		return rc;
+	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
+	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "bad rope scaling factor or yarn multiplier");
+	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
+		return rc;
+	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
+	return 0;
 }
 
 /* deepseek2's MLA keys (llama_model_deepseek2::load_arch_hparams): called after head_dim (the
@@ -372,38 +422,7 @@ static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	x->dense_lead = rc ? (int)v : 0;
 	/* layers from dense_lead on route through experts (moe_keys, moe.c) */
 
-	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
-	m->rope_scaling = META_SCALING_LINEAR;
-	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-	const char *s;
-	size_t n;
-	if (!gguf_get_str(g, key, &s, &n)) {
-		if (n == 4 && !memcmp(s, "none", 4))
-			m->rope_scaling = META_SCALING_NONE;
-		else if (n == 4 && !memcmp(s, "yarn", 4))
-			m->rope_scaling = META_SCALING_YARN;
-		else if (!(n == 6 && !memcmp(s, "linear", 6)))
-			return sh_fail(
-			    err, errlen, SH_EUNSUPP,
-			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
-	}
-	m->rope_factor = 0;
-	m->yarn_log_mul = 0;
-	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
-	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
-			      errlen)))
-		return rc;
-	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
-	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
-		return rc;
-	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
-	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
-		return sh_fail(err, errlen, SH_EFORMAT,
-			       "bad rope scaling factor or yarn multiplier");
-	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
-		return rc;
-	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
-	return 0;
+	return meta_rope_scaling_keys(m, g, err, errlen);
 }
 
 /* Layer l's MLA tensors, shapes as llama_model_deepseek2::load_arch_tensors creates them. */
@@ -456,6 +475,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->arch = META_QWEN3MOE, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
 	else if (n == 9 && !memcmp(s, "deepseek2", 9))
 		m->arch = META_DEEPSEEK2, m->rope_style = META_ROPE_ADJACENT;
+	else if (n == 7 && !memcmp(s, "gpt-oss", 7))
+		m->arch = META_GPTOSS, m->rope_style = META_ROPE_NEOX;
 	else {
 		/* print the name safely: it comes from the file */
 		char a[40];
@@ -486,7 +507,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if ((rc = get_req(g, a, "embedding_length", &v, err, errlen)))
 		return rc;
 	m->dim = (int)v;
-	if ((rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
+	v = 0; /* gpt-oss: optional in llama.cpp, every layer routes (meta_gptoss_keys) */
+	if ((m->arch != META_GPTOSS || gguf_find_key(g, "gpt-oss.feed_forward_length") >= 0) &&
+	    (rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
 		return rc;
 	/* no tensor bounds it in a model whose every layer routes to experts, and the scratch is
 	 * sized by it: a hostile value must not become gigabytes (real models stay under 60k) */
@@ -556,6 +579,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 
 	if ((rc = moe_keys(m, g, err, errlen)))
 		return rc;
+	if (m->arch == META_GPTOSS && (rc = meta_gptoss_keys(m, g, err, errlen)))
+		return rc;
 
 	/* tensors */
 	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
@@ -591,6 +616,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				continue;
 			if (i >= 6 && i < 9 && meta_layer_moe(m, l))
 				continue; /* experts instead of the dense FFN (moe_tensors) */
+			if (i == 5 && m->ffn_norm_post)
+				continue; /* gpt-oss: post_attention_norm (meta_gptoss_tensors) */
 			if (i >= 9 && i < 12 && !m->has_qkv_bias)
 				continue;
 			if (i >= 12 && !m->has_qk_norm)
@@ -605,6 +632,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		if (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen)))
 			return rc;
 		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
+			return rc;
+		if (m->arch == META_GPTOSS && (rc = meta_gptoss_tensors(m, g, l, err, errlen)))
 			return rc;
 	}
 	for (int i = 0; i < gguf_n_tensors(g); i++)

@@ -339,8 +339,10 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
-		    (rc = bind_vec(g, NAME("ffn_norm.weight"), 0, meta->dim, &L->ffn_norm, err,
-				   errlen)))
+		    (rc = bind_vec(g,
+				   NAME(meta->ffn_norm_post ? "post_attention_norm.weight"
+							    : "ffn_norm.weight"),
+				   0, meta->dim, &L->ffn_norm, err, errlen)))
 			goto err;
 		if (meta_layer_moe(meta, l)) { /* experts instead of the dense FFN (moe.c) */
 			if ((rc = moe_layer_new(m, g, l, &L->moe, err, errlen)))
@@ -376,6 +378,14 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 							 &L->q_norm, err, errlen)) ||
 					  (rc = bind_vec(g, NAME("attn_k_norm.weight"), 0, hd,
 							 &L->k_norm, err, errlen))))
+			goto err;
+		/* gpt-oss: the shard's heads' sink logits; the output bias is added once, by the
+		 * rank that holds head 0 (the ranks' partial outputs are summed) */
+		if ((meta->has_sinks && (rc = bind_vec(g, NAME("attn_sinks.weight"), m->sh.q_head0,
+						       m->sh.n_q_heads, &L->sinks, err, errlen))) ||
+		    (meta->has_out_bias && m->sh.q_head0 == 0 &&
+		     (rc = bind_vec(g, NAME("attn_output.bias"), 0, meta->dim, &L->bo, err,
+				    errlen))))
 			goto err;
 #undef NAME
 		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above) */
@@ -424,9 +434,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->expsum = quant_expsum();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();
-	for (int i = 0; i < half; i++) /* linear scaling: every angle times the scale */
-		m->inv_freq[i] =
-		    (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim) * meta->rope_scale;
+	/* linear scaling multiplies every angle by the scale; YaRN ramps between interpolation and
+	 * extrapolation and scales cos and sin (rope_freqs; deepseek2's YaRN is mla_new's) */
+	int yarn = meta->rope_scaling == META_SCALING_YARN && !meta->is_mla;
+	float fs = yarn && meta->rope_factor > 0 ? 1.0f / meta->rope_factor : meta->rope_scale;
+	rope_freqs(meta, meta->rope_base, fs, yarn, m->inv_freq);
+	m->rope_mag = yarn ? rope_yarn_mag(meta) : 1.0f;
 	if (meta->swa_window > 0 && !meta->is_mla &&
 	    (meta->rope_base_swa != meta->rope_base || meta->rope_scale_swa != meta->rope_scale)) {
 		/* sliding-window layers with their own base (Gemma 3: 10000 vs 1e6, unscaled) */
@@ -436,10 +449,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 			goto err;
 		}
-		for (int i = 0; i < half; i++)
-			m->inv_freq_swa[i] =
-			    (float)pow(meta->rope_base_swa, -2.0 * i / meta->rope_dim) *
-			    meta->rope_scale_swa;
+		rope_freqs(meta, meta->rope_base_swa, yarn ? fs : meta->rope_scale_swa, yarn,
+			   m->inv_freq_swa);
 	}
 	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
 		goto err;
@@ -468,6 +479,8 @@ void model_free(model_t *m)
 			free(L->bv);
 			free(L->q_norm);
 			free(L->k_norm);
+			free(L->sinks);
+			free(L->bo);
 			free(L->wo_own);
 			free(L->down_own);
 			wmat_t *w[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
@@ -537,23 +550,60 @@ void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 		o[i] = x[i] * s * w[i];
 }
 
-/* cs[b][i] = cos, sin of pos[b] * inv_freq[i]. */
-static void rope_fill(float *cs, const float *inv_freq, int half, const int *pos, int B)
+/* YaRN's correction dimension for n_rot rotations (ggml.c: ggml_rope_yarn_corr_dim). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
+{
+	return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * (float)M_PI)) /
+	       (2 * logf(base));
+}
+
+void rope_freqs(const model_meta_t *mt, float base, float fs, int yarn, float *inv_freq)
+{
+	int rd = mt->rope_dim;
+	float lo = 0, hi = 0;
+	if (yarn) { /* ggml_rope_yarn_corr_dims, llama.cpp's beta_fast 32 and beta_slow 1 */
+		lo = MAX(0.0f, floorf(yarn_corr_dim(rd, mt->rope_orig_ctx, 32.0f, base)));
+		hi = MIN((float)(rd - 1), ceilf(yarn_corr_dim(rd, mt->rope_orig_ctx, 1.0f, base)));
+	}
+	for (int i = 0; i < rd / 2; i++) {
+		/* theta = pos * base^(-2i/rd) * (fs (1 - r) + r), r = YaRN's ramp for pair i
+		 * (ggml-cpu's rope_yarn with ext_factor 1; r = 0 without YaRN) */
+		float r = 0;
+		if (yarn)
+			r = 1.0f - MIN(1.0f, MAX(0.0f, ((float)i - lo) / MAX(0.001f, hi - lo)));
+		inv_freq[i] = (float)pow(base, -2.0 * i / rd) * (fs * (1 - r) + r);
+	}
+}
+
+float rope_yarn_mag(const model_meta_t *mt)
+{
+	/* llama-context.cpp sets yarn_attn_factor = mscale(f, 1) / mscale(f, L) / (1 + 0.1 ln f)
+	 * (L = yarn_log_multiplier; mscale(f, s) = 1 + 0.1 s ln f, 1 without L or for f <= 1)
+	 * and ggml's rope_yarn multiplies it by 1 + 0.1 ln f */
+	float f = mt->rope_factor, L = mt->yarn_log_mul;
+	if (!(f > 1.0f))
+		return 1.0f;
+	float lnf = logf(f);
+	return L != 0 ? (1.0f + 0.1f * lnf) / (1.0f + 0.1f * L * lnf) : 1.0f + 0.1f * lnf;
+}
+
+/* cs[b][i] = cos, sin of pos[b] * inv_freq[i], times mag. */
+static void rope_fill(float *cs, const float *inv_freq, int half, float mag, const int *pos, int B)
 {
 	for (int b = 0; b < B; b++)
 		for (int i = 0; i < half; i++) {
 			float a = (float)pos[b] * inv_freq[i];
-			cs[((size_t)b * half + i) * 2] = cosf(a);
-			cs[((size_t)b * half + i) * 2 + 1] = sinf(a);
+			cs[((size_t)b * half + i) * 2] = cosf(a) * mag;
+			cs[((size_t)b * half + i) * 2 + 1] = sinf(a) * mag;
 		}
 }
 
 void rope_table(model_t *m, const int *pos, int B)
 {
 	int half = m->meta.rope_dim / 2;
-	rope_fill(m->rope_cs, m->inv_freq, half, pos, B);
+	rope_fill(m->rope_cs, m->inv_freq, half, m->rope_mag, pos, B);
 	if (m->rope_cs_swa)
-		rope_fill(m->rope_cs_swa, m->inv_freq_swa, half, pos, B);
+		rope_fill(m->rope_cs_swa, m->inv_freq_swa, half, m->rope_mag, pos, B);
 }
 
 void rope_layer(const model_t *m, float *h, int b, int swa)
@@ -708,8 +758,11 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			else
 				attention(m, lc, B);
 		}
-		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
+		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) + bias (one rank) */
 		matmul(m, &L->wo, m->xb2, m->att, B);
+		for (int b = 0; L->bo && b < B; b++)
+			for (int i = 0; i < D; i++)
+				m->xb2[(size_t)b * D + i] += L->bo[i];
 		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
 			return rc;
 		for (int i = 0; i < B * D; i++)

@@ -67,6 +67,8 @@ typedef struct layer {
 	wmat_t wo;                  /* [dim x n_heads*head_dim] */
 	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
 	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
+	float *sinks;               /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
+	float *bo;                  /* gpt-oss: [dim] attn_output.bias (the rank with head 0) */
 	float *ffn_norm;            /* [dim] */
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
@@ -88,6 +90,7 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	float *rope_cs;  /* [max_b][rope_dim/2][2]: cos, sin of this pass's token b (rope_table) */
+	float rope_mag;  /* cos and sin are times this (YaRN's magnitude; 1 without) */
 	float *inv_freq_swa,
 	    *rope_cs_swa; /* the same for the sliding-window layers (their own
 			   * base and scale), NULL when they rotate like the rest */
@@ -265,6 +268,12 @@ int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compac
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
 void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
+/* inv_freq[rope_dim/2] for base with frequency scale fs (1 / the linear or YaRN factor; 1 =
+ * none), YaRN's ramp between scaled and unscaled frequencies when yarn (ggml's rope_yarn, the
+ * correction dims from rope_orig_ctx). rope_yarn_mag: YaRN's cos/sin magnitude as llama.cpp
+ * sets it up for an architecture other than deepseek2. */
+void rope_freqs(const model_meta_t *mt, float base, float fs, int yarn, float *inv_freq);
+float rope_yarn_mag(const model_meta_t *mt);
 /* cos and sin of every RoPE angle of the B tokens at pos[] (once per pass: every head of every
  * layer rotates by the same angles). */
 void rope_table(model_t *m, const int *pos, int B);

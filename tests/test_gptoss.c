@@ -1,0 +1,552 @@
+/* test_gptoss.c: gpt-oss (GGUF "gpt-oss", llama.cpp's LLM_ARCH_OPENAI_MOE).
+ *
+ * A plain-C reference forward pass written from llama.cpp's semantics (no kernels, no threads,
+ * weights dequantized from the file, double sums) is compared with the engine on generated
+ * files: src/models/openai-moe.cpp (the block: biased Q/K/V/O, NeoX RoPE with YaRN, attention
+ * with sinks, post_attention_norm, experts with biases), src/llama-graph.cpp build_moe_ffn
+ * (router bias, LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT: top k by logit, softmax over the
+ * k; LLM_FFN_SWIGLU_OAI_MOE with alpha 1.702, limit 7, ggml-cpu's swiglu_oai), ggml-cpu's
+ * soft_max with sinks (the sink in the max and the sum), llama-hparams.h is_masked_swa and
+ * set_swa_pattern(2) (layers 0, 2, ... see the last n_swa positions), llama-context.cpp's YaRN
+ * set-up with ggml's rope_yarn (ramp between the correction dims, cos/sin times
+ * 1 + 0.1 ln factor).
+ *
+ * Then the engine against llama.cpp itself: ids and top-5 logprobs llama.cpp produced for the
+ * same generated files (see LLAMA_* below for how), 2 and 3 ranks (heads and experts split, the
+ * output bias added once) against one, and bad files.
+ */
+#include "common/common.h"
+#include "gen_model.h"
+#include "harness.h"
+#include "infer/gguf_write.h"
+#include "infer/model/model_int.h"
+#include "infer/quant/quant.h"
+#include "infer/tp.h"
+#include "ref_util.h"
+
+#include <math.h>
+#include <pthread.h>
+
+#define CTX  96
+#define MAXL 4
+
+/* ---- the reference -------------------------------------------------------------------------- */
+
+typedef struct ref {
+	const model_meta_t *p;
+	float *embd, *out_norm, *out;
+	struct {
+		float *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo, *sinks, *post_norm;
+		float *router, *router_b, *gate, *up, *down; /* experts: [E][F][D], [E][D][F] */
+		float *gate_b, *up_b, *down_b;               /* [E][F], [E][F], [E][D] */
+		float *kc, *vc;                              /* [CTX][kvd] */
+	} L[MAXL];
+	double inv_freq[64], mag;
+} ref_t;
+
+static void ref_open(ref_t *R, const gguf_t *g, const model_meta_t *p)
+{
+	memset(R, 0, sizeof *R);
+	R->p = p;
+	R->embd = ref_deq(g, "token_embd.weight");
+	R->out_norm = ref_deq(g, "output_norm.weight");
+	R->out = ref_deq(g, "output.weight");
+	char n[96];
+	for (int l = 0; l < p->n_layers; l++) {
+#define D(f, s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), R->L[l].f = ref_deq(g, n))
+		D(attn_norm, "attn_norm.weight");
+		D(wq, "attn_q.weight");
+		D(wk, "attn_k.weight");
+		D(wv, "attn_v.weight");
+		D(wo, "attn_output.weight");
+		D(bq, "attn_q.bias");
+		D(bk, "attn_k.bias");
+		D(bv, "attn_v.bias");
+		D(bo, "attn_output.bias");
+		D(sinks, "attn_sinks.weight");
+		D(post_norm, "post_attention_norm.weight");
+		D(router, "ffn_gate_inp.weight");
+		D(router_b, "ffn_gate_inp.bias");
+		D(gate, "ffn_gate_exps.weight");
+		D(up, "ffn_up_exps.weight");
+		D(down, "ffn_down_exps.weight");
+		D(gate_b, "ffn_gate_exps.bias");
+		D(up_b, "ffn_up_exps.bias");
+		D(down_b, "ffn_down_exps.bias");
+#undef D
+		int kvd = p->n_kv_heads * p->head_dim;
+		R->L[l].kc = calloc((size_t)CTX * kvd, sizeof(float));
+		R->L[l].vc = calloc((size_t)CTX * kvd, sizeof(float));
+	}
+	/* YaRN, from the file's keys (not the engine's tables): ggml_rope_yarn_corr_dims with
+	 * beta_fast 32, beta_slow 1, ext_factor 1; magnitude 1 + 0.1 ln factor */
+	uint32_t orig = 0;
+	float factor = 0;
+	gguf_get_u32(g, "gpt-oss.rope.scaling.original_context_length", &orig);
+	gguf_get_f32(g, "gpt-oss.rope.scaling.factor", &factor);
+	int hd = p->head_dim;
+	double base = p->rope_base;
+#define CORR(nr) (hd * log(orig / ((nr)*2 * M_PI)) / (2 * log(base)))
+	double lo = fmax(0, floor(CORR(32.0))), hi = fmin(hd - 1, ceil(CORR(1.0)));
+#undef CORR
+	for (int i = 0; i < hd / 2; i++) {
+		double r = 1 - fmin(1, fmax(0, (i - lo) / fmax(0.001, hi - lo)));
+		R->inv_freq[i] = pow(base, -2.0 * i / hd) * ((1.0 / factor) * (1 - r) + r);
+	}
+	R->mag = 1 + 0.1 * log(factor);
+}
+
+static void ref_close(ref_t *R)
+{
+	free(R->embd);
+	free(R->out_norm);
+	free(R->out);
+	for (int l = 0; l < R->p->n_layers; l++) {
+		float **f = &R->L[l].attn_norm;
+		for (size_t i = 0; i < sizeof R->L[l] / sizeof(float *); i++)
+			free(f[i]);
+	}
+}
+
+/* NeoX rotation (pairs i, i + hd/2) with YaRN's frequencies and magnitude. */
+static void rot(const ref_t *R, float *h, int pos)
+{
+	int half = R->p->head_dim / 2;
+	for (int i = 0; i < half; i++) {
+		double a = pos * R->inv_freq[i], x0 = h[i], x1 = h[i + half];
+		h[i] = (float)(R->mag * (x0 * cos(a) - x1 * sin(a)));
+		h[i + half] = (float)(R->mag * (x0 * sin(a) + x1 * cos(a)));
+	}
+}
+
+/* One token at pos; logits[n_vocab]. */
+static void ref_step(ref_t *R, int tok, int pos, float *logits)
+{
+	const model_meta_t *p = R->p;
+	int D = p->dim, hd = p->head_dim, H = p->n_heads, KH = p->n_kv_heads, qd = H * hd,
+	    kvd = KH * hd, E = p->n_experts, K = p->n_experts_used, F = p->ffn_exp;
+	float x[1024], xb[1024], q[1024], k[1024], v[1024], att[1024], y[1024], h[2048], t[1024];
+	memcpy(x, R->embd + (size_t)tok * D, D * sizeof *x);
+	for (int l = 0; l < p->n_layers; l++) {
+		typeof(R->L[0]) *L = &R->L[l];
+		ref_norm(xb, x, L->attn_norm, D, p->rms_eps);
+		ref_mv(q, L->wq, xb, qd, D);
+		ref_mv(k, L->wk, xb, kvd, D);
+		ref_mv(v, L->wv, xb, kvd, D);
+		for (int i = 0; i < qd; i++)
+			q[i] += L->bq[i];
+		for (int i = 0; i < kvd; i++)
+			k[i] += L->bk[i], v[i] += L->bv[i];
+		for (int hh = 0; hh < H; hh++)
+			rot(R, q + hh * hd, pos);
+		for (int hh = 0; hh < KH; hh++)
+			rot(R, k + hh * hd, pos);
+		memcpy(L->kc + (size_t)pos * kvd, k, kvd * sizeof *k);
+		memcpy(L->vc + (size_t)pos * kvd, v, kvd * sizeof *v);
+		/* even layers slide: a query at pos sees keys s with pos - s < n_swa */
+		int s0 = l % 2 == 0 && pos - p->swa_window + 1 > 0 ? pos - p->swa_window + 1 : 0;
+		for (int hh = 0; hh < H; hh++) {
+			int kh = hh / (H / KH);
+			double sc[CTX], mx = L->sinks[hh], sum = 0;
+			for (int s = s0; s <= pos; s++) {
+				double d = 0;
+				for (int i = 0; i < hd; i++)
+					d += (double)q[hh * hd + i] *
+					     L->kc[(size_t)s * kvd + kh * hd + i];
+				sc[s] = d / sqrt(hd);
+				mx = fmax(mx, sc[s]);
+			}
+			for (int s = s0; s <= pos; s++)
+				sum += sc[s] = exp(sc[s] - mx);
+			sum += exp(L->sinks[hh] - mx);
+			for (int i = 0; i < hd; i++) {
+				double a = 0;
+				for (int s = s0; s <= pos; s++)
+					a += sc[s] / sum * L->vc[(size_t)s * kvd + kh * hd + i];
+				att[hh * hd + i] = (float)a;
+			}
+		}
+		ref_mv(y, L->wo, att, D, qd);
+		for (int i = 0; i < D; i++)
+			x[i] += y[i] + L->bo[i];
+
+		/* the experts: top k by biased logit, softmax over those k */
+		ref_norm(xb, x, L->post_norm, D, p->rms_eps);
+		float lg[64];
+		ref_mv(lg, L->router, xb, E, D);
+		for (int e = 0; e < E; e++)
+			lg[e] += L->router_b[e];
+		int sel[8];
+		double w[8], wsum = 0;
+		for (int i = 0; i < K; i++) {
+			int b = -1;
+			for (int e = 0; e < E; e++) {
+				int taken = 0;
+				for (int j = 0; j < i; j++)
+					taken |= sel[j] == e;
+				if (!taken && (b < 0 || lg[e] > lg[b]))
+					b = e;
+			}
+			sel[i] = b;
+		}
+		for (int i = 0; i < K; i++)
+			wsum += w[i] = exp((double)lg[sel[i]] - lg[sel[0]]);
+		memset(y, 0, sizeof y);
+		for (int i = 0; i < K; i++) {
+			int e = sel[i];
+			ref_mv(h, L->gate + (size_t)e * F * D, xb, F, D);
+			ref_mv(h + F, L->up + (size_t)e * F * D, xb, F, D);
+			for (int j = 0; j < F; j++) {
+				double g = fmin(h[j] + L->gate_b[e * F + j], 7.0);
+				double u = fmax(-7.0, fmin(h[F + j] + L->up_b[e * F + j], 7.0));
+				h[j] = (float)(g / (1 + exp(-1.702 * g)) * (u + 1));
+			}
+			ref_mv(t, L->down + (size_t)e * D * F, h, D, F);
+			for (int j = 0; j < D; j++)
+				y[j] += (float)(w[i] / wsum * (t[j] + L->down_b[e * D + j]));
+		}
+		for (int i = 0; i < D; i++)
+			x[i] += y[i];
+	}
+	ref_norm(xb, x, R->out_norm, D, p->rms_eps);
+	ref_mv(logits, R->out, xb, p->n_vocab, D);
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------- */
+
+typedef struct fix {
+	char path[256];
+	gguf_t *g;
+	model_meta_t meta;
+	pool_t *pool;
+	model_t *m;
+} fix_t;
+
+/* The generated file the llama.cpp vectors below were made from: `shoal mkmodel --arch gpt-oss
+ * --dim 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --ffn 64 --experts 8
+ * --experts-used 2 --vocab 320 --ctx 96 --sliding-window 8 --seed 11 --type T`. */
+static mkmodel_opts_t fix_opts(int type)
+{
+	return (mkmodel_opts_t){.arch = "gpt-oss",
+				.dim = 128,
+				.layers = 4,
+				.heads = 4,
+				.kv_heads = 2,
+				.head_dim = 32,
+				.ffn = 64,
+				.vocab = 320,
+				.ctx = CTX,
+				.type = type,
+				.seed = 11,
+				.experts = 8,
+				.experts_used = 2,
+				.swa_window = 8};
+}
+
+static int fix_open(fix_t *x, int type, int threads, int kv_type)
+{
+	char err[256];
+	memset(x, 0, sizeof *x);
+	mkmodel_opts_t o = fix_opts(type);
+	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-gptoss-%d-%d.gguf", (int)getpid(), type);
+	if (gen_file(&o, x->path, &x->g, &x->meta, "gpt-oss"))
+		return -1;
+	if (!(x->pool = pool_new(threads)) ||
+	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, kv_type, x->pool, err, sizeof err)) {
+		fprintf(stderr, "fix_open: %s\n", x->pool ? err : "no threads");
+		return -1;
+	}
+	return 0;
+}
+
+static void fix_close(fix_t *x)
+{
+	model_free(x->m);
+	pool_free(x->pool);
+	gguf_free(x->g);
+	unlink(x->path);
+}
+
+/* 12 tokens: BOS-free, as llama.cpp tokenizes for a gpt-4o vocabulary without add_bos */
+static const int prompt[12] = {256, 72, 101, 108, 108, 111, 32, 116, 104, 101, 281, 300};
+
+/* ---- engine vs reference -------------------------------------------------------------------- */
+
+/* F32 weights and cache: the engine's logits within 1e-4 (relative to the largest) of the
+ * reference's at every step of a 12-token prompt and 28 greedy steps (past the window of 8 in
+ * the even layers), fused attention and the plain one. */
+static void f32_matches_reference(int attn_ref)
+{
+	fix_t x;
+	if (fix_open(&x, QT_F32, 2, QT_F32)) {
+		CHECK(0);
+		return;
+	}
+	x.m->attn_ref = attn_ref;
+	CHECK_EQ_INT(x.meta.arch, META_GPTOSS);
+	CHECK_EQ_INT(x.meta.swa_window, 8);
+	ref_t R;
+	ref_open(&R, x.g, &x.meta);
+	int V = x.meta.n_vocab;
+	float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+	double worst = 0;
+	for (int i = 0; i < 40; i++) {
+		int t = i < 12 ? prompt[i] : ref_argmax(b, V);
+		CHECK_EQ_INT(model_forward(x.m, &t, 1, i, a), 0);
+		ref_step(&R, t, i, b);
+		double md = 0, mr = 0;
+		for (int k = 0; k < V; k++)
+			md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
+		worst = fmax(worst, md / mr);
+	}
+	if (worst > 1e-4)
+		fprintf(stderr, "gpt-oss f32 (attn_ref %d): worst relative logit error %g\n",
+			attn_ref, worst);
+	CHECK(worst <= 1e-4);
+	free(a);
+	free(b);
+	ref_close(&R);
+	fix_close(&x);
+}
+
+TEST(f32_vs_reference)
+{
+	f32_matches_reference(0);
+}
+TEST(f32_vs_reference_plain_attention)
+{
+	f32_matches_reference(1);
+}
+
+/* A prompt in one batch equals the same prompt a token at a time (F32 cache). */
+TEST(prefill_equals_decode)
+{
+	fix_t x;
+	if (fix_open(&x, QT_Q8_0, 2, QT_F32)) {
+		CHECK(0);
+		return;
+	}
+	int V = x.meta.n_vocab;
+	float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+	CHECK_EQ_INT(model_forward(x.m, prompt, 12, 0, a), 0);
+	for (int i = 0; i < 12; i++)
+		CHECK_EQ_INT(model_forward(x.m, &prompt[i], 1, i, b), 0);
+	double md = 0, mr = 0;
+	for (int k = 0; k < V; k++)
+		md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
+	CHECK(md / mr < 1e-3);
+	CHECK_EQ_INT(ref_argmax(a, V), ref_argmax(b, V));
+	free(a);
+	free(b);
+	fix_close(&x);
+}
+
+/* build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT: the top k by raw logit,
+ * weights the softmax over those k (not over all), no renormalisation. */
+TEST(route_softmax_weight)
+{
+	float lg[6] = {0.5f, 3.0f, -1.0f, 2.0f, 2.5f, -4.0f};
+	moe_route_t r = {6, 3, META_GATE_SOFTMAX_WEIGHT, 0, 1.0f, NULL, 0, 0};
+	int sel[3];
+	float w[3];
+	moe_route(&r, lg, sel, w);
+	CHECK_EQ_INT(sel[0], 1);
+	CHECK_EQ_INT(sel[1], 4);
+	CHECK_EQ_INT(sel[2], 3);
+	double z = exp(3.0) + exp(2.5) + exp(2.0);
+	CHECK_NEAR(w[0], exp(3.0) / z, 1e-6);
+	CHECK_NEAR(w[1], exp(2.5) / z, 1e-6);
+	CHECK_NEAR(w[2], exp(2.0) / z, 1e-6);
+}
+
+/* ---- ranks ---------------------------------------------------------------------------------- */
+
+#define MAXR 3
+
+typedef struct rank {
+	mem_group_t *g;
+	int r, rc, ids[16];
+	model_t *m;
+	int V;
+} rank_t;
+
+static int group_allreduce(void *ctx, float *x, int n)
+{
+	rank_t *k = ctx;
+	mem_group_allreduce(k->g, k->r, x, n);
+	return 0;
+}
+
+/* Greedy: 12-token prefill then 16 decoded ids. */
+static int greedy(model_t *m, int V, int *ids)
+{
+	float *lg = malloc(V * sizeof *lg);
+	int rc = model_forward(m, prompt, 12, 0, lg);
+	for (int i = 0; i < 16 && !rc; i++) {
+		ids[i] = ref_argmax(lg, V);
+		rc = model_forward(m, &ids[i], 1, 12 + i, lg);
+	}
+	free(lg);
+	return rc;
+}
+
+static void *rank_main(void *arg)
+{
+	rank_t *k = arg;
+	k->rc = greedy(k->m, k->V, k->ids);
+	return NULL;
+}
+
+/* world ranks splitting heads and experts by weights w (tensor + expert parallel), or layers
+ * (pipeline), give one rank's greedy ids. */
+static void ranks_match_one(int world, const int *w)
+{
+	fix_t x;
+	char err[256];
+	if (fix_open(&x, QT_Q8_0, 1, QT_F32)) {
+		CHECK(0);
+		return;
+	}
+	int want[16], V = x.meta.n_vocab;
+	CHECK_EQ_INT(greedy(x.m, V, want), 0);
+	model_shard_t sh[MAXR];
+	int drc = dist_split(&x.meta, 32, 0, world, w, sh, err, sizeof err);
+	if (drc)
+		fprintf(stderr, "dist_split: %s\n", err);
+	CHECK_EQ_INT(drc, 0);
+	mem_group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
+	rank_t rk[MAXR];
+	pool_t *pools[MAXR];
+	pthread_t th[MAXR];
+	int held = 0, heads = 0;
+	for (int r = 0; r < world; r++) {
+		held += sh[r].n_exp;
+		heads += sh[r].n_q_heads;
+		g.slot[r] = malloc(64 * x.meta.dim * sizeof(float));
+		pools[r] = pool_new(1);
+		rk[r] = (rank_t){&g, r, 0, {0}, NULL, V};
+		CHECK_EQ_INT(model_new_kv(&rk[r].m, x.g, &x.meta, &sh[r], CTX, QT_F32, pools[r],
+					  err, sizeof err),
+			     0);
+		model_set_allreduce(rk[r].m, group_allreduce, &rk[r]);
+	}
+	CHECK_EQ_INT(held, x.meta.n_experts);
+	CHECK_EQ_INT(heads, x.meta.n_heads);
+	for (int r = 0; r < world; r++)
+		pthread_create(&th[r], NULL, rank_main, &rk[r]);
+	for (int r = 0; r < world; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < world; r++) {
+		CHECK_EQ_INT(rk[r].rc, 0);
+		CHECK(!memcmp(rk[r].ids, want, sizeof want));
+		model_free(rk[r].m);
+		pool_free(pools[r]);
+		free(g.slot[r]);
+	}
+	fix_close(&x);
+}
+
+static const int w11[2] = {1, 1}, w211[3] = {2, 1, 1};
+TEST(two_ranks_equal_one)
+{
+	ranks_match_one(2, w11);
+}
+TEST(three_ranks_equal_one)
+{
+	ranks_match_one(3, w211);
+}
+
+/* ---- bad input ------------------------------------------------------------------------------ */
+
+/* The fixture's file with one tensor left out or misshapen (or a key dropped): meta_load's code
+ * and message. */
+static int bad_model(const char *drop, const char *reshape, const char *nokey, char *err,
+		     size_t errlen)
+{
+	char src[256], dst[256];
+	mkmodel_opts_t o = fix_opts(QT_F32);
+	snprintf(src, sizeof src, "/tmp/shoal-test-gptoss-src-%d.gguf", (int)getpid());
+	snprintf(dst, sizeof dst, "/tmp/shoal-test-gptoss-bad-%d.gguf", (int)getpid());
+	gguf_t *g = NULL, *b = NULL;
+	int rc = mkmodel_write(&o, src, err, errlen);
+	if (!rc)
+		rc = gguf_open(&g, src, err, errlen);
+	gguf_writer_t *w = gw_new();
+	for (int i = 0; !rc && i < gguf_n_kv(g); i++) { /* copy the keys we use */
+		const char *k = gguf_key(g, i);
+		if (nokey && !strcmp(k, nokey))
+			continue;
+		int64_t iv;
+		double fv;
+		const char *s;
+		size_t n;
+		if (gguf_kv_type(g, i) == GGUF_STR && !gguf_kv_str(g, i, &s, &n)) {
+			char *c = strndup(s, n);
+			gw_kv_str(w, k, c);
+			free(c);
+		} else if (gguf_kv_type(g, i) == GGUF_F32 && !gguf_kv_f64(g, i, &fv)) {
+			gw_kv_f32(w, k, (float)fv);
+		} else if (gguf_kv_type(g, i) != GGUF_ARR && !gguf_kv_i64(g, i, &iv)) {
+			gw_kv_u32(w, k, (uint32_t)iv);
+		}
+	}
+	int nt = 0;
+	for (int i = 0; !rc && i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		if (drop && !strcmp(t->name, drop))
+			continue;
+		int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+		if (reshape && !strcmp(t->name, reshape))
+			ne[0] /= 2, ne[1] *= 2;
+		gw_tensor(w, t->name, t->n_dims, ne, t->type);
+		nt++;
+	}
+	if (!rc)
+		rc = gw_begin(w, dst, err, errlen);
+	for (int i = 0; !rc && i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		if (!(drop && !strcmp(t->name, drop)))
+			rc = gw_data(w, t->data, t->nbytes, err, errlen);
+	}
+	if (!rc)
+		rc = gw_finish(w, err, errlen);
+	gw_free(w);
+	model_meta_t m;
+	if (!rc && !(rc = gguf_open(&b, dst, err, errlen)))
+		rc = meta_load(&m, b, err, errlen);
+	gguf_free(b);
+	gguf_free(g);
+	unlink(src);
+	unlink(dst);
+	(void)nt;
+	return rc;
+}
+
+TEST(bad_input)
+{
+	char err[256];
+	CHECK_EQ_INT(bad_model(NULL, NULL, NULL, err, sizeof err), 0);
+	CHECK(bad_model("blk.1.attn_sinks.weight", NULL, NULL, err, sizeof err) < 0);
+	CHECK(strstr(err, "missing tensor blk.1.attn_sinks.weight") != NULL);
+	CHECK(bad_model(NULL, "blk.0.ffn_up_exps.bias", NULL, err, sizeof err) < 0);
+	CHECK(strstr(err, "blk.0.ffn_up_exps.bias") && strstr(err, "expected [64, 8]"));
+	CHECK(bad_model("blk.2.post_attention_norm.weight", NULL, NULL, err, sizeof err) < 0);
+	CHECK(strstr(err, "blk.2.post_attention_norm.weight") != NULL);
+	CHECK(bad_model(NULL, NULL, "gpt-oss.attention.sliding_window", err, sizeof err) < 0);
+	CHECK(strstr(err, "missing key gpt-oss.attention.sliding_window") != NULL);
+	CHECK(bad_model(NULL, NULL, "gpt-oss.expert_feed_forward_length", err, sizeof err) < 0);
+	CHECK(strstr(err, "gpt-oss.expert_feed_forward_length") != NULL);
+}
+
+int main(void)
+{
+	quant_init(0);
+	RUN(route_softmax_weight);
+	RUN(f32_vs_reference);
+	RUN(f32_vs_reference_plain_attention);
+	RUN(prefill_equals_decode);
+	RUN(two_ranks_equal_one);
+	RUN(three_ranks_equal_one);
+	RUN(bad_input);
+	return harness_done();
+}
