@@ -21,6 +21,7 @@
 #include "infer/gguf_write.h"
 #include "infer/model/model_int.h"
 #include "infer/quant/quant.h"
+#include "infer/tok/tok_internal.h"
 #include "infer/tp.h"
 #include "ref_util.h"
 
@@ -456,6 +457,120 @@ TEST(three_ranks_equal_one)
 	ranks_match_one(3, w211);
 }
 
+/* ---- the o200k pre-tokenizer ------------------------------------------------------------- */
+
+static void collect(void *ud, const char *w, size_t n)
+{
+	char *o = ud;
+	size_t k = strlen(o);
+	if (k + n + 2 < 1024) {
+		memcpy(o + k, w, n);
+		o[k + n] = '|';
+		o[k + n + 1] = 0;
+	}
+}
+
+/* tokenizer.ggml.pre "gpt-4o" splits text as llama.cpp does: the expected words were printed by
+ * llama.cpp's own unicode_regex_split (src/unicode.cpp, exported by libllama.so at the commit
+ * of /work/llama.cpp/src, 2026) with the regex llama-vocab.cpp gives
+ * LLAMA_VOCAB_PRE_TYPE_GPT4O, joined by '|'. Its letter classes differ from tokenizer.json's
+ * original: a non-ASCII lowercase letter continues a word's capitals ("aÉb" one word, where
+ * \p{Lu}/\p{Ll} would cut "a|Éb"), combining marks are not letters, and a titlecase letter
+ * (U+01C8) is a capital. */
+TEST(o200k_pre_tokenizer)
+{
+	static const struct {
+		const char *text, *want;
+	} v[] = {
+	    {"HelloWorld ThisIsCamelCase IBM's PDFs are OK'd",
+	     "Hello|World| This|Is|Camel|Case| IBM's| PDFs| are| OK'd|"},
+	    {"I'll we've they're he'd you'LL SHE'S Don'T",
+	     "I'll| we've| they're| he'd| you'LL| SHE'S| Don'T|"},
+	    {"12345 1234567 3.14159 -42 1,000,000",
+	     "123|45| |123|456|7| |3|.|141|59| -|42| |1|,|000|,|000|"},
+	    {"line one\nline two\n\n   trailing spaces   \n",
+	     "line| one|\n|line| two|\n\n|  | trailing| spaces|   \n|"},
+	    {"caf\xc3\xa9 a\xc3\x89"
+	     "b \xc3\x80\xc3\x89\xc3\x8e \xc3\xa9T\xc3\xa9 \xc7\x85ungla \xc7\x88J",
+	     "caf\xc3\xa9| a\xc3\x89"
+	     "b| \xc3\x80\xc3\x89\xc3\x8e| \xc3\xa9T\xc3\xa9| \xc7\x85ungla| \xc7\x88|J|"},
+	    {"e\xcc\x81 combining: n\xcc\x83 a\xcc\x80"
+	     "b",
+	     "e|\xcc\x81| combining|:| n|\xcc\x83| a|\xcc\x80"
+	     "b|"},
+	    {"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe4\xb8\xad\xe6\x96\x87"
+	     "ABC\xe4\xb8\xad abc\xe4\xb8\xad",
+	     "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e| \xe4\xb8\xad\xe6\x96\x87"
+	     "ABC\xe4\xb8\xad| abc\xe4\xb8\xad|"},
+	    {"emoji \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd \xc2\xa9\xe2\x84\xa2 "
+	     "\xe2\x82\xac\xc2\xa5 \xc2\xbd \xc2\xb2x \xe2\x85\xa7",
+	     "emoji| \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd| \xc2\xa9\xe2\x84\xa2| "
+	     "\xe2\x82\xac\xc2\xa5| |\xc2\xbd| |\xc2\xb2|x| |\xe2\x85\xa7|"},
+	    {"$100 @user #tag http://x.com/p?x=1&y=2 a/b//\n",
+	     "$|100| @|user| #|tag| http|://|x|.com|/p|?x|=|1|&y|=|2| a|/b|//\n|"},
+	    {"code:\n    if x:\n        return 1\n",
+	     "code|:\n|   | if| x|:\n|       | return| |1|\n|"},
+	    {"foo\r\nbar\r\n\r\nbaz  \n\n  \n", "foo|\r\n|bar|\r\n\r\n|baz|  \n\n  \n|"},
+	    {"a\t\tb  \t c NBSP\xc2\xa0x\xc2\xa0 thin\xe2\x80\x89y \xe3\x80\x80z",
+	     "a|\t|\tb|  \t| c| NBSP|\xc2\xa0x|\xc2\xa0| thin|\xe2\x80\x89y| |\xe3\x80\x80z|"},
+	    {"x'S's'ss ''m 'LL", "x'S|'s's|s| ''|m| '|LL|"},
+	};
+	struct tok_pre *p;
+	int im;
+	char err[256];
+	CHECK_EQ_INT(tok_pre_new(&p, "gpt-4o", &im, err, sizeof err), 0);
+	CHECK_EQ_INT(im, 0);
+	for (size_t i = 0; i < ARRAY_LEN(v); i++) {
+		char got[1024] = "";
+		CHECK_EQ_INT(tok_pre_split(p, v[i].text, strlen(v[i].text), collect, got), 0);
+		if (strcmp(got, v[i].want))
+			fprintf(stderr, "o200k split %zu:\n  got  %s\n  want %s\n", i, got,
+				v[i].want);
+		CHECK(!strcmp(got, v[i].want));
+	}
+	tok_pre_free(p);
+}
+
+/* The harmony tokens as llama.cpp's vocabulary loader adjusts them (llama-vocab.cpp: <|channel|>,
+ * <|message|>, <|start|>, <|constrain|> user-defined; <|end|> not an end of generation when
+ * <|return|> and <|call|> are): a gpt-oss file's text keeps its channels, and a reply ends on
+ * <|return|> or <|call|>. */
+TEST(harmony_tokens)
+{
+	fix_t x;
+	char err[256];
+	if (fix_open(&x, QT_Q8_0, 1, QT_F32)) {
+		CHECK(0);
+		return;
+	}
+	tok_t *t = NULL;
+	CHECK_EQ_INT(tok_load(&t, x.g, err, sizeof err), 0);
+	if (t) {
+		static const char *const user[] = {"<|channel|>", "<|message|>", "<|start|>",
+						   "<|constrain|>", "<|end|>"};
+		for (size_t i = 0; i < ARRAY_LEN(user); i++) {
+			int id = tok_find(t, user[i], strlen(user[i]));
+			CHECK(id >= 0 && tok_type(t, id) == TOK_T_USER && !tok_is_eog(t, id));
+		}
+		CHECK(tok_is_eog(t, tok_find(t, "<|return|>", 10)));
+		CHECK(tok_is_eog(t, tok_find(t, "<|call|>", 8)));
+		CHECK_EQ_INT(tok_add_bos(t), 0);
+		/* rendered as text by a plain decode, parsed back from text */
+		const char *s = "<|channel|>final<|message|>hi<|end|>";
+		int *ids = NULL, n = 0;
+		CHECK_EQ_INT(tok_encode(t, s, strlen(s), 0, 0, &ids, &n), 0);
+		CHECK_EQ_INT(ids[0], tok_find(t, "<|channel|>", 11));
+		char *back = NULL;
+		size_t len;
+		CHECK_EQ_INT(tok_decode(t, ids, n, 0, &back, &len), 0);
+		CHECK(back && !strcmp(back, s));
+		free(back);
+		free(ids);
+	}
+	tok_free(t);
+	fix_close(&x);
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* The fixture's file with one tensor left out or misshapen (or a key dropped): meta_load's code
@@ -542,6 +657,8 @@ int main(void)
 {
 	quant_init(0);
 	RUN(route_softmax_weight);
+	RUN(o200k_pre_tokenizer);
+	RUN(harmony_tokens);
 	RUN(f32_vs_reference);
 	RUN(f32_vs_reference_plain_attention);
 	RUN(prefill_equals_decode);
