@@ -342,6 +342,154 @@ TEST(prefill_equals_decode)
 	fix_close(&x);
 }
 
+/* ---- engine vs llama.cpp -------------------------------------------------------------------- */
+
+/* What llama.cpp computed on the fixture's file (fix_opts, written again here from the same seed:
+ * same options, same bytes) for the 12-token prompt: each greedy step's top 5 ids and log
+ * probabilities (log-softmax of the logits), 16 steps. Made with a small C++ program linked
+ * against libllama.so of the 2026 llama.cpp tree at /work/llama.cpp/src (unslothai/llama.cpp
+ * snapshot, ggml 0.18.1; build commit not recorded): llama_model_load_from_file with default
+ * parameters, llama_init_from_model with n_ctx 512, 2 threads and the default F16 KV cache,
+ * llama_decode of the prompt in one batch, then one token at a time, greedy. */
+struct lc_step {
+	int id[5];
+	float lp[5];
+};
+/* f32 */
+static const struct lc_step lc_f32[16] = {
+    {{90, 49, 47, 117, 258}, {-1.939758f, -2.005178f, -2.260304f, -2.564513f, -2.632215f}},
+    {{65, 39, 101, 262, 118}, {-1.952250f, -2.296092f, -2.456233f, -2.517658f, -2.827724f}},
+    {{75, 39, 54, 97, 278}, {-0.627842f, -0.952093f, -4.900571f, -4.983260f, -5.188956f}},
+    {{279, 273, 52, 307, 110}, {-1.000889f, -1.561065f, -2.855861f, -3.297517f, -3.397023f}},
+    {{291, 284, 39, 55, 268}, {-1.171292f, -1.462197f, -1.867888f, -3.016898f, -3.090318f}},
+    {{315, 46, 45, 293, 295}, {-0.654963f, -1.567818f, -2.304195f, -3.766141f, -3.909866f}},
+    {{77, 67, 46, 263, 310}, {-0.884622f, -1.081471f, -2.889890f, -3.668666f, -4.084748f}},
+    {{72, 46, 262, 74, 88}, {-2.079527f, -2.683701f, -2.820271f, -2.839372f, -2.854641f}},
+    {{278, 263, 258, 309, 265}, {-1.644304f, -1.869503f, -1.990527f, -2.292990f, -2.593559f}},
+    {{316, 47, 301, 293, 106}, {-0.472713f, -2.664268f, -2.707074f, -3.183404f, -3.642224f}},
+    {{75, 95, 77, 110, 36}, {-0.064747f, -4.263658f, -4.663191f, -5.195508f, -5.473290f}},
+    {{279, 72, 273, 271, 57}, {-1.417728f, -2.207926f, -2.386497f, -2.457367f, -2.545827f}},
+    {{47, 284, 110, 74, 309}, {-1.413239f, -1.709848f, -2.861270f, -2.875396f, -2.883447f}},
+    {{116, 294, 275, 286, 77}, {-1.517908f, -1.862371f, -2.370245f, -2.386682f, -2.824213f}},
+    {{107, 97, 53, 115, 280}, {-0.807317f, -1.785818f, -2.310807f, -3.218524f, -3.507418f}},
+    {{262, 277, 296, 282, 301}, {-0.167074f, -3.426507f, -4.433000f, -4.570306f, -4.643952f}},
+};
+/* q8_0 */
+static const struct lc_step lc_q8_0[16] = {
+    {{90, 49, 47, 258, 117}, {-1.940976f, -2.066767f, -2.238409f, -2.471273f, -2.599788f}},
+    {{65, 39, 101, 262, 118}, {-1.973698f, -2.283589f, -2.467179f, -2.606314f, -2.808874f}},
+    {{75, 39, 97, 54, 311}, {-0.621148f, -0.955065f, -4.953175f, -4.968500f, -5.206025f}},
+    {{279, 273, 52, 307, 110}, {-1.033685f, -1.571617f, -2.790611f, -3.255331f, -3.416734f}},
+    {{291, 284, 39, 55, 268}, {-1.138524f, -1.449451f, -1.868439f, -3.044937f, -3.171479f}},
+    {{315, 46, 45, 293, 295}, {-0.627361f, -1.664555f, -2.293065f, -3.662271f, -3.959114f}},
+    {{77, 67, 46, 263, 310}, {-0.915576f, -1.028723f, -2.895751f, -3.735308f, -4.072038f}},
+    {{72, 46, 74, 88, 262}, {-2.028966f, -2.704724f, -2.810568f, -2.833634f, -2.857877f}},
+    {{278, 263, 258, 309, 265}, {-1.658211f, -1.863255f, -1.963410f, -2.382980f, -2.543965f}},
+    {{316, 47, 301, 293, 106}, {-0.450993f, -2.645748f, -2.781103f, -3.235637f, -3.768794f}},
+    {{75, 95, 77, 110, 36}, {-0.060408f, -4.352540f, -4.717451f, -5.278481f, -5.503010f}},
+    {{279, 72, 273, 271, 57}, {-1.469771f, -2.224220f, -2.341428f, -2.422183f, -2.520786f}},
+    {{47, 284, 110, 74, 309}, {-1.463460f, -1.700309f, -2.815991f, -2.831646f, -2.941081f}},
+    {{116, 294, 77, 286, 275}, {-1.289152f, -2.598270f, -2.599348f, -2.831369f, -2.897435f}},
+    {{107, 97, 53, 115, 280}, {-0.838861f, -1.781736f, -2.282742f, -3.225681f, -3.463999f}},
+    {{262, 277, 296, 282, 301}, {-0.152420f, -3.483181f, -4.500050f, -4.715217f, -4.759057f}},
+};
+/* mxfp4 */
+static const struct lc_step lc_mxfp4[16] = {
+    {{49, 90, 282, 117, 273}, {-1.136205f, -2.215968f, -2.448877f, -2.589890f, -3.059978f}},
+    {{268, 73, 262, 46, 276}, {-0.516335f, -1.765141f, -2.544456f, -3.213430f, -4.436684f}},
+    {{295, 70, 87, 67, 118}, {-0.976869f, -1.540417f, -2.302681f, -2.639214f, -3.354807f}},
+    {{70, 289, 57, 45, 117}, {-0.713584f, -1.375820f, -2.892631f, -3.391665f, -3.572890f}},
+    {{40, 51, 315, 268, 273}, {-1.515718f, -1.781032f, -2.432890f, -3.114120f, -3.119598f}},
+    {{93, 92, 105, 83, 121}, {-1.673997f, -2.216475f, -2.295177f, -2.591191f, -2.855776f}},
+    {{278, 272, 257, 114, 307}, {-0.008785f, -5.858479f, -6.887114f, -6.948758f, -7.010801f}},
+    {{119, 85, 274, 316, 65}, {-1.010329f, -2.091543f, -2.321260f, -3.022702f, -3.702860f}},
+    {{92, 64, 119, 46, 45}, {-1.868649f, -2.168103f, -2.309015f, -2.431231f, -2.599817f}},
+    {{41, 117, 51, 76, 265}, {-1.768193f, -1.803617f, -1.892217f, -2.310376f, -2.532653f}},
+    {{40, 265, 260, 98, 117}, {-1.371252f, -2.427500f, -2.534562f, -2.558789f, -3.300729f}},
+    {{53, 75, 93, 117, 92}, {-1.668388f, -2.017164f, -2.186387f, -2.391497f, -2.755202f}},
+    {{46, 45, 267, 298, 102}, {-0.083271f, -3.829473f, -4.071492f, -5.274649f, -5.297535f}},
+    {{57, 280, 77, 288, 262}, {-0.816359f, -1.918659f, -3.187503f, -3.280942f, -3.414419f}},
+    {{265, 64, 75, 54, 117}, {-1.471832f, -2.205261f, -2.225441f, -2.683328f, -2.826800f}},
+    {{40, 62, 286, 101, 91}, {-0.432937f, -2.109465f, -2.591208f, -3.085975f, -3.491042f}},
+};
+
+/* The engine's log-softmax of logits[V]: the top 5 ids (falling) and their log probabilities. */
+static void top5(const float *lg, int V, int *id, float *lp)
+{
+	double mx = lg[0], z = 0;
+	for (int i = 1; i < V; i++)
+		mx = fmax(mx, lg[i]);
+	for (int i = 0; i < V; i++)
+		z += exp(lg[i] - mx);
+	for (int k = 0; k < 5; k++) {
+		int b = -1;
+		for (int i = 0; i < V; i++) {
+			int taken = 0;
+			for (int j = 0; j < k; j++)
+				taken |= id[j] == i;
+			if (!taken && (b < 0 || lg[i] > lg[b]))
+				b = i;
+		}
+		id[k] = b;
+		lp[k] = (float)(lg[b] - mx - log(z));
+	}
+}
+
+/* Runs the engine (F16 cache, as llama.cpp's) greedily on the prompt; returns how many leading
+ * steps chose llama.cpp's id, and the largest |delta log probability| over those steps' top 5
+ * when the top-5 ids agree (*top5_equal cleared otherwise). */
+static int vs_llama(int type, const struct lc_step *want, double *worst, int *top5_equal)
+{
+	fix_t x;
+	*worst = 0;
+	*top5_equal = 1;
+	if (fix_open(&x, type, 2, QT_F16))
+		return -1;
+	int V = x.meta.n_vocab, same = 0;
+	float *lg = malloc(V * sizeof *lg);
+	int rc = model_forward(x.m, prompt, 12, 0, lg);
+	for (int s = 0; s < 16 && !rc; s++) {
+		int id[5];
+		float lp[5];
+		top5(lg, V, id, lp);
+		if (id[0] != want[s].id[0])
+			break;
+		same++;
+		for (int k = 0; k < 5; k++) {
+			*top5_equal &= id[k] == want[s].id[k];
+			if (id[k] == want[s].id[k])
+				*worst = fmax(*worst, fabs(lp[k] - want[s].lp[k]));
+		}
+		rc = model_forward(x.m, &id[0], 1, 12 + s, lg);
+	}
+	free(lg);
+	fix_close(&x);
+	return rc ? -1 : same;
+}
+
+/* F32: 16 greedy ids exact, top 5 equal, |delta log probability| <= 0.03 (measured 0.005; the
+ * issue's bound). Q8_0 and MXFP4 (experts MXFP4, the rest F16): the first id equal (measured:
+ * Q8_0 16 of 16, MXFP4 9 of 16; with 8-bit activations a rounding flip upstream moves these
+ * random models' log probabilities by up to ~0.06, so only the ids are held). */
+TEST(llama_cpp_vectors)
+{
+	double worst;
+	int t5;
+	int n = vs_llama(QT_F32, lc_f32, &worst, &t5);
+	if (n != 16 || !t5 || worst > 0.03)
+		fprintf(stderr, "f32 vs llama.cpp: %d ids equal, top-5 %s, max |dlogprob| %g\n", n,
+			t5 ? "equal" : "differ", worst);
+	CHECK_EQ_INT(n, 16);
+	CHECK(t5);
+	CHECK(worst <= 0.03);
+	n = vs_llama(QT_Q8_0, lc_q8_0, &worst, &t5);
+	CHECK(n >= 1);
+	fprintf(stderr, "q8_0 vs llama.cpp: %d of 16 ids equal, max |dlogprob| %g\n", n, worst);
+	n = vs_llama(QT_MXFP4, lc_mxfp4, &worst, &t5);
+	CHECK(n >= 1);
+	fprintf(stderr, "mxfp4 vs llama.cpp: %d of 16 ids equal, max |dlogprob| %g\n", n, worst);
+}
+
 /* build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT: the top k by raw logit,
  * weights the softmax over those k (not over all), no renormalisation. */
 TEST(route_softmax_weight)
@@ -660,6 +808,7 @@ int main(void)
 	RUN(o200k_pre_tokenizer);
 	RUN(harmony_tokens);
 	RUN(f32_vs_reference);
+	RUN(llama_cpp_vectors);
 	RUN(f32_vs_reference_plain_attention);
 	RUN(prefill_equals_decode);
 	RUN(two_ranks_equal_one);
