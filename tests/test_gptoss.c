@@ -18,6 +18,7 @@
 #include "common/common.h"
 #include "gen_model.h"
 #include "harness.h"
+#include "infer/chat.h"
 #include "infer/gguf_write.h"
 #include "infer/model/model_int.h"
 #include "infer/quant/quant.h"
@@ -719,6 +720,75 @@ TEST(harmony_tokens)
 	fix_close(&x);
 }
 
+/* ---- harmony replies ------------------------------------------------------------------------ */
+
+/* The pieces of kind joined (at most 255 bytes). */
+static const char *joined(const eng_harmony_t *h, int kind, char *buf)
+{
+	size_t k = 0;
+	for (int i = 0; i < h->n; i++)
+		if (h->piece[i].kind == kind && k + h->piece[i].len < 255) {
+			memcpy(buf + k, h->piece[i].p, h->piece[i].len);
+			k += h->piece[i].len;
+		}
+	buf[k] = 0;
+	return buf;
+}
+
+/* A reply read back as common/chat.cpp's gpt-oss parser reads it (common_chat_params_init_gpt_oss:
+ * analysis = reasoning, final and commentary preambles = content, a recipient to=functions.NAME
+ * in the role header or after the channel = a call whose message is the arguments), and every
+ * prefix of it parsing to a prefix of the whole (what a stream may send). */
+TEST(harmony_parse)
+{
+	char a[256], b[256];
+	eng_harmony_t h;
+	const char *r1 = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>"
+			 "final<|message|>The answer is 4.";
+	eng_harmony_parse(r1, strlen(r1), 1, &h);
+	CHECK_EQ_STR(joined(&h, ENG_H_REASONING, a), "Think.");
+	CHECK_EQ_STR(joined(&h, ENG_H_CONTENT, b), "The answer is 4.");
+	const char *r2 =
+	    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+	    "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+	    "{\"city\":\"Paris\"}";
+	eng_harmony_parse(r2, strlen(r2), 1, &h);
+	CHECK_EQ_INT(h.n, 2);
+	CHECK(h.piece[1].kind == ENG_H_CALL && h.piece[1].name_len == 11 &&
+	      !memcmp(h.piece[1].name, "get_weather", 11));
+	CHECK(h.piece[1].len == 16 && !memcmp(h.piece[1].p, "{\"city\":\"Paris\"}", 16));
+	CHECK_EQ_STR(joined(&h, ENG_H_CONTENT, b), "");
+	const char *r3 = " to=functions.add<|channel|>commentary json<|message|>{\"a\": 1}<|call|>";
+	eng_harmony_parse(r3, strlen(r3), 1, &h);
+	CHECK(h.n == 1 && h.piece[0].kind == ENG_H_CALL && h.piece[0].name_len == 3 &&
+	      h.piece[0].done);
+	const char *r4 = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant"
+			 "<|channel|>final<|message|>Done<|return|>";
+	eng_harmony_parse(r4, strlen(r4), 1, &h);
+	CHECK_EQ_STR(joined(&h, ENG_H_CONTENT, b), "Let me check.Done");
+	eng_harmony_parse("plain words", 11, 1, &h); /* no channel at all: content as it is */
+	CHECK_EQ_STR(joined(&h, ENG_H_CONTENT, b), "plain words");
+	/* streaming: each prefix shows a prefix of the final reasoning and content, and holds back
+	 * a tail that may still become a token ("<|e" of <|end|>) */
+	const char *all[] = {r1, r2, r4};
+	for (size_t k = 0; k < ARRAY_LEN(all); k++) {
+		char fr[256], fc[256], pr[256], pc[256];
+		size_t n = strlen(all[k]);
+		eng_harmony_parse(all[k], n, 1, &h);
+		joined(&h, ENG_H_REASONING, fr);
+		joined(&h, ENG_H_CONTENT, fc);
+		int ok = 1;
+		for (size_t i = 0; i <= n; i++) {
+			eng_harmony_parse(all[k], i, 0, &h);
+			joined(&h, ENG_H_REASONING, pr);
+			joined(&h, ENG_H_CONTENT, pc);
+			ok &= !strncmp(fr, pr, strlen(pr)) && !strncmp(fc, pc, strlen(pc)) &&
+			      !strchr(pr, '<') && !strchr(pc, '<');
+		}
+		CHECK(ok);
+	}
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* The fixture's file with one tensor left out or misshapen (or a key dropped): meta_load's code
@@ -807,6 +877,7 @@ int main(void)
 	RUN(route_softmax_weight);
 	RUN(o200k_pre_tokenizer);
 	RUN(harmony_tokens);
+	RUN(harmony_parse);
 	RUN(f32_vs_reference);
 	RUN(llama_cpp_vectors);
 	RUN(f32_vs_reference_plain_attention);
