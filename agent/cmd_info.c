@@ -102,8 +102,9 @@ int cmd_info(int argc, char **argv)
 		printf("rope:          base %g, %d dims, %s\n", (double)m.rope_base, m.rope_dim,
 		       m.rope_style == META_ROPE_NEOX ? "neox (half split)" : "adjacent pairs");
 		printf("rms eps:       %g\n", (double)m.rms_eps);
-		printf("extras:        %s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
+		printf("extras:        %s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
+		       m.has_sinks ? "attention sinks, output bias, post-attention norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
 		if (m.n_experts) {
 			printf("experts:       %d, %d used per token, expert ffn %d", m.n_experts,
@@ -116,13 +117,21 @@ int cmd_info(int argc, char **argv)
 			printf(
 			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
 			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
-			printf("router:        %s, top-k weights %s, scale %g%s",
-			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
+			printf("router:        %s%s, top-k weights %s, scale %g%s",
+			       m.gating == META_GATE_SIGMOID ? "sigmoid"
+			       : m.gating == META_GATE_SOFTMAX_WEIGHT
+				   ? "top k by logit, softmax over them"
+				   : "softmax",
+			       m.has_moe_bias ? " (biased)" : "",
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
 			       m.has_exp_bias ? ", selection bias" : "");
 			if (m.n_groups)
 				printf(", from the best %d of %d expert groups", m.groups_used,
 				       m.n_groups);
+			if (m.exp_act == META_ACT_SWIGLU_OAI)
+				printf(
+				    "\nexpert ffn:    clamped SwiGLU (alpha %g, limit %g), biases",
+				    (double)m.act_alpha, (double)m.act_limit);
 			printf("\n");
 		}
 		if (m.is_mla)
