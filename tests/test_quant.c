@@ -519,7 +519,7 @@ TEST(repacked_kernels_vs_reference)
 		for (int i = 0; i < N; i++)
 			x[t][i] = frand() * (float)(t + 1);
 	quant_init(0);
-	const int rtypes[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+	const int rtypes[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_MXFP4};
 	for (size_t k = 0; k < ARRAY_LEN(rtypes); k++) {
 		int t = rtypes[k];
 		CHECK(quant_repack_supported(t));

@@ -149,12 +149,24 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	return 0;
 }
 
-/* A row slice [r0, r0+n) of w, as its own matrix. */
+/* A row slice [r0, r0+n) of w, as its own matrix. An interleaved copy comes along when the slice
+ * starts on a group (one expert of a repacked expert tensor); the view owns none of it. */
 wmat_t mat_rows(wmat_t w, int r0, int n)
 {
 	w.data += (size_t)r0 * w.row_bytes;
 	w.src += (size_t)r0 * w.src_stride;
 	w.rows = n;
+	if (w.rp && w.rp_of == w.data - (size_t)r0 * w.row_bytes && r0 % QR_ROWS == 0 &&
+	    r0 / QR_ROWS < w.rp_groups) {
+		w.rp += (size_t)(r0 / QR_ROWS) * quant_repack_group_bytes(w.type, w.cols);
+		w.rp_groups = MIN(w.rp_groups - r0 / QR_ROWS, n / QR_ROWS);
+		w.rp_of = w.data;
+	} else {
+		w.rp = w.rp_of = NULL;
+		w.rp_groups = 0;
+	}
+	w.rp_own = NULL;
+	w.rp_bytes = 0;
 	return w;
 }
 
@@ -397,7 +409,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	}
 
 	for (int l = m->sh.layer0; !bind_only && l < m->sh.layer1; l++)
-		if (repack_layer(m, &m->layers[l])) {
+		if (repack_layer(m, &m->layers[l]) ||
+		    (m->layers[l].moe && moe_repack(m, m->layers[l].moe))) {
 			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
 			goto err;
 		}

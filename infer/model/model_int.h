@@ -39,7 +39,8 @@ typedef struct wmat {
 	size_t src_stride;
 	/* Optional interleaved copy (wmat_repack): rows [0, 16 * rp_groups) in the R16 layout of
 	 * repack.h, used while data == rp_of and rows >= 16 * rp_groups (a view made by copying
-	 * the struct and moving data or rows falls back to the rows above by itself). */
+	 * the struct and moving data or rows falls back to the rows above by itself; mat_rows
+	 * carries the copy along when the view starts on a group). */
 	const uint8_t *rp, *rp_of;
 	int rp_groups;
 	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
@@ -216,7 +217,10 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
  * the shared block. */
 int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
 void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
-int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
+/* The interleaved copies of this rank's experts (wmat_repack: the tiled kernels, decode
+ * included, for every expert the type has one for). 0 or SH_ENOMEM. */
+int moe_repack(model_t *m, moe_layer_t *ml);
+int moe_scratch_new(model_t *m); /* after m->max_b is set; SH_ENOMEM */
 void moe_scratch_free(moe_scratch_t *s);
 /* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
  * outputs + its slice of the shared block): summed over ranks it is the whole block. */

@@ -45,6 +45,7 @@ struct moe_layer {
 	const gguf_tensor_t *bias_t[3]; /* their tensors (read whole by every rank) */
 	wmat_t gate, up;                /* [E*F x dim] */
 	wmat_t down;                    /* [E*dim x F] */
+	wmat_t gate_h, up_h, down_h;    /* the held experts' rows of each (repacked: moe_repack) */
 	int has_sh;                     /* this rank holds a slice of the shared block */
 	wmat_t sh_gate, sh_up;          /* [n_shx x dim] */
 	wmat_t sh_down;                 /* [dim x n_shx] */
@@ -243,6 +244,9 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (ml->gate.cols != D || ml->gate.rows != E * F || ml->up.rows != E * F ||
 	    ml->up.cols != D || ml->down.cols != F || ml->down.rows != E * D)
 		return sh_fail(err, errlen, SH_EFORMAT, "layer %d: expert tensors misshapen", l);
+	ml->gate_h = mat_rows(ml->gate, e0 * F, (e1 - e0) * F);
+	ml->up_h = mat_rows(ml->up, e0 * F, (e1 - e0) * F);
+	ml->down_h = mat_rows(ml->down, e0 * D, (e1 - e0) * D);
 	if (p->ffn_shexp && sh->n_shx > 0) {
 		ml->has_sh = 1;
 		if ((rc = bind_mat(m, g, NAME("ffn_gate_shexp.weight"), &ml->sh_gate, err,
@@ -260,10 +264,28 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	return 0;
 }
 
+int moe_repack(model_t *m, moe_layer_t *ml)
+{
+	/* one expert's rows start on a group when its width is whole groups (gpt-oss 2880,
+	 * Mixtral 14336, Qwen3 768); otherwise the experts keep their rows */
+	if (m->meta.ffn_exp % QR_ROWS || m->meta.dim % QR_ROWS || !m->sh.n_exp)
+		return 0;
+	wmat_t *w[3] = {&ml->gate_h, &ml->up_h, &ml->down_h};
+	for (int i = 0; i < 3; i++) {
+		int rc = wmat_repack(m, w[i], 1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 void moe_layer_free(moe_layer_t *ml)
 {
 	if (!ml)
 		return;
+	wmat_release(&ml->gate_h);
+	wmat_release(&ml->up_h);
+	wmat_release(&ml->down_h);
 	free(ml->router_own);
 	free(ml->exp_bias);
 	free(ml->shexp_gate);
@@ -435,12 +457,13 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		for (int i = 0; i < n; i++)
 			memcpy(s->xs + (size_t)i * D, xb + (size_t)s->tok[i] * D,
 			       (size_t)D * sizeof *xb);
-		wmat_t g = mat_rows(ml->gate, e * F, F), u = mat_rows(ml->up, e * F, F);
-		wmat_t d = mat_rows(ml->down, e * D, D);
+		int le = e - m->sh.exp0; /* its rows in the held views (and their copies) */
+		wmat_t g = mat_rows(ml->gate_h, le * F, F), u = mat_rows(ml->up_h, le * F, F);
+		wmat_t d = mat_rows(ml->down_h, le * D, D);
 		const wmat_t *gu[2] = {&g, &u};
 		float *gu_out[2] = {s->h, s->h2};
 		matmul_same_input(m, 2, gu, gu_out, s->xs, n); /* h, h2 [n][F] */
-		int le = e - m->sh.exp0;                       /* gpt-oss: the expert's biases */
+		/* gpt-oss: the expert's biases */
 		add_bias(s->h, ml->gate_b ? ml->gate_b + (size_t)le * F : NULL, n, F);
 		add_bias(s->h2, ml->up_b ? ml->up_b + (size_t)le * F : NULL, n, F);
 		swiglu(p, s->h, s->h2, n * F);

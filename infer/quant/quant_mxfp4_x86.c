@@ -7,8 +7,8 @@
  * and turned into weights by one byte shuffle through the 16-entry value table (ggml's
  * kvalues_mxfp4, E2M1 doubled: small integers), then multiplied with the 8-bit activations in
  * int32: exact, as the reference. AVX2 uses the signed table and the sign trick (maddubs of
- * |w| and sign(x, w)); AVX-512 (VNNI, VBMI) does two blocks per 512-bit register: one masked
- * load and one byte permute (vpermb) unpack the pair, |value| comes from the table and the
+ * |w| and sign(x, w)); AVX-512 (VNNI, VBMI) does two blocks per 512-bit register: two 16-byte
+ * loads and one byte permute (vpermb) unpack the pair, |value| comes from the table and the
  * sign (code bit 3) is moved onto the activation bytes, then one vpdpbusd. One float FMA per block,
  * with the block's scale 2^(e - 128) (quant_e8m0_half) times the activation's.
  *
@@ -116,6 +116,11 @@ MX_512 static inline __m512i mx_codes2(const blk_mxfp4 *b, __m512i idx)
 				       _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
 }
 
+/* Software prefetch this far ahead in a row's blocks: decode reads the experts' rows once per
+ * token from memory, and one core issues too few loads for the hardware prefetcher alone (as
+ * gemm_x86.c measured for the 4-bit types). */
+#define MX_AHEAD 4096
+
 MX_512 static void vnni_rows_mxfp4(float *out, const uint8_t *w, size_t stride, int nrows,
 				   const quant_act_t *x, int n)
 {
@@ -123,18 +128,14 @@ MX_512 static void vnni_rows_mxfp4(float *out, const uint8_t *w, size_t stride, 
 	/* |value| by code, in each 128-bit lane; the sign is code bit 3, moved onto x */
 	static const int8_t absv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};
 	const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)absv));
-	/* A pair's 34 bytes (one masked load: nothing past them is touched) to codes in element
-	 * order (bytes 0-31 block 0, 32-63 block 1) by one byte permute: lanes 0, 1 get block 0's
-	 * code bytes 1..16, lanes 2, 3 block 1's 18..33; lanes 0 and 2 keep low nibbles, 1 and 3
-	 * high ones. A second permute puts the exponent bytes 0 and 17 into the low bytes of
-	 * dword lanes 0-7 and 8-15 (the others zeroed). */
-	uint8_t ix[64], ie[64];
-	for (int k = 0; k < 64; k++) {
-		ix[k] = (uint8_t)(k < 32 ? 1 + k % 16 : 18 + k % 16);
-		ie[k] = (uint8_t)(k < 32 ? 0 : 17);
-	}
+	/* A pair's 32 code bytes (two 16-byte loads: no load reaches past the pair, where a
+	 * masked one crossing into a cold page costs a microcode assist) to codes in element order
+	 * (bytes 0-31 block 0, 32-63 block 1) by one byte permute: lanes 0, 1 get block 0's bytes,
+	 * lanes 2, 3 block 1's; lanes 1 and 3 then keep the high nibbles. */
+	uint8_t ix[64];
+	for (int k = 0; k < 64; k++)
+		ix[k] = (uint8_t)(k < 32 ? k % 16 : 16 + k % 16);
 	const __m512i idx = _mm512_loadu_si512((const void *)ix);
-	const __m512i ide = _mm512_loadu_si512((const void *)ie);
 	const __m512i z = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0x0f);
 	const __m512i eight = _mm512_set1_epi8(8), e128 = _mm512_set1_epi32(128);
 	const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -146,13 +147,15 @@ MX_512 static void vnni_rows_mxfp4(float *out, const uint8_t *w, size_t stride, 
 		 * (exact, subnormal scales included), times the activation's scale by the FMA */
 #define MXSTEP(i, acc)                                                                             \
 	do {                                                                                       \
-		__m512i raw = _mm512_maskz_loadu_epi8(0x3ffffffffull, b + (i));                    \
-		__m512i v = _mm512_permutexvar_epi8(idx, raw);                                     \
+		__m256i q2 =                                                                       \
+		    _mm256_loadu2_m128i((const __m128i *)b[(i) + 1].qs, (const __m128i *)b[i].qs); \
+		__m512i v = _mm512_permutexvar_epi8(idx, _mm512_castsi256_si512(q2));              \
 		__m512i c = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00u, v, 4), m4);    \
 		__m512i xv = _mm512_loadu_si512((const void *)(x->q + 32 * (i)));                  \
 		xv = _mm512_mask_sub_epi8(xv, _mm512_test_epi8_mask(c, eight), z, xv);             \
 		__m512i p = _mm512_dpbusd_epi32(z, _mm512_shuffle_epi8(tbl, c), xv);               \
-		__m512i ev = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, ide, raw);       \
+		__m512i ev = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(b[i].e),            \
+						     _mm512_set1_epi32(b[(i) + 1].e));             \
 		__m512 ps = _mm512_scalef_ps(_mm512_cvtepi32_ps(p),                                \
 					     _mm512_cvtepi32_ps(_mm512_sub_epi32(ev, e128)));      \
 		__m512 dx =                                                                        \
@@ -161,6 +164,8 @@ MX_512 static void vnni_rows_mxfp4(float *out, const uint8_t *w, size_t stride, 
 		acc = _mm512_fmadd_ps(ps, dx, acc);                                                \
 	} while (0)
 		for (; i + 4 <= nb; i += 4) {
+			_mm_prefetch((const char *)(b + i) + MX_AHEAD, _MM_HINT_T0);
+			_mm_prefetch((const char *)(b + i) + MX_AHEAD + 64, _MM_HINT_T0);
 			MXSTEP(i, a0);
 			MXSTEP(i + 2, a1);
 		}
