@@ -26,8 +26,10 @@
 #include "infer/tp.h"
 #include "ref_util.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <time.h>
 
 #define CTX  96
 #define MAXL 4
@@ -789,6 +791,85 @@ TEST(harmony_parse)
 	}
 }
 
+/* gpt-oss's own template (llama.cpp's models/templates/openai-gpt-oss-120b.jinja) as llama.cpp
+ * renders it: the expected text is llama-server's /apply-template output (--jinja
+ * --chat-template-file that template, the 2026 tree at /work/llama.cpp/src) for this conversation:
+ * a system message, a user turn, an assistant tool call with reasoning (dropped: a later answer
+ * follows), its result, that answer, a user turn with non-ASCII text; two tools, one with string,
+ * integer (a default), enum, array and nested object parameters (whose types the template writes
+ * after a newline and 16 spaces), one with none. Only the date is today's. */
+TEST(harmony_render)
+{
+	static const char want_fmt[] =
+	    "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+	    "OpenAI.\nKnow"
+	    "ledge cutoff: 2024-06\nCurrent date: %s\n\nReasoning: medium\n\n# Valid channels: "
+	    "analysis"
+	    ", commentary, final. Channel must be included for every message.\nCalls to these "
+	    "tools mus"
+	    "t go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|># "
+	    "Instruct"
+	    "ions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n// Get the "
+	    "weathe"
+	    "r\ntype get_weather = (_: {\n// City name\ncity: string,\ndays?: number, // default: "
+	    "1,\nu"
+	    "nit?: \"c\" | \"f\",\ntags?: string[],\nopts?: {\na: \n                boolean, b?: "
+	    "\n    "
+	    "            number},\n}) => any;\n\n// Current time\ntype now = () => any;\n\n} // "
+	    "namespa"
+	    "ce functions<|end|><|start|>user<|message|>What is the weather in "
+	    "Paris?<|end|><|start|>as"
+	    "sistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": "
+	    "\"Paris\","
+	    " \"days\": 2}<|call|><|start|>functions.get_weather "
+	    "to=assistant<|channel|>commentary<|mes"
+	    "sage|>\"Sunny, 21 C\"<|end|><|start|>assistant<|channel|>final<|message|>It is "
+	    "sunny.<|end"
+	    "|><|start|>user<|message|>And in Z\xc3\xbcrich?<|end|><|start|>assistant";
+
+	const char *call = "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+			   "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", "
+			   "\\\"days\\\": 2}\"}}]";
+	const eng_msg_t m[] = {
+	    {.role = "system", .content = "Be brief."},
+	    {.role = "user", .content = "What is the weather in Paris?"},
+	    {.role = "assistant",
+	     .content = "",
+	     .reasoning = "I should call the tool.",
+	     .tool_calls = call},
+	    {.role = "tool", .content = "Sunny, 21 C", .tool_call_id = "call_1"},
+	    {.role = "assistant", .content = "It is sunny."},
+	    {.role = "user", .content = "And in Z\xc3\xbcrich?"},
+	};
+	const char *tools =
+	    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Get "
+	    "the weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+	    "\"string\",\"description\":\"City "
+	    "name\"},\"days\":{\"type\":\"integer\",\"default\":1},"
+	    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]},\"tags\":{\"type\":\"array\","
+	    "\"items\":{\"type\":\"string\"}},\"opts\":{\"type\":\"object\",\"properties\":{\"a\":{"
+	    "\"type\":\"boolean\"},\"b\":{\"type\":\"number\"}},\"required\":[\"a\"]}},"
+	    "\"required\":["
+	    "\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"now\",\"description\":"
+	    "\"Current time\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+	char date[16], want[4096], err[256], *out = NULL;
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(date, sizeof date, "%Y-%m-%d", &tm);
+	snprintf(want, sizeof want, want_fmt, date);
+	CHECK_EQ_INT(chat_render_tools("gpt-oss", "harmony", m, (int)ARRAY_LEN(m), tools, 0, NULL,
+				       &out, err, sizeof err),
+		     0);
+	if (out && strcmp(out, want))
+		fprintf(stderr, "harmony render:\n%s\n---- want:\n%s\n", out, want);
+	CHECK(out && !strcmp(out, want));
+	free(out);
+	/* the family is recognised from a template carrying <|start|> and <|channel|> */
+	CHECK_EQ_STR(chat_detect("{{'<|start|>' + role}}<|channel|>final", 37), "gpt-oss");
+	CHECK_EQ_STR(chat_tool_format(chat_tool_style("gpt-oss", NULL, 0)), "harmony");
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* The fixture's file with one tensor left out or misshapen (or a key dropped): meta_load's code
@@ -878,6 +959,7 @@ int main(void)
 	RUN(o200k_pre_tokenizer);
 	RUN(harmony_tokens);
 	RUN(harmony_parse);
+	RUN(harmony_render);
 	RUN(f32_vs_reference);
 	RUN(llama_cpp_vectors);
 	RUN(f32_vs_reference_plain_attention);
