@@ -184,13 +184,6 @@ static void neon_gemm_q4_k(float *out, int ldo, const uint8_t *w, int ngroups, c
 							    vreinterpretq_s8_u8(vandq_u8(b, m4));
 							int8x16_t hi =
 							    vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
-							if (Q4 ==
-							    2) { /* signed values: no offset */
-								lo = vqtbl1q_s8(
-								    tbl, vreinterpretq_u8_s8(lo));
-								hi = vqtbl1q_s8(
-								    tbl, vreinterpretq_u8_s8(hi));
-							}
 							il = vdotq_s32(il, lo,
 								       vreinterpretq_s8_s32(bcast4(
 									   xq + 64 * c + 4 * s)));

@@ -658,8 +658,6 @@ const quant_ops_t *quant_ops_opt(int wtype)
 		o = quant_neon_ops(wtype);
 	if (!o && wtype == QT_MXFP4)
 		o = quant_mxfp4_x86_ops();
-	if (!o && wtype == QT_MXFP4)
-		o = quant_mxfp4_neon_ops();
 	return o ? o : quant_ops_ref(wtype);
 }
 

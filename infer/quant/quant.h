@@ -200,13 +200,12 @@ const quant_ops_t *quant_lowbit_ops_ref(int t);
 const quant_ops_t *quant_lowbit_x86_ops(int t);
 
 /* MXFP4 (quant_mxfp4.c): reference dequantize, quantize (ggml's quantize_row_mxfp4_ref, byte
- * for byte) and the plain C kernel table (Q8_0 activations); the optimized tables
- * (quant_mxfp4_x86.c: AVX-512 VNNI, AVX2; quant_mxfp4_neon.c), NULL where not available. */
+ * for byte) and the plain C kernel table (Q8_0 activations); the x86 table (quant_mxfp4_x86.c:
+ * AVX-512 VNNI, AVX2), NULL where not available (NEON: quant_neon_ops). */
 void quant_mxfp4_dequant(const void *src, float *dst, int64_t n);
 void quant_mxfp4_quantize(const float *src, void *dst, int64_t n);
 const quant_ops_t *quant_mxfp4_ops_ref(void);
 const quant_ops_t *quant_mxfp4_x86_ops(void);
-const quant_ops_t *quant_mxfp4_neon_ops(void);
 
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);

@@ -11,7 +11,7 @@
  * activations exact in int32 (as ggml_vec_dot_mxfp4_q8_0 does): per block
  * 2^(e-128) * d_x * sum(kvalue * q_x).
  *
- * Invariant: pure functions; the optimized kernels (quant_mxfp4_x86.c, quant_mxfp4_neon.c) equal
+ * Invariant: pure functions; the optimized kernels (quant_mxfp4_x86.c, quant_neon.c) equal
  * ref_rows_mxfp4 up to float summation order.
  */
 #include "infer/quant/quant.h"
