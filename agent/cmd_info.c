@@ -100,7 +100,9 @@ int cmd_info(int argc, char **argv)
 		printf("vocab:         %d\n", m.n_vocab);
 		printf("context:       %d\n", m.n_ctx);
 		printf("rope:          base %g, %d dims, %s\n", (double)m.rope_base, m.rope_dim,
-		       m.rope_style == META_ROPE_NEOX ? "neox (half split)" : "adjacent pairs");
+		       m.is_hybrid                      ? "interleaved M-RoPE (text positions)"
+		       : m.rope_style == META_ROPE_NEOX ? "neox (half split)"
+							: "adjacent pairs");
 		printf("rms eps:       %g\n", (double)m.rms_eps);
 		printf("extras:        %s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
@@ -141,6 +143,16 @@ int cmd_info(int argc, char **argv)
 			       m.mla.kv_lora, m.mla.q_lora, m.mla.q_lora ? "" : " (Lite)",
 			       m.mla.qk_nope, m.mla.qk_rope, m.mla.v_head,
 			       m.mla.split_kvb ? "attn_k_b + attn_v_b" : "attn_kv_b");
+		if (m.is_hybrid) { /* qwen35: the layers without a KV cache */
+			char st[32];
+			human((uint64_t)m.dn.n_recurrent * meta_dn_state_bytes(&m, m.dn.n_k_heads),
+			      st, sizeof st);
+			printf("deltanet:      %d of %d layers (the others full attention), %d key "
+			       "and %d value heads of %d, conv %d taps; state %s per sequence%s\n",
+			       m.dn.n_recurrent, m.n_layers, m.dn.n_k_heads, m.dn.n_v_heads,
+			       m.dn.d_state, m.dn.d_conv, st,
+			       m.dn.n_nextn ? "; MTP block not loaded" : "");
+		}
 		if (m.rope_scaling == META_SCALING_YARN)
 			printf("rope scaling:  yarn, factor %g, original context %d, log "
 			       "multiplier %g\n",

@@ -1,6 +1,7 @@
 /*
  * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
- * Reads a membership view and model metadata, prints the plan as a table and writes
+ * Reads a membership view and model metadata, prints the plan as a table (with measurements in
+ * the view: the cost model's predictions, the other candidates and the standby members) and writes
  * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
  * All the planning is planner/'s; this file only does the I/O around it (planio.c turns a GGUF
  * into the planner's model struct and writes the files, as the agent does).
@@ -24,7 +25,10 @@ static void usage(FILE *f)
 	    "mlx-hosts.json, rdma-devices.json and plan.json (formats: docs/view.md).\n\n"
 	    "  --view FILE        membership view JSON (docs/view.md)\n"
 	    "  --model FILE       model metadata JSON (docs/view.md) or a .gguf model\n"
-	    "  --strategy S       auto (default), tensor or pipeline\n"
+	    "  --strategy S       auto (default), tensor, pipeline or hybrid\n"
+	    "  --parallel N       streams decoded together, for the aggregate prediction\n"
+	    "                     (default 1)\n"
+	    "  --hybrid           auto may choose a hybrid plan (the engine runs them)\n"
 	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
 	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
 	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
@@ -91,12 +95,61 @@ static void print_table(const plan_t *p)
 	}
 }
 
+static void print_pred(const plan_pred_t *d)
+{
+	char st[PLAN_MAX_NODES * 4] = "";
+	for (int s = 0, o = 0; d->n_stages > 1 && s < d->n_stages && o < (int)sizeof st - 4; s++)
+		o += snprintf(st + o, sizeof st - (size_t)o, "%s%d", s ? "+" : " (",
+			      d->stage_size[s]);
+	if (d->n_stages > 1)
+		strcat(st, ")");
+	printf("  %-6s %-8s %2d rank%s%-10s %8.1f %10.1f %9.1f %7.2f", d->what, d->strategy,
+	       d->n_ranks, d->n_ranks == 1 ? " " : "s", st, d->decode_dtok / 10.0,
+	       d->aggregate_dtok / 10.0, d->prefill_dtok / 10.0, gb(d->mem_max_bytes));
+	if (d->n_syncs)
+		printf("  %d syncs at %.2f ms", d->n_syncs, d->sync_us / 1000.0);
+	if (d->n_hops)
+		printf("%s%d hops at %.2f ms", d->n_syncs ? ", " : "  ", d->n_hops,
+		       d->hop_us / 1000.0);
+	printf("%s\n", d->q8_wire ? " (8-bit wire)" : "");
+}
+
+/* The cost model's figures, when the view was measured (docs/view.md section 4.1). */
+static void print_predictions(const plan_t *p)
+{
+	const plan_pred_t *d = plan_predicted(p);
+	if (!d)
+		return;
+	printf("\npredicted: decode %.1f tok/s, aggregate %.1f tok/s at %d stream%s, prefill %.1f "
+	       "tok/s, largest rank %.2f GB%s\n",
+	       d->decode_dtok / 10.0, d->aggregate_dtok / 10.0, d->parallel,
+	       d->parallel == 1 ? "" : "s", d->prefill_dtok / 10.0, gb(d->mem_max_bytes),
+	       plan_q8_wire(p) ? ", 8-bit wire" : "");
+	if (plan_n_stages(p) > 1 && plan_strategy(p) == PLAN_HYBRID)
+		for (int r = 0; r < plan_n_ranks(p); r++) {
+			const plan_rank_t *k = plan_rank(p, r);
+			if (r == k->stage0)
+				printf("stage %d: ranks %d-%d, layers %d-%d\n", k->stage, k->stage0,
+				       k->stage1 - 1, k->layer0, k->layer1);
+		}
+	printf("candidates:         ranks            decode  aggregate   prefill  mem GB\n");
+	for (int i = 0; i < plan_n_candidates(p); i++)
+		print_pred(plan_candidate(p, i));
+	for (int i = 0; i < plan_n_standby(p); i++) {
+		const plan_standby_t *b = plan_standby(p, i);
+		printf("%s %.8s %s: %s\n", i ? "       " : "standby", b->node_id,
+		       b->host[0] ? b->host : "-", b->reason);
+	}
+}
+
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"view", required_argument, 0, 'v'},
 	    {"model", required_argument, 0, 'm'},
 	    {"strategy", required_argument, 0, 's'},
+	    {"parallel", required_argument, 0, 'P'},
+	    {"hybrid", no_argument, 0, 'Y'},
 	    {"ctx", required_argument, 0, 'c'},
 	    {"kv-bytes", required_argument, 0, 'k'},
 	    {"headroom-mb", required_argument, 0, 'H'},
@@ -120,12 +173,19 @@ int cmd_plan(int argc, char **argv)
 		case 'M': mlx_list = 1; break;
 		case 's':
 			if ((x = plan_strategy_parse(optarg)) < 0) {
-				fprintf(stderr, "shoal plan: --strategy must be auto, tensor or "
-						"pipeline\n");
+				fprintf(stderr, "shoal plan: --strategy must be auto, tensor, "
+						"pipeline or hybrid\n");
 				return 2;
 			}
 			o.strategy = (plan_strategy_t)x;
 			break;
+		case 'P':
+			if (cli_parse_int(optarg, 1, 65536, &o.parallel)) {
+				fprintf(stderr, "shoal plan: --parallel must be from 1 to 65536\n");
+				return 2;
+			}
+			break;
+		case 'Y': o.engine_hybrid = 1; break;
 		case 'c':
 			if (cli_parse_int(optarg, 1, 1 << 24, &o.ctx)) {
 				fprintf(stderr, "shoal plan: --ctx must be from 1 to 16777216\n");
@@ -183,6 +243,7 @@ int cmd_plan(int argc, char **argv)
 	if (plan_make(&p, v, &m, &o, err, sizeof err))
 		goto fail;
 	print_table(p);
+	print_predictions(p);
 	if (agent_plan_write_files(p, out, mlx_list, err, sizeof err))
 		goto fail;
 	printf("\nwrote hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json in %s\n",

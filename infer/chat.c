@@ -16,6 +16,7 @@
 
 static const char *const families[] = {
     "chatml",
+    "qwen3.5",
     "llama2",
     "llama2-sys",
     "llama2-sys-bos",
@@ -41,7 +42,7 @@ static const char *const families[] = {
 
 const char *chat_family_names(void)
 {
-	return "chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
+	return "chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
 	       "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, "
 	       "zephyr, deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, "
 	       "gpt-oss";
@@ -78,6 +79,11 @@ const char *chat_detect(const char *s, size_t n)
 	struct tmpl t = {s, n};
 	if (!s)
 		return NULL;
+	/* Qwen3.5: ChatML turns, XML tool calls (as llama.cpp's common_chat_templates_apply_jinja
+	 * picks its Qwen3-Coder handling), reasoning in <think> */
+	if (has(&t, "<|im_start|>") && has(&t, "<tool_call>") && has(&t, "<function=") &&
+	    has(&t, "<parameter=") && has(&t, "<think>"))
+		return "qwen3.5";
 	if (has(&t, "<|im_start|>"))
 		return "chatml";
 	/* gpt-oss's harmony (llama-chat.cpp: LLM_CHAT_TEMPLATE_OPENAI_MOE) */
@@ -325,6 +331,8 @@ int chat_render(const char *f, const eng_msg_t *m, int n, int add, const char *e
 		if (!m[i].content)
 			return sh_fail(err, errlen, SH_EINVAL, "message %d has no content", i);
 	}
+	if (!strcmp(f, "qwen3.5")) /* its own file: tool turns, reasoning */
+		return chat_render_qwen35(m, n, NULL, add, out, err, errlen);
 	if (!strcmp(f, "gpt-oss")) /* chat_harmony.c: gpt-oss's own template */
 		return chat_render_harmony(m, n, NULL, add, out, err, errlen);
 	if (!eos)

@@ -55,6 +55,8 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 		return "llama3";
 	if (!strcmp(family, "mistral-v3-tekken"))
 		return "mistral";
+	if (!strcmp(family, "qwen3.5"))
+		return "qwen3.5";
 	if (!strcmp(family, "gpt-oss"))
 		return "harmony";
 	if (!strcmp(family, "chatml")) {
@@ -75,6 +77,8 @@ const char *chat_tool_format(const char *style)
 {
 	if (!strcmp(style, "llama3") || !strcmp(style, "mistral") || !strcmp(style, "harmony"))
 		return style;
+	if (!strcmp(style, "qwen3.5"))
+		return "qwen3-coder";
 	return "hermes";
 }
 
@@ -569,6 +573,13 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 		      size_t errlen)
 {
 	*out = NULL;
+	if (family && !strcmp(family, "qwen3.5")) {
+		int rc = chat_render_qwen35(m, n, tools_json, 1, out, err, errlen);
+		if (rc || !open_call)
+			return rc;
+		style = "hermes"; /* a forced call opens with its tag too (below) */
+		goto open;
+	}
 	if (family && !strcmp(family, "gpt-oss")) /* chat_harmony.c (a forced call: the grammar) */
 		return chat_render_harmony(m, n, tools_json, 1, out, err, errlen);
 	int any = tools_json != NULL;
@@ -621,6 +632,7 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 	if (rc || !*out)
 		return rc ? rc
 			  : sh_fail(err, errlen, SH_ENOMEM, "out of memory rendering the chat");
+open:
 	if (open_call && !strcmp(chat_tool_format(style), "hermes")) {
 		/* the reply must be a call: its opening tag is part of the prompt */
 		size_t l = strlen(*out);

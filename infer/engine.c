@@ -34,6 +34,9 @@
 #include <unistd.h>
 
 #define MAX_TOP_LOGPROBS 20
+#define ENG_KEEP_BACK                                                                              \
+	4 /* a checkpoint of the recurrent state this many tokens before the                       \
+	   * end of a prompt (llama.cpp's server keeps one 4 tokens back too) */
 
 /* Text produced but not yet handed out (it may be the start of a stop string). */
 typedef struct held {
@@ -83,9 +86,10 @@ struct eng {
 	uint64_t clock;
 	float *logits;                       /* [n_slots][n_vocab]: one row per sequence a step */
 	int *b_tok, *b_slot, *b_pos, *b_out; /* [n_slots + ENG_PREFILL_MAX]: the step's batch */
-	int last_batch;                      /* tokens in the last step */
-	eng_done_t *gen_done;                /* [n_slots] for eng_generate */
-	dist_t *dist; /* NULL on one node; else this rank's part of the group (tp.h) */
+	int *b_keep;    /* [n_slots + ENG_PREFILL_MAX]: checkpoint the recurrent state after it */
+	int last_batch; /* tokens in the last step */
+	eng_done_t *gen_done; /* [n_slots] for eng_generate */
+	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -149,6 +153,10 @@ static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, in
 		     int kv_type)
 {
 	uint64_t avail = mem_available(), per = model_kv_bytes(m, sh, kv_type, ctx);
+	/* recurrent layers: a state per slot (its ring and checkpoints), counted whole */
+	for (int l = sh->layer0; l < (sh->layer1 ? sh->layer1 : m->n_layers); l++)
+		if (meta_layer_recurrent(m, l))
+			per += meta_dn_state_bytes(m, m->dn.n_k_heads) * (1 + MODEL_CHECKPOINTS);
 	uint64_t w = m->weight_bytes / (uint64_t)MAX(world, 1);
 	if (!avail || !per)
 		return slots;
@@ -162,7 +170,7 @@ static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, in
 
 /* This rank's share (the plan's ranges, or split from the weights) and the group's setup. */
 static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *ctx, int *slots,
-		     int parallel_given, char *err, size_t errlen)
+		     int *rollback, int parallel_given, char *err, size_t errlen)
 {
 	int rc, world = tp_group_world(o->group), rank = tp_group_rank(o->group);
 	if (o->has_ranges) {
@@ -193,9 +201,11 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 		*slots = fit_slots(&e->meta, shard, *ctx, *slots, world, e->kv_type);
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
+	dist_set_rollback(e->dist, *rollback);
 	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, slots,
 			     err, errlen)))
 		return rc;
+	*rollback = dist_rollback(e->dist);
 	LOG(LOG_INFO,
 	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d) "
 	    "experts [%d,%d) shared [%d,%d), context %d x %d slots",
@@ -221,7 +231,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	if (!opts || !opts->model_path)
 		return sh_fail(err, errlen, SH_EINVAL, "no model path");
 	if (opts->ctx < 0 || opts->threads < 0 || opts->parallel < 0 ||
-	    opts->parallel > ENG_MAX_PARALLEL)
+	    opts->parallel > ENG_MAX_PARALLEL || opts->rollback < 0 || opts->rollback > 64)
 		return sh_fail(err, errlen, SH_EINVAL, "bad context, thread or slot count");
 	eng_t *e = calloc(1, sizeof *e);
 	if (!e)
@@ -272,8 +282,9 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	int ctx = pick_ctx(&e->meta, opts->ctx, slots, kv_type);
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
-	if (opts->dist &&
-	    (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, opts->parallel > 0, err, errlen)))
+	int rollback = opts->rollback;
+	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, &rollback,
+					  opts->parallel > 0, err, errlen)))
 		goto err;
 	if (!opts->dist && !opts->parallel)
 		slots = fit_slots(&e->meta, &shard, ctx, slots, 1, kv_type);
@@ -283,6 +294,10 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	}
 	if ((rc = model_new_slots(&e->model, e->g, &e->meta, &shard, ctx, slots, kv_type, e->pool,
 				  why, sizeof why))) {
+		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
+		goto err;
+	}
+	if (rollback && (rc = model_set_rollback(e->model, rollback, why, sizeof why))) {
 		rc = sh_fail(err, errlen, rc, "%s: %s", opts->model_path, why);
 		goto err;
 	}
@@ -296,9 +311,10 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	e->b_slot = malloc(nb * sizeof(int));
 	e->b_pos = malloc(nb * sizeof(int));
 	e->b_out = malloc(nb * sizeof(int));
+	e->b_keep = malloc(nb * sizeof(int));
 	e->gen_done = malloc((size_t)slots * sizeof *e->gen_done);
 	if (!e->slots || !e->logits || !e->b_tok || !e->b_slot || !e->b_pos || !e->b_out ||
-	    !e->gen_done) {
+	    !e->b_keep || !e->gen_done) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
@@ -321,6 +337,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->n_ctx = ctx;
 	i->kv_type = quant_type_name(kv_type);
 	i->kv_bytes = model_kv_bytes(&e->meta, &shard, kv_type, ctx) * (uint64_t)slots;
+	i->rs_bytes = model_rs_bytes_per_slot(e->model) * (uint64_t)slots;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
 	i->dim = e->meta.dim;
@@ -368,6 +385,14 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 		for (int l = 0; l < mm.n_layers; l++)
 			s->n_swa_layers += meta_layer_swa(&mm, l);
 	}
+	s->n_kv_layers = mm.n_layers;
+	for (int l = 0; l < mm.n_layers; l++)
+		if (meta_layer_recurrent(&mm, l)) {
+			s->recurrent[l / 8] |= (uint8_t)(1u << (l % 8));
+			s->n_kv_layers--;
+		}
+	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
+	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		fn(ud, t->name, quant_block_elems(t->type), t->nbytes);
@@ -496,6 +521,7 @@ void eng_free(eng_t *e)
 	free(e->b_slot);
 	free(e->b_pos);
 	free(e->b_out);
+	free(e->b_keep);
 	free(e->gen_done);
 	free(e);
 }
@@ -712,11 +738,11 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		int k = 0;
 		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
 			k++;
-		/* a fully cached prompt still recomputes its last token for the logits; a
-		 * sliding-window ring may no longer hold what that position attends to */
-		int use = model_prefix_usable(e->model, i, k == n_prompt ? k - 1 : k);
-		if (!use) /* rank by what is kept */
-			k = 0;
+		/* a fully cached prompt still recomputes its last token for the logits; recurrent
+		 * layers continue only from a state the slot holds (model.h), and a sliding-window
+		 * ring may no longer hold what that position attends to (then from the start) */
+		int use = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		k = use = model_prefix_usable(e->model, i, use); /* rank by what is kept */
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
 			keep = use;
@@ -837,7 +863,7 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 		if (sl->state != SLOT_DECODE)
 			continue;
 		e->b_tok[n] = sl->next, e->b_slot[n] = i, e->b_pos[n] = sl->n_cache,
-		e->b_out[n] = 1;
+		e->b_out[n] = 1, e->b_keep[n] = 0;
 		sl->chunk = 1;
 		n++, n_decode++;
 	}
@@ -858,11 +884,18 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 			e->b_slot[n] = id;
 			e->b_pos[n] = sl->n_cache + j;
 			e->b_out[n] = sl->n_cache + j == sl->n_prompt - 1;
+			/* checkpoints of the recurrent state a few tokens before the prompt's end:
+			 * the next turn of a chat shares the prompt up to about there (a template
+			 * may render the previous reply's opening differently), and the same prompt
+			 * again resumes one token before its end */
+			int after = sl->n_cache + j + 1;
+			e->b_keep[n] =
+			    after == sl->n_prompt - ENG_KEEP_BACK || after == sl->n_prompt - 1;
 		}
 		sl->chunk = k;
 		budget -= k;
 	}
-	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out};
+	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out, e->b_keep};
 	int rc = eng_forward(e, &b);
 	e->last_batch = n;
 	if (rc) { /* every active sequence fails; their caches are unknown now */

@@ -50,6 +50,9 @@ typedef struct eng_opts {
 	int parallel;              /* KV slots: sequences run together; 0 = ENG_DEFAULT_PARALLEL
 				      (on several ranks rank 0's value wins) */
 	const char *kv_type;       /* KV cache elements: "f32", "f16" or "q8_0"; NULL = "f16" */
+	int rollback;              /* hybrid models (recurrent layers): positions of a step that can
+				      be taken back (speculative decoding verifies k + 1 tokens:
+				      k); 0 = none. On several ranks rank 0's value wins. */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
@@ -61,6 +64,8 @@ typedef struct eng_info {
 	int n_ctx;           /* context length in use */
 	const char *kv_type; /* KV cache element type in use ("f16", ...) */
 	uint64_t kv_bytes;   /* bytes of this rank's KV cache */
+	uint64_t rs_bytes;   /* bytes of this rank's recurrent state, all slots (hybrid models:
+				a state per slot instead of a KV cache in most layers; 0 else) */
 	int n_vocab;
 	int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn;
 	int bos, eos;              /* token ids, -1 when absent */
@@ -295,6 +300,15 @@ typedef struct eng_model_shape {
 	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
 	 * n_swa_layers of the n_layers are. */
 	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
+	/* Hybrid models (qwen35): the layers marked in recurrent (bit l % 8 of byte l / 8) keep no
+	 * KV cache but a recurrent state per sequence (slot), rs_layer_bytes each for all their
+	 * heads (F32; a tensor-parallel rank holds its share of the heads, a pipeline stage its
+	 * layers'), rs_copies times (the state and the engine's checkpoints of it). n_kv_layers
+	 * layers keep a KV cache (n_layers for other models, with no bit set). */
+	int n_kv_layers;
+	uint64_t rs_layer_bytes;
+	int rs_copies;
+	uint8_t recurrent[64]; /* 512 layers */
 } eng_model_shape_t;
 typedef void (*eng_tensor_fn)(void *ud, const char *name, int type_block, uint64_t nbytes);
 int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,

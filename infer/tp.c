@@ -36,13 +36,17 @@ struct dist {
 	int *tok; /* [tok_cap] receive space for long STEPs */
 	int tok_cap;
 	uint8_t *ent; /* [ent_cap * DIST_BATCH_ENTRY] BATCH entries (wire form) */
-	int *eb;      /* [4 * ent_cap] decoded entries: tokens, slots, positions, outs */
+	int *eb;      /* [5 * ent_cap] decoded entries: tokens, slots, positions, outs, keeps */
 	int ent_cap;
 	dist_stats_t st;
 	double pass_comm_ms; /* communication of the pass in progress */
 	int n_layers;        /* all-reduces per forward batch: 2 x n_layers (tensor mode) */
+	int dim;             /* row length of the all-reduced x[B][dim] */
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
+	int st_n, st_chunks; /* the streamed all-reduce in progress: floats, chunks */
+	double st_ms;        /* its communication time so far (pushes) */
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
+	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
 	size_t red_cap;
 	FILE *trace; /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
 };
@@ -220,6 +224,16 @@ void dist_free(dist_t *d)
 	free(d);
 }
 
+void dist_set_rollback(dist_t *d, int depth)
+{
+	d->rollback = depth;
+}
+
+int dist_rollback(const dist_t *d)
+{
+	return d->rollback;
+}
+
 int dist_rank(const dist_t *d)
 {
 	return d->rank;
@@ -277,7 +291,8 @@ uint64_t dist_model_fingerprint(const gguf_t *g)
 }
 
 /* SETUP layout (64 bytes): 12 u32 (see setup_encode), the model fingerprint u64 at 48, the KV
- * slot count u32 at 56 (0 from an older rank 0 means 1). */
+ * slot count u32 at 56 (0 from an older rank 0 means 1), the recurrent-state rollback depth
+ * u32 at 60 (model_set_rollback; 0 from an older rank 0). */
 static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeline, int world,
 			 uint64_t fp, int slots)
 {
@@ -301,8 +316,10 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	uint8_t h[DIST_HDR_BYTES], ours[DIST_HDR_BYTES];
 	char why[256];
 	int rc;
-	if (d->rank == 0)
+	if (d->rank == 0) {
 		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp, *slots);
+		put32(h + 60, (uint32_t)d->rollback);
+	}
 	if ((rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why)))
 		return sh_fail(err, errlen, rc, "setup: %s", why);
 	int status = 0;
@@ -315,9 +332,11 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	} else {
 		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp,
 			     (int)get32(h + 56));
-		if (get32(h + 56) > 4096) {
+		put32(ours + 60, get32(h + 60));
+		if (get32(h + 56) > 4096 || get32(h + 60) > 64) {
 			status = SH_EINVAL;
-			snprintf(bad, sizeof bad, "rank 0 asks for %u KV slots", get32(h + 56));
+			snprintf(bad, sizeof bad, "rank 0 asks for %u KV slots, rollback %u",
+				 get32(h + 56), get32(h + 60));
 		} else if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
 			status = SH_EINVAL;
 			snprintf(
@@ -339,7 +358,9 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	}
 	*ctx = (int)get32(h + 8);
 	*slots = get32(h + 56) ? (int)get32(h + 56) : 1;
+	d->rollback = (int)get32(h + 60);
 	d->n_layers = mt->n_layers;
+	d->dim = mt->dim;
 	/* every rank learns every rank's status and shares */
 	uint32_t sh[DIST_SHARE_WORDS] = {
 	    (uint32_t)-status,        DIST_VERSION,
@@ -463,10 +484,62 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	char why[256];
 	int64_t t0 = now_ns();
 	int per = 2 * d->n_layers, k = d->ar_calls++;
+	/* by rows, so that a row's sum (and its 8-bit blocks) never depend on the batch */
+	size_t rows = d->dim > 0 && n % d->dim == 0 ? (size_t)(n / d->dim) : 1;
 	int rc = per && k % per == per - 1
 		     ? reduce_to_root(d, x, n, why, sizeof why)
-		     : tp_all_reduce_f32(d->g, x, (size_t)n, d->timeout_ms, why, sizeof why);
+		     : tp_all_reduce_team(d->g, NULL, 0, x, rows, (size_t)n / rows, d->timeout_ms,
+					  why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+/* Streamed all-reduce (model_ar_stream_t): a one-token sum goes out in chunks while the matmul
+ * computes the next ones, when the transport says it pays (tp_all_reduce_stream_chunks). The
+ * pass's last sum (reduce to rank 0) is never streamed. The same bits as hook_allreduce. */
+static int hook_ar_begin(void *ctx, float *x, int n)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int per = 2 * d->n_layers, nc = tp_all_reduce_stream_chunks(d->g, 1, (size_t)n);
+	if (nc <= 0 || (per && d->ar_calls % per == per - 1))
+		return 0;
+	d->ar_calls++;
+	int64_t t0 = now_ns();
+	int rc =
+	    tp_all_reduce_begin(d->g, NULL, 0, x, 1, (size_t)n, nc, d->timeout_ms, why, sizeof why);
+	d->st_ms = (double)(now_ns() - t0) / 1e6;
+	d->st_n = n;
+	d->st_chunks = nc;
+	return rc ? dist_fail(d, rc, "%s", why) : nc;
+}
+
+static void hook_ar_chunk(void *ctx, int c, int *r0, int *r1)
+{
+	dist_t *d = ctx;
+	size_t a, b;
+	tp_all_reduce_chunk((size_t)d->st_n, d->st_chunks, c, &a, &b);
+	*r0 = (int)a;
+	*r1 = (int)b;
+}
+
+static int hook_ar_push(void *ctx, int c)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int64_t t0 = now_ns();
+	int rc = tp_all_reduce_push(d->g, c, why, sizeof why);
+	d->st_ms += (double)(now_ns() - t0) / 1e6;
+	return rc ? dist_fail(d, rc, "%s", why) : 0;
+}
+
+static int hook_ar_end(void *ctx)
+{
+	dist_t *d = ctx;
+	char why[256];
+	int64_t t0 = now_ns();
+	int rc = tp_all_reduce_end(d->g, why, sizeof why);
+	sync_done(d, d->st_ms + (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
@@ -501,8 +574,12 @@ void dist_attach(dist_t *d, model_t *m)
 		return;
 	if (d->pipeline)
 		model_set_pipe(m, hook_pipe, d);
-	else
+	else {
+		static const model_ar_stream_t st = {hook_ar_begin, hook_ar_chunk, hook_ar_push,
+						     hook_ar_end};
 		model_set_allreduce(m, hook_allreduce, d);
+		model_set_allreduce_stream(m, &st);
+	}
 }
 
 /* ---- steps -------------------------------------------------------------------------------- */
@@ -563,14 +640,15 @@ _Static_assert(28 + DIST_INLINE_BATCH * DIST_BATCH_ENTRY <= DIST_HDR_BYTES, "inl
 
 /* BATCH layout (64 bytes): type u32, version u32, seq u64, flags u32, n u32, 4 bytes zero, then
  * n <= DIST_INLINE_BATCH entries inline, else a second broadcast of n entries. An entry is
- * token u32, slot u32, position u32, flags u32 (DIST_ENTRY_OUT). */
+ * token u32, slot u32, position u32, flags u32 (DIST_ENTRY_OUT, DIST_ENTRY_KEEP). */
 static void batch_encode_entries(uint8_t *p, const model_batch_t *b)
 {
 	for (int i = 0; i < b->n; i++, p += DIST_BATCH_ENTRY) {
 		put32(p, (uint32_t)b->tokens[i]);
 		put32(p + 4, (uint32_t)b->slot[i]);
 		put32(p + 8, (uint32_t)b->pos[i]);
-		put32(p + 12, b->out && b->out[i] ? DIST_ENTRY_OUT : 0);
+		put32(p + 12, (b->out && b->out[i] ? DIST_ENTRY_OUT : 0) |
+				  (b->keep && b->keep[i] ? DIST_ENTRY_KEEP : 0));
 	}
 }
 
@@ -583,7 +661,7 @@ static int ent_room(dist_t *d, int n)
 	if (!e)
 		return SH_ENOMEM;
 	d->ent = e;
-	int *eb = realloc(d->eb, (size_t)n * 4 * sizeof *eb);
+	int *eb = realloc(d->eb, (size_t)n * 5 * sizeof *eb);
 	if (!eb)
 		return SH_ENOMEM;
 	d->eb = eb;
@@ -595,14 +673,15 @@ static int ent_room(dist_t *d, int n)
  * value beyond INT_MAX becomes negative and fails there). */
 static model_batch_t batch_decode_entries(dist_t *d, const uint8_t *p, int n)
 {
-	int *t = d->eb, *sl = t + n, *ps = sl + n, *out = ps + n;
+	int *t = d->eb, *sl = t + n, *ps = sl + n, *out = ps + n, *keep = out + n;
 	for (int i = 0; i < n; i++, p += DIST_BATCH_ENTRY) {
 		t[i] = (int)get32(p);
 		sl[i] = (int)get32(p + 4);
 		ps[i] = (int)get32(p + 8);
 		out[i] = (get32(p + 12) & DIST_ENTRY_OUT) != 0;
+		keep[i] = (get32(p + 12) & DIST_ENTRY_KEEP) != 0;
 	}
-	return (model_batch_t){n, t, sl, ps, out};
+	return (model_batch_t){n, t, sl, ps, out, keep};
 }
 
 static int tok_room(dist_t *d, int n)

@@ -47,6 +47,7 @@ enum dist_msg {
 #define DIST_BATCH_ENTRY  16 /* bytes per token of a BATCH: token, slot, position, flags (u32) */
 #define DIST_INLINE_BATCH 2  /* a BATCH carries up to this many entries itself (28 + 32 <= 64) */
 #define DIST_ENTRY_OUT    1u /* entry flag: rank 0 wants this token's logits */
+#define DIST_ENTRY_KEEP   2u /* entry flag: checkpoint the recurrent state after it (model.h) */
 
 #define DIST_STEP_NEW_REQUEST 1u        /* first pass of a request (prefill); informative */
 #define DIST_MAX_STEP_TOKENS  (1 << 24) /* more tokens in one STEP is a protocol error */
@@ -103,6 +104,11 @@ int dist_world(const dist_t *d);
  * shares of all ranks cover the model exactly once. Call on every rank before model_new. */
 int dist_setup(dist_t *d, const model_meta_t *meta, uint64_t fp, const model_shard_t *mine,
 	       int *ctx, int *slots, char *err, size_t errlen);
+
+/* Rank 0, before dist_setup: the recurrent-state rollback depth every rank's model keeps
+ * (model_set_rollback); after dist_setup, dist_rollback gives rank 0's on every rank. */
+void dist_set_rollback(dist_t *d, int depth);
+int dist_rollback(const dist_t *d);
 
 /* A fingerprint of a model file (tensor names, types, shapes, sizes, the first and last 32 bytes
  * of each tensor): ranks whose files differ fail the setup instead of computing garbage. Reads one

@@ -63,6 +63,14 @@ static int is_ipv4(const char *ip)
 	return inet_pton(AF_INET, ip, b) == 1;
 }
 
+int plan_node_has_ipv4(const plan_node_t *a)
+{
+	for (size_t i = 0; i < a->n_addrs; i++)
+		if (is_ipv4(a->addrs[i].ip))
+			return 1;
+	return 0;
+}
+
 /* Preference of an address for the ring: RDMA-capable interface, then by kind; loopback last. */
 static int addr_score(const plan_node_t *a, const plan_addr_t *ad)
 {

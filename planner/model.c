@@ -78,7 +78,8 @@ int plan_model_check(const plan_model_t *m, char *err, size_t errlen)
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "model: %s must be from 1 to %d (is %d)", lim[i].name,
 				       lim[i].max, lim[i].v);
-	if (m->n_experts < 0 || m->n_experts > 512 || m->ffn_shexp < 0 || m->ffn_shexp > (1 << 22))
+	if (m->n_experts < 0 || m->n_experts > 512 || m->ffn_shexp < 0 ||
+	    m->ffn_shexp > (1 << 22) || m->n_expert_used < 0 || m->n_expert_used > 512)
 		return sh_fail(err, errlen, SH_EINVAL, "model: bad expert count or shared width");
 	if (m->n_kv_heads > m->n_heads || m->n_heads % m->n_kv_heads)
 		return sh_fail(err, errlen, SH_EINVAL,
@@ -168,6 +169,7 @@ int plan_model_from_json(plan_model_t *m, const char *json, char *err, size_t er
 	    (rc = get_bytes(o, "embd_bytes", &m->embd_bytes, err, errlen)) ||
 	    (rc = get_bytes(o, "output_bytes", &m->output_bytes, err, errlen)) ||
 	    (rc = get_int(o, "n_experts", &m->n_experts, 0, err, errlen)) ||
+	    (rc = get_int(o, "n_expert_used", &m->n_expert_used, 0, err, errlen)) ||
 	    (rc = get_int(o, "ffn_shexp", &m->ffn_shexp, 0, err, errlen)) ||
 	    (rc = get_bytes(o, "expert_bytes", &m->expert_bytes, err, errlen)) ||
 	    (rc = get_bytes(o, "shexp_bytes", &m->shexp_bytes, err, errlen)))

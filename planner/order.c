@@ -17,6 +17,7 @@
  */
 #include "planner/plan_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define ORDER_STEPS 4000 /* search steps before the best ring so far is taken */
@@ -62,7 +63,7 @@ static void search(order_t *s, int depth, uint64_t cost)
 	}
 }
 
-void plan_ring_order(const plan_node_t **nodes, int n)
+void plan_ring_order_kinds(int *idx, int n, const uint8_t kind[][PLAN_MAX_NODES])
 {
 	if (n <= 3)
 		return; /* two or three ranks: every order is the same ring */
@@ -78,7 +79,7 @@ void plan_ring_order(const plan_node_t **nodes, int n)
 		for (int j = 0; j < n; j++) {
 			if (i == j)
 				continue;
-			s.w[i][j] = pw[plan_pair_link(nodes[i], nodes[j])];
+			s.w[i][j] = pw[kind[idx[i]][idx[j]]];
 			if (s.w[i][j] < s.minw[i])
 				s.minw[i] = s.w[i][j];
 		}
@@ -103,8 +104,29 @@ void plan_ring_order(const plan_node_t **nodes, int n)
 	search(&s, 1, 0);
 	if (s.best_cost == UINT64_MAX)
 		return; /* cannot happen: the first descent always completes a ring */
+	int tmp[PLAN_MAX_NODES];
+	for (int r = 0; r < n; r++)
+		tmp[r] = idx[s.best[r]];
+	memcpy(idx, tmp, sizeof tmp[0] * (size_t)n);
+}
+
+void plan_ring_order(const plan_node_t **nodes, int n)
+{
+	if (n <= 3)
+		return;
+	uint8_t(*kind)[PLAN_MAX_NODES] = calloc(PLAN_MAX_NODES, sizeof *kind);
+	int idx[PLAN_MAX_NODES];
+	if (!kind)
+		return; /* out of memory: the order stays ascending, still a valid ring */
+	for (int i = 0; i < n; i++) {
+		idx[i] = i;
+		for (int j = 0; j < n; j++)
+			kind[i][j] = i == j ? 0 : (uint8_t)plan_pair_link(nodes[i], nodes[j]);
+	}
+	plan_ring_order_kinds(idx, n, (const uint8_t(*)[PLAN_MAX_NODES])kind);
 	const plan_node_t *tmp[PLAN_MAX_NODES];
 	for (int r = 0; r < n; r++)
-		tmp[r] = nodes[s.best[r]];
+		tmp[r] = nodes[idx[r]];
 	memcpy(nodes, tmp, sizeof tmp[0] * (size_t)n);
+	free(kind);
 }

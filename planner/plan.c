@@ -28,19 +28,18 @@ void plan_opts_default(plan_opts_t *o)
 	o->base_port = PLAN_DEFAULT_PORT;
 }
 
+static const char *const strategy_names[] = {"auto", "tensor", "pipeline", "hybrid"};
+
 const char *plan_strategy_name(plan_strategy_t s)
 {
-	return s == PLAN_TENSOR ? "tensor" : s == PLAN_PIPELINE ? "pipeline" : "auto";
+	return (unsigned)s < ARRAY_LEN(strategy_names) ? strategy_names[s] : "auto";
 }
 
 int plan_strategy_parse(const char *s)
 {
-	if (!strcmp(s, "auto"))
-		return PLAN_AUTO;
-	if (!strcmp(s, "tensor"))
-		return PLAN_TENSOR;
-	if (!strcmp(s, "pipeline"))
-		return PLAN_PIPELINE;
+	for (size_t i = 0; i < ARRAY_LEN(strategy_names); i++)
+		if (!strcmp(s, strategy_names[i]))
+			return (int)i;
 	return -1;
 }
 
@@ -62,40 +61,35 @@ static uint64_t mul_div_up(uint64_t a, uint64_t b, uint64_t c)
 	return x > UINT64_MAX ? UINT64_MAX : (uint64_t)x;
 }
 
-static uint64_t headroom_of(const plan_opts_t *o, uint64_t mem)
+uint64_t plan_headroom(const plan_opts_t *o, uint64_t mem)
 {
 	return MAX(o->headroom_bytes, mem / 1000 * (uint64_t)o->headroom_permille);
 }
 
-/* Fills the share ranges of every rank for strategy s with weights w. */
-static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
+void plan_slices_fill(plan_t *p, int r0, int r1, const uint64_t *w)
 {
 	const plan_model_t *m = &p->model;
-	int n = p->n_ranks, cnt[PLAN_MAX_NODES], pos = 0;
-	for (int r = 0; r < n; r++) {
-		plan_rank_t *k = &p->ranks[r];
-		k->q0 = 0, k->q1 = m->n_heads, k->kv0 = 0, k->kv1 = m->n_kv_heads;
-		k->ffn0 = 0, k->ffn1 = m->ffn, k->layer0 = 0, k->layer1 = m->n_layers;
-		k->exp0 = 0, k->exp1 = m->n_experts, k->shx0 = 0, k->shx1 = m->ffn_shexp;
-	}
-	if (s == PLAN_PIPELINE) {
-		plan_split(cnt, n, m->n_layers, 1, w);
-		for (int r = 0; r < n; pos += cnt[r++])
-			p->ranks[r].layer0 = pos, p->ranks[r].layer1 = pos + cnt[r];
+	int n = r1 - r0, cnt[PLAN_MAX_NODES], pos = 0;
+	plan_rank_t *k0 = p->ranks + r0;
+	w += r0;
+	if (n == 1) { /* one rank holds it all (what the splits below give, without them) */
+		k0->q0 = 0, k0->q1 = m->n_heads, k0->kv0 = 0, k0->kv1 = m->n_kv_heads;
+		k0->ffn0 = 0, k0->ffn1 = m->ffn, k0->exp0 = 0, k0->exp1 = m->n_experts;
+		k0->shx0 = 0, k0->shx1 = m->ffn_shexp;
 		return;
 	}
 	int g = m->n_heads / m->n_kv_heads;
 	if (n <= m->n_kv_heads) { /* whole KV-head groups */
 		plan_split(cnt, n, m->n_kv_heads, 1, w);
 		for (int r = 0; r < n; pos += cnt[r++]) {
-			plan_rank_t *k = &p->ranks[r];
+			plan_rank_t *k = &k0[r];
 			k->kv0 = pos, k->kv1 = pos + cnt[r];
 			k->q0 = k->kv0 * g, k->q1 = k->kv1 * g;
 		}
 	} else { /* query heads; a KV head is replicated on every rank that needs it */
 		plan_split(cnt, n, m->n_heads, 1, w);
 		for (int r = 0; r < n; pos += cnt[r++]) {
-			plan_rank_t *k = &p->ranks[r];
+			plan_rank_t *k = &k0[r];
 			k->q0 = pos, k->q1 = pos + cnt[r];
 			k->kv0 = k->q0 / g, k->kv1 = (k->q1 - 1) / g + 1;
 		}
@@ -104,64 +98,137 @@ static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
 	plan_split(cnt, n, blocks, 1, w);
 	pos = 0;
 	for (int r = 0; r < n; pos += cnt[r++]) {
-		p->ranks[r].ffn0 = pos * m->ffn_block;
-		p->ranks[r].ffn1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn);
+		k0[r].ffn0 = pos * m->ffn_block;
+		k0[r].ffn1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn);
 	}
 	/* routed experts whole, in proportion to the shares (a rank may get none); the shared
 	 * block by columns like the dense FFN */
 	plan_split(cnt, n, m->n_experts, 0, w);
 	pos = 0;
 	for (int r = 0; r < n; pos += cnt[r++])
-		p->ranks[r].exp0 = pos, p->ranks[r].exp1 = pos + cnt[r];
+		k0[r].exp0 = pos, k0[r].exp1 = pos + cnt[r];
 	int sblocks = (m->ffn_shexp + m->ffn_block - 1) / m->ffn_block;
 	plan_split(cnt, n, sblocks, 0, w);
 	pos = 0;
 	for (int r = 0; r < n; pos += cnt[r++]) {
-		p->ranks[r].shx0 = MIN(pos * m->ffn_block, m->ffn_shexp);
-		p->ranks[r].shx1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn_shexp);
+		k0[r].shx0 = MIN(pos * m->ffn_block, m->ffn_shexp);
+		k0[r].shx1 = MIN((pos + cnt[r]) * m->ffn_block, m->ffn_shexp);
 	}
 }
 
-/* Fills every rank's fit figures; returns 0 or SH_ENOFIT with the message in err. */
-static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, char *err,
-		     size_t errlen)
+void plan_layers_set(plan_t *p, const int *stage_layers)
 {
+	int pos = 0;
+	for (int r = 0; r < p->n_ranks; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		if (r && k->stage != p->ranks[r - 1].stage)
+			pos += stage_layers[k->stage - 1];
+		k->layer0 = pos, k->layer1 = pos + stage_layers[k->stage];
+	}
+}
+
+/* Fills the share ranges of every rank for strategy s (tensor or pipeline) with weights w. */
+static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
+{
+	const plan_model_t *m = &p->model;
+	int n = p->n_ranks, cnt[PLAN_MAX_NODES];
+	for (int r = 0; r < n; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		k->q0 = 0, k->q1 = m->n_heads, k->kv0 = 0, k->kv1 = m->n_kv_heads;
+		k->ffn0 = 0, k->ffn1 = m->ffn, k->layer0 = 0, k->layer1 = m->n_layers;
+		k->exp0 = 0, k->exp1 = m->n_experts, k->shx0 = 0, k->shx1 = m->ffn_shexp;
+		k->stage = s == PLAN_PIPELINE ? r : 0;
+		k->stage0 = s == PLAN_PIPELINE ? r : 0;
+		k->stage1 = s == PLAN_PIPELINE ? r + 1 : n;
+	}
+	p->n_stages = s == PLAN_PIPELINE ? n : 1;
+	if (s == PLAN_PIPELINE) {
+		plan_split(cnt, n, m->n_layers, 1, w);
+		plan_layers_set(p, cnt);
+		return;
+	}
+	plan_slices_fill(p, 0, n, w);
+}
+
+void plan_rank_layer_bytes(const plan_t *p, const plan_rank_t *k, int read, uint64_t *att,
+			   uint64_t *ffn)
+{
+	const plan_model_t *m = &p->model;
+	uint64_t qh = (uint64_t)(k->q1 - k->q0), kvh = (uint64_t)(k->kv1 - k->kv0);
+	uint64_t cols = (uint64_t)(k->ffn1 - k->ffn0);
+	uint64_t a = mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads);
+	a = plan_add_sat(a, mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
+	a = plan_add_sat(a, m->norm_bytes / 2);
+	uint64_t f = mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn);
+	f = plan_add_sat(f, m->norm_bytes - m->norm_bytes / 2);
+	if (m->n_experts) { /* whole experts; a token reads the ones it routes to */
+		uint64_t held = mul_div_up(m->expert_bytes, (uint64_t)(k->exp1 - k->exp0),
+					   (uint64_t)m->n_experts);
+		if (read && m->n_expert_used > 0 && m->n_expert_used < m->n_experts)
+			held = mul_div_up(held, (uint64_t)m->n_expert_used, (uint64_t)m->n_experts);
+		f = plan_add_sat(f, held);
+	}
+	if (m->ffn_shexp)
+		f = plan_add_sat(f, mul_div_up(m->shexp_bytes, (uint64_t)(k->shx1 - k->shx0),
+					       (uint64_t)m->ffn_shexp));
+	*att = a, *ffn = f;
+}
+
+/* The output head (and final norm) is on rank 0, which samples, in every strategy (tensor and
+ * pipeline alike: docs/parallel.md); the embedding on every rank of the first stage (a tensor
+ * group embeds its tokens on each rank without a broadcast). */
+static int has_out(const plan_rank_t *k)
+{
+	return k->rank == 0;
+}
+
+static int has_embd(const plan_rank_t *k)
+{
+	return k->stage == 0;
+}
+
+/* F32 scratch: residual and norms, the FFN's columns (gate, up, product), one score row per
+ * query head over the context, and the logits where the output head is. */
+static uint64_t act_bytes(const plan_t *p, const plan_rank_t *k)
+{
+	uint64_t act = 8 * (uint64_t)p->model.dim + 3 * (uint64_t)(k->ffn1 - k->ffn0) +
+		       (uint64_t)(k->q1 - k->q0) * (uint64_t)p->ctx;
+	act += has_out(k) ? (uint64_t)p->model.n_vocab : 0;
+	return 4 * act;
+}
+
+void plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan_rank_t *k,
+			   uint64_t *fixed, uint64_t *per_layer_w, uint64_t *per_layer_kv)
+{
+	const plan_model_t *m = &p->model;
+	uint64_t att, ffn;
+	plan_rank_layer_bytes(p, k, 0, &att, &ffn);
+	*per_layer_w = plan_add_sat(att, ffn);
+	/* K and V for every position of the context, on this rank's KV heads, per layer */
+	uint64_t kv = plan_mul_sat((uint64_t)p->ctx, 2 * (uint64_t)(k->kv1 - k->kv0));
+	kv = plan_mul_sat(kv, (uint64_t)m->head_dim);
+	*per_layer_kv = plan_mul_sat(kv, (uint64_t)p->kv_bytes);
+	uint64_t f =
+	    plan_add_sat(has_embd(k) ? m->embd_bytes : 0, has_out(k) ? m->output_bytes : 0);
+	f = plan_add_sat(f, act_bytes(p, k));
+	*fixed = plan_add_sat(f, plan_headroom(o, k->mem_avail));
+}
+
+int plan_fit_check(plan_t *p, const plan_opts_t *o, char *err, size_t errlen)
+{
+	const plan_model_t *m = &p->model;
 	int n = p->n_ranks, worst = -1;
 	uint64_t worst_short = 0, total_short = 0;
 	for (int r = 0; r < n; r++) {
 		plan_rank_t *k = &p->ranks[r];
-		uint64_t layers = (uint64_t)(k->layer1 - k->layer0), qh = (uint64_t)(k->q1 - k->q0);
-		uint64_t kvh = (uint64_t)(k->kv1 - k->kv0), cols = (uint64_t)(k->ffn1 - k->ffn0);
-		int has_out = p->strategy == PLAN_TENSOR ? r == 0 : r == n - 1;
-		int has_embd = p->strategy == PLAN_TENSOR ? 1 : r == 0;
-		uint64_t per_layer = mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads);
-		per_layer = plan_add_sat(
-		    per_layer, mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
-		per_layer =
-		    plan_add_sat(per_layer, mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn));
-		per_layer = plan_add_sat(per_layer, m->norm_bytes);
-		if (m->n_experts) /* whole experts; the shared block's columns */
-			per_layer = plan_add_sat(
-			    per_layer, mul_div_up(m->expert_bytes, (uint64_t)(k->exp1 - k->exp0),
-						  (uint64_t)m->n_experts));
-		if (m->ffn_shexp)
-			per_layer = plan_add_sat(
-			    per_layer, mul_div_up(m->shexp_bytes, (uint64_t)(k->shx1 - k->shx0),
-						  (uint64_t)m->ffn_shexp));
-		uint64_t wt = plan_mul_sat(per_layer, layers);
-		wt = plan_add_sat(wt, has_embd ? m->embd_bytes : 0);
-		k->weight_bytes = plan_add_sat(wt, has_out ? m->output_bytes : 0);
-		/* K and V for every position of the context, on this rank's layers and KV heads. */
-		uint64_t kv = plan_mul_sat((uint64_t)p->ctx, layers);
-		kv = plan_mul_sat(kv, 2 * kvh);
-		kv = plan_mul_sat(kv, (uint64_t)m->head_dim);
-		k->kv_cache_bytes = plan_mul_sat(kv, (uint64_t)p->kv_bytes);
-		/* F32 scratch: residual and norms, the FFN's columns (gate, up, product), one score
-		 * row per query head over the context, and the logits where the output head is. */
-		uint64_t act = 8 * (uint64_t)m->dim + 3 * cols + qh * (uint64_t)p->ctx;
-		act += has_out ? (uint64_t)m->n_vocab : 0;
-		k->act_bytes = 4 * act;
-		k->headroom_bytes = headroom_of(o, k->mem_avail);
+		uint64_t layers = (uint64_t)(k->layer1 - k->layer0), fixed, plw, plkv;
+		plan_rank_fixed_bytes(p, o, k, &fixed, &plw, &plkv);
+		uint64_t wt = plan_mul_sat(plw, layers);
+		wt = plan_add_sat(wt, has_embd(k) ? m->embd_bytes : 0);
+		k->weight_bytes = plan_add_sat(wt, has_out(k) ? m->output_bytes : 0);
+		k->kv_cache_bytes = plan_mul_sat(plkv, layers);
+		k->act_bytes = act_bytes(p, k);
+		k->headroom_bytes = plan_headroom(o, k->mem_avail);
 		uint64_t need = plan_add_sat(plan_add_sat(k->weight_bytes, k->kv_cache_bytes),
 					     plan_add_sat(k->act_bytes, k->headroom_bytes));
 		if (need > k->mem_avail) {
@@ -173,6 +240,8 @@ static int fit_check(plan_t *p, const plan_model_t *m, const plan_opts_t *o, cha
 	}
 	if (worst < 0)
 		return 0;
+	if (!err)
+		return SH_ENOFIT;
 	const plan_rank_t *k = &p->ranks[worst];
 	double need = (double)k->weight_bytes + (double)k->kv_cache_bytes + (double)k->act_bytes +
 		      (double)k->headroom_bytes;
@@ -278,7 +347,72 @@ void plan_free(plan_t *p)
 	if (!p)
 		return;
 	free(p->ranks);
+	free(p->cands);
+	free(p->standby);
 	free(p);
+}
+
+/* The rank fields that come from the node, the ring address and the RDMA row of every rank;
+ * then the MLX decisions. nodes[r] is rank r's node. */
+static int ranks_place(plan_t *p, const plan_node_t *const *nodes, char *err, size_t errlen)
+{
+	int n = p->n_ranks;
+	for (int r = 0; r < n; r++) {
+		plan_rank_t *k = &p->ranks[r];
+		const plan_node_t *a = nodes[r];
+		k->rank = r;
+		memcpy(k->node_id, a->node_id, sizeof k->node_id);
+		snprintf(k->host, sizeof k->host, "%s", a->host);
+		k->mem_avail = a->mem_avail;
+		k->port = p->base_port + r;
+		plan_ring_addr(k, a, n > 1 ? nodes[(r + n - 1) % n] : NULL);
+		if (!k->ip[0])
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "node %.8s has no IPv4 address for the ring", a->node_id);
+		int full = 1;
+		for (int j = 0; j < n; j++) {
+			const char *d = j == r ? NULL : plan_pair_rdma(a, nodes[j]);
+			snprintf(k->rdma[j], sizeof k->rdma[j], "%s", d ? d : "");
+			full &= j == r || d != NULL;
+		}
+		p->rdma_full_mesh = r ? p->rdma_full_mesh && full : full;
+	}
+	char lan[PLAN_MAX_NODES][PLAN_IP_MAX];
+	for (int r = 0; r < n; r++)
+		plan_lan_addr(lan[r], nodes, n, r);
+	plan_mlx_decide(p, lan);
+	return 0;
+}
+
+/* The plan the cost model chose: its nodes in its order, its stages, shares and figures. */
+static int build_costed(plan_t *p, const plan_choice_t *ch, const plan_cost_ctx_t *c,
+			const plan_node_t *const *sorted, const plan_opts_t *o, char *err,
+			size_t errlen)
+{
+	const plan_layout_t *l = &ch->layout;
+	const plan_node_t *nodes[PLAN_MAX_NODES];
+	p->n_ranks = l->n;
+	for (int r = 0; r < l->n; r++)
+		nodes[r] = sorted[l->idx[r]];
+	int rc = ranks_place(p, nodes, err, errlen);
+	if (rc)
+		return rc;
+	p->strategy = l->strategy;
+	p->q8_wire = l->q8;
+	if ((rc = plan_layout_fill(c, l, p, o)))
+		return sh_fail(err, errlen, rc, "the chosen plan does not fit (a planner bug)");
+	p->costed = 1;
+	snprintf(p->reason, sizeof p->reason, "%s", ch->reason);
+	plan_pred_fill(&p->pred, "chosen", l, &ch->cost, sorted, o->parallel, &p->model);
+	p->cands = calloc((size_t)MAX(ch->n_cands, 1), sizeof *p->cands);
+	p->standby = calloc((size_t)MAX(ch->n_standby, 1), sizeof *p->standby);
+	if (!p->cands || !p->standby)
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	p->n_cands = ch->n_cands;
+	memcpy(p->cands, ch->cands, (size_t)ch->n_cands * sizeof *p->cands);
+	p->n_standby = ch->n_standby;
+	memcpy(p->standby, ch->standby, (size_t)ch->n_standby * sizeof *p->standby);
+	return 0;
 }
 
 int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const plan_opts_t *o,
@@ -295,12 +429,14 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 		return rc;
 	if ((rc = plan_model_check(m, err, errlen)))
 		return rc;
-	if ((unsigned)o->strategy > PLAN_PIPELINE || o->ctx < 0 || o->ctx > (1 << 24) ||
+	if ((unsigned)o->strategy > PLAN_HYBRID || o->ctx < 0 || o->ctx > (1 << 24) ||
 	    o->kv_bytes < 0 || o->kv_bytes > 8 || o->headroom_permille < 0 ||
 	    o->headroom_permille > 1000 || o->base_port < 0 ||
-	    o->base_port + (int)v->n_nodes - 1 > 65535)
+	    o->base_port + (int)v->n_nodes - 1 > 65535 || o->parallel < 0 || o->parallel > 65536)
 		return sh_fail(err, errlen, SH_EINVAL, "bad planner options");
 	plan_t *p = calloc(1, sizeof *p);
+	plan_cost_ctx_t *c = NULL;
+	plan_choice_t *ch = NULL;
 	const plan_node_t *nodes[PLAN_MAX_NODES];
 	int n = (int)v->n_nodes;
 	if (!p || !(p->ranks = calloc((size_t)n, sizeof *p->ranks))) {
@@ -316,43 +452,45 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	for (int i = 0; i < n; i++)
 		nodes[i] = &v->nodes[i];
 	qsort(nodes, (size_t)n, sizeof *nodes, cmp_node_ptr);
+
+	/* Measured: the cost model picks nodes, strategy and arrangement (search.c). When no
+	 * measured candidate fits, the kind-based choice below says why in its own terms. */
+	if (!(c = plan_cost_ctx_new(nodes, n, m, o))) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (plan_cost_ctx_measured(c)) {
+		if (!(ch = calloc(1, sizeof *ch))) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto fail;
+		}
+		rc = plan_search(ch, c, nodes, n, m, o, err, errlen);
+		if (!rc)
+			rc = build_costed(p, ch, c, nodes, o, err, errlen);
+		if (!rc)
+			goto done;
+		if (rc != SH_ENOFIT)
+			goto fail;
+	}
+	if (o->strategy == PLAN_HYBRID) {
+		rc = sh_fail(err, errlen, SH_EINVAL,
+			     "hybrid needs measured compute and links in the view (docs/view.md)");
+		goto fail;
+	}
 	plan_ring_order(nodes, n); /* rank 0 stays the smallest id; the rest follow the cables */
 
 	/* Weights: usable memory in MiB, times MB/s when every node measured its bandwidth. */
 	uint64_t w_mem[PLAN_MAX_NODES], w_bw[PLAN_MAX_NODES];
 	int all_bw = 1;
 	for (int r = 0; r < n; r++) {
-		plan_rank_t *k = &p->ranks[r];
 		const plan_node_t *a = nodes[r];
-		k->rank = r;
-		memcpy(k->node_id, a->node_id, sizeof k->node_id);
-		snprintf(k->host, sizeof k->host, "%s", a->host);
-		k->mem_avail = a->mem_avail;
-		k->port = p->base_port + r;
-		uint64_t h = headroom_of(o, a->mem_avail);
+		uint64_t h = plan_headroom(o, a->mem_avail);
 		w_mem[r] = ((a->mem_avail > h ? a->mem_avail - h : 0) >> 20) + 1;
 		w_bw[r] = w_mem[r] * a->bw_mbs;
 		all_bw &= a->bw_mbs > 0;
-		plan_ring_addr(k, a, n > 1 ? nodes[(r + n - 1) % n] : NULL);
-		if (!k->ip[0]) {
-			rc = sh_fail(err, errlen, SH_EINVAL,
-				     "node %.8s has no IPv4 address for the ring", a->node_id);
-			goto fail;
-		}
-		int full = 1;
-		for (int j = 0; j < n; j++) {
-			const char *d = j == r ? NULL : plan_pair_rdma(a, nodes[j]);
-			snprintf(k->rdma[j], sizeof k->rdma[j], "%s", d ? d : "");
-			full &= j == r || d != NULL;
-		}
-		p->rdma_full_mesh = r ? p->rdma_full_mesh && full : full;
 	}
-	{
-		char lan[PLAN_MAX_NODES][PLAN_IP_MAX];
-		for (int r = 0; r < n; r++)
-			plan_lan_addr(lan[r], nodes, n, r);
-		plan_mlx_decide(p, lan);
-	}
+	if ((rc = ranks_place(p, nodes, err, errlen)))
+		goto fail;
 	if ((rc = choose(p, nodes, o->strategy, err, errlen)))
 		goto fail;
 
@@ -363,17 +501,17 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	rc = SH_ENOFIT;
 	if (all_bw) {
 		shares_fill(p, p->strategy, w_bw);
-		rc = fit_check(p, m, o, first_err, sizeof first_err);
+		rc = plan_fit_check(p, o, first_err, sizeof first_err);
 	}
 	if (rc) {
 		shares_fill(p, p->strategy, w_mem);
-		rc = fit_check(p, m, o, first_err, sizeof first_err);
+		rc = plan_fit_check(p, o, first_err, sizeof first_err);
 	}
 	if (rc && o->strategy == PLAN_AUTO && chosen == PLAN_TENSOR && n > 1 && n <= m->n_layers) {
 		p->strategy = PLAN_PIPELINE;
 		shares_fill(p, PLAN_PIPELINE, w_mem);
 		char e2[512];
-		if (!fit_check(p, m, o, e2, sizeof e2)) {
+		if (!plan_fit_check(p, o, e2, sizeof e2)) {
 			snprintf(p->reason, sizeof p->reason,
 				 "tensor shares do not fit (the embedding is on every rank); "
 				 "pipeline does");
@@ -381,20 +519,25 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 		} else {
 			p->strategy = chosen;
 			shares_fill(p, chosen, w_mem);
-			fit_check(p, m, o, first_err, sizeof first_err);
+			plan_fit_check(p, o, first_err, sizeof first_err);
 		}
 	}
 	if (rc) {
 		rc = sh_fail(err, errlen, SH_ENOFIT, "%s", first_err);
 		goto fail;
 	}
+done:
 	if ((rc = plan_hash_compute(p))) {
 		sh_fail(err, errlen, rc, "out of memory");
 		goto fail;
 	}
+	plan_cost_ctx_free(c);
+	free(ch);
 	*out = p;
 	return 0;
 fail:
+	plan_cost_ctx_free(c);
+	free(ch);
 	plan_free(p);
 	return rc;
 }
@@ -440,4 +583,32 @@ int plan_rdma_full_mesh(const plan_t *p)
 int plan_ctx(const plan_t *p)
 {
 	return p->ctx;
+}
+int plan_n_stages(const plan_t *p)
+{
+	return p->n_stages;
+}
+int plan_q8_wire(const plan_t *p)
+{
+	return p->q8_wire;
+}
+const plan_pred_t *plan_predicted(const plan_t *p)
+{
+	return p->costed ? &p->pred : NULL;
+}
+int plan_n_candidates(const plan_t *p)
+{
+	return p->n_cands;
+}
+const plan_pred_t *plan_candidate(const plan_t *p, int i)
+{
+	return i >= 0 && i < p->n_cands ? &p->cands[i] : NULL;
+}
+int plan_n_standby(const plan_t *p)
+{
+	return p->n_standby;
+}
+const plan_standby_t *plan_standby(const plan_t *p, int i)
+{
+	return i >= 0 && i < p->n_standby ? &p->standby[i] : NULL;
 }

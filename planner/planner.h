@@ -2,10 +2,11 @@
  * planner.h: from a membership view and model metadata to one plan (rank order, hostfiles, RDMA
  * device matrix, shards). Pure: no I/O, no clock, no globals, so every node computes the same plan.
  *
- * Invariant: for the same view (whatever the order of its nodes, addresses, devices and seen_on
- * entries), model and options, every output of this module is byte-identical on every machine.
- * All arithmetic is integer (bandwidth is carried as whole MB/s), JSON keys are written in a fixed
- * order, and the plan hash is a 64-bit FNV-1a over the canonical compact plan JSON.
+ * Invariant: for the same view (whatever the order of its nodes, addresses, devices, seen_on and
+ * links entries), model and options, every output of this module is byte-identical on every
+ * machine. All arithmetic is integer (bandwidth is carried as whole MB/s, time as ns, the cost
+ * model's figures as tenths), JSON keys are written in a fixed order, and the plan hash is a
+ * 64-bit FNV-1a over the canonical compact plan JSON.
  *
  * Typical use (the leader):
  *     plan_view_t *v; plan_model_t m; plan_opts_t o; plan_t *p;
@@ -35,6 +36,12 @@
 #define PLAN_IFNAME_MAX   32  /* interface name, NUL included */
 #define PLAN_DEV_MAX      64  /* RDMA device name, NUL included */
 #define PLAN_DEFAULT_PORT 32323
+#define PLAN_MACHINE_MAX  65 /* machine id, NUL included */
+#define PLAN_MAX_CANDS    10 /* candidates' predictions kept in a plan (plan_candidate) */
+/* A sync among ranks that share a machine whose cores they fill costs at least this much when
+ * the view gives no wake_us: a rank woken by its peer waits for a core (docs/parallel.md
+ * measured ~0.4 ms per sync, median, two 1-thread ranks unpinned on two busy cores). */
+#define PLAN_WAKE_US 400
 
 /* Link kinds, best last, so a larger value is a better link. */
 typedef enum {
@@ -63,13 +70,33 @@ typedef struct {
 	char ifname[PLAN_IFNAME_MAX];  /* local interface on which this node sees the peer */
 } plan_seen_t;
 
+/* A link as one node measured it towards a peer (docs/view.md, "links"). A pair measured from
+ * both ends counts with the worse figures (larger RTTs, smaller throughput). */
+typedef struct {
+	char node_id[PLAN_ID_LEN + 1]; /* the peer */
+	uint32_t rtt_us; /* median round trip of small probes on the authenticated channel, > 0 */
+	uint32_t rtt_p90_us; /* the probes' 90th percentile; 0 = rtt_us */
+	uint32_t mbps;       /* throughput of a short burst towards the peer, Mbit/s, > 0 */
+} plan_meas_t;
+
 typedef struct {
 	char node_id[PLAN_ID_LEN + 1];
 	char host[PLAN_HOST_MAX];
 	int port;                      /* control port, 0 when unknown */
 	uint64_t mem_total, mem_avail; /* bytes */
 	int cores;
-	uint32_t bw_mbs; /* measured matrix-vector bandwidth in MB/s, 0 = not measured */
+	/* Measured compute (docs/view.md: what to run and how). 0 = not measured. */
+	uint32_t bw_mbs;      /* decode: weight bytes/s (in MB/s) the engine's matrix-vector kernels
+			       * stream on the model's weight type, one input row, `threads` threads */
+	uint32_t prefill_mbs; /* the same kernels on 64 input rows: 64 x matrix bytes per second
+			       * (MB/s); 0 = bw_mbs */
+	int threads;          /* compute threads its engine runs; 0 = cores */
+	uint32_t wake_us;     /* extra cost of one sync when ranks of a plan share this node's
+			       * cores (docs/view.md); 0 = PLAN_WAKE_US */
+	char machine[PLAN_MACHINE_MAX]; /* nodes with the same non-empty id share one machine's
+					 * cores (namespaces, containers); "" = its own */
+	plan_meas_t *links;             /* measured links towards peers */
+	size_t n_links;
 	plan_addr_t *addrs;
 	size_t n_addrs;
 	plan_rdma_t *rdma;
@@ -99,25 +126,43 @@ typedef struct {
 	uint64_t output_bytes;  /* output (0 when tied to token_embd) + output_norm */
 	/* mixture of experts (n_experts 0: dense). Per layer, averaged over all layers: */
 	int n_experts;         /* routed experts, split whole across ranks (expert parallel) */
+	int n_expert_used;     /* experts each token uses (cost model); 0 = unknown: all */
 	int ffn_shexp;         /* shared-expert hidden units, split by columns (0: none) */
 	uint64_t expert_bytes; /* ffn_{gate,up,down}_exps */
 	uint64_t shexp_bytes;  /* ffn_{gate,up,down}_shexp */
 } plan_model_t;
 
-typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2 } plan_strategy_t;
+/* Tensor: one stage, every rank holds a slice of every layer. Pipeline: one rank per stage, each
+ * stage whole layers. Hybrid: several stages, each a tensor group over its layers. */
+typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2, PLAN_HYBRID = 3 } plan_strategy_t;
 
 typedef struct {
-	plan_strategy_t strategy;
-	int ctx;      /* context length for the KV cache; 0 = the model's n_ctx */
-	int kv_bytes; /* bytes per KV element; 0 = 4 (an F32 cache; the agent passes its --kv-type) */
+	plan_strategy_t strategy; /* forced (not AUTO): the best nodes and arrangement for it */
+	int ctx;                  /* context length for the KV cache; 0 = the model's n_ctx */
+	int kv_bytes; /* bytes per KV element; 0 = 4 (an F32 cache; the agent passes its --kv-type)
+		       */
 	uint64_t
 	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
 	int headroom_permille;
 	int base_port; /* ring port of rank 0 (rank r listens on base + r); 0 = 32323 */
+	int parallel; /* sequences decoded together (--parallel): the aggregate prediction; 0 = 1 */
+	/* What the engine can execute (the cost model only chooses what runs):
+	 * engine_hybrid: hybrid plans (auto may choose one; forcing works regardless);
+	 * engine_inflight: a pipeline runs several sequences' micro-batches at once (issue 26). */
+	int engine_hybrid, engine_inflight;
 } plan_opts_t;
 
 /* One rank's share. Ranges are half-open [a, b). In tensor mode layers = [0, n_layers);
- * in pipeline mode the head and FFN ranges cover the whole model. */
+ * in pipeline mode the head and FFN ranges cover the whole model.
+ *
+ * Stages (every strategy; docs/view.md section 6): ranks [stage0, stage1) form stage `stage`, a
+ * tensor group holding layers [layer0, layer1), each rank the slice q/kv/ffn/exp/shx within
+ * it (as a tensor plan of stage1 - stage0 ranks splits one model). Stages follow each other in
+ * rank order; rank stage0 is the stage's root: it receives the hidden state from the previous
+ * stage's root (stage 0: rank 0 embeds the tokens), hands it to the group, gets the stage's
+ * last sum (a reduce to the root) and sends it to every rank of the next stage; the last
+ * stage's root sends it to rank 0, which computes the head. Tensor: one stage [0, n);
+ * pipeline: stage r = [r, r + 1). */
 typedef struct {
 	int rank;
 	char node_id[PLAN_ID_LEN + 1];
@@ -130,15 +175,40 @@ typedef struct {
 	uint64_t mem_avail;
 	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1;
 	int exp0, exp1, shx0, shx1; /* routed experts, shared units; may be empty (a == b) */
+	int stage, stage0, stage1;  /* its stage and the stage's ranks [stage0, stage1) */
 	uint64_t weight_bytes, kv_cache_bytes, act_bytes, headroom_bytes; /* fit figures */
 } plan_rank_t;
 
 typedef struct plan plan_t;
 
+/* A plan's predicted figures (plans made from measurements; docs/view.md section 7). */
+typedef struct {
+	char what[8];      /* "chosen"; "best": its strategy's best on any nodes; "all": its
+			    * strategy's best over every usable node */
+	char strategy[12]; /* "single" (one node), "tensor", "pipeline" or "hybrid" */
+	int n_ranks, n_stages, q8_wire;
+	int stage_size[PLAN_MAX_NODES];                 /* ranks of stage s */
+	char node_ids[PLAN_MAX_NODES][PLAN_ID_LEN + 1]; /* in rank order */
+	int parallel;                                   /* streams of the aggregate figure */
+	uint64_t decode_dtok;     /* one stream's decode, tenths of tokens/s */
+	uint64_t aggregate_dtok;  /* `parallel` streams decoding together, tenths of tokens/s */
+	uint64_t prefill_dtok;    /* one prompt, tenths of tokens/s */
+	uint64_t mem_max_bytes;   /* the largest rank's weights + KV cache + activations */
+	int n_syncs, n_hops;      /* per decoded token: all-reduces, stage-to-stage sends */
+	uint64_t sync_us, hop_us; /* mean time of one (decode) */
+} plan_pred_t;
+
+/* A member the plan does not use, and why (e.g. a plan using it would be slower). */
+typedef struct {
+	char node_id[PLAN_ID_LEN + 1];
+	char host[PLAN_HOST_MAX];
+	char reason[256];
+} plan_standby_t;
+
 /* ---- view ---- */
 
 /* Parses a view JSON (docs/view.md) into *out, sorted canonically (nodes by id, then addresses,
- * devices and seen_on entries). Returns 0, or SH_EFORMAT/SH_EINVAL/SH_ENOMEM with a one-line
+ * devices, seen_on and links entries). Returns 0, or SH_EFORMAT/SH_EINVAL/SH_ENOMEM with a one-line
  * message in err. The caller frees *out with plan_view_free. */
 int plan_view_from_json(plan_view_t **out, const char *json, char *err, size_t errlen);
 /* Canonical JSON text of a view (sorted, fixed key order), newline-terminated; caller frees. */
@@ -169,12 +239,17 @@ int plan_model_check(const plan_model_t *m, char *err, size_t errlen);
 
 void plan_opts_default(plan_opts_t *o);
 const char *plan_strategy_name(plan_strategy_t s);
-int plan_strategy_parse(const char *s); /* "auto"|"tensor"|"pipeline" -> value, -1 otherwise */
+int plan_strategy_parse(const char *s); /* "auto"|"tensor"|"pipeline"|"hybrid" -> value, else -1 */
 
 /* Makes the plan. The view and model are borrowed (only read during the call); o NULL means
  * plan_opts_default. The view need not be sorted (a hand-built one is checked). Returns 0;
  * SH_EINVAL for a bad view/model/options or an impossible forced strategy; SH_ENOFIT when the
- * model does not fit, with err naming the shortfall in GB and the fixes. Caller frees *out. */
+ * model does not fit, with err naming the shortfall in GB and the fixes. Caller frees *out.
+ *
+ * With measurements in the view (docs/view.md: "bw" on a node, "links" between nodes) the
+ * cost model (cost.c, search.c) predicts every candidate's speed and picks the fastest single
+ * stream decode over every subset of the measured nodes and arrangement; members it does not
+ * use are standby (plan_standby). Without any, the choice is by interface kind (section 4). */
 int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const plan_opts_t *o,
 	      char *err, size_t errlen);
 void plan_free(plan_t *p);
@@ -182,12 +257,23 @@ void plan_free(plan_t *p);
 int plan_n_ranks(const plan_t *p);
 const plan_rank_t *plan_rank(const plan_t *p, int r);   /* NULL when out of range */
 int plan_rank_of(const plan_t *p, const char *node_id); /* -1 when not a member */
-plan_strategy_t plan_strategy(const plan_t *p);         /* TENSOR or PIPELINE */
+plan_strategy_t plan_strategy(const plan_t *p);         /* TENSOR, PIPELINE or HYBRID */
 const char *plan_reason(const plan_t *p);               /* why that strategy */
 const char *plan_hash(const plan_t *p);                 /* 16 lowercase hex characters */
 uint64_t plan_epoch(const plan_t *p);
 int plan_rdma_full_mesh(const plan_t *p);
 int plan_ctx(const plan_t *p);
+int plan_n_stages(const plan_t *p);
+int plan_q8_wire(const plan_t *p); /* every tensor group sets tp_group_set_q8 */
+
+/* Predictions (NULL / 0 on a plan made without measurements). The chosen plan's, then the
+ * candidates (the chosen one first; the best of each strategy; each over every usable node). */
+const plan_pred_t *plan_predicted(const plan_t *p);
+int plan_n_candidates(const plan_t *p);
+const plan_pred_t *plan_candidate(const plan_t *p, int i); /* NULL when out of range */
+/* Members left out of the plan (cost model only), in node id order. */
+int plan_n_standby(const plan_t *p);
+const plan_standby_t *plan_standby(const plan_t *p, int i); /* NULL when out of range */
 
 /* MLX (docs/mlx.md). Rank 0 is the smallest node ID; ranks 1..N-1 follow the cables (order.c). */
 const char *plan_mlx_backend(const plan_t *p); /* "ring", "jaccl" or "jaccl-ring" */

@@ -77,6 +77,11 @@ static int cmp_seen(const void *a, const void *b)
 	return c ? c : strcmp(x->ifname, y->ifname);
 }
 
+static int cmp_meas(const void *a, const void *b)
+{
+	return strcmp(((const plan_meas_t *)a)->node_id, ((const plan_meas_t *)b)->node_id);
+}
+
 static int cmp_node(const void *a, const void *b)
 {
 	return strcmp(((const plan_node_t *)a)->node_id, ((const plan_node_t *)b)->node_id);
@@ -92,6 +97,8 @@ static void view_sort(plan_view_t *v)
 			qsort(n->rdma, n->n_rdma, sizeof *n->rdma, cmp_rdma);
 		if (n->n_seen)
 			qsort(n->seen, n->n_seen, sizeof *n->seen, cmp_seen);
+		if (n->n_links)
+			qsort(n->links, n->n_links, sizeof *n->links, cmp_meas);
 	}
 	if (v->n_nodes)
 		qsort(v->nodes, v->n_nodes, sizeof *v->nodes, cmp_node);
@@ -113,8 +120,11 @@ static int id_ok(const char *s)
 
 static int node_strings_ok(const plan_node_t *n)
 {
-	if (!TERMINATED(n->node_id) || !TERMINATED(n->host))
+	if (!TERMINATED(n->node_id) || !TERMINATED(n->host) || !TERMINATED(n->machine))
 		return 0;
+	for (size_t k = 0; k < n->n_links; k++)
+		if (!TERMINATED(n->links[k].node_id))
+			return 0;
 	for (size_t a = 0; a < n->n_addrs; a++)
 		if (!TERMINATED(n->addrs[a].ip) || !TERMINATED(n->addrs[a].ifname))
 			return 0;
@@ -136,10 +146,11 @@ int plan_view_check(const plan_view_t *v, char *err, size_t errlen)
 			       v->n_nodes, PLAN_MAX_NODES);
 	for (size_t i = 0; i < v->n_nodes; i++) {
 		const plan_node_t *n = &v->nodes[i];
-		if ((n->n_addrs && !n->addrs) || (n->n_rdma && !n->rdma) || (n->n_seen && !n->seen))
+		if ((n->n_addrs && !n->addrs) || (n->n_rdma && !n->rdma) ||
+		    (n->n_seen && !n->seen) || (n->n_links && !n->links))
 			return sh_fail(err, errlen, SH_EINVAL, "node %zu: missing array", i);
 		if (n->n_addrs > PLAN_MAX_ADDRS || n->n_rdma > PLAN_MAX_RDMA ||
-		    n->n_seen > PLAN_MAX_NODES)
+		    n->n_seen > PLAN_MAX_NODES || n->n_links > PLAN_MAX_NODES)
 			return sh_fail(err, errlen, SH_EINVAL, "node %zu: too many entries", i);
 		if (!node_strings_ok(n))
 			return sh_fail(err, errlen, SH_EINVAL, "node %zu: unterminated string", i);
@@ -157,6 +168,25 @@ int plan_view_check(const plan_view_t *v, char *err, size_t errlen)
 			if ((unsigned)n->addrs[a].kind > PLAN_LINK_THUNDERBOLT)
 				return sh_fail(err, errlen, SH_EINVAL, "node %s: bad address kind",
 					       n->node_id);
+		if (n->threads < 0)
+			return sh_fail(err, errlen, SH_EINVAL, "node %s: negative threads",
+				       n->node_id);
+		for (size_t k = 0; k < n->n_links; k++) {
+			const plan_meas_t *e = &n->links[k];
+			if (!e->rtt_us || !e->mbps)
+				return sh_fail(
+				    err, errlen, SH_EINVAL,
+				    "node %s: the link to %.8s needs rtt_us and mbps > 0",
+				    n->node_id, e->node_id);
+			if (!strcmp(e->node_id, n->node_id))
+				return sh_fail(err, errlen, SH_EINVAL, "node %s: a link to itself",
+					       n->node_id);
+			for (size_t q = 0; q < k; q++)
+				if (!strcmp(n->links[q].node_id, e->node_id))
+					return sh_fail(err, errlen, SH_EINVAL,
+						       "node %s: two links to %.8s", n->node_id,
+						       e->node_id);
+		}
 	}
 	return 0;
 }
@@ -289,6 +319,55 @@ static int parse_rdma(plan_rdma_t *d, json_t *o, const char *what, char *err, si
 	return 0;
 }
 
+/* A number of GB/s (0..1e6) kept as whole MB/s; missing or null leaves *out 0. */
+static int get_gbs(json_t *o, const char *key, uint32_t *out, const char *what, char *err,
+		   size_t errlen)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j || json_is_null(j))
+		return 0;
+	if (!json_is_number(j) || !(json_number_value(j) >= 0) || json_number_value(j) > 1e6)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s: \"%s\" must be a number of GB/s from 0 to 1e6", what, key);
+	*out = (uint32_t)(json_number_value(j) * 1000.0 + 0.5);
+	return 0;
+}
+
+/* A measured figure: a number from 0 to max, rounded to an integer. */
+static int get_figure(json_t *o, const char *key, uint32_t *out, double max, int required,
+		      const char *what, char *err, size_t errlen)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j) {
+		if (required)
+			return sh_fail(err, errlen, SH_EFORMAT, "%s: a link needs \"%s\"", what,
+				       key);
+		return 0;
+	}
+	if (!json_is_number(j) || !(json_number_value(j) >= 0) || json_number_value(j) > max)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s: \"%s\" must be a number from 0 to %.0f", what, key, max);
+	*out = (uint32_t)(json_number_value(j) + 0.5);
+	return 0;
+}
+
+static int parse_meas(plan_meas_t *e, json_t *o, const char *what, char *err, size_t errlen)
+{
+	if (!json_is_object(o))
+		return sh_fail(err, errlen, SH_EFORMAT, "%s: a link must be an object", what);
+	int rc;
+	if ((rc = parse_id(o, "node_id", e->node_id, what, err, errlen)) ||
+	    (rc = get_figure(o, "rtt_us", &e->rtt_us, 1e8, 1, what, err, errlen)) ||
+	    (rc = get_figure(o, "rtt_p90_us", &e->rtt_p90_us, 1e8, 0, what, err, errlen)) ||
+	    (rc = get_figure(o, "mbps", &e->mbps, 1e9, 1, what, err, errlen)))
+		return rc;
+	if (!e->rtt_us || !e->mbps)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s: the link to %.8s needs rtt_us and mbps above 0", what,
+			       e->node_id);
+	return 0;
+}
+
 static int parse_node(plan_node_t *n, json_t *o, size_t idx, char *err, size_t errlen)
 {
 	char what[64];
@@ -312,14 +391,15 @@ static int parse_node(plan_node_t *n, json_t *o, size_t idx, char *err, size_t e
 	n->port = (int)port;
 	n->cores = (int)cores;
 	n->mem_total = mem_total ? mem_total : n->mem_avail;
-	json_t *bw = json_object_get(o, "bw");
-	if (bw && !json_is_null(bw)) {
-		if (!json_is_number(bw) || !(json_number_value(bw) >= 0) ||
-		    json_number_value(bw) > 1e6)
-			return sh_fail(err, errlen, SH_EFORMAT,
-				       "%s: \"bw\" must be a number of GB/s from 0 to 1e6", what);
-		n->bw_mbs = (uint32_t)(json_number_value(bw) * 1000.0 + 0.5);
-	}
+	uint64_t threads = 0, wake = 0;
+	if ((rc = get_gbs(o, "bw", &n->bw_mbs, what, err, errlen)) ||
+	    (rc = get_gbs(o, "prefill_bw", &n->prefill_mbs, what, err, errlen)) ||
+	    (rc = get_uint(o, "threads", &threads, 1 << 20, 0, what, err, errlen)) ||
+	    (rc = get_uint(o, "wake_us", &wake, 100000000, 0, what, err, errlen)) ||
+	    (rc = get_str(o, "machine", n->machine, sizeof n->machine, 0, what, err, errlen)))
+		return rc;
+	n->threads = (int)threads;
+	n->wake_us = (uint32_t)wake;
 	json_t *arr;
 	size_t i;
 	json_t *e;
@@ -367,6 +447,19 @@ static int parse_node(plan_node_t *n, json_t *o, size_t idx, char *err, size_t e
 			n->n_seen++;
 		}
 	}
+	if ((rc = get_array(o, "links", PLAN_MAX_NODES, &arr, what, err, errlen)))
+		return rc;
+	if (arr && json_array_size(arr)) {
+		n->links = calloc(json_array_size(arr), sizeof *n->links);
+		if (!n->links)
+			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		json_array_foreach(arr, i, e)
+		{
+			if ((rc = parse_meas(&n->links[i], e, what, err, errlen)))
+				return rc;
+			n->n_links++;
+		}
+	}
 	return 0;
 }
 
@@ -378,6 +471,7 @@ void plan_view_free(plan_view_t *v)
 		free(v->nodes[i].addrs);
 		free(v->nodes[i].rdma);
 		free(v->nodes[i].seen);
+		free(v->nodes[i].links);
 	}
 	free(v->nodes);
 	free(v);
@@ -453,6 +547,14 @@ static json_t *node_json(const plan_node_t *n)
 	json_object_set_new(o, "cores", json_integer(n->cores));
 	if (n->bw_mbs)
 		json_object_set_new(o, "bw", json_real(n->bw_mbs / 1000.0));
+	if (n->prefill_mbs)
+		json_object_set_new(o, "prefill_bw", json_real(n->prefill_mbs / 1000.0));
+	if (n->threads)
+		json_object_set_new(o, "threads", json_integer(n->threads));
+	if (n->wake_us)
+		json_object_set_new(o, "wake_us", json_integer(n->wake_us));
+	if (n->machine[0])
+		json_object_set_new(o, "machine", json_string(n->machine));
 	for (size_t i = 0; i < n->n_addrs; i++) {
 		json_t *ad =
 		    json_pack("{s:s, s:s, s:s}", "ip", n->addrs[i].ip, "ifname", n->addrs[i].ifname,
@@ -471,6 +573,19 @@ static json_t *node_json(const plan_node_t *n)
 	json_object_set_new(o, "addresses", a);
 	json_object_set_new(o, "rdma", r);
 	json_object_set_new(o, "seen_on", s);
+	if (n->n_links) {
+		json_t *l = json_array();
+		for (size_t i = 0; l && i < n->n_links; i++) {
+			const plan_meas_t *e = &n->links[i];
+			json_t *x =
+			    json_pack("{s:s, s:I, s:I, s:I}", "node_id", e->node_id, "rtt_us",
+				      (json_int_t)e->rtt_us, "rtt_p90_us",
+				      (json_int_t)(e->rtt_p90_us ? e->rtt_p90_us : e->rtt_us),
+				      "mbps", (json_int_t)e->mbps);
+			json_array_append_new(l, x);
+		}
+		json_object_set_new(o, "links", l);
+	}
 	return o;
 fail:
 	json_decref(o);
@@ -496,8 +611,9 @@ char *plan_view_to_json(const plan_view_t *v)
 		nodes[k].addrs = n->n_addrs ? malloc(n->n_addrs * sizeof *n->addrs) : NULL;
 		nodes[k].rdma = n->n_rdma ? malloc(n->n_rdma * sizeof *n->rdma) : NULL;
 		nodes[k].seen = n->n_seen ? malloc(n->n_seen * sizeof *n->seen) : NULL;
+		nodes[k].links = n->n_links ? malloc(n->n_links * sizeof *n->links) : NULL;
 		if ((n->n_addrs && !nodes[k].addrs) || (n->n_rdma && !nodes[k].rdma) ||
-		    (n->n_seen && !nodes[k].seen)) {
+		    (n->n_seen && !nodes[k].seen) || (n->n_links && !nodes[k].links)) {
 			k++;
 			goto done;
 		}
@@ -507,6 +623,8 @@ char *plan_view_to_json(const plan_view_t *v)
 			memcpy(nodes[k].rdma, n->rdma, n->n_rdma * sizeof *n->rdma);
 		if (n->n_seen)
 			memcpy(nodes[k].seen, n->seen, n->n_seen * sizeof *n->seen);
+		if (n->n_links)
+			memcpy(nodes[k].links, n->links, n->n_links * sizeof *n->links);
 	}
 	c.nodes = nodes;
 	view_sort(&c);
@@ -524,6 +642,7 @@ done:
 			free(nodes[i].addrs);
 			free(nodes[i].rdma);
 			free(nodes[i].seen);
+			free(nodes[i].links);
 		}
 	free(nodes);
 	json_decref(arr);
@@ -533,7 +652,9 @@ done:
 
 char *plan_dump(json_t *j)
 {
-	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	/* 15 significant digits: a figure in tenths (44.1) prints as itself, not 44.100000000000001
+	 */
+	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 	if (!s)
 		return NULL;
 	size_t n = strlen(s);

@@ -1,8 +1,9 @@
 /*
- * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla)
- * and their in-process tensor-parallel groups: whole tensors as F32, double-accumulated
- * products, RMS norm, argmax, and an all-reduce over threads that sums in rank order (so every
- * rank gets the same bits; test_model's two shards use it too).
+ * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla,
+ * test_qwen35) and their in-process tensor-parallel groups: whole tensors as F32,
+ * double-accumulated products, RMS norm, argmax, and an all-reduce over threads that sums in
+ * rank order (so every rank gets the same bits; test_model's two shards use it too), with a
+ * runner that decodes greedily on several shards at once (mem_shards_greedy).
  */
 #ifndef SHOAL_TEST_REF_UTIL_H
 #define SHOAL_TEST_REF_UTIL_H
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "infer/gguf.h"
+#include "infer/model/model.h"
 #include "infer/quant/quant.h"
 
 /* The whole tensor as F32 (reference dequantization, row by row); NULL when absent. Caller
@@ -96,6 +98,69 @@ static inline void mem_group_allreduce(mem_group_t *g, int rank, float *x, int n
 		x[i] = s;
 	}
 	mem_group_wait(g);
+}
+
+/* Greedy decoding: the prompt in one pass, then n_gen ids each fed back. 0 or the model's error. */
+static inline int ref_greedy(model_t *m, int V, const int *prompt, int n_prompt, int n_gen,
+			     int *ids)
+{
+	float *lg = malloc((size_t)V * sizeof *lg);
+	int rc = lg ? model_forward(m, prompt, n_prompt, 0, lg) : -1;
+	for (int i = 0; i < n_gen && !rc; i++) {
+		ids[i] = ref_argmax(lg, V);
+		rc = model_forward(m, &ids[i], 1, n_prompt + i, lg);
+	}
+	free(lg);
+	return rc;
+}
+
+/* One shard of an in-process tensor-parallel group (mem_shards_greedy). */
+typedef struct mem_rank {
+	mem_group_t *g;
+	int r, rc, V, n_prompt, n_gen;
+	const int *prompt;
+	int *ids; /* [n_gen] */
+	model_t *m;
+} mem_rank_t;
+
+static inline int mem_rank_allreduce(void *ctx, float *x, int n)
+{
+	mem_rank_t *k = ctx;
+	mem_group_allreduce(k->g, k->r, x, n);
+	return 0;
+}
+
+static inline void *mem_rank_main(void *arg)
+{
+	mem_rank_t *k = arg;
+	k->rc = ref_greedy(k->m, k->V, k->prompt, k->n_prompt, k->n_gen, k->ids);
+	return NULL;
+}
+
+/* Runs the `world` shard models m[r] (of a model of width dim and V tokens) together, one thread
+ * each, their partial sums added by the in-process all-reduce (installed here): rank r's greedy
+ * ids go to ids[r * n_gen ..]. Returns 0 or the first rank's error. */
+static inline int mem_shards_greedy(model_t **m, int world, int V, int dim, const int *prompt,
+				    int n_prompt, int n_gen, int *ids)
+{
+	mem_group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
+	mem_rank_t rk[MEM_GROUP_MAX];
+	pthread_t th[MEM_GROUP_MAX];
+	int rc = 0;
+	for (int r = 0; r < world; r++) {
+		g.slot[r] = malloc((size_t)MODEL_MAX_BATCH * dim * sizeof(float));
+		rk[r] = (mem_rank_t){&g, r, 0, V, n_prompt, n_gen, prompt, ids + r * n_gen, m[r]};
+		model_set_allreduce(m[r], mem_rank_allreduce, &rk[r]);
+	}
+	for (int r = 0; r < world; r++)
+		pthread_create(&th[r], NULL, mem_rank_main, &rk[r]);
+	for (int r = 0; r < world; r++) {
+		pthread_join(th[r], NULL);
+		if (rk[r].rc && !rc)
+			rc = rk[r].rc;
+		free(g.slot[r]);
+	}
+	return rc;
 }
 
 #endif

@@ -1,6 +1,7 @@
 #!/bin/sh
 # `shoal plan`: writes the four files from a view file, they parse and follow formats.md, the same
-# view in another order gives byte-identical files, and bad input is a clear error.
+# view in another order gives byte-identical files, a measured view prints and writes the cost
+# model's predictions (hybrid with --hybrid), and bad input is a clear error.
 . tests/lib.sh
 
 T=$(mktemp -d)
@@ -86,6 +87,47 @@ check "table says the MLX backend" grep -q 'MLX backend jaccl (every rank has an
 $SHOAL plan --view "$T/view.json" --model "$T/model.json" --strategy pipeline --out "$T/out3" \
 	>"$T/stdout3" 2>&1
 check "pipeline on request" grep -q 'strategy pipeline (pipeline requested)' "$T/stdout3"
+
+# measured links and compute (docs/view.md 1.1): the cost model's predictions, printed and in
+# plan.json; two cabled pairs joined by a slow link, no pair holding the model: hybrid when the
+# engine runs it, and the prediction either way
+python3 - "$T/mview.json" <<'EOF'
+import json, sys
+ids = ["%032x" % (0xa0 + i) for i in range(4)]
+nodes = []
+for i in range(4):
+    links = []
+    for j in range(i + 1, 4):
+        fast = (i, j) in ((0, 2), (1, 3))
+        links.append({"node_id": ids[j], "rtt_us": 30 if fast else 3000,
+                      "rtt_p90_us": 30 if fast else 3500, "mbps": 9400 if fast else 300})
+    nodes.append({"node_id": ids[i], "host": "h%d" % i, "mem_avail": (512 << 20) + 180000000,
+                  "cores": 4, "threads": 4, "bw": 22.0, "links": links,
+                  "addresses": [{"ip": "10.0.0.%d" % (i + 1), "ifname": "eth0"}]})
+json.dump({"epoch": 3, "nodes": nodes}, open(sys.argv[1], "w"))
+EOF
+cat >"$T/m085.json" <<'EOF'
+{"n_layers":16,"n_heads":32,"n_kv_heads":8,"head_dim":64,"dim":2048,"ffn":5632,
+ "n_vocab":32000,"n_ctx":4096,"wtype":"Q4_0"}
+EOF
+$SHOAL plan --view "$T/mview.json" --model "$T/m085.json" --ctx 2048 --kv-bytes 2 --hybrid \
+	--parallel 4 --out "$T/om" >"$T/stdoutm" 2>&1
+check "measured view plans" [ $? -eq 0 ]
+check "prints the predictions" grep -q '^predicted: decode [0-9.]* tok/s, aggregate [0-9.]* tok/s at 4 streams' "$T/stdoutm"
+check "prints the stages" grep -q '^stage 1: ranks 2-3, layers' "$T/stdoutm"
+check "prints the candidates" grep -q '^  best   pipeline  4 ranks' "$T/stdoutm"
+check "plan.json carries the predictions" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["strategy"] == "hybrid" and p["predicted_decode_tok_s"] > 0, p["strategy"]
+assert p["predicted_parallel"] == 4 and p["candidates"][0]["what"] == "chosen"
+assert [k["stage"] for k in p["ranks"]] == [0, 0, 1, 1]
+assert p["reason"].startswith("hybrid over 4 (2+2): predicted ")
+' "$T/om/plan.json"
+$SHOAL plan --view "$T/mview.json" --model "$T/m085.json" --ctx 2048 --kv-bytes 2 \
+	--out "$T/om2" >"$T/stdoutm2" 2>&1
+check "without --hybrid: no hybrid plan, its prediction shown" sh -c \
+	"grep -q 'strategy pipeline (pipeline over 4: predicted' '$T/stdoutm2' && grep -q '^  best   hybrid' '$T/stdoutm2'"
 
 # errors: usage (2) and input (1) with a one-line message
 $SHOAL plan --model "$T/model.json" >/dev/null 2>&1

@@ -26,7 +26,7 @@
 #define MAXR  3
 #define CTX   192
 
-static char F32[256], Q8[256];
+static char F32[256], Q8[256], Q35[256];
 static tp_keys_t KEYS;
 
 typedef struct req {
@@ -368,6 +368,77 @@ TEST(same_as_alone_ranks)
 		check_ranks(s, 3, 0, "stories260K 3 tensor ranks");
 }
 
+/* A hybrid (qwen35: DeltaNet layers with a recurrent state per slot): batching, slots reused
+ * with old prefixes (resumed only where a state is held: checkpoints, BATCH keep flags), on one
+ * node, 2 tensor ranks and 3 pipeline stages. */
+TEST(qwen35_same_as_alone)
+{
+	check_one_node(Q35, "qwen35 one node");
+	check_ranks(Q35, 2, 0, "qwen35 2 tensor ranks");
+	check_ranks(Q35, 3, 1, "qwen35 3 pipeline ranks");
+}
+
+/* The rollback depth (speculative decoding) is rank 0's on every rank: a worker asking for none
+ * keeps the same ring of states per slot (SETUP carries it), and the group still generates. */
+typedef struct rb_rank {
+	loop_rank_t l; /* first: loop_run fills it */
+	uint64_t rs;
+	int rc;
+	char err[320];
+} rb_rank_t;
+
+static void *rb_main(void *arg)
+{
+	rb_rank_t *c = arg;
+	tp_group_t *g = NULL;
+	eng_t *e = NULL;
+	if ((c->rc = loop_join(&g, &c->l, 17, &KEYS, NULL, 20000, c->err, sizeof c->err)))
+		goto out;
+	eng_dist_t d = {.group = g, .step_timeout_ms = 3000};
+	eng_opts_t o = {.model_path = Q35,
+			.threads = 1,
+			.ctx = 64,
+			.parallel = 2,
+			.dist = &d,
+			.rollback = c->l.rank ? 0 : 2};
+	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
+		goto out;
+	c->rs = eng_info(e)->rs_bytes;
+	if (c->l.rank == 0) {
+		static req_t rq[N_REQ];
+		eng_sampling_t sp;
+		sampling(&sp);
+		sp.max_tokens = 8;
+		make_prompts(rq, eng_info(e)->n_vocab);
+		c->rc =
+		    eng_generate(e, rq[0].prompt, rq[0].n_prompt, &sp, collect, &rq[0], &rq[0].res);
+	} else {
+		c->rc = eng_worker_run(e, c->err, sizeof c->err);
+	}
+out:
+	eng_free(e);
+	tp_group_free(g);
+	return NULL;
+}
+
+TEST(qwen35_rollback_agreed)
+{
+	static rb_rank_t ctx[2];
+	char err[256];
+	memset(ctx, 0, sizeof ctx);
+	loop_run(ctx, sizeof *ctx, 2, rb_main);
+	for (int r = 0; r < 2; r++) {
+		if (ctx[r].rc)
+			printf("  rank %d: %s\n", r, ctx[r].err);
+		CHECK_EQ_INT(ctx[r].rc, 0);
+	}
+	CHECK(ctx[0].rs > 0 && ctx[1].rs == ctx[0].rs);
+	/* one node without rollback: 3 of the 5 states per slot of a depth of 2 (for all heads) */
+	eng_t *e = open_eng(Q35, 2, NULL, err);
+	CHECK(e && eng_info(e)->rs_bytes * 5 == ctx[0].rs * 2 * 3);
+	eng_free(e);
+}
+
 TEST(lost_rank_fails_every_sequence)
 {
 	static rank_t ctx[2];
@@ -431,12 +502,34 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mkmodel: %s\n", err);
 		return 1;
 	}
+	snprintf(Q35, sizeof Q35, "/tmp/shoal-test-batch-%d-q35.gguf", (int)getpid());
+	mkmodel_opts_t q = {.arch = "qwen35",
+			    .dim = 128,
+			    .layers = 4,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .head_dim = 32,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_F32,
+			    .seed = 17,
+			    .ssm_state = 32,
+			    .ssm_k_heads = 2,
+			    .ssm_v_heads = 4};
+	if (mkmodel_write(&q, Q35, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		return 1;
+	}
 	RUN(same_as_alone_one_node);
 	RUN(slots_prefix_busy_cancel);
 	RUN(prefill_chunks_interleave);
 	RUN(same_as_alone_ranks);
+	RUN(qwen35_same_as_alone);
+	RUN(qwen35_rollback_agreed);
 	RUN(lost_rank_fails_every_sequence);
 	unlink(F32);
 	unlink(Q8);
+	unlink(Q35);
 	return harness_done();
 }

@@ -69,6 +69,54 @@ TEST(generic)
 	expect("zephyr", "generic", "generic");
 }
 
+TEST(qwen35)
+{
+	expect("qwen3.5", "qwen3.5", "qwen3.5");
+}
+
+/* Qwen3.5 beyond the one conversation: reasoning kept only after the last user query,
+ * reasoning split out of an earlier reply's text, several results in one user turn, a text
+ * before calls, scalars written as the template's "| string" writes them. */
+TEST(qwen35_turns)
+{
+	static const char calls2[] =
+	    "[{\"id\": \"x\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+	    "\"arguments\": \"{\\\"n\\\": 3, \\\"ok\\\": true, \\\"l\\\": [1, 2]}\"}}, "
+	    "{\"id\": \"y\", \"type\": \"function\", \"function\": {\"name\": \"g\", "
+	    "\"arguments\": \"{}\"}}]";
+	const eng_msg_t m[] = {
+	    {.role = "user", .content = " Hi "},
+	    {.role = "assistant", .content = "<think>\nhmm\n</think>\n\nHello!"},
+	    {.role = "user", .content = "Do it"},
+	    {.role = "assistant", .content = "Sure.", .tool_calls = calls2},
+	    {.role = "tool", .content = "1"},
+	    {.role = "tool", .content = "2"},
+	};
+	char *out = NULL, err[256];
+	CHECK_EQ_INT(
+	    chat_render_tools("qwen3.5", "qwen3.5", m, 6, NULL, 0, NULL, &out, err, sizeof err), 0);
+	static const char want[] =
+	    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+	    "<|im_start|>user\nDo it<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	    "Sure.\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=ok>"
+	    "\nTrue\n</parameter>\n<parameter=l>\n[1, 2]\n</parameter>\n</function>\n</tool_call>"
+	    "\n<tool_call>\n<function=g>\n</function>\n</tool_call><|im_end|>\n<|im_start|>user\n"
+	    "<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>"
+	    "\n<|im_start|>assistant\n<think>\n";
+	if (out && strcmp(out, want))
+		fprintf(stderr, "--- want\n%s\n--- got\n%s\n", want, out);
+	CHECK(out && !strcmp(out, want));
+	free(out);
+	/* the template's refusals */
+	const eng_msg_t late_sys[] = {{.role = "user", .content = "a"},
+				      {.role = "system", .content = "b"}};
+	CHECK(chat_render_tools("qwen3.5", "qwen3.5", late_sys, 2, NULL, 0, NULL, &out, err,
+				sizeof err) < 0);
+	const eng_msg_t no_user[] = {{.role = "system", .content = "b"}};
+	CHECK(chat_render("qwen3.5", no_user, 1, 1, NULL, &out, err, sizeof err) < 0);
+	CHECK(strstr(err, "No user query") != NULL);
+}
+
 TEST(styles)
 {
 	static const char q25[] =
@@ -85,6 +133,12 @@ TEST(styles)
 	CHECK_EQ_STR(chat_tool_format("qwen3"), "hermes");
 	CHECK_EQ_STR(chat_tool_format("generic"), "hermes");
 	CHECK_EQ_STR(chat_tool_format("llama3"), "llama3");
+	/* Qwen3.5's template: ChatML turns with XML calls and reasoning */
+	static const char q35[] =
+	    "<|im_start|>{{- '<tool_call>\\n<function=' + n }}<parameter=<think>";
+	CHECK_EQ_STR(chat_detect(q35, sizeof q35 - 1), "qwen3.5");
+	CHECK_EQ_STR(chat_tool_style("qwen3.5", q35, sizeof q35 - 1), "qwen3.5");
+	CHECK_EQ_STR(chat_tool_format("qwen3.5"), "qwen3-coder");
 }
 
 /* A forced call opens its tag in the prompt; no tools and no tool messages is chat_render. */
@@ -112,6 +166,8 @@ int main(void)
 	RUN(hermes);
 	RUN(mistral);
 	RUN(generic);
+	RUN(qwen35);
+	RUN(qwen35_turns);
 	RUN(styles);
 	RUN(open_call_and_plain);
 	return harness_done();

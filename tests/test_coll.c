@@ -129,13 +129,15 @@ static void fn_allreduce(tp_group_t *g, rank_ctx_t *c)
 	}
 	uint64_t b0 = tp_group_bytes_sent(g);
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
-	/* bytes per rank: the bandwidth-optimal 2 (N-1)/N x S (S for 2 ranks), never (N-1) x S */
-	uint64_t sent = tp_group_bytes_sent(g) - b0, S = n * 4;
-	if (c->l.world == 2)
+	/* bytes per rank: S for 2 ranks; (N-1) x S on the direct path, which small messages take
+	 * (one latency instead of two); else the bandwidth-optimal 2 (N-1)/N x S */
+	uint64_t sent = tp_group_bytes_sent(g) - b0, S = n * 4, w = (uint64_t)c->l.world;
+	if (w == 2)
 		RCHECK(c, sent == S);
-	else if (c->l.world > 2)
-		RCHECK(c, sent <= 2 * S * (uint64_t)(c->l.world - 1) / (uint64_t)c->l.world +
-				      8 * (uint64_t)c->l.world);
+	else if (w > 2 && (w - 1) * S <= TP_DIRECT_MAX_DEFAULT)
+		RCHECK(c, sent == (w - 1) * S);
+	else if (w > 2)
+		RCHECK(c, sent <= 2 * S * (w - 1) / w + 8 * w);
 	/* many small ones in a row (decode-like) */
 	float v[1024];
 	for (int it = 0; it < 100; it++) {
@@ -176,7 +178,7 @@ static void check_identical(rank_ctx_t *ctx, int world, size_t n)
 static void allreduce_world(int world)
 {
 	rank_ctx_t ctx[MAXR] = {0};
-	size_t ns[] = {3000, 300001}; /* direct path, ring path */
+	size_t ns[] = {3000, 300001}; /* direct path, 2-phase path (3+ ranks) */
 	for (size_t k = 0; k < ARRAY_LEN(ns); k++) {
 		memset(ctx, 0, sizeof ctx);
 		for (int r = 0; r < world; r++) {
@@ -352,7 +354,12 @@ static void fn_q8(tp_group_t *g, rank_ctx_t *c)
 	uint64_t b0 = tp_group_bytes_sent(g);
 	c->rc = tp_all_reduce_f32(g, c->out, n, 10000, err, sizeof err);
 	uint64_t sent = tp_group_bytes_sent(g) - b0;
-	RCHECK(c, sent < n * 4 * 2 / 3); /* at most ~2 x 36/128 of the f32 bytes */
+	/* 36/128 of the f32 bytes: to each peer on the direct path, else ~2 x that */
+	uint64_t w = (uint64_t)c->l.world, q = tp_q8_size(n);
+	if (w == 2 || (w - 1) * q <= TP_DIRECT_MAX_DEFAULT)
+		RCHECK(c, sent == (w - 1) * q);
+	else
+		RCHECK(c, sent < n * 4 * 2 / 3);
 	if (c->rc)
 		snprintf(c->err, sizeof c->err, "%s", err);
 }
@@ -418,6 +425,178 @@ TEST(q8_mismatch_is_out_of_step)
 	}
 }
 
+/* ---- deterministic sums: a row's result never depends on the batch or the path --------------- */
+
+/* Rank r's contribution to element i of row `row`: magnitudes spread over 7 decades, so that a
+ * different order of addition would change the low bits. */
+static float det_val(int r, int row, size_t i)
+{
+	uint32_t h = (uint32_t)(row * 7919 + (int)i * 104729) ^ (uint32_t)(r * 2654435761u);
+	h ^= h >> 15;
+	h *= 0x2c1b3c6du;
+	h ^= h >> 12;
+	float scale[] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f, 100.0f, 1000.0f};
+	return ((float)(h & 0xffff) / 65536.0f - 0.5f) * scale[(h >> 16) % 7];
+}
+
+/* The expected bits of one row: f32, rank order 0..N-1; q8, dq(q(x)) of every rank's row
+ * (blocks per row) in rank order, and for 3+ ranks dq(q(sum)). */
+static void det_ref(float *out, int world, int row, size_t cols, int q8)
+{
+	float *x = malloc(cols * sizeof *x);
+	uint8_t *q = malloc(tp_q8_size(cols));
+	for (int r = 0; r < world; r++) {
+		for (size_t i = 0; i < cols; i++)
+			x[i] = det_val(r, row, i);
+		if (q8) {
+			tp_q8_encode(q, x, cols);
+			tp_q8_decode(out, q, cols, r > 0);
+		} else {
+			for (size_t i = 0; i < cols; i++)
+				out[i] = r ? out[i] + x[i] : x[i];
+		}
+	}
+	if (q8 && world >= 3) {
+		tp_q8_encode(q, out, cols);
+		tp_q8_decode(out, q, cols, 0);
+	}
+	free(x);
+	free(q);
+}
+
+struct det_cfg {
+	size_t cols;
+	int q8;
+	size_t direct_max;
+};
+
+static void fn_det(tp_group_t *g, rank_ctx_t *c)
+{
+	const struct det_cfg *dc = c->user;
+	char err[256];
+	size_t cols = dc->cols;
+	int batches[] = {1, 2, 3, 8, 9, 17, 64};
+	float *buf = malloc(64 * cols * sizeof *buf), *ref = malloc(cols * sizeof *ref);
+	tp_group_set_q8(g, dc->q8);
+	tp_group_set_direct_max(g, dc->direct_max);
+	size_t bad = 0;
+	for (size_t k = 0; k < ARRAY_LEN(batches); k++) {
+		int B = batches[k], first = (int)k * 5; /* row 5 appears in several batches */
+		for (int b = 0; b < B; b++)
+			for (size_t i = 0; i < cols; i++)
+				buf[(size_t)b * cols + i] = det_val(c->l.rank, first + b, i);
+		int rc = tp_all_reduce_team(g, NULL, 0, buf, (size_t)B, cols, 10000, err,
+					    sizeof err);
+		RCHECK(c, rc == 0);
+		if (rc)
+			break;
+		for (int b = 0; b < B; b++) {
+			det_ref(ref, c->l.world, first + b, cols, dc->q8);
+			if (memcmp(ref, buf + (size_t)b * cols, cols * sizeof *ref))
+				bad++;
+		}
+	}
+	if (bad)
+		fprintf(stderr, "rank %d: %zu rows differ from the row reduced alone\n", c->l.rank,
+			bad);
+	RCHECK(c, bad == 0);
+	free(buf);
+	free(ref);
+}
+
+TEST(sums_do_not_depend_on_batch_or_path)
+{
+	/* every row's bits equal the rank-order sum of that row alone: the same row in batches of
+	 * 1..64 rows, on 2 and 3 ranks, direct and 2-phase paths, f32 and the q8 wire, rows
+	 * whole blocks long (2048) or not (100) */
+	size_t cols[] = {2048, 100};
+	size_t dmax[] = {0, 1u << 30}; /* always 2-phase (3 ranks), always direct */
+	for (int w = 2; w <= 3; w++)
+		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
+			for (int q8 = 0; q8 <= 1; q8++)
+				for (size_t di = 0; di < ARRAY_LEN(dmax); di++) {
+					struct det_cfg dc = {cols[ci], q8, dmax[di]};
+					rank_ctx_t ctx[MAXR] = {0};
+					run_ranks(w, fn_det, ctx, &dc);
+					all_formed(ctx, w);
+				}
+}
+
+/* ---- streamed all-reduce: the same bits as the plain one ---------------------------------- */
+
+static void fn_stream(tp_group_t *g, rank_ctx_t *c)
+{
+	const struct det_cfg *dc = c->user;
+	char err[256];
+	size_t cols = dc->cols;
+	float *a = malloc(3 * cols * sizeof *a), *b = malloc(3 * cols * sizeof *b);
+	tp_group_set_q8(g, dc->q8);
+	size_t bad = 0;
+	for (int rows = 1; rows <= 3; rows += 2)
+		for (int nc = 1; nc <= 4; nc *= 2) {
+			for (int r = 0; r < rows; r++)
+				for (size_t i = 0; i < cols; i++)
+					a[(size_t)r * cols + i] = b[(size_t)r * cols + i] =
+					    det_val(c->l.rank, r + nc, i);
+			RCHECK(c, tp_all_reduce_team(g, NULL, 0, a, (size_t)rows, cols, 5000, err,
+						     sizeof err) == 0);
+			int rc = tp_all_reduce_begin(g, NULL, 0, b, (size_t)rows, cols, nc, 5000,
+						     err, sizeof err);
+			for (int k = 0; k < nc && !rc; k++) {
+				size_t c0, c1;
+				tp_all_reduce_chunk(cols, nc, k, &c0, &c1);
+				RCHECK(c, c0 % 32 == 0 && c1 > c0);
+				rc = tp_all_reduce_push(g, k, err, sizeof err);
+			}
+			if (!rc)
+				rc = tp_all_reduce_end(g, err, sizeof err);
+			RCHECK(c, rc == 0);
+			if (rc)
+				fprintf(stderr, "rank %d: %s\n", c->l.rank, err);
+			bad += memcmp(a, b, (size_t)rows * cols * sizeof *a) != 0;
+		}
+	RCHECK(c, bad == 0);
+	/* misuse: out of order, early end, twice begun; the group stays usable */
+	RCHECK(c, tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 2, 5000, err, sizeof err) == 0);
+	RCHECK(c,
+	       tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 2, 5000, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_push(g, 1, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_end(g, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_all_reduce_begin(g, NULL, 0, b, 1, cols, 9999, 5000, err, sizeof err) ==
+		      SH_EINVAL);
+	RCHECK(c, tp_group_check(g, err, sizeof err) == 0);
+	free(a);
+	free(b);
+}
+
+TEST(streamed_sums_equal_plain_ones)
+{
+	size_t cols[] = {2048, 100};
+	for (int w = 2; w <= 3; w++)
+		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
+			for (int q8 = 0; q8 <= 1; q8++) {
+				struct det_cfg dc = {cols[ci], q8, TP_DIRECT_MAX_DEFAULT};
+				rank_ctx_t ctx[MAXR] = {0};
+				run_ranks(w, fn_stream, ctx, &dc);
+				all_formed(ctx, w);
+			}
+}
+
+TEST(stream_chunk_policy)
+{
+	/* pure: chunk bounds tile the row in whole blocks */
+	size_t c0, c1, prev = 0;
+	for (int k = 0; k < 3; k++) {
+		tp_all_reduce_chunk(2048, 3, k, &c0, &c1);
+		CHECK(c0 == prev && c0 % 32 == 0);
+		prev = c1;
+	}
+	CHECK_EQ_INT(prev, 2048);
+	tp_all_reduce_chunk(100, 2, 1, &c0, &c1);
+	CHECK(c0 == 64 && c1 == 100);
+	CHECK_EQ_INT(tp_all_reduce_stream_chunks(NULL, 1, 2048), 0);
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* The last rank stalls (never calls); the others time out. */
@@ -470,13 +649,13 @@ TEST(dead_rank_is_an_error)
 	run_ranks(4, fn_leave, ctx, NULL);
 	all_formed(ctx, 4);
 	for (int r = 0; r < 3; r++) {
-		/* the ring breaks: every survivor fails, either from the dead rank or a neighbour
-		 * that failed; nobody waits for the full 5 s except through a failed neighbour */
+		/* the all-reduce breaks: every survivor fails, either from the dead rank or a
+		 * peer that failed; nobody waits for the full 5 s except through a failed peer */
 		CHECK(ctx[r].rc == SH_ECLOSED || ctx[r].rc == SH_ETIMEDOUT);
 		fprintf(stderr, "rank %d after a peer left: %s (%lld ms)\n", r, ctx[r].err,
 			(long long)ctx[r].ms);
 	}
-	CHECK(ctx[2].rc == SH_ECLOSED); /* the dead rank's ring neighbour sees it directly */
+	CHECK(ctx[2].rc == SH_ECLOSED); /* it exchanges with the dead rank: sees it directly */
 }
 
 TEST(wrong_token_cannot_join)
@@ -635,10 +814,11 @@ static void bench_rank(int rank, int world, int *lfd, int *ports)
 		printf("world %d, loopback, every frame XChaCha20-Poly1305 sealed:\n", world);
 		printf("  all_reduce 8 KB (%s): %.1f us per call, %.0f bytes sent per call "
 		       "per rank\n",
-		       world == 2 ? "direct " : "2-phase", us, (double)(sent1 - sent0) / it_small);
-		printf("  all_reduce 8 MB (ring):    %.1f ms per call, %.2f GB/s algorithm "
+		       (world - 1) * 8192 <= (int)TP_DIRECT_MAX_DEFAULT ? "direct " : "2-phase", us,
+		       (double)(sent1 - sent0) / it_small);
+		printf("  all_reduce 8 MB (%s):  %.1f ms per call, %.2f GB/s algorithm "
 		       "bandwidth (8 MB / time)\n",
-		       s * 1e3, (double)big * 4 / s / 1e9);
+		       world == 2 ? " direct" : "2-phase", s * 1e3, (double)big * 4 / s / 1e9);
 		printf("  all_reduce 8 KB, q8 wire:  %.1f us per call, %.0f bytes sent per call "
 		       "per rank\n",
 		       (double)(t4 - t3) / 1e3 / it_small, (double)(sent3 - sent2) / it_small);
@@ -676,6 +856,109 @@ static int bench_main(int world)
 	return 0;
 }
 
+/* ---- peer mode (the latency lab, scripts/bench_tp.sh): one rank of a group per process ------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* `test_coll peer RANK WORLD H0:P0,H1:P1,... [FLOATS [ITERS [COMPUTE_US [Q8 [CHUNKS]]]]]`: forms
+ * the group, then ITERS all-reduces of FLOATS floats, each after COMPUTE_US of busy work (a
+ * decode step's matmul between two syncs; CHUNKS > 0: streamed, a chunk pushed after each
+ * 1/CHUNKS of the work), and prints this rank's time per all-reduce beyond the work (median,
+ * p10, p90, mean, in us) and the bytes it sent per call. PEER_MEMBOUND=1: the work streams
+ * through 16 MB as a matmul does (on a VM shared with the lab's switch that slows the network
+ * path: q8 2048 floats, mean 145-196 us -> 254-292). */
+static int peer_main(int argc, char **argv)
+{
+	char err[256], hosts_s[TP_MAX_WORLD][64];
+	const char *hosts[TP_MAX_WORLD];
+	int ports[TP_MAX_WORLD];
+	if (argc < 5)
+		return 2;
+	int rank = atoi(argv[2]), world = atoi(argv[3]);
+	size_t n = argc > 5 ? (size_t)atol(argv[5]) : 2048;
+	int iters = argc > 6 ? atoi(argv[6]) : 2000, compute_us = argc > 7 ? atoi(argv[7]) : 0;
+	int q8 = argc > 8 ? atoi(argv[8]) : 0, chunks = argc > 9 ? atoi(argv[9]) : 0;
+	char *list = strdup(argv[4]), *save = NULL;
+	int k = 0;
+	for (char *t = strtok_r(list, ",", &save); t && k < TP_MAX_WORLD;
+	     t = strtok_r(NULL, ",", &save), k++) {
+		if (tp_hostport_parse(t, hosts_s[k], sizeof hosts_s[k], &ports[k], err, sizeof err))
+			return 2;
+		hosts[k] = hosts_s[k];
+	}
+	free(list);
+	if (k != world || rank < 0 || rank >= world || iters < 1 || n < 1)
+		return 2;
+	log_init_from_env();
+	uint8_t id[TP_NODE_ID_BYTES] = {(uint8_t)(rank + 1)};
+	tp_group_cfg_t cfg = {.rank = rank,
+			      .world = world,
+			      .hosts = hosts,
+			      .ports = ports,
+			      .listen_fd = -1,
+			      .keys = &K1,
+			      .node_id = id,
+			      .timeout_ms = 20000};
+	tp_group_t *g;
+	if (tp_group_new(&g, &cfg, err, sizeof err)) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+		return 1;
+	}
+	tp_group_set_q8(g, q8);
+	float *b = calloc(n, sizeof *b);
+	double *us = calloc((size_t)iters, sizeof *us);
+	float *mem = getenv("PEER_MEMBOUND") ? calloc(4u << 20, sizeof *mem) : NULL;
+	size_t mpos = 0;
+	int rc = 0;
+	for (int i = 0; i < 50 && !rc; i++)
+		rc = tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
+	uint64_t s0 = tp_group_bytes_sent(g);
+	for (int i = 0; i < iters && !rc; i++) {
+		/* the time beyond the compute: all of the all-reduce, or (streamed) the pushes
+		 * and the wait at the end */
+		int64_t t0 = now_ns(), end = t0;
+		if (chunks)
+			rc = tp_all_reduce_begin(g, NULL, 0, b, 1, n, chunks, 10000, err,
+						 sizeof err);
+		for (int c = 0; c < (chunks ? chunks : 1) && !rc; c++) {
+			end += (int64_t)compute_us * 1000 / (chunks ? chunks : 1);
+			while (now_ns() < end) /* memory-bound work, as a decode step's matmul */
+				for (size_t j = 0; mem && j < (1u << 14); j += 16)
+					mem[(mpos = (mpos + 4096) % (16u << 20)) / 4] += 1.0f;
+			for (size_t j = 0; j < n; j++)
+				b[j] = (float)((j + (size_t)i) % 7) - 3.0f;
+			if (chunks)
+				rc = tp_all_reduce_push(g, c, err, sizeof err);
+		}
+		if (!rc)
+			rc = chunks ? tp_all_reduce_end(g, err, sizeof err)
+				    : tp_all_reduce_f32(g, b, n, 10000, err, sizeof err);
+		us[i] = (double)(now_ns() - t0) / 1e3 - compute_us;
+	}
+	if (rc) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+	} else {
+		double sum = 0;
+		for (int i = 0; i < iters; i++)
+			sum += us[i];
+		qsort(us, (size_t)iters, sizeof *us, cmp_double);
+		printf("rank %d/%d all_reduce %zu floats%s%s, %d us compute between: median %.1f "
+		       "us, p10 %.1f, p90 %.1f, mean %.1f; %.0f bytes sent per call\n",
+		       rank, world, n, q8 ? " (q8 wire)" : "", chunks ? " streamed" : "",
+		       compute_us, us[iters / 2], us[iters / 10], us[iters * 9 / 10], sum / iters,
+		       (double)(tp_group_bytes_sent(g) - s0) / iters);
+	}
+	free(b);
+	free(us);
+	free(mem);
+	tp_group_free(g);
+	return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	char err[128];
@@ -686,6 +969,8 @@ int main(int argc, char **argv)
 	if (tp_keys_derive(&K1, "coll-token", 10, err, sizeof err) ||
 	    tp_keys_derive(&K2, "other-token", 11, err, sizeof err))
 		return 1;
+	if (argc > 1 && !strcmp(argv[1], "peer"))
+		return peer_main(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "bench"))
 		return bench_main(argc > 2 ? atoi(argv[2]) : 2);
 	RUN(all_reduce_world_1);
@@ -698,6 +983,9 @@ int main(int argc, char **argv)
 	RUN(q8_codec);
 	RUN(q8_all_reduce);
 	RUN(q8_mismatch_is_out_of_step);
+	RUN(sums_do_not_depend_on_batch_or_path);
+	RUN(streamed_sums_equal_plain_ones);
+	RUN(stream_chunk_policy);
 	RUN(stalled_rank_times_out);
 	RUN(dead_rank_is_an_error);
 	RUN(wrong_token_cannot_join);

@@ -469,38 +469,10 @@ TEST(route_deepseek_groups)
 
 #define MAXR 3
 
-typedef struct rank {
-	mem_group_t *g;
-	int r, rc, ids[16];
-	model_t *m;
-	int V;
-} rank_t;
-
-static int group_allreduce(void *ctx, float *x, int n)
-{
-	rank_t *k = ctx;
-	mem_group_allreduce(k->g, k->r, x, n);
-	return 0;
-}
-
 /* Greedy: 12-token prefill then 16 decoded ids. */
 static int greedy(model_t *m, int V, int *ids)
 {
-	float *lg = malloc(V * sizeof *lg);
-	int rc = model_forward(m, prompt, 12, 0, lg);
-	for (int i = 0; i < 16 && !rc; i++) {
-		ids[i] = ref_argmax(lg, V);
-		rc = model_forward(m, &ids[i], 1, 12 + i, lg);
-	}
-	free(lg);
-	return rc;
-}
-
-static void *rank_main(void *arg)
-{
-	rank_t *k = arg;
-	k->rc = greedy(k->m, k->V, k->ids);
-	return NULL;
+	return ref_greedy(m, V, prompt, 12, 16, ids);
 }
 
 static void shards_match_one_rank(const char *arch, int world, const int *w)
@@ -515,32 +487,25 @@ static void shards_match_one_rank(const char *arch, int world, const int *w)
 	CHECK_EQ_INT(greedy(x.m, V, want), 0);
 	model_shard_t sh[MAXR];
 	CHECK_EQ_INT(dist_split(&x.meta, 32, 0, world, w, sh, err, sizeof err), 0);
-	mem_group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
-	rank_t rk[MAXR];
+	model_t *m[MAXR];
 	pool_t *pools[MAXR];
-	pthread_t th[MAXR];
-	int held = 0;
+	int held = 0, ids[MAXR][16];
 	for (int r = 0; r < world; r++) {
 		held += sh[r].n_exp;
-		g.slot[r] = malloc(64 * x.meta.dim * sizeof(float));
 		pools[r] = pool_new(1);
-		rk[r] = (rank_t){&g, r, 0, {0}, NULL, V};
-		CHECK_EQ_INT(
-		    model_new(&rk[r].m, x.g, &x.meta, &sh[r], CTX, pools[r], err, sizeof err), 0);
-		model_set_allreduce(rk[r].m, group_allreduce, &rk[r]);
+		m[r] = NULL;
+		CHECK_EQ_INT(model_new(&m[r], x.g, &x.meta, &sh[r], CTX, pools[r], err, sizeof err),
+			     0);
+		if (!m[r])
+			return;
 	}
 	CHECK_EQ_INT(held, x.meta.n_experts);
 	CHECK(sh[0].n_exp > sh[world - 1].n_exp); /* in proportion to the shares */
-	for (int r = 0; r < world; r++)
-		pthread_create(&th[r], NULL, rank_main, &rk[r]);
-	for (int r = 0; r < world; r++)
-		pthread_join(th[r], NULL);
+	CHECK_EQ_INT(mem_shards_greedy(m, world, V, x.meta.dim, prompt, 12, 16, &ids[0][0]), 0);
 	for (int r = 0; r < world; r++) {
-		CHECK_EQ_INT(rk[r].rc, 0);
-		CHECK(!memcmp(rk[r].ids, want, sizeof want));
-		model_free(rk[r].m);
+		CHECK(!memcmp(ids[r], want, sizeof want));
+		model_free(m[r]);
 		pool_free(pools[r]);
-		free(g.slot[r]);
 	}
 	fix_close(&x);
 }

@@ -2,7 +2,9 @@
  * test_planner_prop.c: property test over thousands of random views, models and options (seeded,
  * so a failure reproduces): the planner never crashes, and every plan it returns covers every
  * query head, KV head group, FFN column and layer exactly once, fits each rank's memory, survives
- * plan.json round trips byte for byte, and does not change when the view is shuffled.
+ * plan.json round trips byte for byte, and does not change when the view is shuffled. Half the
+ * views carry measurements (compute, links, shared machines), so the cost model's plans (any
+ * subset, hybrid stages, standby members) are held to the same properties.
  */
 #include "planner/plan_int.h"
 
@@ -73,6 +75,37 @@ static void random_node(plan_node_t *n, int i, const plan_view_t *v, int n_nodes
 	}
 }
 
+/* Measurements on (most) nodes and links: compute rates, threads, machines shared now and then,
+ * links from one end or both, a few missing. */
+static void measure(plan_view_t *v)
+{
+	int n = (int)v->n_nodes;
+	for (int i = 0; i < n; i++) {
+		plan_node_t *a = &v->nodes[i];
+		a->bw_mbs = rnd() % 10 ? (uint32_t)rnd_in(500, 400000) : 0;
+		a->prefill_mbs = rnd() % 2 ? (uint32_t)rnd_in(500, 4000000) : 0;
+		a->cores = rnd_in(0, 16);
+		a->threads = rnd_in(0, 16);
+		a->wake_us = rnd() % 3 ? 0 : (uint32_t)rnd_in(1, 5000);
+		if (rnd() % 4 == 0)
+			snprintf(a->machine, sizeof a->machine, "m%d", rnd_in(0, 2));
+		a->links = calloc((size_t)n, sizeof *a->links);
+		for (int j = 0; j < n; j++) {
+			if (j == i || rnd() % 20 == 0 || (j < i && rnd() % 2))
+				continue;
+			plan_meas_t *e = &a->links[a->n_links++];
+			memcpy(e->node_id, v->nodes[j].node_id, PLAN_ID_LEN + 1);
+			e->rtt_us = (uint32_t)rnd_in(5, 20000);
+			e->rtt_p90_us = rnd() % 2 ? 0 : e->rtt_us + (uint32_t)rnd_in(0, 5000);
+			e->mbps = (uint32_t)rnd_in(10, 100000);
+			if (rnd() % 30 == 0) /* extremes: nothing may wrap or divide by zero */
+				e->rtt_us = 100000000, e->rtt_p90_us = 0, e->mbps = 1;
+		}
+		if (rnd() % 30 == 0)
+			a->bw_mbs = 1, a->prefill_mbs = rnd() % 2 ? 1 : 1000000000;
+	}
+}
+
 static plan_view_t *random_view(void)
 {
 	plan_view_t *v = calloc(1, sizeof *v);
@@ -84,6 +117,8 @@ static plan_view_t *random_view(void)
 		random_node(&v->nodes[i], i, v, n);
 	if (n > 1 && rnd() % 50 == 0) /* now and then a duplicate id */
 		memcpy(v->nodes[1].node_id, v->nodes[0].node_id, PLAN_ID_LEN + 1);
+	if (rnd() % 2)
+		measure(v);
 	return v;
 }
 
@@ -100,6 +135,9 @@ static plan_view_t *shuffled(const plan_view_t *v)
 		b->addrs = calloc(a->n_addrs + 1, sizeof *b->addrs);
 		b->rdma = calloc(a->n_rdma + 1, sizeof *b->rdma);
 		b->seen = calloc(a->n_seen + 1, sizeof *b->seen);
+		b->links = calloc(a->n_links + 1, sizeof *b->links);
+		for (size_t k = 0; k < a->n_links; k++)
+			b->links[(k + 2) % a->n_links] = a->links[k];
 		for (size_t k = 0; k < a->n_addrs; k++)
 			b->addrs[k] = a->addrs[(k + 1) % a->n_addrs];
 		for (size_t k = 0; k < a->n_rdma; k++)
@@ -126,7 +164,7 @@ static void random_model(plan_model_t *m)
 	plan_model_set_type(m, types[rnd() % ARRAY_LEN(types)], (int)(rnd() % 2));
 }
 
-static int n_ok, n_nofit, n_inval;
+static int n_ok, n_nofit, n_inval, n_costed, n_hybrid, n_standby;
 
 static void one_case(void)
 {
@@ -135,7 +173,10 @@ static void one_case(void)
 	random_model(&m);
 	plan_opts_t o;
 	plan_opts_default(&o);
-	o.strategy = (plan_strategy_t)rnd_in(0, 2);
+	o.strategy = (plan_strategy_t)rnd_in(0, 3);
+	o.parallel = rnd_in(0, 8);
+	o.engine_hybrid = (int)(rnd() % 2);
+	o.engine_inflight = (int)(rnd() % 2);
 	o.ctx = rnd() % 2 ? 0 : rnd_in(1, 1 << 16);
 	o.headroom_permille = rnd_in(0, 200);
 	plan_t *p = NULL;
@@ -155,7 +196,16 @@ static void one_case(void)
 	CHECK_EQ_INT(plan_check_cover(p, err, sizeof err), 0);
 	if (err[0])
 		fprintf(stderr, "cover: %s\n", err);
-	CHECK_EQ_INT(plan_n_ranks(p), (int)v->n_nodes);
+	/* every member is a rank or a standby (the cost model's), never both */
+	CHECK_EQ_INT(plan_n_ranks(p) + plan_n_standby(p), (int)v->n_nodes);
+	n_costed += plan_predicted(p) != NULL;
+	n_hybrid += plan_strategy(p) == PLAN_HYBRID;
+	n_standby += plan_n_standby(p) > 0;
+	if (plan_predicted(p)) {
+		CHECK_EQ_INT(plan_predicted(p)->decode_dtok, plan_candidate(p, 0)->decode_dtok);
+		CHECK(plan_n_candidates(p) >= 1);
+		CHECK_EQ_STR(plan_candidate(p, 0)->what, "chosen");
+	}
 	for (int r = 0; r < plan_n_ranks(p); r++) {
 		const plan_rank_t *k = plan_rank(p, r);
 		CHECK(k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes <=
@@ -197,7 +247,7 @@ out:
 TEST(random_views)
 {
 	rng_state = 0x5eed5eed12345678ULL;
-	n_ok = n_nofit = n_inval = 0;
+	n_ok = n_nofit = n_inval = n_costed = n_hybrid = n_standby = 0;
 	for (int i = 0; i < 3000 && !h_cur_failed; i++) {
 		uint64_t seed = rng_state;
 		one_case();
@@ -205,8 +255,11 @@ TEST(random_views)
 			fprintf(stderr, "case %d (rng state %llx) failed\n", i,
 				(unsigned long long)seed);
 	}
-	printf("random views: %d plans, %d did not fit, %d invalid\n", n_ok, n_nofit, n_inval);
+	printf("random views: %d plans (%d by the cost model: %d hybrid, %d with standby "
+	       "members), %d did not fit, %d invalid\n",
+	       n_ok, n_costed, n_hybrid, n_standby, n_nofit, n_inval);
 	CHECK(n_ok > 300); /* the generator must exercise the success path */
+	CHECK(n_costed > 100 && n_hybrid > 5 && n_standby > 20);
 }
 
 /* The splitter alone: exact totals, minimums, and proportionality within one unit. */

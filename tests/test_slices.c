@@ -60,6 +60,55 @@ static int copy_ranges(const char *src, const char *dst, const eng_range_t *r, i
 	return rc;
 }
 
+/* A copy of path holding only the ranges rank 0 of share d reads (zeros elsewhere; column
+ * slices' pieces in the sidecar, read through gguf_copy) computes bit-identical logits for shard
+ * sh, and those ranges are under max_bytes. Removes the copy. 1 when all holds. */
+static int slice_same_logits(const char *path, const gguf_t *g, const model_meta_t *meta,
+			     const eng_dist_t *d, const model_shard_t *sh, uint64_t max_bytes)
+{
+	char slice[300], err[256];
+	eng_range_t *r = NULL;
+	int n = 0, ok = 1;
+	gguf_t *g2 = NULL;
+	pool_t *pool = pool_new(1);
+	if (eng_shard_ranges(path, d, 0, &r, &n, err, sizeof err)) {
+		fprintf(stderr, "ranges: %s\n", err);
+		pool_free(pool);
+		return 0;
+	}
+	uint64_t bytes = 0;
+	for (int i = 0; i < n; i++)
+		bytes += r[i].len;
+	ok &= bytes < max_bytes;
+	snprintf(slice, sizeof slice, "%s.slice", path);
+	ok &= copy_ranges(path, slice, r, n) == 0;
+	model_t *m1 = NULL, *m2 = NULL;
+	ok &= gguf_open(&g2, slice, err, sizeof err) == 0;
+	ok &= model_new(&m1, g, meta, sh, 64, pool, err, sizeof err) == 0;
+	ok &= g2 && model_new(&m2, g2, meta, sh, 64, pool, err, sizeof err) == 0;
+	int nv = meta->n_vocab;
+	float *l1 = calloc((size_t)nv, sizeof *l1), *l2 = calloc((size_t)nv, sizeof *l2);
+	if (ok && m1 && m2) {
+		ok &= model_forward(m1, prompt24, 24, 0, l1) == 0;
+		ok &= model_forward(m2, prompt24, 24, 0, l2) == 0;
+		ok &= memcmp(l1, l2, (size_t)nv * sizeof *l1) == 0;
+	}
+	free(l1);
+	free(l2);
+	model_free(m1);
+	model_free(m2);
+	gguf_free(g2);
+	pool_free(pool);
+	unlink(slice);
+	char side[320];
+	snprintf(side, sizeof side, "%s.cols", slice);
+	unlink(side);
+	snprintf(side, sizeof side, "%s.cols.map", slice);
+	unlink(side);
+	free(r);
+	return ok;
+}
+
 /* eng_shard_ranges names every byte a shard reads: the same shard bound to a copy that holds
  * only those bytes (zeros elsewhere; the column slices' pieces in the sidecar, read through
  * gguf_copy) computes bit-identical logits, and the ranges of one of two
@@ -141,7 +190,7 @@ TEST(shard_ranges_cover_what_a_shard_reads)
  * held elsewhere too: those are never read here). */
 TEST(moe_shard_ranges)
 {
-	char path[256], slice[300], err[256];
+	char path[256], err[256];
 	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-moe.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen2moe",
 			    .dim = 256,
@@ -156,9 +205,8 @@ TEST(moe_shard_ranges)
 			    .experts = 8,
 			    .experts_used = 2,
 			    .expert_ffn = 128};
-	gguf_t *g = NULL, *g2 = NULL;
+	gguf_t *g = NULL;
 	model_meta_t meta;
-	pool_t *pool = pool_new(1);
 	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
 	    meta_load(&meta, g, err, sizeof err)) {
 		fprintf(stderr, "moe model: %s\n", err);
@@ -179,37 +227,63 @@ TEST(moe_shard_ranges)
 			.shx0 = 64,
 			.shx1 = 128};
 	model_shard_t sh = {4, 4, 1, 1, 128, 128, 0, 2, 5, 3, 64, 64};
-	eng_range_t *r = NULL;
-	int n = 0;
-	CHECK_EQ_INT(eng_shard_ranges(path, &d, 0, &r, &n, err, sizeof err), 0);
-	uint64_t bytes = 0;
-	for (int i = 0; i < n; i++)
-		bytes += r[i].len;
-	/* 3 of 8 experts: well under half the expert bytes plus the rest */
-	CHECK(bytes < meta.weight_bytes - meta.expert_bytes / 2);
-	snprintf(slice, sizeof slice, "%s.slice", path);
-	CHECK_EQ_INT(copy_ranges(path, slice, r, n), 0);
-	model_t *m1 = NULL, *m2 = NULL;
-	CHECK_EQ_INT(gguf_open(&g2, slice, err, sizeof err), 0);
-	CHECK_EQ_INT(model_new(&m1, g, &meta, &sh, 64, pool, err, sizeof err), 0);
-	CHECK_EQ_INT(model_new(&m2, g2, &meta, &sh, 64, pool, err, sizeof err), 0);
-	int nv = meta.n_vocab;
-	float *l1 = calloc((size_t)nv, sizeof *l1), *l2 = calloc((size_t)nv, sizeof *l2);
-	if (m1 && m2) {
-		CHECK_EQ_INT(model_forward(m1, prompt24, 24, 0, l1), 0);
-		CHECK_EQ_INT(model_forward(m2, prompt24, 24, 0, l2), 0);
-		CHECK(memcmp(l1, l2, (size_t)nv * sizeof *l1) == 0);
-	}
-	free(l1);
-	free(l2);
-	model_free(m1);
-	model_free(m2);
-	gguf_free(g2);
+	CHECK(slice_same_logits(path, g, &meta, &d, &sh,
+				/* 3 of 8 experts: well under half the expert bytes plus the rest */
+				meta.weight_bytes - meta.expert_bytes / 2));
 	gguf_free(g);
-	pool_free(pool);
-	unlink(slice);
 	unlink(path);
-	free(r);
+}
+
+/* qwen35moe: the second of two tensor shares holds DeltaNet key head 1 of 2 and its value
+ * heads 1 and 3 (runs of attn_qkv / attn_gate / ssm_beta / ssm_alpha rows, two column slices of
+ * ssm_out), the conv kernel whole; a copy with only its ranges (and the head, as rank 0)
+ * computes the same logits. */
+TEST(qwen35_shard_ranges)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-q35.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "qwen35moe",
+			    .dim = 128,
+			    .layers = 4,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .head_dim = 32,
+			    .ffn = 256,
+			    .vocab = 512,
+			    .ctx = 256,
+			    .type = QT_Q8_0,
+			    .seed = 8,
+			    .experts = 4,
+			    .experts_used = 2,
+			    .expert_ffn = 64,
+			    .ssm_state = 32,
+			    .ssm_k_heads = 2,
+			    .ssm_v_heads = 4};
+	gguf_t *g = NULL;
+	model_meta_t meta;
+	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
+	    meta_load(&meta, g, err, sizeof err)) {
+		fprintf(stderr, "qwen35 model: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	eng_dist_t d = {.has_ranges = 1,
+			.q0 = 2,
+			.q1 = 4,
+			.kv0 = 1,
+			.kv1 = 2,
+			.ffn0 = 64,
+			.ffn1 = 128,
+			.layer0 = 0,
+			.layer1 = 4,
+			.exp0 = 2,
+			.exp1 = 4,
+			.shx0 = 32,
+			.shx1 = 64};
+	model_shard_t sh = {2, 2, 1, 1, 64, 64, 0, 4, 2, 2, 32, 32};
+	CHECK(slice_same_logits(path, g, &meta, &d, &sh, meta.weight_bytes * 3 / 4));
+	gguf_free(g);
+	unlink(path);
 }
 
 int main(void)
@@ -217,5 +291,6 @@ int main(void)
 	quant_init(0);
 	RUN(shard_ranges_cover_what_a_shard_reads);
 	RUN(moe_shard_ranges);
+	RUN(qwen35_shard_ranges);
 	return harness_done();
 }

@@ -283,12 +283,13 @@ TEST(pre_tokenizers)
 {
 	/* every name compiles */
 	const char *names[] = {
-	    "default",        "llama3",      "llama-bpe", "dbrx",       "smaug-bpe", "deepseek-llm",
-	    "deepseek-coder", "deepseek-v3", "falcon",    "mpt",        "starcoder", "refact",
-	    "command-r",      "gpt-2",       "qwen2",     "stablelm2",  "olmo",      "poro-chat",
-	    "bloom",          "chatglm-bpe", "viking",    "jais",       "tekken",    "smollm",
-	    "codeshell",      "exaone",      "chameleon", "minerva-7b", "gpt-4o",    "seed-coder",
-	    "grok-2",         "bailingmoe",  "trillion"};
+	    "default",      "llama3",         "llama-bpe",   "dbrx",       "smaug-bpe",
+	    "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",     "mpt",
+	    "starcoder",    "refact",         "command-r",   "gpt-2",      "qwen2",
+	    "qwen35",       "stablelm2",      "olmo",        "poro-chat",  "bloom",
+	    "chatglm-bpe",  "viking",         "jais",        "tekken",     "smollm",
+	    "codeshell",    "exaone",         "chameleon",   "minerva-7b", "gpt-4o",
+	    "seed-coder",   "grok-2",         "bailingmoe",  "trillion"};
 	for (size_t i = 0; i < ARRAY_LEN(names); i++) {
 		struct tok_pre *p;
 		int im;
@@ -308,6 +309,10 @@ TEST(pre_tokenizers)
 	expect_split("llama3", "I've 1234567 apples!!\n\n  x",
 		     "I|'ve| |123|456|7| apples|!!\n\n| | x|");
 	expect_split("qwen2", "I'VE 123", "I|'VE| |1|2|3|");
+	/* qwen35 (llama-vocab.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35): a combining mark (U+0301) stays in
+	 * its letters' word, where qwen2 cuts it off */
+	expect_split("qwen35", "cafe\xcc\x81 au", "cafe\xcc\x81| au|");
+	expect_split("qwen2", "cafe\xcc\x81 au", "cafe|\xcc\x81| au|");
 	expect_split("gpt-2", "Hello  world's 42", "Hello| | world|'s| 42|");
 	expect_split("starcoder", "abc 123", "abc| |1|2|3|");
 	expect_split("deepseek-coder", "a+b\n12", "a|+|b|\n|1|2|");

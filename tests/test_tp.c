@@ -84,6 +84,9 @@ static int fwd_dist(void *ctx, const int *t, int n, int pos, float *logits)
  * one-element flips of one F16 step, so its checks use a relative RMS bound. */
 static int kv_type = QT_F32;
 
+/* The ranks' all-reduce wire (tp_group_set_q8) and streaming (tp_group_set_stream; -1 auto). */
+static int wire_q8, wire_stream = -1;
+
 /* The single-rank reference. */
 static int run_one(const char *path, run_t *r)
 {
@@ -135,6 +138,7 @@ static void *rank_main(void *arg)
 	model_shard_t sh[MAXR];
 	int ctx = CTX, rc;
 	if ((rc = loop_join(&grp, &c->l, 7, &KEYS, NULL, 20000, c->err, sizeof c->err)) ||
+	    (rc = tp_group_set_q8(grp, wire_q8)) || (rc = tp_group_set_stream(grp, wire_stream)) ||
 	    (rc = gguf_open(&g, c->path, c->err, sizeof c->err)) ||
 	    (rc = meta_load(&mt, g, c->err, sizeof c->err)))
 		goto out;
@@ -386,6 +390,41 @@ TEST(qwen2)
 	check_config(QWEN, 2, 0, NULL, -3e-2f, "qwen2 q8_0 2 ranks");
 	check_config(QWEN, 3, 0, w211, -3e-2f, "qwen2 q8_0 2:1:1");
 	check_config(QWEN, 2, 1, NULL, 1e-4f, "qwen2 q8_0 pipeline 2");
+}
+
+/* The streamed all-reduce (each decode step's sums sent in chunks as the matmul makes them)
+ * gives the same bits as the plain one, f32 and on the 8-bit wire, 2 and 3 ranks. */
+static void same_bits(const char *path, int world, int q8, int chunks, const char *what)
+{
+	rank_ctx_t a[MAXR], b[MAXR];
+	wire_q8 = q8;
+	wire_stream = 0;
+	run_group(a, world, path, 0, NULL, BEHAVE_OK, 10000);
+	wire_stream = chunks;
+	run_group(b, world, path, 0, NULL, BEHAVE_OK, 10000);
+	wire_q8 = 0;
+	wire_stream = -1;
+	for (int r = 0; r < world; r++) {
+		CHECK_EQ_INT(a[r].rc, 0);
+		CHECK_EQ_INT(b[r].rc, 0);
+	}
+	if (!a[0].rc && !b[0].rc) {
+		size_t n = (size_t)(N_GEN + 1) * a[0].run.n_vocab * sizeof(float);
+		int same = !memcmp(a[0].run.logits, b[0].run.logits, n);
+		if (!same)
+			printf("  %s: streamed logits differ from plain ones\n", what);
+		CHECK(same);
+	}
+	free(a[0].run.logits);
+	free(b[0].run.logits);
+}
+
+TEST(streamed_all_reduce_same_bits)
+{
+	same_bits(QWEN16, 2, 0, 4, "qwen2 f16 2 ranks, 4 chunks");
+	same_bits(QWEN16, 3, 0, 3, "qwen2 f16 3 ranks, 3 chunks");
+	same_bits(QWEN, 2, 1, 2, "qwen2 q8_0 2 ranks, q8 wire, 2 chunks");
+	same_bits(QWEN, 3, 1, 2, "qwen2 q8_0 3 ranks, q8 wire, 2 chunks");
 }
 
 /* Mixture of experts: routed experts split whole over the ranks (expert parallel) in proportion
@@ -646,6 +685,7 @@ int main(void)
 	RUN(stories_tensor);
 	RUN(stories_pipeline);
 	RUN(qwen2);
+	RUN(streamed_all_reduce_same_bits);
 	RUN(moe);
 	RUN(deepseek2);
 	RUN(engine_interface);

@@ -105,6 +105,43 @@ TEST(llama3_and_mistral)
 	CHECK(!calls_of("{\"not\": \"a call\"}", WEB_TC_LLAMA3, NULL, NULL));
 }
 
+/* Qwen3.5's XML calls (llama.cpp common_chat_params_init_qwen3_coder): values are JSON unless
+ * the parameter is a string; a call may come without its <tool_call>. */
+TEST(qwen35_xml)
+{
+	char *content = NULL;
+	json_t *c =
+	    calls_of("I will check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>"
+		     "\n123\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+		     "<function=get_time>\n<parameter=tz>\n{\"a\": [1, 2]}\n</parameter>\n"
+		     "</function>\n</tool_call>",
+		     WEB_TC_XML, NULL, &content);
+	CHECK(c && json_array_size(c) == 2);
+	CHECK_EQ_STR(name_of(c, 0), "get_weather");
+	CHECK_EQ_STR(args_of(c, 0), "{\"city\":\"123\"}"); /* a string parameter stays one */
+	CHECK_EQ_STR(name_of(c, 1), "get_time");
+	CHECK_EQ_STR(args_of(c, 1), "{\"tz\":{\"a\":[1,2]}}");
+	CHECK_EQ_STR(content, "I will check.");
+	json_decref(c);
+	free(content);
+	c = calls_of("<function=get_time>\n</function>", WEB_TC_XML, NULL, NULL);
+	CHECK(c && json_array_size(c) == 1);
+	json_decref(c);
+	CHECK(!calls_of("<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>", WEB_TC_XML,
+			NULL, NULL));
+	/* streaming holds back what may open a call in either form */
+	web_job_t *j = job("", WEB_TC_XML, 1);
+	const char *pieces[] = {"Ok", " then <func", "tion=get_time>\n</function>"};
+	for (size_t i = 0; i < ARRAY_LEN(pieces); i++) {
+		web_buf_add(&j->text, pieces[i], strlen(pieces[i]));
+		web_tools_on_text(j);
+		CHECK(!strstr(j->out.p ? j->out.p : "", "<func"));
+	}
+	web_tools_finish(j);
+	CHECK(strstr(j->out.p, "\"name\":\"get_time\"") != NULL);
+	web_job_unref(j);
+}
+
 /* Streaming: content before the tag goes out, the tag and the call never do as content. */
 TEST(stream_holds_back_calls)
 {
@@ -227,6 +264,7 @@ TEST(request_errors)
 int main(void)
 {
 	RUN(hermes_tags);
+	RUN(qwen35_xml);
 	RUN(llama3_and_mistral);
 	RUN(stream_holds_back_calls);
 	RUN(harmony_channels);

@@ -145,11 +145,21 @@ int tp_chan_rx_progress(tp_chan_t *c)
 	if (c->rx_done) { /* the caller has the previous frame; start the next one */
 		c->rx_done = 0;
 		c->rx_got = 0;
+		c->rx_body = 0;
 	}
 	for (;;) {
-		size_t want = c->rx_got < TP_FRAME_HDR ? TP_FRAME_HDR : TP_FRAME_HDR + c->rx_body;
-		if (c->rx_got == want && c->rx_got > TP_FRAME_HDR)
+		/* rx_body == 0: the header is not in yet. With the frame's size known (rx_hint),
+		 * header and body come in one recv: a frame of another size is an error anyway */
+		size_t want = TP_FRAME_HDR + c->rx_body;
+		if (!c->rx_body && c->sealed && c->rx_hint > TP_FRAME_HDR) {
+			if (tp_buf_reserve(&c->rx_buf, &c->rx_cap, c->rx_hint))
+				return tp_chan_kill(c, SH_ENOMEM);
+			want = c->rx_hint;
+		}
+		if (c->rx_body && c->rx_got == want) {
+			c->rx_hint = 0;
 			return tp_chan_rx_open(c);
+		}
 		ssize_t n = recv(c->fd, c->rx_buf + c->rx_got, want - c->rx_got, MSG_DONTWAIT);
 		if (n == 0)
 			return tp_chan_kill(c, SH_ECLOSED);
@@ -161,11 +171,12 @@ int tp_chan_rx_progress(tp_chan_t *c)
 			return tp_chan_kill(c, errno == ECONNRESET ? SH_ECLOSED : SH_EIO);
 		}
 		c->rx_got += (size_t)n;
-		if (c->rx_got == TP_FRAME_HDR) {
+		if (!c->rx_body && c->rx_got >= TP_FRAME_HDR) {
 			int64_t body = tp_frame_hdr_parse(
 				c->rx_buf, c->sealed ? TP_FRAME_MAX_BODY : TP_HS_MAX_BODY);
-			if (body < 0)
-				return tp_chan_kill(c, SH_EFORMAT);
+			if (body < 0 || c->rx_got > TP_FRAME_HDR + (uint64_t)body)
+				return tp_chan_kill(c, SH_EFORMAT); /* read past it: not the frame
+								       we were told to expect */
 			c->rx_body = (uint32_t)body;
 			if (tp_buf_reserve(&c->rx_buf, &c->rx_cap, TP_FRAME_HDR + c->rx_body))
 				return tp_chan_kill(c, SH_ENOMEM);

@@ -34,9 +34,14 @@ struct tp_chan {
 	 * consumed by the caller (reset on the next receive) */
 	uint8_t *rx_buf;
 	size_t rx_cap, rx_got;
-	uint32_t rx_body;
+	uint32_t rx_body; /* the frame's body length; 0 until its header is in */
+	size_t rx_hint;   /* the next frame's total size when the caller knows it (0: not known):
+			     read in one go; cleared when the frame completes */
 	int rx_done;
 	uint16_t rx_type;
+	/* link-probe responder (probe.c): the burst being received */
+	int64_t burst_t0;     /* arrival of its frame 0 (now_ns) */
+	uint64_t burst_bytes; /* data bytes received so far */
 };
 
 /* Starts a frame: type, then hdr[0..hlen) and data[0..dlen) as its payload (hlen + dlen <=

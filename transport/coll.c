@@ -1,18 +1,22 @@
 /*
  * coll.c: the collectives (all-reduce, broadcast, all-gather, barrier) built from exchanges.
  *
- * All-reduce has three paths, picked from the message size S and N alone (so every rank picks
- * the same one):
- *   direct (S <= direct_max = 64 KiB, N = 2): both ranks swap vectors in one exchange (one round
- *     trip) and add them in rank order. S bytes per rank, the minimum for N = 2.
- *   2-phase (S <= 64 KiB, N >= 3): rank p receives everyone's chunk p and adds them in rank
- *     order, then sends its summed chunk to all. 2 round trips, 2 (N-1)/N x S bytes per rank
- *     (bandwidth-optimal; never the O(N^2) total of everyone sending everything to everyone).
- *   ring (larger): reduce-scatter then all-gather around the ring r -> r+1, 2(N-1) steps, the
- *     same 2 (N-1)/N x S bytes, one neighbour at a time (for prefill-sized messages).
- * Every rank ends with the same bytes: each sum is formed in one fixed order by one rank (or by
- * every rank identically, direct) and copied. The paths may differ from each other in the last
- * bit, which is why the choice depends only on (S, N).
+ * All-reduce runs over a team: every rank of the group, or a subset (a pipeline stage's tensor
+ * group in a hybrid plan). Two paths, picked from the team size k and the bytes S of one rank's
+ * contribution only, so every member picks the same:
+ *   direct  (k = 2, or (k - 1) x S <= direct_max): every member sends its vector to every other
+ *           member in one exchange (one message per peer, no acknowledgement, no second round)
+ *           and sums the k vectors in place. One link latency; (k - 1) x S bytes out per member
+ *           (S for 2 ranks, the minimum).
+ *   2-phase (k >= 3 and larger S): member j receives everyone's chunk j and sums it, then sends
+ *           its summed chunk to all. Two latencies; 2 (k - 1)/k x S bytes out per member (the
+ *           minimum for an all-reduce), never the O(k^2) total of direct at large S.
+ * Messages larger than a frame are cut into segments (the `offset` field of COLL frames).
+ *
+ * Determinism: on both paths every element is summed in ascending rank order of the team, in
+ * f32: x(r0) + x(r1) + ... + x(r(k-1)). The path, the chunk and segment boundaries and the number
+ * of rows never change an element's sum, so a row reduced alone or inside a batch of any size
+ * gives the same bits, and every member holds the same bits (one fixed order everywhere).
  *
  * Invariant: a received payload is read in place from the channel's buffer (no copy) and only
  * until the next exchange with that peer; payload pointers are not 4-aligned, so floats are
@@ -35,60 +39,78 @@ static inline float tp_ldf(const uint8_t *p)
 	return f;
 }
 
-static void tp_add_f32(float *dst, const uint8_t *src, size_t n)
+/* dst[i] = src[0][i] + src[1][i] + ... + src[k-1][i], added in that order, for i < n. A source
+ * may be dst itself (our own contribution: element i is read before it is written). */
+void tp_sum_ordered(float *dst, const uint8_t *const *src, int k, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dst[i] += tp_ldf(src + 4 * i);
-}
-
-/* acc[0..len) = the ranks' contributions summed in rank order: this rank's is mine, every
- * other's the bytes received from it. The fixed order makes every rank's sum bit-identical. */
-static void tp_sum_rank_order(tp_group_t *g, float *acc, const float *mine, size_t len)
-{
-	for (int p = 0; p < g->world; p++) {
-		if (p == 0 && g->rank == 0)
-			memcpy(acc, mine, len * 4);
-		else if (p == 0)
-			memcpy(acc, g->xf[0].rdata, len * 4);
-		else if (p == g->rank)
-			for (size_t i = 0; i < len; i++)
-				acc[i] += mine[i];
-		else
-			tp_add_f32(acc, g->xf[p].rdata, len);
+	if (k == 2) {
+		const uint8_t *a = src[0], *b = src[1];
+		for (size_t i = 0; i < n; i++)
+			dst[i] = tp_ldf(a + 4 * i) + tp_ldf(b + 4 * i);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float s = tp_ldf(src[0] + 4 * i);
+		for (int j = 1; j < k; j++)
+			s += tp_ldf(src[j] + 4 * i);
+		dst[i] = s;
 	}
 }
 
-static int tp_scratch(tp_group_t *g, size_t n, char *err, size_t errlen)
+int tp_team_make(const tp_group_t *g, const int *ranks, int nranks, tp_team_t *t, char *err,
+		 size_t errlen)
 {
-	if (g->scratch_cap >= n)
+	t->me = -1;
+	if (!ranks) {
+		t->n = g->world;
+		for (int r = 0; r < g->world; r++)
+			t->r[r] = r;
+		t->me = g->rank;
 		return 0;
-	float *s = realloc(g->scratch, n * sizeof *s);
-	if (!s)
-		return sh_fail(err, errlen, SH_ENOMEM, "out of memory for %zu floats", n);
-	g->scratch = s;
-	g->scratch_cap = n;
+	}
+	if (nranks < 1 || nranks > g->world)
+		return sh_fail(err, errlen, SH_EINVAL, "a team of %d ranks in a group of %d",
+			       nranks, g->world);
+	for (int i = 0; i < nranks; i++) {
+		if (ranks[i] < 0 || ranks[i] >= g->world || (i && ranks[i] <= ranks[i - 1]))
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "team ranks must be ascending ranks of the group (entry %d "
+				       "is %d)",
+				       i, ranks[i]);
+		t->r[i] = ranks[i];
+		if (ranks[i] == g->rank)
+			t->me = i;
+	}
+	t->n = nranks;
+	if (t->me < 0)
+		return sh_fail(err, errlen, SH_EINVAL, "rank %d is not in the team", g->rank);
 	return 0;
 }
 
-static int tp_allreduce_direct(tp_group_t *g, float *buf, size_t n, int64_t deadline,
-			       int timeout_ms, char *err, size_t errlen)
+static int tp_allreduce_direct(tp_group_t *g, const tp_team_t *t, float *buf, size_t n,
+			       int64_t deadline, int timeout_ms, char *err, size_t errlen)
 {
-	int rc = tp_scratch(g, n, err, errlen);
-	if (rc)
-		return rc;
-	tp_xfer_reset(g);
-	for (int p = 0; p < g->world; p++) {
-		if (p == g->rank)
-			continue;
-		g->xf[p] = (tp_xfer_t){.send = 1, .sdata = buf, .slen = n * 4, .recv = 1,
-				       .rlen = n * 4};
+	const uint8_t *src[TP_MAX_WORLD];
+	size_t seg = TP_SEG_BYTES / 4;
+	uint32_t s = 0;
+	for (size_t off = 0; off < n; off += seg, s++) {
+		size_t len = MIN(seg, n - off);
+		tp_xfer_reset(g);
+		for (int j = 0; j < t->n; j++)
+			if (j != t->me)
+				g->xf[t->r[j]] = (tp_xfer_t){.send = 1,
+							     .sdata = buf + off,
+							     .slen = len * 4,
+							     .recv = 1,
+							     .rlen = len * 4};
+		int rc = tp_group_exchange(g, TP_OP_ALLREDUCE_DIRECT, 0, s, deadline, timeout_ms,
+					   "all_reduce", err, errlen);
+		if (rc)
+			return rc;
+		for (int j = 0; j < t->n; j++)
+			src[j] = j == t->me ? (const uint8_t *)(buf + off) : g->xf[t->r[j]].rdata;
+		tp_sum_ordered(buf + off, src, t->n, len);
 	}
-	rc = tp_group_exchange(g, TP_OP_ALLREDUCE_DIRECT, 0, 0, deadline, timeout_ms,
-			       "all_reduce", err, errlen);
-	if (rc)
-		return rc;
-	tp_sum_rank_order(g, g->scratch, buf, n);
-	memcpy(buf, g->scratch, n * 4);
 	return 0;
 }
 
@@ -100,112 +122,89 @@ static void tp_chunk(size_t m, int w, int c, size_t *start, size_t *len)
 	*len = base + ((size_t)c < extra ? 1 : 0);
 }
 
-/* Two exchanges: every rank sends chunk p of its vector to rank p and adds the N copies of its
- * own chunk in rank order; then every rank sends its summed chunk to all. 2 (N-1)/N x S bytes
- * per rank (the minimum for an all-reduce) in 2 round trips. */
-static int tp_allreduce_2phase(tp_group_t *g, float *buf, size_t n, int64_t deadline,
-			       int timeout_ms, char *err, size_t errlen)
+/* Per segment two exchanges: member j gets chunk j of everyone's vector and sums it in rank
+ * order; then every member sends its summed chunk to all. */
+static int tp_allreduce_2phase(tp_group_t *g, const tp_team_t *t, float *buf, size_t n,
+			       int64_t deadline, int timeout_ms, char *err, size_t errlen)
 {
-	size_t m0, ml;
-	tp_chunk(n, g->world, g->rank, &m0, &ml);
-	int rc = tp_scratch(g, ml ? ml : 1, err, errlen);
-	if (rc)
-		return rc;
-	tp_xfer_reset(g);
-	for (int p = 0; p < g->world; p++) {
-		if (p == g->rank)
-			continue;
-		size_t s0, sl;
-		tp_chunk(n, g->world, p, &s0, &sl);
-		g->xf[p] = (tp_xfer_t){.send = 1, .sdata = buf + s0, .slen = sl * 4, .recv = 1,
-				       .rlen = ml * 4};
-	}
-	rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 0, 0, deadline, timeout_ms,
-			       "all_reduce", err, errlen);
-	if (rc)
-		return rc;
-	tp_sum_rank_order(g, g->scratch, buf + m0, ml);
-	memcpy(buf + m0, g->scratch, ml * 4);
-	tp_xfer_reset(g);
-	for (int p = 0; p < g->world; p++) {
-		if (p == g->rank)
-			continue;
-		size_t r0, rl;
-		tp_chunk(n, g->world, p, &r0, &rl);
-		g->xf[p] = (tp_xfer_t){.send = 1, .sdata = buf + m0, .slen = ml * 4, .recv = 1,
-				       .rlen = rl * 4};
-	}
-	rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 1, 0, deadline, timeout_ms,
-			       "all_reduce", err, errlen);
-	if (rc)
-		return rc;
-	for (int p = 0; p < g->world; p++) {
-		if (p == g->rank)
-			continue;
-		size_t r0, rl;
-		tp_chunk(n, g->world, p, &r0, &rl);
-		if (rl)
-			memcpy(buf + r0, g->xf[p].rdata, rl * 4);
-	}
-	return 0;
-}
-
-static int tp_allreduce_ring(tp_group_t *g, float *buf, size_t m, uint32_t seg,
-			     int64_t deadline, int timeout_ms, char *err, size_t errlen)
-{
-	int w = g->world, r = g->rank;
-	int right = (r + 1) % w, left = (r + w - 1) % w;
-	for (int phase = 0; phase < 2; phase++) {
-		for (int s = 0; s < w - 1; s++) {
-			/* reduce-scatter: send chunk r-s, receive r-s-1 and add;
-			 * all-gather: send chunk r+1-s (complete), receive r-s and copy */
-			int sc = phase == 0 ? (r - s + 2 * w) % w : (r + 1 - s + 2 * w) % w;
-			int rcv = phase == 0 ? (r - s - 1 + 2 * w) % w : (r - s + 2 * w) % w;
-			size_t s0, sl, r0, rl;
-			tp_chunk(m, w, sc, &s0, &sl);
-			tp_chunk(m, w, rcv, &r0, &rl);
-			tp_xfer_reset(g);
-			g->xf[right].send = 1;
-			g->xf[right].sdata = buf + s0;
-			g->xf[right].slen = sl * 4;
-			g->xf[left].recv = 1;
-			g->xf[left].rlen = rl * 4;
-			int rc = tp_group_exchange(
-				g, phase == 0 ? TP_OP_REDUCE_SCATTER : TP_OP_ALL_GATHER_RING,
-				(uint16_t)s, seg, deadline, timeout_ms, "all_reduce", err, errlen);
-			if (rc)
-				return rc;
-			if (phase == 0)
-				tp_add_f32(buf + r0, g->xf[left].rdata, rl);
-			else if (rl)
-				memcpy(buf + r0, g->xf[left].rdata, rl * 4);
+	const uint8_t *src[TP_MAX_WORLD];
+	int k = t->n, me = t->me;
+	size_t seg = (TP_SEG_BYTES / 4) * (size_t)k; /* every chunk of a segment fits a frame */
+	uint32_t s = 0;
+	for (size_t off = 0; off < n; off += seg, s++) {
+		float *v = buf + off;
+		size_t m = MIN(seg, n - off), m0, ml;
+		tp_chunk(m, k, me, &m0, &ml);
+		tp_xfer_reset(g);
+		for (int j = 0; j < k; j++) {
+			if (j == me)
+				continue;
+			size_t s0, sl;
+			tp_chunk(m, k, j, &s0, &sl);
+			g->xf[t->r[j]] = (tp_xfer_t){
+			    .send = 1, .sdata = v + s0, .slen = sl * 4, .recv = 1, .rlen = ml * 4};
+		}
+		int rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 0, s, deadline, timeout_ms,
+					   "all_reduce", err, errlen);
+		if (rc)
+			return rc;
+		for (int j = 0; j < k; j++)
+			src[j] = j == me ? (const uint8_t *)(v + m0) : g->xf[t->r[j]].rdata;
+		tp_sum_ordered(v + m0, src, k, ml);
+		tp_xfer_reset(g);
+		for (int j = 0; j < k; j++) {
+			if (j == me)
+				continue;
+			size_t r0, rl;
+			tp_chunk(m, k, j, &r0, &rl);
+			g->xf[t->r[j]] = (tp_xfer_t){
+			    .send = 1, .sdata = v + m0, .slen = ml * 4, .recv = 1, .rlen = rl * 4};
+		}
+		rc = tp_group_exchange(g, TP_OP_ALLREDUCE_2PHASE, 1, s, deadline, timeout_ms,
+				       "all_reduce", err, errlen);
+		if (rc)
+			return rc;
+		for (int j = 0; j < k; j++) {
+			size_t r0, rl;
+			tp_chunk(m, k, j, &r0, &rl);
+			if (j != me && rl)
+				memcpy(v + r0, g->xf[t->r[j]].rdata, rl * 4);
 		}
 	}
 	return 0;
 }
 
-int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err,
-		      size_t errlen)
+int tp_all_reduce_team(tp_group_t *g, const int *ranks, int nranks, float *buf, size_t rows,
+		       size_t cols, int timeout_ms, char *err, size_t errlen)
 {
+	tp_team_t t;
 	int rc = tp_group_check(g, err, errlen);
-	if (rc || g->world == 1 || n == 0)
+	if (rc || (rc = tp_team_make(g, ranks, nranks, &t, err, errlen)))
 		return rc;
+	if (cols && rows > SIZE_MAX / 4 / cols)
+		return sh_fail(err, errlen, SH_EINVAL, "all-reduce of %zu x %zu floats", rows,
+			       cols);
+	size_t n = rows * cols;
+	if (t.n == 1 || n == 0)
+		return 0;
 	int64_t deadline = tp_deadline(timeout_ms);
 	if (g->q8)
-		return tp_allreduce_q8(g, buf, n, deadline, timeout_ms, err, errlen);
-	if (n * 4 <= g->direct_max && g->world == 2)
-		return tp_allreduce_direct(g, buf, n, deadline, timeout_ms, err, errlen);
-	if (n * 4 <= g->direct_max)
-		return tp_allreduce_2phase(g, buf, n, deadline, timeout_ms, err, errlen);
-	/* segments small enough that every ring chunk fits one frame */
-	size_t seg_floats = (TP_SEG_BYTES / 4) * (size_t)(g->world);
-	uint32_t seg = 0;
-	for (size_t off = 0; off < n; off += seg_floats, seg++) {
-		rc = tp_allreduce_ring(g, buf + off, MIN(seg_floats, n - off), seg, deadline,
-				       timeout_ms, err, errlen);
-		if (rc)
-			return rc;
-	}
+		return tp_allreduce_q8(g, &t, buf, rows, cols, deadline, timeout_ms, err, errlen);
+	if (t.n == 2 || (size_t)(t.n - 1) * n * 4 <= g->direct_max)
+		return tp_allreduce_direct(g, &t, buf, n, deadline, timeout_ms, err, errlen);
+	return tp_allreduce_2phase(g, &t, buf, n, deadline, timeout_ms, err, errlen);
+}
+
+int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err, size_t errlen)
+{
+	return tp_all_reduce_team(g, NULL, 0, buf, 1, n, timeout_ms, err, errlen);
+}
+
+int tp_group_set_direct_max(tp_group_t *g, size_t bytes)
+{
+	if (!g)
+		return SH_EINVAL;
+	g->direct_max = bytes;
 	return 0;
 }
 
@@ -228,8 +227,8 @@ int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms,
 		if (g->rank == root) {
 			for (int p = 0; p < g->world; p++)
 				if (p != root)
-					g->xf[p] = (tp_xfer_t){.send = 1, .sdata = b + off,
-							       .slen = l};
+					g->xf[p] =
+					    (tp_xfer_t){.send = 1, .sdata = b + off, .slen = l};
 		} else {
 			g->xf[root] = (tp_xfer_t){.recv = 1, .rlen = l};
 		}
@@ -243,8 +242,8 @@ int tp_broadcast(tp_group_t *g, void *buf, size_t len, int root, int timeout_ms,
 	return 0;
 }
 
-int tp_all_gather(tp_group_t *g, const void *in, size_t len, void *out, int timeout_ms,
-		  char *err, size_t errlen)
+int tp_all_gather(tp_group_t *g, const void *in, size_t len, void *out, int timeout_ms, char *err,
+		  size_t errlen)
 {
 	int rc = tp_group_check(g, err, errlen);
 	if (rc)
@@ -263,8 +262,8 @@ int tp_all_gather(tp_group_t *g, const void *in, size_t len, void *out, int time
 		tp_xfer_reset(g);
 		for (int p = 0; p < g->world; p++)
 			if (p != g->rank)
-				g->xf[p] = (tp_xfer_t){.send = 1, .sdata = src + off, .slen = l,
-						       .recv = 1, .rlen = l};
+				g->xf[p] = (tp_xfer_t){
+				    .send = 1, .sdata = src + off, .slen = l, .recv = 1, .rlen = l};
 		rc = tp_group_exchange(g, TP_OP_ALL_GATHER, 0, seg, deadline, timeout_ms,
 				       "all_gather", err, errlen);
 		if (rc)

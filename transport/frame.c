@@ -131,6 +131,10 @@ const char *tp_msg_name(uint16_t type, char *buf, size_t buflen)
 	case TP_MSG_JOIN_OK: return "JOIN_OK";
 	case TP_MSG_RDMA_READY: return "RDMA_READY";
 	case TP_MSG_JOIN_NO: return "JOIN_NO";
+	case TP_MSG_PROBE: return "PROBE";
+	case TP_MSG_PROBE_ECHO: return "PROBE_ECHO";
+	case TP_MSG_PROBE_BURST: return "PROBE_BURST";
+	case TP_MSG_PROBE_ACK: return "PROBE_ACK";
 	}
 	snprintf(buf, buflen, "0x%04x", type);
 	return buf;

@@ -23,6 +23,10 @@
  *   0x0014 TP_MSG_RDMA_READY u32 ok       group: RDMA pair state after set-up, 1 = ready (sealed)
  *   0x0015 TP_MSG_JOIN_NO    text         group: accepting rank refuses a JOIN; the reason as
  *                                         text (<= 200 bytes, no NUL), then it closes (sealed)
+ *   0x0016 TP_MSG_PROBE      tp_probe_hdr_t + padding   link probe (probe.c): echo me (sealed)
+ *   0x0017 TP_MSG_PROBE_ECHO tp_probe_hdr_t + zeros     the answer, reply_len bytes (sealed)
+ *   0x0018 TP_MSG_PROBE_BURST 16 bytes + data           throughput burst frame (sealed)
+ *   0x0019 TP_MSG_PROBE_ACK  32 bytes                   receipt of a burst frame (sealed)
  */
 #ifndef SHOAL_TP_FRAME_H
 #define SHOAL_TP_FRAME_H
@@ -53,7 +57,21 @@ enum tp_msg_type {
 	TP_MSG_JOIN_OK = 0x0013,
 	TP_MSG_RDMA_READY = 0x0014,
 	TP_MSG_JOIN_NO = 0x0015,
+	TP_MSG_PROBE = 0x0016,
+	TP_MSG_PROBE_ECHO = 0x0017,
+	TP_MSG_PROBE_BURST = 0x0018,
+	TP_MSG_PROBE_ACK = 0x0019,
 };
+
+/* PROBE / PROBE_ECHO header (16 bytes; the probe pads to its chosen size, 16..65536 bytes; the
+ * echo is reply_len bytes, zero after the header). stamp is the prober's clock, echoed as is. */
+#define TP_PROBE_HDR 16
+#define TP_PROBE_MAX 65536
+/* PROBE_BURST: id u32 (burst number), index u32 (frame of the burst, from 0), 8 zero bytes, then
+ * data. PROBE_ACK: id u32, index u32, bytes u64 (data bytes of this burst received so far),
+ * span_ns u64 (responder's clock from frame 0's arrival to this frame's), 8 zero bytes. */
+#define TP_BURST_HDR      16
+#define TP_PROBE_ACK_WIRE 32
 
 /* HELLO: who I am and my fresh nonce. 64 bytes. */
 typedef struct tp_hello {

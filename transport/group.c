@@ -31,10 +31,7 @@
 
 #define TP_JOIN_STEP_MS 5000 /* per-connection handshake + JOIN budget while forming */
 
-static int tp_group_break(tp_group_t *g, int rc, char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-
-static int tp_group_break(tp_group_t *g, int rc, char *err, size_t errlen, const char *fmt, ...)
+int tp_group_break(tp_group_t *g, int rc, char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -77,7 +74,7 @@ static int tp_xfer_accept(tp_group_t *g, int p, uint16_t type, const uint8_t *pa
 		return SH_EFORMAT;
 	}
 	if (c.seq != g->rx_seq[p] || c.op != op || c.step != step || c.offset != offset ||
-	    c.len != g->xf[p].rlen) {
+	    (g->xf[p].rany ? c.len > g->xf[p].rlen : c.len != g->xf[p].rlen)) {
 		snprintf(why, whylen,
 			 "is out of step (got seq %u op %u step %u offset %u len %u, want %u %u %u "
 			 "%u %zu)",
@@ -86,6 +83,7 @@ static int tp_xfer_accept(tp_group_t *g, int p, uint16_t type, const uint8_t *pa
 		return SH_EFORMAT;
 	}
 	g->rx_seq[p]++;
+	g->xf[p].rlen = c.len;
 	g->xf[p].rdata = payload + TP_COLL_WIRE;
 	return 0;
 }
@@ -93,15 +91,17 @@ static int tp_xfer_accept(tp_group_t *g, int p, uint16_t type, const uint8_t *pa
 int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset,
 		      int64_t deadline, int timeout_ms, const char *what, char *err, size_t errlen)
 {
-	uint8_t hdr[TP_COLL_WIRE];
+	uint8_t hdr[TP_COLL_WIRE + sizeof g->xf[0].spre];
 	char why[160];
 	int rc;
 	for (int p = 0; p < g->world; p++) {
 		tp_xfer_t *x = &g->xf[p];
 		/* an RDMA pair carries frames that fit its registered buffer; both ends decide
 		 * from the same length, so they always agree on the path */
-		x->srdma = x->send && g->rdma[p] && TP_COLL_WIRE + x->slen <= TP_RDMA_BUF_BYTES;
-		x->rrdma = x->recv && g->rdma[p] && TP_COLL_WIRE + x->rlen <= TP_RDMA_BUF_BYTES;
+		x->srdma = x->send && !x->tcp && !x->spre_len && g->rdma[p] &&
+			   TP_COLL_WIRE + x->slen <= TP_RDMA_BUF_BYTES;
+		x->rrdma = x->recv && !x->tcp && !x->rany && g->rdma[p] &&
+			   TP_COLL_WIRE + x->rlen <= TP_RDMA_BUF_BYTES;
 		if (x->rrdma && (rc = tp_rdma_recv_release(g->rdma[p])))
 			return tp_group_break(g, rc, err, errlen, "%s: rank %d (%s): RDMA receive "
 					      "failed", what, p, g->addr[p]);
@@ -111,13 +111,15 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 			       .op = op,
 			       .step = step,
 			       .offset = offset,
-			       .len = (uint32_t)x->slen};
+			       .len = (uint32_t)(x->spre_len + x->slen)};
 		tp_coll_encode(hdr, &c);
+		memcpy(hdr + TP_COLL_WIRE, x->spre, (size_t)x->spre_len);
 		if (x->srdma)
-			rc = tp_rdma_send(g->rdma[p], hdr, sizeof hdr, x->sdata, x->slen);
+			rc = tp_rdma_send(g->rdma[p], hdr, TP_COLL_WIRE, x->sdata, x->slen);
 		else
-			rc = tp_chan_tx_start(g->chan[p], TP_MSG_COLL, hdr, sizeof hdr, x->sdata,
-					      x->slen);
+			rc =
+			    tp_chan_tx_start(g->chan[p], TP_MSG_COLL, hdr,
+					     TP_COLL_WIRE + (size_t)x->spre_len, x->sdata, x->slen);
 		if (rc)
 			return tp_group_break(g, rc, err, errlen, "%s: rank %d (%s): %s", what, p,
 					      g->addr[p], sh_strerror(rc));
@@ -125,6 +127,7 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 	}
 	struct pollfd pfd[TP_MAX_WORLD];
 	int who[TP_MAX_WORLD];
+	int64_t spin_until = g->spin_ns ? now_ns() + g->spin_ns : 0;
 	for (;;) {
 		int n = 0, spin = 0;
 		for (int p = 0; p < g->world; p++) {
@@ -165,12 +168,16 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 					goto peer_failed;
 				if (rc == 1) {
 					x->sdone = 1;
-					g->bytes_sent += x->slen;
+					g->bytes_sent += (size_t)x->spre_len + x->slen;
 				} else {
 					ev |= POLLOUT;
 				}
 			}
 			if (x->recv && !x->rdone && !x->rrdma) {
+				tp_chan_t *c = g->chan[p];
+				if (!x->rany && (c->rx_done || !c->rx_got)) /* one recv per frame */
+					c->rx_hint = TP_FRAME_HDR + TP_FRAME_TYPE + TP_COLL_WIRE +
+						     x->rlen + TP_FRAME_TAG;
 				rc = tp_chan_rx_progress(g->chan[p]);
 				if (rc < 0)
 					goto peer_failed;
@@ -202,8 +209,19 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 		}
 		if (n == 0 && !spin)
 			return 0;
-		/* RDMA completions are polled: spin (poll without waiting) while any is pending */
-		int r = poll(pfd, (nfds_t)n, spin ? 0 : tp_left_ms(deadline));
+		/* RDMA completions are polled: spin (poll without waiting) while any is pending.
+		 * TCP: poll without sleeping for a short while first: the answer of a peer that is
+		 * in step arrives within about one link latency, and sleeping until it does costs a
+		 * wake-up (tens of us on a VM, a scheduler slice on a busy core) */
+		int r = poll(pfd, (nfds_t)n, spin || spin_until ? 0 : tp_left_ms(deadline));
+		while (r == 0 && !spin && spin_until) {
+			if (now_ns() >= spin_until) {
+				spin_until = 0;
+				r = poll(pfd, (nfds_t)n, tp_left_ms(deadline));
+			} else {
+				r = poll(pfd, (nfds_t)n, 0);
+			}
+		}
 		if (r == 0 && spin && tp_left_ms(deadline) != 0)
 			continue;
 		if (r < 0 && errno == EINTR)
@@ -453,7 +471,12 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	g->rank = cfg->rank;
 	g->world = cfg->world;
 	g->tag = cfg->tag;
-	g->direct_max = 64 * 1024;
+	g->direct_max = TP_DIRECT_MAX_DEFAULT;
+	g->spin_ns = (int64_t)TP_SPIN_US_DEFAULT * 1000;
+	const char *spin = getenv("SHOAL_TP_SPIN_US"), *stream = getenv("SHOAL_TP_STREAM");
+	if (spin && *spin) /* for measurements */
+		g->spin_ns = (int64_t)atoi(spin) * 1000;
+	g->stream = stream && *stream ? atoi(stream) : -1;
 	snprintf(g->addr[g->rank], sizeof g->addr[0], "self");
 	int64_t deadline = tp_deadline(cfg->timeout_ms);
 	int lfd = cfg->listen_fd, own_lfd = 0, rc = 0;
@@ -510,14 +533,22 @@ void tp_group_free(tp_group_t *g)
 		tp_rdma_link_free(g->rdma[p]);
 		tp_chan_free(g->chan[p]);
 	}
-	free(g->scratch);
 	free(g->qbuf);
+	free(g->st.stage);
 	free(g);
 }
 
 int tp_group_rank(const tp_group_t *g) { return g->rank; }
 int tp_group_world(const tp_group_t *g) { return g->world; }
 uint64_t tp_group_bytes_sent(const tp_group_t *g) { return g->bytes_sent; }
+
+int tp_group_set_spin(tp_group_t *g, int us)
+{
+	if (!g || us < 0)
+		return SH_EINVAL;
+	g->spin_ns = (int64_t)us * 1000;
+	return 0;
+}
 
 const char *tp_group_link(const tp_group_t *g, int peer)
 {

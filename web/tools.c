@@ -10,7 +10,9 @@
  *             a named function the reply is constrained to a call object
  *             {"name": ..., "arguments": {...}} by the same grammar as response_format.
  *   reply     the model's text is scanned for calls in its family's form (hermes <tool_call>
- *             tags, llama3 JSON, mistral [TOOL_CALLS]); found calls become "tool_calls" with
+ *             tags, llama3 JSON, mistral [TOOL_CALLS], Qwen3.5's <tool_call><function=NAME>
+ *             <parameter=KEY>VALUE</parameter> as llama.cpp's common_chat_params_init_qwen3_coder
+ *             parses it); found calls become "tool_calls" with
  *             finish_reason "tool_calls". While streaming, text that may begin a call is held
  *             back, and calls go out as OpenAI sends them: one delta with id, type, name and
  *             empty arguments, then the arguments (the openai SDK's ChatCompletionStream
@@ -241,6 +243,8 @@ static int format_of(const char *name)
 		return WEB_TC_LLAMA3;
 	if (name && !strcmp(name, "mistral"))
 		return WEB_TC_MISTRAL;
+	if (name && !strcmp(name, "qwen3-coder"))
+		return WEB_TC_XML;
 	if (name && !strcmp(name, "harmony"))
 		return WEB_TC_HARMONY;
 	return WEB_TC_HERMES;
@@ -334,16 +338,24 @@ static size_t safe_len(const web_job_t *j)
 	size_t n = j->text.len;
 	switch (j->req.tool_format) {
 	case WEB_TC_FORCED: return 0;
-	case WEB_TC_HERMES: {
-		const char *tag = "<tool_call>";
-		const char *at = find(s, n, tag);
-		if (at)
-			return (size_t)(at - s);
-		/* a tail that could still grow into the tag stays */
-		for (size_t k = MIN(n, strlen(tag) - 1); k > 0; k--)
-			if (!memcmp(s + n - k, tag, k))
-				return n - k;
-		return n;
+	case WEB_TC_HERMES:
+	case WEB_TC_XML: { /* the XML form may also open without its <tool_call> */
+		const char *tags[2] = {"<tool_call>", "<function="};
+		size_t safe = n;
+		for (int t = 0; t < (j->req.tool_format == WEB_TC_XML ? 2 : 1); t++) {
+			const char *tag = tags[t], *at = find(s, n, tag);
+			if (at) {
+				safe = MIN(safe, (size_t)(at - s));
+				continue;
+			}
+			/* a tail that could still grow into the tag stays */
+			for (size_t k = MIN(n, strlen(tag) - 1); k > 0; k--)
+				if (!memcmp(s + n - k, tag, k)) {
+					safe = MIN(safe, n - k);
+					break;
+				}
+		}
+		return safe;
 	}
 	default: { /* llama3 / mistral: a call is the whole reply */
 		size_t i = skip_ws(s, n, 0);
@@ -411,6 +423,72 @@ static int add_call(web_job_t *j, json_t *calls, json_t *v)
 	return 0;
 }
 
+/* The JSON Schema type of parameter key of the named tool ("" when unknown). */
+static const char *param_type(const web_job_t *j, const char *name, const char *key, char *buf,
+			      size_t len)
+{
+	json_t *tools = json_loads(j->req.tools, 0, NULL);
+	size_t i;
+	json_t *t;
+	buf[0] = 0;
+	json_array_foreach(tools, i, t)
+	{
+		json_t *fn = json_object_get(t, "function");
+		const char *n = json_string_value(json_object_get(fn, "name"));
+		if (!n || strcmp(n, name))
+			continue;
+		json_t *p = json_object_get(
+		    json_object_get(json_object_get(fn, "parameters"), "properties"), key);
+		const char *ty = json_string_value(json_object_get(p, "type"));
+		snprintf(buf, len, "%s", ty ? ty : "");
+	}
+	json_decref(tools);
+	return buf;
+}
+
+/* One XML call at p[0..n): <function=NAME>\n then <parameter=KEY>\nVALUE\n</parameter>\n
+ * each, then </function>. A value is JSON unless its parameter is a string (or it does not
+ * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
+static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
+{
+	const char *end = p + n, *q = find(p, n, "<function=");
+	if (!q)
+		return -1;
+	q += 10;
+	const char *gt = memchr(q, '>', (size_t)(end - q));
+	if (!gt || gt == q || gt - q > 200)
+		return -1;
+	char name[256];
+	snprintf(name, sizeof name, "%.*s", (int)(gt - q), q);
+	json_t *args = json_object();
+	for (q = gt + 1; (q = find(q, (size_t)(end - q), "<parameter=")) != NULL;) {
+		q += 11;
+		gt = memchr(q, '>', (size_t)(end - q));
+		if (!gt || gt - q > 200)
+			break;
+		char key[256], ty[32];
+		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
+		const char *v = gt + 1, *ve = find(v, (size_t)(end - v), "</parameter>");
+		if (!ve)
+			ve = end;
+		q = ve;
+		if (v < ve && *v == '\n') /* the template's newlines around a value */
+			v++;
+		if (ve > v && ve[-1] == '\n')
+			ve--;
+		json_t *val = NULL;
+		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
+			val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
+		if (!val)
+			val = json_stringn(v, (size_t)(ve - v));
+		json_object_set_new(args, key, val);
+	}
+	json_t *c = json_pack("{s:s, s:o}", "name", name, "arguments", args);
+	int rc = c ? add_call(j, calls, c) : -1;
+	json_decref(c);
+	return rc;
+}
+
 /* Parses the calls in text; returns them (or NULL: plain content) and the content's length. */
 static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *content_len)
 {
@@ -419,7 +497,21 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 	if (!calls)
 		return NULL;
 	int fmt = j->req.tool_format;
-	if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
+	if (fmt == WEB_TC_XML) {
+		const char *p = find(s, n, "<tool_call>"), *f = find(s, n, "<function=");
+		if (!p || (f && f < p)) /* a call may come without its opening tag */
+			p = f;
+		if (p) {
+			*content_len = (size_t)(p - s);
+			const char *end = s + n;
+			while (p && p < end) {
+				const char *close = find(p, (size_t)(end - p), "</function>");
+				size_t len = close ? (size_t)(close - p) + 11 : (size_t)(end - p);
+				add_xml_call(j, calls, p, len);
+				p = close ? find(close, (size_t)(end - close), "<function=") : NULL;
+			}
+		}
+	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
 		const char *p = fmt == WEB_TC_FORCED ? s : find(s, n, "<tool_call>");
 		if (p) {
 			*content_len = (size_t)(p - s);

@@ -94,6 +94,7 @@ enum web_tool_format {
 	WEB_TC_LLAMA3,
 	WEB_TC_MISTRAL,
 	WEB_TC_FORCED,
+	WEB_TC_XML,    /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
 	WEB_TC_HARMONY /* gpt-oss: every reply is parsed into its channels (tools.c) */
 };
 /* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */

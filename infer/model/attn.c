@@ -147,7 +147,7 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
-	const float *sinks = m->layers[m->sh.layer0 + j->layer].sinks;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
 	float scale = att_scale(m);
 	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
 	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
@@ -240,7 +240,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
-	const float *sinks = m->layers[m->sh.layer0 + j->layer].sinks;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
 	float scale = att_scale(m), kv[1024];
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
 	int lo, hi;

@@ -360,6 +360,23 @@ void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B)
 	matmul_multi(m, 1, &w, &out, x, B);
 }
 
+void matmul_rows(model_t *m, const wmat_t *w, float *out, const float *x, int r0, int r1)
+{
+	wmat_t v = *w; /* a view of rows [r0, r1) */
+	v.rows = r1 - r0;
+	v.data = w->data + (size_t)r0 * w->row_bytes;
+	v.src = w->src + (size_t)r0 * w->src_stride;
+	v.rp = NULL;
+	v.rp_groups = 0;
+	if (mm_repacked(w, 1) && r0 % QR_ROWS == 0) { /* released rows are only in the copy */
+		int g0 = r0 / QR_ROWS;
+		v.rp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
+		v.rp_of = v.data;
+		v.rp_groups = MAX(0, MIN(w->rp_groups - g0, v.rows / QR_ROWS));
+	}
+	matmul(m, &v, out + r0, x, 1);
+}
+
 /* Q, K, V (or gate, up) in one dispatch when their types agree. */
 void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x, int B)
 {

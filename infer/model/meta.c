@@ -126,7 +126,8 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				     err, errlen)))
 		return rc;
 	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
-	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE || m->arch == META_GPTOSS ||
+	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
+		   m->arch == META_QWEN35MOE || m->arch == META_GPTOSS ||
 		   (ds2 && m->n_dense_lead < m->n_layers);
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
@@ -153,14 +154,17 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if (m->arch != META_LLAMA && (rc = get_opt_int(g, a, "expert_feed_forward_length", 1u << 24,
 						       &m->ffn_exp, err, errlen)))
 		return rc;
-	if (m->arch == META_QWEN2MOE) {
+	if (m->arch == META_QWEN2MOE || m->arch == META_QWEN35MOE) {
 		m->ffn_shexp = m->ffn, m->shexp_gated = 1;
 		if ((rc = get_opt_int(g, a, "expert_shared_feed_forward_length", 1u << 24,
 				      &m->ffn_shexp, err, errlen)))
 			return rc;
 	}
-	if (m->arch == META_LLAMA || m->arch == META_QWEN3MOE)
+	if (m->arch == META_LLAMA || m->arch == META_QWEN3MOE || m->arch == META_QWEN35MOE)
 		m->exp_norm = 1;
+	if (m->arch == META_QWEN35MOE && m->ffn_shexp <= 0) /* its shared block is required */
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "qwen35moe.expert_shared_feed_forward_length is missing or zero");
 	if (ds2) {
 		static const char *const req[] = {"leading_dense_block_count",
 						  "expert_feed_forward_length",
@@ -456,6 +460,150 @@ static int mla_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 	return check_tensor3(m, g, tn, x->kv_lora, x->v_head, H, err, errlen);
 }
 
+/* ---- qwen35: Gated DeltaNet layers ---------------------------------------------------------- */
+
+/* The layer count and kinds (llama_model_qwen35::load_arch_hparams): block_count includes the
+ * nextn_predict_layers MTP blocks appended after the main stack (loaded by llama.cpp only for
+ * speculative drafting; not read here), so the model has block_count - nextn layers. A layer is
+ * recurrent per attention.recurrent_layers when the file has that array, else unless
+ * (l + 1) % full_attention_interval == 0 (default 4). */
+static int dn_layers(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	meta_dn_t *d = &m->dn;
+	int all = m->n_layers, rc, interval = 4;
+	char key[128];
+	if ((rc = get_opt_int(g, a, "nextn_predict_layers", 1u << 20, &d->n_nextn, err, errlen)) ||
+	    (rc = get_opt_int(g, a, "full_attention_interval", 1u << 20, &interval, err, errlen)))
+		return rc;
+	if (all > META_MAX_LAYERS || d->n_nextn >= all || interval < 1)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s: %d blocks with %d MTP layers and a full-attention interval of "
+			       "%d do not make a model (at most %d layers)",
+			       a, all, d->n_nextn, interval, META_MAX_LAYERS);
+	m->n_layers = all - d->n_nextn;
+	snprintf(key, sizeof key, "%s.attention.recurrent_layers", a);
+	int k = gguf_find_key(g, key);
+	if (k >= 0) {
+		int t = gguf_arr_type(g, k);
+		if (t < 0 || t == GGUF_STR || t == GGUF_ARR || gguf_arr_n(g, k) != (uint64_t)all)
+			return sh_fail(err, errlen, SH_EFORMAT,
+				       "key %s is not an array of %d flags", key, all);
+	}
+	d->n_recurrent = 0;
+	for (int l = 0; l < m->n_layers; l++) {
+		int64_t f = (l + 1) % interval != 0;
+		if (k >= 0 && gguf_arr_i64(g, k, (uint64_t)l, &f))
+			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+		d->recurrent[l] = f != 0;
+		d->n_recurrent += f != 0;
+	}
+	return 0;
+}
+
+/* The DeltaNet sizes and the M-RoPE sections (after head_dim and rope_dim are read). */
+static int dn_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	meta_dn_t *d = &m->dn;
+	uint32_t v[5];
+	static const char *const req[] = {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count",
+					  "ssm.time_step_rank", "ssm.inner_size"};
+	for (int i = 0; i < 5; i++) {
+		int rc = get_req(g, a, req[i], &v[i], err, errlen);
+		if (rc)
+			return rc;
+	}
+	d->d_conv = (int)v[0], d->d_state = (int)v[1], d->n_k_heads = (int)v[2];
+	d->n_v_heads = (int)v[3];
+	/* llama.cpp sizes the tensors by state_size and the graph's value heads by inner_size /
+	 * time_step_rank: a file where they differ cannot be computed either way */
+	if (d->d_conv > 64 || d->d_state > 1024 || d->n_v_heads % d->n_k_heads ||
+	    (uint64_t)v[4] != (uint64_t)d->n_v_heads * (uint64_t)d->d_state)
+		return sh_fail(
+		    err, errlen, SH_EFORMAT,
+		    "%s.ssm: conv kernel %d, state %d, %d key heads, %d value heads and "
+		    "inner size %u do not fit (value heads a multiple of key heads, inner "
+		    "size = value heads x state)",
+		    a, d->d_conv, d->d_state, d->n_k_heads, d->n_v_heads, v[4]);
+	char key[128];
+	snprintf(key, sizeof key, "%s.attention.value_length", a);
+	uint32_t vl;
+	if (!gguf_get_u32(g, key, &vl) && vl != (uint32_t)m->head_dim)
+		return sh_fail(err, errlen, SH_EFORMAT, "%s %u differs from key_length %d", key, vl,
+			       m->head_dim);
+	snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+	int k = gguf_find_key(g, key), sum = 0;
+	if (k < 0)
+		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
+	int t = gguf_arr_type(g, k);
+	if (t < 0 || t == GGUF_STR || t == GGUF_ARR || gguf_arr_n(g, k) < 1 || gguf_arr_n(g, k) > 4)
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s is not an array of 1 to 4 integers",
+			       key);
+	for (uint64_t i = 0; i < gguf_arr_n(g, k); i++) {
+		int64_t x;
+		if (gguf_arr_i64(g, k, i, &x) || x < 0 || x > 4096)
+			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+		d->sections[i] = (int)x;
+		sum += (int)x;
+	}
+	/* ggml's rope: at least one of the first three sections, all of them within a head */
+	if (d->sections[0] + d->sections[1] + d->sections[2] == 0 || sum > m->head_dim)
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s: sections sum to %d (head size %d)",
+			       key, sum, m->head_dim);
+	return 0;
+}
+
+uint64_t meta_dn_state_bytes(const model_meta_t *m, int n_k)
+{
+	const meta_dn_t *d = &m->dn;
+	if (!m->is_hybrid || !d->n_k_heads)
+		return 0;
+	uint64_t nv = (uint64_t)n_k * (uint64_t)(d->n_v_heads / d->n_k_heads),
+		 ds = (uint64_t)d->d_state;
+	uint64_t ch = 2 * (uint64_t)n_k * ds + nv * ds;
+	return 4 * ((uint64_t)(d->d_conv - 1) * ch + nv * ds * ds);
+}
+
+/* Layer l's token mixer and norms, shapes as llama_model_qwen35::load_arch_tensors creates them
+ * (ggml order {ne0, ne1}): a DeltaNet layer's fused q|k|v projection, its output gate z, the
+ * depthwise conv kernel, per value head dt bias, A (-exp(A_log), the converter's transform),
+ * beta and alpha rows, the gated norm and the output projection; a full-attention layer's
+ * query rows carry [query | gate] per head. */
+static int dn_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen)
+{
+	const meta_dn_t *d = &m->dn;
+	int64_t D = m->dim, QD = (int64_t)m->n_heads * m->head_dim;
+	int64_t KD = (int64_t)m->n_kv_heads * m->head_dim, hd = m->head_dim;
+	int64_t kd = (int64_t)d->n_k_heads * d->d_state, vd = (int64_t)d->n_v_heads * d->d_state;
+	int64_t nv = d->n_v_heads;
+	char tn[96];
+	int rc;
+#define CHECK(nm, a, b)                                                                            \
+	(snprintf(tn, sizeof tn, "blk.%d.%s", l, nm), check_tensor(m, g, tn, a, b, err, errlen))
+	if ((rc = CHECK("attn_norm.weight", D, 0)) ||
+	    (rc = CHECK("post_attention_norm.weight", D, 0)))
+		return rc;
+	if (!d->recurrent[l]) {
+		if ((rc = CHECK("attn_q.weight", D, 2 * QD)) ||
+		    (rc = CHECK("attn_k.weight", D, KD)) || (rc = CHECK("attn_v.weight", D, KD)) ||
+		    (rc = CHECK("attn_output.weight", QD, D)) ||
+		    (rc = CHECK("attn_q_norm.weight", hd, 0)) ||
+		    (rc = CHECK("attn_k_norm.weight", hd, 0)))
+			return rc;
+		return 0;
+	}
+	if ((rc = CHECK("attn_qkv.weight", D, 2 * kd + vd)) ||
+	    (rc = CHECK("attn_gate.weight", D, vd)) ||
+	    (rc = CHECK("ssm_conv1d.weight", d->d_conv, 2 * kd + vd)) ||
+	    (rc = CHECK("ssm_dt.bias", nv, 0)) || (rc = CHECK("ssm_a", nv, 0)) ||
+	    (rc = CHECK("ssm_beta.weight", D, nv)) || (rc = CHECK("ssm_alpha.weight", D, nv)) ||
+	    (rc = CHECK("ssm_norm.weight", d->d_state, 0)) || (rc = CHECK("ssm_out.weight", vd, D)))
+		return rc;
+#undef CHECK
+	return 0;
+}
+
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof *m);
@@ -475,6 +623,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		m->arch = META_QWEN3MOE, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
 	else if (n == 9 && !memcmp(s, "deepseek2", 9))
 		m->arch = META_DEEPSEEK2, m->rope_style = META_ROPE_ADJACENT;
+	else if ((n == 6 && !memcmp(s, "qwen35", 6)) || (n == 9 && !memcmp(s, "qwen35moe", 9)))
+		m->arch = n == 6 ? META_QWEN35 : META_QWEN35MOE, m->rope_style = META_ROPE_NEOX,
+		m->has_qk_norm = 1, m->is_hybrid = 1;
 	else if (n == 7 && !memcmp(s, "gpt-oss", 7))
 		m->arch = META_GPTOSS, m->rope_style = META_ROPE_NEOX;
 	else {
@@ -504,11 +655,16 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if ((rc = get_req(g, a, "block_count", &v, err, errlen)))
 		return rc;
 	m->n_layers = (int)v;
+	if (m->is_hybrid && (rc = dn_layers(m, g, err, errlen)))
+		return rc;
 	if ((rc = get_req(g, a, "embedding_length", &v, err, errlen)))
 		return rc;
 	m->dim = (int)v;
-	v = 0; /* gpt-oss: optional in llama.cpp, every layer routes (meta_gptoss_keys) */
-	if ((m->arch != META_GPTOSS || gguf_find_key(g, "gpt-oss.feed_forward_length") >= 0) &&
+	v = 0; /* qwen35moe, gpt-oss: optional (llama.cpp only derives defaults from it) */
+	char ffkey[64];
+	snprintf(ffkey, sizeof ffkey, "%s.feed_forward_length", a);
+	if (((m->arch != META_QWEN35MOE && m->arch != META_GPTOSS) ||
+	     gguf_find_key(g, ffkey) >= 0) &&
 	    (rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
 		return rc;
 	/* no tensor bounds it in a model whose every layer routes to experts, and the scratch is
@@ -538,7 +694,7 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		if ((rc = get_req(g, a, "attention.key_length", &v, err, errlen)))
 			return rc;
 		m->head_dim = (int)v;
-	} else if (m->has_qk_norm) { /* qwen3's head size is its own key */
+	} else if (m->has_qk_norm && !m->is_hybrid) { /* qwen3's head size is its own key */
 		return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
 	} else {
 		if (m->dim % m->n_heads)
@@ -572,6 +728,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	}
 	if (m->arch == META_DEEPSEEK2 && (rc = mla_keys(m, g, err, errlen)))
 		return rc;
+	if (m->is_hybrid && (rc = dn_keys(m, g, err, errlen)))
+		return rc;
 	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "rope dimension %d does not fit head size %d", m->rope_dim,
@@ -579,6 +737,10 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 
 	if ((rc = moe_keys(m, g, err, errlen)))
 		return rc;
+	/* without the key (llama.cpp only derives defaults from it): no layer is dense, and only
+	 * the shard's FFN units read it; the relation llama.cpp's default assumes */
+	if (m->arch == META_QWEN35MOE && m->ffn == 0)
+		m->ffn = (int)MIN((int64_t)m->ffn_exp * m->n_experts_used, 1 << 18);
 	if (m->arch == META_GPTOSS && (rc = meta_gptoss_keys(m, g, err, errlen)))
 		return rc;
 
@@ -597,7 +759,22 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	m->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
 	if (!m->tied_output && (rc = check_tensor(m, g, "output.weight", D, V, err, errlen)))
 		return rc;
+	char tn3[96];
+#define NAME3(l, s) (snprintf(tn3, sizeof tn3, "blk.%d.%s", l, s), tn3)
 	for (int l = 0; l < m->n_layers; l++) {
+		if (m->is_hybrid) { /* its own layer kinds (dn_tensors), then the FFN below */
+			if ((rc = dn_tensors(m, g, l, err, errlen)) ||
+			    (!meta_layer_moe(m, l) &&
+			     ((rc = check_tensor(m, g, NAME3(l, "ffn_gate.weight"), D, F, err,
+						 errlen)) ||
+			      (rc = check_tensor(m, g, NAME3(l, "ffn_up.weight"), D, F, err,
+						 errlen)) ||
+			      (rc = check_tensor(m, g, NAME3(l, "ffn_down.weight"), F, D, err,
+						 errlen)))) ||
+			    (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen))))
+				return rc;
+			continue;
+		}
 		static const struct {
 			const char *name;
 			int r0, r1; /* 0 D, 1 QD, 2 KD, 3 F, 4 head_dim, -1 vector */
@@ -636,6 +813,7 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		if (m->arch == META_GPTOSS && (rc = meta_gptoss_tensors(m, g, l, err, errlen)))
 			return rc;
 	}
+#undef NAME3
 	for (int i = 0; i < gguf_n_tensors(g); i++)
 		m->types_used |= 1ull << gguf_tensor(g, i)->type;
 	m->weight_bytes = gguf_tensor_bytes(g);

@@ -2,9 +2,10 @@
  * meta.h: a model's hyperparameters and tensor layout, read and checked from a GGUF file.
  * Internal to infer/.
  *
- * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2, qwen3 and
- * deepseek2 (Multi-head Latent Attention, `mla` below), with experts also Mixtral, qwen2moe and
- * qwen3moe (and deepseek2's routed experts, the n_experts fields), checks
+ * meta_load() accepts architectures llama (Llama 2/3, Mistral, TinyLlama), qwen2, qwen3,
+ * deepseek2 (Multi-head Latent Attention, `mla` below) and the hybrid qwen35 (Gated DeltaNet
+ * layers, `dn` below), with experts also Mixtral, qwen2moe, qwen3moe and qwen35moe (and
+ * deepseek2's routed experts, the n_experts fields), checks
  * that every tensor the forward pass needs exists with the expected shape and a supported type,
  * and fills a plain struct (no pointers into the file except `name`, which is copied). Anything
  * else is a one-line error naming what is wrong.
@@ -23,6 +24,8 @@ enum meta_arch {
 	META_QWEN2MOE,
 	META_QWEN3MOE,
 	META_DEEPSEEK2,
+	META_QWEN35,
+	META_QWEN35MOE,
 	META_GPTOSS /* "gpt-oss": llama.cpp's LLM_ARCH_OPENAI_MOE (meta_gptoss.c) */
 };
 /* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities;
@@ -34,7 +37,9 @@ enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2, META_GATE_SOFTM
 enum meta_act { META_ACT_SILU = 0, META_ACT_SWIGLU_OAI };
 #define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 #define META_ARCHS                                                                                 \
-	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, gpt-oss" /* for error messages */
+	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe, gpt-oss" /* errors \
+											  */
+#define META_MAX_LAYERS 512                                /* llama.cpp's LLAMA_MAX_LAYERS */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
 enum meta_rope_scaling { META_SCALING_NONE = 0, META_SCALING_LINEAR, META_SCALING_YARN };
@@ -53,6 +58,23 @@ typedef struct meta_mla {
 			 * 0: the legacy unsplit attn_kv_b */
 	int dense_lead; /* leading_dense_block_count: layers [0, dense_lead) have a dense FFN */
 } meta_mla_t;
+
+/* qwen35's Gated DeltaNet (linear attention) layers, as llama.cpp reads them
+ * (llama_model_qwen35::load_arch_hparams / load_arch_tensors, src/models/qwen35.cpp). A layer is
+ * recurrent unless it is a full-attention layer (every full_attention_interval-th, or the
+ * attention.recurrent_layers array); a recurrent layer keeps per sequence a conv state of
+ * (d_conv - 1) x conv_dim and a delta-rule state of n_v_heads x d_state x d_state floats. */
+typedef struct meta_dn {
+	int d_conv;      /* ssm.conv_kernel: taps of the short causal convolution */
+	int d_state;     /* ssm.state_size: one key head's (and one value head's) size */
+	int n_k_heads;   /* ssm.group_count: query/key heads */
+	int n_v_heads;   /* ssm.time_step_rank: value heads, a multiple of n_k_heads; value head
+			  * h reads key head h % n_k_heads (the converter's tiled order) */
+	int n_nextn;     /* nextn_predict_layers: MTP blocks after the main stack, not loaded */
+	int sections[4]; /* rope.dimension_sections (interleaved M-RoPE) */
+	int n_recurrent; /* recurrent layers among n_layers */
+	uint8_t recurrent[META_MAX_LAYERS]; /* 1: layer l is a DeltaNet layer */
+} meta_dn_t;
 
 typedef struct model_meta {
 	int arch;           /* enum meta_arch */
@@ -90,6 +112,10 @@ typedef struct model_meta {
 	uint64_t expert_bytes; /* bytes of the routed expert tensors, all layers */
 	int is_mla;            /* deepseek2: attention is mla (n_kv_heads is then 1: the latent) */
 	meta_mla_t mla;
+	int is_hybrid; /* qwen35: DeltaNet layers (dn) and gated full-attention layers whose
+			* attn_q rows hold [query | gate] per head, post_attention_norm before
+			* the FFN, interleaved M-RoPE */
+	meta_dn_t dn;
 	/* rope.scaling.* (read for deepseek2 and gpt-oss): type, factor (freq scale = 1/factor),
 	 * original_context_length (default n_ctx), yarn_log_multiplier as stored in the file */
 	int rope_scaling; /* enum meta_rope_scaling */
@@ -155,6 +181,16 @@ static inline int meta_layer_swa(const model_meta_t *m, int l)
 {
 	return m->swa_window > 0 && (m->swa_period <= 0 || l % m->swa_period < m->swa_period - 1);
 }
+
+/* Whether layer l is a recurrent (DeltaNet) layer: no KV cache, a state per sequence. */
+static inline int meta_layer_recurrent(const model_meta_t *m, int l)
+{
+	return m->is_hybrid && m->dn.recurrent[l];
+}
+
+/* Bytes of one recurrent layer's state per sequence (F32 conv + delta-rule state) for n_k of
+ * the n_k_heads key heads (with their value heads): 0 for a model without such layers. */
+uint64_t meta_dn_state_bytes(const model_meta_t *m, int n_k);
 
 /* Writes the names of the types in m->types_used, e.g. "F32 Q8_0", into buf. */
 void meta_types_str(const model_meta_t *m, char *buf, size_t len);

@@ -38,7 +38,12 @@ static const char *const words[] = {
     "token", "cluster", "shoal", "fish",   "sea",    "swim",
 };
 
-static const char *const specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+/* The first N_CONTROL are control tokens; qwen35 files also get Qwen's reasoning and tool tags
+ * (user-defined tokens, as its converter marks added tokens that are not special). */
+static const char *const specials[] = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+				       "<think>",       "</think>",        "<tool_call>",
+				       "</tool_call>",  "<tool_response>", "</tool_response>"};
+#define N_CONTROL 3
 /* gpt-oss (o200k_harmony): BOS, padding, EOS (<|return|>) and the harmony format's markers, all
  * control tokens as the converter marks them; llama.cpp's vocabulary loader then renders
  * <|channel|>, <|message|>, <|start|> and <|constrain|> as text and ends generation on
@@ -69,6 +74,50 @@ static const char chatml[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* qwen35 files: a template in the layout of Qwen3.5's (tools as JSON lines in <tools>, calls as
+ * <tool_call><function=NAME><parameter=K>, results in <tool_response> user turns, reasoning
+ * kept only after the last user query, "<think>\n" opening the reply), written here. */
+static const char qwen35_tmpl[] =
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n\\nYou have access to the following fun"
+    "ctions:\\n\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %"
+    "}{{- '\\n</tools>\\n\\nIf you choose to call a function ONLY reply in the following format"
+    " with NO suffix:\\n\\n<tool_call>\\n<function=example_function_name>\\n<parameter=example_"
+    "parameter_1>\\nvalue_1\\n</parameter>\\n<parameter=example_parameter_2>\\nThis is the valu"
+    "e for the second parameter\\nthat can span\\nmultiple lines\\n</parameter>\\n</function>\\n"
+    "</tool_call>\\n\\n<IMPORTANT>\\nReminder:\\n- Function calls MUST follow the specified for"
+    "mat: an inner <function=...></function> block must be nested within <tool_call></tool_call"
+    "> XML tags\\n- Required parameters MUST be specified\\n- You may provide optional reasonin"
+    "g for your function call in natural language BEFORE the function call, but NOT after\\n- I"
+    "f there is no function call available, answer the question like normal with your current k"
+    "nowledge and do not tell the user about function calls\\n</IMPORTANT>' }}{%- if messages[0"
+    "].role == 'system' and messages[0].content | trim %}{{- '\\n\\n' + messages[0].content | t"
+    "rim }}{%- endif %}{{- '<|im_end|>\\n' }}{%- elif messages[0].role == 'system' %}{{- '<|im_"
+    "start|>system\\n' + messages[0].content | trim + '<|im_end|>\\n' }}{%- endif %}{%- set ns "
+    "= namespace(last=-1) %}{%- for m in messages %}{%- set c = m.content | trim if m.content i"
+    "s string else '' %}{%- if m.role == 'user' and not (c.startswith('<tool_response>') and c."
+    "endswith('</tool_response>')) %}{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}{"
+    "%- for m in messages %}{%- set content = m.content | trim if m.content is string else '' %"
+    "}{%- if m.role == 'user' %}{{- '<|im_start|>user\\n' + content + '<|im_end|>\\n' }}{%- eli"
+    "f m.role == 'assistant' %}{%- set reasoning = '' %}{%- if m.reasoning_content is string %}"
+    "{%- set reasoning = m.reasoning_content %}{%- elif '</think>' in content %}{%- set reasoni"
+    "ng = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}{%- s"
+    "et content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}{%- if loop.index0 "
+    "> ns.last %}{{- '<|im_start|>assistant\\n<think>\\n' + reasoning | trim + '\\n</think>\\n\\n"
+    "' + content }}{%- else %}{{- '<|im_start|>assistant\\n' + content }}{%- endif %}{%- if m.t"
+    "ool_calls %}{%- for tc in m.tool_calls %}{%- set f = tc.function if tc.function is defined"
+    " else tc %}{%- if not loop.first %}{{- '\\n' }}{%- elif content | trim %}{{- '\\n\\n' }}{%"
+    "- endif %}{{- '<tool_call>\\n<function=' + f.name + '>\\n' }}{%- if f.arguments is defined"
+    " %}{%- for k, v in f.arguments | items %}{{- '<parameter=' + k + '>\\n' }}{{- v | tojson i"
+    "f v is mapping or (v is sequence and v is not string) else v | string }}{{- '\\n</paramete"
+    "r>\\n' }}{%- endfor %}{%- endif %}{{- '</function>\\n</tool_call>' }}{%- endfor %}{%- endi"
+    "f %}{{- '<|im_end|>\\n' }}{%- elif m.role == 'tool' %}{%- if not loop.first and messages[l"
+    "oop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}{{- '\\n<tool_respon"
+    "se>\\n' + content + '\\n</tool_response>' }}{%- if loop.last or messages[loop.index0 + 1]."
+    "role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- endfor %}{%- if add_gen"
+    "eration_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and en"
+    "able_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }"
+    "}{%- endif %}{%- endif %}";
 
 /* GPT-2's byte -> code point map, as UTF-8 into out (at most 3 bytes + NUL). */
 static void byte_spelling(int b, char *out)
@@ -122,9 +171,9 @@ static int vocab_add(vocab_t *v, const char *s, int type)
 	return 0;
 }
 
-/* Builds the vocabulary with the special tokens spec[n_spec]; n_vocab must leave room for bytes
- * and specials. */
-static int vocab_build(vocab_t *v, int n_vocab, const char *const *spec, int n_spec)
+/* Builds the vocabulary with the special tokens spec[n_spec], the first n_control of them control
+ * tokens (the others user-defined); n_vocab must leave room for bytes and specials. */
+static int vocab_build(vocab_t *v, int n_vocab, const char *const *spec, int n_spec, int n_control)
 {
 	v->cap = n_vocab;
 	v->tok = calloc((size_t)n_vocab, sizeof *v->tok);
@@ -161,7 +210,7 @@ static int vocab_build(vocab_t *v, int n_vocab, const char *const *spec, int n_s
 		}
 	}
 	for (int i = 0; i < n_spec; i++)
-		if (vocab_add(v, spec[i], 3))
+		if (vocab_add(v, spec[i], i < n_control ? 3 : 4))
 			return SH_ENOMEM;
 	char f[32];
 	for (int i = 0; v->n < n_vocab; i++) { /* no merge produces these: never emitted by BPE */
@@ -210,7 +259,7 @@ typedef struct tspec {
 	int kind;       /* TS_PLAIN, or deepseek2's split kv_b (see mkmodel_write) */
 } tspec_t;
 
-enum { TS_PLAIN = 0, TS_KB, TS_VB };
+enum { TS_PLAIN = 0, TS_KB, TS_VB, TS_NEG };
 
 /* The type llama.cpp's quantizer writes for a row of n elements that is not whole blocks of t
  * (llama-quant.cpp, llama_tensor_get_type's fallback; IQ4_NL, its choice for Q2_K/Q3_K, is not
@@ -236,22 +285,25 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	int mixtral = !strcmp(o->arch, "mixtral"), q2moe = !strcmp(o->arch, "qwen2moe"),
 	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
 	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
+	int q35moe = !strcmp(o->arch, "qwen35moe"), q35 = !strcmp(o->arch, "qwen35") || q35moe;
 	int goss = !strcmp(o->arch, "gpt-oss"); /* meta_gptoss.c's tensors and keys */
 	/* deepseek2 routes when given --experts: layers from dense_lead on */
-	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe || goss;
-	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !goss && strcmp(o->arch, "llama"))
+	int ds2moe = ds2 && o->experts > 0,
+	    moe = mixtral || q2moe || q3moe || ds2moe || q35moe || goss;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && !goss && strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
 			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
-			       "gpt-oss, mixtral, qwen2moe, qwen3moe)",
+			       "qwen35, gpt-oss, mixtral, qwen2moe, qwen3moe, qwen35moe)",
 			       o->arch);
 	const char *const *spec = goss ? harmony : specials;
-	int n_spec = goss ? (int)ARRAY_LEN(harmony) : (int)ARRAY_LEN(specials);
+	int n_spec = goss ? (int)ARRAY_LEN(harmony) : q35 ? (int)ARRAY_LEN(specials) : N_CONTROL;
+	int n_control = goss ? n_spec : N_CONTROL;
 	/* gpt-oss as its converter writes it: the experts in the file's type (MXFP4 as shipped),
 	 * the other matrices F16 when that type is MXFP4 */
 	int wtype = goss && o->type == QT_MXFP4 ? QT_F16 : o->type;
 	int E = moe ? o->experts : 0, K = o->experts_used;
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
-	int n_sh = q2moe || ds2moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	int n_sh = q2moe || ds2moe || q35moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
 	int lead = ds2moe ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense layers */
 	if (moe &&
 	    (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0 || lead > o->layers))
@@ -292,8 +344,23 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			    quant_type_name(o->type));
 		hd = nope + rd;
 	}
+	/* qwen35: DeltaNet sizes (state = key/value head size), a full-attention layer every
+	 * attn_interval-th, `nextn` MTP blocks after the stack, partial interleaved M-RoPE */
+	int ds = o->ssm_state ? o->ssm_state : hd,
+	    nk = o->ssm_k_heads ? o->ssm_k_heads : MAX(o->heads / 2, 1);
+	int nv = o->ssm_v_heads ? o->ssm_v_heads : 2 * nk, kc = o->ssm_conv ? o->ssm_conv : 4;
+	int every = o->attn_interval ? o->attn_interval : 4, mtp = q35 ? o->nextn : 0;
+	int rdim = o->rope_dim ? o->rope_dim : MAX(hd / 4 / 2 * 2, 2);
+	int64_t KDn = (int64_t)nk * ds, VDn = (int64_t)nv * ds, CONV = 2 * KDn + VDn;
+	if (q35 && (ds <= 0 || nk <= 0 || nv % nk || kc < 1 || kc > 64 || every < 1 || mtp < 0 ||
+		    rdim % 2 || rdim > hd || VDn % be || nv / nk > 16))
+		return sh_fail(
+		    err, errlen, SH_EINVAL,
+		    "inconsistent DeltaNet shape (ssm-state a multiple of %d, ssm-v-heads a "
+		    "multiple of ssm-k-heads, rope-dim even and <= head_dim)",
+		    be);
 
-	int L = o->layers, n_t = 0, cap = 3 + L * 20;
+	int L = o->layers, n_t = 0, cap = 3 + (L + mtp) * 24;
 	tspec_t *ts = calloc((size_t)cap, sizeof *ts);
 	vocab_t v;
 	memset(&v, 0, sizeof v);
@@ -301,7 +368,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	float *row = NULL, *kvb = NULL;
 	uint8_t *qrow = NULL;
 	int rc = SH_ENOMEM;
-	if (!ts || !w || vocab_build(&v, o->vocab, spec, n_spec)) {
+	if (!ts || !w || vocab_build(&v, o->vocab, spec, n_spec, n_control)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -326,11 +393,42 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	} while (0)
 	char nm[64];
 	T("token_embd.weight", o->vocab, D, wtype, 1.0f, 0);
-	for (int l = 0; l < L; l++) {
+	for (int l = 0; l < L + mtp; l++) {
 		float sd = 1.0f / sqrtf((float)D), sq = 1.0f / sqrtf((float)QD),
 		      sf = 1.0f / sqrtf((float)F);
 #define BLK(s) (snprintf(nm, sizeof nm, "blk.%d.%s", l, s), nm)
 		T(BLK("attn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		if (q35) { /* as llama_model_qwen35(moe)::load_arch_tensors */
+			T(BLK("post_attention_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+			if ((l + 1) % every && l < L) { /* Gated DeltaNet */
+				T(BLK("attn_qkv.weight"), CONV, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_gate.weight"), VDn, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_conv1d.weight"), CONV, kc, QT_F32, 0.6f, 0);
+				T(BLK("ssm_dt.bias"), 0, nv, QT_F32, 0.5f, 0);
+				T(BLK("ssm_a"), 0, nv, QT_F32, 0.5f, 0);
+				ts[n_t - 1].kind =
+				    TS_NEG; /* -exp(A_log), as the converter stores it */
+				T(BLK("ssm_beta.weight"), nv, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_alpha.weight"), nv, D, o->type, 1.7f * sd, 0);
+				T(BLK("ssm_norm.weight"), 0, ds, QT_F32, 0.1f, 1);
+				T(BLK("ssm_out.weight"), D, VDn, o->type, 0.8f / sqrtf((float)VDn),
+				  0);
+			} else { /* gated full attention: [query | gate] rows per head */
+				T(BLK("attn_q.weight"), 2 * QD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_v.weight"), KD, D, o->type, 1.7f * sd, 0);
+				T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+				T(BLK("attn_q_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+				T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
+			}
+			if (l >= L) { /* the MTP block's own tensors (not read by shoal) */
+				T(BLK("nextn.eh_proj.weight"), D, 2 * D, o->type, sd, 0);
+				T(BLK("nextn.enorm.weight"), 0, D, QT_F32, 0.1f, 1);
+				T(BLK("nextn.hnorm.weight"), 0, D, QT_F32, 0.1f, 1);
+				T(BLK("nextn.shared_head_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+			}
+			goto ffn;
+		}
 		if (ds2) { /* latent attention, as llama_model_deepseek2::load_arch_tensors */
 			float skv = 1.7f / sqrtf((float)kvl);
 			if (ql) {
@@ -371,8 +469,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("attn_sinks.weight"), 0, H, QT_F32, 2.0f, 0);
 		}
 	ffn:
-		T(BLK(goss ? "post_attention_norm.weight" : "ffn_norm.weight"), 0, D, QT_F32, 0.1f,
-		  1);
+		if (!q35) /* qwen35: its post_attention_norm; gpt-oss's takes ffn_norm's place */
+			T(BLK(goss ? "post_attention_norm.weight" : "ffn_norm.weight"), 0, D,
+			  QT_F32, 0.1f, 1);
 		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
 			float se = 1.0f / sqrtf((float)FE);
 			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
@@ -387,7 +486,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 				T(BLK("ffn_up_exps.bias"), E, FE, QT_F32, 0.3f, 0);
 				T(BLK("ffn_down_exps.bias"), E, D, QT_F32, 0.1f, 0);
 			}
-			if (SF && q2moe)
+			if (SF && (q2moe || q35moe))
 				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
 			if (SF) {
 				T(BLK("ffn_gate_shexp.weight"), SF, D, o->type, 1.7f * sd, 0);
@@ -410,7 +509,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	/* per-architecture attention keys (deepseek2: as today's converter, MQA over the latent) */
 	uint32_t kv_heads_key = (uint32_t)o->kv_heads, key_len = (uint32_t)hd,
 		 val_len = (uint32_t)hd;
-	uint32_t rope_n = (uint32_t)hd;
+	uint32_t rope_n = (uint32_t)(q35 ? rdim : hd);
 	if (ds2) {
 		kv_heads_key = legacy ? (uint32_t)H : 1;
 		key_len = (uint32_t)(legacy ? nope + rd : kvl + rd);
@@ -427,20 +526,23 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "general.alignment", 32) |
 	    gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
 	    gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
-	    gw_kv_u32(w, K("block_count"), (uint32_t)L) |
-	    gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F) |
+	    gw_kv_u32(w, K("block_count"), (uint32_t)(L + mtp)) |
 	    gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
 	    gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
 	    gw_kv_u32(w, K("attention.key_length"), key_len) |
 	    gw_kv_u32(w, K("attention.value_length"), val_len) |
 	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), goss ? 1e-5f : 1e-6f) |
 	    gw_kv_f32(w, K("rope.freq_base"),
-		      qwen2 || qwen3 ? 1000000.0f
-		      : goss         ? 150000.0f
-				     : 10000.0f) |
+		      q35              ? 10000000.0f
+		      : qwen2 || qwen3 ? 1000000.0f
+		      : goss           ? 150000.0f
+				       : 10000.0f) |
 	    gw_kv_u32(w, K("rope.dimension_count"), rope_n) |
 	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-	    gw_kv_str(w, "tokenizer.ggml.pre", goss ? "gpt-4o" : "gpt-2") |
+	    gw_kv_str(w, "tokenizer.ggml.pre",
+		      q35    ? "qwen35"
+		      : goss ? "gpt-4o"
+			     : "gpt-2") |
 	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
 	    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
 	    gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
@@ -450,7 +552,27 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id",
 		      (uint32_t)vocab_find(&v, spec[goss ? 1 : 0])) |
 	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
-	    gw_kv_str(w, "tokenizer.chat_template", goss ? harmony_tmpl : chatml);
+	    gw_kv_str(w, "tokenizer.chat_template",
+		      q35    ? qwen35_tmpl
+		      : goss ? harmony_tmpl
+			     : chatml);
+	if (!q35moe) /* qwen35moe's converter writes none when the config has none */
+		krc |= gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F);
+	if (q35) {
+		int half = rdim / 2, s0 = (half * 11 + 16) / 32;
+		int32_t sec[4] = {s0, s0, half - 2 * s0, 0}; /* Qwen3.5's [11, 11, 10, 0] scaled */
+		if (sec[2] < 0)
+			sec[0] = half, sec[1] = sec[2] = 0;
+		krc |= gw_kv_arr_i32(w, K("rope.dimension_sections"), sec, 4) |
+		       gw_kv_u32(w, K("ssm.conv_kernel"), (uint32_t)kc) |
+		       gw_kv_u32(w, K("ssm.state_size"), (uint32_t)ds) |
+		       gw_kv_u32(w, K("ssm.group_count"), (uint32_t)nk) |
+		       gw_kv_u32(w, K("ssm.time_step_rank"), (uint32_t)nv) |
+		       gw_kv_u32(w, K("ssm.inner_size"), (uint32_t)VDn) |
+		       gw_kv_u32(w, K("full_attention_interval"), (uint32_t)every);
+		if (mtp)
+			krc |= gw_kv_u32(w, K("nextn_predict_layers"), (uint32_t)mtp);
+	}
 	if (goss) /* the converter's keys: sliding window, YaRN as gpt-oss's config has it */
 		krc |= gw_kv_u32(w, K("attention.sliding_window"),
 				 (uint32_t)(o->swa_window ? o->swa_window : 128)) |
@@ -485,7 +607,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);
 	if (moe && !mixtral && !ds2)
 		krc |= gw_kv_u32(w, K("expert_feed_forward_length"), (uint32_t)FE);
-	if (SF && q2moe)
+	if (SF && (q2moe || q35moe))
 		krc |= gw_kv_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)SF);
 	if (ds2moe)
 		krc |= gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
@@ -511,8 +633,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
-	int64_t maxc = MAX(MAX(MAX(D, F), QD), MAX(MAX(kvl, ql), VD));
-	maxc = MAX(maxc, MAX(FE, SF));
+	int64_t maxc = MAX(MAX(MAX(D, F), 2 * QD), MAX(MAX(kvl, ql), VD));
+	maxc = MAX(maxc, MAX(MAX(FE, SF), MAX(2 * D, VDn)));
 	row = malloc((size_t)maxc * sizeof *row);
 	qrow = malloc((size_t)maxc * 4);
 	if (ds2 && !legacy) /* one layer's kv_b: [H * (nope + dv)][kvl] */
@@ -555,6 +677,8 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			float sc = head && rare ? 0.1f * t->scale : t->scale;
 			for (int64_t c = 0; c < t->cols; c++)
 				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
+			for (int64_t c = 0; t->kind == TS_NEG && c < t->cols; c++)
+				row[c] = -expf(row[c]); /* qwen35's A = -exp(A_log) */
 			if ((rc = emit_row(w, t, row, qrow, err, errlen)))
 				goto out;
 		}

@@ -9,8 +9,14 @@
  * down -> residual; final norm and the head. Every matrix product goes through matmul()
  * (matmul.c, the one place that chooses the kernel); attention is attn.c's.
  *
+ * qwen35 (hybrid): most layers are deltanet.c's Gated DeltaNet instead of attention (a state
+ * per slot, no KV cache); its full-attention layers gate their output by sigmoid of a second
+ * half of the query rows and rotate with interleaved M-RoPE; the FFN's norm is the file's
+ * post_attention_norm.
+ *
  * Invariant: each slot of the KV cache holds positions [0, pos) of its sequence for this shard's
- * KV heads; a forward pass only writes the (slot, position) rows of its own tokens.
+ * KV heads; a forward pass only writes the (slot, position) rows of its own tokens (and, with
+ * DeltaNet layers, the state buffers deltanet_plan gave them).
  */
 #include "common/common.h"
 #include "infer/model/model_int.h"
@@ -122,7 +128,9 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		return 0;
 	int l0 = shard->layer1 ? shard->layer0 : 0,
 	    l1 = shard->layer1 ? shard->layer1 : meta->n_layers;
-	int nl = l1 - l0;
+	int nl = 0;
+	for (int l = l0; l < l1; l++)
+		nl += !meta_layer_recurrent(meta, l); /* DeltaNet layers keep no KV cache */
 	if (meta->is_mla) /* the latent (F32), replicated on every rank (mla.c) */
 		return mla_kv_bytes_per_pos(meta, nl);
 	for (int l = l0; l < l1; l++) /* sliding-window layers: model_kv_bytes */
@@ -239,10 +247,35 @@ void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx)
 	m->ar_ctx = ctx;
 }
 
+void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s)
+{
+	m->ars = s ? *s : (model_ar_stream_t){0};
+}
+
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx)
 {
 	m->pipe = fn;
 	m->pipe_ctx = ctx;
+}
+
+/* qwen35's interleaved M-RoPE for text (ggml-cpu ops.cpp ggml_mrope_cache_init, is_imrope):
+ * rotated pair i takes the position of section (i mod sum) % 3 while that stays within 3 x the
+ * section's size, else the fourth position, which text tokens keep at 0 (llama-graph.cpp
+ * llm_graph_input_pos::set_input): those pairs do not turn, a frequency of 0. A linear rope
+ * scaling factor divides every frequency (llama.cpp's freq_scale). */
+static void rope_imrope(const model_meta_t *mt, float *inv_freq)
+{
+	const int *sec = mt->dn.sections;
+	int sum = sec[0] + sec[1] + sec[2] + sec[3];
+	for (int i = 0; i < mt->rope_dim / 2; i++) {
+		int k = i % sum;
+		int used = (k % 3 == 1 && k < 3 * sec[1]) || (k % 3 == 2 && k < 3 * sec[2]) ||
+			   (k % 3 == 0 && k < 3 * sec[0]);
+		if (!used)
+			inv_freq[i] = 0;
+		else if (mt->rope_scaling == META_SCALING_LINEAR && mt->rope_factor > 0)
+			inv_freq[i] /= mt->rope_factor;
+	}
 }
 
 static int alloc_scratch(model_t *m, int max_b)
@@ -250,7 +283,8 @@ static int alloc_scratch(model_t *m, int max_b)
 	const model_meta_t *mt = &m->meta;
 	int nt = pool_threads(m->pool);
 	int maxc = MAX(MAX(MAX(mt->dim, m->qd), m->sh.n_ffn), mt->mla.q_lora);
-	maxc = MAX(maxc, MAX(mt->ffn_exp, m->sh.n_shx)); /* the experts' inputs */
+	maxc = MAX(maxc, MAX(mt->ffn_exp, m->sh.n_shx));     /* the experts' inputs */
+	maxc = MAX(maxc, mt->dn.n_v_heads * mt->dn.d_state); /* DeltaNet's W_out */
 	size_t b = (size_t)max_b;
 	m->max_b = max_b;
 	m->x = calloc(b * mt->dim, sizeof(float));
@@ -263,6 +297,12 @@ static int alloc_scratch(model_t *m, int max_b)
 	m->hb = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->hb2 = calloc(b * m->sh.n_ffn, sizeof(float));
 	m->rope_cs = malloc(b * (size_t)MAX(mt->rope_dim / 2, 1) * 2 * sizeof(float));
+	if (mt->is_hybrid) { /* gated query rows, split into the query and its output gate */
+		m->qfull = calloc(b * 2 * m->qd, sizeof(float));
+		m->qgate = calloc(b * m->qd, sizeof(float));
+		if (!m->qfull || !m->qgate)
+			return SH_ENOMEM;
+	}
 	m->scores = calloc((size_t)nt * m->n_ctx, sizeof(float));
 	m->att_tiles = aligned_alloc(64, (size_t)nt * 2 * ATT_TILE * mt->head_dim * sizeof(float));
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
@@ -331,6 +371,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		m->kvd = 0;
 	}
 
+	if (meta->is_hybrid && (rc = deltanet_init(m, err, errlen)))
+		goto err;
 	if ((rc = bind_mat(m, g, "token_embd.weight", &m->embd, err, errlen)) ||
 	    (rc = bind_vec(g, "output_norm.weight", 0, meta->dim, &m->out_norm, err, errlen)))
 		goto err;
@@ -349,12 +391,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		layer_t *L = &m->layers[l];
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+		const char *fnorm = meta->is_hybrid || meta->ffn_norm_post
+					? "post_attention_norm.weight"
+					: "ffn_norm.weight";
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
-		    (rc = bind_vec(g,
-				   NAME(meta->ffn_norm_post ? "post_attention_norm.weight"
-							    : "ffn_norm.weight"),
-				   0, meta->dim, &L->ffn_norm, err, errlen)))
+		    (rc = bind_vec(g, NAME(fnorm), 0, meta->dim, &L->ffn_norm, err, errlen)))
 			goto err;
 		if (meta_layer_moe(meta, l)) { /* experts instead of the dense FFN (moe.c) */
 			if ((rc = moe_layer_new(m, g, l, &L->moe, err, errlen)))
@@ -371,6 +413,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 					   "ffn_down", err, errlen)))
 				goto err;
 		}
+		if (meta_layer_recurrent(meta, l)) { /* qwen35: a DeltaNet layer (deltanet.c) */
+			if ((rc = deltanet_bind(m, g, l, err, errlen)))
+				goto err;
+			continue;
+		}
+		L->kv_lc = m->n_kv_layers++;
 		if (meta->is_mla) { /* deepseek2: latent attention's weights and attn_output */
 			if ((rc = mla_bind(m, g, l, err, errlen)))
 				goto err;
@@ -391,17 +439,17 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 					  (rc = bind_vec(g, NAME("attn_k_norm.weight"), 0, hd,
 							 &L->k_norm, err, errlen))))
 			goto err;
-		/* gpt-oss: the shard's heads' sink logits; the output bias is added once, by the
-		 * rank that holds head 0 (the ranks' partial outputs are summed) */
+		/* gpt-oss: the shard's heads' sink logits; the output bias (added after the sum) */
 		if ((meta->has_sinks && (rc = bind_vec(g, NAME("attn_sinks.weight"), m->sh.q_head0,
 						       m->sh.n_q_heads, &L->sinks, err, errlen))) ||
-		    (meta->has_out_bias && m->sh.q_head0 == 0 &&
-		     (rc = bind_vec(g, NAME("attn_output.bias"), 0, meta->dim, &L->bo, err,
-				    errlen))))
+		    (meta->has_out_bias && (rc = bind_vec(g, NAME("attn_output.bias"), 0, meta->dim,
+							  &L->bo, err, errlen))))
 			goto err;
 #undef NAME
-		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above) */
-		L->wq = mat_rows(L->wq, q0, m->qd);
+		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above); a
+		 * gated query (qwen35) has [query | gate] rows per head */
+		L->q_gated = meta->is_hybrid;
+		L->wq = mat_rows(L->wq, q0 * (1 + L->q_gated), m->qd * (1 + L->q_gated));
 		L->wk = mat_rows(L->wk, k0, m->kvd);
 		L->wv = mat_rows(L->wv, k0, m->kvd);
 		if ((rc = mat_cols(g, &L->wo, q0, m->qd, &L->wo_own, "attn_output", err, errlen)))
@@ -410,7 +458,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 
 	for (int l = m->sh.layer0; !bind_only && l < m->sh.layer1; l++)
 		if (repack_layer(m, &m->layers[l]) ||
-		    (m->layers[l].moe && moe_repack(m, m->layers[l].moe))) {
+		    (m->layers[l].moe && moe_repack(m, m->layers[l].moe)) ||
+		    (m->layers[l].dn && deltanet_repack(m, &m->layers[l]))) {
 			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
 			goto err;
 		}
@@ -427,7 +476,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->kv_ops = quant_ops(m->kv_type);
 	m->kv_npos = (n_ctx + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
 	m->kt_tiled = m->kv_type == QT_F16 || m->kv_type == QT_F32;
-	size_t kv_rows = 0; /* every layer's positions (sliding-window layers: a ring, swa.c) */
+	size_t kv_rows =
+	    0; /* the attention layers' positions (sliding-window ones: a ring, swa.c) */
 	if (swa_layout(m, &kv_rows)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto err;
@@ -442,6 +492,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 			     n_ctx, n_slots);
 		goto err;
 	}
+	if (m->dn && (rc = deltanet_alloc(m, 1, err, errlen)))
+		goto err;
 	m->qkt = quant_qkt();
 	m->av = quant_av();
 	m->expsum = quant_expsum();
@@ -453,6 +505,8 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	float fs = yarn && meta->rope_factor > 0 ? 1.0f / meta->rope_factor : meta->rope_scale;
 	rope_freqs(meta, meta->rope_base, fs, yarn, m->inv_freq);
 	m->rope_mag = yarn ? rope_yarn_mag(meta) : 1.0f;
+	if (meta->is_hybrid)
+		rope_imrope(meta, m->inv_freq);
 	if (meta->swa_window > 0 && !meta->is_mla &&
 	    (meta->rope_base_swa != meta->rope_base || meta->rope_scale_swa != meta->rope_scale)) {
 		/* sliding-window layers with their own base (Gemma 3: 10000 vs 1e6, unscaled) */
@@ -482,6 +536,7 @@ void model_free(model_t *m)
 	if (!m)
 		return;
 	mla_free(m);
+	deltanet_free(m);
 	if (m->layers)
 		for (int l = 0; l < m->meta.n_layers; l++) {
 			layer_t *L = &m->layers[l];
@@ -501,6 +556,7 @@ void model_free(model_t *m)
 			for (size_t i = 0; i < ARRAY_LEN(w); i++)
 				wmat_release(w[i]);
 			moe_layer_free(L->moe);
+			deltanet_layer_free(L);
 		}
 	moe_scratch_free(m->moe);
 	if (m->tiles)
@@ -514,6 +570,8 @@ void model_free(model_t *m)
 	free(m->rope_cs);
 	free(m->inv_freq_swa);
 	free(m->rope_cs_swa);
+	free(m->qfull);
+	free(m->qgate);
 	free(m->kc);
 	free(m->vc);
 	swa_free(m);
@@ -546,7 +604,7 @@ uint64_t model_bytes_per_token(const model_t *m)
 		else
 			b += quant_row_bytes(L->w_down.type, L->w_down.cols) *
 			     (uint64_t)L->w_down.rows;
-		b += mla_layer_bytes(L);
+		b += mla_layer_bytes(L) + deltanet_layer_bytes(m, L);
 	}
 	return b;
 }
@@ -694,22 +752,48 @@ int model_weight_ranges(const model_t *m, const gguf_t *g, int with_head, model_
 			rc = moe_weight_ranges(m, L->moe, base, r, n);
 		if (!rc && L->mla)
 			rc = mla_weight_ranges(L, base, r, n);
+		if (!rc && L->dn)
+			rc = deltanet_weight_ranges(L, base, r, n);
 	}
 	return rc;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* out[B][w->rows] = w . x, summed over the ranks by the all-reduce hook (none on one node); one
+ * token's sums are streamed out chunk by chunk as they are computed when the hook asks. */
+static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x, int B)
+{
+	int n = m->ars.begin && B == 1 ? m->ars.begin(m->ar_ctx, out, w->rows) : 0;
+	if (n <= 0) {
+		if (n < 0)
+			return n;
+		matmul(m, w, out, x, B);
+		return m->ar ? m->ar(m->ar_ctx, out, B * w->rows) : 0;
+	}
+	for (int c = 0; c < n; c++) {
+		int r0, r1, rc;
+		m->ars.chunk(m->ar_ctx, c, &r0, &r1);
+		matmul_rows(m, w, out, x, r0, r1);
+		if ((rc = m->ars.push(m->ar_ctx, c)))
+			return rc;
+	}
+	return m->ars.end(m->ar_ctx);
+}
+
 /* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
  * in order, when logits != NULL. */
 static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
-			 const int *out, int B, float *logits)
+			 const int *out, const int *keep, int B, float *logits)
 {
 	const model_meta_t *p = &m->meta;
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
 	int rc;
 	m->bslot = slot;
 	m->bpos = pos;
+	/* DeltaNet layers: every slot resumes from a held state (deltanet.c) */
+	if (m->dn && (rc = deltanet_plan(m, slot, pos, keep, B)))
+		return rc;
 
 	/* x[B][D] = token_embd[tokens], or the previous pipeline stage's output */
 	if (m->sh.layer0 > 0) {
@@ -735,14 +819,23 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
 				p->rms_eps);
-		if (L->mla) { /* deepseek2: latent attention (mla.c) */
+		if (L->dn) { /* qwen35: a DeltaNet layer, its output projection included */
+			deltanet_forward(m, L, B);
+		} else if (L->mla) { /* deepseek2: latent attention (mla.c) */
 			mla_attention(m, L, lc, B);
 		} else {
 			const wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
-			float *qkv_out[3] = {m->q, m->k, m->v};
+			float *qkv_out[3] = {L->q_gated ? m->qfull : m->q, m->k, m->v};
 			matmul_same_input(m, 3, qkv, qkv_out, m->xb, B);
 			for (int b = 0; b < B; b++) {
 				float *q = m->q + (size_t)b * m->qd, *k = m->k + (size_t)b * m->kvd;
+				for (int h = 0; L->q_gated && h < m->sh.n_q_heads; h++) {
+					const float *f =
+					    m->qfull + ((size_t)b * m->qd + (size_t)h * hd) * 2;
+					memcpy(q + h * hd, f, (size_t)hd * sizeof *q);
+					memcpy(m->qgate + (size_t)b * m->qd + (size_t)h * hd,
+					       f + hd, (size_t)hd * sizeof *q);
+				}
 				float *v = m->v + (size_t)b * m->kvd;
 				if (L->bq) {
 					for (int i = 0; i < m->qd; i++)
@@ -764,19 +857,25 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 							p->rms_eps);
 					rope_layer(m, k + h * hd, b, swa);
 				}
-				attn_cache_put(m, lc, slot[b], pos[b], k, v);
+				attn_cache_put(m, L->kv_lc, slot[b], pos[b], k, v);
 			}
 			if (m->attn_ref)
-				attention_ref(m, lc, B);
+				attention_ref(m, L->kv_lc, B);
 			else
-				attention(m, lc, B);
+				attention(m, L->kv_lc, B);
+			for (int i = 0; L->q_gated && i < B * m->qd; i++) /* qwen35's output gate */
+				m->att[i] *= 1.0f / (1.0f + expf(-m->qgate[i]));
 		}
-		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) + bias (one rank) */
-		matmul(m, &L->wo, m->xb2, m->att, B);
-		for (int b = 0; L->bo && b < B; b++)
+		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks), summed; + the output
+		 * bias (gpt-oss: every rank holds it and adds it to the sum) */
+		if (L->dn) /* the Gated DeltaNet block left its output in xb2 */
+			rc = m->ar ? m->ar(m->ar_ctx, m->xb2, B * D) : 0;
+		else
+			rc = matmul_reduce(m, &L->wo, m->xb2, m->att, B);
+		for (int b = 0; !rc && L->bo && b < B; b++)
 			for (int i = 0; i < D; i++)
 				m->xb2[(size_t)b * D + i] += L->bo[i];
-		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
+		if (rc)
 			return rc;
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
@@ -788,6 +887,8 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				p->rms_eps);
 		if (L->moe) {
 			moe_ffn(m, L->moe, B);
+			if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
+				return rc;
 		} else {
 			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 			float *gu_out[2] = {m->hb, m->hb2};
@@ -796,14 +897,15 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				float g = m->hb[i];
 				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
 			}
-			matmul(m, &L->w_down, m->xb2, m->hb, B);
+			if ((rc = matmul_reduce(m, &L->w_down, m->xb2, m->hb, B)))
+				return rc;
 		}
-		if (m->ar && (rc = m->ar(m->ar_ctx, m->xb2, B * D)))
-			return rc;
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 	}
 
+	if (m->dn) /* the states these tokens wrote are now whole */
+		deltanet_commit(m, pos);
 	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
 	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
 		return rc;
@@ -836,7 +938,8 @@ int model_forward_batch(model_t *m, const model_batch_t *bt, float *logits)
 			for (int b = 0; b < B; b++)
 				n_out += outs[b] != 0;
 		}
-		rc = forward_batch(m, bt->tokens + done, bt->slot + done, bt->pos + done, outs, B,
+		rc = forward_batch(m, bt->tokens + done, bt->slot + done, bt->pos + done, outs,
+				   bt->keep ? bt->keep + done : NULL, B,
 				   logits && n_out ? logits : NULL);
 		if (rc)
 			return rc;
@@ -863,10 +966,33 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits)
 			ps[b] = pos + done + b;
 			out[b] = last && b == B - 1;
 		}
-		int rc = forward_batch(m, tokens + done, slot, ps, out, B, last ? logits : NULL);
+		int rc =
+		    forward_batch(m, tokens + done, slot, ps, out, NULL, B, last ? logits : NULL);
 		if (rc)
 			return rc;
 		done += B;
 	}
 	return 0;
+}
+
+/* ---- recurrent state ------------------------------------------------------------------------ */
+
+int model_seq_resume_pos(const model_t *m, int slot, int limit)
+{
+	if (!m->dn || slot < 0 || slot >= m->n_slots)
+		return limit;
+	return deltanet_resume_pos(m, slot, limit);
+}
+
+int model_set_rollback(model_t *m, int depth, char *err, size_t errlen)
+{
+	if (depth < 0 || depth > MODEL_MAX_BATCH)
+		return sh_fail(err, errlen, SH_EINVAL, "rollback depth %d is not in 0..%d", depth,
+			       MODEL_MAX_BATCH);
+	return m->dn ? deltanet_alloc(m, depth + 1, err, errlen) : 0;
+}
+
+uint64_t model_rs_bytes_per_slot(const model_t *m)
+{
+	return m->dn ? deltanet_slot_bytes(m) : 0;
 }

@@ -53,6 +53,19 @@ typedef struct model_shard {
 /* Sums x[n] over all ranks in place; returns 0 or a negative SH_E* code. */
 typedef int (*model_allreduce_fn)(void *ctx, float *x, int n);
 
+/* Streamed all-reduce (optional, tensor parallel): so that the sums' transfer overlaps the
+ * matmul that produces them. For a one-token batch, begin(ctx, x, n) returns the number of
+ * chunks to produce x[0..n) in (0: not this time, the all-reduce hook runs as usual; < 0: an
+ * error); the model then, for c = 0.. that number - 1, computes x's rows [r0, r1) (from
+ * chunk(ctx, c, ...): multiples of 16 but at the end) and calls push(ctx, c); then end(ctx)
+ * leaves the sum in x. The sums must be the same bits as the plain hook's. */
+typedef struct model_ar_stream {
+	int (*begin)(void *ctx, float *x, int n);
+	void (*chunk)(void *ctx, int c, int *r0, int *r1);
+	int (*push)(void *ctx, int c);
+	int (*end)(void *ctx);
+} model_ar_stream_t;
+
 /* Pipeline hook. dir 0 (in): a stage that does not start at layer 0 receives the hidden state
  * x[B][dim] before its first layer (instead of the embedding). dir 1 (out): called after the
  * stage's last layer when the shard is a partial range of layers; the stage sends x on, and the
@@ -89,6 +102,9 @@ void model_free(model_t *m); /* NULL-safe */
 
 /* Installs the all-reduce hook (fn NULL = single node). */
 void model_set_allreduce(model_t *m, model_allreduce_fn fn, void *ctx);
+
+/* Installs the streamed all-reduce (s NULL = none; copied; ctx is the all-reduce hook's). */
+void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s);
 
 /* Installs the pipeline hook (fn NULL = no pipeline). */
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);
@@ -131,8 +147,32 @@ typedef struct model_batch {
 	const int *slot;   /* [n] 0 .. n_slots-1 */
 	const int *pos;    /* [n] 0 .. n_ctx-1 */
 	const int *out;    /* [n] or NULL */
+	const int *keep;   /* [n] or NULL: keep[i] != 0 checkpoints the recurrent state after
+			    * token i (see "Recurrent state" below; ignored without one) */
 } model_batch_t;
 int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
+
+/* ---- Recurrent state (hybrid models: qwen35's DeltaNet layers, deltanet.c) -----------------
+ * Such a layer keeps per slot a state that only moves forward, instead of a KV cache holding
+ * every position. A slot holds the state after its last rollback + 1 positions computed (a
+ * ring: a speculative step that fed k + 1 tokens can take back up to `rollback` of them) and
+ * up to MODEL_CHECKPOINTS states at positions a batch marked with keep (the oldest is
+ * replaced). A batch may continue slot s at position p only when p == 0 (from scratch) or the
+ * slot holds the state after p tokens; else the pass fails with SH_EINVAL. Continuing at p
+ * forgets every state after p (it belonged to other tokens). Models without recurrent layers
+ * accept any p (their KV cache is positional). The states follow the batches, so every rank of
+ * a group holds the same positions. */
+#define MODEL_CHECKPOINTS 2
+
+/* The largest position <= limit at which slot can continue: limit itself for a model without
+ * recurrent layers; else the latest held state <= limit, or 0. */
+int model_seq_resume_pos(const model_t *m, int slot, int limit);
+/* Keeps the states after the last depth + 1 positions of each slot (default 0: the last one).
+ * Reallocates the state and forgets every slot's: call before the first pass (or when every
+ * slot starts again). 0 or SH_ENOMEM / SH_EINVAL with a reason. */
+int model_set_rollback(model_t *m, int depth, char *err, size_t errlen);
+/* Bytes of recurrent state per slot on this rank (every buffer; 0 without such layers). */
+uint64_t model_rs_bytes_per_slot(const model_t *m);
 
 int model_n_ctx(const model_t *m);
 int model_n_slots(const model_t *m);

@@ -51,6 +51,8 @@ typedef struct wmat {
 } wmat_t;
 
 typedef struct moe_layer moe_layer_t;     /* moe.c: a layer's experts */
+typedef struct dn_state dn_state_t;       /* deltanet.c: recurrent state and scratch */
+#define DN_MAX_GROUPS 16                  /* value heads per key head (qwen35: 1 to 4) */
 typedef struct moe_scratch moe_scratch_t; /* moe.c: the MoE block's buffers */
 
 /* One layer's part of the KV cache. npos is a multiple of ATT_TILE, so a tile of positions
@@ -59,6 +61,7 @@ typedef struct kv_layer {
 	size_t off; /* byte offset of the layer's rows in kc and vc */
 	int npos;   /* rows per (slot, head): kv_npos, or the ring of a sliding-window layer */
 	int win;    /* sliding window (a query at p sees p0 > p - win); 0 = all earlier positions */
+	int layer;  /* the model layer it belongs to */
 } kv_layer_t;
 
 typedef struct layer {
@@ -69,13 +72,16 @@ typedef struct layer {
 	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
 	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
 	float *sinks;               /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
-	float *bo;                  /* gpt-oss: [dim] attn_output.bias (the rank with head 0) */
+	float *bo;                  /* gpt-oss: [dim] attn_output.bias (added after the sum) */
 	float *ffn_norm;            /* [dim] */
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
 	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
 	moe_layer_t *moe;           /* experts instead of w_gate/w_up/w_down (NULL: dense) */
 	struct mla_layer *mla;      /* deepseek2: latent attention's weights (mla.c), else NULL */
+	struct dn_layer *dn;        /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
+	int q_gated;                /* qwen35: wq rows are [query | gate] per head (2 x qd) */
+	int kv_lc;                  /* this layer's index in the KV cache (attention layers) */
 } layer_t;
 
 struct model {
@@ -127,6 +133,7 @@ struct model {
 	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
+	model_ar_stream_t ars; /* begin NULL: none */
 	model_pipe_fn pipe;
 	void *pipe_ctx;
 	int attn_ref;           /* tests: 1 = forward() uses attention_ref() */
@@ -137,6 +144,10 @@ struct model {
 	quant_wsum_fn wsum;
 	moe_scratch_t *moe;    /* NULL for a dense model */
 	struct mla_state *mla; /* deepseek2: latent cache, YaRN tables, scratch (mla.c) */
+	dn_state_t *dn;        /* qwen35: recurrent state per slot, scratch (deltanet.c) */
+	int n_kv_layers;       /* layers of the shard with a KV cache (all but DeltaNet ones) */
+	float *qfull;          /* qwen35: [max_b][2 qd] gated query rows before the split */
+	float *qgate;          /* qwen35: [max_b][qd] the attention output's gate */
 };
 
 /* ---- matmul.c ---------------------------------------------------------------------------- */
@@ -151,6 +162,9 @@ void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
 /* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B);
+/* One input (B = 1): out[r] for rows r0 <= r < r1 only (r0 a multiple of 16: repacked matrices
+ * keep their tiled kernel), the same bits as matmul's. */
+void matmul_rows(model_t *m, const wmat_t *w, float *out, const float *x, int r0, int r1);
 /* Several matrices (n <= MAX_MULTI) over the same input x[B][cols] (Q, K, V or gate, up): one
  * pool dispatch when their types and widths agree. */
 void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x, int B);
@@ -251,6 +265,36 @@ uint64_t mla_layer_bytes(const layer_t *L); /* weight bytes one token reads (0 w
 /* Appends the file ranges layer L's MLA matrices read (model_weight_ranges; base: the mapping's
  * first byte). Returns 0 or SH_ENOMEM. */
 int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n);
+
+/* ---- deltanet.c: qwen35's Gated DeltaNet layers ------------------------------------------ */
+
+/* The rank's head range and shapes (m->sh, m->meta set): before binding the layers. */
+int deltanet_init(model_t *m, char *err, size_t errlen);
+/* Binds layer l's DeltaNet weights for the rank's heads (L->dn). */
+int deltanet_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen);
+/* The interleaved copies of its matrices (matmul.c's wmat_repack). SH_ENOMEM. */
+int deltanet_repack(model_t *m, layer_t *L);
+void deltanet_layer_free(layer_t *L); /* NULL-safe */
+/* (Re)allocates the state (n_ring + MODEL_CHECKPOINTS buffers per slot and layer, every tag
+ * empty) and, once, the scratch; after the layers are bound and m->max_b is set. */
+int deltanet_alloc(model_t *m, int n_ring, char *err, size_t errlen);
+void deltanet_free(model_t *m); /* the state and scratch; NULL-safe */
+/* Bytes of state per slot on this rank (every buffer of every recurrent layer held). */
+uint64_t deltanet_slot_bytes(const model_t *m);
+/* Weight bytes one token reads in layer L (0 without DeltaNet), with its state's read and
+ * write. */
+uint64_t deltanet_layer_bytes(const model_t *m, const layer_t *L);
+int deltanet_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, int *n);
+/* Before a pass of B tokens: checks that every slot continues at a position whose state is
+ * held (SH_EINVAL otherwise), restores checkpoints, starts fresh slots from zeros, and decides
+ * which buffer each token reads and writes. */
+int deltanet_plan(model_t *m, const int *slot, const int *pos, const int *keep, int B);
+/* After the pass succeeded: the written buffers' tags. */
+void deltanet_commit(model_t *m, const int *pos);
+/* xb2[B][D] = this rank's part of DeltaNet layer L's output for the normed xb[B][D]. */
+void deltanet_forward(model_t *m, layer_t *L, int B);
+/* The largest position <= limit at which slot sl can continue (0: from the start). */
+int deltanet_resume_pos(const model_t *m, int sl, int limit);
 
 /* ---- model.c: binding helpers (shared with mla.c) ------------------------------------------ */
 

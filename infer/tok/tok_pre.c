@@ -25,6 +25,12 @@
 #define QWEN2_RE                                                                                   \
 	CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"       \
 		     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* llama-vocab.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35: qwen2's with combining marks (\p{M}) joining
+ * letter runs */
+#define QWEN35_RE                                                                                  \
+	CONTRACTIONS                                                                               \
+	"|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"      \
+	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define CJK_RE   "[一-龥ࠀ-一가-퟿]+"
 #define UPPER    "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define O200K_UP "(?:(?=\\p{L})[^a-z])"
@@ -79,6 +85,7 @@ static const struct pre_def defs[] = {
      0,
      {GPT2_RE}},
     {"qwen2 stablelm2 deepseek-r1-qwen hunyuan megrez grok-2", 0, {QWEN2_RE}},
+    {"qwen35", 0, {QWEN35_RE}},
     {"poro-chat bloom gpt3-finnish", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+"}},
     {"viking", 0, {" ?[^(\\s|.,!?…。，、।۔،)]+", "\\p{N}"}},
     {"tekken",
