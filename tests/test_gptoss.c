@@ -218,14 +218,6 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-typedef struct fix {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-	model_t *m;
-} fix_t;
-
 /* The generated file the llama.cpp vectors below were made from: `shoal mkmodel --arch gpt-oss
  * --dim 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --ffn 64 --experts 8
  * --experts-used 2 --vocab 320 --ctx 96 --sliding-window 8 --seed 11 --type T`. */
@@ -247,28 +239,22 @@ static mkmodel_opts_t fix_opts(int type)
 				.swa_window = 8};
 }
 
-static int fix_open(fix_t *x, int type, int threads, int kv_type)
+/* The fixture in weight type, its own path, as gen_model.h opens generated files. */
+typedef struct fix {
+	gen_t x;
+	char path[256];
+} fix_t;
+
+static int fix_open(fix_t *f, int type, int threads, int kv_type)
 {
-	char err[256];
-	memset(x, 0, sizeof *x);
 	mkmodel_opts_t o = fix_opts(type);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-gptoss-%d-%d.gguf", (int)getpid(), type);
-	if (gen_file(&o, x->path, &x->g, &x->meta, "gpt-oss"))
-		return -1;
-	if (!(x->pool = pool_new(threads)) ||
-	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, kv_type, x->pool, err, sizeof err)) {
-		fprintf(stderr, "fix_open: %s\n", x->pool ? err : "no threads");
-		return -1;
-	}
-	return 0;
+	snprintf(f->path, sizeof f->path, "/tmp/shoal-test-gptoss-%d-%d.gguf", (int)getpid(), type);
+	return gen_open_kv(&f->x, &o, f->path, CTX, kv_type, threads);
 }
 
-static void fix_close(fix_t *x)
+static void fix_close(fix_t *f)
 {
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
+	gen_close(&f->x, f->path);
 }
 
 /* 12 tokens: BOS-free, as llama.cpp tokenizes for a gpt-4o vocabulary without add_bos */
@@ -286,17 +272,17 @@ static void f32_matches_reference(int attn_ref)
 		CHECK(0);
 		return;
 	}
-	x.m->attn_ref = attn_ref;
-	CHECK_EQ_INT(x.meta.arch, META_GPTOSS);
-	CHECK_EQ_INT(x.meta.swa_window, 8);
+	x.x.m->attn_ref = attn_ref;
+	CHECK_EQ_INT(x.x.meta.arch, META_GPTOSS);
+	CHECK_EQ_INT(x.x.meta.swa_window, 8);
 	ref_t R;
-	ref_open(&R, x.g, &x.meta);
-	int V = x.meta.n_vocab;
+	ref_open(&R, x.x.g, &x.x.meta);
+	int V = x.x.meta.n_vocab;
 	float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
 	double worst = 0;
 	for (int i = 0; i < 40; i++) {
 		int t = i < 12 ? prompt[i] : ref_argmax(b, V);
-		CHECK_EQ_INT(model_forward(x.m, &t, 1, i, a), 0);
+		CHECK_EQ_INT(model_forward(x.x.m, &t, 1, i, a), 0);
 		ref_step(&R, t, i, b);
 		double md = 0, mr = 0;
 		for (int k = 0; k < V; k++)
@@ -330,11 +316,11 @@ TEST(prefill_equals_decode)
 		CHECK(0);
 		return;
 	}
-	int V = x.meta.n_vocab;
+	int V = x.x.meta.n_vocab;
 	float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
-	CHECK_EQ_INT(model_forward(x.m, prompt, 12, 0, a), 0);
+	CHECK_EQ_INT(model_forward(x.x.m, prompt, 12, 0, a), 0);
 	for (int i = 0; i < 12; i++)
-		CHECK_EQ_INT(model_forward(x.m, &prompt[i], 1, i, b), 0);
+		CHECK_EQ_INT(model_forward(x.x.m, &prompt[i], 1, i, b), 0);
 	double md = 0, mr = 0;
 	for (int k = 0; k < V; k++)
 		md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
@@ -448,9 +434,9 @@ static int vs_llama(int type, const struct lc_step *want, double *worst, int *to
 	*top5_equal = 1;
 	if (fix_open(&x, type, 2, QT_F16))
 		return -1;
-	int V = x.meta.n_vocab, same = 0;
+	int V = x.x.meta.n_vocab, same = 0;
 	float *lg = malloc(V * sizeof *lg);
-	int rc = model_forward(x.m, prompt, 12, 0, lg);
+	int rc = model_forward(x.x.m, prompt, 12, 0, lg);
 	for (int s = 0; s < 16 && !rc; s++) {
 		int id[5];
 		float lp[5];
@@ -463,7 +449,7 @@ static int vs_llama(int type, const struct lc_step *want, double *worst, int *to
 			if (id[k] == want[s].id[k])
 				*worst = fmax(*worst, fabs(lp[k] - want[s].lp[k]));
 		}
-		rc = model_forward(x.m, &id[0], 1, 12 + s, lg);
+		rc = model_forward(x.x.m, &id[0], 1, 12 + s, lg);
 	}
 	free(lg);
 	fix_close(&x);
@@ -515,42 +501,8 @@ TEST(route_softmax_weight)
 
 #define MAXR 3
 
-typedef struct rank {
-	mem_group_t *g;
-	int r, rc, ids[16];
-	model_t *m;
-	int V;
-} rank_t;
-
-static int group_allreduce(void *ctx, float *x, int n)
-{
-	rank_t *k = ctx;
-	mem_group_allreduce(k->g, k->r, x, n);
-	return 0;
-}
-
-/* Greedy: 12-token prefill then 16 decoded ids. */
-static int greedy(model_t *m, int V, int *ids)
-{
-	float *lg = malloc(V * sizeof *lg);
-	int rc = model_forward(m, prompt, 12, 0, lg);
-	for (int i = 0; i < 16 && !rc; i++) {
-		ids[i] = ref_argmax(lg, V);
-		rc = model_forward(m, &ids[i], 1, 12 + i, lg);
-	}
-	free(lg);
-	return rc;
-}
-
-static void *rank_main(void *arg)
-{
-	rank_t *k = arg;
-	k->rc = greedy(k->m, k->V, k->ids);
-	return NULL;
-}
-
-/* world ranks splitting heads and experts by weights w (tensor + expert parallel), or layers
- * (pipeline), give one rank's greedy ids. */
+/* world ranks splitting heads and experts by weights w (tensor + expert parallel) give one
+ * rank's greedy ids (ref_util.h's in-process group). */
 static void ranks_match_one(int world, const int *w)
 {
 	fix_t x;
@@ -559,41 +511,34 @@ static void ranks_match_one(int world, const int *w)
 		CHECK(0);
 		return;
 	}
-	int want[16], V = x.meta.n_vocab;
-	CHECK_EQ_INT(greedy(x.m, V, want), 0);
+	int want[16], V = x.x.meta.n_vocab, ids[MAXR][16];
+	CHECK_EQ_INT(ref_greedy(x.x.m, V, prompt, 12, 16, want), 0);
 	model_shard_t sh[MAXR];
-	int drc = dist_split(&x.meta, 32, 0, world, w, sh, err, sizeof err);
+	int drc = dist_split(&x.x.meta, 32, 0, world, w, sh, err, sizeof err);
 	if (drc)
 		fprintf(stderr, "dist_split: %s\n", err);
 	CHECK_EQ_INT(drc, 0);
-	mem_group_t g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, world, 0, 0, {0}};
-	rank_t rk[MAXR];
+	model_t *m[MAXR];
 	pool_t *pools[MAXR];
-	pthread_t th[MAXR];
 	int held = 0, heads = 0;
 	for (int r = 0; r < world; r++) {
 		held += sh[r].n_exp;
 		heads += sh[r].n_q_heads;
-		g.slot[r] = malloc(64 * x.meta.dim * sizeof(float));
 		pools[r] = pool_new(1);
-		rk[r] = (rank_t){&g, r, 0, {0}, NULL, V};
-		CHECK_EQ_INT(model_new_kv(&rk[r].m, x.g, &x.meta, &sh[r], CTX, QT_F32, pools[r],
+		m[r] = NULL;
+		CHECK_EQ_INT(model_new_kv(&m[r], x.x.g, &x.x.meta, &sh[r], CTX, QT_F32, pools[r],
 					  err, sizeof err),
 			     0);
-		model_set_allreduce(rk[r].m, group_allreduce, &rk[r]);
+		if (!m[r])
+			return;
 	}
-	CHECK_EQ_INT(held, x.meta.n_experts);
-	CHECK_EQ_INT(heads, x.meta.n_heads);
-	for (int r = 0; r < world; r++)
-		pthread_create(&th[r], NULL, rank_main, &rk[r]);
-	for (int r = 0; r < world; r++)
-		pthread_join(th[r], NULL);
+	CHECK_EQ_INT(held, x.x.meta.n_experts);
+	CHECK_EQ_INT(heads, x.x.meta.n_heads);
+	CHECK_EQ_INT(mem_shards_greedy(m, world, V, x.x.meta.dim, prompt, 12, 16, &ids[0][0]), 0);
 	for (int r = 0; r < world; r++) {
-		CHECK_EQ_INT(rk[r].rc, 0);
-		CHECK(!memcmp(rk[r].ids, want, sizeof want));
-		model_free(rk[r].m);
+		CHECK(!memcmp(ids[r], want, sizeof want));
+		model_free(m[r]);
 		pool_free(pools[r]);
-		free(g.slot[r]);
 	}
 	fix_close(&x);
 }
@@ -695,7 +640,7 @@ TEST(harmony_tokens)
 		return;
 	}
 	tok_t *t = NULL;
-	CHECK_EQ_INT(tok_load(&t, x.g, err, sizeof err), 0);
+	CHECK_EQ_INT(tok_load(&t, x.x.g, err, sizeof err), 0);
 	if (t) {
 		static const char *const user[] = {"<|channel|>", "<|message|>", "<|start|>",
 						   "<|constrain|>", "<|end|>"};
