@@ -573,7 +573,7 @@ static void emit_content(web_job_t *j, size_t upto)
 
 /* ---- gpt-oss's harmony channels (infer.h eng_harmony_parse) ---- */
 
-static char *call_chunk(const web_job_t *j, json_t *call);
+static void stream_calls(web_job_t *j, json_t *calls);
 
 /* One streaming chunk whose delta carries key = text[0..n) (content or reasoning_content). */
 static char *delta_chunk(const web_job_t *j, const char *key, const char *text, size_t n)
@@ -670,24 +670,7 @@ static void harmony_finish(web_job_t *j)
 		j->rid.tool_calls = calls;
 		return;
 	}
-	size_t k;
-	json_t *c;
-	json_array_foreach(calls, k, c)
-	{
-		json_t *fn = json_object_get(c, "function");
-		json_t *head =
-		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
-			      json_object_get(c, "id"), "type", "function", "function", "name",
-			      json_object_get(fn, "name"), "arguments", "");
-		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
-					 "arguments", json_object_get(fn, "arguments"));
-		web_sse_add(&j->out, call_chunk(j, head));
-		web_sse_add(&j->out, call_chunk(j, args));
-		json_decref(head);
-		json_decref(args);
-	}
-	json_decref(calls);
-	pthread_cond_broadcast(&j->cv);
+	stream_calls(j, calls);
 }
 
 void web_tools_on_text(web_job_t *j)
@@ -715,6 +698,31 @@ static char *call_chunk(const web_job_t *j, json_t *call)
 	char *s = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
 	return s;
+}
+
+/* Streams calls (stolen) as OpenAI sends them: per call a delta with its id, type, name and
+ * empty arguments, then one with the arguments (the openai SDK's ChatCompletionStream
+ * accumulates exactly these fields). */
+static void stream_calls(web_job_t *j, json_t *calls)
+{
+	size_t k;
+	json_t *c;
+	json_array_foreach(calls, k, c)
+	{
+		json_t *fn = json_object_get(c, "function");
+		json_t *head =
+		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
+			      json_object_get(c, "id"), "type", "function", "function", "name",
+			      json_object_get(fn, "name"), "arguments", "");
+		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
+					 "arguments", json_object_get(fn, "arguments"));
+		web_sse_add(&j->out, call_chunk(j, head));
+		web_sse_add(&j->out, call_chunk(j, args));
+		json_decref(head);
+		json_decref(args);
+	}
+	json_decref(calls);
+	pthread_cond_broadcast(&j->cv);
 }
 
 void web_tools_finish(web_job_t *j)
@@ -751,22 +759,5 @@ void web_tools_finish(web_job_t *j)
 		return;
 	}
 	emit_content(j, MAX(content_len, j->tc_sent));
-	size_t k;
-	json_t *c;
-	json_array_foreach(calls, k, c)
-	{
-		json_t *fn = json_object_get(c, "function");
-		json_t *head =
-		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
-			      json_object_get(c, "id"), "type", "function", "function", "name",
-			      json_object_get(fn, "name"), "arguments", "");
-		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
-					 "arguments", json_object_get(fn, "arguments"));
-		web_sse_add(&j->out, call_chunk(j, head));
-		web_sse_add(&j->out, call_chunk(j, args));
-		json_decref(head);
-		json_decref(args);
-	}
-	json_decref(calls);
-	pthread_cond_broadcast(&j->cv);
+	stream_calls(j, calls);
 }
