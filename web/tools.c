@@ -575,8 +575,8 @@ static void emit_content(web_job_t *j, size_t upto)
 
 static void stream_calls(web_job_t *j, json_t *calls);
 
-/* One streaming chunk whose delta carries key = text[0..n) (content or reasoning_content). */
-static char *delta_chunk(const web_job_t *j, const char *key, const char *text, size_t n)
+/* One streaming chunk whose delta carries key = v (stolen). */
+static char *key_chunk(const web_job_t *j, const char *key, json_t *v)
 {
 	char *base =
 	    web_json_chunk(&j->rid, NULL, NULL, 0, ENG_FINISH_NONE, j->req.include_usage, NULL);
@@ -585,12 +585,20 @@ static char *delta_chunk(const web_job_t *j, const char *key, const char *text, 
 	json_t *delta =
 	    json_object_get(json_array_get(json_object_get(root, "choices"), 0), "delta");
 	char *s = NULL;
-	if (delta) {
-		json_object_set_new(delta, key, json_stringn_nocheck(text, n));
+	if (delta && v) {
+		json_object_set_new(delta, key, v);
 		s = json_dumps(root, JSON_COMPACT);
+	} else {
+		json_decref(v);
 	}
 	json_decref(root);
 	return s;
+}
+
+/* One streaming chunk whose delta carries key = text[0..n) (content or reasoning_content). */
+static char *delta_chunk(const web_job_t *j, const char *key, const char *text, size_t n)
+{
+	return key_chunk(j, key, json_stringn_nocheck(text, n));
 }
 
 /* The reply's reasoning (kind ENG_H_REASONING) or content pieces, joined, into b. */
@@ -684,20 +692,7 @@ void web_tools_on_text(web_job_t *j)
 /* One streaming chunk whose delta is {"tool_calls": [call]}. */
 static char *call_chunk(const web_job_t *j, json_t *call)
 {
-	char *base =
-	    web_json_chunk(&j->rid, NULL, NULL, 0, ENG_FINISH_NONE, j->req.include_usage, NULL);
-	json_t *root = base ? json_loads(base, 0, NULL) : NULL;
-	free(base);
-	json_t *delta =
-	    json_object_get(json_array_get(json_object_get(root, "choices"), 0), "delta");
-	if (!delta) {
-		json_decref(root);
-		return NULL;
-	}
-	json_object_set_new(delta, "tool_calls", json_pack("[O]", call));
-	char *s = json_dumps(root, JSON_COMPACT);
-	json_decref(root);
-	return s;
+	return key_chunk(j, "tool_calls", json_pack("[O]", call));
 }
 
 /* Streams calls (stolen) as OpenAI sends them: per call a delta with its id, type, name and
