@@ -269,6 +269,7 @@ static void conn_drop(agent_t *a, int i, const char *why)
 	char h[DISC_ID_HEX];
 	disc_id_hex(&c.id, h);
 	LOG(LOG_INFO, "agent: member %s (%s) lost: %s", h, c.addr, why);
+	web_event(a->web, "leave", "%.8s (%s) left: %s", h, c.addr, why);
 	elec_member_down(a->elec, &c.id, now_ms());
 	log_members(a, "-", &c.id, c.addr);
 	core_event_t ev = {.type = CORE_EV_MEMBER_DOWN, .id = c.id};
@@ -425,6 +426,7 @@ static void on_dial_result(agent_t *a, dial_t *d)
 	tp_chan_set_send_timeout(c->ch, 1000);
 	LOG(LOG_INFO, "agent: member %s joined from %s (%s)", ph, c->addr,
 	    me_init ? "we connected" : "it connected");
+	web_event(a->web, "join", "%.8s joined from %s", ph, c->addr);
 	send_info(a, c);
 	agent_send_node(a, c);
 	elec_member_up(a->elec, &pid, now_ms());
@@ -727,6 +729,9 @@ static void track_leader(agent_t *a)
 		LOG(LOG_INFO, "leader: %s -> %s (epoch %llu, %d members%s)", was, now,
 		    (unsigned long long)elec_epoch(a->elec), elec_member_count(a->elec),
 		    have && !disc_id_cmp(&l, &a->self) ? ", this node" : "");
+		web_event(a->web, strcmp(was, "none") ? "failover" : "leader",
+			  "leader %.8s -> %.8s (epoch %llu)", was, now,
+			  (unsigned long long)elec_epoch(a->elec));
 		a->last_leader = l;
 	}
 	agent_core_leader(a);

@@ -382,6 +382,9 @@ static void start_session(agent_t *a, const core_action_t *x)
 		    plan_hash(a->plan), (unsigned long long)plan_epoch(a->plan),
 		    plan_n_ranks(a->plan), plan_strategy_name(plan_strategy(a->plan)), x->rank,
 		    a->cfg.state_dir);
+		web_event(a->web, "replan", "plan %s: %d ranks, %s; this node is rank %d",
+			  plan_hash(a->plan), plan_n_ranks(a->plan),
+			  plan_strategy_name(plan_strategy(a->plan)), x->rank);
 		if (agent_plan_write_files(a->plan, a->cfg.state_dir, 0, err, sizeof err) == 0)
 			a->sess = session_start(a, a->plan, x->rank, err, sizeof err);
 	}
@@ -530,12 +533,28 @@ static json_t *member_obj(agent_t *a, const char *id, const char *name, const ch
 {
 	char ap[96];
 	snprintf(ap, sizeof ap, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, http_port);
+	const char *standby = NULL; /* left out of the plan on purpose (the cost model's choice) */
+	for (int i = 0; a->plan && rank < 0 && i < plan_n_standby(a->plan); i++)
+		if (!strcmp(plan_standby(a->plan, i)->node_id, id))
+			standby = plan_standby(a->plan, i)->reason;
+	if (standby && strcmp(role, "leader"))
+		role = "standby";
 	json_t *m =
 	    json_pack("{s:s,s:s,s:s,s:s,s:s,s:b,s:I}", "id", id, "name", name, "addr", ap, "role",
 		      role, "state", state, "healthy", 1, "mem_total", (json_int_t)mem);
 	json_object_set_new(m, "rank", rank >= 0 ? json_integer(rank) : json_null());
+	if (standby)
+		json_object_set_new(m, "standby_reason", json_string(standby));
 	const plan_rank_t *pr = a->plan && rank >= 0 ? plan_rank(a->plan, rank) : NULL;
 	json_object_set_new(m, "mem_model", json_integer(pr ? (json_int_t)pr->weight_bytes : 0));
+	if (pr) { /* what this rank holds, half-open ranges (the dashboard's topology) */
+		json_t *h = json_pack("{s:[i,i], s:[i,i], s:[i,i], s:[i,i]}", "layers", pr->layer0,
+				      pr->layer1, "heads", pr->q0, pr->q1, "kv_heads", pr->kv0,
+				      pr->kv1, "ffn", pr->ffn0, pr->ffn1);
+		if (h && a->pmodel.n_experts)
+			json_object_set_new(h, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
+		json_object_set_new(m, "holds", h);
+	}
 	json_t *rd = json_array();
 	char tmp[256];
 	snprintf(tmp, sizeof tmp, "%s", rdma ? rdma : "");
@@ -629,6 +648,12 @@ static char *cluster_json(agent_t *a, const char *state)
 					      "hash", plan_hash(a->plan), "epoch",
 					      (json_int_t)plan_epoch(a->plan)));
 		json_t *po = json_object_get(o, "plan");
+		if (po)
+			json_object_set_new(po, "reason", json_string(plan_reason(a->plan)));
+		const plan_pred_t *pd = plan_predicted(a->plan); /* from measured links only */
+		if (po && pd && pd->decode_dtok)
+			json_object_set_new(po, "predicted_decode_tok_s",
+					    json_real((double)pd->decode_dtok / 10.0));
 		if (po && json_array_size(experts))
 			json_object_set(po, "experts", experts);
 		json_decref(experts);
@@ -683,6 +708,8 @@ static void session_poll(agent_t *a)
 		snprintf(e, sizeof e, "%s", session_error(a->sess));
 		session_free(a->sess);
 		a->sess = NULL;
+		if (e[0])
+			web_event(a->web, "error", "session ended: %s", e);
 		/* "STEP: rank N (ADDR) did not answer within MS ms": a rank that stalled while its
 		 * channel stayed up (transport/group.c says it so) */
 		const char *r = strstr(e, "rank ");

@@ -212,6 +212,10 @@ static void verify_tick(agent_t *a, int64_t now)
 			    "model: %llu bytes of the slice %s changed on disk: dropped, fetched "
 			    "again",
 			    (unsigned long long)v->dropped, v->path);
+			web_event(a->web, "model",
+				  "%llu bytes of the model slice changed on disk: "
+				  "fetching them again",
+				  (unsigned long long)v->dropped);
 			if (a->sess)
 				session_fail(a->sess, "the model's slice changed on disk");
 		} else if (!v->slice && a->cfg.model && !strcmp(a->cfg.model, v->path) &&
@@ -220,6 +224,8 @@ static void verify_tick(agent_t *a, int64_t now)
 			LOG(LOG_ERROR, "model: %s changed on disk (hash %.16s, was %.16s)%s",
 			    v->path, hex, a->model_hash,
 			    fetched ? ": deleted, fetching it again" : "");
+			web_event(a->web, "model", "the model changed on disk%s",
+				  fetched ? ": fetching it again" : "");
 			if (fetched) {
 				unlink(v->path);
 				a->cfg.model = NULL;
@@ -270,6 +276,8 @@ void agent_model_tick(agent_t *a, int64_t now)
 		if (f->rc) {
 			LOG(LOG_WARN, "model: fetching from the leader (%s) failed: %s; retrying",
 			    f->host, f->err);
+			web_event(a->web, "model", "fetching the model from %s failed: %s", f->host,
+				  f->err);
 			snprintf(a->why, sizeof a->why, "model transfer failed: %.160s", f->err);
 			a->fetch_retry_ms = now + FETCH_RETRY_MS;
 		} else {
@@ -290,6 +298,8 @@ void agent_model_tick(agent_t *a, int64_t now)
 				    a->model_path, a->model_hash,
 				    (unsigned long long)a->model_size);
 				a->why[0] = 0;
+				web_event(a->web, "model", "model %.16s header fetched from %s",
+					  a->model_hash, f->host);
 				for (int i = 0; i < a->nconns; i++)
 					agent_send_node(a, &a->conns[i]);
 			}
@@ -318,6 +328,7 @@ void agent_model_tick(agent_t *a, int64_t now)
 	a->fetch = f;
 	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from %s:%d", c->desc.model_hash,
 	    (unsigned long long)c->desc.model_size, c->addr, c->desc.sync_port);
+	web_event(a->web, "model", "fetching model %.16s from %s", c->desc.model_hash, c->addr);
 	snprintf(a->why, sizeof a->why, "receiving the model from the leader");
 }
 

@@ -358,6 +358,8 @@ int agent_web_start(agent_t *a, char *err, size_t errlen)
 		o.api_key = a->cfg.api_key;
 	o.tls_cert = a->cfg.tls_cert;
 	o.tls_key = a->cfg.tls_key;
+	o.show_text = a->cfg.dashboard_show_text;
+	o.node_id = a->self_hex; /* the history's column of this node's step times */
 	a->pub_state = WEB_FORMING;
 	snprintf(a->pub_reason, sizeof a->pub_reason, "waiting for peers");
 	char e[256];
