@@ -38,6 +38,13 @@ typedef struct eng_dist {
 	    layer1;                 /* half-open, as planner.h's plan_rank_t */
 	int exp0, exp1, shx0, shx1; /* routed experts and shared-expert units (MoE); an empty
 				       range = none of them */
+	int stage0, stage1; /* its stage: ranks [stage0, stage1), a tensor group over the layers
+			       above (planner.h's plan_rank_t; hybrid plans: tensor parallel
+			       inside a stage, pipeline between stages); equal (0, 0): the
+			       pipeline flag's layout (one stage, or a stage per rank) */
+	int inflight; /* several stages, rank 0: passes (micro-batches of the active sequences)
+			 kept in flight round the stages at most; 0 = one per stage, 1 = one
+			 at a time (lock-step) */
 } eng_dist_t;
 
 typedef struct eng_opts {
@@ -74,6 +81,7 @@ typedef struct eng_info {
 	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
+	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
 } eng_info_t;
 
 typedef struct eng_msg {
