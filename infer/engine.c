@@ -712,7 +712,8 @@ void eng_comm_stats(const eng_t *e, eng_comm_t *out)
 		return;
 	dist_stats_t s;
 	dist_get_stats(e->dist, &s);
-	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms, s.comm_min_ms};
+	*out = (eng_comm_t){s.steps,   s.tokens,      s.bytes_sent,   s.comm_ms,
+			    s.step_ms, s.comm_min_ms, s.in_flight_max};
 }
 
 /* ---- sequences ---------------------------------------------------------------------------- */
@@ -999,15 +1000,19 @@ static model_batch_t pass_batch(const pass_t *p)
 }
 
 /* A pipeline's rank 0 with micro-batches in flight: while the ring has room and sequences are
- * ready, submit passes of about n_active / ring_max sequences each (so that every stage has
- * one to work on), then take the oldest pass back and sample its sequences. A sequence whose
- * pass is in flight waits for it, so each still gets one token per pass of its own. */
+ * ready, submit passes that share the ready sequences evenly among the room left (so that every
+ * stage has a pass to work on), then take the oldest pass back and sample its sequences. A
+ * sequence whose pass is in flight waits for it, so each still gets one token per pass of its
+ * own. */
 static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 {
-	int per = MAX((e->n_active + e->ring_max - 1) / e->ring_max, 1), rc;
+	int rc;
 	while (e->ring_n < e->ring_max) {
+		int ready = 0, room = e->ring_max - e->ring_n;
+		for (int i = 0; i < e->n_slots; i++)
+			ready += e->slots[i].state != SLOT_FREE && !e->slots[i].flying;
 		pass_t *p = &e->pass[(e->ring_head + e->ring_n) % e->ring_max];
-		if (!pass_build(e, p, per))
+		if (!ready || !pass_build(e, p, (ready + room - 1) / room))
 			break;
 		model_batch_t b = pass_batch(p);
 		e->last_batch = p->n;

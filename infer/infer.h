@@ -300,6 +300,8 @@ typedef struct eng_comm {
 	double step_ms;         /* time of the passes, communication included */
 	double comm_min_ms;     /* least communication of one decode step (~ the network's share
 				   without waiting for a slower rank) */
+	int in_flight_max;      /* rank 0 of a pipeline: most passes in flight round the stages
+				   at once (1: lock-step) */
 } eng_comm_t;
 void eng_comm_stats(const eng_t *e, eng_comm_t *out);
 

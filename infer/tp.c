@@ -963,6 +963,7 @@ int dist_submit(dist_t *d, const model_batch_t *b)
 	if ((rc = batch_send(d, b, &msg_ms)) || (rc = pass_run(d, b, NULL, 0, 0, NULL, msg_ms)))
 		return rc;
 	d->fl[(d->fl_head + d->fl_n++) % d->fl_cap] = (flight_t){d->seq, n_out};
+	d->st.in_flight_max = MAX(d->st.in_flight_max, d->fl_n);
 	return 0;
 }
 

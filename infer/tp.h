@@ -86,6 +86,7 @@ typedef struct dist_stats {
 	double step_ms;      /* wall time of the passes (compute + communication) */
 	double comm_min_ms;  /* smallest communication time of one decode pass (1 token): close
 				to the pure network cost, without waiting for a slower rank */
+	int in_flight_max;   /* rank 0: most passes in flight at once (dist_submit) */
 } dist_stats_t;
 
 /* Splits the model over `world` ranks in proportion to weights (NULL = even) as the planner does:
