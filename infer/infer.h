@@ -223,7 +223,11 @@ typedef struct eng_done {
 
 /* One forward pass over every active sequence (nothing when none). done (n_slots entries) gets
  * the sequences that ended, *n_done their count. Returns 0, or the forward pass's error: then
- * every active sequence ended with ENG_FINISH_ERROR and is in done. */
+ * every active sequence ended with ENG_FINISH_ERROR and is in done.
+ * On rank 0 of a pipeline with passes in flight (eng_dist_t.inflight) a step instead submits
+ * passes of the sequences that are ready (up to one per stage in flight) and takes the oldest
+ * one back: only that pass's sequences get their token in the step (each sequence still gets
+ * one per pass of its own). A sequence canceled while its pass is out frees its slot at once. */
 int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
