@@ -2,7 +2,8 @@
  * group inside each pipeline stage: 2x2, 2+1) and pipelines of 3 stages, with 1..8 sequences at
  * once whose passes are in flight round the stages together (eng_dist_t.inflight), give every
  * request exactly the greedy ids it gets alone on one node (a generated F32 llama, stories260K,
- * a generated qwen35 with its recurrent state per slot); so does lock-step (inflight 1). A
+ * a generated qwen35 with its recurrent state per slot, a generated qwen2moe with its experts
+ * split whole inside each stage); so does lock-step (inflight 1). A
  * sequence canceled while its pass is in flight leaves its slot to the next request at once.
  * A rank that vanishes before the first step, or dies in the middle of a run (stage 0's other
  * rank, a later stage's root, a later stage's other rank), makes rank 0's step fail with a
@@ -35,7 +36,7 @@
 #define MAXP  70 /* longest prompt: more than a prefill chunk and than one 64-row model batch */
 #define CTX   160
 
-static char F32[256], Q35[256];
+static char F32[256], Q35[256], MOE[256];
 static tp_keys_t KEYS;
 
 typedef struct req {
@@ -352,7 +353,7 @@ static void check_layout(const char *path, const req_t *want, int world, const i
 	}
 }
 
-static req_t WANT_F32[N_REQ], WANT_Q35[N_REQ];
+static req_t WANT_F32[N_REQ], WANT_Q35[N_REQ], WANT_MOE[N_REQ];
 
 TEST(hybrid_2x2)
 {
@@ -400,6 +401,14 @@ TEST(qwen35)
 {
 	check_layout(Q35, WANT_Q35, 3, NULL, 3, (int[]){4}, 1, 0, "qwen35 pipeline 3");
 	check_layout(Q35, WANT_Q35, 3, (int[]){2, 1}, 2, (int[]){3, 8}, 2, 0, "qwen35 hybrid 2+1");
+}
+
+/* qwen2moe: each stage's ranks split its layers' routed experts whole and the shared block by
+ * columns, as a tensor group does. */
+TEST(moe)
+{
+	check_layout(MOE, WANT_MOE, 3, (int[]){2, 1}, 2, (int[]){4}, 1, 0, "qwen2moe hybrid 2+1");
+	check_layout(MOE, WANT_MOE, 4, (int[]){2, 2}, 2, (int[]){8}, 1, 0, "qwen2moe hybrid 2x2");
 }
 
 /* A sequence canceled while its pass is in flight: its slot goes to the next request at once
@@ -646,11 +655,15 @@ int main(int argc, char **argv)
 			    .ssm_state = 32,
 			    .ssm_k_heads = 2,
 			    .ssm_v_heads = 4};
-	if (mkmodel_write(&o, F32, err, sizeof err) || mkmodel_write(&q, Q35, err, sizeof err)) {
+	mkmodel_opts_t x = o;
+	x.arch = "qwen2moe", x.seed = 28, x.experts = 8, x.experts_used = 2, x.expert_ffn = 64;
+	snprintf(MOE, sizeof MOE, "/tmp/shoal-test-stages-%d-moe.gguf", (int)getpid());
+	if (mkmodel_write(&o, F32, err, sizeof err) || mkmodel_write(&q, Q35, err, sizeof err) ||
+	    mkmodel_write(&x, MOE, err, sizeof err)) {
 		fprintf(stderr, "mkmodel: %s\n", err);
 		return 1;
 	}
-	if (run_alone(F32, WANT_F32) || run_alone(Q35, WANT_Q35)) {
+	if (run_alone(F32, WANT_F32) || run_alone(Q35, WANT_Q35) || run_alone(MOE, WANT_MOE)) {
 		fprintf(stderr, "reference runs failed\n");
 		return 1;
 	}
@@ -660,10 +673,12 @@ int main(int argc, char **argv)
 	RUN(lock_step);
 	RUN(stories);
 	RUN(qwen35);
+	RUN(moe);
 	RUN(cancel_in_flight);
 	RUN(rank_dies);
 	RUN(stage_mismatch);
 	unlink(F32);
 	unlink(Q35);
+	unlink(MOE);
 	return harness_done();
 }
