@@ -6,9 +6,12 @@
  * step of several sequences, a BATCH (64 bytes, then n entries of token, slot, position, flags
  * unless they fit inline), then computes. Every rank keeps the same slots of KV cache for its
  * heads or layers, so a BATCH addresses them all alike. Every rank runs
- * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass (tensor
- * mode: two all-reduces per layer; pipeline mode: hidden state rank r -> r+1, and the last
- * stage's final row back to rank 0, which computes the head).
+ * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass: the
+ * ranks form stages (tp.h), each a tensor group over a range of layers with two all-reduces
+ * per layer among its ranks; a stage's root sends the hidden state to every rank of the next
+ * stage, and the last stage's root sends the rows that want logits back to rank 0, which
+ * computes the head. With several stages rank 0 may have several passes in flight
+ * (dist_submit / dist_collect), each tagged with its step number.
  *
  * Invariant: d->seq is the number of STEPs sent (rank 0) or run (others); a STEP whose sequence
  * number is not the next one is a protocol error, so no rank ever computes a pass out of order.
