@@ -38,6 +38,13 @@ typedef struct eng_dist {
 	    layer1;                 /* half-open, as planner.h's plan_rank_t */
 	int exp0, exp1, shx0, shx1; /* routed experts and shared-expert units (MoE); an empty
 				       range = none of them */
+	int stage0, stage1; /* its stage: ranks [stage0, stage1), a tensor group over the layers
+			       above (planner.h's plan_rank_t; hybrid plans: tensor parallel
+			       inside a stage, pipeline between stages); equal (0, 0): the
+			       pipeline flag's layout (one stage, or a stage per rank) */
+	int inflight; /* several stages, rank 0: passes (micro-batches of the active sequences)
+			 kept in flight round the stages at most; 0 = one per stage, 1 = one
+			 at a time (lock-step) */
 } eng_dist_t;
 
 typedef struct eng_opts {
@@ -74,6 +81,7 @@ typedef struct eng_info {
 	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
+	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
 } eng_info_t;
 
 typedef struct eng_msg {
@@ -240,7 +248,11 @@ typedef struct eng_done {
 
 /* One forward pass over every active sequence (nothing when none). done (n_slots entries) gets
  * the sequences that ended, *n_done their count. Returns 0, or the forward pass's error: then
- * every active sequence ended with ENG_FINISH_ERROR and is in done. */
+ * every active sequence ended with ENG_FINISH_ERROR and is in done.
+ * On rank 0 of a pipeline with passes in flight (eng_dist_t.inflight) a step instead submits
+ * passes of the sequences that are ready (up to one per stage in flight) and takes the oldest
+ * one back: only that pass's sequences get their token in the step (each sequence still gets
+ * one per pass of its own). A sequence canceled while its pass is out frees its slot at once. */
 int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
@@ -322,6 +334,8 @@ typedef struct eng_comm {
 	double step_ms;         /* time of the passes, communication included */
 	double comm_min_ms;     /* least communication of one decode step (~ the network's share
 				   without waiting for a slower rank) */
+	int in_flight_max;      /* rank 0 of a pipeline: most passes in flight round the stages
+				   at once (1: lock-step) */
 } eng_comm_t;
 void eng_comm_stats(const eng_t *e, eng_comm_t *out);
 

@@ -781,6 +781,19 @@ static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x
 	return m->ars.end(m->ar_ctx);
 }
 
+/* The output head: logits[k][n_vocab] of the rows b < B of x[B][dim] with out[b] set (out NULL:
+ * every row), in order; B <= max_b. xb[k][D] = the normed rows, then one head matmul. */
+static void head_rows(model_t *m, const float *x, const int *out, int B, float *logits)
+{
+	int D = m->meta.dim, n_out = 0;
+	for (int b = 0; b < B; b++)
+		if (!out || out[b])
+			rmsnorm(m->xb + (size_t)n_out++ * D, x + (size_t)b * D, m->out_norm, D,
+				m->meta.rms_eps);
+	if (n_out)
+		matmul(m, &m->out, logits, m->xb, n_out);
+}
+
 /* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
  * in order, when logits != NULL. */
 static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
@@ -909,14 +922,20 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
 	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
 		return rc;
-	if (logits) { /* xb[n_out][D] = the normed rows that want logits; one head matmul */
-		int n_out = 0;
-		for (int b = 0; b < B; b++)
-			if (out[b])
-				rmsnorm(m->xb + (size_t)n_out++ * D, m->x + (size_t)b * D,
-					m->out_norm, D, p->rms_eps);
-		if (n_out)
-			matmul(m, &m->out, logits, m->xb, n_out);
+	if (logits) /* the rows that want logits */
+		head_rows(m, m->x, out, B, logits);
+	return 0;
+}
+
+int model_head(model_t *m, const float *x, int n, float *logits)
+{
+	if (n < 0)
+		return SH_EINVAL;
+	for (int done = 0; done < n;) { /* the scratch holds max_b rows */
+		int B = MIN(m->max_b, n - done);
+		head_rows(m, x + (size_t)done * m->meta.dim, NULL, B, logits);
+		logits += (size_t)B * m->meta.n_vocab;
+		done += B;
 	}
 	return 0;
 }
