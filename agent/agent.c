@@ -148,6 +148,15 @@ static void feed_leader(agent_t *a)
 	uint64_t ep = elec_epoch(e), mx = elec_max_epoch(e);
 	if (!disc_id_cmp(&l, &a->fed_leader) && ep == a->fed_epoch && mx == a->fed_max_epoch)
 		return;
+	if (disc_id_cmp(&l, &a->fed_leader)) { /* the dashboard's event log */
+		char was[DISC_ID_HEX] = "none", now[DISC_ID_HEX] = "none";
+		if (!disc_id_is_zero(&a->fed_leader))
+			disc_id_hex(&a->fed_leader, was);
+		if (!disc_id_is_zero(&l))
+			disc_id_hex(&l, now);
+		web_event(pub_web(a->pub), strcmp(was, "none") ? "failover" : "leader",
+			  "leader %.8s -> %.8s (epoch %llu)", was, now, (unsigned long long)ep);
+	}
 	a->fed_leader = l;
 	a->fed_epoch = ep;
 	a->fed_max_epoch = mx;
@@ -271,6 +280,9 @@ static void start_session(agent_t *a, const core_action_t *x)
 		    "plan %s: epoch %llu, %d ranks, %s, this node is rank %d; files in %s",
 		    plan_hash(p), (unsigned long long)plan_epoch(p), plan_n_ranks(p),
 		    plan_strategy_name(plan_strategy(p)), x->rank, a->cfg.state_dir);
+		web_event(pub_web(a->pub), "replan", "plan %s: %d ranks, %s; this node is rank %d",
+			  plan_hash(p), plan_n_ranks(p), plan_strategy_name(plan_strategy(p)),
+			  x->rank);
 		session_cfg_t sc = {.model_path = modelstore_path(a->model),
 				    .threads = a->cfg.threads,
 				    .parallel = a->cfg.parallel,
@@ -329,6 +341,9 @@ static void act(agent_t *a, const core_action_t *x)
 static void on_joined(void *ud, member_t *m)
 {
 	agent_t *a = ud;
+	char h[DISC_ID_HEX];
+	disc_id_hex(&m->id, h);
+	web_event(pub_web(a->pub), "join", "%.8s joined from %s", h, m->addr);
 	send_node(a, m);
 	core_event_t ev = {.type = CORE_EV_MEMBER_UP, .id = m->id};
 	feed(a, &ev);
@@ -339,8 +354,12 @@ static void on_reconnected(void *ud, member_t *m)
 	send_node(ud, m);
 }
 
-static void on_left(void *ud, const disc_id_t *id)
+static void on_left(void *ud, const disc_id_t *id, const char *addr, const char *why)
 {
+	agent_t *a = ud;
+	char h[DISC_ID_HEX];
+	disc_id_hex(id, h);
+	web_event(pub_web(a->pub), "leave", "%.8s (%s) left: %s", h, addr, why);
 	core_event_t ev = {.type = CORE_EV_MEMBER_DOWN, .id = *id};
 	feed(ud, &ev);
 }
@@ -433,6 +452,8 @@ static void session_poll(agent_t *a)
 		int r = session_stalled_rank(a->sess);
 		session_free(a->sess);
 		a->sess = NULL;
+		if (e[0])
+			web_event(pub_web(a->pub), "error", "session ended: %s", e);
 		/* a rank that stalled while its channel stayed up: the core leaves it out a while
 		 */
 		const core_plan_t *cp = core_plan(a->core);
@@ -488,6 +509,8 @@ static void tick(agent_t *a, int64_t now)
 {
 	modelstore_holder_t h;
 	int news = modelstore_tick(a->model, model_holder(a, &h) ? &h : NULL, now);
+	if (modelstore_event(a->model)[0])
+		web_event(pub_web(a->pub), "model", "%s", modelstore_event(a->model));
 	if (news & MODELSTORE_ANNOUNCE)
 		for (int i = 0; i < members_count(a->members); i++)
 			send_node(a, members_at(a->members, i));
@@ -634,7 +657,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	cc.replan_delay_ms = cfg->replan_delay_ms;
 	cc.log = core_log_line;
 	cc.log_level = log_threshold;
-	a->pub = pub_new(&a->cfg);
+	a->pub = pub_new(&a->cfg, a->self_hex);
 	a->plans = plans_new();
 	a->core = core_new(&a->self, &cc, now_ms());
 	if (!a->pub || !a->plans || !a->core) {

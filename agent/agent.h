@@ -61,6 +61,7 @@ typedef struct agent_config {
 	int exec_port;        /* --exec-port: rank 0's command serves the API here */
 	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
 	const char *kv_type;  /* KV cache elements ("f16", "f32", "q8_0"; NULL = f16) */
+	int dashboard_show_text; /* the dashboard's request table shows prompts and replies */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -178,7 +178,7 @@ static void conn_drop(members_t *a, int i, const char *why)
 	elec_member_down(a->elec, &c.id, now_ms());
 	log_members(a, "-", &c.id, c.addr);
 	if (a->hooks.left)
-		a->hooks.left(a->hooks.ud, &c.id);
+		a->hooks.left(a->hooks.ud, &c.id, c.addr, why);
 	election_moved(a);
 }
 

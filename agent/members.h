@@ -43,7 +43,8 @@ typedef struct member {
 typedef struct members_hooks {
 	void (*joined)(void *ud, member_t *m);       /* a channel to a new member is up */
 	void (*reconnected)(void *ud, member_t *m);  /* its channel was replaced by a newer one */
-	void (*left)(void *ud, const disc_id_t *id); /* a member is gone */
+	/* a member is gone: its address and why (borrowed for the call) */
+	void (*left)(void *ud, const disc_id_t *id, const char *addr, const char *why);
 	void (*election)(void *ud);                  /* an election input: the leader may move */
 	/* An agent message (0x0300-0x03ff) from m: 0, or non-zero to drop the member (malformed).
 	 */

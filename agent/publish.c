@@ -30,6 +30,17 @@ static json_t *member_json(const pub_member_t *m)
 			      "mem_total", (json_int_t)m->mem_total);
 	json_object_set_new(o, "rank", m->rank >= 0 ? json_integer(m->rank) : json_null());
 	json_object_set_new(o, "mem_model", json_integer((json_int_t)m->mem_model));
+	if (m->standby_reason)
+		json_object_set_new(o, "standby_reason", json_string(m->standby_reason));
+	const plan_rank_t *pr = m->holds;
+	if (pr) { /* what this rank holds, half-open ranges (the dashboard's topology) */
+		json_t *h = json_pack("{s:[i,i], s:[i,i], s:[i,i], s:[i,i]}", "layers", pr->layer0,
+				      pr->layer1, "heads", pr->q0, pr->q1, "kv_heads", pr->kv0,
+				      pr->kv1, "ffn", pr->ffn0, pr->ffn1);
+		if (h && m->holds_experts)
+			json_object_set_new(h, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
+		json_object_set_new(o, "holds", h);
+	}
 	json_t *rd = json_array();
 	char tmp[256];
 	snprintf(tmp, sizeof tmp, "%s", m->rdma);
@@ -56,6 +67,10 @@ static json_t *plan_json(const pub_cluster_t *c)
 		json_object_set_new(p, "hash", json_string(c->hash));
 		json_object_set_new(p, "epoch", json_integer((json_int_t)c->plan_epoch));
 	}
+	if (p && c->reason)
+		json_object_set_new(p, "reason", json_string(c->reason));
+	if (p && c->predicted_tok_s > 0)
+		json_object_set_new(p, "predicted_decode_tok_s", json_real(c->predicted_tok_s));
 	if (p && c->experts) { /* MoE: each rank's routed experts */
 		json_t *ex = json_array();
 		for (int r = 0; r < c->ranks; r++)
@@ -104,11 +119,19 @@ static void member_fill(pub_member_t *m, const pub_src_t *s, const char *id, con
 	snprintf(m->addr, sizeof m->addr, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, http_port);
 	m->role = leader && !strcmp(leader, id) ? "leader" : "follower";
 	m->rank = s->plan ? plan_rank_of(s->plan, id) : -1;
+	m->standby_reason = NULL; /* left out of the plan on purpose (the cost model's choice) */
+	for (int i = 0; s->plan && m->rank < 0 && i < plan_n_standby(s->plan); i++)
+		if (!strcmp(plan_standby(s->plan, i)->node_id, id))
+			m->standby_reason = plan_standby(s->plan, i)->reason;
+	if (m->standby_reason && strcmp(m->role, "leader"))
+		m->role = "standby";
 	m->state = state;
 	m->healthy = 1;
 	m->mem_total = mem;
 	const plan_rank_t *pr = s->plan && m->rank >= 0 ? plan_rank(s->plan, m->rank) : NULL;
 	m->mem_model = pr ? pr->weight_bytes : 0;
+	m->holds = pr;
+	m->holds_experts = pr && s->pmodel && s->pmodel->n_experts;
 	snprintf(m->rdma, sizeof m->rdma, "%s", rdma ? rdma : "");
 }
 
@@ -125,6 +148,9 @@ static void plan_fill(pub_cluster_t *c, const pub_src_t *s, double *shares, int 
 	c->n_ctx = plan_ctx(p);
 	c->hash = plan_hash(p);
 	c->plan_epoch = plan_epoch(p);
+	c->reason = plan_reason(p);
+	const plan_pred_t *pd = plan_predicted(p); /* from measured links only */
+	c->predicted_tok_s = pd && pd->decode_dtok ? (double)pd->decode_dtok / 10.0 : 0;
 	const char *name = s->model_path ? strrchr(s->model_path, '/') : NULL;
 	c->model = name ? name + 1 : s->model_path ? s->model_path : "";
 	for (int r = 0; r < n; r++)
@@ -225,7 +251,7 @@ static void on_engine_lost(void *ud)
 	atomic_store(&p->group_broken, 1);
 }
 
-pub_t *pub_new(const agent_config_t *cfg)
+pub_t *pub_new(const agent_config_t *cfg, const char *self_hex)
 {
 	pub_t *p = calloc(1, sizeof *p);
 	if (!p)
@@ -246,6 +272,8 @@ pub_t *pub_new(const agent_config_t *cfg)
 		o.api_key = cfg->api_key;
 	o.tls_cert = cfg->tls_cert;
 	o.tls_key = cfg->tls_key;
+	o.show_text = cfg->dashboard_show_text;
+	o.node_id = self_hex; /* the history's column of this node's step times */
 	char e[256];
 	if (!web_new(&p->web, &o, NULL, e, sizeof e))
 		LOG(LOG_INFO, "api: listening on port %d", web_port(p->web));

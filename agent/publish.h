@@ -32,8 +32,11 @@ typedef struct pub_member {
 	char id[DISC_HOST_MAX]; /* the node ID (or, for `shoal serve`, the host name) */
 	char name[DISC_HOST_MAX];
 	char addr[DISC_HOST_MAX + 16]; /* ADDR:HTTP_PORT, [V6]:PORT */
-	const char *role;              /* "leader" or "follower" */
+	const char *role;              /* "leader", "follower" or "standby" */
 	int rank;                      /* -1: not in the plan */
+	const char *standby_reason;    /* left out of the plan on purpose (the cost model's), or NULL */
+	const plan_rank_t *holds;      /* what this rank holds (the dashboard's topology), or NULL */
+	int holds_experts;             /* MoE: say its routed experts too */
 	const char *state;             /* the node's state, or what it said about the plan */
 	int healthy;
 	uint64_t mem_total, mem_model;
@@ -56,6 +59,8 @@ typedef struct pub_cluster {
 	double *shares;    /* ranks */
 	int (*experts)[2]; /* ranks [first, last) routed experts, or NULL (dense) */
 	const char *model, *hash;
+	const char *reason;       /* why the planner chose this plan, or NULL */
+	double predicted_tok_s;   /* single-stream decode predicted from measured links (0: none) */
 	uint64_t plan_epoch;
 	int nlinks;
 	pub_link_t *links;
@@ -85,7 +90,7 @@ typedef struct pub pub_t;
 
 /* Starts the API server (every node; a port that cannot be opened costs only the API: logged,
  * pub_web is then NULL). NULL when out of memory. */
-pub_t *pub_new(const agent_config_t *cfg);
+pub_t *pub_new(const agent_config_t *cfg, const char *self_hex);
 void pub_free(pub_t *p);
 web_t *pub_web(pub_t *p);
 /* Set by the web server when a request met a broken group; the session reads and clears it. */

@@ -4,7 +4,8 @@
  *
  * Families: chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,
  * mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, zephyr,
- * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca.
+ * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, gpt-oss (harmony,
+ * chat_harmony.c).
  *
  * Choice (chat_pick): an explicit name wins (an unknown name is an error listing the families);
  * else the model's template is recognised (an unrecognised one is an error that names
@@ -58,6 +59,7 @@ typedef enum chat_tool_style {
 	CHAT_TOOLS_HERMES,     /* Hermes 2 Pro / 3 tool_use (<tool_call> tags) */
 	CHAT_TOOLS_MISTRAL,    /* Mistral Nemo's [AVAILABLE_TOOLS] / [TOOL_CALLS] */
 	CHAT_TOOLS_QWEN35,     /* Qwen3.5: XML calls <tool_call><function=...><parameter=...> */
+	CHAT_TOOLS_HARMONY,    /* gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME */
 } chat_tool_style_t;
 
 /* The style for a family and the model's template text (tmpl may be NULL). */
@@ -71,5 +73,11 @@ enum eng_tool_format chat_tool_format(chat_tool_style_t style);
 int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg_t *msgs,
 		      int n_msgs, const char *tools_json, int open_call, const char *eos,
 		      char **out, char *err, size_t errlen);
+
+/* gpt-oss's template (chat_harmony.c; the family "gpt-oss"): msgs may carry tool calls, role
+ * "tool" and reasoning; tools_json NULL or OpenAI's tools array; add: "<|start|>assistant" for
+ * the reply. The reply's channels are read back by eng_harmony_parse (infer.h). */
+int chat_render_harmony(const eng_msg_t *msgs, int n_msgs, const char *tools_json, int add,
+			char **out, char *err, size_t errlen);
 
 #endif

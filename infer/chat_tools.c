@@ -57,6 +57,8 @@ chat_tool_style_t chat_tool_style(const char *family, const char *tmpl, size_t l
 		return CHAT_TOOLS_MISTRAL;
 	if (!strcmp(family, "qwen3.5"))
 		return CHAT_TOOLS_QWEN35;
+	if (!strcmp(family, "gpt-oss"))
+		return CHAT_TOOLS_HARMONY;
 	if (!strcmp(family, "chatml")) {
 		static const char qwen25[] = "You are Qwen, created by Alibaba Cloud";
 		static const char hermes[] = "You are a function calling AI model";
@@ -77,6 +79,7 @@ enum eng_tool_format chat_tool_format(chat_tool_style_t style)
 	case CHAT_TOOLS_LLAMA3: return ENG_TOOLS_LLAMA3;
 	case CHAT_TOOLS_MISTRAL: return ENG_TOOLS_MISTRAL;
 	case CHAT_TOOLS_QWEN35: return ENG_TOOLS_XML;
+	case CHAT_TOOLS_HARMONY: return ENG_TOOLS_HARMONY;
 	default: return ENG_TOOLS_HERMES;
 	}
 }
@@ -579,6 +582,8 @@ int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg
 		style = CHAT_TOOLS_HERMES; /* a forced call opens with its tag too (below) */
 		goto open;
 	}
+	if (family && !strcmp(family, "gpt-oss")) /* chat_harmony.c (a forced call: the grammar) */
+		return chat_render_harmony(m, n, tools_json, 1, out, err, errlen);
 	int any = tools_json != NULL;
 	for (int i = 0; i < n && !any; i++)
 		any = m[i].tool_calls || is_role(&m[i], "tool");

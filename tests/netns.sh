@@ -274,3 +274,19 @@ ns_same_ids() {
 		fail "$d: rank 0 failed: $(tail -1 "$T/$name.err")"
 	fi
 }
+
+# Agents on the hosts, each with its state directory in $(ns_dir I)/state (uses $SHOAL):
+# ns_state I, ns_node_id I, ns_status I (`shoal status --json` inside host I), and
+# ns_leader_host I N: the number (1..N) of the host whose agent leads as host I sees it.
+ns_state() { echo "$(ns_dir "$1")/state"; }
+ns_node_id() { cat "$(ns_state "$1")/node_id" 2>/dev/null; }
+ns_status() { ns_exec "$1" "$SHOAL" status --json --state-dir "$(ns_state "$1")" 2>/dev/null; }
+ns_leader_host() {
+	_l=$(ns_status "$1" | jq -r .leader 2>/dev/null)
+	_h=1
+	while [ "$_h" -le "$2" ]; do
+		[ "$(ns_node_id $_h)" = "$_l" ] && { echo $_h; return 0; }
+		_h=$((_h + 1))
+	done
+	return 1
+}

@@ -41,6 +41,9 @@ struct web_sched {
 	int started;
 	pthread_t thread;
 	web_metrics_t *m;
+	web_history_t *hist; /* finished requests and step times go there (NULL: nowhere) */
+	eng_comm_t comm;     /* run_eng's communication figures after the last step */
+	eng_t *comm_eng;     /* the engine comm belongs to */
 };
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
@@ -99,6 +102,7 @@ void web_job_unref(web_job_t *j)
 	web_buf_free(&j->text);
 	json_decref(j->logprobs);
 	json_decref(j->rid.tool_calls);
+	json_decref(j->rid.reasoning);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
 	free(j);
@@ -180,6 +184,14 @@ static int on_token(void *ud, const eng_token_t *t)
 		pthread_mutex_unlock(&m->mu);
 	}
 	j->t_last_ns = now;
+	if (!j->t_first_ns)
+		j->t_first_ns = now;
+	if (j->keep_text && j->shown_len + 1 < sizeof j->shown && t->text_len) {
+		size_t n = MIN(t->text_len, sizeof j->shown - 1 - j->shown_len);
+		memcpy(j->shown + j->shown_len, t->text, n);
+		j->shown_len += n;
+		j->shown[j->shown_len] = 0;
+	}
 	if (atomic_load(&j->cancel))
 		return 1;
 	if (now_ms() > j->deadline_ms) {
@@ -221,6 +233,40 @@ static int on_token(void *ud, const eng_token_t *t)
 
 /* ---- the scheduler thread ------------------------------------------------------------------- */
 
+/* The request table's row for an ended job (history.c). */
+static void record_job(web_sched_t *s, const web_job_t *j)
+{
+	if (!s->hist)
+		return;
+	web_reqrec_t r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.id, sizeof r.id, "%s", j->rid.id);
+	snprintf(r.api, sizeof r.api, "%s",
+		 j->api                    ? j->api
+		 : j->req.kind == WEB_CHAT ? "chat"
+					   : "completions");
+	r.status = j->err.status ? j->err.status : 200;
+	r.prompt_tokens = j->res.prompt_tokens > 0 ? j->res.prompt_tokens : j->n_ids;
+	r.completion_tokens = MAX(j->res.completion_tokens, 0);
+	r.ttft_ms = j->t_first_ns ? (double)(j->t_first_ns - j->t_submit_ns) / 1e6 : -1;
+	r.tok_s = r.completion_tokens > 1 && j->res.gen_ms > 0
+		      ? r.completion_tokens * 1000.0 / j->res.gen_ms
+		      : -1;
+	const char *fin = j->err.status ? NULL : web_finish_name(j->res.finish);
+	snprintf(r.finish, sizeof r.finish, "%s", fin ? fin : "");
+	if (j->err.status)
+		web_reqrec_error(&r, &j->err);
+	if (web_history_show_text(s->hist)) { /* (a job that never ran has no reply) */
+		const char *p = j->req.prompt;
+		for (int i = j->req.n_msgs - 1; !p && i >= 0; i--) /* chat: the last user turn */
+			if (j->req.msgs[i].role && !strcmp(j->req.msgs[i].role, "user"))
+				p = j->req.msgs[i].content;
+		web_text_head(r.prompt, sizeof r.prompt, p ? p : "", p ? strlen(p) : 0);
+		web_text_head(r.reply, sizeof r.reply, j->shown, j->shown_len);
+	}
+	web_history_request(s->hist, &r);
+}
+
 /* Maps an ended sequence's result to the client-visible outcome and finishes j. */
 static void end_job(web_sched_t *s, web_job_t *j, int rc)
 {
@@ -247,6 +293,7 @@ static void end_job(web_sched_t *s, web_job_t *j, int rc)
 	pthread_mutex_unlock(&j->mu);
 	if (s->m && !j->err.status)
 		web_metrics_finished(s->m, res);
+	record_job(s, j);
 	if (j->err.status && j->err.status != 499)
 		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status,
 		    j->err.message);
@@ -272,6 +319,7 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j)
 	int rc = SH_ECANCELED;
 	memset(&j->res, 0, sizeof j->res);
 	j->res.finish = ENG_FINISH_CANCELED;
+	j->keep_text = web_history_show_text(s->hist);
 	if (!atomic_load(&j->cancel)) {
 		j->sched = s;
 		j->eng = e;
@@ -324,6 +372,25 @@ static void step_metrics(web_sched_t *s, eng_t *e, int batch)
 	pthread_mutex_unlock(&s->m->mu);
 }
 
+/* The step's wall time and its communication (the engine's counters since the last step; a
+ * single node has none) for the dashboard's per-node series. Scheduler thread. */
+static void step_history(web_sched_t *s, eng_t *e, double step_ms)
+{
+	if (!s->hist)
+		return;
+	eng_comm_t c;
+	eng_comm_stats(e, &c);
+	if (s->comm_eng != e || c.steps < s->comm.steps) { /* another engine: start over */
+		s->comm_eng = e;
+		s->comm = c;
+		web_history_step(s->hist, step_ms, -1);
+		return;
+	}
+	double comm = c.steps > s->comm.steps ? c.comm_ms - s->comm.comm_ms : -1;
+	s->comm = c;
+	web_history_step(s->hist, step_ms, comm);
+}
+
 /* One loop turn: admit queued jobs into free slots (FIFO), end canceled or expired ones, then
  * run one step of every active sequence. Runs on the scheduler thread with s->mu held on entry
  * and exit. */
@@ -364,8 +431,11 @@ static void sched_turn(web_sched_t *s)
 		}
 	}
 	int nd = 0, batch = eng_active(e);
-	if (batch)
+	if (batch) {
+		int64_t t0 = now_ns();
 		eng_step(e, s->done, &nd);
+		step_history(s, e, (double)(now_ns() - t0) / 1e6);
+	}
 	for (int i = 0; i < nd; i++)
 		slot_done(s, s->done[i].id, s->done[i].rc);
 	step_metrics(s, e, batch);
@@ -400,6 +470,7 @@ static void drain_locked(web_sched_t *s, int reason)
 		cancel_err(j, reason);
 		finish_job_locked(j);
 		pthread_mutex_unlock(&j->mu);
+		record_job(s, j);
 		web_job_unref(j);
 		j = next;
 	}
@@ -497,6 +568,7 @@ void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason)
 		finish_job_locked(j);
 		pthread_mutex_unlock(&j->mu);
 		pthread_mutex_unlock(&s->mu);
+		record_job(s, j);
 		web_job_unref(j);
 		return;
 	}
@@ -534,6 +606,13 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e)
 		pthread_cond_wait(&s->cv, &s->mu);
 	s->eng = e;
 	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void web_sched_set_history(web_sched_t *s, web_history_t *h)
+{
+	pthread_mutex_lock(&s->mu);
+	s->hist = h;
 	pthread_mutex_unlock(&s->mu);
 }
 

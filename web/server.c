@@ -57,6 +57,7 @@ struct web {
 	int tls;
 	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
 	atomic_int proxy_port; /* --exec: /v1/... goes to 127.0.0.1:proxy_port (proxy.c) */
+	web_history_t *hist;   /* the dashboard's series, events and requests (history.c) */
 };
 
 /* Per-request state: the body while it uploads, then the job a non-streaming reply waits for. */
@@ -72,8 +73,8 @@ typedef struct conn {
 	char *url, method[16]; /* R_PROXY */
 } conn_t;
 
-enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_CHAT,
-	     R_COMPLETIONS, R_PROXY };
+enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_HISTORY,
+	     R_CHAT, R_COMPLETIONS, R_PROXY };
 
 static const struct route_def {
 	const char *path;
@@ -88,6 +89,7 @@ static const struct route_def {
 	{"/v1/models", R_MODELS, "GET", 1, 1},
 	{"/v1/cluster", R_CLUSTER, "GET", 0, 0},
 	{"/v1/events", R_EVENTS, "GET", 0, 0},
+	{"/v1/history", R_HISTORY, "GET", 0, 0},
 	{"/v1/chat/completions", R_CHAT, "POST", 1, 1},
 	{"/v1/completions", R_COMPLETIONS, "POST", 1, 1},
 };
@@ -286,11 +288,11 @@ static json_t *cluster_json(web_t *w)
 	}
 	char addr[300];
 	snprintf(addr, sizeof addr, "%s:%d", w->host, w->port);
-	json_t *member = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[]}", "id", host,
-				   "name", host, "addr", addr, "role", "leader", "rank", 0, "state",
-				   web_state_name(st), "healthy", st == WEB_SERVING, "mem_total",
-				   (json_int_t)mem_total_bytes(), "mem_model", (json_int_t)wbytes,
-				   "rdma");
+	json_t *member = json_pack(
+	    "{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:I, s:I, s:[], s:{s:[i,i]}}", "id", host, "name",
+	    host, "addr", addr, "role", "leader", "rank", 0, "state", web_state_name(st), "healthy",
+	    st == WEB_SERVING, "mem_total", (json_int_t)mem_total_bytes(), "mem_model",
+	    (json_int_t)wbytes, "rdma", "holds", "layers", 0, layers);
 	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}", "state",
 			 web_state_name(st), "leader", host, "self", host, "members", member,
 			 "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0, "model",
@@ -306,6 +308,11 @@ typedef struct events {
 	unsigned long long last_tokens;
 	int64_t last_ms;
 	int n;
+	int interval_ms;         /* between snapshots (?interval_ms=, default 1000) */
+	int64_t due_ms;          /* the next snapshot's time: a fixed cadence, late wake-ups do
+				    not add up */
+	int64_t hist_t;          /* the history sent so far: its last sample's time, */
+	uint64_t ev_seq, rq_seq; /* last event and last request */
 	web_park_t park; /* parked between snapshots; the watch thread resumes it when due */
 } events_t;
 
@@ -339,7 +346,20 @@ static void events_snapshot(events_t *ev)
 				 "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
 				 "cluster", cluster_json(w), "batch",
 				 web_metrics_batch_json(&w->metrics));
-	char *s = snap ? json_dumps(snap, JSON_COMPACT) : NULL;
+	/* what the history gained since the last snapshot (all of it in the first) */
+	json_t *hj = web_history_json(w->hist, ev->hist_t, ev->ev_seq, ev->rq_seq);
+	if (snap && hj) {
+		json_t *ts = json_object_get(hj, "t");
+		size_t nt = json_array_size(ts);
+		if (nt)
+			ev->hist_t = (int64_t)json_integer_value(json_array_get(ts, nt - 1));
+		ev->ev_seq = (uint64_t)json_integer_value(json_object_get(hj, "event_seq"));
+		ev->rq_seq = (uint64_t)json_integer_value(json_object_get(hj, "request_seq"));
+		json_object_set_new(hj, "full", json_boolean(ev->n == 0));
+		json_object_set_new(snap, "history", hj);
+	} else
+		json_decref(hj);
+	char *s = snap ? json_dumps(snap, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 	json_decref(snap);
 	ev->pend.len = 0;
 	ev->off = 0;
@@ -356,13 +376,17 @@ static ssize_t events_read(void *cls, uint64_t pos, char *buf, size_t max)
 	if (ev->off >= ev->pend.len) {
 		if (atomic_load(&w->stopping))
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		int64_t due = ev->last_ms + 1000; /* one snapshot a second */
-		if (ev->n > 0 && now_ms() < due) {
-			atomic_store(&ev->park.wake_at, due);
+		int64_t now = now_ms();
+		if (ev->n > 0 && now < ev->due_ms) {
+			atomic_store(&ev->park.wake_at, ev->due_ms);
 			return web_park_suspend(w->guard, &ev->park)
 				   ? 0
 				   : MHD_CONTENT_READER_END_OF_STREAM;
 		}
+		/* one snapshot a second by default, on a fixed cadence (restarted after a stall) */
+		ev->due_ms = ev->n > 0 && now - ev->due_ms < ev->interval_ms
+				 ? ev->due_ms + ev->interval_ms
+				 : now + ev->interval_ms;
 		events_snapshot(ev);
 		if (ev->pend.len == 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -388,6 +412,10 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	if (!ev)
 		return MHD_NO;
 	ev->w = w;
+	ev->interval_ms = 1000;
+	const char *iv = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "interval_ms");
+	if (iv) /* a faster feed for tests and wall displays; bounded both ways */
+		ev->interval_ms = (int)MAX(100, MIN(10000, strtol(iv, NULL, 10)));
 	ev->park.c = c;
 	ev->park.fd = conn_fd(c);
 	web_park_attach(w->guard, &ev->park);
@@ -559,11 +587,29 @@ static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn
 			   "the server is stopping; retry");
 }
 
+/* A generation request refused before it ran: its row in the request table; 429 and 503 also
+ * count as the server turning work away (history.c sums them up as "rejected" events). */
+static enum MHD_Result refuse(web_t *w, struct MHD_Connection *c, const char *api,
+			      const web_err_t *e)
+{
+	web_reqrec_t r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.api, sizeof r.api, "%s", api);
+	r.status = e->status;
+	r.ttft_ms = r.tok_s = -1;
+	web_reqrec_error(&r, e);
+	web_history_request(w->hist, &r);
+	if (e->status == 429 || e->status == 503)
+		web_history_rejected(w->hist, e->status, e->code);
+	return send_error(w, c, e);
+}
+
 static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *cn)
 {
 	web_req_t rq;
 	web_err_t err;
 	int kind = cn->route == R_CHAT ? WEB_CHAT : WEB_COMPLETION;
+	const char *api = kind == WEB_CHAT ? "chat" : "completions"; /* the request table's name */
 	/* a parsed tree is bounded by the pre-scan; at most WEB_PARSE_CONCURRENCY exist at once */
 	if (atomic_fetch_add(&w->parsing, 1) >= WEB_PARSE_CONCURRENCY) {
 		atomic_fetch_sub(&w->parsing, 1);
@@ -574,15 +620,16 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 	web_buf_free(&cn->body);
 	if (prc) {
 		web_req_clear(&rq);
-		return send_error(w, c, &err);
+		return refuse(w, c, api, &err);
 	}
 	char reason[200];
 	int state = node_state(w, reason, sizeof reason);
 	eng_t *e = state == WEB_SERVING ? web_sched_engine_acquire(w->sched) : NULL;
 	if (!e) {
 		web_req_clear(&rq);
-		return send_errorf(w, c, 503, "unavailable", "unavailable", "not serving yet: %s",
-				   reason[0] ? reason : "no model loaded");
+		web_err_set(&err, 503, "unavailable", NULL, "unavailable", "not serving yet: %s",
+			    reason[0] ? reason : "no model loaded");
+		return refuse(w, c, api, &err);
 	}
 	int *ids = NULL, n_ids = 0;
 	char model[128];
@@ -592,7 +639,7 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 	if (status) {
 		free(ids);
 		web_req_clear(&rq);
-		return send_error(w, c, &err);
+		return refuse(w, c, api, &err);
 	}
 	web_job_t *j = web_job_new(&rq, ids, n_ids, model, w->timeout_ms);
 	if (!j) {
@@ -601,15 +648,18 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		return send_errorf(w, c, 500, "server_error", NULL, "out of memory");
 	}
 	j->metrics = &w->metrics;
+	j->api = api;
 	int rc = web_sched_submit(w->sched, j);
 	if (rc) {
 		web_job_unref(j);
 		if (rc == SH_EBUSY)
-			return send_errorf(w, c, 429, "rate_limit_error", "queue_full",
-					   "the request queue is full (%d waiting); retry shortly",
-					   w->queue_max);
-		return send_errorf(w, c, 503, "unavailable", "unavailable",
-				   "not serving: the model is being reloaded or the server stops");
+			web_err_set(&err, 429, "rate_limit_error", NULL, "queue_full",
+				    "the request queue is full (%d waiting); retry shortly",
+				    w->queue_max);
+		else
+			web_err_set(&err, 503, "unavailable", NULL, "unavailable",
+				    "not serving: the model is being reloaded or the server stops");
+		return refuse(w, c, api, &err);
 	}
 	int fd = conn_fd(c);
 	if (j->req.stream) {
@@ -678,6 +728,15 @@ static int auth_ok(web_t *w, struct MHD_Connection *c)
 	return diff == 0;
 }
 
+/* 401, counted among the refusals of the event log (no row in the request table: a client
+ * without the key could fill it). */
+static enum MHD_Result refuse_auth(web_t *w, struct MHD_Connection *c)
+{
+	web_history_rejected(w->hist, 401, "invalid_api_key");
+	return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
+			   "a valid API key is required: send 'Authorization: Bearer KEY'");
+}
+
 static enum MHD_Result redirect(web_t *w, struct MHD_Connection *c, const char *url)
 {
 	char loc[1024];
@@ -719,6 +778,13 @@ static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	case R_MODELS: return do_models(w, c);
 	case R_CLUSTER: return send_json(w, c, 200, cluster_json(w));
 	case R_EVENTS: return do_events(w, c);
+	case R_HISTORY: {
+		const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+		json_t *h = web_history_json(w->hist, since ? strtoll(since, NULL, 10) : 0, 0, 0);
+		char *body = h ? json_dumps(h, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+		json_decref(h);
+		return send_body(w, c, 200, body, "application/json", NULL, NULL);
+	}
 	}
 	if (cn->raw_replied)
 		return MHD_NO; /* the 413 went out already; close */
@@ -827,8 +893,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return redirect(w, c, url);
 	if ((!rt || rt->leader_only) && v1 && atomic_load(&w->proxy_port) > 0) { /* --exec */
 		if (!auth_ok(w, c))
-			return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
-					   "a valid API key is required: send 'Authorization: Bearer KEY'");
+			return refuse_auth(w, c);
 		if (!(cn = calloc(1, sizeof *cn)) || !(cn->url = strdup(url))) {
 			free(cn);
 			return MHD_NO;
@@ -850,8 +915,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 				 rt->method);
 	}
 	if (rt->auth && !auth_ok(w, c))
-		return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
-				   "a valid API key is required: send 'Authorization: Bearer KEY'");
+		return refuse_auth(w, c);
 	/* refuse an announced oversized body before reading it */
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > WEB_BODY_MAX)
@@ -1053,6 +1117,20 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 		goto fail;
 	}
 	web_sched_set_engine(w->sched, eng);
+	char self[256] = "self"; /* shoal serve: the host, as its one-node cluster names it */
+	if (!o->node_id || !o->node_id[0])
+		gethostname(self, sizeof self - 1);
+	if (!(w->hist =
+		  web_history_new(&w->metrics, w->sched,
+				  o->node_id && o->node_id[0] ? o->node_id : self, o->show_text))) {
+		rc = SH_ENOMEM;
+		goto fail;
+	}
+	web_sched_set_history(w->sched, w->hist);
+	if ((rc = web_history_start(w->hist)) != 0) {
+		sh_fail(err, errlen, rc, "cannot start the history thread");
+		goto fail;
+	}
 	if ((rc = web_guard_new(&w->guard, w->sched, o->header_timeout_ms, o->body_timeout_ms))) {
 		sh_fail(err, errlen, rc, "cannot start the connection watch thread");
 		goto fail;
@@ -1101,6 +1179,7 @@ void web_free(web_t *w)
 		MHD_stop_daemon(w->d);
 	web_guard_free(w->guard);
 	web_sched_free(w->sched);
+	web_history_free(w->hist); /* after the scheduler, which records into it */
 	web_metrics_destroy(&w->metrics);
 	pthread_mutex_destroy(&w->mu);
 	free(w->host);
@@ -1137,6 +1216,24 @@ void web_set_step_metrics(web_t *w, double step_ms, double comm_ms)
 	w->metrics.comm_ms = comm_ms;
 	w->metrics.step_external = step_ms >= 0;
 	pthread_mutex_unlock(&w->metrics.mu);
+}
+
+void web_event(web_t *w, const char *kind, const char *fmt, ...)
+{
+	if (!w)
+		return;
+	char text[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	web_history_event(w->hist, kind, text);
+}
+
+void web_node_step(web_t *w, const char *node, double step_ms, double comm_ms)
+{
+	if (w)
+		web_history_node_step(w->hist, node, step_ms, comm_ms);
 }
 
 void web_set_rank_count(web_t *w, int n_ranks)

@@ -4,7 +4,8 @@
  *
  * Endpoints (docs/api.md has the shapes): POST /v1/chat/completions, POST /v1/completions (plain
  * or Server-Sent Events), GET /v1/models, GET /health, GET /v1/cluster, GET /v1/events (SSE of
- * live figures for the dashboard), GET /metrics (Prometheus text), GET / (the dashboard).
+ * live figures for the dashboard), GET /v1/history (the last 15 minutes of figures, the cluster's
+ * events and the last requests), GET /metrics (Prometheus text), GET / (the dashboard).
  *
  * Scheduling: accepted requests go into one bounded FIFO queue; a single scheduler thread owned
  * by the server takes them one at a time and runs eng_generate(), handing each token to the
@@ -23,7 +24,7 @@
  * and element counts; HTTPS when tls_cert and tls_key are given.
  *
  * Follower mode: after web_set_leader(w, url) the server answers /health, /metrics, /v1/cluster,
- * /v1/events and / itself and redirects (307) every other /v1/ path to url + path.
+ * /v1/events, /v1/history and / itself and redirects (307) every other /v1/ path to url + path.
  */
 #ifndef SHOAL_WEB_H
 #define SHOAL_WEB_H
@@ -67,6 +68,9 @@ typedef struct web_opts {
 	int per_ip_max;           /* connections from one client address; 0 = 64 */
 	int header_timeout_ms;    /* headers complete within this; 0 = 15000 */
 	int body_timeout_ms;      /* body complete within this after the headers; 0 = 60000 */
+	int show_text;            /* the dashboard's request table shows prompts and replies
+				     (--dashboard-show-text); 0 = tokens and timings only */
+	const char *node_id;      /* this node in the history's per-node series (NULL: "self") */
 } web_opts_t;
 
 /* Fills o with the defaults above, then applies SHOAL_API_KEY from the environment if set. */
@@ -101,6 +105,17 @@ void web_set_proxy(web_t *w, int port);
 /* Figures from the compute side, shown in /metrics and on the dashboard: time of one decode step
  * and the part of it spent communicating, in milliseconds (negative = unknown). */
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms);
+
+/* A cluster event for the dashboard's log and charts, kept with its time (the last 200):
+ * kind is a short word the page colours ("join", "leave", "replan", "failover", "model",
+ * "error"; the server adds "rejected" itself), the text one line. NULL-safe on w; any thread. */
+void web_event(web_t *w, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Step and communication time (ms, negative = unknown) of another node of the plan, by the id
+ * the cluster document gives it; the dashboard charts it beside this node's own (measured by
+ * the scheduler). Feed it about once a second per node. NULL-safe on w; any thread. */
+void web_node_step(web_t *w, const char *node, double step_ms, double comm_ms);
 
 /* Health of one rank (0..255): 1 healthy, 0 failed; n_ranks sets how many ranks exist. */
 void web_set_rank_health(web_t *w, int rank, int healthy);

@@ -32,6 +32,13 @@ struct json_t; /* jansson */
 #define WEB_JSON_CONTAINERS_MAX 16384  /* arrays + objects in a body (~250 B each once parsed) */
 #define WEB_JSON_VALUES_MAX     131072 /* values of any kind in a body */
 #define WEB_PARSE_CONCURRENCY   2      /* bodies parsed into trees at once (bounds peak memory) */
+/* the dashboard's memory (history.c) */
+#define WEB_HISTORY_SECONDS 900 /* samples kept: 15 minutes at one a second */
+#define WEB_HISTORY_NODES   8   /* nodes whose step and communication times are kept */
+#define WEB_HISTORY_QWINDOW 5   /* latency quantiles of a sample cover its last 5 seconds */
+#define WEB_EVENTS_MAX      200 /* cluster events kept */
+#define WEB_REQUESTS_MAX    100 /* finished or refused requests kept */
+#define WEB_TEXT_MAX        240 /* bytes of a prompt and a reply kept (--dashboard-show-text) */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -97,7 +104,8 @@ enum web_tool_format {
 	WEB_TC_LLAMA3,
 	WEB_TC_MISTRAL,
 	WEB_TC_FORCED,
-	WEB_TC_XML /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
+	WEB_TC_XML,    /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
+	WEB_TC_HARMONY /* gpt-oss: every reply is parsed into its channels (tools.c) */
 };
 /* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
 #define WEB_FINISH_TOOL_CALLS 100
@@ -149,6 +157,7 @@ typedef struct web_reply_id {
 	long long created; /* unix seconds */
 	const char *model;
 	struct json_t *tool_calls; /* chat reply that ends in calls: its tool_calls (owned) */
+	struct json_t *reasoning;  /* its reasoning_content (a JSON string, owned), or NULL */
 } web_reply_id_t;
 
 /* The whole non-streaming reply. logprobs (may be NULL) is stolen: it is the array of
@@ -201,7 +210,13 @@ typedef struct web_job {
 	web_err_t err;                  /* status != 0 when the request failed */
 	int sent_role;                  /* streaming: the role chunk went out */
 	size_t tc_sent;                 /* tools: bytes of text already sent as content (tools.c) */
+	size_t rs_sent;                 /* harmony: bytes of reasoning already sent (tools.c) */
 	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
+	int64_t t_first_ns;             /* first token (0 = none yet): the request table */
+	const char *api;                /* static: "chat", "completions", ... (request table) */
+	int keep_text;                  /* the history keeps text: reply's head goes to shown */
+	char shown[WEB_TEXT_MAX];       /* the reply's first bytes (keep_text only) */
+	size_t shown_len;
 	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
 	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
@@ -245,6 +260,11 @@ void web_sched_engine_release(web_sched_t *s);
 void web_sched_set_engine(web_sched_t *s, eng_t *e);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
+
+/* Where finished requests and step times go (history.c); NULL = nowhere. Set before the first
+ * submit; the history must outlive the scheduler. */
+struct web_history;
+void web_sched_set_history(web_sched_t *s, struct web_history *h);
 
 /* 1 when an eng_generate error means the group behind the engine broke (a rank lost or silent,
  * its link failed): the request is answered 503 + Retry-After, as during a re-plan, never 500. */
@@ -368,6 +388,56 @@ void web_park_detach(web_guard_t *g, web_park_t *p);
 int web_park_suspend(web_guard_t *g, web_park_t *p);
 /* Resumes p if it is suspended; any thread (the job wake hook: void *). */
 void web_park_wake(void *p);
+
+/* ---- the dashboard's memory (history.c) ------------------------------------------------------ */
+
+typedef struct web_history web_history_t;
+
+/* One request as the dashboard's table shows it. */
+typedef struct web_reqrec {
+	uint64_t seq; /* set by web_history_request: 1, 2, ... */
+	int64_t t_ms; /* unix time it ended (set by web_history_request when 0) */
+	char id[48];  /* the reply's id ("chatcmpl-..."), "" when refused before a job */
+	char api[16]; /* "chat", "completions", ... (web_job_t.api) */
+	int status;   /* HTTP status of the reply (200 when it streamed to its end) */
+	int prompt_tokens, completion_tokens;
+	double ttft_ms;  /* acceptance to first token; < 0 unknown */
+	double tok_s;    /* decode rate of this request; < 0 unknown */
+	char finish[16]; /* "stop", "length", "tool_calls" or "" */
+	char error[160]; /* "code: message" when status is not 200 */
+	char prompt[WEB_TEXT_MAX], reply[WEB_TEXT_MAX]; /* "" unless show_text */
+} web_reqrec_t;
+
+/* A new history reading m and s (s may be NULL: no queue figures) every tick. self names this
+ * node in the per-node series (NULL: "self"). show_text: requests keep their text. The sampler
+ * thread starts with web_history_start. NULL on ENOMEM. */
+web_history_t *web_history_new(web_metrics_t *m, web_sched_t *s, const char *self, int show_text);
+int web_history_start(web_history_t *h); /* the 1 s sampler thread; 0 or SH_EIO */
+void web_history_free(web_history_t *h); /* stops the thread; NULL-safe */
+int web_history_show_text(const web_history_t *h);
+/* One sample at unix time t_ms (the sampler thread calls it each second; tests call it). */
+void web_history_tick(web_history_t *h, int64_t t_ms);
+/* A decode step of this node took step_ms, comm_ms of it communicating (< 0 unknown). */
+void web_history_step(web_history_t *h, double step_ms, double comm_ms);
+/* Step figures of another node (by id), as the agent learns them. */
+void web_history_node_step(web_history_t *h, const char *node, double step_ms, double comm_ms);
+/* A cluster event (kind: "join", "leave", "replan", "failover", "rejected", "model", ...). */
+void web_history_event(web_history_t *h, const char *kind, const char *text);
+/* A request refused before it ran (429, 503, 401...): counted, and one "rejected" event per
+ * sample sums them up. */
+void web_history_rejected(web_history_t *h, int status, const char *code);
+/* The first bytes of src[0..len) into dst (size n), cut at a UTF-8 character boundary, control
+ * characters as spaces (a request's text in the table). */
+void web_text_head(char *dst, size_t n, const char *src, size_t len);
+/* r->error = "code: message" of e, cut to fit. */
+void web_reqrec_error(web_reqrec_t *r, const web_err_t *e);
+/* Keeps a copy of r (seq and, when 0, t_ms are set here). */
+void web_history_request(web_history_t *h, const web_reqrec_t *r);
+/* The samples after unix time since_ms, events after event seq ev_after and requests after
+ * request seq rq_after (0, 0, 0: everything), as GET /v1/history's object (docs/api.md).
+ * New reference, NULL on ENOMEM. */
+struct json_t *web_history_json(web_history_t *h, int64_t since_ms, uint64_t ev_after,
+				uint64_t rq_after);
 
 /* ---- the page ------------------------------------------------------------------------------- */
 

@@ -70,6 +70,9 @@ static void usage(FILE *f)
 	    "                     restarted on a new plan. shoal then loads no model share (the\n"
 	    "                     model still sizes the plan) and the leader's /v1/ goes to CMD\n"
 	    "  --exec-port P      port rank 0's CMD serves the API on (default %d; 0 = no proxy)\n"
+	    "  --dashboard-show-text\n"
+	    "                     the dashboard's request table shows prompts and replies (to\n"
+	    "                     anyone who can open it; default: tokens and timings only)\n"
 	    "  --log-level L      error, warn, info (default), debug\n",
 	    AGENT_DEFAULT_PORT, AGENT_DEFAULT_HTTP_PORT, EXEC_DEFAULT_PORT);
 }
@@ -137,6 +140,7 @@ int cmd_agent(int argc, char **argv)
 					     {"exec-port", required_argument, 0, 'Y'},
 					     {"parallel", required_argument, 0, 'J'},
 					     {"kv-type", required_argument, 0, 'V'},
+					     {"dashboard-show-text", no_argument, 0, 'D'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
@@ -220,6 +224,7 @@ int cmd_agent(int argc, char **argv)
 			break;
 		case 'c': cfg.tls_cert = optarg; break;
 		case 'y': cfg.tls_key = optarg; break;
+		case 'D': cfg.dashboard_show_text = 1; break;
 		case 'V':
 			if (eng_kv_elem_bytes(optarg) < 0) {
 				fprintf(stderr,

@@ -83,6 +83,9 @@ static void usage(FILE *f)
 	       "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
 	       "model's\n"
 	       "  --model-name NAME     model id reported by the API (default: the file name)\n"
+	       "  --dashboard-show-text\n"
+	       "                        the dashboard's request table shows prompts and replies\n"
+	       "                        (to anyone who can open it; default: tokens and timings)\n"
 	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
 }
 
@@ -104,6 +107,7 @@ int cmd_serve(int argc, char **argv)
 	    {"log-level", required_argument, NULL, 'L'},
 	    {"tls-cert", required_argument, NULL, 'E'},
 	    {"tls-key", required_argument, NULL, 'Y'},
+	    {"dashboard-show-text", no_argument, NULL, 1001},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -142,6 +146,7 @@ int cmd_serve(int argc, char **argv)
 			break;
 		case 'k': wo.api_key = optarg; break;
 		case 1000: eo.kv_type = optarg; break;
+		case 1001: wo.show_text = 1; break;
 		case 'C': eo.chat_template = optarg; break;
 		case 'n': wo.model_name = optarg; break;
 		case 'E': wo.tls_cert = optarg; break;

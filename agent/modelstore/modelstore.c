@@ -87,6 +87,7 @@ struct modelstore {
 	struct verify *verify;  /* the running periodic re-hash, or NULL */
 	int64_t verify_next_ms; /* when the next one starts */
 	char news[200];         /* the transfer's news for /health */
+	char event[512];        /* what the last tick did, for the dashboard's log ("": nothing) */
 };
 
 /* ---- serving the file ----------------------------------------------------------------------- */
@@ -180,6 +181,8 @@ static int fetch_done(modelstore_t *ms, struct fetch *f, int64_t now)
 	if (f->rc) {
 		LOG(LOG_WARN, "model: fetching from the leader (%s) failed: %s; retrying", f->host,
 		    f->err);
+		snprintf(ms->event, sizeof ms->event, "fetching the model from %s failed: %.160s",
+			 f->host, f->err);
 		snprintf(ms->news, sizeof ms->news, "model transfer failed: %.160s", f->err);
 		ms->fetch_retry_ms = now + FETCH_RETRY_MS;
 		return 0;
@@ -199,6 +202,8 @@ static int fetch_done(modelstore_t *ms, struct fetch *f, int64_t now)
 	    "model: %s holds the header of %.16s (%llu bytes in all); each share's bytes are "
 	    "fetched when it is planned",
 	    ms->path, ms->hash, (unsigned long long)ms->size);
+	snprintf(ms->event, sizeof ms->event, "model %.16s header fetched from %s", ms->hash,
+		 f->host);
 	ms->news[0] = 0;
 	return MODELSTORE_ANNOUNCE;
 }
@@ -222,6 +227,7 @@ static void fetch_start(modelstore_t *ms, const modelstore_holder_t *h, int64_t 
 	ms->fetch = f;
 	LOG(LOG_INFO, "model: fetching %.16s (%llu bytes) from %s:%d", h->hash,
 	    (unsigned long long)h->size, h->host, h->port);
+	snprintf(ms->event, sizeof ms->event, "fetching model %.16s from %s", h->hash, h->host);
 	snprintf(ms->news, sizeof ms->news, "receiving the model from the leader");
 }
 
@@ -263,6 +269,9 @@ static int verify_done(modelstore_t *ms, struct verify *v)
 		LOG(LOG_ERROR,
 		    "model: %llu bytes of the slice %s changed on disk: dropped, fetched again",
 		    (unsigned long long)v->dropped, v->path);
+		snprintf(ms->event, sizeof ms->event,
+			 "%llu bytes of the model slice changed on disk: fetching them again",
+			 (unsigned long long)v->dropped);
 		return MODELSTORE_ROTTED;
 	}
 	if (v->slice || !ms->path || strcmp(ms->path, v->path) || !ms->hash[0] ||
@@ -273,6 +282,8 @@ static int verify_done(modelstore_t *ms, struct verify *v)
 	int fetched = ms->path == ms->path_buf;
 	LOG(LOG_ERROR, "model: %s changed on disk (hash %.16s, was %.16s)%s", v->path, hex,
 	    ms->hash, fetched ? ": deleted, fetching it again" : "");
+	snprintf(ms->event, sizeof ms->event, "the model changed on disk%s",
+		 fetched ? ": fetching it again" : "");
 	if (fetched) {
 		unlink(v->path);
 		ms->path = NULL;
@@ -321,6 +332,7 @@ static int verify_tick(modelstore_t *ms, int64_t now)
 
 int modelstore_tick(modelstore_t *ms, const modelstore_holder_t *holder, int64_t now)
 {
+	ms->event[0] = 0;
 	int news = verify_tick(ms, now);
 	struct fetch *f = ms->fetch;
 	if (f && atomic_load(&f->done)) {
@@ -486,6 +498,11 @@ int modelstore_slice(const modelstore_t *ms)
 int modelstore_sync_port(const modelstore_t *ms)
 {
 	return ms->slice ? 0 : ms->sync_port; /* a slice holds only this node's share */
+}
+
+const char *modelstore_event(const modelstore_t *ms)
+{
+	return ms->event;
 }
 
 const char *modelstore_news(const modelstore_t *ms)

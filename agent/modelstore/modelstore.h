@@ -59,6 +59,9 @@ uint64_t modelstore_size(const modelstore_t *ms);
 int modelstore_slice(const modelstore_t *ms);        /* 1: the file holds only this node's shares */
 int modelstore_sync_port(const modelstore_t *ms);    /* what NODE announces (0: serves no one) */
 const char *modelstore_news(const modelstore_t *ms); /* the transfer's news for /health, or "" */
+/* What the last modelstore_tick did (a fetch started, ended or failed; the file changed on
+ * disk), one line for the dashboard's event log, or "". */
+const char *modelstore_event(const modelstore_t *ms);
 
 /* A share to make present in the slice: copied into a session at its start. */
 typedef struct modelstore_share {

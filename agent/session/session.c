@@ -258,7 +258,9 @@ session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, ch
 			       .exp0 = me->exp0,
 			       .exp1 = me->exp1,
 			       .shx0 = me->shx0,
-			       .shx1 = me->shx1};
+			       .shx1 = me->shx1,
+			       .stage0 = me->stage0,
+			       .stage1 = me->stage1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", cfg->state_dir);
 	atomic_init(&s->phase, SESSION_FORMING);
 	atomic_init(&s->cancel, 0);
