@@ -54,12 +54,12 @@ struct web_sched {
 	eng_comm_t comm;     /* run_eng's communication figures after the last step */
 	eng_t *comm_eng;     /* the engine comm belongs to */
 	/* re-plans */
-	int hold;        /* no engine attached but one is coming: jobs wait (set by the first
-			    attach, cleared by web_sched_unavailable) */
-	eng_t *broken;   /* the attached engine's group broke: nothing more is admitted to it */
-	int wait_ms;     /* the longest a job waits for an engine */
-	uint64_t order;  /* jobs submitted so far */
-	char why[160];   /* web_sched_unavailable's reason */
+	int hold;       /* no engine attached but one is coming: jobs wait (set by the first
+			   attach, cleared by web_sched_unavailable) */
+	eng_t *broken;  /* the attached engine's group broke: nothing more is admitted to it */
+	int wait_ms;    /* the longest a job waits for an engine */
+	uint64_t order; /* jobs submitted so far */
+	char why[160];  /* web_sched_unavailable's reason */
 	web_engine_lost_fn lost;
 	void *lost_ud;
 };
@@ -358,10 +358,10 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j)
 	if (!atomic_load(&j->cancel)) {
 		j->sched = s;
 		j->eng = e;
-		int id = j->resume ? eng_seq_start_resume(e, j->resume, &j->req.samp, on_token, j,
-							  &j->res)
-				   : eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j,
-						   &j->res);
+		int id =
+		    j->resume
+			? eng_seq_start_resume(e, j->resume, &j->req.samp, on_token, j, &j->res)
+			: eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j, &j->res);
 		if (j->resume && id >= 0) {
 			int gen;
 			eng_seq_state_tokens(j->resume, &gen);
@@ -812,6 +812,8 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e)
 	if (e) { /* from now on a detach means a re-plan: requests wait for the next engine */
 		s->hold = 1;
 		s->why[0] = 0;
+	} else if (!s->hold) { /* no plan is coming (web_sched_unavailable came first) */
+		drain_locked(s, WEB_CANCEL_NO_PLAN);
 	}
 	mark_waiting_locked(s);
 	pthread_cond_broadcast(&s->cv);
@@ -822,21 +824,28 @@ void web_sched_unavailable(web_sched_t *s, const char *why)
 {
 	pthread_mutex_lock(&s->mu);
 	snprintf(s->why, sizeof s->why, "%s", why && why[0] ? why : "no engine");
-	if (!s->eng) {
-		s->hold = 0;
+	s->hold = 0;
+	if (!s->eng) /* else the detach that follows ends them (web_sched_set_engine) */
 		drain_locked(s, WEB_CANCEL_NO_PLAN);
-	}
 	pthread_mutex_unlock(&s->mu);
 }
 
 int web_sched_holding(web_sched_t *s, int *wait_ms)
 {
 	pthread_mutex_lock(&s->mu);
-	int h = !s->stopping && s->hold && !usable(s);
+	int h = !s->stopping && s->hold;
 	if (wait_ms)
 		*wait_ms = s->wait_ms;
 	pthread_mutex_unlock(&s->mu);
 	return h;
+}
+
+int web_sched_ready(web_sched_t *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int r = !s->stopping && usable(s);
+	pthread_mutex_unlock(&s->mu);
+	return r;
 }
 
 void web_sched_set_history(web_sched_t *s, web_history_t *h)

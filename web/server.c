@@ -45,7 +45,6 @@ struct web {
 	int queue_max, timeout_ms;
 	web_health_fn health;
 	web_cluster_fn cluster;
-	web_engine_lost_fn engine_lost;
 	void *ud;
 	web_sched_t *sched;
 	web_metrics_t metrics;
@@ -71,6 +70,7 @@ typedef struct conn {
 	web_park_t park;
 	int parked; /* park is attached */
 	char *url, method[16]; /* R_PROXY */
+	int64_t hold_until;    /* waiting for the next engine (a re-plan) until then; 0 = not */
 } conn_t;
 
 enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_HISTORY,
@@ -432,13 +432,6 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	return ok;
 }
 
-/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
-static void check_engine_lost(web_t *w, const web_job_t *j)
-{
-	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
-		w->engine_lost(w->ud);
-}
-
 /* ---- completions ---------------------------------------------------------------------------- */
 
 typedef struct stream {
@@ -468,7 +461,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (j->state == JOB_DONE) {
 		pthread_mutex_unlock(&j->mu);
-		check_engine_lost(st->w, j);
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	}
 	if (now - st->last_write_ms >= KEEPALIVE_MS) {
@@ -561,7 +553,6 @@ static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
 				   "the server is stopping; retry");
 	}
 	pthread_mutex_unlock(&j->mu);
-	check_engine_lost(w, j);
 	if (j->err.status)
 		return send_error(w, c, &j->err);
 	web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
@@ -571,8 +562,9 @@ static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	return send_body(w, c, 200, body, "application/json", NULL, NULL);
 }
 
-/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
-static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn)
+/* Parks cn's connection on a timer (the parse slots are taken, or no engine yet); the handler
+ * runs again after ms. */
+static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn, int ms)
 {
 	if (!cn->parked) {
 		cn->park.c = c;
@@ -580,7 +572,7 @@ static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn
 		web_park_attach(w->guard, &cn->park);
 		cn->parked = 1;
 	}
-	atomic_store(&cn->park.wake_at, now_ms() + 20);
+	atomic_store(&cn->park.wake_at, now_ms() + ms);
 	if (web_park_suspend(w->guard, &cn->park))
 		return MHD_YES;
 	return send_errorf(w, c, 503, "unavailable", "unavailable",
@@ -610,10 +602,27 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 	web_err_t err;
 	int kind = cn->route == R_CHAT ? WEB_CHAT : WEB_COMPLETION;
 	const char *api = kind == WEB_CHAT ? "chat" : "completions"; /* the request table's name */
+	char reason[200];
+	int state = node_state(w, reason, sizeof reason), wait_ms;
+	/* during a re-plan a request waits for the next engine (it needs one to tokenize), up to
+	 * replan_wait_ms, instead of being refused at once */
+	if ((state != WEB_SERVING || !web_sched_ready(w->sched)) &&
+	    web_sched_holding(w->sched, &wait_ms)) {
+		int64_t now = now_ms();
+		if (!cn->hold_until)
+			cn->hold_until = now + wait_ms;
+		if (now < cn->hold_until)
+			return park_retry(w, c, cn, 50);
+		web_err_set(&err, 503, "unavailable", NULL, "replanning",
+			    "the cluster is re-planning and no plan served the model within %d s; "
+			    "retry",
+			    wait_ms / 1000);
+		return refuse(w, c, api, &err);
+	}
 	/* a parsed tree is bounded by the pre-scan; at most WEB_PARSE_CONCURRENCY exist at once */
 	if (atomic_fetch_add(&w->parsing, 1) >= WEB_PARSE_CONCURRENCY) {
 		atomic_fetch_sub(&w->parsing, 1);
-		return park_retry(w, c, cn);
+		return park_retry(w, c, cn, 20);
 	}
 	int prc = web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err);
 	atomic_fetch_sub(&w->parsing, 1);
@@ -622,8 +631,6 @@ static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *c
 		web_req_clear(&rq);
 		return refuse(w, c, api, &err);
 	}
-	char reason[200];
-	int state = node_state(w, reason, sizeof reason);
 	eng_t *e = state == WEB_SERVING ? web_sched_engine_acquire(w->sched) : NULL;
 	if (!e) {
 		web_req_clear(&rq);
@@ -1107,12 +1114,12 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	w->timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : 300000;
 	w->health = o->health;
 	w->cluster = o->cluster;
-	w->engine_lost = o->engine_lost;
 	w->ud = o->ud;
 	w->started = (long long)time(NULL);
 	if (!w->host)
 		goto fail;
-	if ((rc = web_sched_new(&w->sched, &w->metrics, w->queue_max)) != 0) {
+	if ((rc = web_sched_new(&w->sched, &w->metrics, w->queue_max, o->replan_wait_ms,
+				o->engine_lost, o->ud)) != 0) {
 		sh_fail(err, errlen, rc, "cannot start the scheduler thread");
 		goto fail;
 	}
@@ -1193,6 +1200,11 @@ int web_port(const web_t *w) { return w->port; }
 
 void web_set_engine(web_t *w, eng_t *eng) { web_sched_set_engine(w->sched, eng); }
 
+void web_set_unavailable(web_t *w, const char *why)
+{
+	web_sched_unavailable(w->sched, why);
+}
+
 void web_set_leader(web_t *w, const char *url)
 {
 	char *copy = url && url[0] ? strdup(url) : NULL;
@@ -1205,6 +1217,8 @@ void web_set_leader(web_t *w, const char *url)
 	free(w->leader);
 	w->leader = copy;
 	pthread_mutex_unlock(&w->mu);
+	if (copy) /* the waiting requests' connections are to this node: they end here */
+		web_sched_unavailable(w->sched, "this node no longer leads the cluster");
 }
 
 void web_set_proxy(web_t *w, int port) { atomic_store(&w->proxy_port, port > 0 ? port : 0); }

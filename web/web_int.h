@@ -240,15 +240,18 @@ static inline void web_job_wake_locked(web_job_t *j)
 		j->wake(j->wake_ud);
 }
 
+/* How long a job waits for the next engine during a re-plan (web_opts_t.replan_wait_ms). */
+#define WEB_REPLAN_WAIT_MS 30000
+
 /* Why a job ended before its result (web_job_t.cancel). */
 enum web_cancel {
 	WEB_CANCEL_NONE = 0,
-	WEB_CANCEL_GONE,     /* the client went away: 499 */
-	WEB_CANCEL_TIMEOUT,  /* its deadline passed while it ran: 504 */
-	WEB_CANCEL_STOP,     /* the server stops: 503 */
-	WEB_CANCEL_REPLAN,   /* no engine came in time (a re-plan; or its deadline passed while it
-				waited for one): 503 + Retry-After */
-	WEB_CANCEL_NO_PLAN   /* no plan can serve the model (web_set_unavailable): 503 */
+	WEB_CANCEL_GONE,    /* the client went away: 499 */
+	WEB_CANCEL_TIMEOUT, /* its deadline passed while it ran: 504 */
+	WEB_CANCEL_STOP,    /* the server stops: 503 */
+	WEB_CANCEL_REPLAN,  /* no engine came in time (a re-plan; or its deadline passed while it
+			       waited for one): 503 + Retry-After */
+	WEB_CANCEL_NO_PLAN  /* no plan can serve the model (web_set_unavailable): 503 */
 };
 
 /* A new job (refs = 1) owning req's contents (req is moved: zeroed on return) and ids. */
@@ -287,9 +290,12 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e);
  * (copied) in the message; submit then fails until the next engine. Call with no engine
  * attached. */
 void web_sched_unavailable(web_sched_t *s, const char *why);
-/* 1 while no engine is attached but one is coming (a re-plan): new requests wait for it,
- * *wait_ms (may be NULL) the longest. */
+/* 1 while a re-plan may bring the next engine (one was attached, and neither
+ * web_sched_unavailable nor stop came since): a request that finds no engine to run on waits for
+ * it, *wait_ms (may be NULL) the longest. */
 int web_sched_holding(web_sched_t *s, int *wait_ms);
+/* 1 when an engine that works is attached (jobs can be admitted now). */
+int web_sched_ready(web_sched_t *s);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
