@@ -34,6 +34,7 @@
 #include "infer/tok/tokenizer.h"
 #include "infer/tp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -953,6 +954,10 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	if (s->max_tokens > 0)
 		left = MIN(left, s->max_tokens - res->completion_tokens);
 	sampler_mask(sl->samp, logits, left);
+	if (s->ignore_eos)
+		for (int i = 0; i < e->meta.n_vocab; i++)
+			if (tok_is_eog(e->tok, i))
+				logits[i] = -INFINITY;
 	int t = sampler_sample(sl->samp, logits, &lp, top, n_top);
 	if (tok_is_eog(e->tok, t)) {
 		/* text still held back (a partial stop string, an unfinished character) is output

@@ -153,6 +153,7 @@ typedef struct eng_sampling {
 	int n_stop;
 	int top_logprobs;             /* 0 = none; else report this many alternatives per token */
 	const eng_grammar_t *grammar; /* structured output (borrowed for the request) or NULL */
+	int ignore_eos; /* 1: end-of-generation tokens are never sampled (benchmarks, tests) */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
