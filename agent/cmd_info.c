@@ -159,9 +159,21 @@ int cmd_info(int argc, char **argv)
 			rc = 1;
 		} else {
 			uint64_t per = model_kv_bytes_per_pos(&m, NULL, kt);
-			human(per * (uint64_t)m.n_ctx, sz, sizeof sz);
+			human(model_kv_bytes(&m, NULL, kt, m.n_ctx), sz, sizeof sz);
 			printf("kv cache:      %s, %llu bytes per position, %s for %d positions\n",
 			       quant_type_name(kt), (unsigned long long)per, sz, m.n_ctx);
+			if (m.swa_window > 0) { /* sliding-window layers keep a ring (swa.c) */
+				int nswa = 0;
+				for (int l = 0; l < m.n_layers; l++)
+					nswa += meta_layer_swa(&m, l);
+				printf(
+				    "sliding window: %d positions in %d of %d layers (period %d), "
+				    "each keeps %d positions; per position above: the other "
+				    "layers\n",
+				    m.swa_window, nswa, m.n_layers, m.swa_period,
+				    model_swa_ring(&m, m.n_ctx) ? model_swa_ring(&m, m.n_ctx)
+								: m.n_ctx);
+			}
 		}
 	}
 	if (tok_load(&t, g, err, sizeof err)) {

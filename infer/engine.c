@@ -152,8 +152,7 @@ static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_s
 static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world,
 		     int kv_type)
 {
-	uint64_t avail = mem_available(),
-		 per = model_kv_bytes_per_pos(m, sh, kv_type) * (uint64_t)ctx;
+	uint64_t avail = mem_available(), per = model_kv_bytes(m, sh, kv_type, ctx);
 	/* recurrent layers: a state per slot (its ring and checkpoints), counted whole */
 	for (int l = sh->layer0; l < (sh->layer1 ? sh->layer1 : m->n_layers); l++)
 		if (meta_layer_recurrent(m, l))
@@ -337,8 +336,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->arch = e->meta.arch_name;
 	i->n_ctx = ctx;
 	i->kv_type = quant_type_name(kv_type);
-	i->kv_bytes = (uint64_t)model_kv_bytes_per_pos(&e->meta, &shard, kv_type) * (uint64_t)ctx *
-		      (uint64_t)slots;
+	i->kv_bytes = model_kv_bytes(&e->meta, &shard, kv_type, ctx) * (uint64_t)slots;
 	i->rs_bytes = model_rs_bytes_per_slot(e->model) * (uint64_t)slots;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
@@ -389,6 +387,12 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 		}
 	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
 	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
+	if (mm.swa_window > 0 && !mm.is_mla) {
+		s->swa_window = mm.swa_window, s->swa_period = mm.swa_period;
+		s->swa_kv_pos = model_swa_ring(&mm, INT32_MAX - 64);
+		for (int l = 0; l < mm.n_layers; l++)
+			s->n_swa_layers += meta_layer_swa(&mm, l);
+	}
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);
@@ -735,8 +739,10 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
 			k++;
 		/* a fully cached prompt still recomputes its last token for the logits; recurrent
-		 * layers continue only from a state the slot holds (model.h) */
-		k = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		 * layers continue only from a state the slot holds, sliding-window rings only when
+		 * they still hold what that position attends to (model.h) */
+		k = model_prefix_usable(
+		    e->model, i, model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k));
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
 			sl = c;

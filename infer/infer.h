@@ -279,6 +279,11 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
+	/* sliding-window attention (swa_window 0: none): layer l is an SWA layer when swa_period
+	 * is 0 or l % swa_period < swa_period - 1; such a layer keeps min(context, swa_kv_pos)
+	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
+	 * n_swa_layers of the n_layers are. */
+	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
 } eng_model_shape_t;
 typedef void (*eng_tensor_fn)(void *ud, const char *name, int type_block, uint64_t nbytes);
 int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,

@@ -36,6 +36,36 @@ static int get_opt_f32(const gguf_t *g, const char *arch, const char *suffix, fl
 	return 0;
 }
 
+int meta_swa_keys(model_meta_t *m, const gguf_t *g, int period, float base_swa, char *err,
+		  size_t errlen)
+{
+	const char *a = m->arch_name;
+	char key[128];
+	uint32_t v = 0;
+	int rc;
+	snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+	if (gguf_find_key(g, key) >= 0 && (gguf_get_u32(g, key, &v) || v > (1u << 24)))
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	m->swa_window = (int)v;
+	if (!v) /* llama.cpp: no window, no SWA layer */
+		return 0;
+	m->swa_period = period;
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+	int ki = gguf_find_key(g, key);
+	if (ki >= 0 && gguf_kv_type(g, ki) != GGUF_ARR) { /* an array leaves the default */
+		if (gguf_get_u32(g, key, &v) || v > (1u << 20))
+			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+		m->swa_period = (int)v;
+	}
+	m->rope_base_swa = base_swa;
+	if ((rc = get_opt_f32(g, a, "rope.freq_base_swa", &m->rope_base_swa, err, errlen)))
+		return rc;
+	if (!(m->rope_base_swa > 0 && m->rope_base_swa < 1e12f))
+		return sh_fail(err, errlen, SH_EFORMAT, "bad rope base %g for the SWA layers",
+			       (double)m->rope_base_swa);
+	return 0;
+}
+
 /* Checks tensor name exists with shape (ne0, ne1) (ne1 = 0: a vector) and a supported type. */
 static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
 			int64_t ne1, char *err, size_t errlen)
@@ -661,6 +691,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		return rc;
 	if (!(m->rms_eps > 0 && m->rms_eps < 1) || !(m->rope_base > 0 && m->rope_base < 1e12f))
 		return sh_fail(err, errlen, SH_EFORMAT, "bad rms epsilon or rope base");
+	m->rope_scale = m->rope_scale_swa = 1.0f;
+	m->rope_base_swa = 10000.0f; /* llama_hparams' rope_freq_base_train_swa */
 	m->rope_dim = m->head_dim;
 	snprintf(key, sizeof key, "%s.rope.dimension_count", a);
 	if (gguf_find_key(g, key) >= 0) {

@@ -115,6 +115,15 @@ typedef struct model_meta {
 	float rope_factor;
 	int rope_orig_ctx;
 	float yarn_log_mul;
+	/* sliding-window attention (llama.cpp's swa_type standard, llama_hparams::is_masked_swa):
+	 * in an SWA layer a query at position p sees the keys at p0 with p - p0 < swa_window. */
+	int swa_window;       /* attention.sliding_window; 0 = no SWA layer */
+	int swa_period;       /* layer l is SWA when l % swa_period < swa_period - 1 (llama.cpp's
+			       * set_swa_pattern, dense last); 0 = every layer */
+	float rope_base_swa;  /* RoPE base of the SWA layers */
+	float rope_scale_swa; /* their frequency scale (1 = none) */
+	float rope_scale; /* frequency scale of the other layers (1 / linear factor; 1 = none) */
+	float attn_scale; /* softmax scale of q . k; 0 = 1 / sqrt(head_dim) */
 	uint64_t weight_bytes; /* sum of all tensor data */
 	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
 } model_meta_t;
@@ -138,6 +147,20 @@ static inline int meta_layer_recurrent(const model_meta_t *m, int l)
 /* Bytes of one recurrent layer's state per sequence (F32 conv + delta-rule state) for n_k of
  * the n_k_heads key heads (with their value heads): 0 for a model without such layers. */
 uint64_t meta_dn_state_bytes(const model_meta_t *m, int n_k);
+
+/* Reads the sliding-window keys into m (after meta_load's common keys, for an architecture with
+ * SWA layers), as llama.cpp's gemma3 / openai-moe load_arch_hparams do:
+ * [arch].attention.sliding_window (absent or 0: no SWA layer), .attention.sliding_window_pattern
+ * (a scalar period, default period; an array leaves the default, as get_key_or_arr into a
+ * scalar does) and .rope.freq_base_swa (default base_swa). Returns 0 or SH_EFORMAT. */
+int meta_swa_keys(model_meta_t *m, const gguf_t *g, int period, float base_swa, char *err,
+		  size_t errlen);
+
+/* Whether layer l is a sliding-window layer (llama_hparams::set_swa_pattern(period)). */
+static inline int meta_layer_swa(const model_meta_t *m, int l)
+{
+	return m->swa_window > 0 && (m->swa_period <= 0 || l % m->swa_period < m->swa_period - 1);
+}
 
 /* Writes the names of the types in m->types_used, e.g. "F32 Q8_0", into buf. */
 void meta_types_str(const model_meta_t *m, char *buf, size_t len);

@@ -133,6 +133,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		nl += !meta_layer_recurrent(meta, l); /* DeltaNet layers keep no KV cache */
 	if (meta->is_mla) /* the latent (F32), replicated on every rank (mla.c) */
 		return mla_kv_bytes_per_pos(meta, nl);
+	for (int l = l0; l < l1; l++) /* sliding-window layers: model_kv_bytes */
+		nl -= meta_layer_swa(meta, l);
 	return (size_t)nl * 2 *
 	       quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
 }
@@ -454,8 +456,11 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->kv_ops = quant_ops(m->kv_type);
 	m->kv_npos = (n_ctx + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
 	m->kt_tiled = m->kv_type == QT_F16 || m->kv_type == QT_F32;
-	size_t kv_rows = (size_t)m->n_kv_layers * (size_t)n_slots * (size_t)m->sh.n_kv_heads *
-			 (size_t)m->kv_npos;
+	size_t kv_rows = 0; /* every layer's positions (sliding-window layers: a ring, swa.c) */
+	if (swa_layout(m, &kv_rows)) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto err;
+	}
 	/* zeroed: a tiled K's columns past the last position are read (and their scores
 	 * ignored) */
 	m->kc = calloc(MAX(kv_rows, 1), MAX(m->kv_hrow, 1));
@@ -473,10 +478,25 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->expsum = quant_expsum();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();
-	for (int i = 0; i < half; i++)
-		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
+	for (int i = 0; i < half; i++) /* linear scaling: every angle times the scale */
+		m->inv_freq[i] =
+		    (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim) * meta->rope_scale;
 	if (meta->is_hybrid)
 		rope_imrope(meta, m->inv_freq);
+	if (meta->swa_window > 0 && !meta->is_mla &&
+	    (meta->rope_base_swa != meta->rope_base || meta->rope_scale_swa != meta->rope_scale)) {
+		/* sliding-window layers with their own base (Gemma 3: 10000 vs 1e6, unscaled) */
+		m->inv_freq_swa = malloc((size_t)MAX(half, 1) * sizeof(float));
+		m->rope_cs_swa = malloc((size_t)m->max_b * MAX(half, 1) * 2 * sizeof(float));
+		if (!m->inv_freq_swa || !m->rope_cs_swa) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto err;
+		}
+		for (int i = 0; i < half; i++)
+			m->inv_freq_swa[i] =
+			    (float)pow(meta->rope_base_swa, -2.0 * i / meta->rope_dim) *
+			    meta->rope_scale_swa;
+	}
 	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
 		goto err;
 #ifndef SHOAL_ACCELERATE
@@ -526,8 +546,11 @@ void model_free(model_t *m)
 	free(m->rope_cs);
 	free(m->qfull);
 	free(m->qgate);
+	free(m->inv_freq_swa);
+	free(m->rope_cs_swa);
 	free(m->kc);
 	free(m->vc);
+	swa_free(m);
 	free(m->x);
 	free(m->xb);
 	free(m->xb2);
@@ -574,21 +597,30 @@ void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 		o[i] = x[i] * s * w[i];
 }
 
-void rope_table(model_t *m, const int *pos, int B)
+/* cs[b][i] = cos, sin of pos[b] * inv_freq[i]. */
+static void rope_fill(float *cs, const float *inv_freq, int half, const int *pos, int B)
 {
-	int half = m->meta.rope_dim / 2;
 	for (int b = 0; b < B; b++)
 		for (int i = 0; i < half; i++) {
-			float a = (float)pos[b] * m->inv_freq[i];
-			m->rope_cs[((size_t)b * half + i) * 2] = cosf(a);
-			m->rope_cs[((size_t)b * half + i) * 2 + 1] = sinf(a);
+			float a = (float)pos[b] * inv_freq[i];
+			cs[((size_t)b * half + i) * 2] = cosf(a);
+			cs[((size_t)b * half + i) * 2 + 1] = sinf(a);
 		}
 }
 
-void rope(const model_t *m, float *h, int b)
+void rope_table(model_t *m, const int *pos, int B)
 {
 	int half = m->meta.rope_dim / 2;
-	const float *cs = m->rope_cs + (size_t)b * half * 2;
+	rope_fill(m->rope_cs, m->inv_freq, half, pos, B);
+	if (m->rope_cs_swa)
+		rope_fill(m->rope_cs_swa, m->inv_freq_swa, half, pos, B);
+}
+
+void rope_layer(const model_t *m, float *h, int b, int swa)
+{
+	int half = m->meta.rope_dim / 2;
+	const float *cs =
+	    (swa && m->rope_cs_swa ? m->rope_cs_swa : m->rope_cs) + (size_t)b * half * 2;
 	for (int i = 0; i < half; i++) {
 		float c = cs[2 * i], s = cs[2 * i + 1];
 		int i0, i1;
@@ -600,6 +632,11 @@ void rope(const model_t *m, float *h, int b)
 		h[i0] = x0 * c - x1 * s;
 		h[i1] = x0 * s + x1 * c;
 	}
+}
+
+void rope(const model_t *m, float *h, int b)
+{
+	rope_layer(m, h, b, 0);
 }
 
 /* ---- the file's bytes a shard reads -------------------------------------------------------- */
@@ -711,9 +748,12 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	}
 
 	rope_table(m, pos, B);
+	for (int b = 0; b < B; b++) /* what the sliding-window rings will hold (swa.c) */
+		swa_note(m, slot[b], pos[b]);
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
-		int lc = l - m->sh.layer0; /* index into the KV cache */
+		int lc = l - m->sh.layer0;      /* index into the KV cache */
+		int swa = meta_layer_swa(p, l); /* a sliding-window layer (its own RoPE, swa.c) */
 		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] -> att[B][qd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
@@ -748,13 +788,13 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 					if (L->q_norm)
 						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
 							p->rms_eps);
-					rope(m, q + h * hd, b);
+					rope_layer(m, q + h * hd, b, swa);
 				}
 				for (int h = 0; h < m->sh.n_kv_heads; h++) {
 					if (L->k_norm)
 						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
 							p->rms_eps);
-					rope(m, k + h * hd, b);
+					rope_layer(m, k + h * hd, b, swa);
 				}
 				attn_cache_put(m, L->kv_lc, slot[b], pos[b], k, v);
 			}

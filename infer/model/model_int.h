@@ -54,6 +54,14 @@ typedef struct dn_state dn_state_t;       /* deltanet.c: recurrent state and scr
 #define DN_MAX_GROUPS 16                  /* value heads per key head (qwen35: 1 to 4) */
 typedef struct moe_scratch moe_scratch_t; /* moe.c: the MoE block's buffers */
 
+/* One layer's part of the KV cache. npos is a multiple of ATT_TILE, so a tile of positions
+ * [t0, t0 + ATT_TILE) with t0 a multiple of ATT_TILE is contiguous also in a ring. */
+typedef struct kv_layer {
+	size_t off; /* byte offset of the layer's rows in kc and vc */
+	int npos;   /* rows per (slot, head): kv_npos, or the ring of a sliding-window layer */
+	int win;    /* sliding window (a query at p sees p0 > p - win); 0 = all earlier positions */
+} kv_layer_t;
+
 typedef struct layer {
 	float *attn_norm;           /* [dim] */
 	wmat_t wq;                  /* [n_heads*head_dim x dim] */
@@ -85,17 +93,24 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	float *rope_cs;  /* [max_b][rope_dim/2][2]: cos, sin of this pass's token b (rope_table) */
-	int n_slots;     /* sequences with their own KV range (model_new_slots) */
-	/* KV cache: [layer1 - layer0][n_slots][sh.n_kv_heads][kv_npos] rows of head_dim elements of
-	 * kv_type, kv_hrow bytes each (kv_at). Head-major: one head's attention reads its rows
-	 * contiguously. With an element type (F16, F32: kt_tiled) K is stored as tiles of
-	 * ATT_TILE positions already transposed, [head_dim][ATT_TILE] (kv_k_at): the scores
-	 * kernel reads K that way, and transposing each tile on every read had been most of
-	 * attention's cost (a 16x16 register transpose per 256 elements). V stays row-major. */
+	float *inv_freq_swa,
+	    *rope_cs_swa; /* the same for the sliding-window layers (their own
+			   * base and scale), NULL when they rotate like the rest */
+	int n_slots;      /* sequences with their own KV range (model_new_slots) */
+	/* KV cache: per layer [n_slots][sh.n_kv_heads][kvl[lc].npos] rows of head_dim elements of
+	 * kv_type, kv_hrow bytes each (kv_at), the layers one after another. Head-major: one head's
+	 * attention reads its rows contiguously. With an element type (F16, F32: kt_tiled) K is
+	 * stored as tiles of ATT_TILE positions already transposed, [head_dim][ATT_TILE] (kv_k_at):
+	 * the scores kernel reads K that way, and transposing each tile on every read had been most
+	 * of attention's cost (a 16x16 register transpose per 256 elements). V stays row-major. */
 	uint8_t *kc, *vc;
 	int kv_type;
 	size_t kv_hrow;
 	int kv_npos;               /* positions per head: n_ctx rounded up to whole tiles */
+	kv_layer_t *kvl;           /* [layer1 - layer0]: where each layer's rows are (kv_at) */
+	int ring;                  /* positions a sliding-window layer keeps (a ring: position p in
+				    * row p % ring), 0 when they keep every position (swa.c) */
+	int *ring_lo;              /* [n_slots]: the oldest position every ring still holds */
 	int kt_tiled;              /* K stored as transposed tiles */
 	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
@@ -167,9 +182,9 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
  * and vc alike); the head's next position is kv_hrow bytes on. */
 static inline size_t kv_at(const model_t *m, int lc, int slot, int h, int pos)
 {
-	size_t head =
-	    ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->sh.n_kv_heads + (size_t)h;
-	return (head * (size_t)m->kv_npos + (size_t)pos) * m->kv_hrow;
+	const kv_layer_t *k = &m->kvl[lc];
+	size_t head = (size_t)slot * (size_t)m->sh.n_kv_heads + (size_t)h;
+	return k->off + (head * (size_t)k->npos + (size_t)(pos % k->npos)) * m->kv_hrow;
 }
 
 /* Byte offset of element d of K at position pos when K is tiled (kt_tiled): within the tile of
@@ -180,6 +195,16 @@ static inline size_t kv_k_at(const model_t *m, int lc, int slot, int h, int pos,
 	return kv_at(m, lc, slot, h, pos - pos % ATT_TILE) +
 	       ((size_t)d * ATT_TILE + (size_t)(pos % ATT_TILE)) * es;
 }
+
+/* ---- swa.c: sliding-window layers' KV rings ------------------------------------------------ */
+
+/* Lays out the KV cache (m->kvl, m->ring, m->ring_lo) for the shard's layers, n_ctx and n_slots
+ * already set in m; *rows = the rows of kc (and of vc) to allocate. Returns 0 or SH_ENOMEM. */
+int swa_layout(model_t *m, size_t *rows);
+void swa_free(model_t *m);
+/* Records that the batch wrote position pos of slot (call in batch order): what the rings
+ * hold. */
+void swa_note(model_t *m, int slot, int pos);
 
 /* ---- moe.c ------------------------------------------------------------------------------- */
 
@@ -288,5 +313,7 @@ void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
 void rope_table(model_t *m, const int *pos, int B);
 /* Rotates one head vector h[head_dim] by token b's angles (rope_table). */
 void rope(const model_t *m, float *h, int b);
+/* The same with a sliding-window layer's angles when swa (Gemma 3's local RoPE base). */
+void rope_layer(const model_t *m, float *h, int b, int swa);
 
 #endif
