@@ -27,8 +27,10 @@ static void usage(FILE *f)
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
 	    "  qwen35 (Gated DeltaNet): [--ssm-state N] [--ssm-k-heads N] [--ssm-v-heads N]\n"
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
-	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, or with experts mixtral, qwen2moe,\n"
-	    "qwen3moe, qwen35moe.\n"
+	    "  gemma3: [--sliding-window N] [--rope-factor F (linear)]\n"
+	    "  glm4moe: [--nextn N] [--qk-norm 1] and the expert options\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
+	    "qwen2moe, qwen3moe, qwen35moe, glm4moe.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -39,7 +41,11 @@ static void usage(FILE *f)
 	    "qwen35: DeltaNet state = head size, key heads = heads/2, value heads = 2x key\n"
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
-	    "qwen35moe: 1 shared expert (gated) by default.\n");
+	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "gemma3: window 512 on layers 0-4 of every 6, SentencePiece vocabulary, tied head.\n"
+	    "glm4moe: layers from --dense-lead (default 1) route (sigmoid, selection bias, one\n"
+	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
+	    "skipped, as llama.cpp does.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -77,6 +83,9 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
+    /* gemma3's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)},
+    {"qk-norm", offsetof(mkmodel_opts_t, qk_norm)},
 };
 
 enum {

@@ -128,9 +128,11 @@ static inline double rd_gelu(float x)
 		return 0;
 	if (x >= 10.0f)
 		return x;
-	double h = quant_f16_to_f32(quant_f32_to_f16(x));
-	double y = 0.5 * h * (1.0 + tanh(0.7978845608028654 * h * (1.0 + 0.044715 * h * h)));
-	return quant_f16_to_f32(quant_f32_to_f16((float)y));
+	float h = quant_f16_to_f32(quant_f32_to_f16(x)); /* the table's entry, in float */
+	float y =
+	    0.5f * h *
+	    (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+	return quant_f16_to_f32(quant_f32_to_f16(y));
 }
 
 /* y[D] = down(act(gate x) * up x) with F hidden units. */
@@ -267,6 +269,9 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 	}
 	ref_norm(xb, x, R->out_norm, D, p->rms_eps);
 	ref_mv(logits, R->out ? R->out : R->embd, xb, p->n_vocab, D);
+	if (p->logit_softcap > 0)
+		for (int i = 0; i < p->n_vocab; i++)
+			logits[i] = (float)(p->logit_softcap * tanh(logits[i] / p->logit_softcap));
 	free(sc);
 }
 

@@ -25,13 +25,15 @@ enum meta_arch {
 	META_QWEN3MOE,
 	META_DEEPSEEK2,
 	META_QWEN35,
-	META_QWEN35MOE
+	META_QWEN35MOE,
+	META_GEMMA3,
+	META_GLM4MOE
 };
 /* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities */
 enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2 };
 #define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 #define META_ARCHS                                                                                 \
-	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe" /* for errors */
+	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe, gemma3, glm4moe"
 #define META_MAX_LAYERS 512                                /* llama.cpp's LLAMA_MAX_LAYERS */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
@@ -124,8 +126,18 @@ typedef struct model_meta {
 	float rope_scale_swa; /* their frequency scale (1 = none) */
 	float rope_scale; /* frequency scale of the other layers (1 / linear factor; 1 = none) */
 	float attn_scale; /* softmax scale of q . k; 0 = 1 / sqrt(head_dim) */
-	uint64_t weight_bytes; /* sum of all tensor data */
-	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
+	/* the llama layer's variations in Gemma 3 (src/models/gemma3.cpp) and GLM-4.x MoE
+	 * (src/models/glm4-moe.cpp) */
+	float embd_scale;       /* token embeddings times this (gemma3: sqrt(dim)); 0 = 1 */
+	int has_post_norm;      /* gemma3: post_attention_norm on the attention output and
+				 * post_ffw_norm on the FFN output, each before its residual add */
+	int ffn_gelu;           /* gemma3: GELU (tanh form) on the gate instead of SiLU */
+	float logit_softcap;    /* final_logit_softcapping: logits = c tanh(logits / c); 0 none */
+	int ffn_norm_post_attn; /* glm4moe: the FFN's input norm is stored as post_attention_norm */
+	int n_nextn;            /* glm4moe: NextN/MTP layers stored after the n_layers run
+				 * (nextn_predict_layers; block_count = n_layers + n_nextn), skipped */
+	uint64_t weight_bytes;  /* sum of all tensor data */
+	uint64_t types_used;    /* bit t set when some tensor has ggml type t */
 } model_meta_t;
 
 /* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,

@@ -1,0 +1,368 @@
+/* test_gemma.c: Gemma 3 (GGUF architecture gemma3) as llama.cpp runs it.
+ *
+ * Semantics from llama.cpp: src/models/gemma3.cpp (load_arch_hparams: sliding window with
+ * period 6, rope.freq_base_swa, final_logit_softcapping, the 27B query scale; the graph:
+ * embeddings x sqrt(dim), q/k RMS norms, post_attention_norm / post_ffw_norm, GELU-gated FFN,
+ * tied head), src/llama-hparams.h is_masked_swa, ggml-cpu/vec.h ggml_vec_geglu_f32 (GELU
+ * through an F16 table), convert_hf_to_gguf.py Gemma3Model (norms stored with + 1, no
+ * rope.dimension_count, SentencePiece vocabulary without a space prefix).
+ * - meta_load reads the keys (window, period, both bases, linear scaling of the global layers,
+ *   the query scale, 62 layers' rule) and names a missing or misshapen tensor with its shape;
+ * - a generated F32 file (window 8, 6 layers: layer 5 global) against tests/ref_dense.h's
+ *   reference: 150-token prompt + 30 greedy steps (the rings wrap) within 1e-4 relative, also
+ *   with softcapping and linear RoPE scaling; Q8_0 greedy top-1 equal (near ties excepted);
+ * - the SentencePiece tokenizer as llama.cpp's (no space prefix, BOS, special tokens), EOG
+ *   tokens, the gemma chat template. */
+#include "common/common.h"
+#include "gen_model.h"
+#include "harness.h"
+#include "infer/chat.h"
+#include "infer/model/model_int.h"
+#include "infer/tok/tokenizer.h"
+#include "ref_dense.h"
+
+#define CTX 256
+
+typedef struct fix {
+	char path[256];
+	gguf_t *g;
+	model_meta_t meta;
+	pool_t *pool;
+	model_t *m;
+} fix_t;
+
+static mkmodel_opts_t gemma_opts(int type, int seed)
+{
+	return (mkmodel_opts_t){.arch = "gemma3",
+				.dim = 256,
+				.layers = 6,
+				.heads = 4,
+				.kv_heads = 2,
+				.head_dim = 64,
+				.ffn = 512,
+				.vocab = 1024,
+				.ctx = CTX,
+				.type = type,
+				.seed = (uint64_t)seed,
+				.swa_window = 8};
+}
+
+/* Writes o, opens it (meta adjusted by tweak when given) with a model of CTX positions. */
+static int fix_open(fix_t *x, const mkmodel_opts_t *o, void (*tweak)(model_meta_t *))
+{
+	static int serial;
+	char err[256];
+	memset(x, 0, sizeof *x);
+	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-gemma-%d-%d.gguf", (int)getpid(),
+		 serial++);
+	if (gen_file(o, x->path, &x->g, &x->meta, "gemma3"))
+		return -1;
+	if (tweak)
+		tweak(&x->meta);
+	if (!(x->pool = pool_new(2)) ||
+	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, QT_F32, x->pool, err, sizeof err)) {
+		fprintf(stderr, "fix_open: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void fix_close(fix_t *x)
+{
+	model_free(x->m);
+	pool_free(x->pool);
+	gguf_free(x->g);
+	unlink(x->path);
+}
+
+static double rel_err(const float *a, const float *b, int n)
+{
+	double num = 0, den = 0;
+	for (int i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - b[i]));
+		den = fmax(den, fabs((double)b[i]));
+	}
+	return num / fmax(den, 1e-30);
+}
+
+static void tokens(int *t, int n, uint32_t seed, int vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		t[i] = (int)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
+TEST(meta)
+{
+	fix_t x;
+	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
+	o.rope_factor = 8;
+	if (fix_open(&x, &o, NULL)) {
+		CHECK(0);
+		return;
+	}
+	const model_meta_t *p = &x.meta;
+	CHECK_EQ_INT(p->arch, META_GEMMA3);
+	CHECK_EQ_INT(p->swa_window, 8);
+	CHECK_EQ_INT(p->swa_period, 6);
+	for (int l = 0; l < 6; l++)
+		CHECK_EQ_INT(meta_layer_swa(p, l), l != 5);
+	CHECK(p->rope_base == 1e6f && p->rope_base_swa == 1e4f);
+	CHECK(p->rope_scale == 0.125f && p->rope_scale_swa == 1.0f); /* global layers only */
+	CHECK(fabsf(p->attn_scale - 0.125f) < 1e-7f);                /* 1/sqrt(64) */
+	CHECK(fabsf(p->embd_scale - 16.0f) < 1e-6f);
+	CHECK(p->tied_output && p->has_qk_norm && p->has_post_norm && p->ffn_gelu);
+	CHECK_EQ_INT(p->rope_dim, 64);
+	CHECK_EQ_INT(p->rope_style, META_ROPE_NEOX);
+	fix_close(&x);
+	/* the 27B rule: 62 layers scale queries by 1/sqrt(dim / heads), not 1/sqrt(head_dim) */
+	mkmodel_opts_t big = {.arch = "gemma3",
+			      .dim = 64,
+			      .layers = 62,
+			      .heads = 2,
+			      .kv_heads = 1,
+			      .head_dim = 64,
+			      .ffn = 64,
+			      .vocab = 400,
+			      .type = QT_F32,
+			      .seed = 1};
+	gguf_t *g = NULL;
+	model_meta_t m;
+	char path[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-gemma-%d-62.gguf", (int)getpid());
+	if (!gen_file(&big, path, &g, &m, "gemma3 62")) {
+		CHECK(fabsf(m.attn_scale - 1.0f / sqrtf(32.0f)) < 1e-7f);
+		CHECK_EQ_INT(m.swa_window, 512);
+	} else {
+		CHECK(0);
+	}
+	gguf_free(g);
+	unlink(path);
+}
+
+/* Engine vs reference: np prompt tokens, then n greedy steps; tweak adjusts the metadata of
+ * both (softcapping). */
+static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_factor)
+{
+	fix_t x;
+	rd_t R;
+	mkmodel_opts_t o = gemma_opts(type, 2);
+	o.rope_factor = (float)rope_factor;
+	if (fix_open(&x, &o, tweak)) {
+		CHECK(0);
+		return;
+	}
+	rd_open(&R, x.g, &x.meta, CTX);
+	int V = x.meta.n_vocab, np = 150, t[CTX], agree = 0, steps = 30;
+	float *lg = malloc(V * sizeof *lg), *lr = malloc(V * sizeof *lr);
+	tokens(t, np, 5, V);
+	CHECK_EQ_INT(model_forward(x.m, t, np, 0, lg), 0);
+	for (int i = 0; i < np; i++)
+		rd_step(&R, t[i], i, lr);
+	double worst = rel_err(lg, lr, V);
+	for (int s = 0; s < steps; s++) {
+		int tok = ref_argmax(lr, V), got = ref_argmax(lg, V);
+		float l2 = -INFINITY; /* the reference's runner-up: near ties may flip in Q8_0 */
+		for (int i = 0; i < V; i++)
+			if (i != tok && lr[i] > l2)
+				l2 = lr[i];
+		agree += got == tok || lr[tok] - l2 < 0.005f * fabsf(lr[tok]);
+		CHECK_EQ_INT(model_forward(x.m, &tok, 1, np + s, lg), 0);
+		rd_step(&R, tok, np + s, lr);
+		worst = fmax(worst, rel_err(lg, lr, V));
+	}
+	printf("gemma3 %s%s%s: top-1 equal at %d of %d steps, worst relative logit error %.2e\n",
+	       quant_type_name(type), tweak ? " softcap" : "", rope_factor ? " rope x8" : "", agree,
+	       steps, worst);
+	CHECK_EQ_INT(agree, steps);
+	/* 1e-3, not 1e-4: the GELU table is a step function of the input rounded to F16, and an
+	 * input within float noise of a rounding boundary lands one step (2^-11 relative) apart in
+	 * the engine and the reference; with the plain formula in both the error is 2e-6 */
+	if (type == QT_F32)
+		CHECK(worst < 1e-3);
+	free(lg);
+	free(lr);
+	rd_close(&R);
+	fix_close(&x);
+}
+
+static void softcap(model_meta_t *m)
+{
+	m->logit_softcap = 3.0f;
+}
+
+/* gelu_gate is ggml_vec_geglu_f32: 0 below -10, the input from 10 on, else the tanh-form GELU
+ * of the input rounded to F16, itself rounded to F16 (ggml-cpu/vec.h, ggml_table_gelu_f16). */
+TEST(gelu_table)
+{
+	float x[] = {-12.0f,  -10.0f, -9.99f, -3.3f, -0.5f, -1e-3f, 0.0f,
+		     0.7071f, 1.0f,   2.5f,   9.99f, 10.0f, 30.0f};
+	float up[ARRAY_LEN(x)], h[ARRAY_LEN(x)];
+	for (size_t i = 0; i < ARRAY_LEN(x); i++)
+		up[i] = 1.0f + 0.25f * (float)i, h[i] = x[i];
+	gelu_gate(h, up, (int)ARRAY_LEN(x));
+	for (size_t i = 0; i < ARRAY_LEN(x); i++) {
+		float want = (float)rd_gelu(x[i]) * up[i];
+		CHECK(h[i] == want);
+	}
+	CHECK(h[0] == 0.0f && h[11] == 10.0f * up[11] && h[12] == 30.0f * up[12]);
+	CHECK(fabsf(h[9] / up[9] - 2.4845f) < 2e-3f); /* GELU(2.5) */
+}
+
+TEST(f32_vs_reference)
+{
+	vs_reference(QT_F32, NULL, 0);
+}
+
+TEST(f32_softcap_scaled_rope)
+{
+	vs_reference(QT_F32, softcap, 8);
+}
+
+TEST(q8_0_greedy)
+{
+	vs_reference(QT_Q8_0, NULL, 0);
+}
+
+/* llama.cpp's SentencePiece path (llama_vocab::impl::tokenize, LLAMA_VOCAB_TYPE_SPM): BOS when
+ * add_bos, no space prefix for Gemma (tokenizer.ggml.add_space_prefix false), spaces as U+2581,
+ * special tokens parsed when asked; <end_of_turn> and <eos> end generation. */
+TEST(tokenizer_and_template)
+{
+	fix_t x;
+	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
+	if (fix_open(&x, &o, NULL)) {
+		CHECK(0);
+		return;
+	}
+	char err[256];
+	tok_t *t = NULL;
+	CHECK_EQ_INT(tok_load(&t, x.g, err, sizeof err), 0);
+	if (!t) {
+		fix_close(&x);
+		return;
+	}
+	CHECK_EQ_INT(tok_bos(t), 2);
+	CHECK_EQ_INT(tok_eos(t), 1);
+	CHECK(tok_add_bos(t));
+#define ID(s) tok_find(t, s, strlen(s))
+	int *ids = NULL, n = 0;
+	const char *txt = "Once upon a time";
+	CHECK_EQ_INT(tok_encode(t, txt, strlen(txt), 1, 0, &ids, &n), 0);
+	/* "Once": no leading U+2581 (no space prefix), so its letters stay single pieces */
+	int want[] = {2,
+		      ID("O"),
+		      ID("n"),
+		      ID("c"),
+		      ID("e"),
+		      ID("\xe2\x96\x81upon"),
+		      ID("\xe2\x96\x81"
+			 "a"),
+		      ID("\xe2\x96\x81time")};
+	CHECK_EQ_INT(n, (int)ARRAY_LEN(want));
+	for (int i = 0; i < n && i < (int)ARRAY_LEN(want); i++)
+		CHECK_EQ_INT(ids[i], want[i]);
+	free(ids);
+	txt = "<start_of_turn>user\nhi<end_of_turn>";
+	CHECK_EQ_INT(tok_encode(t, txt, strlen(txt), 0, 1, &ids, &n), 0);
+	CHECK(n >= 4 && ids[0] == ID("<start_of_turn>") && ids[n - 1] == ID("<end_of_turn>"));
+	free(ids);
+	CHECK_EQ_INT(tok_encode(t, txt, strlen(txt), 0, 0, &ids, &n), 0); /* as text */
+	CHECK(n > 4 && ids[0] != ID("<start_of_turn>"));
+	free(ids);
+	txt = "\xc3\xa9"; /* not in the vocabulary: byte fallback */
+	CHECK_EQ_INT(tok_encode(t, txt, strlen(txt), 0, 0, &ids, &n), 0);
+	CHECK(n == 2 && ids[0] == ID("<0xC3>") && ids[1] == ID("<0xA9>"));
+	free(ids);
+	CHECK(tok_is_eog(t, ID("<end_of_turn>")) && tok_is_eog(t, 1) && !tok_is_eog(t, 2));
+	char *dec = NULL;
+	size_t dl;
+	int ds[] = {ID("\xe2\x96\x81upon"), ID("<0xC3>"), ID("<0xA9>")};
+	CHECK_EQ_INT(tok_decode(t, ds, 3, 0, &dec, &dl), 0);
+	CHECK(dec && !strcmp(dec, " upon\xc3\xa9"));
+	free(dec);
+#undef ID
+	tok_free(t);
+	/* the model's template is recognised as gemma and rendered as llama.cpp does */
+	const char *tmpl;
+	size_t tl;
+	CHECK_EQ_INT(gguf_get_str(x.g, "tokenizer.chat_template", &tmpl, &tl), 0);
+	const char *fam = NULL;
+	CHECK_EQ_INT(chat_pick(NULL, tmpl, tl, &fam, err, sizeof err), 0);
+	CHECK(fam && !strcmp(fam, "gemma"));
+	eng_msg_t msgs[] = {{.role = "system", .content = "Be brief."},
+			    {.role = "user", .content = "Hi"}};
+	char *out = NULL;
+	CHECK_EQ_INT(chat_render("gemma", msgs, 2, 1, NULL, &out, err, sizeof err), 0);
+	CHECK(out && !strcmp(out, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+				  "<start_of_turn>model\n"));
+	free(out);
+	fix_close(&x);
+}
+
+/* A file without a tensor the graph needs, or with a wrong shape: one line naming it. */
+TEST(bad_files)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-gemma-bad-%d.gguf", (int)getpid());
+	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
+	o.layers = 1;
+	gguf_t *g = NULL;
+	model_meta_t m;
+	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad"), 0);
+	gguf_free(g);
+	/* rename blk.0.post_ffw_norm in place: the file is otherwise valid */
+	char *buf;
+	size_t len;
+	CHECK_EQ_INT(read_file_all(path, &buf, &len, err, sizeof err), 0);
+	char *hit = NULL;
+	for (size_t i = 0; !hit && i + 19 <= len; i++)
+		if (!memcmp(buf + i, "blk.0.post_ffw_norm", 19))
+			hit = buf + i;
+	CHECK(hit != NULL);
+	if (hit)
+		memcpy(hit, "blk.0.post_fxw_norm", 19);
+	FILE *f = fopen(path, "wb");
+	fwrite(buf, 1, len, f);
+	fclose(f);
+	free(buf);
+	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
+	err[0] = 0;
+	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EFORMAT);
+	CHECK(strstr(err, "blk.0.post_ffw_norm.weight") && strstr(err, "[256, 1]"));
+	gguf_free(g);
+	/* a RoPE scaling gemma3 does not have (gemma3_keys: none or linear) */
+	o.rope_factor = 8;
+	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad 2"), 0);
+	gguf_free(g);
+	CHECK_EQ_INT(read_file_all(path, &buf, &len, err, sizeof err), 0);
+	hit = NULL;
+	for (size_t i = 0; !hit && i + 6 <= len; i++)
+		if (!memcmp(buf + i, "linear", 6))
+			hit = buf + i;
+	CHECK(hit != NULL);
+	if (hit)
+		memcpy(hit, "cosine", 6);
+	f = fopen(path, "wb");
+	fwrite(buf, 1, len, f);
+	fclose(f);
+	free(buf);
+	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
+	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EUNSUPP);
+	CHECK(strstr(err, "gemma3.rope.scaling.type") != NULL);
+	gguf_free(g);
+	unlink(path);
+}
+
+int main(void)
+{
+	RUN(meta);
+	RUN(gelu_table);
+	RUN(f32_vs_reference);
+	RUN(f32_softcap_scaled_rope);
+	RUN(q8_0_greedy);
+	RUN(tokenizer_and_template);
+	RUN(bad_files);
+	return harness_done();
+}
