@@ -4,7 +4,7 @@
  *
  * Families: chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,
  * mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, zephyr,
- * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca.
+ * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, chatglm4.
  *
  * Choice (chat_pick): an explicit name wins (an unknown name is an error listing the families);
  * else the model's template is recognised (an unrecognised one is an error that names
@@ -49,7 +49,9 @@ int chat_render_qwen35(const eng_msg_t *m, int n, const char *tools_json, int ad
 /* ---- tools (chat_tools.c) ----
  * Tool styles: "llama3" (Llama 3.1/3.2 JSON calls), "qwen2.5", "qwen3", "hermes" (Hermes 2 Pro / 3
  * tool_use; these three use <tool_call> tags), "mistral" (Mistral Nemo's [AVAILABLE_TOOLS] /
- * [TOOL_CALLS]), "qwen3.5" (XML calls: <tool_call><function=...><parameter=...>), and
+ * [TOOL_CALLS]), "qwen3.5" (XML calls: <tool_call><function=...><parameter=...>),
+ * [TOOL_CALLS]), "glm4" (GLM-4.5/4.6: <tool_call>NAME then <arg_key>/<arg_value> pairs, results
+ * after <|observation|>; its calls are read by the hermes parser's GLM branch), and
  * "generic" for every other family (the <tool_call> text folded into the family's turns). */
 
 /* The style for a family and the model's template text (tmpl may be NULL). Static string. */

@@ -51,6 +51,8 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 {
 	if (!family)
 		return "generic";
+	if (!strcmp(family, "chatglm4"))
+		return "glm4";
 	if (!strcmp(family, "llama3"))
 		return "llama3";
 	if (!strcmp(family, "mistral-v3-tekken"))
@@ -495,6 +497,93 @@ static void render_hermes(FILE *f, const eng_msg_t *m, int n, json_t *tools)
 	fputs("<|im_start|>assistant\n", f);
 }
 
+/* GLM-4.5/4.6 (models/templates/GLM-4.6.jinja, with Hugging Face's trim_blocks and
+ * lstrip_blocks): the tools in a system turn, one JSON object per line; a call as
+ * "\n<tool_call>NAME\n" + "<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n" per argument (V as
+ * written when a string, else JSON) + "</tool_call>"; results after one "<|observation|>" per
+ * run of tool messages, each "\n<tool_response>\nTEXT\n</tool_response>". The turns without
+ * tools are chat.c's chatglm4 (the same text). */
+static void render_glm4(FILE *f, const eng_msg_t *m, int n, json_t *tools)
+{
+	int last_user = -1;
+	for (int i = 0; i < n; i++)
+		if (is_role(&m[i], "user"))
+			last_user = i;
+	fputs("[gMASK]<sop>", f);
+	if (tools) {
+		fputs(
+		    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the "
+		    "user query.\n\nYou are provided with function signatures within "
+		    "<tools></tools> XML tags:\n<tools>\n",
+		    f);
+		size_t j;
+		json_t *t;
+		json_array_foreach(tools, j, t)
+		{
+			put_json(f, t, 0);
+			fputc('\n', f);
+		}
+		fputs("</tools>\n\nFor each function call, output the function name and arguments "
+		      "within the following XML format:\n<tool_call>{function-name}\n<arg_key>"
+		      "{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>"
+		      "{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n"
+		      "</tool_call>",
+		      f);
+	}
+	for (int i = 0; i < n; i++) {
+		if (is_role(&m[i], "tool")) {
+			if (i == 0 || !is_role(&m[i - 1], "tool"))
+				fputs("<|observation|>", f);
+			fprintf(f, "\n<tool_response>\n%s\n</tool_response>", m[i].content);
+			continue;
+		}
+		if (!is_role(&m[i], "assistant")) {
+			fprintf(f, "<|%s|>\n%s", is_role(&m[i], "system") ? "system" : "user",
+				m[i].content);
+			continue;
+		}
+		/* the plain part as chat.c renders it (the think block, the stripped answer) */
+		char *plain = NULL, e[64];
+		eng_msg_t one = {.role = "assistant", .content = m[i].content};
+		if (!chat_render("chatglm4", &one, 1, 0, NULL, &plain, e, sizeof e)) {
+			/* after "[gMASK]<sop>"; a reasoning part is kept after the last user turn
+			 */
+			const char *p = plain + strlen("[gMASK]<sop>");
+			if (i < last_user && strncmp(p, "<|assistant|>\n<think></think>", 29)) {
+				const char *c = strstr(p, "</think>");
+				fprintf(f, "<|assistant|>\n<think></think>%s", c ? c + 8 : "");
+			} else {
+				fputs(p, f);
+			}
+		}
+		free(plain);
+		json_t *calls = calls_of(&m[i]);
+		size_t j;
+		json_t *call;
+		json_array_foreach(calls, j, call)
+		{
+			json_t *fn = json_object_get(call, "function");
+			json_t *args = args_value(fn);
+			fprintf(f, "\n<tool_call>%s\n", str_of(fn, "name"));
+			const char *k;
+			json_t *v;
+			json_object_foreach(args, k, v)
+			{
+				fprintf(f, "<arg_key>%s</arg_key>\n<arg_value>", k);
+				if (json_is_string(v))
+					fputs(json_string_value(v), f);
+				else
+					put_json(f, v, 0);
+				fputs("</arg_value>\n", f);
+			}
+			fputs("</tool_call>", f);
+			json_decref(args);
+		}
+		json_decref(calls);
+	}
+	fputs("<|assistant|>", f);
+}
+
 /* Other families: tools and calls become ordinary text in the family's own turns. */
 static int render_generic(const char *family, const eng_msg_t *m, int n, json_t *tools,
 			  const char *eos, char **out, char *err, size_t errlen)
@@ -617,6 +706,8 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 			render_llama3(f, m, n, tools);
 		else if (!strcmp(style, "mistral"))
 			render_mistral_tools(f, m, n, tools, eos);
+		else if (!strcmp(style, "glm4"))
+			render_glm4(f, m, n, tools);
 		else if (!strcmp(style, "hermes") && tools)
 			render_hermes(f, m, n, tools);
 		else

@@ -68,6 +68,10 @@ TEST(generic)
 {
 	expect("zephyr", "generic", "generic");
 }
+TEST(glm4)
+{
+	expect("chatglm4", "glm4", "glm4");
+}
 
 TEST(qwen35)
 {
@@ -139,6 +143,8 @@ TEST(styles)
 	CHECK_EQ_STR(chat_detect(q35, sizeof q35 - 1), "qwen3.5");
 	CHECK_EQ_STR(chat_tool_style("qwen3.5", q35, sizeof q35 - 1), "qwen3.5");
 	CHECK_EQ_STR(chat_tool_format("qwen3.5"), "qwen3-coder");
+	CHECK_EQ_STR(chat_tool_style("chatglm4", NULL, 0), "glm4");
+	CHECK_EQ_STR(chat_tool_format("glm4"), "hermes"); /* its <tool_call> tag; web/tools.c */
 }
 
 /* A forced call opens its tag in the prompt; no tools and no tool messages is chat_render. */
@@ -168,6 +174,7 @@ int main(void)
 	RUN(generic);
 	RUN(qwen35);
 	RUN(qwen35_turns);
+	RUN(glm4);
 	RUN(styles);
 	RUN(open_call_and_plain);
 	return harness_done();

@@ -481,6 +481,45 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 	return rc;
 }
 
+/* GLM-4.5/4.6's call body (infer/chat_tools.c render_glm4): "NAME\n<arg_key>K</arg_key>\n
+ * <arg_value>V</arg_value>\n..." with V written as text when a string, else as JSON; a value is
+ * read as add_xml_call reads one. Returns {"name", "arguments"} or NULL when p[0..len) is not
+ * such a body. */
+static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
+{
+	const char *end = p + len, *k = find(p, len, "<arg_key>");
+	const char *ne = k ? k : end;
+	while (ne > p && (ne[-1] == '\n' || ne[-1] == ' '))
+		ne--;
+	size_t i = skip_ws(p, (size_t)(ne - p), 0);
+	if (i >= (size_t)(ne - p) || (size_t)(ne - p) - i > 200 ||
+	    memchr(p + i, '{', (size_t)(ne - p) - i))
+		return NULL;
+	char name[256];
+	snprintf(name, sizeof name, "%.*s", (int)((size_t)(ne - p) - i), p + i);
+	json_t *args = json_object();
+	while (k && args) {
+		const char *ke = find(k, (size_t)(end - k), "</arg_key>");
+		const char *v = ke ? find(ke, (size_t)(end - ke), "<arg_value>") : NULL;
+		const char *ve = v ? find(v, (size_t)(end - v), "</arg_value>") : NULL;
+		if (!ve || ke - k - 9 > 200)
+			break;
+		char key[256], ty[32];
+		snprintf(key, sizeof key, "%.*s", (int)(ke - k - 9), k + 9);
+		const char *vs = v + 11;
+		json_t *val = NULL;
+		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
+			val = json_loadb(vs, (size_t)(ve - vs), JSON_DECODE_ANY, NULL);
+		if (!val)
+			val = json_stringn(vs, (size_t)(ve - vs));
+		json_object_set_new(args, key, val);
+		k = find(ve, (size_t)(end - ve), "<arg_key>");
+	}
+	json_t *call = args ? json_pack("{s:s, s:O}", "name", name, "arguments", args) : NULL;
+	json_decref(args);
+	return call;
+}
+
 /* Parses the calls in text; returns them (or NULL: plain content) and the content's length. */
 static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *content_len)
 {
@@ -514,6 +553,9 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 				const char *close = find(p, (size_t)(end - p), "</tool_call>");
 				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
 				json_t *v = json_loadb(p, len, 0, NULL);
+				if (!v &&
+				    fmt == WEB_TC_HERMES) /* GLM-4.5's NAME + <arg_key> form */
+					v = glm_call(j, p, len);
 				if (v)
 					add_call(j, calls, v);
 				json_decref(v);
