@@ -60,6 +60,23 @@ uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, in
 		       (uint64_t)(ring ? ring : n_ctx);
 }
 
+uint64_t model_kv_read_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			     int pos)
+{
+	model_shard_t full;
+	if (!shard) {
+		model_shard_full(meta, &full);
+		shard = &full;
+	}
+	uint64_t b = (uint64_t)model_kv_bytes_per_pos(meta, shard, kv_type) * (uint64_t)(pos + 1);
+	if (meta->swa_window <= 0 || meta->is_mla || model_kv_type_check(meta, kv_type, NULL, 0))
+		return b;
+	int l1 = shard->layer1 ? shard->layer1 : meta->n_layers;
+	uint64_t row = 2 * quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
+	return b + (uint64_t)swa_layers(meta, shard->layer0, l1) * row *
+		       (uint64_t)MIN(pos + 1, meta->swa_window);
+}
+
 int swa_layout(model_t *m, size_t *rows)
 {
 	const model_meta_t *mt = &m->meta;
