@@ -646,6 +646,7 @@ static int gemma3_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errle
 		m->rope_scale = 1.0f / f;
 	m->attn_scale =
 	    1.0f / sqrtf((float)(m->n_layers == 62 ? m->dim / m->n_heads : m->head_dim));
+	m->attn_q_prescaled = 1; /* ggml_scale(Qcur, f_attention_scale), then kq_scale 1 */
 	m->embd_scale = sqrtf((float)m->dim);
 	m->has_post_norm = 1;
 	m->ffn_gelu = 1;

@@ -126,6 +126,8 @@ typedef struct model_meta {
 	float rope_scale_swa; /* their frequency scale (1 = none) */
 	float rope_scale; /* frequency scale of the other layers (1 / linear factor; 1 = none) */
 	float attn_scale; /* softmax scale of q . k; 0 = 1 / sqrt(head_dim) */
+	int attn_q_prescaled; /* llama.cpp multiplies q by attn_scale before attention (gemma3),
+			       * which matters where it rounds q to F16 (attn.c) */
 	/* the llama layer's variations in Gemma 3 (src/models/gemma3.cpp) and GLM-4.x MoE
 	 * (src/models/glm4-moe.cpp) */
 	float embd_scale;       /* token embeddings times this (gemma3: sqrt(dim)); 0 = 1 */
