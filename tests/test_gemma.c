@@ -20,6 +20,7 @@
 #include "infer/infer.h"
 #include "infer/model/model_int.h"
 #include "infer/tok/tokenizer.h"
+#include "llama_vectors.h"
 #include "ref_dense.h"
 
 #define CTX 256
@@ -392,6 +393,59 @@ out:
 	fix_close(&x);
 }
 
+/* The file `shoal mkmodel --arch gemma3 --dim 256 --layers 7 --heads 4 --kv-heads 1 --head-dim
+ * 64 --ffn 512 --vocab 1024 --type f32 --sliding-window 16 --seed 11` writes (ctx 2048, the CLI's
+ * default) against llama.cpp's ids and logprobs for it (llama_vectors.h says how they were made;
+ * llama.cpp reads its window, two bases, post norms, GELU table and tied head). */
+static const llama_vec_t gemma_llama = {
+    .prompt = "Once upon a time there was a little girl",
+    .prompt_ids = {2, 311, 342, 331, 333, 580, 362, 466, 438, 381, 362, 584, 587},
+    .n_prompt = 13,
+    .ids = {596, 596, 608, 570, 269, 608, 269, 269},
+    .top = {{596, 399, 540, 460, 266},
+	    {596, 540, 608, 426, 570},
+	    {608, 596, 540, 570, 426},
+	    {570, 269, 426, 608, 592},
+	    {269, 490, 608, 562, 598},
+	    {608, 570, 478, 269, 426},
+	    {269, 478, 608, 489, 596},
+	    {269, 608, 562, 340, 478}},
+    .lp = {{-1.77624f, -2.08649f, -2.79989f, -2.86081f, -2.99278f},
+	   {-1.14696f, -1.62728f, -2.17646f, -2.68522f, -2.82254f},
+	   {-1.24722f, -1.58597f, -1.70653f, -2.24298f, -3.13881f},
+	   {-1.25120f, -1.85172f, -2.36142f, -2.64049f, -3.67663f},
+	   {-2.07055f, -2.42466f, -2.42910f, -2.55898f, -2.87033f},
+	   {-1.29217f, -1.90113f, -2.06466f, -2.41849f, -2.81031f},
+	   {-1.81938f, -2.03150f, -2.33853f, -2.78997f, -3.10235f},
+	   {-1.37323f, -1.67895f, -2.78775f, -3.02873f, -3.09231f}},
+};
+
+TEST(llama_cpp_vectors)
+{
+	char path[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-gemma-llama-%d.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "gemma3",
+			    .dim = 256,
+			    .layers = 7,
+			    .heads = 4,
+			    .kv_heads = 1,
+			    .head_dim = 64,
+			    .ffn = 512,
+			    .vocab = 1024,
+			    .ctx = 2048,
+			    .type = QT_F32,
+			    .seed = 11,
+			    .swa_window = 16};
+	char err[256];
+	if (mkmodel_write(&o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	llama_vec_check(path, &gemma_llama, "gemma3 f32");
+	unlink(path);
+}
+
 /* A file without a tensor the graph needs, or with a wrong shape: one line naming it. */
 TEST(bad_files)
 {
@@ -455,6 +509,7 @@ int main(void)
 	RUN(q8_0_greedy);
 	RUN(tokenizer_and_template);
 	RUN(engine_slots_and_prefix_reuse);
+	RUN(llama_cpp_vectors);
 	RUN(bad_files);
 	return harness_done();
 }

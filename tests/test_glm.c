@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "infer/model/model_int.h"
 #include "infer/tok/tokenizer.h"
+#include "llama_vectors.h"
 #include "ref_dense.h"
 
 #define CTX 128
@@ -172,8 +173,8 @@ static void vs_reference(int type, int qk_norm)
 		for (int l = 1; l < x.meta.n_layers; l++)
 			for (int i = 0; i < K; i++)
 				flip |= trace[l * K + i] != R.choice[l][i];
-		agree += got == tok || lr[tok] - l2 < 0.01f * fabsf(lr[tok]) ||
-			 (type != QT_F32 && flip);
+		agree +=
+		    got == tok || lr[tok] - l2 < 0.01f * fabsf(lr[tok]) || (type != QT_F32 && flip);
 		CHECK_EQ_INT(model_forward(x.m, &tok, 1, np + s, lg), 0);
 		rd_step(&R, tok, np + s, lr);
 		worst = fmax(worst, rel_err(lg, lr, V));
@@ -206,6 +207,61 @@ TEST(f32_qk_norm_vs_reference)
 TEST(q8_0_greedy)
 {
 	vs_reference(QT_Q8_0, 0);
+}
+
+/* The file `shoal mkmodel --arch glm4moe --dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim
+ * 64 --ffn 512 --expert-ffn 128 --experts 16 --experts-used 4 --nextn 1 --vocab 1024 --type f32
+ * --seed 13` writes (ctx 2048) against llama.cpp's ids and logprobs for it (llama_vectors.h; it
+ * loads the NextN layer's tensors and leaves them unused, as shoal does). */
+static const llama_vec_t glm_llama = {
+    .prompt = "Once upon a time there was a little girl",
+    .prompt_ids = {79, 110, 99, 101, 477, 259, 363, 335, 278, 259, 481, 484},
+    .n_prompt = 12,
+    .ids = {36, 418, 78, 96, 280, 93, 535, 91},
+    .top = {{36, 290, 461, 353, 312},
+	    {418, 439, 426, 409, 531},
+	    {78, 375, 74, 93, 332},
+	    {96, 266, 431, 487, 108},
+	    {280, 437, 264, 358, 388},
+	    {93, 104, 416, 112, 411},
+	    {535, 455, 491, 109, 75},
+	    {91, 295, 508, 418, 56}},
+    .lp = {{-1.02688f, -1.76056f, -3.40145f, -3.88837f, -3.94244f},
+	   {-1.90857f, -2.22852f, -2.32984f, -2.38669f, -2.47047f},
+	   {-1.69960f, -1.95403f, -2.11736f, -3.01626f, -3.12083f},
+	   {-0.64633f, -2.59478f, -2.90718f, -2.99585f, -3.18535f},
+	   {-1.93519f, -2.18612f, -3.17906f, -3.28048f, -3.45565f},
+	   {-1.93455f, -2.19421f, -2.36086f, -2.37738f, -2.50938f},
+	   {-0.53308f, -3.00809f, -3.11717f, -3.77348f, -3.84104f},
+	   {-0.62568f, -2.07636f, -3.17660f, -3.44413f, -3.66461f}},
+};
+
+TEST(llama_cpp_vectors)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-glm-llama-%d.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "glm4moe",
+			    .dim = 256,
+			    .layers = 4,
+			    .heads = 4,
+			    .kv_heads = 2,
+			    .head_dim = 64,
+			    .ffn = 512,
+			    .vocab = 1024,
+			    .ctx = 2048,
+			    .type = QT_F32,
+			    .seed = 13,
+			    .experts = 16,
+			    .experts_used = 4,
+			    .expert_ffn = 128,
+			    .nextn = 1};
+	if (mkmodel_write(&o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	llama_vec_check(path, &glm_llama, "glm4moe f32");
+	unlink(path);
 }
 
 /* Renames the first occurrence of from (same length) in the file at path. */
@@ -267,5 +323,6 @@ int main(void)
 	RUN(f32_qk_norm_vs_reference);
 	RUN(q8_0_greedy);
 	RUN(bad_files);
+	RUN(llama_cpp_vectors);
 	return harness_done();
 }
