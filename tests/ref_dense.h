@@ -24,6 +24,7 @@
 
 #include "infer/model/meta.h"
 #include "infer/quant/quant.h"
+#include "model_fix.h"
 #include "ref_util.h"
 
 #include <stdio.h>
@@ -273,6 +274,39 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 		for (int i = 0; i < p->n_vocab; i++)
 			logits[i] = (float)(p->logit_softcap * tanh(logits[i] / p->logit_softcap));
 	free(sc);
+}
+
+/* Engine m vs reference R (fresh) over prompt t[np] and steps greedy tokens of the reference:
+ * returns the worst relative logit error (model_fix.h's rel_err), *agree counts the steps whose
+ * top-1 is the reference's or the reference's own top two are within tie x |top| (a near tie a
+ * quantized engine may break), or excuse(ud, step) says why not (NULL: none). step_fn (NULL:
+ * none) runs after each engine step. */
+typedef int (*rd_excuse_fn)(void *ud, const rd_t *R);
+static inline double rd_compare(model_t *m, rd_t *R, const int *t, int np, int steps, float tie,
+				rd_excuse_fn excuse, void *ud, int *agree)
+{
+	int V = R->p->n_vocab;
+	float *lg = malloc(V * sizeof *lg), *lr = malloc(V * sizeof *lr);
+	*agree = 0;
+	int rc = model_forward(m, t, np, 0, lg);
+	for (int i = 0; i < np; i++)
+		rd_step(R, t[i], i, lr);
+	double worst = rel_err(lg, lr, V);
+	for (int s = 0; s < steps && !rc; s++) {
+		int tok = ref_argmax(lr, V), got = ref_argmax(lg, V);
+		float l2 = -INFINITY; /* the reference's runner-up */
+		for (int i = 0; i < V; i++)
+			if (i != tok && lr[i] > l2)
+				l2 = lr[i];
+		*agree +=
+		    got == tok || lr[tok] - l2 < tie * fabsf(lr[tok]) || (excuse && excuse(ud, R));
+		rc = model_forward(m, &tok, 1, np + s, lg);
+		rd_step(R, tok, np + s, lr);
+		worst = fmax(worst, rel_err(lg, lr, V));
+	}
+	free(lg);
+	free(lr);
+	return rc ? INFINITY : worst;
 }
 
 #endif

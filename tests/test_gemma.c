@@ -21,17 +21,10 @@
 #include "infer/model/model_int.h"
 #include "infer/tok/tokenizer.h"
 #include "llama_vectors.h"
+#include "model_fix.h"
 #include "ref_dense.h"
 
 #define CTX 256
-
-typedef struct fix {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-	model_t *m;
-} fix_t;
 
 static mkmodel_opts_t gemma_opts(int type, int seed)
 {
@@ -49,55 +42,14 @@ static mkmodel_opts_t gemma_opts(int type, int seed)
 				.swa_window = 8};
 }
 
-/* Writes o, opens it (meta adjusted by tweak when given) with a model of CTX positions. */
-static int fix_open(fix_t *x, const mkmodel_opts_t *o, void (*tweak)(model_meta_t *))
+static int fix_open(model_fix_t *x, const mkmodel_opts_t *o, void (*tweak)(model_meta_t *))
 {
-	static int serial;
-	char err[256];
-	memset(x, 0, sizeof *x);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-gemma-%d-%d.gguf", (int)getpid(),
-		 serial++);
-	if (gen_file(o, x->path, &x->g, &x->meta, "gemma3"))
-		return -1;
-	if (tweak)
-		tweak(&x->meta);
-	if (!(x->pool = pool_new(2)) ||
-	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, QT_F32, x->pool, err, sizeof err)) {
-		fprintf(stderr, "fix_open: %s\n", err);
-		return -1;
-	}
-	return 0;
-}
-
-static void fix_close(fix_t *x)
-{
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
-}
-
-static double rel_err(const float *a, const float *b, int n)
-{
-	double num = 0, den = 0;
-	for (int i = 0; i < n; i++) {
-		num = fmax(num, fabs((double)a[i] - b[i]));
-		den = fmax(den, fabs((double)b[i]));
-	}
-	return num / fmax(den, 1e-30);
-}
-
-static void tokens(int *t, int n, uint32_t seed, int vocab)
-{
-	for (int i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		t[i] = (int)((seed >> 8) % (uint32_t)vocab);
-	}
+	return model_fix_open(x, o, CTX, 1, QT_F32, tweak);
 }
 
 TEST(meta)
 {
-	fix_t x;
+	model_fix_t x;
 	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
 	o.rope_factor = 8;
 	if (fix_open(&x, &o, NULL)) {
@@ -117,7 +69,7 @@ TEST(meta)
 	CHECK(p->tied_output && p->has_qk_norm && p->has_post_norm && p->ffn_gelu);
 	CHECK_EQ_INT(p->rope_dim, 64);
 	CHECK_EQ_INT(p->rope_style, META_ROPE_NEOX);
-	fix_close(&x);
+	model_fix_close(&x);
 	/* the 27B rule: 62 layers scale queries by 1/sqrt(dim / heads), not 1/sqrt(head_dim) */
 	mkmodel_opts_t big = {.arch = "gemma3",
 			      .dim = 64,
@@ -147,7 +99,7 @@ TEST(meta)
  * both (softcapping). */
 static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_factor)
 {
-	fix_t x;
+	model_fix_t x;
 	rd_t R;
 	mkmodel_opts_t o = gemma_opts(type, 2);
 	o.rope_factor = (float)rope_factor;
@@ -156,24 +108,9 @@ static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_facto
 		return;
 	}
 	rd_open(&R, x.g, &x.meta, CTX);
-	int V = x.meta.n_vocab, np = 150, t[CTX], agree = 0, steps = 30;
-	float *lg = malloc(V * sizeof *lg), *lr = malloc(V * sizeof *lr);
-	tokens(t, np, 5, V);
-	CHECK_EQ_INT(model_forward(x.m, t, np, 0, lg), 0);
-	for (int i = 0; i < np; i++)
-		rd_step(&R, t[i], i, lr);
-	double worst = rel_err(lg, lr, V);
-	for (int s = 0; s < steps; s++) {
-		int tok = ref_argmax(lr, V), got = ref_argmax(lg, V);
-		float l2 = -INFINITY; /* the reference's runner-up: near ties may flip in Q8_0 */
-		for (int i = 0; i < V; i++)
-			if (i != tok && lr[i] > l2)
-				l2 = lr[i];
-		agree += got == tok || lr[tok] - l2 < 0.005f * fabsf(lr[tok]);
-		CHECK_EQ_INT(model_forward(x.m, &tok, 1, np + s, lg), 0);
-		rd_step(&R, tok, np + s, lr);
-		worst = fmax(worst, rel_err(lg, lr, V));
-	}
+	int t[CTX], agree, steps = 30;
+	rand_tokens(t, 150, 5, x.meta.n_vocab);
+	double worst = rd_compare(x.m, &R, t, 150, steps, 0.005f, NULL, NULL, &agree);
 	printf("gemma3 %s%s%s: top-1 equal at %d of %d steps, worst relative logit error %.2e\n",
 	       quant_type_name(type), tweak ? " softcap" : "", rope_factor ? " rope x8" : "", agree,
 	       steps, worst);
@@ -183,10 +120,8 @@ static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_facto
 	 * the engine and the reference; with the plain formula in both the error is 2e-6 */
 	if (type == QT_F32)
 		CHECK(worst < 1e-3);
-	free(lg);
-	free(lr);
 	rd_close(&R);
-	fix_close(&x);
+	model_fix_close(&x);
 }
 
 static void softcap(model_meta_t *m)
@@ -232,7 +167,7 @@ TEST(q8_0_greedy)
  * special tokens parsed when asked; <end_of_turn> and <eos> end generation. */
 TEST(tokenizer_and_template)
 {
-	fix_t x;
+	model_fix_t x;
 	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
 	if (fix_open(&x, &o, NULL)) {
 		CHECK(0);
@@ -242,7 +177,7 @@ TEST(tokenizer_and_template)
 	tok_t *t = NULL;
 	CHECK_EQ_INT(tok_load(&t, x.g, err, sizeof err), 0);
 	if (!t) {
-		fix_close(&x);
+		model_fix_close(&x);
 		return;
 	}
 	CHECK_EQ_INT(tok_bos(t), 2);
@@ -300,7 +235,7 @@ TEST(tokenizer_and_template)
 	CHECK(out && !strcmp(out, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
 				  "<start_of_turn>model\n"));
 	free(out);
-	fix_close(&x);
+	model_fix_close(&x);
 }
 
 /* ---- the engine: slots, batching and prefix reuse over sliding-window rings ---------------- */
@@ -345,7 +280,7 @@ static void solo(eng_t *e, const int *p, int n, ids_sink_t *s)
  * fresh engine's ids; two sequences decoded together give their solo ids. */
 TEST(engine_slots_and_prefix_reuse)
 {
-	fix_t x;
+	model_fix_t x;
 	mkmodel_opts_t o =
 	    gemma_opts(QT_F32, 4); /* F32 weights and cache: batch shapes only reorder sums */
 	if (fix_open(&x, &o, NULL)) {
@@ -353,11 +288,11 @@ TEST(engine_slots_and_prefix_reuse)
 		return;
 	}
 	int V = x.meta.n_vocab, a[CTX], b[CTX], c[CTX];
-	tokens(a, 200, 11, V);
+	rand_tokens(a, 200, 11, V);
 	memcpy(b, a, 190 * sizeof *b);
-	tokens(b + 190, 20, 12, V);
+	rand_tokens(b + 190, 20, 12, V);
 	memcpy(c, a, 50 * sizeof *c);
-	tokens(c + 50, 150, 13, V);
+	rand_tokens(c + 50, 150, 13, V);
 	eng_t *e = engine(x.path, 1), *f = engine(x.path, 1), *g = engine(x.path, 2);
 	if (!e || !f || !g) {
 		CHECK(0);
@@ -390,7 +325,7 @@ out:
 	eng_free(e);
 	eng_free(f);
 	eng_free(g);
-	fix_close(&x);
+	model_fix_close(&x);
 }
 
 /* The file `shoal mkmodel --arch gemma3 --dim 256 --layers 7 --heads 4 --kv-heads 1 --head-dim
@@ -458,20 +393,7 @@ TEST(bad_files)
 	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad"), 0);
 	gguf_free(g);
 	/* rename blk.0.post_ffw_norm in place: the file is otherwise valid */
-	char *buf;
-	size_t len;
-	CHECK_EQ_INT(read_file_all(path, &buf, &len, err, sizeof err), 0);
-	char *hit = NULL;
-	for (size_t i = 0; !hit && i + 19 <= len; i++)
-		if (!memcmp(buf + i, "blk.0.post_ffw_norm", 19))
-			hit = buf + i;
-	CHECK(hit != NULL);
-	if (hit)
-		memcpy(hit, "blk.0.post_fxw_norm", 19);
-	FILE *f = fopen(path, "wb");
-	fwrite(buf, 1, len, f);
-	fclose(f);
-	free(buf);
+	CHECK_EQ_INT(file_replace(path, "blk.0.post_ffw_norm", "blk.0.post_fxw_norm"), 0);
 	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
 	err[0] = 0;
 	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EFORMAT);
@@ -481,18 +403,7 @@ TEST(bad_files)
 	o.rope_factor = 8;
 	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad 2"), 0);
 	gguf_free(g);
-	CHECK_EQ_INT(read_file_all(path, &buf, &len, err, sizeof err), 0);
-	hit = NULL;
-	for (size_t i = 0; !hit && i + 6 <= len; i++)
-		if (!memcmp(buf + i, "linear", 6))
-			hit = buf + i;
-	CHECK(hit != NULL);
-	if (hit)
-		memcpy(hit, "cosine", 6);
-	f = fopen(path, "wb");
-	fwrite(buf, 1, len, f);
-	fclose(f);
-	free(buf);
+	CHECK_EQ_INT(file_replace(path, "linear", "cosine"), 0);
 	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
 	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EUNSUPP);
 	CHECK(strstr(err, "gemma3.rope.scaling.type") != NULL);

@@ -438,6 +438,18 @@ static const char *param_type(const web_job_t *j, const char *name, const char *
 	return buf;
 }
 
+/* A call's argument value v[0..n): JSON unless the tool declares that parameter a string (or it
+ * does not parse as JSON), as llama.cpp's parser decides by the schema. */
+static json_t *arg_value(const web_job_t *j, const char *name, const char *key, const char *v,
+			 size_t n)
+{
+	char ty[32];
+	json_t *val = NULL;
+	if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
+		val = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+	return val ? val : json_stringn(v, n);
+}
+
 /* One XML call at p[0..n): <function=NAME>\n then <parameter=KEY>\nVALUE\n</parameter>\n
  * each, then </function>. A value is JSON unless its parameter is a string (or it does not
  * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
@@ -458,7 +470,7 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 		gt = memchr(q, '>', (size_t)(end - q));
 		if (!gt || gt - q > 200)
 			break;
-		char key[256], ty[32];
+		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
 		const char *v = gt + 1, *ve = find(v, (size_t)(end - v), "</parameter>");
 		if (!ve)
@@ -468,12 +480,7 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 			v++;
 		if (ve > v && ve[-1] == '\n')
 			ve--;
-		json_t *val = NULL;
-		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
-			val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
-		if (!val)
-			val = json_stringn(v, (size_t)(ve - v));
-		json_object_set_new(args, key, val);
+		json_object_set_new(args, key, arg_value(j, name, key, v, (size_t)(ve - v)));
 	}
 	json_t *c = json_pack("{s:s, s:o}", "name", name, "arguments", args);
 	int rc = c ? add_call(j, calls, c) : -1;
@@ -504,15 +511,10 @@ static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
 		const char *ve = v ? find(v, (size_t)(end - v), "</arg_value>") : NULL;
 		if (!ve || ke - k - 9 > 200)
 			break;
-		char key[256], ty[32];
+		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(ke - k - 9), k + 9);
-		const char *vs = v + 11;
-		json_t *val = NULL;
-		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
-			val = json_loadb(vs, (size_t)(ve - vs), JSON_DECODE_ANY, NULL);
-		if (!val)
-			val = json_stringn(vs, (size_t)(ve - vs));
-		json_object_set_new(args, key, val);
+		json_object_set_new(args, key,
+				    arg_value(j, name, key, v + 11, (size_t)(ve - v - 11)));
 		k = find(ve, (size_t)(end - ve), "<arg_key>");
 	}
 	json_t *call = args ? json_pack("{s:s, s:O}", "name", name, "arguments", args) : NULL;

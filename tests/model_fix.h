@@ -1,0 +1,97 @@
+/*
+ * model_fix.h: a generated model written, opened and bound for a test (test_swa, test_gemma,
+ * test_glm): one file per fixture (another may still map its own), the metadata adjustable
+ * before the model is made, and the small helpers those tests compare with. Test code only.
+ */
+#ifndef SHOAL_TEST_MODEL_FIX_H
+#define SHOAL_TEST_MODEL_FIX_H
+
+#include "common/common.h"
+#include "gen_model.h"
+
+#include <math.h>
+
+typedef struct model_fix {
+	char path[256];
+	gguf_t *g;
+	model_meta_t meta;
+	pool_t *pool;
+	model_t *m;
+} model_fix_t;
+
+/* Writes o, opens it, lets tweak adjust the metadata (NULL: none) and makes a model of n_ctx
+ * positions x n_slots in kv_type on 2 threads. 0, or -1 with the reason printed. */
+static inline int model_fix_open(model_fix_t *x, const mkmodel_opts_t *o, int n_ctx, int n_slots,
+				 int kv_type, void (*tweak)(model_meta_t *))
+{
+	static int serial;
+	char err[256];
+	memset(x, 0, sizeof *x);
+	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-fix-%d-%d.gguf", (int)getpid(),
+		 serial++);
+	if (gen_file(o, x->path, &x->g, &x->meta, o->arch))
+		return -1;
+	if (tweak)
+		tweak(&x->meta);
+	if (!(x->pool = pool_new(2)) || model_new_slots(&x->m, x->g, &x->meta, NULL, n_ctx, n_slots,
+							kv_type, x->pool, err, sizeof err)) {
+		fprintf(stderr, "model_fix_open %s: %s\n", o->arch, err);
+		return -1;
+	}
+	return 0;
+}
+
+static inline void model_fix_close(model_fix_t *x)
+{
+	model_free(x->m);
+	pool_free(x->pool);
+	gguf_free(x->g);
+	unlink(x->path);
+	memset(x, 0, sizeof *x);
+}
+
+/* max |a - b| / max |b| over n values. */
+static inline double rel_err(const float *a, const float *b, int n)
+{
+	double num = 0, den = 0;
+	for (int i = 0; i < n; i++) {
+		num = fmax(num, fabs((double)a[i] - b[i]));
+		den = fmax(den, fabs((double)b[i]));
+	}
+	return num / fmax(den, 1e-30);
+}
+
+/* n pseudo-random token ids below vocab from seed. */
+static inline void rand_tokens(int *t, int n, uint32_t seed, int vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		t[i] = (int)((seed >> 8) % (uint32_t)vocab);
+	}
+}
+
+/* Overwrites the first occurrence of from in the file at path with to (as long): a key or a
+ * tensor renamed in a valid file. 0, or -1 when from is not there. */
+static inline int file_replace(const char *path, const char *from, const char *to)
+{
+	char *buf, err[128];
+	size_t len, n = strlen(from);
+	if (read_file_all(path, &buf, &len, err, sizeof err))
+		return -1;
+	int rc = -1;
+	for (size_t i = 0; i + n <= len; i++)
+		if (!memcmp(buf + i, from, n)) {
+			memcpy(buf + i, to, n);
+			rc = 0;
+			break;
+		}
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(buf, 1, len, f) != len)
+		rc = -1;
+	if (f)
+		fclose(f);
+	free(buf);
+	return rc;
+}
+
+#endif
