@@ -104,15 +104,16 @@ int cmd_info(int argc, char **argv)
 		       : m.rope_style == META_ROPE_NEOX ? "neox (half split)"
 							: "adjacent pairs");
 		printf("rms eps:       %g\n", (double)m.rms_eps);
-		printf("extras:        %s%s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
+		printf("extras:        %s%s%s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
 		       m.has_post_norm ? "post-attention/FFN norms, " : "",
 		       m.ffn_gelu ? "GELU FFN, embeddings x sqrt(dim), " : "",
+		       m.has_sinks ? "attention sinks, output bias, post-attention norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
 		if (m.n_nextn)
 			printf("nextn:         %d NextN/MTP layer%s after the %d (not run)\n",
 			       m.n_nextn, m.n_nextn > 1 ? "s" : "", m.n_layers);
-		if (m.rope_scale != 1.0f || m.logit_softcap > 0)
+		if (m.arch == META_GEMMA3 && (m.rope_scale != 1.0f || m.logit_softcap > 0))
 			printf("gemma3:        global layers' rope scale %g, logit softcap %g\n",
 			       (double)m.rope_scale, (double)m.logit_softcap);
 		if (m.n_experts) {
@@ -126,13 +127,21 @@ int cmd_info(int argc, char **argv)
 			printf(
 			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
 			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
-			printf("router:        %s, top-k weights %s, scale %g%s",
-			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
+			printf("router:        %s%s, top-k weights %s, scale %g%s",
+			       m.gating == META_GATE_SIGMOID ? "sigmoid"
+			       : m.gating == META_GATE_SOFTMAX_WEIGHT
+				   ? "top k by logit, softmax over them"
+				   : "softmax",
+			       m.has_moe_bias ? " (biased)" : "",
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
 			       m.has_exp_bias ? ", selection bias" : "");
 			if (m.n_groups)
 				printf(", from the best %d of %d expert groups", m.groups_used,
 				       m.n_groups);
+			if (m.exp_act == META_ACT_SWIGLU_OAI)
+				printf(
+				    "\nexpert ffn:    clamped SwiGLU (alpha %g, limit %g), biases",
+				    (double)m.act_alpha, (double)m.act_limit);
 			printf("\n");
 		}
 		if (m.is_mla)

@@ -20,7 +20,7 @@ static void usage(FILE *f)
 	    "                      [--expert-ffn F] [--dense-lead N]]\n"
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
-	    "                     q2_k] [--seed S] [--ctx N]\n"
+	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
@@ -29,8 +29,9 @@ static void usage(FILE *f)
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
 	    "  gemma3: [--sliding-window N] [--rope-factor F (linear)]\n"
 	    "  glm4moe: [--nextn N] [--qk-norm 1] and the expert options\n"
+	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
 	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
-	    "qwen2moe, qwen3moe, qwen35moe, glm4moe.\n"
+	    "qwen2moe, qwen3moe, qwen35moe, glm4moe, gpt-oss.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -45,7 +46,9 @@ static void usage(FILE *f)
 	    "gemma3: window 512 on layers 0-4 of every 6, SentencePiece vocabulary, tied head.\n"
 	    "glm4moe: layers from --dense-lead (default 1) route (sigmoid, selection bias, one\n"
 	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
-	    "skipped, as llama.cpp does.\n");
+	    "skipped, as llama.cpp does.\n"
+	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -83,7 +86,7 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
-    /* gemma3's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
+    /* gemma3's and gpt-oss's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
     {"sliding-window", offsetof(mkmodel_opts_t, swa_window)},
     {"qk-norm", offsetof(mkmodel_opts_t, qk_norm)},
 };

@@ -64,7 +64,7 @@ TEST(meta)
 	CHECK_EQ_INT(p->n_nextn, 1);
 	CHECK_EQ_INT(p->rope_dim, 32); /* partial rotary: half of head_dim 64 */
 	CHECK_EQ_INT(p->rope_style, META_ROPE_NEOX);
-	CHECK(p->has_qkv_bias && !p->has_qk_norm && p->ffn_norm_post_attn && !p->tied_output);
+	CHECK(p->has_qkv_bias && !p->has_qk_norm && p->ffn_norm_post && !p->tied_output);
 	CHECK_EQ_INT(p->n_experts, 8);
 	CHECK_EQ_INT(p->n_experts_used, 2);
 	CHECK_EQ_INT(p->ffn_exp, 128);

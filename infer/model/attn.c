@@ -18,6 +18,9 @@
  * loop's token blocks are runs of tokens of one slot at consecutive positions (a prompt chunk), so
  * a tile serves the whole block; a decode batch's tokens are blocks of one.
  *
+ * gpt-oss's attention sinks (one learned logit per head, llama.cpp's ggml_soft_max_add_sinks)
+ * take part in the softmax's max and sum but add no value: the online softmax starts from them.
+ *
  * Invariant: reads only cache rows written before the call; writes only m->att and the calling
  * thread's tile and score scratch.
  */
@@ -248,11 +251,28 @@ static void att_llama_q(model_t *m, int B)
 	}
 }
 
+/* gpt-oss's sink after one_chunk's positions, in F32 (ggml-cpu/ops.cpp
+ * ggml_compute_forward_flash_attn_ext_f16_one_chunk: "sinks - apply only on the first kv-chunk",
+ * after VKQ16 is converted to F32): o, running max *M and sum *S take the sink logit s. */
+static void att_llama_sink(float *o, int hd, float *M, float *S, float s)
+{
+	if (s > *M) {
+		float ms = expf(*M - s);
+		for (int i = 0; i < hd; i++)
+			o[i] *= ms;
+		*S = *S * ms + 1.0f;
+		*M = s;
+	} else {
+		*S += expf(s - *M);
+	}
+}
+
 static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
 	float scale = att_scale(m);
 	/* a query llama.cpp scaled before attention (Gemma 3) was rounded after the scale
 	 * (attention()): its scores are not scaled again */
@@ -271,8 +291,11 @@ static void att_task(void *ctx, int c, int nc, int tid)
 			for (int h = h0; h < h1; h++) {
 				memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
 				       (size_t)hd * sizeof(float));
-				mx[b - b0][h - h0] = -INFINITY;
-				sum[b - b0][h - h0] = 0;
+				/* a sink is a logit with no value: the softmax starts from it
+				 * (llama.cpp's one_chunk path takes it last: att_llama_sink) */
+				int first = sinks && !att_llama(m, b);
+				mx[b - b0][h - h0] = first ? sinks[h] : -INFINITY;
+				sum[b - b0][h - h0] = first ? 1.0f : 0.0f;
 			}
 		/* the block's first token sees the earliest position, its last the latest; a
 		 * sliding window (win) starts each token's share later */
@@ -342,6 +365,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
 				float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
+				if (sinks && att_llama(m, b))
+					att_llama_sink(o, hd, &mx[b - b0][h - h0],
+						       &sum[b - b0][h - h0], sinks[h]);
 				float inv = 1.0f / sum[b - b0][h - h0];
 				for (int i = 0; i < hd; i++)
 					o[i] *= inv;
@@ -370,6 +396,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 	att_job_t *j = ctx;
 	model_t *m = j->m;
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
 	float scale = att_scale(m), kv[1024];
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
 	int lo, hi;
@@ -404,6 +431,8 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 					o[i] = f16r(fmaf(vr[i], vs, o[i]));
 				sum = sum * ms + vs;
 			}
+			if (sinks)
+				att_llama_sink(o, hd, &mx, &sum, sinks[h]);
 			for (int i = 0; i < hd; i++)
 				o[i] *= 1.0f / sum;
 			continue;
@@ -416,8 +445,12 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 			sc[t] = d * scale;
 			mx = fmaxf(mx, sc[t]);
 		}
+		if (sinks) /* in the max and the sum, as ggml's soft_max with sinks */
+			mx = fmaxf(mx, sinks[h]);
 		for (int t = t_lo; t < T; t++)
 			sum += sc[t] = expf(sc[t] - mx);
+		if (sinks)
+			sum += expf(sinks[h] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (int t = t_lo; t < T; t++) {
 			quant_dequant_row(m->kv_type,

@@ -156,6 +156,11 @@ typedef struct model_batch {
 } model_batch_t;
 int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
 
+/* The output head alone: logits[n][n_vocab] of final hidden states x[n][dim] (rows that went
+ * through every layer: a pipeline's rank 0 gets them back from the last stage after a pass
+ * it ran with logits NULL). Returns 0 or SH_EINVAL. */
+int model_head(model_t *m, const float *x, int n, float *logits);
+
 /* ---- Recurrent state (hybrid models: qwen35's DeltaNet layers, deltanet.c) -----------------
  * Such a layer keeps per slot a state that only moves forward, instead of a KV cache holding
  * every position. A slot holds the state after its last rollback + 1 positions computed (a

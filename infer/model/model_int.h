@@ -39,7 +39,8 @@ typedef struct wmat {
 	size_t src_stride;
 	/* Optional interleaved copy (wmat_repack): rows [0, 16 * rp_groups) in the R16 layout of
 	 * repack.h, used while data == rp_of and rows >= 16 * rp_groups (a view made by copying
-	 * the struct and moving data or rows falls back to the rows above by itself). */
+	 * the struct and moving data or rows falls back to the rows above by itself; mat_rows
+	 * carries the copy along when the view starts on a group). */
 	const uint8_t *rp, *rp_of;
 	int rp_groups;
 	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
@@ -60,6 +61,7 @@ typedef struct kv_layer {
 	size_t off; /* byte offset of the layer's rows in kc and vc */
 	int npos;   /* rows per (slot, head): kv_npos, or the ring of a sliding-window layer */
 	int win;    /* sliding window (a query at p sees p0 > p - win); 0 = all earlier positions */
+	int layer;  /* the model layer it belongs to */
 } kv_layer_t;
 
 typedef struct layer {
@@ -69,16 +71,18 @@ typedef struct layer {
 	wmat_t wo;                   /* [dim x n_heads*head_dim] */
 	float *bq, *bk, *bv;         /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
 	float *q_norm, *k_norm;      /* qwen3: [head_dim] */
-	float *ffn_norm;             /* [dim] (glm4moe: the file's post_attention_norm) */
+	float *sinks;                /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
+	float *bo;                   /* gpt-oss: [dim] attn_output.bias (added after the sum) */
+	float *ffn_norm;             /* [dim] (glm4moe, gpt-oss: the file's post_attention_norm) */
 	float *post_attn, *post_ffn; /* gemma3: [dim] norms of the attention and FFN outputs */
 	wmat_t w_gate, w_up;         /* [ffn x dim] */
 	wmat_t w_down;               /* [dim x ffn] */
 	uint8_t *wo_own, *down_own;  /* private copies of partial column slices (NULL: mapped) */
 	moe_layer_t *moe;            /* experts instead of w_gate/w_up/w_down (NULL: dense) */
 	struct mla_layer *mla;       /* deepseek2: latent attention's weights (mla.c), else NULL */
-	struct dn_layer *dn; /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
-	int q_gated;         /* qwen35: wq rows are [query | gate] per head (2 x qd) */
-	int kv_lc;           /* this layer's index in the KV cache (attention layers) */
+	struct dn_layer *dn;         /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
+	int q_gated;                 /* qwen35: wq rows are [query | gate] per head (2 x qd) */
+	int kv_lc;                   /* this layer's index in the KV cache (attention layers) */
 } layer_t;
 
 struct model {
@@ -94,6 +98,7 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	float *rope_cs;  /* [max_b][rope_dim/2][2]: cos, sin of this pass's token b (rope_table) */
+	float rope_mag;  /* cos and sin are times this (YaRN's magnitude; 1 without) */
 	float *inv_freq_swa,
 	    *rope_cs_swa; /* the same for the sliding-window layers (their own
 			   * base and scale), NULL when they rotate like the rest */
@@ -227,7 +232,10 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
  * the shared block. */
 int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
 void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
-int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
+/* The interleaved copies of this rank's experts (wmat_repack: the tiled kernels, decode
+ * included, for every expert the type has one for). 0 or SH_ENOMEM. */
+int moe_repack(model_t *m, moe_layer_t *ml);
+int moe_scratch_new(model_t *m); /* after m->max_b is set; SH_ENOMEM */
 void moe_scratch_free(moe_scratch_t *s);
 /* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
  * outputs + its slice of the shared block): summed over ranks it is the whole block. */
@@ -315,6 +323,12 @@ void gelu_gate(float *h, const float *up, int n);
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
 void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
+/* inv_freq[rope_dim/2] for base with frequency scale fs (1 / the linear or YaRN factor; 1 =
+ * none), YaRN's ramp between scaled and unscaled frequencies when yarn (ggml's rope_yarn, the
+ * correction dims from rope_orig_ctx). rope_yarn_mag: YaRN's cos/sin magnitude as llama.cpp
+ * sets it up for an architecture other than deepseek2. */
+void rope_freqs(const model_meta_t *mt, float base, float fs, int yarn, float *inv_freq);
+float rope_yarn_mag(const model_meta_t *mt);
 /* cos and sin of every RoPE angle of the B tokens at pos[] (once per pass: every head of every
  * layer rotates by the same angles). */
 void rope_table(model_t *m, const int *pos, int B);

@@ -76,17 +76,20 @@ uint64_t model_kv_read_bytes(const model_meta_t *meta, const model_shard_t *shar
 int swa_layout(model_t *m, size_t *rows)
 {
 	const model_meta_t *mt = &m->meta;
+	int nl = m->n_kv_layers; /* the shard's layers with a KV cache (not qwen35's DeltaNet) */
 	m->ring = model_swa_ring(mt, m->n_ctx);
-	m->kvl = calloc((size_t)MAX(m->n_kv_layers, 1), sizeof *m->kvl);
+	m->kvl = calloc((size_t)MAX(nl, 1), sizeof *m->kvl);
 	m->ring_lo = calloc((size_t)m->n_slots, sizeof *m->ring_lo);
 	if (!m->kvl || !m->ring_lo)
 		return SH_ENOMEM;
 	size_t off = 0, per = (size_t)m->n_slots * (size_t)m->sh.n_kv_heads;
-	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
-		if (meta_layer_recurrent(mt, l)) /* DeltaNet layers keep no KV cache */
+	*rows = 0;
+	for (int l = m->sh.layer0, lc = 0; l < m->sh.layer1 && lc < nl; l++) {
+		if (meta_layer_recurrent(mt, l))
 			continue;
 		int swa = meta_layer_swa(mt, l);
-		kv_layer_t *k = &m->kvl[m->layers[l].kv_lc];
+		kv_layer_t *k = &m->kvl[lc++];
+		k->layer = l;
 		k->npos = swa && m->ring ? m->ring : m->kv_npos;
 		k->win = swa ? mt->swa_window : 0;
 		k->off = off * m->kv_hrow;
