@@ -93,6 +93,19 @@ static void put_json(FILE *f, json_t *v, int indent)
 	free(s);
 }
 
+/* Every tool of tools as JSON (indent as put_json), each between before and after. */
+static void put_tools(FILE *f, json_t *tools, int indent, const char *before, const char *after)
+{
+	size_t k;
+	json_t *t;
+	json_array_foreach(tools, k, t)
+	{
+		fputs(before, f);
+		put_json(f, t, indent);
+		fputs(after, f);
+	}
+}
+
 static void put_trim(FILE *f, const char *s)
 {
 	size_t n = strlen(s);
@@ -157,13 +170,7 @@ static void render_llama3(FILE *f, const eng_msg_t *m, int n, json_t *tools)
 		    "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
 		    "argument name and its value}.Do not use variables.\n\n",
 		    f);
-		size_t k;
-		json_t *t;
-		json_array_foreach(tools, k, t)
-		{
-			put_json(f, t, 4);
-			fputs("\n\n", f);
-		}
+		put_tools(f, tools, 4, "", "\n\n");
 		put_trim(f, m[i++].content);
 		fputs("<|eot_id|>", f);
 	}
@@ -215,13 +222,7 @@ static void render_qwen(FILE *f, const eng_msg_t *m, int n, json_t *tools, int q
 			    f);
 		fputs(qwen3 ? "" : "\n\n", f);
 		fputs(TOOLS_INTRO, f);
-		size_t k;
-		json_t *t;
-		json_array_foreach(tools, k, t)
-		{
-			fputc('\n', f);
-			put_json(f, t, 0);
-		}
+		put_tools(f, tools, 0, "\n", "");
 		fputs(TOOLS_OUTRO, f);
 		fputs("<|im_end|>\n", f);
 	} else if (n > 0 && is_role(&m[0], "system")) {
@@ -518,13 +519,7 @@ static void render_glm4(FILE *f, const eng_msg_t *m, int n, json_t *tools)
 		    "user query.\n\nYou are provided with function signatures within "
 		    "<tools></tools> XML tags:\n<tools>\n",
 		    f);
-		size_t j;
-		json_t *t;
-		json_array_foreach(tools, j, t)
-		{
-			put_json(f, t, 0);
-			fputc('\n', f);
-		}
+		put_tools(f, tools, 0, "", "\n");
 		fputs("</tools>\n\nFor each function call, output the function name and arguments "
 		      "within the following XML format:\n<tool_call>{function-name}\n<arg_key>"
 		      "{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>"
@@ -604,13 +599,7 @@ static int render_generic(const char *family, const eng_msg_t *m, int n, json_t 
 		if (n > 0 && is_role(&m[0], "system"))
 			fprintf(f, "%s\n\n", m[i++].content);
 		fputs(TOOLS_INTRO, f);
-		size_t j;
-		json_t *t;
-		json_array_foreach(tools, j, t)
-		{
-			fputc('\n', f);
-			put_json(f, t, 0);
-		}
+		put_tools(f, tools, 0, "\n", "");
 		fputs(TOOLS_OUTRO, f);
 		fclose(f);
 		owned[k] = buf;

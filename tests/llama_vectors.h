@@ -14,9 +14,11 @@
 #define SHOAL_TEST_LLAMA_VECTORS_H
 
 #include "harness.h"
+#include "infer/gguf_write.h"
 #include "infer/infer.h"
 
 #include <math.h>
+#include <unistd.h>
 
 typedef struct llama_vec {
 	const char *prompt;
@@ -43,16 +45,18 @@ static int lv_on_token(void *ud, const eng_token_t *t)
 	return 0;
 }
 
-/* Runs path's model as `shoal generate --temperature 0 --top-logprobs 5 --max-tokens 8` does and
- * checks it against v; prints the largest logprob difference. */
-static void llama_vec_check(const char *path, const llama_vec_t *v, const char *what)
+/* Writes the file mk describes, runs it as `shoal generate --temperature 0 --top-logprobs 5
+ * --max-tokens 8` does and checks it against v; prints the largest logprob difference. */
+static void llama_vec_check(const mkmodel_opts_t *mk, const llama_vec_t *v, const char *what)
 {
-	char err[256];
+	char err[256], path[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-llama-vec-%d.gguf", (int)getpid());
 	eng_opts_t o = {.model_path = path, .threads = 2, .ctx = 256};
 	eng_t *e = NULL;
-	if (eng_open(&e, &o, err, sizeof err)) {
+	if (mkmodel_write(mk, path, err, sizeof err) || eng_open(&e, &o, err, sizeof err)) {
 		fprintf(stderr, "%s: %s\n", what, err);
 		CHECK(0);
+		unlink(path);
 		return;
 	}
 	int *ids = NULL, n = 0;
@@ -85,6 +89,7 @@ static void llama_vec_check(const char *path, const llama_vec_t *v, const char *
 	CHECK(worst <= 0.03);
 	free(ids);
 	eng_free(e);
+	unlink(path);
 }
 
 #endif

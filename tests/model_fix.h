@@ -94,4 +94,20 @@ static inline int file_replace(const char *path, const char *from, const char *t
 	return rc;
 }
 
+/* Writes o's file at path, overwrites from with to in it (file_replace) and loads its metadata:
+ * meta_load's result with the reason in err, or 1 when the file could not be made so. */
+static inline int model_fix_bad(const mkmodel_opts_t *o, const char *path, const char *from,
+				const char *to, char *err, size_t errlen)
+{
+	gguf_t *g = NULL;
+	model_meta_t m;
+	err[0] = 0;
+	if (mkmodel_write(o, path, err, errlen) || file_replace(path, from, to) ||
+	    gguf_open(&g, path, err, errlen))
+		return 1;
+	int rc = meta_load(&m, g, err, errlen);
+	gguf_free(g);
+	return rc;
+}
+
 #endif

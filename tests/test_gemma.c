@@ -357,8 +357,6 @@ static const llama_vec_t gemma_llama = {
 
 TEST(llama_cpp_vectors)
 {
-	char path[256];
-	snprintf(path, sizeof path, "/tmp/shoal-test-gemma-llama-%d.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "gemma3",
 			    .dim = 256,
 			    .layers = 7,
@@ -371,14 +369,7 @@ TEST(llama_cpp_vectors)
 			    .type = QT_F32,
 			    .seed = 11,
 			    .swa_window = 16};
-	char err[256];
-	if (mkmodel_write(&o, path, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		CHECK(0);
-		return;
-	}
-	llama_vec_check(path, &gemma_llama, "gemma3 f32");
-	unlink(path);
+	llama_vec_check(&o, &gemma_llama, "gemma3 f32");
 }
 
 /* A file without a tensor the graph needs, or with a wrong shape: one line naming it. */
@@ -388,26 +379,15 @@ TEST(bad_files)
 	snprintf(path, sizeof path, "/tmp/shoal-test-gemma-bad-%d.gguf", (int)getpid());
 	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
 	o.layers = 1;
-	gguf_t *g = NULL;
-	model_meta_t m;
-	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad"), 0);
-	gguf_free(g);
-	/* rename blk.0.post_ffw_norm in place: the file is otherwise valid */
-	CHECK_EQ_INT(file_replace(path, "blk.0.post_ffw_norm", "blk.0.post_fxw_norm"), 0);
-	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
-	err[0] = 0;
-	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EFORMAT);
+	/* blk.0.post_ffw_norm renamed in place: the file is otherwise valid */
+	CHECK_EQ_INT(
+	    model_fix_bad(&o, path, "blk.0.post_ffw_norm", "blk.0.post_fxw_norm", err, sizeof err),
+	    SH_EFORMAT);
 	CHECK(strstr(err, "blk.0.post_ffw_norm.weight") && strstr(err, "[256, 1]"));
-	gguf_free(g);
 	/* a RoPE scaling gemma3 does not have (gemma3_keys: none or linear) */
 	o.rope_factor = 8;
-	CHECK_EQ_INT(gen_file(&o, path, &g, &m, "gemma3 bad 2"), 0);
-	gguf_free(g);
-	CHECK_EQ_INT(file_replace(path, "linear", "cosine"), 0);
-	CHECK_EQ_INT(gguf_open(&g, path, err, sizeof err), 0);
-	CHECK_EQ_INT(meta_load(&m, g, err, sizeof err), SH_EUNSUPP);
+	CHECK_EQ_INT(model_fix_bad(&o, path, "linear", "cosine", err, sizeof err), SH_EUNSUPP);
 	CHECK(strstr(err, "gemma3.rope.scaling.type") != NULL);
-	gguf_free(g);
 	unlink(path);
 }
 
