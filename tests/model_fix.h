@@ -1,7 +1,7 @@
 /*
- * model_fix.h: a generated model written, opened and bound for a test (test_swa, test_gemma,
- * test_glm): one file per fixture (another may still map its own), the metadata adjustable
- * before the model is made, and the small helpers those tests compare with. Test code only.
+ * model_fix.h: the small helpers test_swa, test_gemma and test_glm compare with, next to the one
+ * fixture (gen_model.h's gen_open_slots): a relative logit error, pseudo-random prompts, and a
+ * generated file made bad in one place. Test code only.
  */
 #ifndef SHOAL_TEST_MODEL_FIX_H
 #define SHOAL_TEST_MODEL_FIX_H
@@ -10,45 +10,6 @@
 #include "gen_model.h"
 
 #include <math.h>
-
-typedef struct model_fix {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-	model_t *m;
-} model_fix_t;
-
-/* Writes o, opens it, lets tweak adjust the metadata (NULL: none) and makes a model of n_ctx
- * positions x n_slots in kv_type on 2 threads. 0, or -1 with the reason printed. */
-static inline int model_fix_open(model_fix_t *x, const mkmodel_opts_t *o, int n_ctx, int n_slots,
-				 int kv_type, void (*tweak)(model_meta_t *))
-{
-	static int serial;
-	char err[256];
-	memset(x, 0, sizeof *x);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-fix-%d-%d.gguf", (int)getpid(),
-		 serial++);
-	if (gen_file(o, x->path, &x->g, &x->meta, o->arch))
-		return -1;
-	if (tweak)
-		tweak(&x->meta);
-	if (!(x->pool = pool_new(2)) || model_new_slots(&x->m, x->g, &x->meta, NULL, n_ctx, n_slots,
-							kv_type, x->pool, err, sizeof err)) {
-		fprintf(stderr, "model_fix_open %s: %s\n", o->arch, err);
-		return -1;
-	}
-	return 0;
-}
-
-static inline void model_fix_close(model_fix_t *x)
-{
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
-	memset(x, 0, sizeof *x);
-}
 
 /* max |a - b| / max |b| over n values. */
 static inline double rel_err(const float *a, const float *b, int n)

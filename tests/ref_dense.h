@@ -293,7 +293,7 @@ static inline double rd_compare(model_t *m, rd_t *R, const int *t, int np, int s
 		rd_step(R, t[i], i, lr);
 	double worst = rel_err(lg, lr, V);
 	for (int s = 0; s < steps && !rc; s++) {
-		int tok = ref_argmax(lr, V), got = ref_argmax(lg, V);
+		int tok = sh_argmax(lr, V), got = sh_argmax(lg, V);
 		float l2 = -INFINITY; /* the reference's runner-up */
 		for (int i = 0; i < V; i++)
 			if (i != tok && lr[i] > l2)

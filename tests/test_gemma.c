@@ -42,14 +42,14 @@ static mkmodel_opts_t gemma_opts(int type, int seed)
 				.swa_window = 8};
 }
 
-static int fix_open(model_fix_t *x, const mkmodel_opts_t *o, void (*tweak)(model_meta_t *))
+static int fix_open(gen_t *x, const mkmodel_opts_t *o, void (*tweak)(model_meta_t *))
 {
-	return model_fix_open(x, o, CTX, 1, QT_F32, tweak);
+	return gen_open_slots(x, o, "gemma", 2, CTX, 1, QT_F32, tweak);
 }
 
 TEST(meta)
 {
-	model_fix_t x;
+	gen_t x;
 	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
 	o.rope_factor = 8;
 	if (fix_open(&x, &o, NULL)) {
@@ -69,7 +69,7 @@ TEST(meta)
 	CHECK(p->tied_output && p->has_qk_norm && p->has_post_norm && p->ffn_gelu);
 	CHECK_EQ_INT(p->rope_dim, 64);
 	CHECK_EQ_INT(p->rope_style, META_ROPE_NEOX);
-	model_fix_close(&x);
+	gen_close(&x);
 	/* the 27B rule: 62 layers scale queries by 1/sqrt(dim / heads), not 1/sqrt(head_dim) */
 	mkmodel_opts_t big = {.arch = "gemma3",
 			      .dim = 64,
@@ -99,7 +99,7 @@ TEST(meta)
  * both (softcapping). */
 static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_factor)
 {
-	model_fix_t x;
+	gen_t x;
 	rd_t R;
 	mkmodel_opts_t o = gemma_opts(type, 2);
 	o.rope_factor = (float)rope_factor;
@@ -121,7 +121,7 @@ static void vs_reference(int type, void (*tweak)(model_meta_t *), int rope_facto
 	if (type == QT_F32)
 		CHECK(worst < 1e-3);
 	rd_close(&R);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 static void softcap(model_meta_t *m)
@@ -167,7 +167,7 @@ TEST(q8_0_greedy)
  * special tokens parsed when asked; <end_of_turn> and <eos> end generation. */
 TEST(tokenizer_and_template)
 {
-	model_fix_t x;
+	gen_t x;
 	mkmodel_opts_t o = gemma_opts(QT_F32, 1);
 	if (fix_open(&x, &o, NULL)) {
 		CHECK(0);
@@ -177,7 +177,7 @@ TEST(tokenizer_and_template)
 	tok_t *t = NULL;
 	CHECK_EQ_INT(tok_load(&t, x.g, err, sizeof err), 0);
 	if (!t) {
-		model_fix_close(&x);
+		gen_close(&x);
 		return;
 	}
 	CHECK_EQ_INT(tok_bos(t), 2);
@@ -235,7 +235,7 @@ TEST(tokenizer_and_template)
 	CHECK(out && !strcmp(out, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
 				  "<start_of_turn>model\n"));
 	free(out);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 /* ---- the engine: slots, batching and prefix reuse over sliding-window rings ---------------- */
@@ -280,7 +280,7 @@ static void solo(eng_t *e, const int *p, int n, ids_sink_t *s)
  * fresh engine's ids; two sequences decoded together give their solo ids. */
 TEST(engine_slots_and_prefix_reuse)
 {
-	model_fix_t x;
+	gen_t x;
 	mkmodel_opts_t o =
 	    gemma_opts(QT_F32, 4); /* F32 weights and cache: batch shapes only reorder sums */
 	if (fix_open(&x, &o, NULL)) {
@@ -325,7 +325,7 @@ out:
 	eng_free(e);
 	eng_free(f);
 	eng_free(g);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 /* The file `shoal mkmodel --arch gemma3 --dim 256 --layers 7 --heads 4 --kv-heads 1 --head-dim

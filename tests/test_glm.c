@@ -45,14 +45,14 @@ static mkmodel_opts_t glm_opts(int type, int qk_norm)
 				.qk_norm = qk_norm};
 }
 
-static int fix_open(model_fix_t *x, const mkmodel_opts_t *o)
+static int fix_open(gen_t *x, const mkmodel_opts_t *o)
 {
-	return model_fix_open(x, o, CTX, 1, QT_F32, NULL);
+	return gen_open_slots(x, o, "glm", 2, CTX, 1, QT_F32, NULL);
 }
 
 TEST(meta)
 {
-	model_fix_t x;
+	gen_t x;
 	mkmodel_opts_t o = glm_opts(QT_F32, 0);
 	if (fix_open(&x, &o)) {
 		CHECK(0);
@@ -99,7 +99,7 @@ TEST(meta)
 		free(ids);
 		tok_free(t);
 	}
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 /* The experts the engine chose for the last token (trace) against the reference's: a Q8_0 step
@@ -124,7 +124,7 @@ static int route_flip(void *ud, const rd_t *R)
 /* Engine vs reference over a 40-token prompt and 30 greedy steps. */
 static void vs_reference(int type, int qk_norm)
 {
-	model_fix_t x;
+	gen_t x;
 	rd_t R;
 	mkmodel_opts_t o = glm_opts(type, qk_norm);
 	if (fix_open(&x, &o)) {
@@ -148,7 +148,7 @@ static void vs_reference(int type, int qk_norm)
 		CHECK(worst < 1e-4);
 	}
 	rd_close(&R);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(f32_vs_reference)

@@ -30,7 +30,7 @@ static void swa_meta(model_meta_t *m)
 }
 
 /* A llama F32 file given a window (swa_meta), n_slots slots of CTX positions, F32 cache. */
-static int fix_open(model_fix_t *x, int n_slots)
+static int fix_open(gen_t *x, int n_slots)
 {
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 128,
@@ -42,12 +42,12 @@ static int fix_open(model_fix_t *x, int n_slots)
 			    .ctx = CTX,
 			    .type = QT_F32,
 			    .seed = 5};
-	return model_fix_open(x, &o, CTX, n_slots, QT_F32, swa_meta);
+	return gen_open_slots(x, &o, "swa", 2, CTX, n_slots, QT_F32, swa_meta);
 }
 
 TEST(layout)
 {
-	model_fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
@@ -70,14 +70,14 @@ TEST(layout)
 	model_shard_full(&x.meta, &s);
 	s.layer0 = 1;
 	CHECK_EQ_INT(model_kv_bytes(&x.meta, &s, QT_F32, CTX), row * (CTX + 128));
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 /* Reference vs engine over a 200-token prompt and 40 greedy steps; attn_ref picks the
  * engine's plain attention. */
 static void run_ref(int attn_ref)
 {
-	model_fix_t x;
+	gen_t x;
 	rd_t R;
 	if (fix_open(&x, 1)) {
 		CHECK(0);
@@ -93,7 +93,7 @@ static void run_ref(int attn_ref)
 	CHECK_EQ_INT(agree, 40);
 	CHECK(worst < 1e-4);
 	rd_close(&R);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(reference_fused)
@@ -108,7 +108,7 @@ TEST(reference_plain)
 
 TEST(prefix_reuse)
 {
-	model_fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
@@ -143,12 +143,12 @@ TEST(prefix_reuse)
 	CHECK_EQ_INT(model_prefix_usable(x.m, 0, 100), 0);
 	free(la);
 	free(lb);
-	model_fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(two_slots_one_batch)
 {
-	model_fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
@@ -169,7 +169,7 @@ TEST(two_slots_one_batch)
 	float *both = malloc(2 * V * sizeof *both), *one = malloc(V * sizeof *one);
 	model_batch_t bt = {300, tok, sl, ps, out, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, both), 0);
-	model_fix_t y;
+	gen_t y;
 	if (fix_open(&y, 1)) {
 		CHECK(0);
 		return;
@@ -185,8 +185,8 @@ TEST(two_slots_one_batch)
 	CHECK(rel_err(both + V, one, V) < 1e-5);
 	free(both);
 	free(one);
-	model_fix_close(&y);
-	model_fix_close(&x);
+	gen_close(&y);
+	gen_close(&x);
 }
 
 int main(void)

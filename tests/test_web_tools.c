@@ -97,7 +97,7 @@ TEST(glm4_calls)
 			     "</arg_key>\n<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n"
 			     "<arg_value>3</arg_value>\n</tool_call><tool_call>get_time\n"
 			     "</tool_call>",
-			     WEB_TC_HERMES, NULL, &content);
+			     WEB_TC_GLM4, NULL, &content);
 	CHECK(c && json_array_size(c) == 2);
 	CHECK_EQ_STR(name_of(c, 0), "get_weather");
 	CHECK_EQ_STR(args_of(c, 0), "{\"city\":\"42\",\"days\":3}");
@@ -108,7 +108,7 @@ TEST(glm4_calls)
 	free(content);
 	CHECK(!calls_of("<tool_call>rm_rf\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n"
 			"</tool_call>",
-			WEB_TC_HERMES, NULL, NULL));
+			WEB_TC_GLM4, NULL, NULL));
 }
 
 TEST(llama3_and_mistral)
