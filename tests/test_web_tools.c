@@ -109,6 +109,8 @@ TEST(glm4_calls)
 	CHECK(!calls_of("<tool_call>rm_rf\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n"
 			"</tool_call>",
 			WEB_TC_GLM4, NULL, NULL));
+	/* the form is GLM's own (ENG_TOOLS_GLM4): a Hermes model's text is not read so */
+	CHECK(!calls_of("<tool_call>get_time\n</tool_call>", WEB_TC_HERMES, NULL, NULL));
 }
 
 TEST(llama3_and_mistral)
