@@ -62,6 +62,7 @@ static void sampling(eng_sampling_t *sp)
 	eng_sampling_default(sp);
 	sp->max_tokens = GEN;
 	sp->top_logprobs = TOPN;
+	sp->ignore_eos = 1; /* every request runs GEN tokens whatever the random model says */
 }
 
 /* The request alone, then NREQ copies: all at step 0 (staggered = 0) or one every 3rd step. */
