@@ -89,9 +89,9 @@ struct eng {
 	gguf_t *g;
 	model_meta_t meta;
 	tok_t *tok;
-	const char *chat;       /* template family (static string), NULL when unusable */
+	const char *chat;             /* template family (static string), NULL when unusable */
 	chat_tool_style_t tool_style; /* how tools are rendered (chat.h) */
-	char chat_err[256];     /* why there is no template */
+	char chat_err[256];           /* why there is no template */
 	pool_t *pool;
 	model_t *model;
 	eng_info_t info;
@@ -422,16 +422,16 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 			s->n_kv_layers--;
 		}
 	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
-	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
+	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0; /* rollback 0: one ring buffer */
+	if (mm.is_hybrid)
+		s->rs_k_heads = mm.dn.n_k_heads, s->rs_unit = model_dn_head_unit(&mm, g);
 	s->ffn_block = dist_ffn_block(g);
-	uint64_t *part[DIST_PART_COUNT] = {[DIST_PART_REPLICATED] = &s->replicated_bytes,
-					   [DIST_PART_Q_HEADS] = &s->q_heads_bytes,
-					   [DIST_PART_KV_HEADS] = &s->kv_heads_bytes,
-					   [DIST_PART_FFN] = &s->ffn_bytes,
-					   [DIST_PART_EXPERTS] = &s->expert_bytes,
-					   [DIST_PART_SHEXP] = &s->shexp_bytes,
-					   [DIST_PART_EMBD] = &s->embd_bytes,
-					   [DIST_PART_OUTPUT] = &s->output_bytes};
+	uint64_t *part[DIST_PART_COUNT] = {
+	    [DIST_PART_REPLICATED] = &s->replicated_bytes, [DIST_PART_Q_HEADS] = &s->q_heads_bytes,
+	    [DIST_PART_KV_HEADS] = &s->kv_heads_bytes,     [DIST_PART_FFN] = &s->ffn_bytes,
+	    [DIST_PART_EXPERTS] = &s->expert_bytes,        [DIST_PART_SHEXP] = &s->shexp_bytes,
+	    [DIST_PART_RECURRENT] = &s->recurrent_bytes,   [DIST_PART_EMBD] = &s->embd_bytes,
+	    [DIST_PART_OUTPUT] = &s->output_bytes};
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		*part[dist_tensor_part(t->name)] += t->nbytes;

@@ -91,8 +91,8 @@ enum eng_tool_format {
 	ENG_TOOLS_HERMES = 0,
 	ENG_TOOLS_LLAMA3,
 	ENG_TOOLS_MISTRAL,
-	ENG_TOOLS_XML, /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
-			  qwen3-coder) */
+	ENG_TOOLS_XML,    /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			     qwen3-coder) */
 	ENG_TOOLS_HARMONY /* gpt-oss: the reply's channels (eng_harmony_parse) */
 };
 
@@ -333,9 +333,13 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
-	int ffn_block;            /* elements per block of the FFN column split (dist_ffn_block) */
+	/* how a recurrent layer's state and matrices split over tensor ranks: by its rs_k_heads
+	 * key heads, a rank holding model_dn_heads' share (boundaries on multiples of rs_unit) */
+	int rs_k_heads, rs_unit;
+	int ffn_block; /* elements per block of the FFN column split (dist_ffn_block) */
 	/* bytes over all layers: */
 	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
+	uint64_t recurrent_bytes;  /* DeltaNet matrices (DIST_PART_RECURRENT) */
 	uint64_t replicated_bytes; /* norms, biases, routers */
 	uint64_t embd_bytes, output_bytes;
 } eng_model_shape_t;
