@@ -222,6 +222,8 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		o.ctx = a->cfg.ctx;
 		o.kv_bytes =
 		    eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
+		/* slots asked for are kept whole by the engine; its default it lowers to fit */
+		o.slots = a->cfg.parallel;
 		int p = members_port(a->members) + 1;
 		o.base_port = p > 65535 - PLAN_MAX_NODES ? 0 : p;
 		rc = plans_make(a->plans, v, modelstore_path(a->model), &o, &cp, err, sizeof err);
