@@ -208,7 +208,8 @@ static void one_case(void)
 	}
 	for (int r = 0; r < plan_n_ranks(p); r++) {
 		const plan_rank_t *k = plan_rank(p, r);
-		CHECK(k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes <=
+		CHECK(k->weight_bytes + k->kv_cache_bytes + k->rs_bytes + k->act_bytes +
+			  k->headroom_bytes <=
 		      k->mem_avail);
 		CHECK(k->ip[0] != 0);
 		CHECK(k->rdma[r][0] == 0);
