@@ -58,6 +58,7 @@ int agent_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t e
 	m->swa_kv_pos = s.swa_kv_pos;
 	m->rs_bytes = s.rs_layer_bytes, m->rs_copies = s.rs_copies;
 	m->rs_k_heads = s.rs_k_heads, m->rs_unit = s.rs_unit;
+	m->kv_latent_bytes = s.kv_latent_bytes;
 	char e[256];
 	rc = plan_model_check(m, e, sizeof e);
 	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;

@@ -425,6 +425,9 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0; /* rollback 0: one ring buffer */
 	if (mm.is_hybrid)
 		s->rs_k_heads = mm.dn.n_k_heads, s->rs_unit = model_dn_head_unit(&mm, g);
+	if (mm.is_mla)
+		s->kv_latent_bytes =
+		    model_kv_bytes_per_pos(&mm, NULL, QT_F32) / (size_t)s->n_kv_layers;
 	s->ffn_block = dist_ffn_block(g);
 	uint64_t *part[DIST_PART_COUNT] = {
 	    [DIST_PART_REPLICATED] = &s->replicated_bytes, [DIST_PART_Q_HEADS] = &s->q_heads_bytes,

@@ -339,7 +339,10 @@ typedef struct eng_model_shape {
 	int ffn_block; /* elements per block of the FFN column split (dist_ffn_block) */
 	/* bytes over all layers: */
 	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
-	uint64_t recurrent_bytes;  /* DeltaNet matrices (DIST_PART_RECURRENT) */
+	uint64_t recurrent_bytes; /* DeltaNet matrices (DIST_PART_RECURRENT) */
+	/* deepseek2's latent attention: its cache per layer and position (F32 whatever the KV
+	 * type, whole on every rank: mla.c); 0 for a per-KV-head cache */
+	uint64_t kv_latent_bytes;
 	uint64_t replicated_bytes; /* norms, biases, routers */
 	uint64_t embd_bytes, output_bytes;
 } eng_model_shape_t;

@@ -248,7 +248,8 @@ int plan_model_from_json(plan_model_t *m, const char *json, char *err, size_t er
 	    (rc = get_bytes(o, "rs_bytes", &m->rs_bytes, err, errlen)) ||
 	    (rc = get_int(o, "rs_k_heads", &m->rs_k_heads, 0, err, errlen)) ||
 	    (rc = get_int(o, "rs_unit", &m->rs_unit, 0, err, errlen)) ||
-	    (rc = get_int(o, "rs_copies", &m->rs_copies, 0, err, errlen)))
+	    (rc = get_int(o, "rs_copies", &m->rs_copies, 0, err, errlen)) ||
+	    (rc = get_bytes(o, "kv_latent_bytes", &m->kv_latent_bytes, err, errlen)))
 		goto done;
 	/* explicit attention figures win over the gated query set_recurrent assumed */
 	if ((rc = get_bytes(o, "attn_qo_bytes", &m->attn_qo_bytes, err, errlen)))

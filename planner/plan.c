@@ -257,6 +257,9 @@ void plan_rank_kind_needs(const plan_t *p, const plan_rank_t *k, plan_need_t nee
 	    m->swa_kv_pos > 0 && (uint64_t)m->swa_kv_pos < full ? (uint64_t)m->swa_kv_pos : full;
 	need[PLAN_KIND_F].kv = plan_mul_sat(plan_mul_sat(row, full), slots);
 	need[PLAN_KIND_S].kv = plan_mul_sat(plan_mul_sat(row, ring), slots);
+	if (m->kv_latent_bytes) /* MLA: the latent of every position of the context (mla.c) */
+		need[PLAN_KIND_F].kv = need[PLAN_KIND_S].kv =
+		    plan_mul_sat(plan_mul_sat(m->kv_latent_bytes, (uint64_t)p->ctx), slots);
 	need[PLAN_KIND_R].kv = 0;
 	/* a recurrent layer: its key heads' state, rs_copies buffers per slot (deltanet.c) */
 	need[PLAN_KIND_F].rs = need[PLAN_KIND_S].rs = 0;

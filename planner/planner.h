@@ -150,6 +150,9 @@ typedef struct {
 			     * of rs_unit (infer/model/model.h, model_dn_heads) */
 	int rs_unit;
 	int rs_copies; /* state buffers per sequence (the state, rollback and checkpoints) */
+	uint64_t kv_latent_bytes; /* > 0: an attention layer's cache is a latent of this many
+				   * bytes per position, whole on every rank (deepseek2's MLA, F32)
+				   * instead of K and V per KV head */
 } plan_model_t;
 
 /* Tensor: one stage, every rank holds a slice of every layer. Pipeline: one rank per stage, each

@@ -11,7 +11,8 @@
  * - Qwen3.5-397B-A17B's shape as a metadata-only GGUF (mkmodel header_only) on 4 x 128 GiB: the
  *   plan fits, a pipeline's weights sum to the file's tensor bytes, and every rank's KV cache
  *   and recurrent state equal the engine's own formulas (model_kv_bytes, meta_dn_state_bytes x
- *   (1 + MODEL_CHECKPOINTS)) for its share; a gpt-oss-shaped header the same with its rings.
+ *   (1 + MODEL_CHECKPOINTS)) for its share; gpt-oss- and deepseek2-shaped headers the same with
+ *   their rings and latent cache.
  * The 397B shape (mlx-community/Qwen3.5-397B-A17B-4bit's card, Qwen's config): hidden 4096,
  * 60 layers (15 x 3 Gated DeltaNet + 1 full attention), 32 query / 2 KV heads of 256, linear
  * attention 16 key / 64 value heads of 128, conv 4, 512 experts (10 used) of 1024 + a shared
@@ -403,6 +404,29 @@ TEST(qwen397_header)
 			    .seed = 1,
 			    .header_only = 1};
 	check_header(&g, path, 2, 128, 131072, 4, "sf");
+	unlink(path);
+	/* DeepSeek-V2-Lite-shaped: latent attention keeps one F32 latent per position, whole on
+	 * every rank (mla.c), whatever the KV heads and type */
+	snprintf(path, sizeof path, "%s/ds2.gguf", dir);
+	mkmodel_opts_t d = {.arch = "deepseek2",
+			    .dim = 2048,
+			    .layers = 27,
+			    .heads = 16,
+			    .kv_heads = 16,
+			    .ffn = 10944,
+			    .vocab = 102400,
+			    .ctx = 32768,
+			    .experts = 64,
+			    .experts_used = 6,
+			    .expert_ffn = 1408,
+			    .kv_lora = 512,
+			    .qk_nope = 128,
+			    .qk_rope = 64,
+			    .v_head = 128,
+			    .type = QT_Q8_0,
+			    .seed = 1,
+			    .header_only = 1};
+	check_header(&d, path, 2, 64, 32768, 2, "");
 	unlink(path);
 	rmdir(dir);
 }
