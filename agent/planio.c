@@ -42,11 +42,9 @@ int agent_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t e
 	char kinds[PLAN_MAX_KINDS + 1];
 	int n = MIN(s.n_layers, PLAN_MAX_KINDS);
 	for (int i = 0; i < n; i++)
-		kinds[i] =
-		    s.recurrent[i / 8] >> (i % 8) & 1 ? 'r'
-		    : s.swa_window > 0 && (s.swa_period <= 0 || i % s.swa_period < s.swa_period - 1)
-			? 's'
-			: 'f';
+		kinds[i] = s.recurrent[i / 8] >> (i % 8) & 1 ? 'r'
+			   : s.swa[i / 8] >> (i % 8) & 1     ? 's'
+							     : 'f';
 	kinds[n] = 0;
 	/* the shortest period that repeats (the planner reads layer l as kinds[l % period]) */
 	int per = 1;

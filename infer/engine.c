@@ -413,7 +413,10 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 		s->swa_window = mm.swa_window, s->swa_period = mm.swa_period;
 		s->swa_kv_pos = model_swa_ring(&mm, INT32_MAX - 64);
 		for (int l = 0; l < mm.n_layers; l++)
-			s->n_swa_layers += meta_layer_swa(&mm, l);
+			if (meta_layer_swa(&mm, l)) {
+				s->swa[l / 8] |= (uint8_t)(1u << (l % 8));
+				s->n_swa_layers++;
+			}
 	}
 	s->n_kv_layers = mm.n_layers;
 	for (int l = 0; l < mm.n_layers; l++)

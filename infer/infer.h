@@ -324,6 +324,7 @@ typedef struct eng_model_shape {
 	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
 	 * n_swa_layers of the n_layers are. */
 	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
+	uint8_t swa[64]; /* bit l % 8 of byte l / 8: layer l is a sliding-window layer */
 	/* Hybrid models (qwen35): the layers marked in recurrent (bit l % 8 of byte l / 8) keep no
 	 * KV cache but a recurrent state per sequence (slot), rs_layer_bytes each for all their
 	 * heads (F32; a tensor-parallel rank holds its share of the heads, a pipeline stage its
