@@ -244,6 +244,15 @@ int eng_kv_elem_bytes(const char *kv_type)
 		     (size_t)quant_block_elems(t));
 }
 
+int eng_kv_block_bytes(const char *kv_type, int *elems)
+{
+	int t = kv_type ? quant_type_parse(kv_type) : MODEL_KV_DEFAULT;
+	if (t != QT_F32 && t != QT_F16 && t != QT_Q8_0)
+		return -1;
+	*elems = quant_block_elems(t);
+	return (int)quant_block_bytes(t);
+}
+
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 {
 	*out = NULL;

@@ -199,6 +199,9 @@ typedef struct eng_result {
 /* Whole bytes per KV cache element of kv_type (NULL = the default, f16), rounded up (q8_0's 34
  * bytes per 32 elements count as 2): the planner's kv_bytes. -1 for an unknown name. */
 int eng_kv_elem_bytes(const char *kv_type);
+/* The exact figure: bytes per block of *elems elements (f32 4/1, f16 2/1, q8_0 34/32): the
+ * planner's kv_bytes and kv_block. -1 for an unknown name. */
+int eng_kv_block_bytes(const char *kv_type, int *elems);
 
 /* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen);

@@ -250,8 +250,9 @@ void plan_rank_kind_needs(const plan_t *p, const plan_rank_t *k, plan_need_t nee
 	need[PLAN_KIND_R].w = plan_add_sat(rec, rest);
 	/* K and V of the rank's KV heads: whole tiles of the context per slot; a sliding-window
 	 * layer its ring (infer/model/swa.c, model_swa_ring) when shorter */
-	uint64_t row = plan_mul_sat(2 * (uint64_t)(k->kv1 - k->kv0) * (uint64_t)m->head_dim,
-				    (uint64_t)p->kv_bytes);
+	uint64_t blk = (uint64_t)MAX(p->kv_block, 1),
+		 hrow = ((uint64_t)m->head_dim + blk - 1) / blk;
+	uint64_t row = plan_mul_sat(2 * (uint64_t)(k->kv1 - k->kv0) * hrow, (uint64_t)p->kv_bytes);
 	uint64_t full = ((uint64_t)p->ctx + PLAN_KV_TILE - 1) / PLAN_KV_TILE * PLAN_KV_TILE;
 	uint64_t ring =
 	    m->swa_kv_pos > 0 && (uint64_t)m->swa_kv_pos < full ? (uint64_t)m->swa_kv_pos : full;
@@ -572,10 +573,10 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	if ((rc = plan_model_check(m, err, errlen)))
 		return rc;
 	if ((unsigned)o->strategy > PLAN_HYBRID || o->ctx < 0 || o->ctx > (1 << 24) ||
-	    o->kv_bytes < 0 || o->kv_bytes > 8 || o->headroom_permille < 0 ||
-	    o->headroom_permille > 1000 || o->base_port < 0 ||
-	    o->base_port + (int)v->n_nodes - 1 > 65535 || o->parallel < 0 || o->parallel > 65536 ||
-	    o->slots < 0 || o->slots > 65536)
+	    o->kv_bytes < 0 || o->kv_bytes > (o->kv_block > 1 ? 1024 : 8) || o->kv_block < 0 ||
+	    o->kv_block > 256 || o->headroom_permille < 0 || o->headroom_permille > 1000 ||
+	    o->base_port < 0 || o->base_port + (int)v->n_nodes - 1 > 65535 || o->parallel < 0 ||
+	    o->parallel > 65536 || o->slots < 0 || o->slots > 65536)
 		return sh_fail(err, errlen, SH_EINVAL, "bad planner options");
 	plan_t *p = calloc(1, sizeof *p);
 	plan_cost_ctx_t *c = NULL;
@@ -591,6 +592,7 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	p->ctx = o->ctx ? o->ctx : m->n_ctx;
 	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
 	p->slots = MAX(o->slots, 1);
+	p->kv_block = MAX(o->kv_block, 1);
 	p->base_port = o->base_port ? o->base_port : PLAN_DEFAULT_PORT;
 	p->n_ranks = n;
 	for (int i = 0; i < n; i++)

@@ -15,7 +15,8 @@ struct plan {
 	char reason[512];
 	plan_model_t model; /* shapes only are serialised; byte counts live in the rank figures */
 	int ctx, kv_bytes, base_port;
-	int slots; /* sequences the KV cache and recurrent states are sized for (>= 1) */
+	int slots;    /* sequences the KV cache and recurrent states are sized for (>= 1) */
+	int kv_block; /* KV elements per kv_bytes (>= 1) */
 	int rdma_full_mesh;
 	/* MLX (docs/mlx.md): the backend the files are for, the JACCL variant the RDMA matrix
 	 * allows ("none" when neither), why, and the JACCL coordinator ("" for the ring). */

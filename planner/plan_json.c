@@ -126,6 +126,8 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 	json_object_set_new(o, "reason", json_string(p->reason));
 	json_object_set_new(o, "ctx", json_integer(p->ctx));
 	json_object_set_new(o, "kv_bytes", json_integer(p->kv_bytes));
+	if (p->kv_block > 1) /* bytes per block of kv_block elements (q8_0: 34 per 32) */
+		json_object_set_new(o, "kv_block", json_integer(p->kv_block));
 	if (p->slots > 1) /* one slot is implied (and keeps older plans' hashes) */
 		json_object_set_new(o, "slots", json_integer(p->slots));
 	json_object_set_new(o, "base_port", json_integer(p->base_port));
@@ -521,7 +523,8 @@ int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen)
 	    u64_at(o, "epoch", &p->epoch) || str_at(o, "strategy", strategy, sizeof strategy) ||
 	    str_at(o, "reason", p->reason, sizeof p->reason) ||
 	    str_at(o, "hash", hash, sizeof hash) || int_at(o, "ctx", 1, 1 << 24, &p->ctx) ||
-	    int_at(o, "kv_bytes", 1, 8, &p->kv_bytes) ||
+	    int_at(o, "kv_bytes", 1, 1024, &p->kv_bytes) ||
+	    (json_object_get(o, "kv_block") && int_at(o, "kv_block", 2, 256, &p->kv_block)) ||
 	    (json_object_get(o, "slots") && int_at(o, "slots", 2, 65536, &p->slots)) ||
 	    int_at(o, "base_port", 1, 65535, &p->base_port) || !json_is_boolean(mesh) ||
 	    !json_is_object(m) || !json_is_array(ranks) || !json_array_size(ranks) ||

@@ -162,8 +162,9 @@ typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2, PLAN_HYBRID = 
 typedef struct {
 	plan_strategy_t strategy; /* forced (not AUTO): the best nodes and arrangement for it */
 	int ctx;                  /* context length for the KV cache; 0 = the model's n_ctx */
-	int kv_bytes; /* bytes per KV element; 0 = 4 (an F32 cache; the agent passes its --kv-type)
-		       */
+	int kv_bytes; /* bytes per KV element (per block of kv_block elements); 0 = 4 (an F32
+		       * cache; the agent passes its --kv-type) */
+	int kv_block; /* elements per KV block (q8_0: 32 elements in 34 bytes); 0 = 1 */
 	uint64_t
 	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
 	int headroom_permille;

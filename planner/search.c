@@ -820,6 +820,7 @@ int plan_search(plan_choice_t *out, const plan_cost_ctx_t *c, const plan_node_t 
 	p->ctx = o->ctx ? o->ctx : m->n_ctx;
 	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
 	p->slots = MAX(o->slots, 1);
+	p->kv_block = MAX(o->kv_block, 1);
 	s->c = c, s->nodes = nodes, s->n = n, s->m = m, s->o = o, s->p = p;
 	for (int i = 0; i < n; i++) {
 		for (int j = 0; j < n; j++)

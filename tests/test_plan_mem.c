@@ -61,13 +61,16 @@ static plan_view_t *view_of(int n, uint64_t mem_gib)
 	return v;
 }
 
+static int kv_type = QT_F16; /* of the engine's count (check_header); plans use its block */
+
 static plan_t *make(const plan_model_t *m, int n, uint64_t mem_gib, plan_strategy_t s, int ctx,
 		    int slots)
 {
 	plan_view_t *v = view_of(n, mem_gib);
 	plan_opts_t o;
 	plan_opts_default(&o);
-	o.strategy = s, o.ctx = ctx, o.slots = slots, o.kv_bytes = 2; /* an F16 cache */
+	o.strategy = s, o.ctx = ctx, o.slots = slots;
+	o.kv_bytes = (int)quant_block_bytes(kv_type), o.kv_block = quant_block_elems(kv_type);
 	plan_t *p = NULL;
 	char err[512];
 	if (v && plan_make(&p, v, m, &o, err, sizeof err))
@@ -294,7 +297,7 @@ static void engine_counts(const model_meta_t *mt, const gguf_t *g, const plan_ra
 		s.exp0 = mt->n_experts;
 	if (!s.n_shx)
 		s.shx0 = mt->ffn_shexp;
-	*kv = model_kv_bytes(mt, &s, QT_F16, ctx) * (uint64_t)slots;
+	*kv = model_kv_bytes(mt, &s, kv_type, ctx) * (uint64_t)slots;
 	*rs = 0;
 	if (!mt->is_hybrid)
 		return;
@@ -404,6 +407,9 @@ TEST(qwen397_header)
 			    .seed = 1,
 			    .header_only = 1};
 	check_header(&g, path, 2, 128, 131072, 4, "sf");
+	kv_type = QT_Q8_0; /* a q8_0 cache: 34 bytes per 32 elements, not 2 per element */
+	check_header(&g, path, 2, 128, 131072, 4, "sf");
+	kv_type = QT_F16;
 	unlink(path);
 	/* DeepSeek-V2-Lite-shaped: latent attention keeps one F32 latent per position, whole on
 	 * every rank (mla.c), whatever the KV heads and type */

@@ -188,6 +188,8 @@ static void one_case(void)
 	o.strategy = (plan_strategy_t)rnd_in(0, 3);
 	o.parallel = rnd_in(0, 8);
 	o.slots = rnd_in(0, 4);
+	if (rnd() % 4 == 0) /* a q8_0 cache: 34 bytes per block of 32 */
+		o.kv_bytes = 34, o.kv_block = 32;
 	o.engine_hybrid = (int)(rnd() % 2);
 	o.engine_inflight = (int)(rnd() % 2);
 	o.ctx = rnd() % 2 ? 0 : rnd_in(1, 1 << 16);

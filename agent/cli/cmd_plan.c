@@ -10,6 +10,7 @@
 #include "agent/cli/cli.h"
 #include "agent/planio.h"
 #include "common/common.h"
+#include "infer/infer.h"
 #include "planner/planner.h"
 
 #include <getopt.h>
@@ -34,6 +35,8 @@ static void usage(FILE *f)
 	    "  --hybrid           auto may choose a hybrid plan (the engine runs them)\n"
 	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
 	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
+	    "  --kv-type T        the engine's KV cache type instead: f32, f16 or q8_0 (34 bytes\n"
+	    "                     per 32 elements)\n"
 	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
 	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
 	    "  --out DIR          where to write the files (default: the current directory)\n"
@@ -169,6 +172,7 @@ int cmd_plan(int argc, char **argv)
 	    {"hybrid", no_argument, 0, 'Y'},
 	    {"ctx", required_argument, 0, 'c'},
 	    {"kv-bytes", required_argument, 0, 'k'},
+	    {"kv-type", required_argument, 0, 'K'},
 	    {"headroom-mb", required_argument, 0, 'H'},
 	    {"base-port", required_argument, 0, 'p'},
 	    {"out", required_argument, 0, 'o'},
@@ -218,6 +222,13 @@ int cmd_plan(int argc, char **argv)
 		case 'k':
 			if (cli_parse_int(optarg, 1, 8, &o.kv_bytes)) {
 				fprintf(stderr, "shoal plan: --kv-bytes must be from 1 to 8\n");
+				return 2;
+			}
+			o.kv_block = 1;
+			break;
+		case 'K':
+			if ((o.kv_bytes = eng_kv_block_bytes(optarg, &o.kv_block)) < 0) {
+				fprintf(stderr, "shoal plan: --kv-type must be f32, f16 or q8_0\n");
 				return 2;
 			}
 			break;
