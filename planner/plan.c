@@ -304,13 +304,15 @@ uint64_t plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan
 }
 
 /* The most any c consecutive layers of the model need on a rank, from the prefix sums cyc of its
- * needs over the kind pattern (n layers) laid twice, and a whole cycle's need. */
-static uint64_t window_max(const plan_model_t *m, const uint64_t *cyc, int n, uint64_t cycle, int c)
+ * needs over the kind pattern (n layers) laid twice, and a whole cycle's need (128-bit: hostile
+ * figures must not wrap into a fit). */
+static unsigned __int128 window_max(const plan_model_t *m, const unsigned __int128 *cyc, int n,
+				    int c)
 {
-	uint64_t most = 0, full = plan_mul_sat((uint64_t)(c / n), cycle);
+	unsigned __int128 most = 0, full = (unsigned __int128)(c / n) * cyc[n];
 	int starts = MIN(n, m->n_layers - c + 1);
-	for (int s = 0; s < starts; s++) /* cyc: prefix sums over the pattern twice */
-		most = MAX(most, plan_add_sat(full, cyc[s + c % n] - cyc[s]));
+	for (int s = 0; s < starts; s++)
+		most = MAX(most, full + cyc[s + c % n] - cyc[s]);
 	return most;
 }
 
@@ -318,7 +320,8 @@ int plan_rank_layer_cap(const plan_t *p, const plan_rank_t *k, uint64_t budget)
 {
 	const plan_model_t *m = &p->model;
 	plan_need_t need[PLAN_KINDS];
-	uint64_t per[PLAN_KINDS], cyc[2 * PLAN_MAX_KINDS + 1];
+	uint64_t per[PLAN_KINDS];
+	unsigned __int128 cyc[2 * PLAN_MAX_KINDS + 1];
 	plan_rank_kind_needs(p, k, need);
 	for (int i = 0; i < PLAN_KINDS; i++)
 		per[i] = plan_add_sat(plan_add_sat(need[i].w, need[i].kv), need[i].rs);
@@ -327,12 +330,11 @@ int plan_rank_layer_cap(const plan_t *p, const plan_rank_t *k, uint64_t budget)
 	n = MAX(n, 1);
 	cyc[0] = 0;
 	for (int i = 0; i < 2 * n; i++)
-		cyc[i + 1] = plan_add_sat(cyc[i], per[kind_index(pat[i % n])]);
-	uint64_t cycle = cyc[n];
+		cyc[i + 1] = cyc[i] + per[kind_index(pat[i % n])];
 	int lo = 0, hi = m->n_layers; /* the cap is in [lo, hi]: lo fits */
 	while (lo < hi) {
 		int mid = lo + (hi - lo + 1) / 2;
-		if (window_max(m, cyc, n, cycle, mid) <= budget)
+		if (window_max(m, cyc, n, mid) <= budget)
 			lo = mid;
 		else
 			hi = mid - 1;

@@ -265,6 +265,9 @@ TEST(layer_cap_windows)
 	CHECK_EQ_INT(plan_rank_layer_cap(&p, &k, 2 * R + F - 1), 2);
 	CHECK_EQ_INT(plan_rank_layer_cap(&p, &k, 45 * R + 15 * F), 60);
 	CHECK_EQ_INT(plan_rank_layer_cap(&p, &k, 0), 0);
+	/* hostile sizes do not wrap into a fit: two layers of 2^63 exceed any budget */
+	p.model.rec_bytes = UINT64_MAX / 2 + 1;
+	CHECK_EQ_INT(plan_rank_layer_cap(&p, &k, UINT64_MAX), 1);
 }
 
 /* Bad kinds and recurrent layers without their sizes are refused with a reason. */
