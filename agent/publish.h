@@ -35,7 +35,8 @@ typedef struct pub_member {
 	const char *role;              /* "leader", "follower" or "standby" */
 	int rank;                      /* -1: not in the plan */
 	const char *standby_reason;    /* left out of the plan on purpose (the cost model's), or NULL */
-	const plan_rank_t *holds;      /* what this rank holds (the dashboard's topology), or NULL */
+	const plan_rank_t *holds; /* what this rank holds (the dashboard's topology), or NULL;
+				   * q1 0: whole layers (layer0..layer1 only) */
 	int holds_experts;             /* MoE: say its routed experts too */
 	const char *state;             /* the node's state, or what it said about the plan */
 	int healthy;
