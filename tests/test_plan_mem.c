@@ -440,6 +440,35 @@ TEST(qwen397_header)
 	rmdir(dir);
 }
 
+/* Gemma 3 27B-shaped (5 local layers of window 1024 : 1 global, 62 layers), once the engine reads
+ * gemma3 (the gemma branch): its rings against model_kv_bytes. */
+TEST(gemma3_header)
+{
+	char dir[] = "/tmp/test_plan_mem.XXXXXX", path[64], err[256];
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/g3.gguf", dir);
+	mkmodel_opts_t o = {.arch = "gemma3",
+			    .dim = 5376,
+			    .layers = 62,
+			    .heads = 32,
+			    .kv_heads = 16,
+			    .head_dim = 128,
+			    .ffn = 21504,
+			    .vocab = 262208,
+			    .ctx = 131072,
+			    .swa_window = 1024,
+			    .type = QT_Q8_0,
+			    .seed = 1,
+			    .header_only = 1};
+	int rc = mkmodel_write(&o, path, err, sizeof err);
+	if (!rc)
+		check_header(&o, path, 2, 64, 131072, 1, "sssssf");
+	unlink(path);
+	rmdir(dir);
+	if (rc)
+		SKIP("mkmodel has no gemma3 here");
+}
+
 int main(void)
 {
 	RUN(qwen35moe_kinds);
@@ -448,5 +477,6 @@ int main(void)
 	RUN(layer_cap_windows);
 	RUN(bad_kinds);
 	RUN(qwen397_header);
+	RUN(gemma3_header);
 	return harness_done();
 }
