@@ -214,6 +214,18 @@ int plan_model_from_json(plan_model_t *m, const char *json, char *err, size_t er
 	    (rc = get_bytes(o, "expert_bytes", &m->expert_bytes, err, errlen)) ||
 	    (rc = get_bytes(o, "shexp_bytes", &m->shexp_bytes, err, errlen)))
 		goto done;
+	/* experts from their width when their bytes are not given: gate, up, down each */
+	int ef = 0;
+	if ((rc = get_int(o, "expert_ffn", &ef, 0, err, errlen)))
+		goto done;
+	uint64_t d = (uint64_t)m->dim, e = (uint64_t)ef, sf = (uint64_t)MAX(m->ffn_shexp, 0);
+	if (ef && !json_object_get(o, "expert_bytes"))
+		m->expert_bytes = plan_mul_sat(
+		    (uint64_t)MAX(m->n_experts, 0),
+		    plan_add_sat(plan_mul_sat(2, tensor_bytes(t, e, d)), tensor_bytes(t, d, e)));
+	if (sf && !json_object_get(o, "shexp_bytes"))
+		m->shexp_bytes =
+		    plan_add_sat(plan_mul_sat(2, tensor_bytes(t, sf, d)), tensor_bytes(t, d, sf));
 	/* layer kinds, the sliding window and the recurrent layers (docs/view.md, "Memory") */
 	json_t *kinds = json_object_get(o, "layer_kinds");
 	if (kinds && (!json_is_string(kinds) || json_string_length(kinds) > PLAN_MAX_KINDS)) {

@@ -117,8 +117,9 @@ static uint64_t dn_state(uint64_t nk, uint64_t nv_per_k, uint64_t ds, uint64_t d
 static const char *const QWEN397_JSON =
     "{\"arch\":\"qwen35moe\",\"n_layers\":60,\"n_heads\":32,\"n_kv_heads\":2,\"head_dim\":256,"
     "\"dim\":4096,\"ffn\":1024,\"n_vocab\":248320,\"n_ctx\":262144,\"wtype\":\"Q8_0\","
-    "\"n_experts\":512,\"n_expert_used\":10,\"ffn_shexp\":1024,\"layer_kinds\":\"rrrf\","
-    "\"ssm_k_heads\":16,\"ssm_v_heads\":64,\"ssm_state\":128,\"ssm_conv\":4}";
+    "\"n_experts\":512,\"n_expert_used\":10,\"ffn_shexp\":1024,\"expert_ffn\":1024,"
+    "\"layer_kinds\":\"rrrf\",\"ssm_k_heads\":16,\"ssm_v_heads\":64,\"ssm_state\":128,\"ssm_conv\":"
+    "4}";
 
 /* qwen35moe: 15 full-attention layers keep the context, 45 DeltaNet layers a state per slot. */
 TEST(qwen35moe_kinds)
@@ -130,6 +131,9 @@ TEST(qwen35moe_kinds)
 	CHECK_EQ_INT(m.rs_unit, 1); /* 128-wide heads are whole Q8_0 blocks */
 	CHECK_EQ_INT(m.rs_copies, 3);
 	CHECK_EQ_INT(m.rs_bytes, dn_state(16, 4, 128, 4));
+	/* 512 experts of 3 x 1024 x 4096 Q8_0 (34 bytes per 32), the shared one the same */
+	CHECK_EQ_INT(m.expert_bytes, (uint64_t)512 * 3 * 1024 * 4096 / 32 * 34);
+	CHECK_EQ_INT(m.shexp_bytes, (uint64_t)3 * 1024 * 4096 / 32 * 34);
 	/* one node, 4 slots of 8192 */
 	plan_t *p = make(&m, 1, 1024, PLAN_AUTO, 8192, 4);
 	CHECK(p != NULL);
