@@ -449,6 +449,9 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 	    [DIST_PART_OUTPUT] = &s->output_bytes};
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
+		int l;
+		if (sscanf(t->name, "blk.%d.", &l) == 1 && l >= mm.n_layers)
+			continue; /* NextN/MTP layers after the stack: skipped at load, not held */
 		*part[dist_tensor_part(t->name)] += t->nbytes;
 	}
 	gguf_free(g);
