@@ -36,6 +36,10 @@ int gw_tensor(gguf_writer_t *w, const char *name, int n_dims, const int64_t *ne,
 
 int gw_begin(gguf_writer_t *w, const char *path, char *err, size_t errlen);
 int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t errlen);
+/* Instead of every gw_data: the file gets its whole size with the data section a hole (zeros,
+ * sparse where the file system allows): a header with its tensor table and no data, for
+ * planning and for the shard ranges (eng_model_shape, eng_shard_ranges read only the header). */
+int gw_skip_data(gguf_writer_t *w, char *err, size_t errlen);
 int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
@@ -73,6 +77,7 @@ typedef struct mkmodel_opts {
 	 * every other layer (0 = 128); --type mxfp4 gives MXFP4 experts and F16 for the other
 	 * matrices, as the converter writes gpt-oss */
 	int swa_window, qk_norm;
+	int header_only; /* 1: the header and tensor table only, the data a hole (gw_skip_data) */
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small

@@ -314,6 +314,16 @@ TEST(tensor_parts)
 	    {"blk.2.ffn_gate_inp.weight", DIST_PART_REPLICATED},
 	    {"blk.2.ffn_gate_inp_shexp.weight", DIST_PART_REPLICATED},
 	    {"blk.2.ffn_down_shexp.weight", DIST_PART_SHEXP},
+	    /* qwen35's DeltaNet: matrices by key heads, vectors and the conv kernel whole */
+	    {"blk.0.attn_qkv.weight", DIST_PART_RECURRENT},
+	    {"blk.0.attn_gate.weight", DIST_PART_RECURRENT},
+	    {"blk.0.ssm_alpha.weight", DIST_PART_RECURRENT},
+	    {"blk.0.ssm_beta.weight", DIST_PART_RECURRENT},
+	    {"blk.0.ssm_out.weight", DIST_PART_RECURRENT},
+	    {"blk.0.ssm_conv1d.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ssm_norm.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ssm_a", DIST_PART_REPLICATED},
+	    {"blk.0.ssm_dt.bias", DIST_PART_REPLICATED},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(t); i++)
 		if (dist_tensor_part(t[i].name) != t[i].part) {

@@ -21,7 +21,7 @@ static void usage(FILE *f)
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] -o FILE.gguf\n"
+	    "                     [--name NAME] [--header-only] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
@@ -32,6 +32,8 @@ static void usage(FILE *f)
 	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
 	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
 	    "qwen2moe, qwen3moe, qwen35moe, glm4moe, gpt-oss.\n"
+	    "--header-only: metadata and tensor table only, the data a hole of the file's\n"
+	    "size (for `shoal plan` on a model too large to generate).\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -100,12 +102,13 @@ enum {
 	OPT_LOG,
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
-	OPT_YARN_MUL
+	OPT_YARN_MUL,
+	OPT_HEADER_ONLY
 };
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 12];
+	struct option opts[ARRAY_LEN(int_opts) + 14];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -120,6 +123,7 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"header-only", no_argument, 0, OPT_HEADER_ONLY};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -148,6 +152,7 @@ int cmd_mkmodel(int argc, char **argv)
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_HEADER_ONLY: o.header_only = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
 			double f;

@@ -774,6 +774,11 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
+	if (o->header_only) { /* shapes for the planner: no weights drawn */
+		if (!(rc = gw_skip_data(w, err, errlen)))
+			rc = gw_finish(w, err, errlen);
+		goto out;
+	}
 	int64_t maxc = MAX(MAX(MAX(D, F), 2 * QD), MAX(MAX(kvl, ql), VD));
 	maxc = MAX(maxc, MAX(MAX(FE, SF), MAX(2 * D, VDn)));
 	row = malloc((size_t)maxc * sizeof *row);
