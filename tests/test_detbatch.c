@@ -5,7 +5,7 @@
  * which move with any change of the hidden state) of the same request run alone on the same
  * engine: on one node, on 2 and 3 tensor-parallel ranks and on 3 pipeline ranks (loopback
  * groups), for every weight type the kernels treat differently (Q4_0, Q8_0 and the K-quants
- * repacked; F32 and F16 through the row kernels and sgemm). */
+ * repacked; F32, F16 and BF16 through their row kernels, one input or 8 at a time). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,8 +193,8 @@ static char PATHS[8][256];
 static const struct {
 	int type;
 	const char *name;
-} TYPES[] = {{QT_Q4_0, "q4_0"}, {QT_Q8_0, "q8_0"}, {QT_F32, "f32"},
-	     {QT_F16, "f16"},   {QT_Q4_K, "q4_k"}, {QT_Q6_K, "q6_k"}};
+} TYPES[] = {{QT_Q4_0, "q4_0"}, {QT_Q8_0, "q8_0"}, {QT_F32, "f32"},  {QT_F16, "f16"},
+	     {QT_Q4_K, "q4_k"}, {QT_Q6_K, "q6_k"}, {QT_BF16, "bf16"}};
 
 static void check_type(int i)
 {
@@ -237,6 +237,10 @@ TEST(q6_k)
 {
 	check_type(5);
 }
+TEST(bf16)
+{
+	check_type(6);
+}
 
 int main(void)
 {
@@ -271,6 +275,7 @@ int main(void)
 	RUN(f16);
 	RUN(q4_k);
 	RUN(q6_k);
+	RUN(bf16);
 	for (size_t i = 0; i < ARRAY_LEN(TYPES); i++)
 		unlink(PATHS[i]);
 	return harness_done();

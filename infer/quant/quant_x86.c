@@ -75,10 +75,10 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
 	}
 }
 
-/* F32 / F16 rows for up to 8 inputs (prompts, batches): each row is read once per 4 inputs from
- * L1 and every dot is summed in exactly avx2_rows_f32's / _f16's order (two accumulators of 8
- * lanes, then qx_hsum8, then the tail), so a token gets the same bits alone or in any batch
- * (issue 28; matmul.c uses no BLAS for that reason). */
+/* F32 / F16 / BF16 rows for up to 8 inputs (prompts, batches): each row is read once per 4
+ * inputs from L1 and every dot is summed in exactly the one-input kernel's order (two
+ * accumulators of 8 lanes, then qx_hsum8, then the tail), so a token gets the same bits alone or
+ * in any batch (issue 28; matmul.c uses no BLAS for that reason). */
 #define AVX2_ROWS8_FLOAT(NAME, ELEM, LOAD8, SCALAR)                                                \
 	TGT static void NAME(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,      \
 			     const quant_act_t *x, int nt, int n)                                  \
@@ -147,6 +147,8 @@ TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int 
 		out[r] = s;
 	}
 }
+
+AVX2_ROWS8_FLOAT(avx2_rows8_bf16, uint16_t, bf16x8, quant_bf16_to_f32)
 
 TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
 			       const quant_act_t *x, int n)
@@ -608,7 +610,7 @@ TGT static void avx2_f16_row(const float *x, uint16_t *y, int64_t n)
 
 static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, avx2_rows8_f32};
 static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, avx2_rows8_f16};
-static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
+static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, avx2_rows8_bf16};
 static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
 static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
 static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, avx2_dq_q4_k, NULL};
