@@ -6,13 +6,15 @@
  * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
  * the token tiles); one token's chunks shrink towards the end of the product (MM_MIN_GROUPS).
  * Otherwise the row kernels (rows split over the pool, weights read once per batch; types with a
- * batched integer kernel, rows8, use it for 4 inputs and more), for any batch.
+ * batched kernel, rows8, use it for 4 inputs and more), for any batch.
  *
  * Every kernel gives a token's row the same bits whatever else is in the batch and wherever the
  * token is in it (issue 28: a greedy request's text does not depend on the load). So no BLAS:
  * sgemm (OpenBLAS) rounds a row differently with the batch's size (its small-matrix paths and
  * edge tiles), which made F32 and F16 models answer differently under load (test_detbatch); the
- * row kernels cost F16 prefill about FIXME of sgemm's speed.
+ * row kernels cost F16 prefill: 78-92 tok/s against sgemm's 200 (a 1024-dim F16 model, 1122
+ * prompt tokens, 2 threads on a loaded 2-core machine); types with a batched or repacked kernel
+ * never used sgemm.
  *
  * Invariant: the weights are only read; results are written to caller-owned rows only.
  */
