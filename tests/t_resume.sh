@@ -6,7 +6,9 @@
 #   A. a follower is killed with -9 mid-stream: 4 of 4 streams end normally (finish "length",
 #      160 tokens in the usage, [DONE], no error event), resumed on the 2-rank plan;
 #   B. that node is started again while 4 new streams run: the plan grows back to 3 ranks under
-#      them and 4 of 4 complete.
+#      them and 4 of 4 complete;
+#   C. on the 3-rank plan, 4 identical greedy requests sent together give the text of the request
+#      alone.
 # --peer beside mDNS: a restarted node is dialed at once (mDNS finds it only seconds later).
 # The leader's log says each stream went on ("goes on after N tokens (paused MS ms)", sched.c).
 . tests/lib.sh
@@ -60,12 +62,12 @@ serving_with() { # ALIVE N
 	health "$_lh" && [ "$(plan_ranks "$_lh")" = "$2" ]
 }
 resumed() { grep -c 'goes on after' "$(ns_dir "$1")/agent.log"; }
-# streams LEADER OUT: 4 streams of 160 tokens in the background (client host 4); $TMP/ready
-# appears once each has 8 chunks
+# streams LEADER OUT [READY_CHUNKS]: 4 streams of 160 tokens in the background (client host 4);
+# $TMP/ready appears once each has READY_CHUNKS chunks (default 8)
 streams() {
 	rm -f "$TMP/ready"
-	ns_exec 4 python3 tests/resume_streams.py "http://$(ns_ip "$1"):8080" 4 160 "$TMP/ready" 8 \
-		>"$2" 2>"$2.err" &
+	ns_exec 4 python3 tests/resume_streams.py "http://$(ns_ip "$1"):8080" 4 160 "$TMP/ready" \
+		"${3:-8}" >"$2" 2>"$2.err" &
 	SPID=$!
 }
 outcome() { # WHAT OUT
@@ -95,13 +97,14 @@ check "A: the leader resumed them (its log)" [ "$(resumed "$L")" -ge $((before +
 check "A: 2 ranks serve" ns_wait 30 serving_with "$L" 2
 
 # B. the node restarted while 4 new streams run: it starts cut off from the switch (its port
-# down), the streams start, and its port comes up once they run: it joins within the 2 s of a
-# --peer retry, the re-plan follows half a second later, while the streams run (about 5 s here)
+# down), the streams start, and its port comes up once each has its first chunk: it joins
+# within the 2 s of a --peer retry, the re-plan follows half a second later, while the streams
+# run (about 5 s here)
 before=$(resumed "$L")
 ip -n "${NS_PFX}sw" link set "${NS_PFX}p$F" down
 start "$F"
 ns_wait 30 grep -q 'agent: control port' "$(ns_dir "$F")/agent.log" || fail "B: the node restarts"
-streams "$L" "$TMP/b.out"
+streams "$L" "$TMP/b.out" 1
 ns_wait 60 test -e "$TMP/ready" || fail "B: the streams started"
 ip -n "${NS_PFX}sw" link set "${NS_PFX}p$F" up
 outcome "B: node restarted" "$TMP/b.out"
@@ -111,6 +114,28 @@ if [ "$(resumed "$L")" -ge $((before + 4)) ]; then
 else
 	echo "  B: the join came after the streams ended (no re-plan under them)" >&2
 	skip "B: the re-plan did not meet the streams"
+fi
+# C. the same greedy request gives the same text under load on the 3-rank plan: alone, then 4
+# copies sent together (issue 28's deterministic batches, over the real transport)
+complete() { # OUT
+	ns_exec 4 curl -s --max-time 120 -H 'Content-Type: application/json' \
+		-d '{"prompt":"Once upon a time","max_tokens":64,"temperature":0,"ignore_eos":true}' \
+		"http://$(ns_ip "$L"):8080/v1/completions" | jq -j '.choices[0].text' >"$1" 2>/dev/null
+}
+if ns_wait 30 serving_with "$L" 3; then
+	complete "$TMP/alone"
+	CP=""
+	for k in 1 2 3 4; do
+		complete "$TMP/c$k" &
+		CP="$CP $!"
+	done
+	for p in $CP; do wait "$p"; done # (not a bare wait: the agents are children too)
+	same=0
+	for k in 1 2 3 4; do [ -s "$TMP/alone" ] && cmp -s "$TMP/alone" "$TMP/c$k" && same=$((same + 1)); done
+	check "C: 4 identical concurrent greedy requests on 3 ranks equal the request alone ($same of 4)" \
+		[ $same = 4 ]
+else
+	fail "C: 3 ranks serve"
 fi
 grep -h 'goes on after' "$(ns_dir "$L")/agent.log" | sed 's/^/  /' >&2
 [ "$T_FAIL" -gt 0 ] && tail -n 30 "$(ns_dir "$L")/agent.log" >&2
