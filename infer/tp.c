@@ -676,7 +676,7 @@ static model_batch_t batch_decode_entries(dist_t *d, const uint8_t *p, int n)
 		out[i] = (get32(p + 12) & DIST_ENTRY_OUT) != 0;
 		keep[i] = (get32(p + 12) & DIST_ENTRY_KEEP) != 0;
 	}
-	return (model_batch_t){n, t, sl, ps, out, keep};
+	return (model_batch_t){n, t, sl, ps, out, keep, NULL}; /* embd: rank 0's, as the head */
 }
 
 static int tok_room(dist_t *d, int n)

@@ -683,10 +683,11 @@ static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x
 	return m->ars.end(m->ar_ctx);
 }
 
-/* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
- * in order, when logits != NULL. */
+/* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] ==
+ * MODEL_OUT_LOGITS, in order, when logits != NULL; the normed hidden state of those with
+ * MODEL_OUT_EMBD, in order, when embd != NULL. */
 static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
-			 const int *out, const int *keep, int B, float *logits)
+			 const int *out, const int *keep, int B, float *logits, float *embd)
 {
 	const model_meta_t *p = &m->meta;
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
@@ -804,15 +805,19 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
 	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
 		return rc;
-	if (logits) { /* xb[n_out][D] = the normed rows that want logits; one head matmul */
-		int n_out = 0;
-		for (int b = 0; b < B; b++)
-			if (out[b])
-				rmsnorm(m->xb + (size_t)n_out++ * D, m->x + (size_t)b * D,
-					m->out_norm, D, p->rms_eps);
-		if (n_out)
-			matmul(m, &m->out, logits, m->xb, n_out);
+	/* xb[n_out][D] = the normed rows that want logits (one head matmul); embd[n_embd][D] =
+	 * the normed rows that want the hidden state */
+	int n_out = 0, n_embd = 0;
+	for (int b = 0; b < B; b++) {
+		if (out[b] == MODEL_OUT_LOGITS && logits)
+			rmsnorm(m->xb + (size_t)n_out++ * D, m->x + (size_t)b * D, m->out_norm, D,
+				p->rms_eps);
+		else if (out[b] == MODEL_OUT_EMBD && embd)
+			rmsnorm(embd + (size_t)n_embd++ * D, m->x + (size_t)b * D, m->out_norm, D,
+				p->rms_eps);
 	}
+	if (n_out)
+		matmul(m, &m->out, logits, m->xb, n_out);
 	return 0;
 }
 
@@ -825,21 +830,26 @@ int model_forward_batch(model_t *m, const model_batch_t *bt, float *logits)
 		if (bt->tokens[i] < 0 || bt->tokens[i] >= m->meta.n_vocab || bt->slot[i] < 0 ||
 		    bt->slot[i] >= m->n_slots || bt->pos[i] < 0 || bt->pos[i] >= m->n_ctx)
 			return SH_EINVAL;
+	float *embd = bt->embd;
 	for (int done = 0; done < bt->n;) {
-		int B = MIN(m->max_b, bt->n - done), n_out = 0, rc;
+		int B = MIN(m->max_b, bt->n - done), n_out = 0, n_embd = 0, rc;
 		const int *outs = zeros;
 		if (bt->out) {
 			outs = bt->out + done;
-			for (int b = 0; b < B; b++)
-				n_out += outs[b] != 0;
+			for (int b = 0; b < B; b++) {
+				n_out += outs[b] == MODEL_OUT_LOGITS;
+				n_embd += outs[b] == MODEL_OUT_EMBD;
+			}
 		}
 		rc = forward_batch(m, bt->tokens + done, bt->slot + done, bt->pos + done, outs,
 				   bt->keep ? bt->keep + done : NULL, B,
-				   logits && n_out ? logits : NULL);
+				   logits && n_out ? logits : NULL, embd && n_embd ? embd : NULL);
 		if (rc)
 			return rc;
 		if (logits)
 			logits += (size_t)n_out * m->meta.n_vocab;
+		if (embd)
+			embd += (size_t)n_embd * m->meta.dim;
 		done += B;
 	}
 	return 0;
@@ -859,10 +869,10 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits)
 		for (int b = 0; b < B; b++) {
 			slot[b] = 0;
 			ps[b] = pos + done + b;
-			out[b] = last && b == B - 1;
+			out[b] = last && b == B - 1 ? MODEL_OUT_LOGITS : 0;
 		}
 		int rc =
-		    forward_batch(m, tokens + done, slot, ps, out, NULL, B, last ? logits : NULL);
+		    forward_batch(m, tokens + done, slot, ps, out, NULL, B, last ? logits : NULL, NULL);
 		if (rc)
 			return rc;
 		done += B;
