@@ -21,7 +21,8 @@ static void usage(FILE *f)
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] -o FILE.gguf\n"
+	    "                     [--name NAME] [--pooling none|mean|cls|last] [--add-eos]\n"
+	    "                     -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
@@ -39,7 +40,10 @@ static void usage(FILE *f)
 	    "qwen35: DeltaNet state = head size, key heads = heads/2, value heads = 2x key\n"
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
-	    "qwen35moe: 1 shared expert (gated) by default.\n");
+	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "--pooling writes <arch>.pooling_type for embeddings (default: last for qwen3, as\n"
+	    "Qwen3-Embedding; none otherwise); --add-eos makes the tokenizer end inputs with "
+	    "EOS.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -88,12 +92,14 @@ enum {
 	OPT_LOG,
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
-	OPT_YARN_MUL
+	OPT_YARN_MUL,
+	OPT_POOLING,
+	OPT_ADD_EOS
 };
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 12];
+	struct option opts[ARRAY_LEN(int_opts) + 14];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -108,6 +114,8 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"pooling", required_argument, 0, OPT_POOLING};
+	opts[n++] = (struct option){"add-eos", no_argument, 0, OPT_ADD_EOS};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -136,6 +144,8 @@ int cmd_mkmodel(int argc, char **argv)
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_POOLING: o.pooling = optarg; break;
+		case OPT_ADD_EOS: o.add_eos = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
 			char *end;

@@ -65,6 +65,11 @@ typedef struct mkmodel_opts {
 	 * heads / 2, v-heads = 2 x k-heads, conv 4 taps, a full-attention layer every 4th,
 	 * rope-dim head_dim / 4; nextn MTP blocks appended (default none; shoal skips them) */
 	int ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv, attn_interval, nextn, rope_dim;
+	/* embeddings: <arch>.pooling_type "none" (no key), "mean", "cls" or "last"; NULL = the
+	 * default: "last" for qwen3 (as Qwen3-Embedding's files), none otherwise. add_eos writes
+	 * tokenizer.ggml.add_eos_token = true (an embedding input then ends with EOS). */
+	const char *pooling;
+	int add_eos;
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small
