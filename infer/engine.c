@@ -18,6 +18,7 @@
  */
 #include "common/common.h"
 #include "infer/chat.h"
+#include "infer/embed.h"
 #include "infer/gguf.h"
 #include "infer/infer.h"
 #include "infer/model/meta.h"
@@ -66,6 +67,7 @@ typedef struct slot {
 	held_t held;
 	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
+	float *emb;     /* an embedding sequence: its pooled output [dim] (borrowed), else NULL */
 } slot_t;
 
 struct eng {
@@ -89,7 +91,9 @@ struct eng {
 	int *b_keep;    /* [n_slots + ENG_PREFILL_MAX]: checkpoint the recurrent state after it */
 	int last_batch; /* tokens in the last step */
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
-	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
+	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
+			  the first embedding) */
+	dist_t *dist;  /* NULL on one node; else this rank's part of the group (tp.h) */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -226,6 +230,36 @@ int eng_kv_elem_bytes(const char *kv_type)
 		     (size_t)quant_block_elems(t));
 }
 
+/* The embedding pooling, the weight count and the main weight type (eng_info_t). */
+static void model_info_extra(eng_t *e, eng_info_t *i)
+{
+	char key[96];
+	uint32_t pt = 0; /* any integer type of key (gguf.c's key_int) */
+	snprintf(key, sizeof key, "%s.pooling_type", e->meta.arch_name);
+	i->pooling = ENG_POOL_LAST;
+	if (!gguf_get_u32(e->g, key, &pt) && pt >= ENG_POOL_MEAN && pt <= ENG_POOL_RANK) {
+		i->pooling = (int)pt;
+		i->pooling_given = 1;
+	}
+	uint64_t best = 0, by_type[64] = {0};
+	for (int k = 0; k < gguf_n_tensors(e->g); k++) {
+		const gguf_tensor_t *t = gguf_tensor(e->g, k);
+		uint64_t n = 1;
+		for (int d = 0; d < t->n_dims; d++)
+			n *= (uint64_t)t->ne[d];
+		i->n_params += n;
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < 64)
+			by_type[t->type] += t->nbytes;
+	}
+	for (int ty = 0; ty < 64; ty++)
+		if (by_type[ty] > best) {
+			best = by_type[ty];
+			i->weight_type = gguf_type_name(ty);
+		}
+	if (!i->weight_type)
+		i->weight_type = "F32";
+}
+
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 {
 	*out = NULL;
@@ -356,6 +390,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->rank = e->dist ? dist_rank(e->dist) : 0;
 	i->world = e->dist ? dist_world(e->dist) : 1;
 	i->n_slots = slots;
+	model_info_extra(e, i);
 	*out = e;
 	return 0;
 err:
@@ -519,6 +554,7 @@ void eng_free(eng_t *e)
 	free(e->b_out);
 	free(e->b_keep);
 	free(e->gen_done);
+	free(e->hidden);
 	free(e);
 }
 
@@ -694,6 +730,7 @@ static void seq_end(eng_t *e, slot_t *sl, int finish)
 	free(sl->prompt);
 	sl->held = (held_t){0};
 	sl->prompt = NULL;
+	sl->emb = NULL;
 	sl->state = SLOT_FREE;
 	sl->used = ++e->clock;
 	e->n_active--;
@@ -775,6 +812,79 @@ void eng_seq_cancel(eng_t *e, int id)
 {
 	if (id >= 0 && id < e->n_slots && e->slots[id].state != SLOT_FREE)
 		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
+}
+
+/* ---- embeddings --------------------------------------------------------------------------- */
+
+int eng_embed_tokenize(const eng_t *e, const char *text, int **ids, int *n_ids, char *err,
+		       size_t errlen)
+{
+	int rc = eng_tokenize(e, text, 1, 1, ids, n_ids, err, errlen);
+	if (rc || !tok_add_eos(e->tok))
+		return rc;
+	int *p = realloc(*ids, (size_t)(*n_ids + 1) * sizeof **ids);
+	if (!p) {
+		free(*ids);
+		*ids = NULL;
+		*n_ids = 0;
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	}
+	p[(*n_ids)++] = tok_eos(e->tok);
+	*ids = p;
+	return 0;
+}
+
+int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *res)
+{
+	memset(res, 0, sizeof *res);
+	res->prompt_tokens = n;
+	res->finish = ENG_FINISH_ERROR;
+	if (e->dist && dist_rank(e->dist) != 0)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "only rank 0 of a group computes");
+	if (e->info.pooling == ENG_POOL_RANK)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "this model is a reranker (pooling rank): it gives no embeddings");
+	if (n <= 0 || n > e->info.n_ctx)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "an input of %d tokens does not fit the context of %d", n,
+			       e->info.n_ctx);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->meta.n_vocab)
+			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
+				       ids[i]);
+	size_t rows = (size_t)e->n_slots + ENG_PREFILL_MAX;
+	if (!e->hidden && !(e->hidden = malloc(rows * (size_t)e->meta.dim * sizeof *e->hidden)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	slot_t *sl = NULL; /* the least recently used free slot: recent chats keep theirs */
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *c = &e->slots[i];
+		if (c->state == SLOT_FREE && (!sl || c->used < sl->used))
+			sl = c;
+	}
+	if (!sl) {
+		res->finish = ENG_FINISH_NONE;
+		return SH_EBUSY;
+	}
+	if (!(sl->prompt = malloc((size_t)n * sizeof *ids)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	memcpy(sl->prompt, ids, (size_t)n * sizeof *ids);
+	sl->n_prompt = n;
+	sl->n_cache = 0; /* from position 0 always: the pool reads every token it wants */
+	sl->cb = NULL;
+	sl->ud = NULL;
+	sl->res = res;
+	sl->held = (held_t){0};
+	sl->ts = (tok_stream_t){0};
+	sl->emb = out;
+	memset(out, 0, (size_t)e->meta.dim * sizeof *out);
+	sl->t0 = now_ns();
+	sl->t1 = 0;
+	sl->used = ++e->clock;
+	sl->state = SLOT_PREFILL;
+	e->n_active++;
+	res->finish = ENG_FINISH_NONE;
+	return (int)(sl - e->slots);
 }
 
 /* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
@@ -873,22 +983,30 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 			break;
 		int k = MIN(budget, sl->n_prompt - sl->n_cache), id = (int)(sl - e->slots);
 		for (int j = 0; j < k; j++, n++) {
-			e->b_tok[n] = sl->prompt[sl->n_cache + j];
+			int p = sl->n_cache + j;
+			e->b_tok[n] = sl->prompt[p];
 			e->b_slot[n] = id;
-			e->b_pos[n] = sl->n_cache + j;
-			e->b_out[n] = sl->n_cache + j == sl->n_prompt - 1;
+			e->b_pos[n] = p;
+			if (sl->emb) { /* an embedding: the hidden states its pool reads */
+				e->b_out[n] = embed_pool_wants(e->info.pooling, p, sl->n_prompt)
+						  ? MODEL_OUT_EMBD
+						  : 0;
+				e->b_keep[n] = 0;
+				continue;
+			}
+			e->b_out[n] = p == sl->n_prompt - 1 ? MODEL_OUT_LOGITS : 0;
 			/* checkpoints of the recurrent state a few tokens before the prompt's end:
 			 * the next turn of a chat shares the prompt up to about there (a template
 			 * may render the previous reply's opening differently), and the same prompt
 			 * again resumes one token before its end */
-			int after = sl->n_cache + j + 1;
+			int after = p + 1;
 			e->b_keep[n] =
 			    after == sl->n_prompt - ENG_KEEP_BACK || after == sl->n_prompt - 1;
 		}
 		sl->chunk = k;
 		budget -= k;
 	}
-	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out, e->b_keep};
+	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out, e->b_keep, e->hidden};
 	int rc = eng_forward(e, &b);
 	e->last_batch = n;
 	if (rc) { /* every active sequence fails; their caches are unknown now */
@@ -907,13 +1025,29 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 			e->slots[i].n_cache = 0;
 		return rc;
 	}
-	/* the computed tokens join their slots' caches; the logits rows are in batch order */
-	int row = 0;
+	/* the computed tokens join their slots' caches; the logits rows and the hidden rows are
+	 * each in batch order */
+	int row = 0, hrow = 0;
 	for (int j = 0; j < n; j++) {
 		slot_t *sl = &e->slots[e->b_slot[j]];
 		sl->cache[e->b_pos[j]] = e->b_tok[j];
 		sl->n_cache = e->b_pos[j] + 1;
 		sl->chunk = 0;
+		if (sl->emb) {
+			int D = e->meta.dim;
+			if (e->b_out[j] == MODEL_OUT_EMBD)
+				embed_pool_add(sl->emb, e->hidden + (size_t)hrow++ * D, D,
+					       e->info.pooling, e->b_pos[j], sl->n_prompt);
+			if (sl->n_cache == sl->n_prompt) { /* the input is done: its embedding */
+				embed_pool_finish(sl->emb, D, e->info.pooling, sl->n_prompt);
+				sl->t1 = now_ns();
+				sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+				int id = e->b_slot[j];
+				seq_end(e, sl, ENG_FINISH_STOP);
+				done[(*n_done)++] = (eng_done_t){id, 0};
+			}
+			continue;
+		}
 		if (!e->b_out[j])
 			continue;
 		float *lg = e->logits + (size_t)row++ * e->meta.n_vocab;
