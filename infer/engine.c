@@ -640,8 +640,8 @@ static int held_add(held_t *h, const char *s, size_t n)
 	return 0;
 }
 
-/* Earliest occurrence of any stop string in h: its offset, or -1. */
-static long stop_find(const held_t *h, const eng_sampling_t *s)
+/* Earliest occurrence of any stop string in h: its offset, or -1; *which: its index. */
+static long stop_find(const held_t *h, const eng_sampling_t *s, int *which)
 {
 	long best = -1;
 	for (int i = 0; i < s->n_stop; i++) {
@@ -651,8 +651,10 @@ static long stop_find(const held_t *h, const eng_sampling_t *s)
 			continue;
 		for (size_t k = 0; k + n <= h->len; k++)
 			if (!memcmp(h->buf + k, st, n)) {
-				if (best < 0 || (long)k < best)
+				if (best < 0 || (long)k < best) {
 					best = (long)k;
+					*which = i;
+				}
 				break;
 			}
 	}
@@ -924,12 +926,14 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	}
 	int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
 		   sl->n_cache + 1 >= e->info.n_ctx;
-	long at = stop_find(&sl->held, s);
+	int which = 0;
+	long at = stop_find(&sl->held, s, &which);
 	size_t emit;
 	int finish = ENG_FINISH_NONE;
 	if (at >= 0) {
 		emit = (size_t)at;
 		finish = ENG_FINISH_STOP;
+		res->stop_hit = which + 1;
 	} else if (last) {
 		const char *rest = tok_stream_flush(&sl->ts, &plen);
 		if (held_add(&sl->held, rest, plen)) {

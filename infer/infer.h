@@ -164,6 +164,7 @@ typedef struct eng_result {
 	int prompt_tokens;
 	int completion_tokens;
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
+	int stop_hit;             /* 1 + the index of the stop string that ended it; 0: none */
 	char error[256];          /* set when finish == ENG_FINISH_ERROR */
 } eng_result_t;
 
