@@ -38,7 +38,7 @@ static int bad(web_err_t *e, const char *param, const char *fmt, const char *det
 }
 
 /* A field that must be a number within [lo, hi]; absent or null leaves *out alone. */
-static int get_num(json_t *o, const char *k, double lo, double hi, float *out, web_err_t *e)
+int web_get_num(json_t *o, const char *k, double lo, double hi, float *out, web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -56,8 +56,8 @@ static int get_num(json_t *o, const char *k, double lo, double hi, float *out, w
 }
 
 /* A field that must be an integer within [lo, hi]. *given is set when present. */
-static int get_int(json_t *o, const char *k, long long lo, long long hi, long long *out, int *given,
-		   web_err_t *e)
+int web_get_int(json_t *o, const char *k, long long lo, long long hi, long long *out, int *given,
+		web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -83,7 +83,7 @@ static int get_int(json_t *o, const char *k, long long lo, long long hi, long lo
 	return 0;
 }
 
-static int get_bool(json_t *o, const char *k, int *out, web_err_t *e)
+int web_get_bool(json_t *o, const char *k, int *out, web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -104,7 +104,7 @@ static char *dup_n(const char *s, size_t n)
 	return d;
 }
 
-static int oom(web_err_t *e)
+int web_err_oom(web_err_t *e)
 {
 	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
 }
@@ -114,11 +114,11 @@ static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
 {
 	if (json_is_string(v)) {
 		*out = dup_n(json_string_value(v), json_string_length(v));
-		return *out ? 0 : oom(e);
+		return *out ? 0 : web_err_oom(e);
 	}
 	if (json_is_null(v)) {
 		*out = dup_n("", 0);
-		return *out ? 0 : oom(e);
+		return *out ? 0 : web_err_oom(e);
 	}
 	if (!json_is_array(v))
 		return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
@@ -139,11 +139,11 @@ static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
 		}
 		if (web_buf_add(&b, json_string_value(text), json_string_length(text)) != 0) {
 			web_buf_free(&b);
-			return oom(e);
+			return web_err_oom(e);
 		}
 	}
 	*out = b.p ? b.p : dup_n("", 0);
-	return *out ? 0 : oom(e);
+	return *out ? 0 : web_err_oom(e);
 }
 
 static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
@@ -163,7 +163,7 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 				   "'messages' has %zu messages; at most %d are accepted", n, WEB_MSG_MAX);
 	r->msgs = calloc(n, sizeof *r->msgs);
 	if (!r->msgs)
-		return oom(e);
+		return web_err_oom(e);
 	for (size_t i = 0; i < n; i++) {
 		json_t *m = json_array_get(msgs, i);
 		char param[64];
@@ -188,7 +188,7 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		r->msgs[i].role = dup_n(canon, strlen(canon));
 		r->n_msgs = (int)i + 1;
 		if (!r->msgs[i].role)
-			return oom(e);
+			return web_err_oom(e);
 		json_t *content = json_object_get(m, "content");
 		snprintf(param, sizeof param, "messages[%zu].content", i);
 		int rc = web_msg_parse_tools(&r->msgs[i], m, i, e); /* tool_calls, tool_call_id */
@@ -218,7 +218,7 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 		p = json_array_get(p, 0); /* ["text"] is one prompt */
 	if (json_is_string(p)) {
 		r->prompt = dup_n(json_string_value(p), json_string_length(p));
-		return r->prompt ? 0 : oom(e);
+		return r->prompt ? 0 : web_err_oom(e);
 	}
 	if (json_is_array(p) && json_array_size(p) > 0) {
 		size_t n = json_array_size(p);
@@ -231,7 +231,7 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 			return bad(e, "prompt", "'%s' is too long%s", NULL);
 		r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
 		if (!r->prompt_ids)
-			return oom(e);
+			return web_err_oom(e);
 		for (size_t i = 0; i < n; i++) {
 			json_t *t = json_array_get(p, i);
 			if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -260,7 +260,7 @@ static int parse_stop(web_req_t *r, json_t *root, web_err_t *e)
 			return 0;
 		r->stop[0] = dup_n(json_string_value(s), json_string_length(s));
 		if (!r->stop[0])
-			return oom(e);
+			return web_err_oom(e);
 		r->n_stop = 1;
 		return 0;
 	}
@@ -279,7 +279,7 @@ static int parse_stop(web_req_t *r, json_t *root, web_err_t *e)
 			continue;
 		r->stop[r->n_stop] = dup_n(json_string_value(v), json_string_length(v));
 		if (!r->stop[r->n_stop])
-			return oom(e);
+			return web_err_oom(e);
 		r->n_stop++;
 	}
 	return 0;
@@ -294,43 +294,43 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 			return bad(e, "model", "'%s' must be a string%s", NULL);
 		r->model = dup_n(json_string_value(model), json_string_length(model));
 		if (!r->model)
-			return oom(e);
+			return web_err_oom(e);
 	}
 	if ((rc = r->kind == WEB_CHAT ? parse_messages(r, root, e) : parse_prompt(r, root, e)))
 		return rc;
 
 	long long v = 0;
 	int given = 0;
-	if ((rc = get_int(root, "n", 1, 1 << 20, &v, &given, e)))
+	if ((rc = web_get_int(root, "n", 1, 1 << 20, &v, &given, e)))
 		return rc;
 	if (given && v != 1)
 		return web_err_set(e, 400, "invalid_request_error", "n", "unsupported_value",
 				   "'n' must be 1: one choice per request is supported (got %lld)", v);
 	given = 0;
-	if ((rc = get_int(root, "max_tokens", 1, 1 << 30, &v, &given, e)))
+	if ((rc = web_get_int(root, "max_tokens", 1, 1 << 30, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.max_tokens = (int)v;
 	given = 0;
-	if ((rc = get_int(root, "max_completion_tokens", 1, 1 << 30, &v, &given, e)))
+	if ((rc = web_get_int(root, "max_completion_tokens", 1, 1 << 30, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.max_tokens = (int)v;
-	if ((rc = get_num(root, "temperature", 0, 2, &r->samp.temperature, e)) ||
-	    (rc = get_num(root, "top_p", 0, 1, &r->samp.top_p, e)) ||
-	    (rc = get_num(root, "min_p", 0, 1, &r->samp.min_p, e)) ||
-	    (rc = get_num(root, "presence_penalty", -2, 2, &r->samp.presence_penalty, e)) ||
-	    (rc = get_num(root, "frequency_penalty", -2, 2, &r->samp.frequency_penalty, e)) ||
-	    (rc = get_num(root, "repeat_penalty", 0, 10, &r->samp.repeat_penalty, e)))
+	if ((rc = web_get_num(root, "temperature", 0, 2, &r->samp.temperature, e)) ||
+	    (rc = web_get_num(root, "top_p", 0, 1, &r->samp.top_p, e)) ||
+	    (rc = web_get_num(root, "min_p", 0, 1, &r->samp.min_p, e)) ||
+	    (rc = web_get_num(root, "presence_penalty", -2, 2, &r->samp.presence_penalty, e)) ||
+	    (rc = web_get_num(root, "frequency_penalty", -2, 2, &r->samp.frequency_penalty, e)) ||
+	    (rc = web_get_num(root, "repeat_penalty", 0, 10, &r->samp.repeat_penalty, e)))
 		return rc;
 	given = 0;
-	if ((rc = get_int(root, "top_k", -1, 1 << 20, &v, &given, e)))
+	if ((rc = web_get_int(root, "top_k", -1, 1 << 20, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.top_k = v < 0 ? 0 : (int)v;
 	given = 0;
 	/* Seeds arrive as JSON integers of either sign; keep their bits. */
-	if ((rc = get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &given, e)))
+	if ((rc = web_get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &given, e)))
 		return rc;
 	if (given) {
 		r->samp.seed = (uint64_t)v;
@@ -338,23 +338,23 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 	}
 	if ((rc = parse_stop(r, root, e)))
 		return rc;
-	if ((rc = get_bool(root, "stream", &r->stream, e)))
+	if ((rc = web_get_bool(root, "stream", &r->stream, e)))
 		return rc;
 	json_t *so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {
 		if (!json_is_object(so))
 			return bad(e, "stream_options", "'%s' must be an object%s", NULL);
-		if ((rc = get_bool(so, "include_usage", &r->include_usage, e)))
+		if ((rc = web_get_bool(so, "include_usage", &r->include_usage, e)))
 			return rc;
 	}
 
 	/* logprobs: a boolean for chat (with top_logprobs 0..20), an integer 0..5 for completions. */
 	json_t *lp = json_object_get(root, "logprobs");
 	if (r->kind == WEB_CHAT) {
-		if ((rc = get_bool(root, "logprobs", &r->logprobs, e)))
+		if ((rc = web_get_bool(root, "logprobs", &r->logprobs, e)))
 			return rc;
 		given = 0;
-		if ((rc = get_int(root, "top_logprobs", 0, 20, &v, &given, e)))
+		if ((rc = web_get_int(root, "top_logprobs", 0, 20, &v, &given, e)))
 			return rc;
 		if (given) {
 			if (v > 0 && !r->logprobs)
@@ -367,7 +367,7 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 		if (json_is_boolean(lp)) {
 			r->logprobs = json_is_true(lp);
 		} else {
-			if ((rc = get_int(root, "logprobs", 0, 5, &v, NULL, e)))
+			if ((rc = web_get_int(root, "logprobs", 0, 5, &v, NULL, e)))
 				return rc;
 			r->logprobs = 1;
 			r->samp.top_logprobs = (int)v;
@@ -423,16 +423,9 @@ static int json_prescan(const char *s, size_t len, web_err_t *err)
 	return 0;
 }
 
-int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err)
+int web_json_load(const char *body, size_t len, json_t **root, web_err_t *err)
 {
-	memset(r, 0, sizeof *r);
-	memset(err, 0, sizeof *err);
-	r->kind = kind;
-	eng_sampling_default(&r->samp);
-	/* OpenAI's defaults: temperature 1, nucleus off; the engine's neutral default is greedy. */
-	r->samp.temperature = 1.0f;
-	r->samp.top_p = 1.0f;
-
+	*root = NULL;
 	if (len == 0)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
 				   "the request body is empty; expected a JSON object");
@@ -440,20 +433,48 @@ int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_
 	int pre = json_prescan(body, len, err);
 	if (pre)
 		return pre;
-	json_t *root = json_loadb(body, len, 0, &je);
-	if (!root)
+	json_t *v = json_loadb(body, len, 0, &je);
+	if (!v)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-				   "the body is not valid JSON: %.120s (line %d, column %d)", je.text,
-				   je.line, je.column);
-	int rc;
-	if (!json_is_object(root))
-		rc = web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-				 "the body must be a JSON object");
-	else
-		rc = parse_fields(r, root, err);
-	json_decref(root);
+				   "the body is not valid JSON: %.120s (line %d, column %d)",
+				   je.text, je.line, je.column);
+	if (!json_is_object(v)) {
+		json_decref(v);
+		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+				   "the body must be a JSON object");
+	}
+	*root = v;
+	return 0;
+}
+
+void web_req_init(web_req_t *r, int kind)
+{
+	memset(r, 0, sizeof *r);
+	r->kind = kind;
+	r->api = kind == WEB_COMPLETION ? WEB_API_COMPLETIONS : WEB_API_CHAT;
+	eng_sampling_default(&r->samp);
+	/* OpenAI's defaults: temperature 1, nucleus off; the engine's neutral default is greedy. */
+	r->samp.temperature = 1.0f;
+	r->samp.top_p = 1.0f;
+}
+
+int web_req_from_json(web_req_t *r, json_t *root, web_err_t *err)
+{
+	int rc = parse_fields(r, root, err);
 	r->samp.stop = (const char *const *)r->stop;
 	r->samp.n_stop = r->n_stop;
+	return rc;
+}
+
+int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err)
+{
+	web_req_init(r, kind);
+	memset(err, 0, sizeof *err);
+	json_t *root;
+	int rc = web_json_load(body, len, &root, err);
+	if (!rc)
+		rc = web_req_from_json(r, root, err);
+	json_decref(root);
 	return rc;
 }
 
@@ -475,5 +496,17 @@ void web_req_clear(web_req_t *r)
 	free(r->prompt_ids);
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
+	json_decref(r->echo);
+	json_decref(r->history);
+	free(r->ctx_ids);
+	for (int i = 0; i < r->n_inputs; i++) {
+		if (r->inputs)
+			free(r->inputs[i]);
+		if (r->input_ids)
+			free(r->input_ids[i]);
+	}
+	free(r->inputs);
+	free(r->input_ids);
+	free(r->input_len);
 	memset(r, 0, sizeof *r);
 }

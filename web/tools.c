@@ -31,11 +31,6 @@
 
 #include "common/common.h"
 
-static int oom(web_err_t *e)
-{
-	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
-}
-
 static int bad(web_err_t *e, const char *param, const char *msg)
 {
 	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
@@ -71,7 +66,7 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 		if (json_array_size(calls)) {
 			m->tool_calls = json_dumps(calls, JSON_COMPACT);
 			if (!m->tool_calls)
-				return oom(e);
+				return web_err_oom(e);
 		}
 	}
 	if (!strcmp(m->role, "tool")) {
@@ -83,7 +78,7 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 					   "'%s' is required for a tool message", param);
 		m->tool_call_id = strdup(json_string_value(id));
 		if (!m->tool_call_id)
-			return oom(e);
+			return web_err_oom(e);
 	}
 	return 0;
 }
@@ -126,7 +121,7 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		char *text =
 		    schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
 		if (!text)
-			return oom(e);
+			return web_err_oom(e);
 		rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
 		free(text);
 	} else {
@@ -137,7 +132,7 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		    type);
 	}
 	if (rc == SH_ENOMEM)
-		return oom(e);
+		return web_err_oom(e);
 	if (rc)
 		return web_err_set(e, 400, "invalid_request_error", "response_format",
 				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",
@@ -186,7 +181,7 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 		if (json_array_size(tools)) {
 			r->tools = json_dumps(tools, JSON_PRESERVE_ORDER);
 			if (!r->tools)
-				return oom(e);
+				return web_err_oom(e);
 		}
 	}
 	r->tool_choice = r->tools ? WEB_TOOLS_AUTO : WEB_TOOLS_NONE;
@@ -268,12 +263,12 @@ static int forced_grammar(web_req_t *r, const char *key, web_err_t *e)
 	json_decref(alts);
 	json_decref(tools);
 	if (!text)
-		return oom(e);
+		return web_err_oom(e);
 	char err[300];
 	int rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
 	free(text);
 	if (rc == SH_ENOMEM)
-		return oom(e);
+		return web_err_oom(e);
 	if (rc)
 		return web_err_set(e, 400, "invalid_request_error", "tools",
 				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",
@@ -323,11 +318,9 @@ static size_t skip_ws(const char *s, size_t n, size_t i)
 	return i;
 }
 
-/* Bytes of text[0..len) that are surely content (no call can start in them). */
-static size_t safe_len(const web_job_t *j)
+/* Bytes of s[0..n) that are surely content (no call can start in them). */
+size_t web_tools_safe(const web_job_t *j, const char *s, size_t n)
 {
-	const char *s = j->text.p ? j->text.p : "";
-	size_t n = j->text.len;
 	switch (j->req.tool_format) {
 	case WEB_TC_FORCED: return 0;
 	case WEB_TC_HERMES:
@@ -563,10 +556,31 @@ static void emit_content(web_job_t *j, size_t upto)
 	pthread_cond_broadcast(&j->cv);
 }
 
+static size_t safe_len(const web_job_t *j)
+{
+	return web_tools_safe(j, j->text.p ? j->text.p : "", j->text.len);
+}
+
 void web_tools_on_text(web_job_t *j)
 {
 	if (j->req.stream)
 		emit_content(j, safe_len(j));
+}
+
+json_t *web_tools_parse(web_job_t *j, const char *s, size_t n, size_t *content_len)
+{
+	return parse_calls(j, s, n, content_len);
+}
+
+void web_grammar_finish(web_job_t *j, const char *s, size_t n)
+{
+	/* a value that closed on the last token allowed ends as "stop": the grammar had nothing
+	 * but the end left */
+	json_t *v =
+	    j->res.finish == ENG_FINISH_LENGTH ? json_loadb(s, n, JSON_DECODE_ANY, NULL) : NULL;
+	if (v)
+		j->res.finish = ENG_FINISH_STOP;
+	json_decref(v);
 }
 
 /* One streaming chunk whose delta is {"tool_calls": [call]}. */
@@ -593,14 +607,7 @@ void web_tools_finish(web_job_t *j)
 	size_t content_len;
 	const char *s = j->text.p ? j->text.p : "";
 	if (!j->req.tool_format) { /* response_format alone */
-		/* a value that closed on the last token allowed ends as "stop": the grammar had
-		 * nothing but the end left */
-		json_t *v = j->res.finish == ENG_FINISH_LENGTH
-				? json_loadb(s, j->text.len, JSON_DECODE_ANY, NULL)
-				: NULL;
-		if (v)
-			j->res.finish = ENG_FINISH_STOP;
-		json_decref(v);
+		web_grammar_finish(j, s, j->text.len);
 		return;
 	}
 	json_t *calls = parse_calls(j, s, j->text.len, &content_len);
