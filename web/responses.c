@@ -111,6 +111,8 @@ static void store_put(web_rstore_t *s, const char *id, char *items)
 static json_t *store_get(web_rstore_t *s, const char *id)
 {
 	json_t *v = NULL;
+	if (!s)
+		return NULL;
 	pthread_mutex_lock(&s->mu);
 	for (int i = 0; i < s->n; i++) {
 		rs_entry_t *e = &s->e[(s->head + i) % s->max_items];

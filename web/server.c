@@ -265,7 +265,7 @@ web_metrics_t *web_metrics_of(web_t *w)
 }
 web_rstore_t *web_rstore_of(web_t *w)
 {
-	return w->rstore;
+	return w ? w->rstore : NULL;
 }
 int web_timeout_of(web_t *w)
 {

@@ -620,7 +620,7 @@ void web_model_id(web_t *w, eng_t *e, char *out, size_t len);
 web_sched_t *web_sched_of(web_t *w);
 struct web_guard *web_guard_of(web_t *w);
 struct web_metrics *web_metrics_of(web_t *w);
-struct web_rstore *web_rstore_of(web_t *w);
+struct web_rstore *web_rstore_of(web_t *w); /* NULL for w NULL (tests) */
 int web_timeout_of(web_t *w);
 long long web_started_of(web_t *w);   /* unix seconds */
 atomic_int *web_parsing_of(web_t *w); /* bodies being parsed (WEB_PARSE_CONCURRENCY) */
