@@ -38,13 +38,6 @@ static int bad(web_err_t *e, const char *param, const char *fmt, const char *det
 			   detail ? detail : "");
 }
 
-static char *dump(json_t *root)
-{
-	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-	json_decref(root);
-	return s;
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
 
 static const char *error_type(const web_err_t *e)
@@ -70,37 +63,10 @@ static json_t *error_obj(const web_err_t *e)
 
 static char *error_json(const web_err_t *e)
 {
-	return dump(error_obj(e));
+	return web_json_dump(error_obj(e));
 }
 
 /* ---- the request -------------------------------------------------------------------------- */
-
-/* The text of a string or an array of text blocks (others refused): a new string in *out. */
-static int text_of(json_t *v, const char *param, json_t **out, web_err_t *e)
-{
-	if (json_is_string(v)) {
-		*out = json_incref(v);
-		return 0;
-	}
-	if (!json_is_array(v))
-		return bad(e, param, "'%s' must be a string or an array of text blocks", param);
-	web_buf_t b = {0};
-	size_t i;
-	json_t *blk;
-	json_array_foreach(v, i, blk)
-	{
-		const char *t = json_string_value(json_object_get(blk, "type"));
-		json_t *text = json_object_get(blk, "text");
-		if (!t || strcmp(t, "text") || !json_is_string(text)) {
-			web_buf_free(&b);
-			return bad(e, param, "'%s' must hold text blocks only", param);
-		}
-		web_buf_add(&b, json_string_value(text), json_string_length(text));
-	}
-	*out = json_stringn(b.p ? b.p : "", b.len);
-	web_buf_free(&b);
-	return 0;
-}
 
 /* One Anthropic message -> OpenAI messages appended to out. */
 static int map_message(json_t *m, size_t i, json_t *out, web_err_t *e)
@@ -159,7 +125,7 @@ static int map_message(json_t *m, size_t i, json_t *out, web_err_t *e)
 			}
 			if (!rcont || json_is_null(rcont))
 				s = json_string("");
-			else if ((rc = text_of(rcont, "tool_result.content", &s, e)))
+			else if ((rc = web_text_parts(rcont, "tool_result.content", "text", &s, e)))
 				break;
 			json_array_append_new(results, json_pack("{s:s, s:s, s:o}", "role", "tool",
 								 "tool_call_id", id, "content", s));
@@ -288,7 +254,7 @@ static int parse_body(web_req_t *r, const char *body, size_t len, int count, web
 	}
 	if (sys && !json_is_null(sys)) {
 		json_t *s;
-		if ((rc = text_of(sys, "system", &s, e)))
+		if ((rc = web_text_parts(sys, "system", "text", &s, e)))
 			goto out;
 		json_array_append_new(msgs,
 				      json_pack("{s:s, s:o}", "role", "system", "content", s));
@@ -452,18 +418,6 @@ static json_t *usage(const web_job_t *j, int out_tokens)
 			 "output_tokens", out_tokens, "service_tier", "standard");
 }
 
-static json_t *text_json(const char *s, size_t n)
-{
-	json_t *v = json_stringn(s, n);
-	if (!v) {
-		web_buf_t b = {0};
-		web_utf8_repair(&b, s, n);
-		v = json_stringn(b.p ? b.p : "", b.len);
-		web_buf_free(&b);
-	}
-	return v;
-}
-
 static json_t *message(const web_job_t *j, json_t *content, int out_tokens, int done)
 {
 	char id[64];
@@ -491,14 +445,15 @@ static char *reply(web_job_t *j)
 	if (j->req.thinking && j->ps.r_len)
 		json_array_append_new(
 		    content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-				       text_json(t + j->ps.r0, j->ps.r_len), "signature", ""));
+				       web_json_str(t + j->ps.r0, j->ps.r_len), "signature", ""));
 	if (j->ps.c_len || !j->rid.tool_calls)
-		json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
-							 text_json(t + j->ps.c0, j->ps.c_len)));
+		json_array_append_new(content,
+				      json_pack("{s:s, s:o}", "type", "text", "text",
+						web_json_str(t + j->ps.c0, j->ps.c_len)));
 	size_t i;
 	json_t *c;
 	json_array_foreach(j->rid.tool_calls, i, c) json_array_append_new(content, tool_block(c));
-	return dump(message(j, content, j->res.completion_tokens, 1));
+	return web_json_dump(message(j, content, j->res.completion_tokens, 1));
 }
 
 /* ---- streaming ---------------------------------------------------------------------------- */
@@ -506,7 +461,7 @@ static char *reply(web_job_t *j)
 /* "event: NAME\ndata: JSON\n\n" (root taken). */
 static void event(web_job_t *j, const char *name, json_t *root)
 {
-	char *s = dump(root);
+	char *s = web_json_dump(root);
 	if (!s)
 		return;
 	web_buf_addf(&j->out, "event: %s\ndata: ", name);
@@ -556,8 +511,8 @@ static void delta(web_job_t *j, int reasoning, const char *s, size_t n)
 	}
 	json_t *d =
 	    reasoning
-		? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", text_json(s, n))
-		: json_pack("{s:s, s:o}", "type", "text_delta", "text", text_json(s, n));
+		? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", web_json_str(s, n))
+		: json_pack("{s:s, s:o}", "type", "text_delta", "text", web_json_str(s, n));
 	event(j, "content_block_delta",
 	      json_pack("{s:s, s:i, s:o}", "type", "content_block_delta", "index", j->ps.index - 1,
 			"delta", d));

@@ -37,15 +37,6 @@ static int is_ws(char c)
 	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
-static const char *find(const char *s, size_t n, const char *needle)
-{
-	size_t k = strlen(needle);
-	for (size_t i = 0; i + k <= n; i++)
-		if (!memcmp(s + i, needle, k))
-			return s + i;
-	return NULL;
-}
-
 /* Length of the longest tail of s[0..n) that is a proper prefix of tag. */
 static size_t partial_tail(const char *s, size_t n, const char *tag)
 {
@@ -89,7 +80,7 @@ static void split(web_job_t *j, int final)
 		if (!a->r_sent) /* the newline after <think> is not reasoning */
 			while (a->r0 < n && is_ws(s[a->r0]))
 				a->r0++;
-		const char *close = find(s + a->r0, n - a->r0, THINK_CLOSE);
+		const char *close = web_find(s + a->r0, n - a->r0, THINK_CLOSE);
 		size_t end = close ? (size_t)(close - s) : n;
 		if (!close && !final)
 			end -= partial_tail(s + a->r0, n - a->r0, THINK_CLOSE);

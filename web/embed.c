@@ -256,6 +256,7 @@ static json_t *base64_of(const float *v, int n)
 	return s;
 }
 
+/* web_json_dump with 9 significant digits: a float32 round-trips */
 static char *dump(json_t *root)
 {
 	char *s = root ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;

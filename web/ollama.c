@@ -38,13 +38,6 @@ static int bad(web_err_t *e, const char *param, const char *msg)
 	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
 }
 
-static char *dump(json_t *root)
-{
-	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-	json_decref(root);
-	return s;
-}
-
 /* RFC 3339 with nanoseconds, UTC (Go's time.Time in JSON). */
 static void rfc3339(char *out, size_t len, const struct timespec *ts)
 {
@@ -64,7 +57,7 @@ static void now_rfc3339(char *out, size_t len)
 
 static char *error_json(const web_err_t *e)
 {
-	return dump(json_pack("{s:s}", "error", e->message));
+	return web_json_dump(json_pack("{s:s}", "error", e->message));
 }
 
 /* ---- requests ----------------------------------------------------------------------------- */
@@ -407,7 +400,7 @@ static json_t *message(const char *content, size_t n, const char *thinking, size
 /* One NDJSON line. */
 static void line(web_job_t *j, json_t *o)
 {
-	char *s = dump(o);
+	char *s = web_json_dump(o);
 	if (s) {
 		web_buf_add(&j->out, s, strlen(s));
 		web_buf_add(&j->out, "\n", 1);
@@ -416,21 +409,9 @@ static void line(web_job_t *j, json_t *o)
 	j->ps.sent_any = 1;
 }
 
-static json_t *valid_utf8(const char *s, size_t n)
-{
-	json_t *v = json_stringn(s, n);
-	if (!v) {
-		web_buf_t b = {0};
-		web_utf8_repair(&b, s, n);
-		v = json_stringn(b.p ? b.p : "", b.len);
-		web_buf_free(&b);
-	}
-	return v;
-}
-
 static void delta(web_job_t *j, int reasoning, const char *s, size_t n)
 {
-	json_t *o = base(j), *text = valid_utf8(s, n);
+	json_t *o = base(j), *text = web_json_str(s, n);
 	if (j->req.api == WEB_API_OLLAMA_GENERATE) {
 		json_object_set_new(o, "response", reasoning ? json_string("") : json_incref(text));
 		if (reasoning)
@@ -475,22 +456,22 @@ static char *reply(web_job_t *j)
 	size_t cn = j->ps.c_len;
 	if (j->req.no_work)
 		content = "", cn = 0;
-	json_t *o = base(j), *c = valid_utf8(content, cn);
+	json_t *o = base(j), *c = web_json_str(content, cn);
 	if (j->req.api == WEB_API_OLLAMA_GENERATE) {
 		json_object_set_new(o, "response", c);
 		if (thinking)
-			json_object_set_new(o, "thinking", valid_utf8(thinking, j->ps.r_len));
+			json_object_set_new(o, "thinking", web_json_str(thinking, j->ps.r_len));
 	} else {
 		json_t *m = message("", 0, NULL, 0);
 		json_object_set_new(m, "content", c);
 		if (thinking)
-			json_object_set_new(m, "thinking", valid_utf8(thinking, j->ps.r_len));
+			json_object_set_new(m, "thinking", web_json_str(thinking, j->ps.r_len));
 		if (j->rid.tool_calls)
 			json_object_set_new(m, "tool_calls", ollama_calls(j->rid.tool_calls));
 		json_object_set_new(o, "message", m);
 	}
 	add_done(j, o);
-	return dump(o);
+	return web_json_dump(o);
 }
 
 const web_proto_t web_proto_ollama = {.api = WEB_API_OLLAMA_CHAT,

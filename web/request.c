@@ -109,40 +109,52 @@ int web_err_oom(web_err_t *e)
 	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
 }
 
-/* Message content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
-static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
+int web_text_parts(json_t *v, const char *param, const char *types, json_t **out, web_err_t *e)
 {
+	*out = NULL;
 	if (json_is_string(v)) {
-		*out = dup_n(json_string_value(v), json_string_length(v));
-		return *out ? 0 : web_err_oom(e);
-	}
-	if (json_is_null(v)) {
-		*out = dup_n("", 0);
-		return *out ? 0 : web_err_oom(e);
+		*out = json_incref(v);
+		return 0;
 	}
 	if (!json_is_array(v))
 		return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
-				   "'%s' must be a string or an array of text parts", param);
+				   "'%s' must be a string or an array of parts (%s)", param, types);
 	web_buf_t b = {0};
 	size_t i;
 	json_t *part;
 	json_array_foreach(v, i, part) {
-		json_t *type = json_object_get(part, "type");
+		const char *t = json_string_value(json_object_get(part, "type"));
 		json_t *text = json_object_get(part, "text");
-		if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
-		    !json_is_string(text)) {
+		size_t k = t ? strlen(t) : 0;
+		const char *at = t ? strstr(types, t) : NULL;
+		int known = at && (at == types || at[-1] == ' ') && (at[k] == ' ' || !at[k]);
+		if (t && !strcmp(t, "refusal"))
+			continue;
+		if (!known || !json_is_string(text)) {
 			web_buf_free(&b);
 			return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
-					   "'%s': only text parts ({\"type\": \"text\", \"text\": "
-					   "...}) are supported",
-					   param);
+					   "'%s': parts of type '%.40s' are not supported (%s)",
+					   param, t ? t : "?", types);
 		}
 		if (web_buf_add(&b, json_string_value(text), json_string_length(text)) != 0) {
 			web_buf_free(&b);
 			return web_err_oom(e);
 		}
 	}
-	*out = b.p ? b.p : dup_n("", 0);
+	*out = json_stringn(b.p ? b.p : "", b.len);
+	web_buf_free(&b);
+	return *out ? 0 : web_err_oom(e);
+}
+
+/* Message content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
+static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
+{
+	json_t *s = NULL;
+	int rc = json_is_null(v) ? 0 : web_text_parts(v, param, "text", &s, e);
+	if (rc)
+		return rc;
+	*out = dup_n(s ? json_string_value(s) : "", s ? json_string_length(s) : 0);
+	json_decref(s);
 	return *out ? 0 : web_err_oom(e);
 }
 

@@ -133,42 +133,6 @@ static int bad(web_err_t *e, const char *param, const char *fmt, const char *det
 			   detail ? detail : "");
 }
 
-/* A message's content (a string or parts) as one string (new reference). */
-static int content_text(json_t *c, const char *param, json_t **out, web_err_t *e)
-{
-	if (json_is_string(c)) {
-		*out = json_incref(c);
-		return 0;
-	}
-	if (!json_is_array(c))
-		return bad(e, param, "'%s' must be a string or an array of parts", param);
-	web_buf_t b = {0};
-	size_t i;
-	json_t *p;
-	json_array_foreach(c, i, p)
-	{
-		const char *t = json_string_value(json_object_get(p, "type"));
-		json_t *text = json_object_get(p, "text");
-		if (t &&
-		    (!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "text")) &&
-		    json_is_string(text)) {
-			web_buf_add(&b, json_string_value(text), json_string_length(text));
-		} else if (t && !strcmp(t, "refusal")) {
-			continue;
-		} else {
-			web_buf_free(&b);
-			return web_err_set(
-			    e, 400, "invalid_request_error", param, "unsupported_value",
-			    "'%s': parts of type '%.40s' are not supported (input_text, "
-			    "output_text)",
-			    param, t ? t : "?");
-		}
-	}
-	*out = json_stringn(b.p ? b.p : "", b.len);
-	web_buf_free(&b);
-	return 0;
-}
-
 /* Input items -> OpenAI chat messages appended to out. */
 static int map_items(json_t *items, json_t *out, web_err_t *e)
 {
@@ -188,7 +152,8 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 			json_t *text;
 			if (!role)
 				return bad(e, param, "'%s' needs a role", param);
-			if ((rc = content_text(json_object_get(it, "content"), param, &text, e)))
+			if ((rc = web_text_parts(json_object_get(it, "content"), param,
+						 "input_text output_text text", &text, e)))
 				return rc;
 			json_array_append_new(
 			    out, json_pack("{s:s, s:o}", "role", role, "content", text));
@@ -220,7 +185,8 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 			if (!json_is_string(id))
 				return bad(e, param, "'%s': a function_call_output needs call_id",
 					   param);
-			if ((rc = content_text(json_object_get(it, "output"), param, &text, e)))
+			if ((rc = web_text_parts(json_object_get(it, "output"), param,
+						 "input_text output_text text", &text, e)))
 				return rc;
 			json_array_append_new(out, json_pack("{s:s, s:O, s:o}", "role", "tool",
 							     "tool_call_id", id, "content", text));
@@ -430,25 +396,6 @@ out:
 
 /* ---- the response ------------------------------------------------------------------------- */
 
-static char *dump(json_t *root)
-{
-	char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
-	json_decref(root);
-	return s;
-}
-
-static json_t *text_json(const char *s, size_t n)
-{
-	json_t *v = json_stringn(s, n);
-	if (!v) {
-		web_buf_t b = {0};
-		web_utf8_repair(&b, s, n);
-		v = json_stringn(b.p ? b.p : "", b.len);
-		web_buf_free(&b);
-	}
-	return v;
-}
-
 /* "resp_<hex>", "msg_<hex>", "rs_<hex>" from the job's id. */
 static void ident(const web_job_t *j, const char *prefix, char *out, size_t len)
 {
@@ -489,13 +436,13 @@ static json_t *reasoning_item(const web_job_t *j, const char *text, size_t n)
 	ident(j, "rs", id, sizeof id);
 	return json_pack("{s:s, s:s, s:[], s:[{s:s, s:o}]}", "id", id, "type", "reasoning",
 			 "summary", "content", "type", "reasoning_text", "text",
-			 text_json(text, n));
+			 web_json_str(text, n));
 }
 
 static json_t *output_text(const char *text, size_t n)
 {
 	return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text",
-			 text_json(text, n), "annotations", "logprobs");
+			 web_json_str(text, n), "annotations", "logprobs");
 }
 
 static json_t *message_item(const web_job_t *j, const char *text, size_t n, const char *status)
@@ -545,14 +492,14 @@ static void remember(const web_job_t *j, json_t *out)
 	json_array_extend(all, out);
 	char id[80];
 	ident(j, "resp", id, sizeof id);
-	store_put(j->req.store, id, dump(all));
+	store_put(j->req.store, id, web_json_dump(all));
 }
 
 static char *reply(web_job_t *j)
 {
 	json_t *out = outputs(j);
 	remember(j, out);
-	return dump(response(j, "completed", out, 1));
+	return web_json_dump(response(j, "completed", out, 1));
 }
 
 /* ---- streaming ---------------------------------------------------------------------------- */
@@ -564,7 +511,7 @@ static void event(web_job_t *j, const char *type, json_t *root)
 		return;
 	json_object_set_new(root, "type", json_string(type));
 	json_object_set_new(root, "sequence_number", json_integer(j->ps.seq_no++));
-	char *s = dump(root);
+	char *s = web_json_dump(root);
 	if (!s)
 		return;
 	web_buf_addf(&j->out, "event: %s\ndata: ", type);
@@ -591,7 +538,7 @@ static void part(web_job_t *j, int reasoning, const char *what, const char *text
 	char type[48];
 	snprintf(type, sizeof type, "response.content_part.%s", what);
 	json_t *p = reasoning ? json_pack("{s:s, s:o}", "type", "reasoning_text", "text",
-					  text_json(text, n))
+					  web_json_str(text, n))
 			      : output_text(text, n);
 	event(j, type,
 	      json_pack("{s:s, s:i, s:i, s:o}", "item_id",
@@ -607,7 +554,7 @@ static void close_reasoning(web_job_t *j)
 	size_t n = j->ps.r_sent;
 	event(j, "response.reasoning_text.done",
 	      json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->ps.r_item_id, "output_index",
-			j->ps.index, "content_index", 0, "text", text_json(t, n)));
+			j->ps.index, "content_index", 0, "text", web_json_str(t, n)));
 	part(j, 1, "done", t, n);
 	item_done(j, reasoning_item(j, t, n));
 	j->ps.r_open = 0;
@@ -644,14 +591,14 @@ static void delta(web_job_t *j, int reasoning, const char *s, size_t n)
 		}
 		event(j, "response.reasoning_text.delta",
 		      json_pack("{s:s, s:i, s:i, s:o}", "item_id", j->ps.r_item_id, "output_index",
-				j->ps.index, "content_index", 0, "delta", text_json(s, n)));
+				j->ps.index, "content_index", 0, "delta", web_json_str(s, n)));
 		return;
 	}
 	if (!j->ps.open)
 		open_message(j);
 	event(j, "response.output_text.delta",
 	      json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->ps.item_id, "output_index",
-			j->ps.index, "content_index", 0, "delta", text_json(s, n), "logprobs"));
+			j->ps.index, "content_index", 0, "delta", web_json_str(s, n), "logprobs"));
 }
 
 static void finish(web_job_t *j)
@@ -674,7 +621,7 @@ static void finish(web_job_t *j)
 		event(j, "response.output_text.done",
 		      json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", j->ps.item_id,
 				"output_index", j->ps.index, "content_index", 0, "text",
-				text_json(t, n), "logprobs"));
+				web_json_str(t, n), "logprobs"));
 		part(j, 0, "done", t, n);
 		item_done(j, message_item(j, t, n, "completed"));
 		j->ps.open = 0;

@@ -302,15 +302,6 @@ int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, 
 
 /* ---- the reply ------------------------------------------------------------------------------ */
 
-static const char *find(const char *s, size_t n, const char *needle)
-{
-	size_t k = strlen(needle);
-	for (size_t i = 0; i + k <= n; i++)
-		if (!memcmp(s + i, needle, k))
-			return s + i;
-	return NULL;
-}
-
 static size_t skip_ws(const char *s, size_t n, size_t i)
 {
 	while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'))
@@ -328,7 +319,7 @@ size_t web_tools_safe(const web_job_t *j, const char *s, size_t n)
 		const char *tags[2] = {"<tool_call>", "<function="};
 		size_t safe = n;
 		for (int t = 0; t < (j->req.tool_format == WEB_TC_XML ? 2 : 1); t++) {
-			const char *tag = tags[t], *at = find(s, n, tag);
+			const char *tag = tags[t], *at = web_find(s, n, tag);
 			if (at) {
 				safe = MIN(safe, (size_t)(at - s));
 				continue;
@@ -436,7 +427,7 @@ static const char *param_type(const web_job_t *j, const char *name, const char *
  * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
 static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 {
-	const char *end = p + n, *q = find(p, n, "<function=");
+	const char *end = p + n, *q = web_find(p, n, "<function=");
 	if (!q)
 		return -1;
 	q += 10;
@@ -446,14 +437,14 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 	char name[256];
 	snprintf(name, sizeof name, "%.*s", (int)(gt - q), q);
 	json_t *args = json_object();
-	for (q = gt + 1; (q = find(q, (size_t)(end - q), "<parameter=")) != NULL;) {
+	for (q = gt + 1; (q = web_find(q, (size_t)(end - q), "<parameter=")) != NULL;) {
 		q += 11;
 		gt = memchr(q, '>', (size_t)(end - q));
 		if (!gt || gt - q > 200)
 			break;
 		char key[256], ty[32];
 		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
-		const char *v = gt + 1, *ve = find(v, (size_t)(end - v), "</parameter>");
+		const char *v = gt + 1, *ve = web_find(v, (size_t)(end - v), "</parameter>");
 		if (!ve)
 			ve = end;
 		q = ve;
@@ -483,34 +474,34 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 		return NULL;
 	int fmt = j->req.tool_format;
 	if (fmt == WEB_TC_XML) {
-		const char *p = find(s, n, "<tool_call>"), *f = find(s, n, "<function=");
+		const char *p = web_find(s, n, "<tool_call>"), *f = web_find(s, n, "<function=");
 		if (!p || (f && f < p)) /* a call may come without its opening tag */
 			p = f;
 		if (p) {
 			*content_len = (size_t)(p - s);
 			const char *end = s + n;
 			while (p && p < end) {
-				const char *close = find(p, (size_t)(end - p), "</function>");
+				const char *close = web_find(p, (size_t)(end - p), "</function>");
 				size_t len = close ? (size_t)(close - p) + 11 : (size_t)(end - p);
 				add_xml_call(j, calls, p, len);
-				p = close ? find(close, (size_t)(end - close), "<function=") : NULL;
+				p = close ? web_find(close, (size_t)(end - close), "<function=") : NULL;
 			}
 		}
 	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
-		const char *p = fmt == WEB_TC_FORCED ? s : find(s, n, "<tool_call>");
+		const char *p = fmt == WEB_TC_FORCED ? s : web_find(s, n, "<tool_call>");
 		if (p) {
 			*content_len = (size_t)(p - s);
 			const char *end = s + n;
 			while (p && p < end) {
 				if (!strncmp(p, "<tool_call>", 11))
 					p += 11;
-				const char *close = find(p, (size_t)(end - p), "</tool_call>");
+				const char *close = web_find(p, (size_t)(end - p), "</tool_call>");
 				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
 				json_t *v = json_loadb(p, len, 0, NULL);
 				if (v)
 					add_call(j, calls, v);
 				json_decref(v);
-				p = close ? find(close, (size_t)(end - close), "<tool_call>")
+				p = close ? web_find(close, (size_t)(end - close), "<tool_call>")
 					  : NULL;
 			}
 		}

@@ -174,6 +174,11 @@ int web_get_num(struct json_t *o, const char *k, double lo, double hi, float *ou
 int web_get_int(struct json_t *o, const char *k, long long lo, long long hi, long long *out,
 		int *given, web_err_t *e);
 int web_get_bool(struct json_t *o, const char *k, int *out, web_err_t *e);
+/* The text of v: a string, or an array of parts {"type", "text"} whose type is one of types
+ * (space-separated; "refusal" parts are skipped), joined. *out a new JSON string, or the 400
+ * with e filled (param names the field). */
+int web_text_parts(struct json_t *v, const char *param, const char *types, struct json_t **out,
+		   web_err_t *e);
 int web_err_oom(web_err_t *e);
 
 /* ---- tools and structured output (tools.c) ----------------------------------------------------
@@ -205,6 +210,12 @@ void web_grammar_finish(struct web_job *j, const char *s, size_t n);
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD, appending to out. */
 int web_utf8_repair(web_buf_t *out, const char *s, size_t n);
+/* A JSON string of s[0..n) (NULL: ""), invalid UTF-8 repaired; new reference or NULL. */
+struct json_t *web_json_str(const char *s, size_t n);
+/* Compact JSON text of root, which is freed (NULL in, NULL out). */
+char *web_json_dump(struct json_t *root);
+/* The first occurrence of needle in s[0..n), or NULL. */
+const char *web_find(const char *s, size_t n, const char *needle);
 
 /* {"error": {...}} as a malloc'd string. */
 char *web_json_error(const web_err_t *e);
