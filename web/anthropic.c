@@ -102,7 +102,7 @@ static int map_message(json_t *m, size_t i, json_t *out, web_err_t *e)
 			const char *id = json_string_value(json_object_get(b, "id"));
 			const char *name = json_string_value(json_object_get(b, "name"));
 			json_t *input = json_object_get(b, "input");
-			char *args = json_dumps(input ? input : json_object(), JSON_COMPACT);
+			char *args = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
 			if (!id || !name || !args) {
 				free(args);
 				rc = web_err_set(
@@ -186,8 +186,8 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 				    e, 400, "invalid_request_error", "tools", "invalid_value",
 				    "tools.%zu must be {name, description, input_schema}", i);
 			}
-			json_t *fn = json_pack("{s:s, s:O}", "name", name, "parameters",
-					       schema ? schema : json_object());
+			json_t *fn = json_pack("{s:s, s:o}", "name", name, "parameters",
+					       schema ? json_incref(schema) : json_object());
 			json_t *d = json_object_get(t, "description");
 			if (json_is_string(d))
 				json_object_set(fn, "description", d);
@@ -433,9 +433,12 @@ static json_t *tool_block(json_t *call)
 {
 	json_t *fn = json_object_get(call, "function");
 	json_t *in = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+	if (!json_is_object(in)) { /* the call's arguments are an object (tools.c checked) */
+		json_decref(in);
+		in = json_object();
+	}
 	return json_pack("{s:s, s:o, s:O, s:o}", "type", "tool_use", "id", tool_id(call), "name",
-			 json_object_get(fn, "name"), "input",
-			 json_is_object(in) ? in : json_object());
+			 json_object_get(fn, "name"), "input", in);
 }
 
 static char *reply(web_job_t *j)

@@ -160,10 +160,9 @@ static int map_messages(json_t *msgs, json_t *out, web_err_t *e)
 					id = gen;
 				}
 				n_calls++;
-				char *a =
-				    json_is_string(args)
-					? strdup(json_string_value(args))
-					: json_dumps(args ? args : json_object(), JSON_COMPACT);
+				char *a = json_is_string(args) ? strdup(json_string_value(args))
+					  : args               ? json_dumps(args, JSON_COMPACT)
+							       : strdup("{}");
 				json_array_append_new(oc,
 						      json_pack("{s:s, s:s, s:{s:O?, s:s}}", "id",
 								id, "type", "function", "function",
