@@ -464,6 +464,35 @@ TEST(embeddings_request)
 	web_buf_free(&big);
 }
 
+TEST(response_store_bounds)
+{
+	web_rstore_t *s = web_rstore_new(40, 3);
+	CHECK(s != NULL);
+	char id[16];
+	for (int i = 0; i < 4; i++) { /* the fourth pushes the first out (3 entries at most) */
+		snprintf(id, sizeof id, "r%d", i);
+		web_rstore_put(s, id, strdup("[1,2]"));
+	}
+	json_t *v = web_rstore_get(s, "r0");
+	CHECK(v == NULL);
+	v = web_rstore_get(s, "r3");
+	CHECK(json_is_array(v) && json_array_size(v) == 2);
+	json_decref(v);
+	web_rstore_put(s, "big",
+		       strdup("[\"0123456789012345678901234567890123456789\"]")); /* > 40 */
+	CHECK(web_rstore_get(s, "big") == NULL);
+	web_rstore_put(s, "r9", strdup("[\"01234567890123456789012345\"]")); /* needs the room */
+	v = web_rstore_get(s, "r9");
+	CHECK(v != NULL);
+	json_decref(v);
+	CHECK(web_rstore_get(s, "r1") == NULL); /* the oldest made room */
+	v = web_rstore_get(s, "r2");
+	CHECK(v != NULL);
+	json_decref(v);
+	CHECK(web_rstore_get(NULL, "r9") == NULL);
+	web_rstore_free(s);
+}
+
 int main(void)
 {
 	RUN(anthropic_thinking_then_text);
@@ -476,5 +505,6 @@ int main(void)
 	RUN(ollama_request);
 	RUN(responses_request);
 	RUN(embeddings_request);
+	RUN(response_store_bounds);
 	return harness_done();
 }

@@ -87,8 +87,7 @@ static void drop_oldest(web_rstore_t *s)
 	s->n--;
 }
 
-/* Keeps items (JSON text, taken) under id; too big to keep is dropped. */
-static void store_put(web_rstore_t *s, const char *id, char *items)
+void web_rstore_put(web_rstore_t *s, const char *id, char *items)
 {
 	size_t b = items ? strlen(items) : 0;
 	if (!s || !items || b > s->max_bytes) {
@@ -107,8 +106,7 @@ static void store_put(web_rstore_t *s, const char *id, char *items)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* The conversation stored under id (a new reference), or NULL. */
-static json_t *store_get(web_rstore_t *s, const char *id)
+json_t *web_rstore_get(web_rstore_t *s, const char *id)
 {
 	json_t *v = NULL;
 	if (!s)
@@ -345,7 +343,7 @@ static int parse_responses(web_t *w, web_req_t *r, const char *body, size_t len,
 				 "'previous_response_id' must be a string%s", NULL);
 			goto out;
 		}
-		if (!(hist = store_get(r->store, json_string_value(prev)))) {
+		if (!(hist = web_rstore_get(r->store, json_string_value(prev)))) {
 			rc = web_err_set(e, 400, "invalid_request_error", "previous_response_id",
 					 "previous_response_not_found",
 					 "Previous response with id '%.80s' not found (shoal keeps "
@@ -492,7 +490,7 @@ static void remember(const web_job_t *j, json_t *out)
 	json_array_extend(all, out);
 	char id[80];
 	ident(j, "resp", id, sizeof id);
-	store_put(j->req.store, id, web_json_dump(all));
+	web_rstore_put(j->req.store, id, web_json_dump(all));
 }
 
 static char *reply(web_job_t *j)

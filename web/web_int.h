@@ -666,6 +666,11 @@ extern const web_endpoint_t web_ep_embeddings, web_ep_ollama_embed,
 typedef struct web_rstore web_rstore_t;
 web_rstore_t *web_rstore_new(size_t max_bytes, int max_items);
 void web_rstore_free(web_rstore_t *s); /* NULL-safe */
+/* Keeps items (JSON text, taken) under id, dropping the oldest entries to make room; an item
+ * larger than the whole store is dropped. Any thread. */
+void web_rstore_put(web_rstore_t *s, const char *id, char *items);
+/* The items stored under id (a new reference), or NULL (s may be NULL). Any thread. */
+struct json_t *web_rstore_get(web_rstore_t *s, const char *id);
 
 /* ---- the page ------------------------------------------------------------------------------- */
 
