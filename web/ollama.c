@@ -405,7 +405,6 @@ static void line(web_job_t *j, json_t *o)
 		web_buf_add(&j->out, "\n", 1);
 	}
 	free(s);
-	j->ps.sent_any = 1;
 }
 
 static void delta(web_job_t *j, int reasoning, const char *s, size_t n)

@@ -292,7 +292,6 @@ typedef struct web_api_job {
 	int seq_no;       /* responses: the next sequence_number */
 	int index;        /* anthropic: content blocks opened; responses: output items */
 	int open, r_open; /* a text / reasoning block or item is open */
-	int sent_any;     /* ollama: a chunk went out */
 	char item_id[80], r_item_id[80];
 	int *ids; /* ollama generate: generated ids, for "context" */
 	int n_ids, cap_ids;
