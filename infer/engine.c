@@ -258,6 +258,8 @@ static void model_info_extra(eng_t *e, eng_info_t *i)
 		}
 	if (!i->weight_type)
 		i->weight_type = "F32";
+	/* qwen3.5's prompt ends "<|im_start|>assistant\n<think>\n" (chat_qwen35.c) */
+	i->think_open = e->chat && !strcmp(e->chat, "qwen3.5");
 }
 
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)

@@ -78,6 +78,8 @@ typedef struct eng_info {
 	int pooling_given;         /* 1: the file's <arch>.pooling_type; 0: the default (LAST) */
 	uint64_t n_params;         /* weights (elements of every tensor) */
 	const char *weight_type;   /* type of most of the weight bytes ("Q8_0", "F32", ...) */
+	int think_open;            /* the chat prompt ends inside an opened <think> (qwen3.5's
+				      template): a reply starts with its reasoning */
 } eng_info_t;
 
 /* How an embedding pools the final hidden states of its tokens: the GGUF's

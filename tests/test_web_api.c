@@ -271,6 +271,22 @@ TEST(not_a_think_tag)
 	CHECK_EQ_INT((int)j->ps.c_len, 5);
 	CHECK(!memcmp(j->text.p + j->ps.c0, "<b>hi", 5));
 	web_job_unref(j);
+	/* a prompt that opened <think> itself (qwen3.5's template): the reply starts inside it */
+	web_req_t r;
+	web_req_init(&r, WEB_CHAT);
+	r.api = WEB_API_OLLAMA_CHAT;
+	r.think_open = 1;
+	j = web_job_new(&r, NULL, 0, "m", 1000);
+	j->proto = &web_proto_ollama;
+	static const char *const opened[] = {"I think", " so.</thi", "nk>\n\nHi", NULL};
+	for (int i = 0; opened[i]; i++) {
+		web_buf_add(&j->text, opened[i], strlen(opened[i]));
+		web_api_on_token(j, i);
+	}
+	web_api_finish(j);
+	CHECK(j->ps.r_len == 11 && !memcmp(j->text.p + j->ps.r0, "I think so.", 11));
+	CHECK(j->ps.c_len == 2 && !memcmp(j->text.p + j->ps.c0, "Hi", 2));
+	web_job_unref(j);
 	/* an unclosed <think> that the limit cut: all reasoning, no content */
 	static const char *const cut[] = {"<think>", "still thinking", NULL};
 	j = run(WEB_API_MESSAGES, &web_proto_anthropic, 0, cut, NULL);

@@ -66,6 +66,9 @@ static void split(web_job_t *j, int final)
 			i++;
 		if (j->req.grammar || j->req.tool_format == WEB_TC_FORCED) {
 			a->think = 2; /* constrained from the first token: no reasoning */
+		} else if (j->req.think_open) { /* the prompt opened <think> (qwen3.5) */
+			a->think = 1;
+			a->r0 = 0;
 		} else if (n - i >= k) {
 			a->think = memcmp(s + i, THINK_OPEN, k) ? 2 : 1;
 			a->r0 = a->think == 1 ? i + k : 0;

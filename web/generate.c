@@ -150,6 +150,7 @@ static int build_prompt(const web_endpoint_t *ep, eng_t *e, web_req_t *rq, int *
 			    : default_prompt(e, rq, ids, n_ids, err);
 	if (rc || rq->kind == WEB_EMBED)
 		return rc;
+	rq->think_open = rq->kind == WEB_CHAT && eng_info(e)->think_open;
 	const char *param = rq->kind == WEB_CHAT ? "messages" : "prompt";
 	int n_ctx = eng_info(e)->n_ctx;
 	if (rq->max_ctx > 0 && rq->max_ctx < n_ctx)

@@ -141,6 +141,7 @@ typedef struct web_req {
 	int truncate;   /* an input longer than the context is cut to it (else 400) */
 	int no_work;    /* answered at once without a job (ollama: nothing to embed, a load) */
 	int thinking;   /* anthropic: thinking enabled (reasoning goes out as thinking blocks) */
+	int think_open; /* the prompt opened <think>: the reply starts with reasoning (api.c) */
 } web_req_t;
 
 enum web_tool_choice { WEB_TOOLS_NONE = 0, WEB_TOOLS_AUTO, WEB_TOOLS_REQUIRED, WEB_TOOLS_NAMED };
