@@ -65,7 +65,7 @@ static void split(web_job_t *j, int final)
 		while (i < n && is_ws(s[i]))
 			i++;
 		if (j->req.grammar || j->req.tool_format == WEB_TC_FORCED) {
-			a->think = 2; /* constrained from the first token: no reasoning */
+			a->think = 2;           /* constrained from the first token: no reasoning */
 		} else if (j->req.think_open) { /* the prompt opened <think> (qwen3.5) */
 			a->think = 1;
 			a->r0 = 0;

@@ -484,7 +484,8 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 				const char *close = web_find(p, (size_t)(end - p), "</function>");
 				size_t len = close ? (size_t)(close - p) + 11 : (size_t)(end - p);
 				add_xml_call(j, calls, p, len);
-				p = close ? web_find(close, (size_t)(end - close), "<function=") : NULL;
+				p = close ? web_find(close, (size_t)(end - close), "<function=")
+					  : NULL;
 			}
 		}
 	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {

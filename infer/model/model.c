@@ -871,8 +871,8 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits)
 			ps[b] = pos + done + b;
 			out[b] = last && b == B - 1 ? MODEL_OUT_LOGITS : 0;
 		}
-		int rc =
-		    forward_batch(m, tokens + done, slot, ps, out, NULL, B, last ? logits : NULL, NULL);
+		int rc = forward_batch(m, tokens + done, slot, ps, out, NULL, B,
+				       last ? logits : NULL, NULL);
 		if (rc)
 			return rc;
 		done += B;
