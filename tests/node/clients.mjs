@@ -298,13 +298,19 @@ await guard("embeddings", async () => {
   check("embeddings: dimensions wider than the model is a 400", err && err.status === 400 && err.param === "dimensions", err && err.error);
 });
 
-// ---- which API each request used (metrics.c: shoal_api_requests_total, the dashboard's feed) ---
+// ---- which API each request used (metrics.c: shoal_api_requests_total; the dashboard's request
+// table: /v1/history's requests[].api, history.c) ------------------------------------------------
 await guard("metrics by API", async () => {
   const text = await (await fetch(url + "/metrics")).text();
+  const hist = await (await fetch(url + "/v1/history")).json();
+  const apis = new Set(hist.requests.map((r) => r.api));
   for (const api of ["messages", "responses", "ollama.chat", "ollama.generate", "embeddings", "ollama.embed"]) {
     const m = text.match(new RegExp('shoal_api_requests_total\\{api="' + api.replace(".", "\\.") + '"\\} (\\d+)'));
     check("metrics: requests of " + api + " counted", m && Number(m[1]) > 0, m && m[0]);
+    check("request table: rows of " + api, apis.has(api), [...apis]);
   }
+  const refused = hist.requests.find((r) => r.api === "messages" && r.status === 400);
+  check("request table: a refused Messages request has its row", refused && refused.error.length > 0, refused);
 });
 
 console.log(`${passed} passed, ${failed} failed`);
