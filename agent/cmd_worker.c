@@ -5,8 +5,8 @@
  * `shoal generate` runs (same flags, same output) while the others compute their shares of each
  * step until rank 0 is done or the group fails.
  *
- * Shares: a --plan's ranges for this rank; else split by --shares weights (even by default) as
- * the planner splits (infer/tp.c dist_split).
+ * Shares: a --plan's ranges for this rank (and its stage: a hybrid plan's tensor group); else
+ * split by --shares weights (even by default) as the planner splits (infer/tp.c dist_split).
  */
 #include "agent/cli.h"
 #include "common/common.h"
@@ -28,7 +28,8 @@ static void usage(FILE *f)
 	    "  --plan plan.json        shares, strategy and (without --peers) addresses from a "
 	    "plan\n"
 	    "  --rdma-devices FILE     JACCL device matrix (docs/rdma.md); TCP where it fails\n"
-	    "  --strategy S            tensor (default) or pipeline\n"
+	    "  --strategy S            tensor (default) or pipeline; a hybrid comes from a "
+	    "--plan\n"
 	    "  --shares A:B:...        relative shares without a plan (default even)\n"
 	    "  --step-timeout MS       bound on every wait inside a step (default 10000)\n"
 	    "  --q8-wire               all-reduce 8-bit blocks on the wire (slow links; every "
@@ -42,7 +43,7 @@ static void usage(FILE *f)
 }
 
 typedef struct wopts {
-	int rank, world, step_timeout, join_timeout, pipeline, stats, q8_wire;
+	int rank, world, step_timeout, join_timeout, pipeline, hybrid, stats, q8_wire;
 	const char *peers, *token, *token_file, *plan, *rdma, *model, *kv_type;
 	int threads, ctx;
 	int weights[TP_MAX_WORLD], n_weights;
@@ -108,6 +109,8 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 		else if ((v = flag_val(argc, argv, &i, "--strategy", &bad))) {
 			if (!strcmp(v, "pipeline"))
 				o->pipeline = 1;
+			else if (!strcmp(v, "hybrid"))
+				o->hybrid = 1;
 			else if (strcmp(v, "tensor"))
 				bad = 1;
 		} else if ((v = flag_val(argc, argv, &i, "--shares", &bad))) {
@@ -241,6 +244,13 @@ int cmd_worker(int argc, char **argv)
 		if (!o.world)
 			o.world = plan_n_ranks(plan);
 		dist.pipeline = plan_strategy(plan) == PLAN_PIPELINE;
+		o.q8_wire |= plan_q8_wire(plan);
+	}
+	if (o.hybrid && !plan) {
+		fprintf(stderr, "shoal worker: --strategy hybrid takes its stages from a plan: "
+				"--plan plan.json (shoal plan --strategy hybrid)\n");
+		ret = 2;
+		goto out;
 	}
 	if (o.rank < 0 || o.world < 1 || o.rank >= o.world || !o.model || (!o.peers && !plan) ||
 	    (o.n_weights && o.n_weights != o.world)) {
@@ -264,6 +274,7 @@ int cmd_worker(int argc, char **argv)
 		dist.layer0 = pr->layer0, dist.layer1 = pr->layer1;
 		dist.exp0 = pr->exp0, dist.exp1 = pr->exp1, dist.shx0 = pr->shx0,
 		dist.shx1 = pr->shx1;
+		dist.stage0 = pr->stage0, dist.stage1 = pr->stage1; /* hybrid: its tensor group */
 		for (int r = 0; !o.peers && r < o.world; r++) {
 			hosts[r] = plan_rank(plan, r)->ip;
 			ports[r] = plan_rank(plan, r)->port;

@@ -235,7 +235,9 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .exp0 = me->exp0,
 			       .exp1 = me->exp1,
 			       .shx0 = me->shx0,
-			       .shx1 = me->shx1};
+			       .shx1 = me->shx1,
+			       .stage0 = me->stage0,
+			       .stage1 = me->stage1};
 	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
 	if (a->model_slice) {
 		conn_t *h = agent_model_holder(a);

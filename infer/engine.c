@@ -11,6 +11,12 @@
  * the stop string is never emitted) or cannot any more. Each sampled token gets exactly one
  * callback; the last one carries whatever text was still held.
  *
+ * A pipeline (several stages, tp.h) keeps up to one micro-batch per stage in flight round the
+ * ring of stages (ring_step): the active sequences are split into that many passes, each
+ * submitted while the others are still in the later stages, and each pass's sequences sampled
+ * when it comes back. A sequence is in at most one pass at a time (`flying`), so it still gets
+ * one token per pass of its own; every rank runs the passes in the order rank 0 submitted them.
+ *
  * Invariant: slots[i].cache[0..n_cache) are the tokens whose keys/values slot i of the model's
  * KV cache holds, so a request that starts with the same tokens (a chat's earlier turns) only
  * computes the rest; a slot is FREE, PREFILL (n_cache < n_prompt) or DECODE (next is the sampled
@@ -54,7 +60,9 @@ typedef struct slot {
 	int n_cache;
 	uint64_t used; /* e->clock at admission / release: FIFO prefill order, LRU choice */
 	sampler_t *samp;
-	int chunk; /* tokens of this slot in the step being built */
+	int flying;   /* in the pass being built, or in one in flight round the ring */
+	uint32_t gen; /* sequences admitted to the slot so far: a pass of an earlier one that
+			 comes back after it ended is dropped (pass_t.gen) */
 	/* the sequence (state != SLOT_FREE) */
 	int *prompt; /* [n_prompt] (owned) */
 	int n_prompt;
@@ -69,6 +77,15 @@ typedef struct slot {
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
 	float *emb;     /* an embedding sequence: its pooled output [dim] (borrowed), else NULL */
 } slot_t;
+
+/* The batch of one forward pass: a step's, or one of the micro-batches in flight round a
+ * pipeline's stages. Arrays of n_slots + ENG_PREFILL_MAX entries. */
+typedef struct pass {
+	int n;
+	int *tok, *slot, *pos, *out; /* token i goes to slot[i] at pos[i]; out: wants logits */
+	int *keep;                   /* checkpoint the recurrent state after it */
+	uint32_t *gen;               /* the slot's sequence (slot_t.gen) when built */
+} pass_t;
 
 struct eng {
 	gguf_t *g;
@@ -86,10 +103,11 @@ struct eng {
 	slot_t *slots; /* [n_slots] */
 	int n_active;
 	uint64_t clock;
-	float *logits;                       /* [n_slots][n_vocab]: one row per sequence a step */
-	int *b_tok, *b_slot, *b_pos, *b_out; /* [n_slots + ENG_PREFILL_MAX]: the step's batch */
-	int *b_keep;    /* [n_slots + ENG_PREFILL_MAX]: checkpoint the recurrent state after it */
-	int last_batch; /* tokens in the last step */
+	float *logits; /* [n_slots][n_vocab]: one row per sequence a step */
+	pass_t *pass;  /* [ring_max]: passes in flight, ring_n of them from ring_head (oldest);
+			  one node, tensor or lock-step: pass[0] is the step's */
+	int ring_max, ring_head, ring_n;
+	int last_batch;       /* tokens in the last step */
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
 	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
 			  the first embedding) */
@@ -156,8 +174,7 @@ static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_s
 static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world,
 		     int kv_type)
 {
-	uint64_t avail = mem_available(),
-		 per = model_kv_bytes_per_pos(m, sh, kv_type) * (uint64_t)ctx;
+	uint64_t avail = mem_available(), per = model_kv_bytes(m, sh, kv_type, ctx);
 	/* recurrent layers: a state per slot (its ring and checkpoints), counted whole */
 	for (int l = sh->layer0; l < (sh->layer1 ? sh->layer1 : m->n_layers); l++)
 		if (meta_layer_recurrent(m, l))
@@ -207,17 +224,23 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	if ((rc = dist_new(&e->dist, o->group, o->pipeline, o->step_timeout_ms)))
 		return sh_fail(err, errlen, rc, "out of memory");
 	dist_set_rollback(e->dist, *rollback);
+	dist_set_stage(e->dist, o->stage0, o->stage1);
 	if ((rc = dist_setup(e->dist, &e->meta, dist_model_fingerprint(e->g), shard, ctx, slots,
 			     err, errlen)))
 		return rc;
 	*rollback = dist_rollback(e->dist);
+	int stages = dist_n_stages(e->dist);
 	LOG(LOG_INFO,
 	    "rank %d/%d: %s share: q heads [%d,%d) kv [%d,%d) ffn [%d,%d) layers [%d,%d) "
-	    "experts [%d,%d) shared [%d,%d), context %d x %d slots",
-	    rank, world, o->pipeline ? "pipeline" : "tensor", shard->q_head0,
-	    shard->q_head0 + shard->n_q_heads, shard->kv_head0, shard->kv_head0 + shard->n_kv_heads,
-	    shard->ffn0, shard->ffn0 + shard->n_ffn, shard->layer0, shard->layer1, shard->exp0,
-	    shard->exp0 + shard->n_exp, shard->shx0, shard->shx0 + shard->n_shx, *ctx, *slots);
+	    "experts [%d,%d) shared [%d,%d), context %d x %d slots, %d stage%s",
+	    rank, world,
+	    stages == 1       ? "tensor"
+	    : stages == world ? "pipeline"
+			      : "hybrid",
+	    shard->q_head0, shard->q_head0 + shard->n_q_heads, shard->kv_head0,
+	    shard->kv_head0 + shard->n_kv_heads, shard->ffn0, shard->ffn0 + shard->n_ffn,
+	    shard->layer0, shard->layer1, shard->exp0, shard->exp0 + shard->n_exp, shard->shx0,
+	    shard->shx0 + shard->n_shx, *ctx, *slots, stages, stages == 1 ? "" : "s");
 	return 0;
 }
 
@@ -241,20 +264,20 @@ static void model_info_extra(eng_t *e, eng_info_t *i)
 		i->pooling = (int)pt;
 		i->pooling_given = 1;
 	}
-	uint64_t best = 0, by_type[64] = {0};
+	uint64_t best = 0, by_type[QT_NTYPES] = {0};
 	for (int k = 0; k < gguf_n_tensors(e->g); k++) {
 		const gguf_tensor_t *t = gguf_tensor(e->g, k);
 		uint64_t n = 1;
 		for (int d = 0; d < t->n_dims; d++)
 			n *= (uint64_t)t->ne[d];
 		i->n_params += n;
-		if (t->n_dims >= 2 && t->type >= 0 && t->type < 64)
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < QT_NTYPES)
 			by_type[t->type] += t->nbytes;
 	}
-	for (int ty = 0; ty < 64; ty++)
+	for (int ty = 0; ty < QT_NTYPES; ty++)
 		if (by_type[ty] > best) {
 			best = by_type[ty];
-			i->weight_type = gguf_type_name(ty);
+			i->weight_type = quant_type_ggml_name(ty);
 		}
 	if (!i->weight_type)
 		i->weight_type = "F32";
@@ -344,14 +367,25 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	size_t nb = (size_t)slots + ENG_PREFILL_MAX;
 	e->slots = calloc((size_t)slots, sizeof *e->slots);
 	e->logits = malloc((size_t)slots * (size_t)e->meta.n_vocab * sizeof *e->logits);
-	e->b_tok = malloc(nb * sizeof(int));
-	e->b_slot = malloc(nb * sizeof(int));
-	e->b_pos = malloc(nb * sizeof(int));
-	e->b_out = malloc(nb * sizeof(int));
-	e->b_keep = malloc(nb * sizeof(int));
+	/* a pipeline's rank 0: a pass in flight per stage (or as many as asked) */
+	int stages = e->dist ? dist_n_stages(e->dist) : 1,
+	    fly = opts->dist ? opts->dist->inflight : 1;
+	e->ring_max =
+	    stages > 1 && dist_rank(e->dist) == 0 ? (fly > 0 ? MIN(fly, stages) : stages) : 1;
+	e->pass = calloc((size_t)e->ring_max, sizeof *e->pass);
+	for (int i = 0; e->pass && i < e->ring_max; i++) {
+		pass_t *p = &e->pass[i];
+		int **a[] = {&p->tok, &p->slot, &p->pos, &p->out, &p->keep};
+		for (size_t k = 0; k < ARRAY_LEN(a); k++)
+			*a[k] = malloc(nb * sizeof(int));
+		p->gen = malloc(nb * sizeof *p->gen);
+	}
 	e->gen_done = malloc((size_t)slots * sizeof *e->gen_done);
-	if (!e->slots || !e->logits || !e->b_tok || !e->b_slot || !e->b_pos || !e->b_out ||
-	    !e->b_keep || !e->gen_done) {
+	int pass_ok = e->pass != NULL;
+	for (int i = 0; pass_ok && i < e->ring_max; i++)
+		pass_ok = e->pass[i].tok && e->pass[i].slot && e->pass[i].pos && e->pass[i].out &&
+			  e->pass[i].keep && e->pass[i].gen;
+	if (!e->slots || !e->logits || !pass_ok || !e->gen_done) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
@@ -373,8 +407,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->arch = e->meta.arch_name;
 	i->n_ctx = ctx;
 	i->kv_type = quant_type_name(kv_type);
-	i->kv_bytes = (uint64_t)model_kv_bytes_per_pos(&e->meta, &shard, kv_type) * (uint64_t)ctx *
-		      (uint64_t)slots;
+	i->kv_bytes = model_kv_bytes(&e->meta, &shard, kv_type, ctx) * (uint64_t)slots;
 	i->rs_bytes = model_rs_bytes_per_slot(e->model) * (uint64_t)slots;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
@@ -392,6 +425,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->rank = e->dist ? dist_rank(e->dist) : 0;
 	i->world = e->dist ? dist_world(e->dist) : 1;
 	i->n_slots = slots;
+	i->n_stages = stages;
 	model_info_extra(e, i);
 	*out = e;
 	return 0;
@@ -418,6 +452,12 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->n_layers = mm.n_layers, s->n_heads = mm.n_heads, s->n_kv_heads = mm.n_kv_heads;
 	s->head_dim = mm.head_dim, s->dim = mm.dim, s->ffn = mm.ffn, s->n_vocab = mm.n_vocab;
 	s->n_ctx = mm.n_ctx, s->n_experts = mm.n_experts, s->ffn_shexp = mm.ffn_shexp;
+	if (mm.swa_window > 0 && !mm.is_mla) {
+		s->swa_window = mm.swa_window, s->swa_period = mm.swa_period;
+		s->swa_kv_pos = model_swa_ring(&mm, INT32_MAX - 64);
+		for (int l = 0; l < mm.n_layers; l++)
+			s->n_swa_layers += meta_layer_swa(&mm, l);
+	}
 	s->n_kv_layers = mm.n_layers;
 	for (int l = 0; l < mm.n_layers; l++)
 		if (meta_layer_recurrent(&mm, l)) {
@@ -428,7 +468,7 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
-		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);
+		fn(ud, t->name, quant_block_elems(t->type), t->nbytes);
 	}
 	gguf_free(g);
 	return 0;
@@ -534,6 +574,10 @@ void eng_free(eng_t *e)
 {
 	if (!e)
 		return;
+	/* passes still in flight come back first: the last stage is not left sending to a rank
+	 * that is gone */
+	for (; e->ring_n > 0 && e->dist && !dist_error(e->dist)[0]; e->ring_n--)
+		dist_collect(e->dist, NULL, NULL);
 	if (e->dist && e->model && dist_rank(e->dist) == 0)
 		dist_stop(e->dist);
 	dist_free(e->dist);
@@ -550,11 +594,16 @@ void eng_free(eng_t *e)
 	tok_free(e->tok);
 	gguf_free(e->g);
 	free(e->logits);
-	free(e->b_tok);
-	free(e->b_slot);
-	free(e->b_pos);
-	free(e->b_out);
-	free(e->b_keep);
+	for (int i = 0; e->pass && i < e->ring_max; i++) {
+		pass_t *p = &e->pass[i];
+		free(p->tok);
+		free(p->slot);
+		free(p->pos);
+		free(p->out);
+		free(p->keep);
+		free(p->gen);
+	}
+	free(e->pass);
 	free(e->gen_done);
 	free(e->hidden);
 	free(e);
@@ -707,7 +756,8 @@ void eng_comm_stats(const eng_t *e, eng_comm_t *out)
 		return;
 	dist_stats_t s;
 	dist_get_stats(e->dist, &s);
-	*out = (eng_comm_t){s.steps, s.tokens, s.bytes_sent, s.comm_ms, s.step_ms, s.comm_min_ms};
+	*out = (eng_comm_t){s.steps,   s.tokens,      s.bytes_sent,   s.comm_ms,
+			    s.step_ms, s.comm_min_ms, s.in_flight_max};
 }
 
 /* ---- sequences ---------------------------------------------------------------------------- */
@@ -767,7 +817,7 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 				       prompt[i]);
 	/* the free slot sharing the longest prefix; ties to the least recently used */
 	slot_t *sl = NULL;
-	int best = -1;
+	int best = -1, keep = 0;
 	for (int i = 0; i < e->n_slots; i++) {
 		slot_t *c = &e->slots[i];
 		if (c->state != SLOT_FREE)
@@ -776,10 +826,13 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
 			k++;
 		/* a fully cached prompt still recomputes its last token for the logits; recurrent
-		 * layers continue only from a state the slot holds (model.h) */
-		k = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		 * layers continue only from a state the slot holds (model.h), and a sliding-window
+		 * ring may no longer hold what that position attends to (then from the start) */
+		int use = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		k = use = model_prefix_usable(e->model, i, use); /* rank by what is kept */
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
+			keep = use;
 			sl = c;
 		}
 	}
@@ -795,7 +848,7 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	}
 	memcpy(sl->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
 	sl->n_prompt = n_prompt;
-	sl->n_cache = best;
+	sl->n_cache = keep;
 	sl->sp = *s;
 	sl->n_top = MAX(0, MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
 	sl->cb = cb;
@@ -805,6 +858,8 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	sl->t0 = now_ns();
 	sl->t1 = 0;
 	sl->used = ++e->clock; /* admission order: prefills go first come, first served */
+	sl->gen++;
+	sl->flying = 0;
 	sl->state = SLOT_PREFILL;
 	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
 	e->n_active++;
@@ -885,6 +940,8 @@ int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *r
 	sl->t0 = now_ns();
 	sl->t1 = 0;
 	sl->used = ++e->clock;
+	sl->gen++;
+	sl->flying = 0;
 	sl->state = SLOT_PREFILL;
 	e->n_active++;
 	res->finish = ENG_FINISH_NONE;
@@ -960,115 +1017,187 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	return 0;
 }
 
-int eng_step(eng_t *e, eng_done_t *done, int *n_done)
+/* Builds pass p: one token of every decoding sequence that is not in flight, then prompt chunks
+ * of prefilling ones, oldest admission first, within the prompt budget; at most max_seq
+ * sequences. Returns the tokens in it. */
+static int pass_build(eng_t *e, pass_t *p, int max_seq)
 {
-	*n_done = 0;
-	if (!e->n_active)
-		return 0;
-	int n = 0, n_decode = 0;
+	int n = 0, seqs = 0, decoding = 0;
+	for (int i = 0; i < e->n_slots; i++)
+		decoding |= e->slots[i].state == SLOT_DECODE;
 	/* one token of every decoding sequence, at the end of its slot */
-	for (int i = 0; i < e->n_slots; i++) {
+	for (int i = 0; i < e->n_slots && seqs < max_seq; i++) {
 		slot_t *sl = &e->slots[i];
-		if (sl->state != SLOT_DECODE)
+		if (sl->state != SLOT_DECODE || sl->flying)
 			continue;
-		e->b_tok[n] = sl->next, e->b_slot[n] = i, e->b_pos[n] = sl->n_cache,
-		e->b_out[n] = 1, e->b_keep[n] = 0;
-		sl->chunk = 1;
-		n++, n_decode++;
+		p->tok[n] = sl->next, p->slot[n] = i, p->pos[n] = sl->n_cache, p->out[n] = 1,
+		p->keep[n] = 0, p->gen[n] = sl->gen;
+		sl->flying = 1;
+		n++, seqs++;
 	}
-	/* then prompt chunks, oldest admission first, within the step's budget */
-	int budget = n_decode ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
-	while (budget > 0) {
+	/* then prompt chunks within the step's budget: while others decode, a short one so
+	 * their next token is not held up long */
+	int budget = decoding ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
+	while (budget > 0 && seqs < max_seq) {
 		slot_t *sl = NULL;
 		for (int i = 0; i < e->n_slots; i++) {
 			slot_t *c = &e->slots[i];
-			if (c->state == SLOT_PREFILL && !c->chunk && (!sl || c->used < sl->used))
+			if (c->state == SLOT_PREFILL && !c->flying && (!sl || c->used < sl->used))
 				sl = c;
 		}
 		if (!sl)
 			break;
 		int k = MIN(budget, sl->n_prompt - sl->n_cache), id = (int)(sl - e->slots);
 		for (int j = 0; j < k; j++, n++) {
-			int p = sl->n_cache + j;
-			e->b_tok[n] = sl->prompt[p];
-			e->b_slot[n] = id;
-			e->b_pos[n] = p;
+			int at = sl->n_cache + j;
+			p->tok[n] = sl->prompt[at];
+			p->slot[n] = id;
+			p->pos[n] = at;
+			p->gen[n] = sl->gen;
 			if (sl->emb) { /* an embedding: the hidden states its pool reads */
-				e->b_out[n] = embed_pool_wants(e->info.pooling, p, sl->n_prompt)
-						  ? MODEL_OUT_EMBD
-						  : 0;
-				e->b_keep[n] = 0;
+				p->out[n] = embed_pool_wants(e->info.pooling, at, sl->n_prompt)
+						? MODEL_OUT_EMBD
+						: 0;
+				p->keep[n] = 0;
 				continue;
 			}
-			e->b_out[n] = p == sl->n_prompt - 1 ? MODEL_OUT_LOGITS : 0;
+			p->out[n] = at == sl->n_prompt - 1 ? MODEL_OUT_LOGITS : 0;
 			/* checkpoints of the recurrent state a few tokens before the prompt's end:
 			 * the next turn of a chat shares the prompt up to about there (a template
 			 * may render the previous reply's opening differently), and the same prompt
 			 * again resumes one token before its end */
-			int after = p + 1;
-			e->b_keep[n] =
+			int after = at + 1;
+			p->keep[n] =
 			    after == sl->n_prompt - ENG_KEEP_BACK || after == sl->n_prompt - 1;
 		}
-		sl->chunk = k;
+		sl->flying = 1;
+		seqs++;
 		budget -= k;
 	}
-	model_batch_t b = {n, e->b_tok, e->b_slot, e->b_pos, e->b_out, e->b_keep, e->hidden};
-	int rc = eng_forward(e, &b);
-	e->last_batch = n;
-	if (rc) { /* every active sequence fails; their caches are unknown now */
-		for (int i = 0; i < e->n_slots; i++) {
-			slot_t *sl = &e->slots[i];
-			sl->chunk = 0;
-			if (sl->state == SLOT_FREE)
-				continue;
+	p->n = n;
+	return n;
+}
+
+/* A forward pass failed: every active sequence fails; the caches are unknown now. */
+static int step_fail(eng_t *e, int rc, eng_done_t *done, int *n_done)
+{
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *sl = &e->slots[i];
+		sl->flying = 0;
+		if (sl->state != SLOT_FREE) {
 			sh_fail(sl->res->error, sizeof sl->res->error, rc,
 				"forward pass failed: %s", eng_forward_why(e, rc));
 			seq_end(e, sl, ENG_FINISH_ERROR);
-			sl->n_cache = 0;
 			done[(*n_done)++] = (eng_done_t){i, rc};
 		}
-		for (int i = 0; i < e->n_slots; i++)
-			e->slots[i].n_cache = 0;
-		return rc;
+		sl->n_cache = 0;
 	}
-	/* the computed tokens join their slots' caches; the logits rows and the hidden rows are
-	 * each in batch order */
-	int row = 0, hrow = 0;
-	for (int j = 0; j < n; j++) {
-		slot_t *sl = &e->slots[e->b_slot[j]];
-		sl->cache[e->b_pos[j]] = e->b_tok[j];
-		sl->n_cache = e->b_pos[j] + 1;
-		sl->chunk = 0;
+	e->ring_n = 0;
+	return rc;
+}
+
+/* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
+ * (rows of e->logits in batch order) samples its next token; an embedding pools the hidden
+ * states it asked for (rows of e->hidden in batch order) and ends after its last token. Entries
+ * of a sequence that ended while the pass was in flight are dropped (the slot may hold another
+ * one by now). */
+static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
+{
+	int row = 0, hrow = 0, D = e->meta.dim;
+	for (int j = 0; j < p->n; j++) {
+		slot_t *sl = &e->slots[p->slot[j]];
+		float *lg = p->out[j] == MODEL_OUT_LOGITS
+				? e->logits + (size_t)row++ * e->meta.n_vocab
+				: NULL;
+		float *h = p->out[j] == MODEL_OUT_EMBD ? e->hidden + (size_t)hrow++ * D : NULL;
+		if (sl->gen != p->gen[j])
+			continue;
+		sl->flying = 0;
+		if (sl->state == SLOT_FREE)
+			continue;
+		sl->cache[p->pos[j]] = p->tok[j];
+		sl->n_cache = p->pos[j] + 1;
 		if (sl->emb) {
-			int D = e->meta.dim;
-			if (e->b_out[j] == MODEL_OUT_EMBD)
-				embed_pool_add(sl->emb, e->hidden + (size_t)hrow++ * D, D,
-					       e->info.pooling, e->b_pos[j], sl->n_prompt);
+			if (h)
+				embed_pool_add(sl->emb, h, D, e->info.pooling, p->pos[j],
+					       sl->n_prompt);
 			if (sl->n_cache == sl->n_prompt) { /* the input is done: its embedding */
 				embed_pool_finish(sl->emb, D, e->info.pooling, sl->n_prompt);
 				sl->t1 = now_ns();
 				sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
-				int id = e->b_slot[j];
 				seq_end(e, sl, ENG_FINISH_STOP);
-				done[(*n_done)++] = (eng_done_t){id, 0};
+				done[(*n_done)++] = (eng_done_t){p->slot[j], 0};
 			}
 			continue;
 		}
-		if (!e->b_out[j])
+		if (!lg)
 			continue;
-		float *lg = e->logits + (size_t)row++ * e->meta.n_vocab;
 		if (sl->state == SLOT_PREFILL) {
 			sl->t1 = now_ns();
 			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
 			sl->state = SLOT_DECODE;
 		}
 		if (seq_sample(e, sl, lg)) {
-			int id = e->b_slot[j];
 			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
 			seq_end(e, sl, sl->res->finish);
-			done[(*n_done)++] = (eng_done_t){id, err};
+			done[(*n_done)++] = (eng_done_t){p->slot[j], err};
 		}
 	}
+}
+
+static model_batch_t pass_batch(const eng_t *e, const pass_t *p)
+{
+	return (model_batch_t){p->n, p->tok, p->slot, p->pos, p->out, p->keep, e->hidden};
+}
+
+/* A pipeline's rank 0 with micro-batches in flight: while the ring has room and sequences are
+ * ready, submit passes that share the ready sequences evenly among the room left (so that every
+ * stage has a pass to work on), then take the oldest pass back and sample its sequences. A
+ * sequence whose pass is in flight waits for it, so each still gets one token per pass of its
+ * own. */
+static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
+{
+	int rc;
+	while (e->ring_n < e->ring_max) {
+		int ready = 0, room = e->ring_max - e->ring_n;
+		for (int i = 0; i < e->n_slots; i++)
+			ready += e->slots[i].state != SLOT_FREE && !e->slots[i].flying;
+		pass_t *p = &e->pass[(e->ring_head + e->ring_n) % e->ring_max];
+		if (!ready || !pass_build(e, p, (ready + room - 1) / room))
+			break;
+		model_batch_t b = pass_batch(e, p);
+		e->last_batch = p->n;
+		if ((rc = dist_submit(e->dist, &b)))
+			return step_fail(e, rc, done, n_done);
+		e->ring_n++;
+	}
+	if (!e->ring_n)
+		return 0;
+	const pass_t *p = &e->pass[e->ring_head];
+	model_batch_t b = pass_batch(e, p);
+	if ((rc = dist_collect(e->dist, &b, e->logits)))
+		return step_fail(e, rc, done, n_done);
+	e->ring_head = (e->ring_head + 1) % e->ring_max;
+	e->ring_n--;
+	pass_finish(e, p, done, n_done);
+	return 0;
+}
+
+int eng_step(eng_t *e, eng_done_t *done, int *n_done)
+{
+	*n_done = 0;
+	if (e->ring_max > 1)
+		return ring_step(e, done, n_done);
+	if (!e->n_active)
+		return 0;
+	pass_t *p = &e->pass[0];
+	pass_build(e, p, e->n_slots);
+	model_batch_t b = pass_batch(e, p);
+	int rc = eng_forward(e, &b);
+	e->last_batch = p->n;
+	if (rc)
+		return step_fail(e, rc, done, n_done);
+	pass_finish(e, p, done, n_done);
 	return 0;
 }
 

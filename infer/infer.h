@@ -38,6 +38,13 @@ typedef struct eng_dist {
 	    layer1;                 /* half-open, as planner.h's plan_rank_t */
 	int exp0, exp1, shx0, shx1; /* routed experts and shared-expert units (MoE); an empty
 				       range = none of them */
+	int stage0, stage1; /* its stage: ranks [stage0, stage1), a tensor group over the layers
+			       above (planner.h's plan_rank_t; hybrid plans: tensor parallel
+			       inside a stage, pipeline between stages); equal (0, 0): the
+			       pipeline flag's layout (one stage, or a stage per rank) */
+	int inflight; /* several stages, rank 0: passes (micro-batches of the active sequences)
+			 kept in flight round the stages at most; 0 = one per stage, 1 = one
+			 at a time (lock-step) */
 } eng_dist_t;
 
 typedef struct eng_opts {
@@ -74,6 +81,7 @@ typedef struct eng_info {
 	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
+	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
 	int pooling;               /* enum eng_pooling of embeddings (eng_embed_start) */
 	int pooling_given;         /* 1: the file's <arch>.pooling_type; 0: the default (LAST) */
 	uint64_t n_params;         /* weights (elements of every tensor) */
@@ -99,7 +107,32 @@ typedef struct eng_msg {
 	const char *content;      /* UTF-8 ("" for an assistant message that only calls tools) */
 	const char *tool_calls;   /* assistant: OpenAI's tool_calls array as JSON text, or NULL */
 	const char *tool_call_id; /* tool: the id of the call this answers, or NULL */
+	const char *reasoning;    /* assistant: its reasoning_content, or NULL (gpt-oss renders it
+				   * before a tool call) */
 } eng_msg_t;
+
+/* gpt-oss's replies (infer/chat_harmony.c): the messages of a reply in OpenAI's harmony format
+ * as pieces pointing into text: reasoning (the analysis channel), content (final, or commentary
+ * to no one) and tool calls (to=functions.NAME, the body holding the arguments), in order. The
+ * last piece may be open (no closing token yet); its length then leaves out a tail that could
+ * still become a harmony token, unless final (the whole reply), so a longer text parses to the
+ * same pieces, each as long or longer (a stream can send what a parse shows). Text without any
+ * channel is one content piece. At most ENG_HARMONY_MAX pieces (the rest is dropped). Pure. */
+enum { ENG_H_CONTENT = 0, ENG_H_REASONING, ENG_H_CALL };
+#define ENG_HARMONY_MAX 32
+typedef struct eng_hpiece {
+	int kind;         /* ENG_H_* */
+	const char *p;    /* into the parsed text */
+	size_t len;       /* the body */
+	const char *name; /* ENG_H_CALL: the function's name (name_len bytes) */
+	size_t name_len;
+	int done; /* closed by a harmony token */
+} eng_hpiece_t;
+typedef struct eng_harmony {
+	eng_hpiece_t piece[ENG_HARMONY_MAX];
+	int n;
+} eng_harmony_t;
+void eng_harmony_parse(const char *text, size_t len, int final, eng_harmony_t *h);
 
 /* A compiled JSON Schema for structured output (infer/grammar.h): the reply is then one JSON
  * value that validates against it, and generation ends when the value is complete. Immutable
@@ -234,7 +267,11 @@ typedef struct eng_done {
 
 /* One forward pass over every active sequence (nothing when none). done (n_slots entries) gets
  * the sequences that ended, *n_done their count. Returns 0, or the forward pass's error: then
- * every active sequence ended with ENG_FINISH_ERROR and is in done. */
+ * every active sequence ended with ENG_FINISH_ERROR and is in done.
+ * On rank 0 of a pipeline with passes in flight (eng_dist_t.inflight) a step instead submits
+ * passes of the sequences that are ready (up to one per stage in flight) and takes the oldest
+ * one back: only that pass's sequences get their token in the step (each sequence still gets
+ * one per pass of its own). A sequence canceled while its pass is out frees its slot at once. */
 int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
@@ -307,6 +344,11 @@ typedef struct eng_model_shape {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
 	int n_experts, ffn_shexp; /* mixture of experts (0: dense) */
+	/* sliding-window attention (swa_window 0: none): layer l is an SWA layer when swa_period
+	 * is 0 or l % swa_period < swa_period - 1; such a layer keeps min(context, swa_kv_pos)
+	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
+	 * n_swa_layers of the n_layers are. */
+	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
 	/* Hybrid models (qwen35): the layers marked in recurrent (bit l % 8 of byte l / 8) keep no
 	 * KV cache but a recurrent state per sequence (slot), rs_layer_bytes each for all their
 	 * heads (F32; a tensor-parallel rank holds its share of the heads, a pipeline stage its
@@ -329,6 +371,8 @@ typedef struct eng_comm {
 	double step_ms;         /* time of the passes, communication included */
 	double comm_min_ms;     /* least communication of one decode step (~ the network's share
 				   without waiting for a slower rank) */
+	int in_flight_max;      /* rank 0 of a pipeline: most passes in flight round the stages
+				   at once (1: lock-step) */
 } eng_comm_t;
 void eng_comm_stats(const eng_t *e, eng_comm_t *out);
 

@@ -6,9 +6,12 @@
  * step of several sequences, a BATCH (64 bytes, then n entries of token, slot, position, flags
  * unless they fit inline), then computes. Every rank keeps the same slots of KV cache for its
  * heads or layers, so a BATCH addresses them all alike. Every rank runs
- * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass (tensor
- * mode: two all-reduces per layer; pipeline mode: hidden state rank r -> r+1, and the last
- * stage's final row back to rank 0, which computes the head).
+ * the same model_forward on its shard; the model's hooks meet the other ranks mid-pass: the
+ * ranks form stages (tp.h), each a tensor group over a range of layers with two all-reduces
+ * per layer among its ranks; a stage's root sends the hidden state to every rank of the next
+ * stage, and the last stage's root sends the rows that want logits back to rank 0, which
+ * computes the head. With several stages rank 0 may have several passes in flight
+ * (dist_submit / dist_collect), each tagged with its step number.
  *
  * Invariant: d->seq is the number of STEPs sent (rank 0) or run (others); a STEP whose sequence
  * number is not the next one is a protocol error, so no rank ever computes a pass out of order.
@@ -23,8 +26,14 @@
 #include <string.h>
 
 #define DIST_SHARE_WORDS                                                                           \
-	14 /* status, version, q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1,                       \
-	    * exp0, exp1, shx0, shx1 (routed experts, shared-expert units) */
+	16 /* status, version, q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1,                       \
+	    * exp0, exp1, shx0, shx1 (routed experts, shared-expert units), stage0, stage1 */
+
+/* A pass rank 0 submitted whose result has not come back (tp.h, dist_submit). */
+typedef struct flight {
+	uint64_t seq;
+	int n_out; /* rows the last stage returns */
+} flight_t;
 
 struct dist {
 	tp_group_t *g;
@@ -49,6 +58,23 @@ struct dist {
 	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
 	size_t red_cap;
 	FILE *trace; /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
+	/* stages (tp.h): stage s is ranks [first[s], first[s + 1]); ours is `stage` */
+	int stage0_req, stage1_req; /* dist_set_stage's (equal: the mode's layout) */
+	int n_stages, stage, first[TP_MAX_WORLD + 1];
+	int team[TP_MAX_WORLD], n_team; /* our stage's ranks for the all-reduces; 0: the group */
+	/* the pass in progress: its step number (the hidden states' tag), out flags (NULL: the
+	 * last row only), rows and rows done (pipe hook) */
+	uint64_t pass_seq;
+	const int *pass_out;
+	int pass_n, pass_row;
+	float *ret; /* last stage's root: [ret_cap] the out rows going back to rank 0 */
+	size_t ret_cap;
+	int ret_rows;
+	/* rank 0: passes in flight (oldest first, a ring of fl_cap) and the rows that came back */
+	flight_t *fl;
+	int fl_head, fl_n, fl_cap;
+	float *back;
+	size_t back_cap;
 };
 
 /* ---- little-endian fields ----------------------------------------------------------------- */
@@ -108,14 +134,19 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "share %d of rank %d is not positive", w[r], r);
 	int grp = mt->n_heads / mt->n_kv_heads;
-	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
+	/* every layer routes (gpt-oss): no dense FFN reads its slice, so a small one may be cut
+	 * finer than quant blocks to give every rank a piece */
+	int fblk = mt->n_experts > 0 && mt->n_dense_lead == 0 && world > mt->ffn / ffn_block
+		       ? 1
+		       : ffn_block;
+	int blocks = (mt->ffn + fblk - 1) / fblk;
 	if (pipeline && world > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "%d ranks for %d layers", world,
 			       mt->n_layers);
 	if (!pipeline && (world > mt->n_heads || world > blocks))
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "%d ranks for %d query heads and %d FFN blocks of %d", world,
-			       mt->n_heads, blocks, ffn_block);
+			       mt->n_heads, blocks, fblk);
 	for (int r = 0; r < world; r++)
 		model_shard_full(mt, &out[r]);
 	if (pipeline) {
@@ -142,8 +173,8 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 	split_units(cnt, world, blocks, w);
 	pos = 0;
 	for (int r = 0; r < world; pos += cnt[r++]) {
-		out[r].ffn0 = pos * ffn_block;
-		out[r].n_ffn = MIN((pos + cnt[r]) * ffn_block, mt->ffn) - out[r].ffn0;
+		out[r].ffn0 = pos * fblk;
+		out[r].n_ffn = MIN((pos + cnt[r]) * fblk, mt->ffn) - out[r].ffn0;
 	}
 	/* mixture of experts: whole routed experts by share (expert parallel), the shared block
 	 * by columns like the dense FFN; a rank with none starts at the end */
@@ -214,9 +245,23 @@ void dist_free(dist_t *d)
 	free(d->ent);
 	free(d->eb);
 	free(d->red);
+	free(d->ret);
+	free(d->fl);
+	free(d->back);
 	if (d->trace)
 		fclose(d->trace);
 	free(d);
+}
+
+void dist_set_stage(dist_t *d, int stage0, int stage1)
+{
+	d->stage0_req = stage0;
+	d->stage1_req = stage1;
+}
+
+int dist_n_stages(const dist_t *d)
+{
+	return d->n_stages;
 }
 
 void dist_set_rollback(dist_t *d, int depth)
@@ -302,6 +347,88 @@ static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeli
 		put32(h + 4 * i, f[i]);
 }
 
+/* The stage layout from every rank's SHARE words (all: world records of rec bytes): stages
+ * tile the ranks in order, the ranks of a stage agree on it and on its layers, stages tile the
+ * layers in order, and within a stage the slices tile heads, FFN columns and experts as a
+ * tensor group's do. Then sets our stage, its team and its layer count. */
+static int layout_check(dist_t *d, const model_meta_t *mt, const uint8_t *all, size_t rec,
+			char *err, size_t errlen)
+{
+	int l = 0, n = 0;
+	for (int s0 = 0; s0 < d->world; n++) {
+		const uint8_t *a = all + (size_t)s0 * rec;
+		int s1 = (int)get32(a + 60), l0 = (int)get32(a + 32), l1 = (int)get32(a + 36);
+		if ((int)get32(a + 56) != s0 || s1 <= s0 || s1 > d->world)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "setup: rank %d's stage is ranks [%d,%d), expected one "
+				       "starting at rank %d",
+				       s0, (int)get32(a + 56), s1, s0);
+		if (l0 != l || l1 <= l0)
+			return sh_fail(err, errlen, SH_EINVAL,
+				       "setup: rank %d starts at layer %d, expected %d", s0, l0, l);
+		int q = 0, f = 0, e = 0, x = 0;
+		for (int r = s0; r < s1; r++) {
+			const uint8_t *p = all + (size_t)r * rec;
+			int q0 = (int)get32(p + 8), q1 = (int)get32(p + 12),
+			    f0 = (int)get32(p + 24);
+			int f1 = (int)get32(p + 28), e0 = (int)get32(p + 40),
+			    e1 = (int)get32(p + 44);
+			int x0 = (int)get32(p + 48), x1 = (int)get32(p + 52);
+			if ((int)get32(p + 56) != s0 || (int)get32(p + 60) != s1)
+				return sh_fail(err, errlen, SH_EINVAL,
+					       "setup: rank %d's stage is ranks [%u,%u), rank %d's "
+					       "[%d,%d)",
+					       r, get32(p + 56), get32(p + 60), s0, s0, s1);
+			if ((int)get32(p + 32) != l0 || (int)get32(p + 36) != l1)
+				return sh_fail(
+				    err, errlen, SH_EINVAL,
+				    "setup: rank %d holds layers [%u,%u), rank %d of its "
+				    "stage [%d,%d)",
+				    r, get32(p + 32), get32(p + 36), s0, l0, l1);
+			if (q0 != q || f0 != f)
+				return sh_fail(
+				    err, errlen, SH_EINVAL,
+				    "setup: rank %d's share (heads %d.., FFN %d..) does not "
+				    "follow rank %d's (heads ..%d, FFN ..%d)",
+				    r, q0, f0, r - 1, q, f);
+			q = q1, f = f1;
+			/* experts and shared units: ranks holding some tile them in order */
+			if ((e1 > e0 && e0 != e) || (x1 > x0 && x0 != x))
+				return sh_fail(err, errlen, SH_EINVAL,
+					       "setup: rank %d's experts [%d,%d) / shared units "
+					       "[%d,%d) do not follow at %d / %d",
+					       r, e0, e1, x0, x1, e, x);
+			if (e1 > e0)
+				e = e1;
+			if (x1 > x0)
+				x = x1;
+		}
+		if (q != mt->n_heads || f != mt->ffn || e != mt->n_experts || x != mt->ffn_shexp)
+			return sh_fail(
+			    err, errlen, SH_EINVAL,
+			    "setup: the ranks' shares do not cover the model (heads, FFN "
+			    "columns or experts of ranks [%d,%d))",
+			    s0, s1);
+		d->first[n] = s0;
+		if (d->rank >= s0 && d->rank < s1) {
+			d->stage = n;
+			d->n_layers = l1 - l0; /* the all-reduces of a pass: 2 per layer */
+			d->n_team = s1 - s0 < d->world ? s1 - s0 : 0;
+			for (int r = s0; r < s1; r++)
+				d->team[r - s0] = r;
+		}
+		l = l1;
+		s0 = s1;
+	}
+	d->first[n] = d->world;
+	d->n_stages = n;
+	if (l != mt->n_layers)
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "setup: the ranks' shares do not cover the model (layers: %d of %d)",
+			       l, mt->n_layers);
+	return 0;
+}
+
 int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard_t *mine, int *ctx,
 	       int *slots, char *err, size_t errlen)
 {
@@ -356,15 +483,26 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	d->rollback = (int)get32(h + 60);
 	d->n_layers = mt->n_layers;
 	d->dim = mt->dim;
-	/* every rank learns every rank's status and shares */
-	uint32_t sh[DIST_SHARE_WORDS] = {
-	    (uint32_t)-status,        DIST_VERSION,
-	    (uint32_t)mine->q_head0,  (uint32_t)(mine->q_head0 + mine->n_q_heads),
-	    (uint32_t)mine->kv_head0, (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
-	    (uint32_t)mine->ffn0,     (uint32_t)(mine->ffn0 + mine->n_ffn),
-	    (uint32_t)mine->layer0,   (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers),
-	    (uint32_t)mine->exp0,     (uint32_t)(mine->exp0 + mine->n_exp),
-	    (uint32_t)mine->shx0,     (uint32_t)(mine->shx0 + mine->n_shx)};
+	/* every rank learns every rank's status, shares and stage */
+	int st0 = d->stage0_req, st1 = d->stage1_req;
+	if (st0 == st1) /* the mode's layout: one tensor group, or a stage per rank */
+		st0 = d->pipeline ? d->rank : 0, st1 = d->pipeline ? d->rank + 1 : d->world;
+	uint32_t sh[DIST_SHARE_WORDS] = {(uint32_t)-status,
+					 DIST_VERSION,
+					 (uint32_t)mine->q_head0,
+					 (uint32_t)(mine->q_head0 + mine->n_q_heads),
+					 (uint32_t)mine->kv_head0,
+					 (uint32_t)(mine->kv_head0 + mine->n_kv_heads),
+					 (uint32_t)mine->ffn0,
+					 (uint32_t)(mine->ffn0 + mine->n_ffn),
+					 (uint32_t)mine->layer0,
+					 (uint32_t)(mine->layer1 ? mine->layer1 : mt->n_layers),
+					 (uint32_t)mine->exp0,
+					 (uint32_t)(mine->exp0 + mine->n_exp),
+					 (uint32_t)mine->shx0,
+					 (uint32_t)(mine->shx0 + mine->n_shx),
+					 (uint32_t)st0,
+					 (uint32_t)st1};
 	if (!mine->exp0 && !mine->n_exp) /* {0, 0}: all (model.h) */
 		sh[11] = (uint32_t)mt->n_experts;
 	if (!mine->shx0 && !mine->n_shx)
@@ -382,58 +520,16 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 		free(all);
 		return sh_fail(err, errlen, status, "setup: %s", bad);
 	}
-	/* shares must tile each split dimension in rank order */
-	int q = 0, f = 0, l = 0, e = 0, x = 0;
 	rc = 0;
-	for (int r = 0; r < d->world && !rc; r++) {
-		const uint8_t *s = all + (size_t)r * sizeof me;
-		if (get32(s)) {
+	for (int r = 0; r < d->world && !rc; r++)
+		if (get32(all + (size_t)r * sizeof me))
 			rc = sh_fail(
-			    err, errlen, -(int)get32(s),
+			    err, errlen, -(int)get32(all + (size_t)r * sizeof me),
 			    "setup: rank %d rejected rank 0's setup (model or options differ)", r);
-			break;
-		}
-		int q0 = (int)get32(s + 8), q1 = (int)get32(s + 12), f0 = (int)get32(s + 24);
-		int f1 = (int)get32(s + 28), l0 = (int)get32(s + 32), l1 = (int)get32(s + 36);
-		if (d->pipeline) {
-			if (l0 != l)
-				rc = sh_fail(err, errlen, SH_EINVAL,
-					     "setup: rank %d starts at layer %d, expected %d", r,
-					     l0, l);
-			l = l1;
-		} else {
-			if (q0 != q || f0 != f)
-				rc = sh_fail(
-				    err, errlen, SH_EINVAL,
-				    "setup: rank %d's share (heads %d.., FFN %d..) does not "
-				    "follow rank %d's (heads ..%d, FFN ..%d)",
-				    r, q0, f0, r - 1, q, f);
-			q = q1, f = f1;
-			/* experts and shared units: ranks holding some tile them in order */
-			int e0 = (int)get32(s + 40), e1 = (int)get32(s + 44);
-			int x0 = (int)get32(s + 48), x1 = (int)get32(s + 52);
-			if (!rc && ((e1 > e0 && e0 != e) || (x1 > x0 && x0 != x)))
-				rc = sh_fail(err, errlen, SH_EINVAL,
-					     "setup: rank %d's experts [%d,%d) / shared units "
-					     "[%d,%d) do not follow at %d / %d",
-					     r, e0, e1, x0, x1, e, x);
-			if (e1 > e0)
-				e = e1;
-			if (x1 > x0)
-				x = x1;
-		}
-	}
+	if (!rc)
+		rc = layout_check(d, mt, all, sizeof me, err, errlen);
 	free(all);
-	if (rc)
-		return rc;
-	if (d->pipeline
-		? l != mt->n_layers
-		: (q != mt->n_heads || f != mt->ffn || e != mt->n_experts || x != mt->ffn_shexp))
-		return sh_fail(err, errlen, SH_EINVAL,
-			       "setup: the ranks' shares do not cover the "
-			       "model (%s)",
-			       d->pipeline ? "layers" : "heads, FFN columns or experts");
-	return 0;
+	return rc;
 }
 
 /* ---- hooks -------------------------------------------------------------------------------- */
@@ -447,15 +543,16 @@ static void sync_done(dist_t *d, double ms)
 		fprintf(d->trace, "%.1f\n", ms * 1000);
 }
 
-/* The last sum of a batch (after the last layer's ffn_down) is only needed by rank 0, which
- * computes the head: the workers send their partial sums to rank 0, which adds them in rank
- * order 0..N-1, the order of the transport's direct all-reduce. Saves one send per worker peer
- * and rank 0's sends. */
+/* The last sum of a stage's pass (after its last layer's ffn_down) is only needed by the stage's
+ * root, which computes the head (rank 0, one stage) or sends the hidden state on: the stage's
+ * other ranks send their partial sums to the root, which adds them in rank order, the order of
+ * the transport's direct all-reduce. Saves one send per peer and the root's sends. */
 static int reduce_to_root(dist_t *d, float *x, int n, char *why, size_t whylen)
 {
 	size_t bytes = (size_t)n * sizeof *x;
-	if (d->rank != 0)
-		return tp_group_send(d->g, 0, x, bytes, d->timeout_ms, why, whylen);
+	int root = d->first[d->stage], end = d->first[d->stage + 1];
+	if (d->rank != root)
+		return tp_group_send(d->g, root, x, bytes, d->timeout_ms, why, whylen);
 	if ((size_t)n > d->red_cap) {
 		float *r = realloc(d->red, bytes);
 		if (!r)
@@ -463,7 +560,7 @@ static int reduce_to_root(dist_t *d, float *x, int n, char *why, size_t whylen)
 		d->red = r;
 		d->red_cap = (size_t)n;
 	}
-	for (int p = 1; p < d->world; p++) {
+	for (int p = root + 1; p < end; p++) {
 		int rc = tp_group_recv(d->g, p, d->red, bytes, d->timeout_ms, why, whylen);
 		if (rc)
 			return rc;
@@ -483,8 +580,8 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	size_t rows = d->dim > 0 && n % d->dim == 0 ? (size_t)(n / d->dim) : 1;
 	int rc = per && k % per == per - 1
 		     ? reduce_to_root(d, x, n, why, sizeof why)
-		     : tp_all_reduce_team(d->g, NULL, 0, x, rows, (size_t)n / rows, d->timeout_ms,
-					  why, sizeof why);
+		     : tp_all_reduce_team(d->g, d->n_team ? d->team : NULL, d->n_team, x, rows,
+					  (size_t)n / rows, d->timeout_ms, why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
@@ -501,8 +598,8 @@ static int hook_ar_begin(void *ctx, float *x, int n)
 		return 0;
 	d->ar_calls++;
 	int64_t t0 = now_ns();
-	int rc =
-	    tp_all_reduce_begin(d->g, NULL, 0, x, 1, (size_t)n, nc, d->timeout_ms, why, sizeof why);
+	int rc = tp_all_reduce_begin(d->g, d->n_team ? d->team : NULL, d->n_team, x, 1, (size_t)n,
+				     nc, d->timeout_ms, why, sizeof why);
 	d->st_ms = (double)(now_ns() - t0) / 1e6;
 	d->st_n = n;
 	d->st_chunks = nc;
@@ -538,25 +635,67 @@ static int hook_ar_end(void *ctx)
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
 }
 
-/* Stage r receives from r-1 and sends to r+1; the last stage sends the final hidden state of the
- * whole batch to rank 0 (a continuous-batching step wants logits of several rows), which
- * receives it into x before computing the head. */
+/* The last stage's root keeps the rows of the chunk x[B][dim] that rank 0 wants logits of and,
+ * after the pass's last chunk, sends them to rank 0 in one message (none: an empty one, so that
+ * rank 0 knows the pass is through the ring). */
+static int ret_rows(dist_t *d, const float *x, int B, int dim, char *why, size_t whylen)
+{
+	size_t row = (size_t)dim;
+	if (d->pass_row == 0) { /* the pass's first chunk: room for all its out rows */
+		size_t need = 1;
+		for (int i = 0; d->pass_out && i < d->pass_n; i++)
+			need += d->pass_out[i] != 0;
+		if (need * row > d->ret_cap) {
+			float *r = realloc(d->ret, need * row * sizeof *r);
+			if (!r)
+				return sh_fail(why, whylen, SH_ENOMEM, "out of memory");
+			d->ret = r;
+			d->ret_cap = need * row;
+		}
+		d->ret_rows = 0;
+	}
+	for (int b = 0; b < B; b++) {
+		int i = d->pass_row + b;
+		if (d->pass_out ? d->pass_out[i] != 0 : i == d->pass_n - 1)
+			memcpy(d->ret + (size_t)d->ret_rows++ * row, x + (size_t)b * row,
+			       row * sizeof *x);
+	}
+	if (d->pass_row + B < d->pass_n)
+		return 0;
+	return tp_group_send_msg(d->g, 0, (uint32_t)d->pass_seq, d->ret,
+				 (size_t)d->ret_rows * row * sizeof *x, d->timeout_ms, why, whylen);
+}
+
+/* Stages (hybrid and pipeline): every rank of a stage after the first receives each chunk's
+ * hidden state x[B][dim] from the previous stage's root (instead of embedding); a stage's root
+ * sends it to every rank of the next stage, or, from the last stage, the rows that want logits
+ * to rank 0 (ret_rows), which computes the head (dist_collect). Messages carry the pass's step
+ * number as their tag: a stage never mixes up two micro-batches in flight. */
 static int hook_pipe(void *ctx, int dir, float *x, int B, int dim)
 {
 	dist_t *d = ctx;
 	char why[256];
-	int rc = 0, last = d->rank == d->world - 1;
-	size_t all = (size_t)B * dim * sizeof *x;
+	int rc = 0, s = d->stage;
+	size_t all = (size_t)B * dim * sizeof *x, len = 0;
+	uint32_t tag = (uint32_t)d->pass_seq, got = 0;
 	int64_t t0 = now_ns();
 	if (dir == 0) {
-		rc = tp_group_recv(d->g, d->rank - 1, x, all, d->timeout_ms, why, sizeof why);
-	} else if (!last) {
-		rc = tp_group_send(d->g, d->rank + 1, x, all, d->timeout_ms, why, sizeof why);
-		if (!rc && d->rank == 0)
-			rc = tp_group_recv(d->g, d->world - 1, x, all, d->timeout_ms, why,
-					   sizeof why);
+		int from = d->first[s - 1];
+		rc = tp_group_recv_msg(d->g, from, &got, x, all, &len, d->timeout_ms, why,
+				       sizeof why);
+		if (!rc && (got != tag || len != all))
+			rc = sh_fail(why, sizeof why, SH_EFORMAT,
+				     "rank %d sent the hidden state of step %u (%zu bytes), "
+				     "expected step %u (%zu bytes)",
+				     from, got, len, tag, all);
 	} else {
-		rc = tp_group_send(d->g, 0, x, all, d->timeout_ms, why, sizeof why);
+		if (d->rank == d->first[s] && s + 1 < d->n_stages)
+			for (int r = d->first[s + 1]; !rc && r < d->first[s + 2]; r++)
+				rc = tp_group_send_msg(d->g, r, tag, x, all, d->timeout_ms, why,
+						       sizeof why);
+		else if (d->rank == d->first[s])
+			rc = ret_rows(d, x, B, dim, why, sizeof why);
+		d->pass_row += B;
 	}
 	sync_done(d, (double)(now_ns() - t0) / 1e6);
 	return rc ? dist_fail(d, rc, "%s", why) : 0;
@@ -567,9 +706,9 @@ void dist_attach(dist_t *d, model_t *m)
 	d->m = m;
 	if (d->world == 1)
 		return;
-	if (d->pipeline)
+	if (d->n_stages > 1)
 		model_set_pipe(m, hook_pipe, d);
-	else {
+	if (d->first[d->stage + 1] - d->first[d->stage] > 1) {
 		static const model_ar_stream_t st = {hook_ar_begin, hook_ar_chunk, hook_ar_push,
 						     hook_ar_end};
 		model_set_allreduce(m, hook_allreduce, d);
@@ -692,18 +831,23 @@ static int tok_room(dist_t *d, int n)
 }
 
 /* msg_ms: time of the step message that preceded the pass (rank 0). b != NULL: a batch (then
- * tokens and pos are unused). */
+ * tokens and pos are unused). In a group of several stages rank 0 runs its stage only (logits
+ * NULL): the head waits for the last stage's rows (dist_collect). */
 static int pass_run(dist_t *d, const model_batch_t *b, const int *tokens, int n, int pos,
 		    float *logits, double msg_ms)
 {
 	int64_t t0 = now_ns();
 	d->pass_comm_ms = msg_ms;
 	d->ar_calls = 0;
+	d->pass_seq = d->seq;
+	d->pass_out = b ? b->out : NULL;
+	d->pass_n = b ? b->n : n;
+	d->pass_row = 0;
 	int rc =
 	    b ? model_forward_batch(d->m, b, logits) : model_forward(d->m, tokens, n, pos, logits);
 	if (b)
 		n = b->n, pos = b->pos[0];
-	if (!rc && n == 1 && d->world > 1 &&
+	if (!rc && n == 1 && d->world > 1 && d->n_stages == 1 &&
 	    (d->st.comm_min_ms == 0 || d->pass_comm_ms < d->st.comm_min_ms))
 		d->st.comm_min_ms = d->pass_comm_ms;
 	d->st.step_ms += (double)(now_ns() - t0) / 1e6;
@@ -723,6 +867,15 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 		return d->rc;
 	if (d->world == 1)
 		return pass_run(d, NULL, tokens, n, pos, logits, 0);
+	if (d->n_stages > 1) { /* stages run batches: the last token's logits */
+		if (n <= 0 || (rc = ent_room(d, n)))
+			return n <= 0 ? SH_EINVAL : dist_fail(d, rc, "out of memory");
+		int *sl = d->eb + n, *ps = sl + n, *out = ps + n;
+		for (int i = 0; i < n; i++)
+			sl[i] = 0, ps[i] = pos + i, out[i] = i == n - 1;
+		model_batch_t b = {n, tokens, sl, ps, out, NULL, NULL};
+		return dist_forward_batch(d, &b, logits);
+	}
 	int64_t t0 = now_ns();
 	step_encode(h, DIST_MSG_STEP, d->seq + 1, flags, pos, tokens, n);
 	rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why);
@@ -744,17 +897,12 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 	return rc;
 }
 
-int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits)
+/* Rank 0: the BATCH message of b (64 bytes, the entries inline or in a second broadcast). */
+static int batch_send(dist_t *d, const model_batch_t *b, double *msg_ms)
 {
 	uint8_t h[DIST_HDR_BYTES];
 	char why[256];
 	int rc;
-	if (d->rc)
-		return d->rc;
-	if (b->n <= 0)
-		return SH_EINVAL;
-	if (d->world == 1)
-		return pass_run(d, b, NULL, 0, 0, logits, 0);
 	int64_t t0 = now_ns();
 	memset(h, 0, sizeof h);
 	put32(h, DIST_MSG_BATCH);
@@ -773,15 +921,107 @@ int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits)
 			rc = tp_broadcast(d->g, d->ent, (size_t)b->n * DIST_BATCH_ENTRY, 0,
 					  d->timeout_ms, why, sizeof why);
 	}
-	double msg_ms = (double)(now_ns() - t0) / 1e6;
-	d->st.comm_ms += msg_ms;
+	*msg_ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += *msg_ms;
+	d->st.step_ms += *msg_ms; /* the step message is part of the step */
 	if (rc)
 		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)(d->seq + 1), why);
 	d->seq++;
-	int64_t t1 = now_ns();
-	rc = pass_run(d, b, NULL, 0, 0, logits, msg_ms);
-	d->st.step_ms += (double)(t1 - t0) / 1e6;
-	return rc;
+	return 0;
+}
+
+int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits)
+{
+	double msg_ms;
+	int rc;
+	if (d->rc)
+		return d->rc;
+	if (b->n <= 0)
+		return SH_EINVAL;
+	if (d->world == 1)
+		return pass_run(d, b, NULL, 0, 0, logits, 0);
+	if (d->n_stages > 1) /* one micro-batch through the ring and back */
+		return (rc = dist_submit(d, b)) ? rc : dist_collect(d, b, logits);
+	if ((rc = batch_send(d, b, &msg_ms)))
+		return rc;
+	return pass_run(d, b, NULL, 0, 0, logits, msg_ms);
+}
+
+int dist_submit(dist_t *d, const model_batch_t *b)
+{
+	double msg_ms;
+	int rc;
+	if (d->rc)
+		return d->rc;
+	if (d->rank != 0 || d->n_stages < 2 || b->n <= 0)
+		return SH_EINVAL;
+	if (d->fl_n == d->fl_cap) { /* grow the ring, oldest first */
+		int cap = d->fl_cap ? 2 * d->fl_cap : 8;
+		flight_t *f = malloc((size_t)cap * sizeof *f);
+		if (!f)
+			return dist_fail(d, SH_ENOMEM, "out of memory");
+		for (int i = 0; i < d->fl_n; i++)
+			f[i] = d->fl[(d->fl_head + i) % d->fl_cap];
+		free(d->fl);
+		d->fl = f, d->fl_cap = cap, d->fl_head = 0;
+	}
+	int n_out = 0;
+	for (int i = 0; i < b->n; i++)
+		n_out += b->out && b->out[i];
+	model_batch_t first = *b; /* stage 0's rows are not final: no hidden states out */
+	first.embd = NULL;
+	if ((rc = batch_send(d, b, &msg_ms)) ||
+	    (rc = pass_run(d, &first, NULL, 0, 0, NULL, msg_ms)))
+		return rc;
+	d->fl[(d->fl_head + d->fl_n++) % d->fl_cap] = (flight_t){d->seq, n_out};
+	d->st.in_flight_max = MAX(d->st.in_flight_max, d->fl_n);
+	return 0;
+}
+
+int dist_collect(dist_t *d, const model_batch_t *b, float *logits)
+{
+	char why[256];
+	int rc;
+	if (d->rc)
+		return d->rc;
+	if (d->fl_n == 0)
+		return SH_EINVAL;
+	flight_t f = d->fl[d->fl_head];
+	d->fl_head = (d->fl_head + 1) % d->fl_cap;
+	d->fl_n--;
+	size_t row = (size_t)d->dim * sizeof(float), len = 0, need = (size_t)f.n_out * d->dim;
+	if (need > d->back_cap) {
+		float *p = realloc(d->back, need * sizeof *p);
+		if (!p)
+			return dist_fail(d, SH_ENOMEM, "out of memory");
+		d->back = p, d->back_cap = need;
+	}
+	int last = d->first[d->n_stages - 1];
+	uint32_t tag = 0;
+	int64_t t0 = now_ns();
+	rc = tp_group_recv_msg(d->g, last, &tag, d->back, need * sizeof(float), &len, d->timeout_ms,
+			       why, sizeof why);
+	double ms = (double)(now_ns() - t0) / 1e6;
+	d->st.comm_ms += ms;
+	if (rc)
+		return dist_fail(d, rc, "step %llu: %s", (unsigned long long)f.seq, why);
+	if (tag != (uint32_t)f.seq || len != (size_t)f.n_out * row)
+		return dist_fail(d, SH_EFORMAT,
+				 "step %llu: rank %d returned step %u's hidden state (%zu bytes), "
+				 "expected %zu bytes",
+				 (unsigned long long)f.seq, last, tag, len, (size_t)f.n_out * row);
+	float *embd = b ? b->embd : NULL;
+	if (f.n_out && (logits || embd) &&
+	    (rc = model_head(d->m, d->back, b ? b->out : NULL, b ? b->n : f.n_out, logits, embd)))
+		return dist_fail(d, rc, "step %llu: output head: %s", (unsigned long long)f.seq,
+				 sh_strerror(rc));
+	d->st.step_ms += (double)(now_ns() - t0) / 1e6;
+	return 0;
+}
+
+int dist_in_flight(const dist_t *d)
+{
+	return d->fl_n;
 }
 
 int dist_stop(dist_t *d)
@@ -850,6 +1090,11 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 			if (pass_run(d, &b, NULL, 0, 0, NULL, 0))
 				break;
 			continue;
+		}
+		if (d->n_stages > 1) { /* rank 0 sends stages batches (dist_forward) */
+			dist_fail(d, SH_EFORMAT, "step %llu: a STEP to a pipeline stage",
+				  (unsigned long long)seq);
+			break;
 		}
 		if (st.flags & DIST_STEP_NEW_REQUEST)
 			LOG(LOG_DEBUG, "rank %d: new request at position %d", d->rank, pos);

@@ -9,8 +9,17 @@
  * transport sums in rank order on every rank, so every rank holds the same bits; the last one of
  * a batch is a reduce to rank 0, the only rank that needs the final residual); in pipeline
  * mode each stage receives the hidden state from the previous rank and sends it to the next,
- * and the last stage returns the last token's hidden state to rank 0. Only rank 0 computes the
+ * and the last stage returns the rows that want logits to rank 0. Only rank 0 computes the
  * output head and samples (docs/parallel.md says why).
+ *
+ * Stages (hybrid plans, docs/view.md section 6): the ranks form stages in rank order, each a
+ * tensor group over a contiguous range of layers; tensor mode is one stage of every rank,
+ * pipeline mode a stage per rank. A stage's ranks all-reduce among themselves only (their last
+ * sum goes to the stage's root, its lowest rank); the root sends the hidden state to every rank
+ * of the next stage, and the last stage's root sends the rows that want logits to rank 0.
+ * With several stages rank 0 may keep several passes (micro-batches of other sequences) in
+ * flight round the ring (dist_submit / dist_collect): every rank runs the passes in the order
+ * rank 0 sent them, so the stages work on different micro-batches at the same time.
  *
  * Messages (payloads of transport broadcasts from rank 0; docs/parallel.md has the layouts).
  * Numbers are in the lock-step range 0x0200-0x02ff of docs/protocol.md and never reused.
@@ -32,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DIST_VERSION       2  /* 2: SETUP shares carry expert ranges */
+#define DIST_VERSION       3  /* 2: SETUP shares carry expert ranges; 3: and the stage */
 #define DIST_HDR_BYTES     64 /* SETUP and STEP are this size on the wire */
 #define DIST_INLINE_TOKENS 9  /* a STEP carries up to this many tokens itself (28 + 36 = 64) */
 
@@ -77,6 +86,7 @@ typedef struct dist_stats {
 	double step_ms;      /* wall time of the passes (compute + communication) */
 	double comm_min_ms;  /* smallest communication time of one decode pass (1 token): close
 				to the pure network cost, without waiting for a slower rank */
+	int in_flight_max;   /* rank 0: most passes in flight at once (dist_submit) */
 } dist_stats_t;
 
 /* Splits the model over `world` ranks in proportion to weights (NULL = even) as the planner does:
@@ -115,7 +125,16 @@ int dist_rollback(const dist_t *d);
  * or two pages per tensor. */
 uint64_t dist_model_fingerprint(const gguf_t *g);
 
-/* Installs the model's hooks (all-reduce or pipe). m borrowed; detach by freeing both. */
+/* Before dist_setup: this rank's stage is ranks [stage0, stage1) (planner.h's plan_rank_t: the
+ * stages tile the ranks in order, each holds a range of layers, and its ranks' shares split
+ * those layers as a tensor group's). stage0 == stage1 (the default): the mode's layout, one
+ * stage of every rank (tensor) or a stage per rank (pipeline). dist_setup checks that every
+ * rank agrees and that the shares cover the model. */
+void dist_set_stage(dist_t *d, int stage0, int stage1);
+/* After dist_setup: the number of stages (1: tensor; the world: pipeline). */
+int dist_n_stages(const dist_t *d);
+
+/* Installs the model's hooks (all-reduce and/or pipe). m borrowed; detach by freeing both. */
 void dist_attach(dist_t *d, model_t *m);
 
 /* Rank 0: one lock-step forward pass (as model_forward), logits on rank 0 only. Returns 0 or
@@ -123,8 +142,24 @@ void dist_attach(dist_t *d, model_t *m);
 int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, float *logits);
 
 /* Rank 0: one lock-step pass of a multi-sequence batch (as model_forward_batch); the workers
- * get the batch's composition (token, slot, position of every entry) in a BATCH message. */
+ * get the batch's composition (token, slot, position of every entry) in a BATCH message. With
+ * several stages: dist_submit then dist_collect. */
 int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits);
+
+/* Rank 0 of a group of several stages: micro-batches in flight. dist_submit sends the BATCH,
+ * runs stage 0's share of b (its hidden state goes on to stage 1) and returns without waiting
+ * for the rest of the ring; dist_collect waits for the oldest submitted pass's rows from the
+ * last stage and writes the logits of its out rows (in batch order, as model_forward_batch;
+ * logits may be NULL when it has none or they are not wanted); b is that pass's batch as
+ * submitted, whose out and embd say which rows are hidden states for embd (model_head; NULL:
+ * every row wants logits). Passes come back in the order
+ * submitted. Every rank's caches follow the passes in that order, so a pass may hold a slot
+ * whose earlier pass is still in flight. Keep the hidden states in flight below what the
+ * sockets buffer (a few MB: tp_group_send_msg). Both return 0 or an error (dist_error). */
+int dist_submit(dist_t *d, const model_batch_t *b);
+int dist_collect(dist_t *d, const model_batch_t *b, float *logits);
+/* Passes submitted and not yet collected. */
+int dist_in_flight(const dist_t *d);
 
 /* Ranks > 0: runs the passes rank 0 sends until STOP (returns 0) or a failure (error, message in
  * err). Waits for the next step without a time limit (a lost rank 0 closes the connection). */

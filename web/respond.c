@@ -183,8 +183,8 @@ static json_t *bytes_json(const char *s, size_t n)
 	return a;
 }
 
-json_t *web_json_logprob(const char *text, size_t text_len, float logprob,
-			 const eng_logprob_t *top, int n_top, char *const *top_texts)
+json_t *web_json_logprob(const char *text, size_t text_len, float logprob, const eng_logprob_t *top,
+			 int n_top, char *const *top_texts)
 {
 	json_t *alts = json_array();
 	for (int i = 0; alts && i < n_top; i++) {
@@ -207,7 +207,8 @@ static json_t *legacy_logprobs(json_t *entries, size_t offset)
 	       *offs = json_array();
 	size_t i;
 	json_t *e;
-	json_array_foreach(entries, i, e) {
+	json_array_foreach(entries, i, e)
+	{
 		json_t *tok = json_object_get(e, "token");
 		json_array_append(tokens, tok);
 		json_array_append(lps, json_object_get(e, "logprob"));
@@ -215,8 +216,8 @@ static json_t *legacy_logprobs(json_t *entries, size_t offset)
 		size_t j;
 		json_t *alt;
 		json_array_foreach(json_object_get(e, "top_logprobs"), j, alt)
-			json_object_set(m, json_string_value(json_object_get(alt, "token")),
-					json_object_get(alt, "logprob"));
+		    json_object_set(m, json_string_value(json_object_get(alt, "token")),
+				    json_object_get(alt, "logprob"));
 		json_array_append_new(tops, m);
 		json_array_append_new(offs, json_integer((json_int_t)offset));
 		offset += json_string_length(tok);
@@ -240,7 +241,8 @@ static json_t *logprobs_for(int kind, json_t *entries)
 static json_t *usage_json(const web_usage_t *u)
 {
 	return json_pack("{s:i, s:i, s:i}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
-			 u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens);
+			 u->completion_tokens, "total_tokens",
+			 u->prompt_tokens + u->completion_tokens);
 }
 
 static json_t *envelope(const web_reply_id_t *rid, const char *object, json_t *choices)
@@ -263,6 +265,9 @@ char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_le
 		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", web_json_str(text, text_len),
 				   "index", 0, "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
 				   "finish_reason", finish_json(finish));
+	if (rid->reasoning && choice) /* gpt-oss: its analysis channel */
+		json_object_set(json_object_get(choice, "message"), "reasoning_content",
+				rid->reasoning);
 	if (rid->tool_calls && choice) { /* content is the text before the calls, or null */
 		json_t *msg = json_object_get(choice, "message");
 		if (!text_len)
@@ -295,8 +300,9 @@ char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *te
 				   logprobs_for(WEB_COMPLETION, logprobs), "finish_reason",
 				   finish_json(finish));
 	}
-	json_t *root = envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
-				json_pack("[o]", choice));
+	json_t *root =
+	    envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
+		     json_pack("[o]", choice));
 	if (root && with_usage_null)
 		json_object_set_new(root, "usage", json_null());
 	return web_json_dump(root);
@@ -304,8 +310,8 @@ char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *te
 
 char *web_json_usage_chunk(const web_reply_id_t *rid, const web_usage_t *u)
 {
-	json_t *root = envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
-				json_array());
+	json_t *root = envelope(
+	    rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion", json_array());
 	if (root)
 		json_object_set_new(root, "usage", usage_json(u));
 	return web_json_dump(root);

@@ -112,6 +112,7 @@ void web_job_unref(web_job_t *j)
 	free(j->ps.ids);
 	free(j->vecs);
 	free(j->seq_res);
+	json_decref(j->rid.reasoning);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
 	free(j);

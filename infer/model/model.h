@@ -109,9 +109,23 @@ void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s);
 /* Installs the pipeline hook (fn NULL = no pipeline). */
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);
 
-/* Bytes of KV cache per position for a shard (NULL = whole model) with elements of kv_type (for
- * sizing n_ctx before model_new; 0 for a type the cache cannot hold). */
+/* Bytes of KV cache per position for a shard (NULL = whole model) with elements of kv_type, in
+ * the layers that keep every position (all but the sliding-window ones; for sizing n_ctx before
+ * model_new; 0 for a type the cache cannot hold). */
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard, int kv_type);
+/* Bytes of one slot's KV cache at n_ctx positions for a shard (NULL = whole model): the above
+ * times n_ctx plus the sliding-window layers' rings (swa.c; 0 for a type the cache cannot
+ * hold). */
+uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			int n_ctx);
+/* Positions a sliding-window layer keeps per slot and KV head at a context of n_ctx (its window
+ * plus one internal batch, in whole attention tiles), or 0 when it keeps every position (no SWA
+ * layer, or a context not longer than that). */
+int model_swa_ring(const model_meta_t *meta, int n_ctx);
+/* How much of slot's cached prefix a new sequence may keep when it shares its first k positions:
+ * k when every sliding-window ring still holds the positions position k attends to, else 0
+ * (the ring overwrote them: recompute from the start). k for a model without rings. */
+int model_prefix_usable(const model_t *m, int slot, int k);
 /* 0 when kv_type can hold this model's cache, else SH_EINVAL with a reason. */
 int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen);
 
@@ -144,6 +158,14 @@ typedef struct model_batch {
 	float *embd;       /* [n_embd][dim] for the MODEL_OUT_EMBD tokens, or NULL */
 } model_batch_t;
 int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
+
+/* The output head alone, of final hidden states (rows that went through every layer: a
+ * pipeline's rank 0 gets them back from the last stage after a pass it ran with logits NULL):
+ * out[n] are a batch's entries as in model_batch_t (NULL: n entries that all want logits) and
+ * x holds the rows of those with out[i] != 0, in order. Logits of the MODEL_OUT_LOGITS rows go
+ * to logits, the normed MODEL_OUT_EMBD rows to embd (each skipped when NULL), in order.
+ * Returns 0 or SH_EINVAL. */
+int model_head(model_t *m, const float *x, const int *out, int n, float *logits, float *embd);
 
 /* ---- Recurrent state (hybrid models: qwen35's DeltaNet layers, deltanet.c) -----------------
  * Such a layer keeps per slot a state that only moves forward, instead of a KV cache holding
