@@ -122,7 +122,8 @@ int web_text_parts(json_t *v, const char *param, const char *types, json_t **out
 	web_buf_t b = {0};
 	size_t i;
 	json_t *part;
-	json_array_foreach(v, i, part) {
+	json_array_foreach(v, i, part)
+	{
 		const char *t = json_string_value(json_object_get(part, "type"));
 		json_t *text = json_object_get(part, "text");
 		size_t k = t ? strlen(t) : 0;

@@ -786,8 +786,8 @@ static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x
  * output, in order. Rows that want logits are normed into xb and go through one head matmul
  * into logits (when given); those that want the hidden state are normed into embd (when
  * given). *n_out, *n_embd, *n_rows: the logits rows, embd rows and rows of x used. */
-static void head_rows(model_t *m, const float *x, const int *out, int B, int packed,
-		      float *logits, float *embd, int *n_out, int *n_embd, int *n_rows)
+static void head_rows(model_t *m, const float *x, const int *out, int B, int packed, float *logits,
+		      float *embd, int *n_out, int *n_embd, int *n_rows)
 {
 	int D = m->meta.dim, no = 0, ne = 0, r = 0;
 	for (int b = 0; b < B; b++) {
