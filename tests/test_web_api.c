@@ -295,6 +295,55 @@ TEST(not_a_think_tag)
 	web_job_unref(j);
 }
 
+/* gpt-oss (tool_format WEB_TC_HARMONY): its channels, cut anywhere, become the same parts:
+ * analysis the reasoning, final the content, a to=functions.NAME message a call; no harmony token
+ * reaches any API's stream or reply (test_gptoss.c checks the parse itself). */
+TEST(harmony_channels)
+{
+	static const char *const pieces[] = {
+	    "<|chan",
+	    "nel|>analysis<|message|>Need",
+	    " it.<|end|><|start|>assistant<|channel|>",
+	    "final<|message|>Hi",
+	    " there<|end|><|start|>assistant<|channel|>commentary ",
+	    "to=functions.f <|constrain|>json<|message|>{\"a\": 1}",
+	    "<|call|>",
+	    NULL};
+	for (int stream = 0; stream < 2; stream++) {
+		web_req_t r;
+		web_req_init(&r, WEB_CHAT);
+		r.api = WEB_API_MESSAGES;
+		r.stream = stream;
+		r.thinking = 1;
+		r.tools = strdup(TOOLS);
+		r.tool_format = WEB_TC_HARMONY;
+		r.tool_choice = WEB_TOOLS_AUTO;
+		web_job_t *j = web_job_new(&r, NULL, 0, "m", 1000);
+		j->proto = &web_proto_anthropic;
+		if (stream)
+			web_proto_anthropic.start(j);
+		for (int i = 0; pieces[i]; i++) {
+			web_buf_add(&j->text, pieces[i], strlen(pieces[i]));
+			j->res.completion_tokens++;
+			web_api_on_token(j, 100 + i);
+		}
+		j->res.finish = ENG_FINISH_STOP;
+		web_api_finish(j);
+		CHECK_EQ_INT(j->res.finish, WEB_FINISH_TOOL_CALLS);
+		CHECK(j->ps.r_len == 8 && !memcmp(j->text.p + j->ps.r0, "Need it.", 8));
+		CHECK(j->ps.c_len == 8 && !memcmp(j->text.p + j->ps.c0, "Hi there", 8));
+		char *body = stream ? NULL : web_proto_anthropic.reply(j);
+		const char *all = stream ? j->out.p : body;
+		CHECK(all && !strstr(all, "<|"));
+		/* streamed, the parts come in the pieces' deltas */
+		CHECK(all && strstr(all, stream ? "\"Need\"" : "\"Need it.\"") &&
+		      strstr(all, stream ? "\" there\"" : "\"Hi there\"") &&
+		      strstr(all, "tool_use"));
+		free(body);
+		web_job_unref(j);
+	}
+}
+
 /* ---- the requests: each API's body as the chat request the engine gets ---------------------- */
 
 static int parse(const web_endpoint_t *ep, web_req_t *r, const char *body, web_err_t *e)
@@ -517,6 +566,7 @@ int main(void)
 	RUN(responses_function_call);
 	RUN(ollama_thinking_and_calls);
 	RUN(not_a_think_tag);
+	RUN(harmony_channels);
 	RUN(anthropic_request);
 	RUN(ollama_request);
 	RUN(responses_request);

@@ -6,7 +6,8 @@
  * certain: text that may still be the start of "<think>", of "</think>" or of a call is held
  * back. At the end the calls become OpenAI-shaped tool_calls (j->rid.tool_calls, finish
  * WEB_FINISH_TOOL_CALLS) and the API's finish hook closes its stream; a whole reply reads the
- * same parts from j->api (reasoning r0/r_len, content c0/c_len).
+ * same parts from j->api (reasoning r0/r_len, content c0/c_len). gpt-oss's replies are read by
+ * their harmony channels instead (tools.c web_harmony_read).
  *
  * Invariant (under the job's mutex): reasoning bytes text[r0 .. r0 + r_sent) and content bytes
  * text[c0 .. c0 + tc_sent) went to the delta hook, and nothing that the final reading puts in
@@ -26,9 +27,9 @@ static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 const char *web_api_name(int api)
 {
 	/* at most 15 bytes: the request table's column (web_reqrec_t.api) */
-	static const char *const names[WEB_API_N] = {
-	    "chat",        "completions",     "messages",   "responses",
-	    "ollama.chat", "ollama.generate", "embeddings", "ollama.embed"};
+	static const char *const names[WEB_API_N] = {"chat",       "completions", "messages",
+						     "responses",  "ollama.chat", "ollama.generate",
+						     "embeddings", "ollama.embed"};
 	return api >= 0 && api < WEB_API_N ? names[api] : "other";
 }
 
@@ -54,10 +55,50 @@ static void emit(web_job_t *j, int reasoning, const char *s, size_t n)
 	}
 }
 
+/* gpt-oss's harmony channels: the reasoning and content seen so far go out beyond what was
+ * sent. The final reading leaves j->text = reasoning + content (the parts index it as for
+ * <think>) and the calls in j->rid.tool_calls. */
+static void split_harmony(web_job_t *j, int final)
+{
+	web_api_job_t *a = &j->ps;
+	web_buf_t r = {0}, c = {0};
+	json_t *calls = NULL;
+	web_harmony_read(j, final, &r, &c, final ? &calls : NULL);
+	if (r.len > a->r_sent) {
+		emit(j, 1, r.p + a->r_sent, r.len - a->r_sent);
+		a->r_sent = r.len;
+	}
+	if (c.len > j->tc_sent) {
+		emit(j, 0, c.p + j->tc_sent, c.len - j->tc_sent);
+		j->tc_sent = c.len;
+	}
+	a->think = 2;
+	if (!final || web_buf_add(&r, c.p ? c.p : "", c.len)) {
+		free(r.p);
+		free(c.p);
+		json_decref(calls);
+		return;
+	}
+	free(j->text.p);
+	j->text = r;
+	a->r0 = 0, a->r_len = r.len - c.len, a->c0 = a->r_len, a->c_len = c.len;
+	free(c.p);
+	if (json_array_size(calls)) {
+		j->rid.tool_calls = calls;
+		j->res.finish = WEB_FINISH_TOOL_CALLS;
+	} else {
+		json_decref(calls);
+	}
+}
+
 /* Sorts j->text into its parts as far as it can; final: the text is complete. */
 static void split(web_job_t *j, int final)
 {
 	web_api_job_t *a = &j->ps;
+	if (j->req.tool_format == WEB_TC_HARMONY) {
+		split_harmony(j, final);
+		return;
+	}
 	const char *s = j->text.p ? j->text.p : "";
 	size_t n = j->text.len;
 	if (a->think == 0) { /* does the reply open with <think>? */
@@ -131,7 +172,9 @@ void web_api_on_token(web_job_t *j, int id)
 void web_api_finish(web_job_t *j)
 {
 	web_api_job_t *a = &j->ps;
-	if (!j->err.status) {
+	if (!j->err.status && j->req.tool_format == WEB_TC_HARMONY) {
+		split_harmony(j, 1);
+	} else if (!j->err.status) {
 		split(j, 1);
 		const char *s = j->text.p ? j->text.p + a->c0 : "";
 		size_t n = j->text.len - a->c0, clen = n;

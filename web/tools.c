@@ -615,15 +615,47 @@ static void harmony_join(const eng_harmony_t *h, int kind, web_buf_t *b)
 			web_buf_add(b, h->piece[i].p, h->piece[i].len);
 }
 
+/* The calls of a harmony reply (OpenAI's tool_calls array, new reference; empty without tools). */
+static json_t *harmony_calls(web_job_t *j, const eng_harmony_t *h)
+{
+	json_t *calls = json_array();
+	for (int i = 0; calls && i < h->n; i++) {
+		const eng_hpiece_t *p = &h->piece[i];
+		if (p->kind != ENG_H_CALL || !j->req.tools)
+			continue;
+		char *name = strndup(p->name, p->name_len);
+		json_t *args = json_loadb(p->p, p->len, JSON_DECODE_ANY, NULL);
+		json_t *v = name ? json_pack("{s:s, s:o}", "name", name, "arguments",
+					     args ? args : json_stringn(p->p, p->len))
+				 : NULL;
+		if (v)
+			add_call(j, calls, v);
+		json_decref(v);
+		free(name);
+	}
+	if (!j->req.parallel_tool_calls)
+		while (json_array_size(calls) > 1)
+			json_array_remove(calls, json_array_size(calls) - 1);
+	return calls;
+}
+
+void web_harmony_read(web_job_t *j, int final, web_buf_t *reasoning, web_buf_t *content,
+		      json_t **calls)
+{
+	eng_harmony_t h;
+	eng_harmony_parse(j->text.p ? j->text.p : "", j->text.len, final, &h);
+	harmony_join(&h, ENG_H_REASONING, reasoning);
+	harmony_join(&h, ENG_H_CONTENT, content);
+	if (calls)
+		*calls = harmony_calls(j, &h);
+}
+
 /* Streams what the text holds beyond what was sent: new reasoning as reasoning_content deltas,
  * new content as content deltas (calls go out at the end). */
 static void harmony_emit(web_job_t *j, int final)
 {
-	eng_harmony_t h;
-	eng_harmony_parse(j->text.p ? j->text.p : "", j->text.len, final, &h);
 	web_buf_t r = {0}, c = {0};
-	harmony_join(&h, ENG_H_REASONING, &r);
-	harmony_join(&h, ENG_H_CONTENT, &c);
+	web_harmony_read(j, final, &r, &c, NULL);
 	if (r.len > j->rs_sent) {
 		web_sse_add(&j->out, delta_chunk(j, "reasoning_content", r.p + j->rs_sent,
 						 r.len - j->rs_sent));
@@ -642,39 +674,19 @@ static void harmony_emit(web_job_t *j, int final)
 /* The end of a harmony reply: its channels into reasoning_content, content and tool_calls. */
 static void harmony_finish(web_job_t *j)
 {
-	eng_harmony_t h;
-	const char *s = j->text.p ? j->text.p : "";
-	eng_harmony_parse(s, j->text.len, 1, &h);
-	json_t *calls = json_array();
-	for (int i = 0; calls && i < h.n; i++) {
-		const eng_hpiece_t *p = &h.piece[i];
-		if (p->kind != ENG_H_CALL || !j->req.tools)
-			continue;
-		char *name = strndup(p->name, p->name_len);
-		json_t *args = json_loadb(p->p, p->len, JSON_DECODE_ANY, NULL);
-		json_t *v = name ? json_pack("{s:s, s:o}", "name", name, "arguments",
-					     args ? args : json_stringn(p->p, p->len))
-				 : NULL;
-		if (v)
-			add_call(j, calls, v);
-		json_decref(v);
-		free(name);
-	}
-	if (!j->req.parallel_tool_calls)
-		while (json_array_size(calls) > 1)
-			json_array_remove(calls, json_array_size(calls) - 1);
+	json_t *calls;
+	web_buf_t r = {0}, c = {0};
+	web_harmony_read(j, 1, &r, &c, &calls);
 	if (j->req.stream) {
 		harmony_emit(j, 1);
+		free(c.p);
 	} else {
-		web_buf_t r = {0}, c = {0};
-		harmony_join(&h, ENG_H_REASONING, &r);
-		harmony_join(&h, ENG_H_CONTENT, &c);
 		if (r.len)
 			j->rid.reasoning = json_stringn_nocheck(r.p, r.len);
 		free(j->text.p); /* the message's content: the final channel */
 		j->text = c;
-		free(r.p);
 	}
+	free(r.p);
 	if (!json_array_size(calls)) {
 		json_decref(calls);
 		return;

@@ -41,15 +41,15 @@ struct json_t; /* jansson */
 #define WEB_JSON_VALUES_MAX     131072 /* values of any kind in a body */
 #define WEB_PARSE_CONCURRENCY   2      /* bodies parsed into trees at once (bounds peak memory) */
 /* the dashboard's memory (history.c) */
-#define WEB_HISTORY_SECONDS 900 /* samples kept: 15 minutes at one a second */
-#define WEB_HISTORY_NODES   8   /* nodes whose step and communication times are kept */
-#define WEB_HISTORY_QWINDOW 5   /* latency quantiles of a sample cover its last 5 seconds */
-#define WEB_EVENTS_MAX      200 /* cluster events kept */
-#define WEB_REQUESTS_MAX    100 /* finished or refused requests kept */
-#define WEB_TEXT_MAX        240 /* bytes of a prompt and a reply kept (--dashboard-show-text) */
-#define WEB_EMBED_INPUTS_MAX    2048   /* inputs of one embeddings request (OpenAI's limit) */
-#define WEB_RSTORE_BYTES        (32u << 20) /* stored responses (previous_response_id): bytes */
-#define WEB_RSTORE_ITEMS        1024        /* and count; the oldest go first */
+#define WEB_HISTORY_SECONDS  900  /* samples kept: 15 minutes at one a second */
+#define WEB_HISTORY_NODES    8    /* nodes whose step and communication times are kept */
+#define WEB_HISTORY_QWINDOW  5    /* latency quantiles of a sample cover its last 5 seconds */
+#define WEB_EVENTS_MAX       200  /* cluster events kept */
+#define WEB_REQUESTS_MAX     100  /* finished or refused requests kept */
+#define WEB_TEXT_MAX         240  /* bytes of a prompt and a reply kept (--dashboard-show-text) */
+#define WEB_EMBED_INPUTS_MAX 2048 /* inputs of one embeddings request (OpenAI's limit) */
+#define WEB_RSTORE_BYTES     (32u << 20) /* stored responses (previous_response_id): bytes */
+#define WEB_RSTORE_ITEMS     1024        /* and count; the oldest go first */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -205,6 +205,12 @@ void web_tools_finish(struct web_job *j);
  * content before them. */
 size_t web_tools_safe(const struct web_job *j, const char *s, size_t n);
 struct json_t *web_tools_parse(struct web_job *j, const char *s, size_t n, size_t *content_len);
+/* gpt-oss (harmony, tool_format WEB_TC_HARMONY): the reply's reasoning and content channels,
+ * each joined, appended to reasoning and content (as far as a parse of the text so far shows
+ * them, all of it when final); *calls (when calls != NULL): its tool calls, OpenAI's tool_calls
+ * array (new reference, maybe empty). */
+void web_harmony_read(struct web_job *j, int final, web_buf_t *reasoning, web_buf_t *content,
+		      struct json_t **calls);
 /* A structured value that closed on the last allowed token ends as "stop" (tools.c). */
 void web_grammar_finish(struct web_job *j, const char *s, size_t n);
 
@@ -329,7 +335,7 @@ typedef struct web_job {
 	int keep_text;                  /* the history keeps text: reply's head goes to shown */
 	char shown[WEB_TEXT_MAX];       /* the reply's first bytes (keep_text only) */
 	size_t shown_len;
-	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
+	struct web_sched *sched; /* set when the job starts (scheduler thread only) */
 	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
