@@ -120,14 +120,6 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	}
 }
 
-static uint64_t rng_next(uint64_t *x) /* splitmix64 */
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static int cand_cmp(const void *a, const void *b)
 {
 	const cand_t *x = a, *y = b;
@@ -226,7 +218,8 @@ int sampler_sample(sampler_t *s, float *logits, float *logprob, eng_logprob_t *t
 		sum = 0;
 		for (int i = 0; i < nc; i++)
 			sum += pr[i];
-		double r = (double)(rng_next(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+		double r =
+		    (double)(sh_splitmix64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
 		chosen = s->cand[nc - 1].id;
 		for (int i = 0; i < nc; i++) {
 			r -= pr[i];

@@ -29,11 +29,6 @@
 
 #include "common/common.h"
 
-static int bad(web_err_t *e, const char *param, const char *msg)
-{
-	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
-}
-
 /* r->inputs from a JSON string or array of strings; or r->input_ids from token id arrays
  * (OpenAI only: ids_ok). */
 static int parse_inputs(web_req_t *r, json_t *in, const char *param, int ids_ok, web_err_t *e)
@@ -45,10 +40,10 @@ static int parse_inputs(web_req_t *r, json_t *in, const char *param, int ids_ok,
 					 json_is_integer(json_array_get(in, 0)));
 	size_t n = one ? 1 : json_is_array(in) ? json_array_size(in) : 0;
 	if (!json_is_string(in) && !json_is_array(in))
-		return bad(e, param,
-			   ids_ok ? "'input' must be a string, an array of strings, or "
-				    "token ids"
-				  : "'input' must be a string or an array of strings");
+		return web_err_bad(e, param,
+				   ids_ok ? "'input' must be a string, an array of strings, or "
+					    "token ids"
+					  : "'input' must be a string or an array of strings");
 	if (n > WEB_EMBED_INPUTS_MAX)
 		return web_err_set(e, 400, "invalid_request_error", param, "array_above_max_length",
 				   "'%s' has %zu inputs; at most %d are accepted", param, n,
@@ -67,10 +62,11 @@ static int parse_inputs(web_req_t *r, json_t *in, const char *param, int ids_ok,
 			continue;
 		}
 		if (!ids_ok || !json_is_array(v) || !json_array_size(v))
-			return bad(e, param,
-				   ids_ok ? "each input must be a string or a non-empty array of "
-					    "token ids"
-					  : "each input must be a string");
+			return web_err_bad(
+			    e, param,
+			    ids_ok ? "each input must be a string or a non-empty array of "
+				     "token ids"
+				   : "each input must be a string");
 		size_t k = json_array_size(v);
 		if (!(r->input_ids[i] = malloc(k * sizeof(int))))
 			return web_err_oom(e);
@@ -78,7 +74,8 @@ static int parse_inputs(web_req_t *r, json_t *in, const char *param, int ids_ok,
 			json_t *id = json_array_get(v, t);
 			if (!json_is_integer(id) || json_integer_value(id) < 0 ||
 			    json_integer_value(id) > 0x7fffffff)
-				return bad(e, param, "token ids must be non-negative integers");
+				return web_err_bad(e, param,
+						   "token ids must be non-negative integers");
 			r->input_ids[i][t] = (int)json_integer_value(id);
 		}
 		r->input_len[i] = (int)k;
@@ -92,7 +89,7 @@ static int parse_common(web_req_t *r, json_t *root, web_err_t *e)
 	int given = 0, rc;
 	json_t *model = json_object_get(root, "model");
 	if (model && !json_is_null(model) && !json_is_string(model))
-		return bad(e, "model", "'model' must be a string");
+		return web_err_bad(e, "model", "'model' must be a string");
 	if ((rc = web_get_int(root, "dimensions", 1, 1 << 20, &v, &given, e)))
 		return rc;
 	r->dimensions = given ? (int)v : 0;
@@ -113,10 +110,11 @@ static int parse_openai(web_t *w, web_req_t *r, const char *body, size_t len, we
 		json_t *f = json_object_get(root, "encoding_format");
 		const char *fs = json_string_value(f);
 		if (f && !json_is_null(f) && (!fs || (strcmp(fs, "float") && strcmp(fs, "base64"))))
-			rc = bad(e, "encoding_format", "'encoding_format' must be float or base64");
+			rc = web_err_bad(e, "encoding_format",
+					 "'encoding_format' must be float or base64");
 		r->base64 = fs && !strcmp(fs, "base64");
 		if (!rc && !r->n_inputs)
-			rc = bad(e, "input", "'input' must not be empty");
+			rc = web_err_bad(e, "input", "'input' must not be empty");
 	}
 	json_decref(root);
 	return rc;

@@ -33,11 +33,6 @@
 
 #define OLLAMA_VERSION "0.12.0" /* the Ollama API this follows (clients check a minimum) */
 
-static int bad(web_err_t *e, const char *param, const char *msg)
-{
-	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
-}
-
 /* RFC 3339 with nanoseconds, UTC (Go's time.Time in JSON). */
 static void rfc3339(char *out, size_t len, const struct timespec *ts)
 {
@@ -73,7 +68,7 @@ static int map_options(json_t *root, json_t *o, web_req_t *r, web_err_t *e)
 	if (!opt || json_is_null(opt))
 		return 0;
 	if (!json_is_object(opt))
-		return bad(e, "options", "'options' must be an object");
+		return web_err_bad(e, "options", "'options' must be an object");
 	static const char *const same[] = {"temperature",
 					   "top_p",
 					   "top_k",
@@ -110,13 +105,14 @@ static int map_format(json_t *root, json_t *o, web_err_t *e)
 		return 0;
 	if (json_is_string(f)) {
 		if (strcmp(json_string_value(f), "json"))
-			return bad(e, "format", "'format' must be \"json\" or a JSON schema");
+			return web_err_bad(e, "format",
+					   "'format' must be \"json\" or a JSON schema");
 		json_object_set_new(o, "response_format",
 				    json_pack("{s:s}", "type", "json_object"));
 		return 0;
 	}
 	if (!json_is_object(f))
-		return bad(e, "format", "'format' must be \"json\" or a JSON schema");
+		return web_err_bad(e, "format", "'format' must be \"json\" or a JSON schema");
 	json_object_set_new(o, "response_format",
 			    json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema",
 				      "name", "format", "schema", f));
@@ -127,14 +123,14 @@ static int map_format(json_t *root, json_t *o, web_err_t *e)
 static int map_messages(json_t *msgs, json_t *out, web_err_t *e)
 {
 	if (!json_is_array(msgs))
-		return bad(e, "messages", "'messages' must be an array");
+		return web_err_bad(e, "messages", "'messages' must be an array");
 	int n_calls = 0;
 	size_t i;
 	json_t *m;
 	json_array_foreach(msgs, i, m)
 	{
 		if (!json_is_object(m))
-			return bad(e, "messages", "each message must be an object");
+			return web_err_bad(e, "messages", "each message must be an object");
 		json_t *imgs = json_object_get(m, "images");
 		if (json_is_array(imgs) && json_array_size(imgs))
 			return web_err_set(e, 400, "invalid_request_error", "images",
@@ -197,7 +193,7 @@ static int parse_chat(web_t *w, web_req_t *r, const char *body, size_t len, web_
 	if (!rc) {
 		json_t *st = json_object_get(root, "stream");
 		if (st && !json_is_null(st) && !json_is_boolean(st))
-			rc = bad(e, "stream", "'stream' must be a boolean");
+			rc = web_err_bad(e, "stream", "'stream' must be a boolean");
 		json_object_set_new(o, "stream", json_boolean(!json_is_false(st)));
 		json_t *m = json_object_get(root, "messages");
 		if (!rc && (!m || json_is_null(m)))
@@ -233,11 +229,11 @@ static int parse_generate(web_t *w, web_req_t *r, const char *body, size_t len, 
 	json_t *sys = json_object_get(root, "system"), *ctx = json_object_get(root, "context");
 	json_t *suffix = json_object_get(root, "suffix"), *imgs = json_object_get(root, "images");
 	if (st && !json_is_null(st) && !json_is_boolean(st))
-		rc = bad(e, "stream", "'stream' must be a boolean");
+		rc = web_err_bad(e, "stream", "'stream' must be a boolean");
 	else if (p && !json_is_null(p) && !json_is_string(p))
-		rc = bad(e, "prompt", "'prompt' must be a string");
+		rc = web_err_bad(e, "prompt", "'prompt' must be a string");
 	else if (sys && !json_is_null(sys) && !json_is_string(sys))
-		rc = bad(e, "system", "'system' must be a string");
+		rc = web_err_bad(e, "system", "'system' must be a string");
 	else if (json_is_string(suffix) && json_string_length(suffix))
 		rc = web_err_set(e, 400, "invalid_request_error", "suffix", "unsupported_value",
 				 "'suffix' (fill in the middle) is not supported");
@@ -245,7 +241,7 @@ static int parse_generate(web_t *w, web_req_t *r, const char *body, size_t len, 
 		rc = web_err_set(e, 400, "invalid_request_error", "images", "unsupported_value",
 				 "images are not supported: this model reads text only");
 	else if (ctx && !json_is_null(ctx) && !json_is_array(ctx))
-		rc = bad(e, "context", "'context' must be an array of token ids");
+		rc = web_err_bad(e, "context", "'context' must be an array of token ids");
 	if (!rc)
 		rc = web_get_bool(root, "raw", &r->raw, e);
 	json_object_set_new(o, "stream", json_boolean(!json_is_false(st)));
@@ -265,7 +261,8 @@ static int parse_generate(web_t *w, web_req_t *r, const char *body, size_t len, 
 			json_t *id = json_array_get(ctx, i);
 			if (!json_is_integer(id) || json_integer_value(id) < 0 ||
 			    json_integer_value(id) > 0x7fffffff) {
-				rc = bad(e, "context", "'context' must be an array of token ids");
+				rc = web_err_bad(e, "context",
+						 "'context' must be an array of token ids");
 				goto out;
 			}
 			r->ctx_ids[i] = (int)json_integer_value(id);
@@ -313,7 +310,8 @@ static int generate_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, web_
 		return 0;
 	for (int i = 0; i < r->n_ctx_ids; i++)
 		if (r->ctx_ids[i] >= in->n_vocab)
-			return bad(e, "context", "'context' holds an id outside the vocabulary");
+			return web_err_bad(e, "context",
+					   "'context' holds an id outside the vocabulary");
 	int skip = *n_ids > 0 && (*ids)[0] == in->bos; /* the context carries its own BOS */
 	int n = r->n_ctx_ids + *n_ids - skip;
 	int *all = malloc((size_t)MAX(n, 1) * sizeof *all);

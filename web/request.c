@@ -109,6 +109,11 @@ int web_err_oom(web_err_t *e)
 	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
 }
 
+int web_err_bad(web_err_t *e, const char *param, const char *msg)
+{
+	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
+}
+
 int web_text_parts(json_t *v, const char *param, const char *types, json_t **out, web_err_t *e)
 {
 	*out = NULL;

@@ -1,6 +1,6 @@
 /* cmd_mkmodel.c: `shoal mkmodel`: writes a GGUF with seeded random weights and a small byte-level
  * tokenizer (infer/mkmodel.c). Same options and seed give the same file. */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
 #include "infer/quant/quant.h"
@@ -152,13 +152,12 @@ int cmd_mkmodel(int argc, char **argv)
 		case OPT_ADD_EOS: o.add_eos = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
-			char *end;
-			float f = strtof(optarg, &end);
-			if (!*optarg || *end || !(f >= 0 && f <= 1e6f)) {
+			double f;
+			if (cli_parse_num(optarg, 0, 1e6, &f)) {
 				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
 				return 2;
 			}
-			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = f;
+			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = (float)f;
 			break;
 		}
 		case OPT_TYPE:
@@ -167,7 +166,12 @@ int cmd_mkmodel(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case OPT_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+		case OPT_SEED:
+			if (cli_parse_u64(optarg, 0, UINT64_MAX, &o.seed)) {
+				fprintf(stderr, "shoal mkmodel: bad seed '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case OPT_NAME: o.name = optarg; break;
 		case 'o': out = optarg; break;
 		case OPT_LOG:
