@@ -338,38 +338,20 @@ TEST(pooling_default_eos_and_refusals)
 
 /* ---- several ranks ------------------------------------------------------------------------ */
 
+/* Rank 0 of the harness's engine group (loop_group.h): every input embedded, batched. */
 typedef struct rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	int pipeline;
-	const char *path;
-	float *out; /* rank 0: NIN x dim */
-	int rc;
-	char err[320];
+	loop_eng_t e; /* first: the harness's record */
+	float *out;   /* NIN x dim */
 } rank_t;
 
-static void *rank_main(void *arg)
+static int embed_lead(loop_eng_t *r, eng_t *e)
 {
-	rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
 	static int in[NIN][MAXIN];
-	if ((c->rc = loop_join(&g, &c->l, 21, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 5000};
-	if (!(e = open_eng(c->path, 3, &d, c->err))) {
-		c->rc = -1;
-		goto out;
-	}
-	if (c->l.rank == 0) {
-		make_inputs(in, eng_info(e)->n_vocab);
-		c->rc = embed_all(e, in, c->out, 1);
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e);
-	tp_group_free(g);
-	return NULL;
+	make_inputs(in, eng_info(e)->n_vocab);
+	int rc = embed_all(e, in, ((rank_t *)r)->out, 1);
+	if (rc)
+		snprintf(r->err, sizeof r->err, "embed_all: %d", rc);
+	return rc;
 }
 
 static void check_ranks(int k, int world, int pipeline, const char *what)
@@ -388,13 +370,22 @@ static void check_ranks(int k, int world, int pipeline, const char *what)
 	eng_free(e);
 	memset(ctx, 0, sizeof ctx);
 	for (int r = 0; r < world; r++)
-		ctx[r].pipeline = pipeline, ctx[r].path = PATH[k];
+		ctx[r].e = (loop_eng_t){.keys = &KEYS,
+					.tag = 21,
+					.path = PATH[k],
+					.pipeline = pipeline,
+					.threads = 2,
+					.ctx = CTX,
+					.step_timeout_ms = 5000,
+					.slots = 3,
+					.kv_type = "f32",
+					.lead = embed_lead};
 	ctx[0].out = calloc((size_t)NIN * D, sizeof(float));
-	loop_run(ctx, sizeof *ctx, world, rank_main);
+	loop_run(ctx, sizeof *ctx, world, loop_eng_main);
 	for (int r = 0; r < world; r++) {
-		if (ctx[r].rc)
-			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
-		CHECK_EQ_INT(ctx[r].rc, 0);
+		if (ctx[r].e.rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].e.err);
+		CHECK_EQ_INT(ctx[r].e.rc, 0);
 	}
 	compare(want, ctx[0].out, D, 0.99999, what);
 	free(ctx[0].out);
@@ -418,13 +409,11 @@ int main(void)
 	}
 	static const char *const names[3] = {"mean", "cls", "last"};
 	for (int k = 0; k < 3; k++) {
-		snprintf(PATH[k], sizeof PATH[k], "/tmp/shoal-test-embed-%d-%s.gguf", (int)getpid(),
-			 names[k]);
+		char tag[16];
+		snprintf(tag, sizeof tag, "embed-%s", names[k]);
 		mkmodel_opts_t o = opts(names[k]);
-		if (mkmodel_write(&o, PATH[k], err, sizeof err)) {
-			fprintf(stderr, "mkmodel: %s\n", err);
+		if (gen_write(PATH[k], &o, tag))
 			return 1;
-		}
 	}
 	RUN(pool_math);
 	RUN(engine_matches_forward_pass);
