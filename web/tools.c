@@ -239,6 +239,7 @@ static int format_of(int eng_format)
 	case ENG_TOOLS_MISTRAL: return WEB_TC_MISTRAL;
 	case ENG_TOOLS_XML: return WEB_TC_XML;
 	case ENG_TOOLS_HARMONY: return WEB_TC_HARMONY;
+	case ENG_TOOLS_GLM4: return WEB_TC_GLM4;
 	default: return WEB_TC_HERMES;
 	}
 }
@@ -321,6 +322,7 @@ size_t web_tools_safe(const web_job_t *j, const char *s, size_t n)
 	switch (j->req.tool_format) {
 	case WEB_TC_FORCED: return 0;
 	case WEB_TC_HERMES:
+	case WEB_TC_GLM4:
 	case WEB_TC_XML: { /* the XML form may also open without its <tool_call> */
 		const char *tags[2] = {"<tool_call>", "<function="};
 		size_t safe = n;
@@ -428,6 +430,18 @@ static const char *param_type(const web_job_t *j, const char *name, const char *
 	return buf;
 }
 
+/* A call's argument value v[0..n): JSON unless the tool declares that parameter a string (or it
+ * does not parse as JSON), as llama.cpp's parser decides by the schema. */
+static json_t *arg_value(const web_job_t *j, const char *name, const char *key, const char *v,
+			 size_t n)
+{
+	char ty[32];
+	json_t *val = NULL;
+	if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
+		val = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+	return val ? val : json_stringn(v, n);
+}
+
 /* One XML call at p[0..n): <function=NAME>\n then <parameter=KEY>\nVALUE\n</parameter>\n
  * each, then </function>. A value is JSON unless its parameter is a string (or it does not
  * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
@@ -448,7 +462,7 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 		gt = memchr(q, '>', (size_t)(end - q));
 		if (!gt || gt - q > 200)
 			break;
-		char key[256], ty[32];
+		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
 		const char *v = gt + 1, *ve = web_find(v, (size_t)(end - v), "</parameter>");
 		if (!ve)
@@ -458,17 +472,46 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 			v++;
 		if (ve > v && ve[-1] == '\n')
 			ve--;
-		json_t *val = NULL;
-		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
-			val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
-		if (!val)
-			val = json_stringn(v, (size_t)(ve - v));
-		json_object_set_new(args, key, val);
+		json_object_set_new(args, key, arg_value(j, name, key, v, (size_t)(ve - v)));
 	}
 	json_t *c = json_pack("{s:s, s:o}", "name", name, "arguments", args);
 	int rc = c ? add_call(j, calls, c) : -1;
 	json_decref(c);
 	return rc;
+}
+
+/* GLM-4.5/4.6's call body (infer/chat_tools.c render_glm4): "NAME\n<arg_key>K</arg_key>\n
+ * <arg_value>V</arg_value>\n..." with V written as text when a string, else as JSON; a value is
+ * read as add_xml_call reads one. Returns {"name", "arguments"} or NULL when p[0..len) is not
+ * such a body. */
+static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
+{
+	const char *end = p + len, *k = web_find(p, len, "<arg_key>");
+	const char *ne = k ? k : end;
+	while (ne > p && (ne[-1] == '\n' || ne[-1] == ' '))
+		ne--;
+	size_t i = skip_ws(p, (size_t)(ne - p), 0);
+	if (i >= (size_t)(ne - p) || (size_t)(ne - p) - i > 200 ||
+	    memchr(p + i, '{', (size_t)(ne - p) - i))
+		return NULL;
+	char name[256];
+	snprintf(name, sizeof name, "%.*s", (int)((size_t)(ne - p) - i), p + i);
+	json_t *args = json_object();
+	while (k && args) {
+		const char *ke = web_find(k, (size_t)(end - k), "</arg_key>");
+		const char *v = ke ? web_find(ke, (size_t)(end - ke), "<arg_value>") : NULL;
+		const char *ve = v ? web_find(v, (size_t)(end - v), "</arg_value>") : NULL;
+		if (!ve || ke - k - 9 > 200)
+			break;
+		char key[256];
+		snprintf(key, sizeof key, "%.*s", (int)(ke - k - 9), k + 9);
+		json_object_set_new(args, key,
+				    arg_value(j, name, key, v + 11, (size_t)(ve - v - 11)));
+		k = web_find(ve, (size_t)(end - ve), "<arg_key>");
+	}
+	json_t *call = args ? json_pack("{s:s, s:O}", "name", name, "arguments", args) : NULL;
+	json_decref(args);
+	return call;
 }
 
 /* Parses the calls in text; returns them (or NULL: plain content) and the content's length. */
@@ -494,7 +537,7 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 					  : NULL;
 			}
 		}
-	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
+	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_GLM4 || fmt == WEB_TC_FORCED) {
 		const char *p = fmt == WEB_TC_FORCED ? s : web_find(s, n, "<tool_call>");
 		if (p) {
 			*content_len = (size_t)(p - s);
@@ -504,7 +547,8 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 					p += 11;
 				const char *close = web_find(p, (size_t)(end - p), "</tool_call>");
 				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
-				json_t *v = json_loadb(p, len, 0, NULL);
+				json_t *v = fmt == WEB_TC_GLM4 ? glm_call(j, p, len)
+							       : json_loadb(p, len, 0, NULL);
 				if (v)
 					add_call(j, calls, v);
 				json_decref(v);

@@ -22,15 +22,19 @@ static void usage(FILE *f)
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] [--pooling none|mean|cls|last] [--add-eos]\n"
-	    "                     -o FILE.gguf\n"
+	    "                     [--header-only] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
 	    "  qwen35 (Gated DeltaNet): [--ssm-state N] [--ssm-k-heads N] [--ssm-v-heads N]\n"
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
+	    "  gemma3: [--sliding-window N] [--rope-factor F (linear)]\n"
+	    "  glm4moe: [--nextn N] [--qk-norm 1] and the expert options\n"
 	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
-	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, or with experts mixtral, qwen2moe,\n"
-	    "qwen3moe, qwen35moe, gpt-oss.\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
+	    "qwen2moe, qwen3moe, qwen35moe, glm4moe, gpt-oss.\n"
+	    "--header-only: metadata and tensor table only, the data a hole of the file's\n"
+	    "size (for `shoal plan` on a model too large to generate).\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -42,6 +46,10 @@ static void usage(FILE *f)
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
 	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "gemma3: window 512 on layers 0-4 of every 6, SentencePiece vocabulary, tied head.\n"
+	    "glm4moe: layers from --dense-lead (default 1) route (sigmoid, selection bias, one\n"
+	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
+	    "skipped, as llama.cpp does.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
 	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n"
 	    "--pooling writes <arch>.pooling_type for embeddings (default: last for qwen3, as\n"
@@ -84,7 +92,9 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
-    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)}, /* gpt-oss */
+    /* gemma3's and gpt-oss's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)},
+    {"qk-norm", offsetof(mkmodel_opts_t, qk_norm)},
 };
 
 enum {
@@ -98,7 +108,8 @@ enum {
 	OPT_ROPE_FACTOR,
 	OPT_YARN_MUL,
 	OPT_POOLING,
-	OPT_ADD_EOS
+	OPT_ADD_EOS,
+	OPT_HEADER_ONLY
 };
 
 int cmd_mkmodel(int argc, char **argv)
@@ -120,6 +131,7 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
 	opts[n++] = (struct option){"pooling", required_argument, 0, OPT_POOLING};
 	opts[n++] = (struct option){"add-eos", no_argument, 0, OPT_ADD_EOS};
+	opts[n++] = (struct option){"header-only", no_argument, 0, OPT_HEADER_ONLY};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -150,6 +162,7 @@ int cmd_mkmodel(int argc, char **argv)
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
 		case OPT_POOLING: o.pooling = optarg; break;
 		case OPT_ADD_EOS: o.add_eos = 1; break;
+		case OPT_HEADER_ONLY: o.header_only = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
 			double f;
