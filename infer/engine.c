@@ -24,6 +24,7 @@
  */
 #include "common/common.h"
 #include "infer/chat.h"
+#include "infer/embed.h"
 #include "infer/gguf.h"
 #include "infer/infer.h"
 #include "infer/model/meta.h"
@@ -74,6 +75,7 @@ typedef struct slot {
 	held_t held;
 	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
+	float *emb;     /* an embedding sequence: its pooled output [dim] (borrowed), else NULL */
 } slot_t;
 
 /* The batch of one forward pass: a step's, or one of the micro-batches in flight round a
@@ -107,7 +109,9 @@ struct eng {
 	int ring_max, ring_head, ring_n;
 	int last_batch;       /* tokens in the last step */
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
-	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
+	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
+			  the first embedding) */
+	dist_t *dist;  /* NULL on one node; else this rank's part of the group (tp.h) */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -242,6 +246,38 @@ int eng_kv_elem_bytes(const char *kv_type)
 		return -1;
 	return (int)((quant_block_bytes(t) + (size_t)quant_block_elems(t) - 1) /
 		     (size_t)quant_block_elems(t));
+}
+
+/* The embedding pooling, the weight count and the main weight type (eng_info_t). */
+static void model_info_extra(eng_t *e, eng_info_t *i)
+{
+	char key[96];
+	uint32_t pt = 0; /* any integer type of key (gguf.c's key_int) */
+	snprintf(key, sizeof key, "%s.pooling_type", e->meta.arch_name);
+	i->pooling = ENG_POOL_LAST;
+	if (!gguf_get_u32(e->g, key, &pt) && pt >= ENG_POOL_MEAN && pt <= ENG_POOL_RANK) {
+		i->pooling = (int)pt;
+		i->pooling_given = 1;
+	}
+	uint64_t best = 0, by_type[QT_NTYPES] = {0};
+	for (int k = 0; k < gguf_n_tensors(e->g); k++) {
+		const gguf_tensor_t *t = gguf_tensor(e->g, k);
+		uint64_t n = 1;
+		for (int d = 0; d < t->n_dims; d++)
+			n *= (uint64_t)t->ne[d];
+		i->n_params += n;
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < QT_NTYPES)
+			by_type[t->type] += t->nbytes;
+	}
+	for (int ty = 0; ty < QT_NTYPES; ty++)
+		if (by_type[ty] > best) {
+			best = by_type[ty];
+			i->weight_type = quant_type_ggml_name(ty);
+		}
+	if (!i->weight_type)
+		i->weight_type = "F32";
+	/* qwen3.5's prompt ends "<|im_start|>assistant\n<think>\n" (chat_qwen35.c) */
+	i->think_open = e->chat && !strcmp(e->chat, "qwen3.5");
 }
 
 int eng_kv_block_bytes(const char *kv_type, int *elems)
@@ -394,6 +430,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->world = e->dist ? dist_world(e->dist) : 1;
 	i->n_slots = slots;
 	i->n_stages = stages;
+	model_info_extra(e, i);
 	*out = e;
 	return 0;
 err:
@@ -561,7 +598,7 @@ void eng_free(eng_t *e)
 	/* passes still in flight come back first: the last stage is not left sending to a rank
 	 * that is gone */
 	for (; e->ring_n > 0 && e->dist && !dist_error(e->dist)[0]; e->ring_n--)
-		dist_collect(e->dist, NULL);
+		dist_collect(e->dist, NULL, NULL);
 	if (e->dist && e->model && dist_rank(e->dist) == 0)
 		dist_stop(e->dist);
 	dist_free(e->dist);
@@ -589,6 +626,7 @@ void eng_free(eng_t *e)
 	}
 	free(e->pass);
 	free(e->gen_done);
+	free(e->hidden);
 	free(e);
 }
 
@@ -674,8 +712,8 @@ static int held_add(held_t *h, const char *s, size_t n)
 	return 0;
 }
 
-/* Earliest occurrence of any stop string in h: its offset, or -1. */
-static long stop_find(const held_t *h, const eng_sampling_t *s)
+/* Earliest occurrence of any stop string in h: its offset, or -1; *which: its index. */
+static long stop_find(const held_t *h, const eng_sampling_t *s, int *which)
 {
 	long best = -1;
 	for (int i = 0; i < s->n_stop; i++) {
@@ -685,8 +723,10 @@ static long stop_find(const held_t *h, const eng_sampling_t *s)
 			continue;
 		for (size_t k = 0; k + n <= h->len; k++)
 			if (!memcmp(h->buf + k, st, n)) {
-				if (best < 0 || (long)k < best)
+				if (best < 0 || (long)k < best) {
 					best = (long)k;
+					*which = i;
+				}
 				break;
 			}
 	}
@@ -765,6 +805,7 @@ static void seq_end(eng_t *e, slot_t *sl, int finish)
 	free(sl->prompt);
 	sl->held = (held_t){0};
 	sl->prompt = NULL;
+	sl->emb = NULL;
 	sl->state = SLOT_FREE;
 	sl->used = ++e->clock;
 	e->n_active--;
@@ -853,6 +894,81 @@ void eng_seq_cancel(eng_t *e, int id)
 		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
 }
 
+/* ---- embeddings --------------------------------------------------------------------------- */
+
+int eng_embed_tokenize(const eng_t *e, const char *text, int **ids, int *n_ids, char *err,
+		       size_t errlen)
+{
+	int rc = eng_tokenize(e, text, 1, 1, ids, n_ids, err, errlen);
+	if (rc || !tok_add_eos(e->tok))
+		return rc;
+	int *p = realloc(*ids, (size_t)(*n_ids + 1) * sizeof **ids);
+	if (!p) {
+		free(*ids);
+		*ids = NULL;
+		*n_ids = 0;
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	}
+	p[(*n_ids)++] = tok_eos(e->tok);
+	*ids = p;
+	return 0;
+}
+
+int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *res)
+{
+	memset(res, 0, sizeof *res);
+	res->prompt_tokens = n;
+	res->finish = ENG_FINISH_ERROR;
+	if (e->dist && dist_rank(e->dist) != 0)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "only rank 0 of a group computes");
+	if (e->info.pooling == ENG_POOL_RANK)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "this model is a reranker (pooling rank): it gives no embeddings");
+	if (n <= 0 || n > e->info.n_ctx)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "an input of %d tokens does not fit the context of %d", n,
+			       e->info.n_ctx);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->meta.n_vocab)
+			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
+				       ids[i]);
+	size_t rows = (size_t)e->n_slots + ENG_PREFILL_MAX;
+	if (!e->hidden && !(e->hidden = malloc(rows * (size_t)e->meta.dim * sizeof *e->hidden)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	slot_t *sl = NULL; /* the least recently used free slot: recent chats keep theirs */
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *c = &e->slots[i];
+		if (c->state == SLOT_FREE && (!sl || c->used < sl->used))
+			sl = c;
+	}
+	if (!sl) {
+		res->finish = ENG_FINISH_NONE;
+		return SH_EBUSY;
+	}
+	if (!(sl->prompt = malloc((size_t)n * sizeof *ids)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	memcpy(sl->prompt, ids, (size_t)n * sizeof *ids);
+	sl->n_prompt = n;
+	sl->n_cache = 0; /* from position 0 always: the pool reads every token it wants */
+	sl->cb = NULL;
+	sl->ud = NULL;
+	sl->res = res;
+	sl->held = (held_t){0};
+	sl->ts = (tok_stream_t){0};
+	sl->emb = out;
+	memset(out, 0, (size_t)e->meta.dim * sizeof *out);
+	sl->t0 = now_ns();
+	sl->t1 = 0;
+	sl->used = ++e->clock;
+	sl->gen++;
+	sl->flying = 0;
+	sl->state = SLOT_PREFILL;
+	e->n_active++;
+	res->finish = ENG_FINISH_NONE;
+	return (int)(sl - e->slots);
+}
+
 /* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
  * (res->finish set), 0 when it goes on with sl->next. */
 static int seq_sample(eng_t *e, slot_t *sl, float *logits)
@@ -890,12 +1006,14 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	}
 	int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
 		   sl->n_cache + 1 >= e->info.n_ctx;
-	long at = stop_find(&sl->held, s);
+	int which = 0;
+	long at = stop_find(&sl->held, s, &which);
 	size_t emit;
 	int finish = ENG_FINISH_NONE;
 	if (at >= 0) {
 		emit = (size_t)at;
 		finish = ENG_FINISH_STOP;
+		res->stop_hit = which + 1;
 	} else if (last) {
 		const char *rest = tok_stream_flush(&sl->ts, &plen);
 		if (held_add(&sl->held, rest, plen)) {
@@ -952,16 +1070,24 @@ static int pass_build(eng_t *e, pass_t *p, int max_seq)
 			break;
 		int k = MIN(budget, sl->n_prompt - sl->n_cache), id = (int)(sl - e->slots);
 		for (int j = 0; j < k; j++, n++) {
-			p->tok[n] = sl->prompt[sl->n_cache + j];
+			int at = sl->n_cache + j;
+			p->tok[n] = sl->prompt[at];
 			p->slot[n] = id;
-			p->pos[n] = sl->n_cache + j;
-			p->out[n] = sl->n_cache + j == sl->n_prompt - 1;
+			p->pos[n] = at;
 			p->gen[n] = sl->gen;
+			if (sl->emb) { /* an embedding: the hidden states its pool reads */
+				p->out[n] = embed_pool_wants(e->info.pooling, at, sl->n_prompt)
+						? MODEL_OUT_EMBD
+						: 0;
+				p->keep[n] = 0;
+				continue;
+			}
+			p->out[n] = at == sl->n_prompt - 1 ? MODEL_OUT_LOGITS : 0;
 			/* checkpoints of the recurrent state a few tokens before the prompt's end:
 			 * the next turn of a chat shares the prompt up to about there (a template
 			 * may render the previous reply's opening differently), and the same prompt
 			 * again resumes one token before its end */
-			int after = sl->n_cache + j + 1;
+			int after = at + 1;
 			p->keep[n] =
 			    after == sl->n_prompt - ENG_KEEP_BACK || after == sl->n_prompt - 1;
 		}
@@ -992,14 +1118,19 @@ static int step_fail(eng_t *e, int rc, eng_done_t *done, int *n_done)
 }
 
 /* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
- * (rows of e->logits in batch order) samples its next token. Entries of a sequence that ended
- * while the pass was in flight are dropped (the slot may hold another one by now). */
+ * (rows of e->logits in batch order) samples its next token; an embedding pools the hidden
+ * states it asked for (rows of e->hidden in batch order) and ends after its last token. Entries
+ * of a sequence that ended while the pass was in flight are dropped (the slot may hold another
+ * one by now). */
 static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
 {
-	int row = 0;
+	int row = 0, hrow = 0, D = e->meta.dim;
 	for (int j = 0; j < p->n; j++) {
 		slot_t *sl = &e->slots[p->slot[j]];
-		float *lg = p->out[j] ? e->logits + (size_t)row++ * e->meta.n_vocab : NULL;
+		float *lg = p->out[j] == MODEL_OUT_LOGITS
+				? e->logits + (size_t)row++ * e->meta.n_vocab
+				: NULL;
+		float *h = p->out[j] == MODEL_OUT_EMBD ? e->hidden + (size_t)hrow++ * D : NULL;
 		if (sl->gen != p->gen[j])
 			continue;
 		sl->flying = 0;
@@ -1007,6 +1138,19 @@ static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done
 			continue;
 		sl->cache[p->pos[j]] = p->tok[j];
 		sl->n_cache = p->pos[j] + 1;
+		if (sl->emb) {
+			if (h)
+				embed_pool_add(sl->emb, h, D, e->info.pooling, p->pos[j],
+					       sl->n_prompt);
+			if (sl->n_cache == sl->n_prompt) { /* the input is done: its embedding */
+				embed_pool_finish(sl->emb, D, e->info.pooling, sl->n_prompt);
+				sl->t1 = now_ns();
+				sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+				seq_end(e, sl, ENG_FINISH_STOP);
+				done[(*n_done)++] = (eng_done_t){p->slot[j], 0};
+			}
+			continue;
+		}
 		if (!lg)
 			continue;
 		if (sl->state == SLOT_PREFILL) {
@@ -1022,9 +1166,9 @@ static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done
 	}
 }
 
-static model_batch_t pass_batch(const pass_t *p)
+static model_batch_t pass_batch(const eng_t *e, const pass_t *p)
 {
-	return (model_batch_t){p->n, p->tok, p->slot, p->pos, p->out, p->keep};
+	return (model_batch_t){p->n, p->tok, p->slot, p->pos, p->out, p->keep, e->hidden};
 }
 
 /* A pipeline's rank 0 with micro-batches in flight: while the ring has room and sequences are
@@ -1042,7 +1186,7 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 		pass_t *p = &e->pass[(e->ring_head + e->ring_n) % e->ring_max];
 		if (!ready || !pass_build(e, p, (ready + room - 1) / room))
 			break;
-		model_batch_t b = pass_batch(p);
+		model_batch_t b = pass_batch(e, p);
 		e->last_batch = p->n;
 		if ((rc = dist_submit(e->dist, &b)))
 			return step_fail(e, rc, done, n_done);
@@ -1051,7 +1195,8 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 	if (!e->ring_n)
 		return 0;
 	const pass_t *p = &e->pass[e->ring_head];
-	if ((rc = dist_collect(e->dist, e->logits)))
+	model_batch_t b = pass_batch(e, p);
+	if ((rc = dist_collect(e->dist, &b, e->logits)))
 		return step_fail(e, rc, done, n_done);
 	e->ring_head = (e->ring_head + 1) % e->ring_max;
 	e->ring_n--;
@@ -1068,7 +1213,7 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 		return 0;
 	pass_t *p = &e->pass[0];
 	pass_build(e, p, e->n_slots);
-	model_batch_t b = pass_batch(p);
+	model_batch_t b = pass_batch(e, p);
 	int rc = eng_forward(e, &b);
 	e->last_batch = p->n;
 	if (rc)

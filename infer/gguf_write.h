@@ -78,6 +78,11 @@ typedef struct mkmodel_opts {
 	 * matrices, as the converter writes gpt-oss */
 	int swa_window, qk_norm;
 	int header_only; /* 1: the header and tensor table only, the data a hole (gw_skip_data) */
+	/* embeddings: <arch>.pooling_type "none" (no key), "mean", "cls" or "last"; NULL = the
+	 * default: "last" for qwen3 (as Qwen3-Embedding's files), none otherwise. add_eos writes
+	 * tokenizer.ggml.add_eos_token = true (an embedding input then ends with EOS). */
+	const char *pooling;
+	int add_eos;
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small

@@ -7,6 +7,10 @@
  *
  * Continuous batching adds three histograms (time to first token, inter-token latency, sequences
  * per step) with fixed buckets, and the state of every KV slot after the last step.
+ *
+ * Which API each request used (chat, completions, messages, responses, ollama.chat,
+ * embeddings, ...): a total per API (shoal_api_requests_total{api}); the dashboard's request
+ * table has the API of each row (history.c).
  */
 #include "web/web_int.h"
 
@@ -128,6 +132,15 @@ void web_metrics_finished(web_metrics_t *m, const eng_result_t *r)
 	pthread_mutex_unlock(&m->mu);
 }
 
+void web_metrics_request(web_metrics_t *m, int api)
+{
+	if (api < 0 || api >= WEB_API_N)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->by_api[api]++;
+	pthread_mutex_unlock(&m->mu);
+}
+
 static const char *state_name(int st)
 {
 	switch (st) {
@@ -154,6 +167,12 @@ int web_metrics_prometheus(web_metrics_t *m, web_buf_t *o, int queued, int runni
 		if (m->by_status[s])
 			rc |= web_buf_addf(o, "shoal_requests_total{status=\"%zu\"} %llu\n", s,
 					   (unsigned long long)m->by_status[s]);
+	rc |= web_buf_addf(o, "# HELP shoal_api_requests_total Generation and embedding requests "
+			      "that ended, by the API they came through.\n"
+			      "# TYPE shoal_api_requests_total counter\n");
+	for (int a = 0; a < WEB_API_N; a++)
+		rc |= web_buf_addf(o, "shoal_api_requests_total{api=\"%s\"} %llu\n",
+				   web_api_name(a), (unsigned long long)m->by_api[a]);
 	rc |= web_buf_addf(
 	    o,
 	    "# HELP shoal_prompt_tokens_total Prompt tokens of finished requests.\n"

@@ -21,7 +21,8 @@ static void usage(FILE *f)
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] [--header-only] -o FILE.gguf\n"
+	    "                     [--name NAME] [--pooling none|mean|cls|last] [--add-eos]\n"
+	    "                     [--header-only] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
@@ -50,7 +51,10 @@ static void usage(FILE *f)
 	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
 	    "skipped, as llama.cpp does.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
-	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n"
+	    "--pooling writes <arch>.pooling_type for embeddings (default: last for qwen3, as\n"
+	    "Qwen3-Embedding; none otherwise); --add-eos makes the tokenizer end inputs with "
+	    "EOS.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -103,6 +107,8 @@ enum {
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
 	OPT_YARN_MUL,
+	OPT_POOLING,
+	OPT_ADD_EOS,
 	OPT_HEADER_ONLY
 };
 
@@ -123,6 +129,8 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"pooling", required_argument, 0, OPT_POOLING};
+	opts[n++] = (struct option){"add-eos", no_argument, 0, OPT_ADD_EOS};
 	opts[n++] = (struct option){"header-only", no_argument, 0, OPT_HEADER_ONLY};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
@@ -152,6 +160,8 @@ int cmd_mkmodel(int argc, char **argv)
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_POOLING: o.pooling = optarg; break;
+		case OPT_ADD_EOS: o.add_eos = 1; break;
 		case OPT_HEADER_ONLY: o.header_only = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
