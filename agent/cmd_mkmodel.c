@@ -1,5 +1,6 @@
 /* cmd_mkmodel.c: `shoal mkmodel`: writes a GGUF with seeded random weights and a small byte-level
- * tokenizer (infer/mkmodel.c). Same options and seed give the same file. */
+ * tokenizer (infer/mkmodel.c). Same options and seed give the same file. With --from, converts a
+ * model's weight matrices to --type instead (infer/gguf_convert.c: a draft model's copy). */
 #include "agent/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
@@ -22,6 +23,7 @@ static void usage(FILE *f)
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
+	    "       shoal mkmodel --from MODEL.gguf --type TYPE -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
@@ -39,7 +41,9 @@ static void usage(FILE *f)
 	    "qwen35: DeltaNet state = head size, key heads = heads/2, value heads = 2x key\n"
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
-	    "qwen35moe: 1 shared expert (gated) by default.\n");
+	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
+	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -88,12 +92,13 @@ enum {
 	OPT_LOG,
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
-	OPT_YARN_MUL
+	OPT_YARN_MUL,
+	OPT_FROM
 };
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 12];
+	struct option opts[ARRAY_LEN(int_opts) + 13];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -108,6 +113,7 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"from", required_argument, 0, OPT_FROM};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -121,8 +127,8 @@ int cmd_mkmodel(int argc, char **argv)
 			    .seed = 1,
 			    .experts = 8,
 			    .experts_used = 2};
-	const char *out = NULL;
-	int c;
+	const char *out = NULL, *from = NULL;
+	int c, type_given = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		if (c >= OPT_INT && c < OPT_INT + (int)ARRAY_LEN(int_opts)) {
@@ -152,7 +158,9 @@ int cmd_mkmodel(int argc, char **argv)
 				fprintf(stderr, "shoal mkmodel: unknown type '%s'\n", optarg);
 				return 2;
 			}
+			type_given = 1;
 			break;
+		case OPT_FROM: from = optarg; break;
 		case OPT_SEED: o.seed = strtoull(optarg, NULL, 10); break;
 		case OPT_NAME: o.name = optarg; break;
 		case 'o': out = optarg; break;
@@ -169,7 +177,12 @@ int cmd_mkmodel(int argc, char **argv)
 		return 2;
 	}
 	char err[256];
-	if (mkmodel_write(&o, out, err, sizeof err)) {
+	if (from && !type_given) {
+		fprintf(stderr, "shoal mkmodel: --from needs --type\n");
+		return 2;
+	}
+	if (from ? gguf_convert(from, out, o.type, err, sizeof err)
+		 : mkmodel_write(&o, out, err, sizeof err)) {
 		fprintf(stderr, "shoal mkmodel: %s\n", err);
 		return 1;
 	}
