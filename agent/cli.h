@@ -28,6 +28,7 @@ struct eng_dist;
 struct eng;
 int cli_generate(int argc, char **argv, const char *name, const struct eng_dist *dist);
 void cli_comm_stats(const struct eng *e); /* one line on stderr */
+void cli_spec_stats(const struct eng *e); /* speculative decoding's figures: one line on stderr */
 
 /* A whole decimal integer in [lo, hi] (no sign games, no trailing text: "foo" and "12x" are
  * refused). Returns 0 with *out set, or -1. Every subcommand's integer flags go through it. */

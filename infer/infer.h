@@ -60,6 +60,12 @@ typedef struct eng_opts {
 	int rollback;              /* hybrid models (recurrent layers): positions of a step that can
 				      be taken back (speculative decoding verifies k + 1 tokens:
 				      k); 0 = none. On several ranks rank 0's value wins. */
+	/* Speculative decoding (docs/speculative.md), rank 0 only: "auto" (NULL: the draft model
+	 * when one is given, else prompt lookup, each only where it pays), "off", "ngram" (prompt
+	 * lookup) or "model" (needs draft_model). */
+	const char *spec;
+	const char *draft_model; /* GGUF with the same vocabulary, run on rank 0 alone, or NULL */
+	int draft_max;           /* longest draft; 0 = 8 (at most 16) */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
@@ -82,6 +88,8 @@ typedef struct eng_info {
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
 	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
+	const char *spec;          /* speculative decoding: "off", "auto", "ngram" or "model" */
+	const char *draft;         /* the draft model's name, or NULL */
 } eng_info_t;
 
 typedef struct eng_msg {
@@ -233,6 +241,18 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
  * tokens computed so far for prefix reuse. */
 void eng_seq_cancel(eng_t *e, int id);
+
+/* Speculative decoding's figures since eng_open (zeros when off). A verify is one sequence's
+ * drafted positions checked in a step. */
+typedef struct eng_spec_stats {
+	uint64_t verifies; /* sequence-steps that verified a draft */
+	uint64_t drafted;  /* drafted tokens verified */
+	uint64_t accepted; /* of them, accepted */
+	uint64_t emitted;  /* tokens the verifies produced (accepted + the target's own) */
+	double draft_ms;   /* time spent drafting */
+	double draft_len;  /* mean length of the recent drafts (0 while none) */
+} eng_spec_stats_t;
+void eng_spec_stats(const eng_t *e, eng_spec_stats_t *out);
 
 /* Sequences in progress. */
 int eng_active(const eng_t *e);
