@@ -34,6 +34,26 @@ void cli_spec_stats(const struct eng *e); /* speculative decoding's figures: one
  * refused). Returns 0 with *out set, or -1. Every subcommand's integer flags go through it. */
 int cli_parse_int(const char *s, long lo, long hi, int *out);
 
+/* Speculative decoding's flags, shared by generate, worker, serve and agent (which applies them
+ * to the leader's engine only): add CLI_SPEC_OPTIONS to the getopt table, CLI_SPEC_USAGE to the
+ * help, and let cli_spec_opt() take the option codes it knows. */
+enum { CLI_OPT_SPEC = 0x5000, CLI_OPT_DRAFT_MODEL, CLI_OPT_DRAFT_MAX };
+/* clang-format off */
+#define CLI_SPEC_OPTIONS                                                                           \
+	{"spec", required_argument, 0, CLI_OPT_SPEC},                                              \
+	{"draft-model", required_argument, 0, CLI_OPT_DRAFT_MODEL},                                \
+	{"draft-max", required_argument, 0, CLI_OPT_DRAFT_MAX}
+/* clang-format on */
+#define CLI_SPEC_USAGE                                                                             \
+	"  --spec MODE           speculative decoding: auto (default: where it pays), off,\n"      \
+	"                        ngram (prompt lookup), model (needs --draft-model)\n"             \
+	"  --draft-model FILE    a small GGUF with the same vocabulary that drafts tokens\n"       \
+	"  --draft-max N         longest draft (default 8, at most 16)\n"
+/* Applies option c (argument arg) to eo when it is one of the above: returns 1 (and sets *bad
+ * for a bad value), else 0. arg is borrowed (argv). */
+struct eng_opts;
+int cli_spec_opt(int c, const char *arg, struct eng_opts *eo, int *bad);
+
 /* Common flag: --log-level LEVEL (or SHOAL_LOG). Returns 0, or 2 with a message on a bad level. */
 int cli_set_log_level(const char *arg);
 

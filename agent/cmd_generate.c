@@ -27,10 +27,7 @@ static void usage(FILE *f)
 	    "  --stop TEXT           stop string (repeatable, up to %d)\n"
 	    "  --threads N           compute threads (default: all cores)\n"
 	    "  --ctx N               context length (default: the model's, capped by memory)\n"
-	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
-	    "  --spec MODE           speculative decoding: auto (default), off, ngram, model\n"
-	    "  --draft-model FILE    draft model (same vocabulary) for --spec model / auto\n"
-	    "  --draft-max N         longest draft (default 8, at most 16)\n"
+	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
 	    "  --system TEXT         system message for --chat\n"
 	    "  --chat-template NAME  template family override (chatml, llama3, ...)\n"
 	    "  --ids                 print the generated token ids on one line instead of text\n"
@@ -149,9 +146,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"threads", required_argument, 0, 't'},
 	    {"ctx", required_argument, 0, 'C'},
 	    {"kv-type", required_argument, 0, 1000},
-	    {"spec", required_argument, 0, 1001},
-	    {"draft-model", required_argument, 0, 1002},
-	    {"draft-max", required_argument, 0, 1003},
+	    CLI_SPEC_OPTIONS,
 	    {"chat-template", required_argument, 0, 'y'},
 	    {"ids", no_argument, 0, 'i'},
 	    {"top-logprobs", required_argument, 0, 'l'},
@@ -227,12 +222,6 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 			break;
 		case 'y': eo.chat_template = optarg; break;
 		case 1000: eo.kv_type = optarg; break;
-		case 1001: eo.spec = optarg; break;
-		case 1002: eo.draft_model = optarg; break;
-		case 1003:
-			bad = num(optarg, 1, 16, &v);
-			eo.draft_max = (int)v;
-			break;
 		case 'i': out.ids_only = 1; break;
 		case 'l':
 			bad = num(optarg, 0, 20, &v);
@@ -245,7 +234,11 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default:
+			if (cli_spec_opt(c, optarg, &eo, &bad))
+				break;
+			usage(stderr);
+			return 2;
 		}
 		if (bad) {
 			fprintf(stderr, "shoal %s: bad value '%s'\n", name, optarg);

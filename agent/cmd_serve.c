@@ -21,29 +21,30 @@
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
-	       "Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
-	       "and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
-	       "  --model FILE          GGUF model to load (required)\n"
-	       "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
-	       "  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
-	       "  --threads N           compute threads (default: number of cores)\n"
-	       "  --ctx N               context length of each slot (default: the model's)\n"
-	       "  --parallel N          sequences generated together, each with its own KV slot\n"
-	       "                        (default 4)\n"
-	       "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
-	       "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
-	       "  --timeout-ms N        per-request deadline (default 300000)\n"
-	       "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
-	       "  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
-	       "  --tls-key F           and this PEM private key\n"
-	       "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
-	       "model's\n"
-	       "  --model-name NAME     model id reported by the API (default: the file name)\n"
-	       "  --dashboard-show-text\n"
-	       "                        the dashboard's request table shows prompts and replies\n"
-	       "                        (to anyone who can open it; default: tokens and timings)\n"
-	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+	    f,
+	    "usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
+	    "Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
+	    "and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
+	    "  --model FILE          GGUF model to load (required)\n"
+	    "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
+	    "  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
+	    "  --threads N           compute threads (default: number of cores)\n"
+	    "  --ctx N               context length of each slot (default: the model's)\n"
+	    "  --parallel N          sequences generated together, each with its own KV slot\n"
+	    "                        (default 4)\n"
+	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
+	    "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
+	    "  --timeout-ms N        per-request deadline (default 300000)\n"
+	    "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
+	    "  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
+	    "  --tls-key F           and this PEM private key\n"
+	    "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
+	    "model's\n"
+	    "  --model-name NAME     model id reported by the API (default: the file name)\n"
+	    "  --dashboard-show-text\n"
+	    "                        the dashboard's request table shows prompts and replies\n"
+	    "                        (to anyone who can open it; default: tokens and timings)\n"
+	    "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
 }
 
 int cmd_serve(int argc, char **argv)
@@ -66,6 +67,7 @@ int cmd_serve(int argc, char **argv)
 	    {"tls-key", required_argument, NULL, 'Y'},
 	    {"dashboard-show-text", no_argument, NULL, 1001},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_SPEC_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	web_opts_t wo;
@@ -113,7 +115,15 @@ int cmd_serve(int argc, char **argv)
 				return rc;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: {
+			int bad = 0;
+			if (!cli_spec_opt(c, optarg, &eo, &bad)) {
+				usage(stderr);
+				return 2;
+			}
+			if (bad)
+				goto bad;
+		}
 		}
 	}
 	if (optind < argc || !eo.model_path) {
@@ -157,8 +167,11 @@ int cmd_serve(int argc, char **argv)
 		return 1;
 	}
 	const eng_info_t *in = eng_info(eng);
-	fprintf(stderr, "shoal serve: model %s (%s, context %d, %d slots) on %s://%s:%d/\n",
+	fprintf(stderr,
+		"shoal serve: model %s (%s, context %d, %d slots, speculative decoding %s%s%s) on "
+		"%s://%s:%d/\n",
 		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, in->n_slots,
+		in->spec, in->draft ? ", draft " : "", in->draft ? in->draft : "",
 		wo.tls_cert ? "https" : "http", wo.host, web_port(w));
 	fflush(stderr);
 

@@ -307,6 +307,9 @@ typedef struct web_metrics {
 	web_hist_t batch;     /* sequences per step */
 	int n_slots;          /* of the engine in use, 0 before the first step */
 	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
+	/* speculative decoding: the engine's figures after the last step (eng_spec_stats) */
+	const char *spec_mode; /* "off", "auto", "ngram", "model" (static), NULL before a step */
+	eng_spec_stats_t spec;
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
