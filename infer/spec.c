@@ -4,7 +4,8 @@
  * Invariants: d->toks[slot][0 .. d->n[slot]) are the tokens whose keys and values (or state)
  * slot `slot` of the draft model holds, so a sequence only feeds the draft what it does not
  * hold yet (after a verify: the tokens accepted, the target's own, at most two); t_cnt[n] counts
- * the measured steps of n tokens and t_ema[n] is their running mean.
+ * the measured steps of n tokens, t_ring[n] holds the last T_KEEP of them and t_med[n] their
+ * median (a step preempted on a busy machine must not move the estimate).
  */
 #include "infer/spec.h"
 
@@ -28,6 +29,8 @@
 #define ACC_PRIOR     2.0  /* weight of the engine's rate in a sequence's */
 #define EMA_NEW       0.2  /* weight of a new measurement in a running mean */
 #define ALPHA_MAX     0.99
+#define SPEC_REBASE   64 /* auto: drafting steps between two measured without drafts */
+#define T_KEEP        7  /* step times kept per batch size (their median counts) */
 
 /* Acceptance counts, decayed: accepted drafted tokens and first rejections. */
 typedef struct acc {
@@ -60,12 +63,14 @@ struct spec {
 	acc_t *acc;  /* [n_slots] the sequences' */
 	int *shadow; /* [n_slots] prompt lookup's guess for the next token while off, or -1 */
 	int *idle;   /* [n_slots] steps without a draft (a draft model's probes) */
-	double t_ema[SPEC_TB + 1];
+	double t_med[SPEC_TB + 1];
+	float t_ring[SPEC_TB + 1][T_KEEP];
 	int t_cnt[SPEC_TB + 1];
 	double tok_ms;   /* per produced token outside the forward pass (sampling, text) */
 	double round_ms; /* one draft model pass of a step's drafting sequences */
 	int tok_seen, round_seen;
 	double step_draft_ms; /* drafting time of the step in progress */
+	int since_base;       /* auto: drafting steps since the last one measured without */
 	eng_spec_stats_t st;
 };
 
@@ -265,31 +270,33 @@ static void acc_add(acc_t *a, double decay, int accepted, int rejected)
 }
 
 /* The predicted time of a forward pass of n tokens: measured, else interpolated between the
- * nearest measured sizes, else extrapolated from the slope of the two largest below (or, with
- * one, in proportion to n: a batch costing its tokens one at a time). 0 with nothing measured. */
+ * nearest measured sizes; above the largest measured, extrapolated along the slope from the
+ * smallest measured (flat with only one: a longer draft is then tried and measured); below the
+ * smallest measured, that size's time (auto measures its baseline before it drafts). 0 with
+ * nothing measured. */
 static double t_pred(const spec_t *s, int n)
 {
 	n = MAX(n, 1);
 	if (n <= SPEC_TB && s->t_cnt[n])
-		return s->t_ema[n];
+		return s->t_med[n];
 	int lo = MIN(n, SPEC_TB + 1) - 1, hi = n + 1;
 	while (lo >= 1 && !s->t_cnt[lo])
 		lo--;
 	while (hi <= SPEC_TB && !s->t_cnt[hi])
 		hi++;
 	if (lo >= 1 && hi <= SPEC_TB)
-		return s->t_ema[lo] +
-		       (s->t_ema[hi] - s->t_ema[lo]) * (double)(n - lo) / (double)(hi - lo);
-	if (lo >= 1) {
-		int lo2 = lo - 1;
-		while (lo2 >= 1 && !s->t_cnt[lo2])
-			lo2--;
-		double slope = lo2 >= 1 ? (s->t_ema[lo] - s->t_ema[lo2]) / (double)(lo - lo2)
-					: s->t_ema[lo] / (double)lo;
-		return s->t_ema[lo] + MAX(slope, 0) * (double)(n - lo);
+		return s->t_med[lo] +
+		       (s->t_med[hi] - s->t_med[lo]) * (double)(n - lo) / (double)(hi - lo);
+	if (lo >= 1) { /* the slope from the smallest size measured: the widest base */
+		int lo2 = 1;
+		while (lo2 < lo && !s->t_cnt[lo2])
+			lo2++;
+		lo2 = lo2 < lo ? lo2 : 0;
+		double slope = lo2 >= 1 ? (s->t_med[lo] - s->t_med[lo2]) / (double)(lo - lo2) : 0;
+		return s->t_med[lo] + MAX(slope, 0) * (double)(n - lo);
 	}
 	if (hi <= SPEC_TB)
-		return s->t_ema[hi] * (double)n / (double)hi;
+		return s->t_med[hi];
 	return 0;
 }
 
@@ -480,6 +487,9 @@ void spec_draft(spec_t *s, spec_seq_t *seqs, int n, int n_other)
 	int64_t t0 = now_ns();
 	double e_acc = n; /* every sequence makes at least its one token */
 	int n_acc = n_other + n, rounds = 0, cnt = 0;
+	/* auto: the step without drafts is measured first, and again now and then (the machine's
+	 * load changes), so a draft is only ever compared with a measured baseline */
+	int base = s->gate && (!s->t_cnt[MIN(n_acc, SPEC_TB)] || s->since_base >= SPEC_REBASE);
 	spec_seq_t *list[ENG_MAX_PARALLEL];
 	double prior = acc_rate(&s->all, 0.6, 0);
 	for (int i = 0; i < n; i++) {
@@ -496,7 +506,13 @@ void spec_draft(spec_t *s, spec_seq_t *seqs, int n, int n_other)
 				continue;
 		}
 		double a = acc_rate(&s->acc[q->slot], prior, ACC_PRIOR);
-		int k = choose_k(s, a, kmax, !s->gate, e_acc, n_acc, rounds);
+		int k = base ? 0 : choose_k(s, a, kmax, !s->gate, e_acc, n_acc, rounds);
+		LOG(LOG_DEBUG,
+		    "spec: slot %d a %.2f kmax %d -> k %d (t(%d) %.3f, t(+k) %.3f, t(+kmax) %.3f "
+		    "ms, "
+		    "draft %.3f, per token %.3f)",
+		    q->slot, a, kmax, k, n_acc, t_pred(s, n_acc), t_pred(s, n_acc + k),
+		    t_pred(s, n_acc + kmax), s->round_ms, s->tok_ms);
 		if (!k && s->method == SPEC_NGRAM) {
 			s->shadow[q->slot] = q->draft[0]; /* checked against the token sampled */
 			continue;
@@ -520,6 +536,7 @@ void spec_draft(spec_t *s, spec_seq_t *seqs, int n, int n_other)
 	}
 	if (cnt)
 		draft_model_run(s, list, cnt);
+	s->since_base = base ? 0 : s->since_base + (rounds > 0);
 	s->step_draft_ms = (double)(now_ns() - t0) / 1e6;
 	s->st.draft_ms += s->step_draft_ms;
 }
@@ -528,10 +545,18 @@ void spec_step_timed(spec_t *s, int n_tokens, double forward_ms)
 {
 	if (n_tokens < 1 || n_tokens > SPEC_TB || !(forward_ms > 0))
 		return;
-	double *t = &s->t_ema[n_tokens];
-	*t = s->t_cnt[n_tokens] ? *t + EMA_NEW * (forward_ms - *t) : forward_ms;
-	if (s->t_cnt[n_tokens] < 1 << 30)
-		s->t_cnt[n_tokens]++;
+	int c = s->t_cnt[n_tokens], k = MIN(c + 1, T_KEEP);
+	s->t_ring[n_tokens][c % T_KEEP] = (float)forward_ms;
+	float v[T_KEEP];
+	memcpy(v, s->t_ring[n_tokens], sizeof v);
+	for (int i = 1; i < k; i++) /* insertion sort of at most T_KEEP values */
+		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			float x = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = x;
+		}
+	s->t_med[n_tokens] = v[k / 2];
+	s->t_cnt[n_tokens] = c < (1 << 30) ? c + 1 : T_KEEP; /* wraps at a multiple of T_KEEP */
 }
 
 void spec_step_done(spec_t *s, double other_ms, int emitted)
