@@ -29,8 +29,9 @@
 #define ACC_PRIOR     2.0  /* weight of the engine's rate in a sequence's */
 #define EMA_NEW       0.2  /* weight of a new measurement in a running mean */
 #define ALPHA_MAX     0.99
-#define SPEC_REBASE   64 /* auto: drafting steps between two measured without drafts */
-#define T_KEEP        7  /* step times kept per batch size (their median counts) */
+#define SPEC_REBASE   64  /* auto: drafting steps between two measured without drafts */
+#define T_KEEP        7   /* step times kept per batch size (their median counts) */
+#define T_AGE         256 /* steps after which a step time no longer counts (the context grew) */
 
 /* Acceptance counts, decayed: accepted drafted tokens and first rejections. */
 typedef struct acc {
@@ -65,6 +66,8 @@ struct spec {
 	int *idle;   /* [n_slots] steps without a draft (a draft model's probes) */
 	double t_med[SPEC_TB + 1];
 	float t_ring[SPEC_TB + 1][T_KEEP];
+	uint32_t t_when[SPEC_TB + 1][T_KEEP]; /* the step each was measured at */
+	uint32_t steps;                       /* steps measured */
 	int t_cnt[SPEC_TB + 1];
 	double tok_ms;   /* per produced token outside the forward pass (sampling, text) */
 	double round_ms; /* one draft model pass of a step's drafting sequences */
@@ -545,10 +548,14 @@ void spec_step_timed(spec_t *s, int n_tokens, double forward_ms)
 {
 	if (n_tokens < 1 || n_tokens > SPEC_TB || !(forward_ms > 0))
 		return;
-	int c = s->t_cnt[n_tokens], k = MIN(c + 1, T_KEEP);
+	int c = s->t_cnt[n_tokens], k = 0;
+	uint32_t now = ++s->steps;
 	s->t_ring[n_tokens][c % T_KEEP] = (float)forward_ms;
-	float v[T_KEEP];
-	memcpy(v, s->t_ring[n_tokens], sizeof v);
+	s->t_when[n_tokens][c % T_KEEP] = now;
+	float v[T_KEEP] = {(float)forward_ms}; /* (the new one is among them) */
+	for (int i = 0; i < MIN(c + 1, T_KEEP); i++) /* the recent ones: attention grows */
+		if (now - s->t_when[n_tokens][i] <= T_AGE)
+			v[k++] = s->t_ring[n_tokens][i];
 	for (int i = 1; i < k; i++) /* insertion sort of at most T_KEEP values */
 		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
 			float x = v[j];

@@ -31,8 +31,10 @@
 
 #define SPEC_MAX_DRAFT     16 /* longest draft (eng_opts_t.draft_max) */
 #define SPEC_DEFAULT_DRAFT 8
-#define SPEC_MARGIN        0.05 /* auto: predicted gain a draft must show over none */
-#define SPEC_PROBE         32   /* auto with a draft model: steps without drafts between probes */
+#define SPEC_MARGIN                                                                                \
+	0.3           /* auto: predicted gain a draft must show over none (the                     \
+		       * estimates are rough; where drafts pay, they pay 2-8x) */
+#define SPEC_PROBE 32 /* auto with a draft model: steps without drafts between probes */
 
 enum spec_mode { SPEC_OFF = 0, SPEC_AUTO, SPEC_NGRAM, SPEC_MODEL };
 

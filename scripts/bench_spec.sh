@@ -1,0 +1,128 @@
+#!/bin/sh
+# bench_spec.sh (a `make bench` section): speculative decoding (docs/speculative.md). Prints,
+# never asserts (speed figures depend on the machine's load):
+#   1. one node, stories260K, 1 thread: decode with --spec off and auto (prompt lookup), the best
+#      and the median of interleaved runs: auto must not cost more than ~3 %;
+#   2. the latency lab (../shared/tools/latlab.sh: 3 hosts, 250 us one way, 1 Gbit/s), shoal
+#      worker ranks in tensor parallel, 1 thread each: stories260K (F32) drafted by its F16 copy
+#      (shoal mkmodel --from) and by prompt lookup on a prompt that repeats a passage, against
+#      --spec off, with the greedy text compared;
+#   3. the same lab with 3 agents through the API (scripts/bench_spec_agents.sh's part below),
+#      when the agent takes --draft-model.
+# The lab's names are global: it runs only when no lat* namespace exists, under
+# flock /tmp/shoal-lab.lock (and the session lock of tests/lab.sh), and is always torn down.
+# BENCH_SPEC_GEN: tokens per lab run (default 200); BENCH_SPEC_GEN1: per one-node run (1000);
+# BENCH_SPEC_RUNS: one-node runs per mode (9).
+BUILD=${BUILD:-build}
+SHOAL=${SHOAL:-$BUILD/shoal}
+GEN=${BENCH_SPEC_GEN:-200}
+RUNS=${BENCH_SPEC_RUNS:-9}
+SHARED=${SHOAL_SHARED:-../shared}
+M=$SHARED/models/stories260K.gguf
+if [ ! -r "$M" ]; then
+	echo "skipped: no $M"
+	exit 0
+fi
+case "$SHOAL" in /*) ;; *) SHOAL=$PWD/$SHOAL ;; esac
+case "$M" in /*) ;; *) M=$PWD/$M ;; esac
+T=$(mktemp -d /tmp/shoal-benchspec.XXXXXX)
+D=$T/stories260K-f16.gguf
+"$SHOAL" mkmodel --from "$M" --type f16 -o "$D" >/dev/null || { echo "mkmodel --from failed"; exit 0; }
+ONCE="Once upon a time"
+# stories260K does not follow instructions, but continues a repeated passage
+REPEAT="Say it again and again: The cat is on the mat. The cat is on the mat. The cat is on the mat. The cat is on the mat. The cat"
+
+# tok/s of generate's --stats line on stdin
+tps() { sed -n 's/.*generation: [0-9]* tokens in [0-9.]* ms (\([0-9.]*\) tok\/s.*/\1/p'; }
+# "A of B drafted accepted, C tokens per verify" from the spec line on stdin
+specfig() {
+	sed -n 's/.*verifies, \([0-9]*\) of \([0-9]*\) drafted tokens accepted ([0-9.%]*), \([0-9.]*\) tokens per verify.*/\1 of \2 drafts accepted, \3 tokens per verify/p'
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print 0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
+
+# ---- 1. one node ---------------------------------------------------------------------------
+# Runs at real-time priority when root (chrt -f 5), so that the other load of a shared machine
+# does not preempt them: the best run of each mode is the figure least disturbed, the median
+# the typical one.
+ONE_RT=""
+[ "$(id -u)" = 0 ] && command -v chrt >/dev/null && ONE_RT="chrt -f 5"
+best() { sort -n | tail -1; }
+one_node() { # label prompt
+	: >"$T/off" && : >"$T/auto"
+	for i in $(seq "$RUNS"); do
+		for mode in off auto; do
+			$ONE_RT "$SHOAL" generate --model "$M" --prompt "$2" --max-tokens "$GEN1" \
+				--threads 1 --spec $mode --stats 2>"$T/err" >/dev/null
+			tps <"$T/err" >>"$T/$mode"
+		done
+	done
+	echo "  $1: best off $(best <"$T/off"), auto $(best <"$T/auto") tok/s:" \
+		"auto/off $(ratio "$(best <"$T/auto")" "$(best <"$T/off")");" \
+		"median off $(median <"$T/off"), auto $(median <"$T/auto"):" \
+		"$(ratio "$(median <"$T/auto")" "$(median <"$T/off")") ($(specfig <"$T/err" |
+			sed 's/^$/no drafts/'))"
+}
+GEN1=${BENCH_SPEC_GEN1:-1000}
+echo "one node, stories260K F32, 1 thread, $GEN1 tokens, $RUNS interleaved runs per mode" \
+	"$([ -n "$ONE_RT" ] && echo "at real-time priority ")(load $(cut -d' ' -f1 /proc/loadavg)):"
+one_node "story" "$ONCE"
+one_node "repeated passage" "$REPEAT"
+
+# ---- 2. the latency lab ----------------------------------------------------------------------
+LAB=$SHARED/tools/latlab.sh
+lab_skip() { echo "lab: skipped ($1)"; rm -rf "$T"; exit 0; }
+[ "$(id -u)" = 0 ] || lab_skip "needs root"
+[ -r "$LAB" ] || lab_skip "no $LAB"
+for c in ip flock ping cc; do command -v $c >/dev/null 2>&1 || lab_skip "no $c"; done
+exec 7>/tmp/shoal-lab.lock
+flock -w 900 7 || lab_skip "/tmp/shoal-lab.lock stayed busy"
+exec 8>/tmp/shoal-latlab.session.lock
+flock -w 900 8 || lab_skip "the lab session lock stayed busy"
+if ip netns list 2>/dev/null | grep -q '^lat'; then
+	lab_skip "the latency lab is in use (lat* namespaces exist)"
+fi
+lab() { bash "$LAB" "$@" 7>&- 8>&-; }
+trap 'lab down >/dev/null 2>&1; rm -rf "$T"' EXIT
+trap 'lab down >/dev/null 2>&1; rm -rf "$T"; exit 130' INT TERM
+lab up 3 250 1000 >/dev/null || lab_skip "latlab up failed"
+RT=""
+command -v chrt >/dev/null && RT="chrt -f 5"
+rtt=$(lab run 1 ping -c 50 -i 0.02 10.79.0.2 2>/dev/null | sed -n 's/.*time=\([0-9.]*\).*/\1/p' | median)
+P=10.79.0.1:7611,10.79.0.2:7612,10.79.0.3:7613
+
+# one rank-0 run of 3 tensor ranks: prints generate's output (text + --stats) into $T/out
+ranks() {
+	for r in 1 2; do
+		lab bg $((r + 1)) "$T/w$r.log" $RT "$SHOAL" worker --rank $r --world 3 --peers "$P" \
+			--token bench --model "$M" --threads 1 --log-level warn >/dev/null
+	done
+	lab run 1 $RT "$SHOAL" worker --rank 0 --world 3 --peers "$P" --token bench --model "$M" \
+		--threads 1 --log-level warn --max-tokens "$GEN" --stats "$@" >"$T/out" 2>&1
+	sleep 0.3
+}
+# label prompt [spec flags...]: off and drafted runs, interleaved, 3 of each
+lab_case() {
+	label=$1 prompt=$2
+	shift 2
+	: >"$T/l_off" && : >"$T/l_on"
+	same="greedy text identical in every run"
+	for i in 1 2 3; do
+		ranks --prompt "$prompt" --spec off
+		tps <"$T/out" >>"$T/l_off"
+		grep -v '^prompt:\|^speculative\|^rank\|^[0-9:.]* ' "$T/out" >"$T/text_off"
+		ranks --prompt "$prompt" "$@"
+		tps <"$T/out" >>"$T/l_on"
+		grep -v '^prompt:\|^speculative\|^rank\|^[0-9:.]* ' "$T/out" >"$T/text_on"
+		cmp -s "$T/text_off" "$T/text_on" || same="TEXT DIFFERS from --spec off"
+	done
+	off=$(median <"$T/l_off") on=$(median <"$T/l_on")
+	echo "  $label: off $off tok/s, drafted $on tok/s: $(ratio "$on" "$off")x;" \
+		"$same; $(specfig <"$T/out")"
+}
+echo "latency lab, 3 hosts, 250 us one way / 1 Gbit/s (ping RTT median $rtt ms), shoal worker" \
+	"ranks in tensor parallel, 1 thread each, stories260K F32, $GEN tokens (median of 3):"
+lab_case "draft model (F16 copy), --spec auto" "$ONCE" --draft-model "$D"
+lab_case "draft model (F16 copy), --spec model" "$ONCE" --spec model --draft-model "$D"
+lab_case "prompt lookup, repeated passage, --spec auto" "$REPEAT" --spec auto
+lab_case "prompt lookup, a story, --spec auto" "$ONCE" --spec auto
