@@ -10,8 +10,8 @@
  * eng_generate() is the one-request special case. How many ranks compute a step is hidden behind
  * this interface: a tensor-parallel engine looks the same.
  *
- * Threads: eng_generate(), eng_seq_start(), eng_step() and eng_seq_cancel() are called from one
- * thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
+ * Threads: eng_generate(), eng_seq_start(), eng_step(), eng_seq_cancel() and eng_spec_stats()
+ * are called from one thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
  * eng_chat_prompt() are read-only and may be called from any thread at any time once eng_open()
  * has returned.
  */
