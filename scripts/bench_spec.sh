@@ -12,7 +12,7 @@
 # The lab's names are global: it runs only when no lat* namespace exists, under
 # flock /tmp/shoal-lab.lock (and the session lock of tests/lab.sh), and is always torn down.
 # BENCH_SPEC_GEN: tokens per lab run (default 200); BENCH_SPEC_GEN1: per one-node run (1000);
-# BENCH_SPEC_RUNS: one-node runs per mode (9).
+# BENCH_SPEC_RUNS: one-node runs per mode (9); BENCH_SPEC_PARTS: which of 1 2 3 to run.
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL:-$BUILD/shoal}
 GEN=${BENCH_SPEC_GEN:-200}
@@ -64,10 +64,14 @@ one_node() { # label prompt
 			sed 's/^$/no drafts/'))"
 }
 GEN1=${BENCH_SPEC_GEN1:-1000}
+PARTS=${BENCH_SPEC_PARTS:-1 2 3}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+if part 1; then
 echo "one node, stories260K F32, 1 thread, $GEN1 tokens, $RUNS interleaved runs per mode" \
 	"$([ -n "$ONE_RT" ] && echo "at real-time priority ")(load $(cut -d' ' -f1 /proc/loadavg)):"
 one_node "story" "$ONCE"
 one_node "repeated passage" "$REPEAT"
+fi
 
 # ---- 2. the latency lab ----------------------------------------------------------------------
 LAB=$SHARED/tools/latlab.sh
@@ -120,9 +124,84 @@ lab_case() {
 	echo "  $label: off $off tok/s, drafted $on tok/s: $(ratio "$on" "$off")x;" \
 		"$same; $(specfig <"$T/out")"
 }
+if part 2; then
 echo "latency lab, 3 hosts, 250 us one way / 1 Gbit/s (ping RTT median $rtt ms), shoal worker" \
 	"ranks in tensor parallel, 1 thread each, stories260K F32, $GEN tokens (median of 3):"
 lab_case "draft model (F16 copy), --spec auto" "$ONCE" --draft-model "$D"
 lab_case "draft model (F16 copy), --spec model" "$ONCE" --spec model --draft-model "$D"
 lab_case "prompt lookup, repeated passage, --spec auto" "$REPEAT" --spec auto
 lab_case "prompt lookup, a story, --spec auto" "$ONCE" --spec auto
+fi
+part 3 || exit 0
+
+# ---- 3. agents through the API ---------------------------------------------------------------
+# 3 agents (one per lab host, 1 thread, every host holding the model and the draft), the
+# leader's decode speed of single-stream completions (shoal_tokens_per_second: tokens over the
+# time after the prompt), --spec off against a draft model, the texts compared.
+if ! "$SHOAL" agent --help 2>&1 | grep -q -- --draft-model; then
+	echo "agents: skipped (this shoal agent has no --draft-model)"
+	exit 0
+fi
+STRAT=""
+"$SHOAL" agent --help 2>&1 | grep -q -- --strategy && STRAT=yes
+api() { lab run 1 curl -s -L --max-time 60 "$@"; }
+leader_addr() {
+	api "http://10.79.0.1:8080/v1/cluster" | tr ',{}' '\n\n\n' |
+		awk '/"addr"/ { a = $0 } /"role": *"leader"/ { print a }' |
+		sed 's/.*"addr": *"\([^"]*\)".*/\1/' | head -1
+}
+agents() { # label tag [agent flags...]: starts 3 agents, runs the completions, stops them
+	label=$1 res=$2
+	shift 2
+	pids=""
+	for h in 1 2 3; do
+		rm -rf "$T/st$h"
+		peers=""
+		for o in 1 2 3; do [ $o = $h ] || peers="$peers --peer 10.79.0.$o:7411"; done
+		pids="$pids $(lab bg $h "$T/agent$h.log" $RT "$SHOAL" agent --token bench \
+			--state-dir "$T/st$h" --model "$M" --threads 1 --expect 3 $peers \
+			--log-level warn "$@")"
+	done
+	ok=""
+	for i in $(seq 120); do
+		[ "$(lab run 1 curl -s -o /dev/null -w '%{http_code}' --max-time 1 -L \
+			http://10.79.0.1:8080/health)" = 200 ] && { ok=1; break; }
+		sleep 0.5
+	done
+	if [ -z "$ok" ]; then
+		echo "  $label: no leader served within 60 s"
+	else
+		la=$(leader_addr)
+		plan=$(api "http://10.79.0.1:8080/v1/cluster" | tr ',' '\n' |
+			sed -n 's/.*"strategy": *"\([a-z]*\)".*/\1/p; s/.*"ranks": *\([0-9]*\).*/\1 ranks/p' |
+			tr '\n' ' ')
+		: >"$T/a_tps"
+		for i in 0 1 2 3; do
+			api -H 'Content-Type: application/json' -d "{\"prompt\":\"$ONCE\",\"max_tokens\":$GEN,\"temperature\":0}" \
+				"http://10.79.0.1:8080/v1/completions" >"$T/a_out"
+			[ $i = 0 ] && continue # the first warms the caches and the controller
+			api "http://$la/metrics" | sed -n 's/^shoal_tokens_per_second \(.*\)/\1/p' >>"$T/a_tps"
+		done
+		jq -r '.choices[0].text' <"$T/a_out" >"$T/a_text_$res" 2>/dev/null
+		tps_a=$(median <"$T/a_tps")
+		echo "$tps_a" >"$T/a_res_$res"
+		spec=$(api "http://$la/metrics" | sed -n 's/^shoal_spec_acceptance_rate{mode="\([a-z]*\)"} \(.*\)/\1, acceptance \2/p; s/^shoal_spec_tokens_per_verify \(.*\)/\1 tokens per verify/p' | tr '\n' ' ')
+		echo "  $label: plan $plan(leader $la): $tps_a tok/s${spec:+; $spec}"
+	fi
+	for p in $pids; do kill "$p" 2>/dev/null; done
+	for p in $pids; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+}
+echo "3 agents in the same lab (1 thread each, every host has the model and the draft)," \
+	"single-stream /v1/completions of $GEN tokens (median of 3, after one warm-up):"
+agents_pair() { # tag [flags]
+	tag=$1
+	shift
+	rm -f "$T"/a_res_* "$T"/a_text_*
+	agents "$tag --spec off" off --spec off "$@"
+	agents "$tag --draft-model (auto)" on --draft-model "$D" "$@"
+	off=$(cat "$T/a_res_off" 2>/dev/null) on=$(cat "$T/a_res_on" 2>/dev/null)
+	same=$(cmp -s "$T/a_text_off" "$T/a_text_on" && echo "greedy text identical" || echo "TEXT DIFFERS")
+	echo "  $tag: drafted/off $(ratio "$on" "$off")x; $same"
+}
+agents_pair "--strategy auto"
+[ -n "$STRAT" ] && agents_pair "--strategy tensor" --strategy tensor
