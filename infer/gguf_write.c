@@ -266,25 +266,6 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen)
 	return 0;
 }
 
-/* Bytes of one element of a numeric GGUF array (0 for strings and nested arrays). */
-static size_t elem_bytes(int t)
-{
-	switch (t) {
-	case GGUF_U8:
-	case GGUF_I8:
-	case GGUF_BOOL: return 1;
-	case GGUF_U16:
-	case GGUF_I16: return 2;
-	case GGUF_U32:
-	case GGUF_I32:
-	case GGUF_F32: return 4;
-	case GGUF_U64:
-	case GGUF_I64:
-	case GGUF_F64: return 8;
-	}
-	return 0;
-}
-
 int gw_kv_copy(gguf_writer_t *w, const gguf_t *g, int i)
 {
 	int t = gguf_kv_type(g, i);
@@ -317,7 +298,7 @@ int gw_kv_copy(gguf_writer_t *w, const gguf_t *g, int i)
 				KV(s, len);
 			}
 		} else {
-			KV(gguf_arr_data(g, i), (size_t)n * elem_bytes(at));
+			KV(gguf_arr_data(g, i), (size_t)n * (size_t)gguf_vtype_size(at));
 		}
 	} else {
 		/* a scalar: its value re-encoded in its own width (the file is little-endian, as
@@ -329,7 +310,7 @@ int gw_kv_copy(gguf_writer_t *w, const gguf_t *g, int i)
 				 : t == GGUF_BOOL               ? gguf_get_bool(g, key, &bv)
 				 : t == GGUF_U64                ? gguf_get_u64(g, key, &uv)
 								: gguf_kv_i64(g, i, &iv);
-		if (rc || !elem_bytes(t))
+		if (rc || !gguf_vtype_size(t))
 			return SH_EFORMAT;
 		union {
 			uint8_t b[8];
@@ -355,7 +336,7 @@ int gw_kv_copy(gguf_writer_t *w, const gguf_t *g, int i)
 		default: v.i64 = iv;
 		}
 		kv_key(w, key, (uint32_t)t);
-		KV(v.b, elem_bytes(t));
+		KV(v.b, (size_t)gguf_vtype_size(t));
 	}
 	return w->oom ? SH_ENOMEM : 0;
 }
