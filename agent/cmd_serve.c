@@ -21,30 +21,30 @@
 static void usage(FILE *f)
 {
 	fprintf(
-	    f,
-	    "usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
-	    "Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
-	    "and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
-	    "  --model FILE          GGUF model to load (required)\n"
-	    "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
-	    "  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
-	    "  --threads N           compute threads (default: number of cores)\n"
-	    "  --ctx N               context length of each slot (default: the model's)\n"
-	    "  --parallel N          sequences generated together, each with its own KV slot\n"
-	    "                        (default 4)\n"
-	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
-	    "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
-	    "  --timeout-ms N        per-request deadline (default 300000)\n"
-	    "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
-	    "  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
-	    "  --tls-key F           and this PEM private key\n"
-	    "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
-	    "model's\n"
-	    "  --model-name NAME     model id reported by the API (default: the file name)\n"
-	    "  --dashboard-show-text\n"
-	    "                        the dashboard's request table shows prompts and replies\n"
-	    "                        (to anyone who can open it; default: tokens and timings)\n"
-	    "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+	    f, "usage: shoal serve --model FILE.gguf [OPTIONS]\n\n"
+	       "Serves the OpenAI-compatible API (chat and text completions, streaming), /metrics\n"
+	       "and a live dashboard at http://HOST:PORT/ from this machine alone.\n\n"
+	       "  --model FILE          GGUF model to load (required)\n"
+	       "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 = all)\n"
+	       "  --port P              TCP port (default 8080; 0 = any free port, printed)\n"
+	       "  --threads N           compute threads (default: number of cores)\n"
+	       "  --ctx N               context length of each slot (default: the model's)\n"
+	       "  --parallel N          sequences generated together, each with its own KV slot\n"
+	       "                        (default 4)\n"
+	       "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
+	       "  --queue-max N         requests that may wait; more get 429 (default 16)\n"
+	       "  --timeout-ms N        per-request deadline (default 300000)\n"
+	       "  --api-key K           require 'Authorization: Bearer K' (or SHOAL_API_KEY)\n"
+	       "  --tls-cert F          serve HTTPS with this PEM certificate (chain)\n"
+	       "  --tls-key F           and this PEM private key\n"
+	       "  --chat-template NAME  chat template family (chatml, llama3, ...) instead of the "
+	       "model's\n"
+	       "  --model-name NAME     model id reported by the API (default: the file name)\n"
+	       "  --dashboard-show-text\n"
+	       "                        the dashboard's request table shows prompts and replies\n"
+	       "                        (to anyone who can open it; default: tokens and timings)\n"
+	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+	fputs(CLI_SPEC_USAGE, f);
 }
 
 int cmd_serve(int argc, char **argv)

@@ -31,8 +31,7 @@ static int parse_fails(int kind, const char *body, int status, const char *param
 	int rc = parse(&r, kind, body, &e);
 	web_req_clear(&r);
 	if (rc != status || strcmp(e.param, param ? param : "") != 0 || !e.message[0]) {
-		fprintf(stderr, "  body %s: got %d param '%s' (%s)\n", body, rc, e.param,
-			e.message);
+		fprintf(stderr, "  body %s: got %d param '%s' (%s)\n", body, rc, e.param, e.message);
 		return 0;
 	}
 	return 1;
@@ -42,14 +41,13 @@ TEST(parse_chat_fields)
 {
 	web_req_t r;
 	web_err_t e;
-	const char *b =
-	    "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
-	    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},"
-	    "{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":7,\"temperature\":0,"
-	    "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":-3,\"stop\":[\"\\n\",\"END\"],"
-	    "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-	    "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"logprobs\":true,"
-	    "\"top_logprobs\":3,\"n\":1,\"user\":\"u\",\"whatever\":{\"x\":[1]}}";
+	const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+			"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},"
+			"{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":7,\"temperature\":0,"
+			"\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":-3,\"stop\":[\"\\n\",\"END\"],"
+			"\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+			"\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"logprobs\":true,"
+			"\"top_logprobs\":3,\"n\":1,\"user\":\"u\",\"whatever\":{\"x\":[1]}}";
 	CHECK_EQ_INT(parse(&r, WEB_CHAT, b, &e), 0);
 	CHECK_EQ_STR(r.model, "m");
 	CHECK_EQ_INT(r.n_msgs, 2);
@@ -112,40 +110,39 @@ TEST(parse_errors)
 	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[3]}", 400, "messages[0]"));
 	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400,
 			  "messages[0].role"));
-	CHECK(
-	    parse_fails(WEB_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role"));
+	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role"));
 	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 400,
 			  "messages[0].content"));
 	CHECK(parse_fails(WEB_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400,
 			  "messages[0].content"));
-	CHECK(parse_fails(
-	    WEB_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
-	    400, "messages[0].content"));
+	CHECK(parse_fails(WEB_CHAT,
+			  "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+			  400, "messages[0].content"));
 	const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
 	char b[256];
 	static const struct {
 		const char *field, *param;
 	} bad[] = {
-	    {"\"n\":2", "n"},
-	    {"\"n\":\"1\"", "n"},
-	    {"\"max_tokens\":\"5\"", "max_tokens"},
-	    {"\"max_tokens\":0", "max_tokens"},
-	    {"\"max_tokens\":1.5", "max_tokens"},
-	    {"\"temperature\":\"hot\"", "temperature"},
-	    {"\"temperature\":3", "temperature"},
-	    {"\"top_p\":1.5", "top_p"},
-	    {"\"top_k\":\"a\"", "top_k"},
-	    {"\"stop\":5", "stop"},
-	    {"\"stop\":[\"a\",1]", "stop"},
-	    {"\"stream\":\"yes\"", "stream"},
-	    {"\"stream_options\":1", "stream_options"},
-	    {"\"logprobs\":1", "logprobs"},
-	    {"\"top_logprobs\":3", "top_logprobs"},
-	    {"\"top_logprobs\":99,\"logprobs\":true", "top_logprobs"},
-	    {"\"model\":7", "model"},
-	    {"\"seed\":\"s\"", "seed"},
-	    {"\"presence_penalty\":5", "presence_penalty"},
-	    {"\"user\":1", "user"},
+		{"\"n\":2", "n"},
+		{"\"n\":\"1\"", "n"},
+		{"\"max_tokens\":\"5\"", "max_tokens"},
+		{"\"max_tokens\":0", "max_tokens"},
+		{"\"max_tokens\":1.5", "max_tokens"},
+		{"\"temperature\":\"hot\"", "temperature"},
+		{"\"temperature\":3", "temperature"},
+		{"\"top_p\":1.5", "top_p"},
+		{"\"top_k\":\"a\"", "top_k"},
+		{"\"stop\":5", "stop"},
+		{"\"stop\":[\"a\",1]", "stop"},
+		{"\"stream\":\"yes\"", "stream"},
+		{"\"stream_options\":1", "stream_options"},
+		{"\"logprobs\":1", "logprobs"},
+		{"\"top_logprobs\":3", "top_logprobs"},
+		{"\"top_logprobs\":99,\"logprobs\":true", "top_logprobs"},
+		{"\"model\":7", "model"},
+		{"\"seed\":\"s\"", "seed"},
+		{"\"presence_penalty\":5", "presence_penalty"},
+		{"\"user\":1", "user"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
 		snprintf(b, sizeof b, "{%s,%s}", m, bad[i].field);
@@ -187,8 +184,8 @@ TEST(reply_shapes)
 	CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(ch, "message"), "role")),
 		     "assistant");
 	CHECK_EQ_STR(json_string_value(json_object_get(ch, "finish_reason")), "stop");
-	CHECK_EQ_INT(
-	    json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 6);
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")),
+		     6);
 	json_decref(j);
 
 	/* first chunk: role; content chunk; final: empty delta with finish_reason; usage chunk */
@@ -209,7 +206,7 @@ TEST(reply_shapes)
 	j = load(web_json_usage_chunk(&rid, &u));
 	CHECK_EQ_INT(json_array_size(json_object_get(j, "choices")), 0);
 	CHECK_EQ_INT(
-	    json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 4);
+		json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 4);
 	json_decref(j);
 
 	/* completions */
@@ -241,15 +238,13 @@ TEST(utf8_repair)
 {
 	web_reply_id_t rid = {.kind = WEB_CHAT, .id = "c", .model = "m"};
 	/* a lone continuation byte and a truncated sequence become U+FFFD, valid text stays */
-	const char bad[] = "a\x80"
-			   "b\xe2\x82"
-			   "\xc3\xa9";
+	const char bad[] = "a\x80" "b\xe2\x82" "\xc3\xa9";
 	json_t *j = load(web_json_chunk(&rid, NULL, bad, sizeof bad - 1, ENG_FINISH_NONE, 0, NULL));
 	CHECK(j != NULL);
 	const char *c = json_string_value(json_object_get(
-	    json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"), "content"));
-	CHECK(c && !strcmp(c, "a\xef\xbf\xbd"
-			      "b\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9"));
+		json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"),
+		"content"));
+	CHECK(c && !strcmp(c, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9"));
 	json_decref(j);
 }
 
@@ -310,8 +305,8 @@ static char *req_get(char *buf, size_t len, const char *path, const char *extra)
 	return buf;
 }
 
-static char *req_post(char *buf, size_t len, const char *method, const char *path, const char *body,
-		      const char *extra)
+static char *req_post(char *buf, size_t len, const char *method, const char *path,
+		      const char *body, const char *extra)
 {
 	snprintf(buf, len,
 		 "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
@@ -347,44 +342,39 @@ TEST(server_without_engine)
 	CHECK(strstr(resp, "\"state\":\"loading\"") != NULL);
 	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/", NULL), resp, sizeof resp), 200);
 	CHECK(strstr(resp, "text/html") != NULL);
-	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp),
-		     200);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp), 200);
 	CHECK(strstr(resp, "shoal_queue_depth 0") != NULL);
 	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/cluster", NULL), resp, sizeof resp),
 		     200);
 	CHECK(strstr(resp, "\"members\"") != NULL);
 	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/nope", NULL), resp, sizeof resp), 404);
 	CHECK(strstr(resp, "not_found_error") != NULL);
-	CHECK_EQ_INT(
-	    http(port, req_post(req, sizeof req, "DELETE", "/health", "", NULL), resp, sizeof resp),
-	    405);
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "DELETE", "/health", "", NULL), resp,
+			  sizeof resp),
+		     405);
 	CHECK(strstr(resp, "Allow: GET") != NULL);
 
 	const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-	CHECK_EQ_INT(http(port,
-			  req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
 			  resp, sizeof resp),
 		     401);
 	CHECK(strstr(resp, "authentication_error") != NULL);
-	CHECK_EQ_INT(http(port,
-			  req_post(req, sizeof req, "POST", "/v1/chat/completions", chat,
-				   "Authorization: Bearer wrong\r\n"),
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat,
+					 "Authorization: Bearer wrong\r\n"),
 			  resp, sizeof resp),
 		     401);
 	const char *auth = "Authorization: Bearer sekret\r\n";
-	CHECK_EQ_INT(http(port,
-			  req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, auth),
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, auth),
 			  resp, sizeof resp),
 		     503);
 	CHECK(strstr(resp, "Retry-After") != NULL);
 	/* validation comes before the engine check */
-	CHECK_EQ_INT(http(port,
-			  req_post(req, sizeof req, "POST", "/v1/chat/completions", "{x", auth),
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", "{x", auth),
 			  resp, sizeof resp),
 		     400);
-	CHECK_EQ_INT(
-	    http(port, req_get(req, sizeof req, "/v1/chat/completions", auth), resp, sizeof resp),
-	    405);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/chat/completions", auth), resp,
+			  sizeof resp),
+		     405);
 
 	/* a body announced over 1 MiB is refused before it is read */
 	snprintf(req, sizeof req,
@@ -395,23 +385,19 @@ TEST(server_without_engine)
 
 	/* follower mode: API paths redirect, health and cluster stay local */
 	web_set_leader(w, "http://10.1.2.3:8080/");
-	CHECK_EQ_INT(http(port,
-			  req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
+	CHECK_EQ_INT(http(port, req_post(req, sizeof req, "POST", "/v1/chat/completions", chat, NULL),
 			  resp, sizeof resp),
 		     307);
 	CHECK(strstr(resp, "Location: http://10.1.2.3:8080/v1/chat/completions\r\n") != NULL);
-	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp),
-		     307);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp), 307);
 	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/cluster", NULL), resp, sizeof resp),
 		     200);
 	web_set_leader(w, NULL);
-	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp),
-		     401);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/v1/models", NULL), resp, sizeof resp), 401);
 
 	web_set_rank_health(w, 1, 0);
 	web_set_step_metrics(w, 12.5, 3.0);
-	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp),
-		     200);
+	CHECK_EQ_INT(http(port, req_get(req, sizeof req, "/metrics", NULL), resp, sizeof resp), 200);
 	CHECK(strstr(resp, "shoal_rank_up{rank=\"1\"} 0") != NULL);
 	CHECK(strstr(resp, "shoal_step_seconds 0.012500") != NULL);
 	CHECK(strstr(resp, "shoal_communication_seconds 0.003000") != NULL);
@@ -423,8 +409,8 @@ TEST(server_without_engine)
 	CHECK_EQ_INT(web_new(&w, &o, NULL, err, sizeof err), 0);
 	if (!w)
 		return;
-	CHECK_EQ_INT(
-	    http(web_port(w), req_get(req, sizeof req, "/health", NULL), resp, sizeof resp), 503);
+	CHECK_EQ_INT(http(web_port(w), req_get(req, sizeof req, "/health", NULL), resp, sizeof resp),
+		     503);
 	CHECK(strstr(resp, "\"state\":\"forming\"") != NULL);
 	CHECK(strstr(resp, "waiting for 2 more nodes") != NULL);
 	web_free(w);
@@ -522,8 +508,7 @@ TEST(sched_cancel_and_detach)
 	job_wait(a);
 	CHECK_EQ_INT(a->err.status, 504);
 	CHECK(a->res.completion_tokens < 2000);
-	CHECK(strstr(a->out.p, "data: {\"error\"") !=
-	      NULL); /* the stream ends with an error event */
+	CHECK(strstr(a->out.p, "data: {\"error\"") != NULL); /* the stream ends with an error event */
 	CHECK(strstr(a->out.p, "[DONE]") == NULL);
 	job_wait(c); /* C runs next and completes */
 	CHECK_EQ_INT(c->err.status, 0);
