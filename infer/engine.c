@@ -80,7 +80,8 @@ typedef struct slot {
 	held_t held;
 	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
-	/* speculative decoding: the draft of the pass it is in, fed at n_cache + 1 .. n_cache + k */
+	/* speculative decoding: the draft of the pass it is in, fed at n_cache + 1 .. n_cache + k
+	 */
 	int k;
 	int draft[SPEC_MAX_DRAFT];
 	const float *q; /* [k][n_vocab] its distributions, or NULL (deterministic) */
@@ -367,9 +368,9 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 		dist_attach(e->dist, e->model);
 	e->n_slots = slots;
 	if (spec != SPEC_OFF) {
-		spec_opts_t so = {spec,		  opts->draft_model, e->draft_max, e->tok,
-				  e->meta.n_vocab, slots,	     ctx,	   kv_type,
-				  e->pool};
+		spec_opts_t so = {spec,   opts->draft_model, e->draft_max,
+				  e->tok, e->meta.n_vocab,   slots,
+				  ctx,    kv_type,           e->pool};
 		if ((rc = spec_new(&e->spec, &so, err, errlen)))
 			goto err;
 		if (!(e->sq = calloc((size_t)slots, sizeof *e->sq))) {

@@ -72,8 +72,7 @@ struct spec {
 	double tok_ms;   /* per produced token outside the forward pass (sampling, text) */
 	double round_ms; /* one draft model pass of a step's drafting sequences */
 	int tok_seen, round_seen;
-	double step_draft_ms; /* drafting time of the step in progress */
-	int since_base;       /* auto: drafting steps since the last one measured without */
+	int since_base; /* auto: drafting steps since the last one measured without */
 	eng_spec_stats_t st;
 };
 
@@ -540,8 +539,7 @@ void spec_draft(spec_t *s, spec_seq_t *seqs, int n, int n_other)
 	if (cnt)
 		draft_model_run(s, list, cnt);
 	s->since_base = base ? 0 : s->since_base + (rounds > 0);
-	s->step_draft_ms = (double)(now_ns() - t0) / 1e6;
-	s->st.draft_ms += s->step_draft_ms;
+	s->st.draft_ms += (double)(now_ns() - t0) / 1e6;
 }
 
 void spec_step_timed(spec_t *s, int n_tokens, double forward_ms)
@@ -552,7 +550,7 @@ void spec_step_timed(spec_t *s, int n_tokens, double forward_ms)
 	uint32_t now = ++s->steps;
 	s->t_ring[n_tokens][c % T_KEEP] = (float)forward_ms;
 	s->t_when[n_tokens][c % T_KEEP] = now;
-	float v[T_KEEP] = {(float)forward_ms}; /* (the new one is among them) */
+	float v[T_KEEP] = {(float)forward_ms};       /* (the new one is among them) */
 	for (int i = 0; i < MIN(c + 1, T_KEEP); i++) /* the recent ones: attention grows */
 		if (now - s->t_when[n_tokens][i] <= T_AGE)
 			v[k++] = s->t_ring[n_tokens][i];
@@ -566,14 +564,13 @@ void spec_step_timed(spec_t *s, int n_tokens, double forward_ms)
 	s->t_cnt[n_tokens] = c < (1 << 30) ? c + 1 : T_KEEP; /* wraps at a multiple of T_KEEP */
 }
 
-void spec_step_done(spec_t *s, double other_ms, int emitted)
+void spec_step_done(spec_t *s, double sample_ms, int emitted)
 {
 	if (emitted <= 0)
 		return;
-	double per = MAX(other_ms - s->step_draft_ms, 0) / (double)emitted;
+	double per = MAX(sample_ms, 0) / (double)emitted;
 	s->tok_ms = s->tok_seen ? s->tok_ms + EMA_NEW * (per - s->tok_ms) : per;
 	s->tok_seen = 1;
-	s->step_draft_ms = 0;
 }
 
 void spec_verified(spec_t *s, int slot, int k, int accepted, int emitted, int first)

@@ -83,11 +83,11 @@ typedef struct spec_seq {
  * the step that are not theirs (prompt chunks of others). */
 void spec_draft(spec_t *s, spec_seq_t *seqs, int n, int n_other);
 
-/* After the step's forward pass: its tokens and wall time. */
+/* After a forward pass: its tokens and wall time (submitted to collected, on a pipeline). */
 void spec_step_timed(spec_t *s, int n_tokens, double forward_ms);
-/* After the step's sampling: its time outside the forward pass and the drafts, and the tokens
- * it produced (per-token cost). */
-void spec_step_done(spec_t *s, double other_ms, int emitted);
+/* After the pass's rows are sampled: the time that took and the tokens it produced (the
+ * per-token cost outside the forward pass). */
+void spec_step_done(spec_t *s, double sample_ms, int emitted);
 
 /* The outcome of slot's draft this step: k drafted, `accepted` of them taken, `emitted` tokens
  * produced; first: the token produced at the first position (checks a prompt-lookup guess made
