@@ -104,8 +104,9 @@ int cmd_info(int argc, char **argv)
 		       : m.rope_style == META_ROPE_NEOX ? "neox (half split)"
 							: "adjacent pairs");
 		printf("rms eps:       %g\n", (double)m.rms_eps);
-		printf("extras:        %s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
+		printf("extras:        %s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
+		       m.has_sinks ? "attention sinks, output bias, post-attention norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
 		if (m.n_experts) {
 			printf("experts:       %d, %d used per token, expert ffn %d", m.n_experts,
@@ -118,13 +119,21 @@ int cmd_info(int argc, char **argv)
 			printf(
 			    "\nexpert weights: %llu bytes routed (a token reads %d/%d of them)\n",
 			    (unsigned long long)m.expert_bytes, m.n_experts_used, m.n_experts);
-			printf("router:        %s, top-k weights %s, scale %g%s",
-			       m.gating == META_GATE_SIGMOID ? "sigmoid" : "softmax",
+			printf("router:        %s%s, top-k weights %s, scale %g%s",
+			       m.gating == META_GATE_SIGMOID ? "sigmoid"
+			       : m.gating == META_GATE_SOFTMAX_WEIGHT
+				   ? "top k by logit, softmax over them"
+				   : "softmax",
+			       m.has_moe_bias ? " (biased)" : "",
 			       m.exp_norm ? "renormalised" : "as is", (double)m.exp_scale,
 			       m.has_exp_bias ? ", selection bias" : "");
 			if (m.n_groups)
 				printf(", from the best %d of %d expert groups", m.groups_used,
 				       m.n_groups);
+			if (m.exp_act == META_ACT_SWIGLU_OAI)
+				printf(
+				    "\nexpert ffn:    clamped SwiGLU (alpha %g, limit %g), biases",
+				    (double)m.act_alpha, (double)m.act_limit);
 			printf("\n");
 		}
 		if (m.is_mla)
@@ -159,9 +168,21 @@ int cmd_info(int argc, char **argv)
 			rc = 1;
 		} else {
 			uint64_t per = model_kv_bytes_per_pos(&m, NULL, kt);
-			human(per * (uint64_t)m.n_ctx, sz, sizeof sz);
+			human(model_kv_bytes(&m, NULL, kt, m.n_ctx), sz, sizeof sz);
 			printf("kv cache:      %s, %llu bytes per position, %s for %d positions\n",
 			       quant_type_name(kt), (unsigned long long)per, sz, m.n_ctx);
+			if (m.swa_window > 0) { /* sliding-window layers keep a ring (swa.c) */
+				int nswa = 0;
+				for (int l = 0; l < m.n_layers; l++)
+					nswa += meta_layer_swa(&m, l);
+				printf(
+				    "sliding window: %d positions in %d of %d layers (period %d), "
+				    "each keeps %d positions; per position above: the other "
+				    "layers\n",
+				    m.swa_window, nswa, m.n_layers, m.swa_period,
+				    model_swa_ring(&m, m.n_ctx) ? model_swa_ring(&m, m.n_ctx)
+								: m.n_ctx);
+			}
 		}
 	}
 	if (tok_load(&t, g, err, sizeof err)) {

@@ -21,7 +21,7 @@ static void usage(FILE *f)
 	    "                      [--expert-ffn F] [--dense-lead N]]\n"
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
-	    "                     q2_k] [--seed S] [--ctx N]\n"
+	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
 	    "                     [--name NAME] -o FILE.gguf\n"
 	    "       shoal mkmodel --from MODEL.gguf --type TYPE -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
@@ -29,8 +29,9 @@ static void usage(FILE *f)
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
 	    "  qwen35 (Gated DeltaNet): [--ssm-state N] [--ssm-k-heads N] [--ssm-v-heads N]\n"
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
+	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
 	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, or with experts mixtral, qwen2moe,\n"
-	    "qwen3moe, qwen35moe.\n"
+	    "qwen3moe, qwen35moe, gpt-oss.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -43,7 +44,9 @@ static void usage(FILE *f)
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
 	    "qwen35moe: 1 shared expert (gated) by default.\n"
 	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
-	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n");
+	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n"
+	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -81,6 +84,7 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)}, /* gpt-oss */
 };
 
 enum {

@@ -37,13 +37,15 @@ static const char *const families[] = {
     "openchat",
     "vicuna",
     "vicuna-orca",
+    "gpt-oss",
 };
 
 const char *chat_family_names(void)
 {
 	return "chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
 	       "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, "
-	       "zephyr, deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca";
+	       "zephyr, deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, "
+	       "gpt-oss";
 }
 
 int chat_family_known(const char *name)
@@ -84,6 +86,9 @@ const char *chat_detect(const char *s, size_t n)
 		return "qwen3.5";
 	if (has(&t, "<|im_start|>"))
 		return "chatml";
+	/* gpt-oss's harmony (llama-chat.cpp: LLM_CHAT_TEMPLATE_OPENAI_MOE) */
+	if (has(&t, "<|start|>") && has(&t, "<|channel|>"))
+		return "gpt-oss";
 	if ((n >= 7 && !memcmp(s, "mistral", 7)) || has(&t, "[INST]")) {
 		if (has(&t, "[SYSTEM_PROMPT]"))
 			return has(&t, "[SYSTEM_PROMPT] ") ? "mistral-v7" : "mistral-v7-tekken";
@@ -328,6 +333,8 @@ int chat_render(const char *f, const eng_msg_t *m, int n, int add, const char *e
 	}
 	if (!strcmp(f, "qwen3.5")) /* its own file: tool turns, reasoning */
 		return chat_render_qwen35(m, n, NULL, add, out, err, errlen);
+	if (!strcmp(f, "gpt-oss")) /* chat_harmony.c: gpt-oss's own template */
+		return chat_render_harmony(m, n, NULL, add, out, err, errlen);
 	if (!eos)
 		eos = "</s>";
 	struct sb b = {0};

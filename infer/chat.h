@@ -4,7 +4,8 @@
  *
  * Families: chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,
  * mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, zephyr,
- * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca.
+ * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, gpt-oss (harmony,
+ * chat_harmony.c).
  *
  * Choice (chat_pick): an explicit name wins (an unknown name is an error listing the families);
  * else the model's template is recognised (an unrecognised one is an error that names
@@ -49,13 +50,15 @@ int chat_render_qwen35(const eng_msg_t *m, int n, const char *tools_json, int ad
 /* ---- tools (chat_tools.c) ----
  * Tool styles: "llama3" (Llama 3.1/3.2 JSON calls), "qwen2.5", "qwen3", "hermes" (Hermes 2 Pro / 3
  * tool_use; these three use <tool_call> tags), "mistral" (Mistral Nemo's [AVAILABLE_TOOLS] /
- * [TOOL_CALLS]), "qwen3.5" (XML calls: <tool_call><function=...><parameter=...>), and
+ * [TOOL_CALLS]), "qwen3.5" (XML calls: <tool_call><function=...><parameter=...>), "harmony"
+ * (gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME), and
  * "generic" for every other family (the <tool_call> text folded into the family's turns). */
 
 /* The style for a family and the model's template text (tmpl may be NULL). Static string. */
 const char *chat_tool_style(const char *family, const char *tmpl, size_t len);
-/* How calls look in the model's output for a style: "llama3", "mistral", "hermes" or
- * "qwen3-coder" (Qwen3.5's XML calls, llama.cpp's name for them). */
+/* How calls look in the model's output for a style: "llama3", "mistral", "hermes",
+ * "qwen3-coder" (Qwen3.5's XML calls, llama.cpp's name for them) or "harmony" (the reply's
+ * channels: eng_harmony_parse). */
 const char *chat_tool_format(const char *style);
 /* As chat_render (always with the assistant prompt), with tools: tools_json is the request's
  * "tools" array as JSON text or NULL; messages may carry tool_calls and role "tool".
@@ -64,5 +67,11 @@ const char *chat_tool_format(const char *style);
 int chat_render_tools(const char *family, const char *style, const eng_msg_t *msgs, int n_msgs,
 		      const char *tools_json, int open_call, const char *eos, char **out, char *err,
 		      size_t errlen);
+
+/* gpt-oss's template (chat_harmony.c; the family "gpt-oss"): msgs may carry tool calls, role
+ * "tool" and reasoning; tools_json NULL or OpenAI's tools array; add: "<|start|>assistant" for
+ * the reply. The reply's channels are read back by eng_harmony_parse (infer.h). */
+int chat_render_harmony(const eng_msg_t *msgs, int n_msgs, const char *tools_json, int add,
+			char **out, char *err, size_t errlen);
 
 #endif

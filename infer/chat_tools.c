@@ -57,6 +57,8 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 		return "mistral";
 	if (!strcmp(family, "qwen3.5"))
 		return "qwen3.5";
+	if (!strcmp(family, "gpt-oss"))
+		return "harmony";
 	if (!strcmp(family, "chatml")) {
 		static const char qwen25[] = "You are Qwen, created by Alibaba Cloud";
 		static const char hermes[] = "You are a function calling AI model";
@@ -73,7 +75,7 @@ const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
 
 const char *chat_tool_format(const char *style)
 {
-	if (!strcmp(style, "llama3") || !strcmp(style, "mistral"))
+	if (!strcmp(style, "llama3") || !strcmp(style, "mistral") || !strcmp(style, "harmony"))
 		return style;
 	if (!strcmp(style, "qwen3.5"))
 		return "qwen3-coder";
@@ -578,6 +580,8 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 		style = "hermes"; /* a forced call opens with its tag too (below) */
 		goto open;
 	}
+	if (family && !strcmp(family, "gpt-oss")) /* chat_harmony.c (a forced call: the grammar) */
+		return chat_render_harmony(m, n, tools_json, 1, out, err, errlen);
 	int any = tools_json != NULL;
 	for (int i = 0; i < n && !any; i++)
 		any = m[i].tool_calls || is_role(&m[i], "tool");

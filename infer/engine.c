@@ -186,8 +186,7 @@ static void shard_of_ranges(const model_meta_t *mt, const eng_dist_t *o, model_s
 static int fit_slots(const model_meta_t *m, const model_shard_t *sh, int ctx, int slots, int world,
 		     int kv_type)
 {
-	uint64_t avail = mem_available(),
-		 per = model_kv_bytes_per_pos(m, sh, kv_type) * (uint64_t)ctx;
+	uint64_t avail = mem_available(), per = model_kv_bytes(m, sh, kv_type, ctx);
 	/* recurrent layers: a state per slot (its ring and checkpoints), counted whole */
 	for (int l = sh->layer0; l < (sh->layer1 ? sh->layer1 : m->n_layers); l++)
 		if (meta_layer_recurrent(m, l))
@@ -421,8 +420,7 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->arch = e->meta.arch_name;
 	i->n_ctx = ctx;
 	i->kv_type = quant_type_name(kv_type);
-	i->kv_bytes = (uint64_t)model_kv_bytes_per_pos(&e->meta, &shard, kv_type) * (uint64_t)ctx *
-		      (uint64_t)slots;
+	i->kv_bytes = model_kv_bytes(&e->meta, &shard, kv_type, ctx) * (uint64_t)slots;
 	i->rs_bytes = model_rs_bytes_per_slot(e->model) * (uint64_t)slots;
 	i->n_vocab = e->meta.n_vocab;
 	i->n_layers = e->meta.n_layers;
@@ -468,6 +466,12 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->n_layers = mm.n_layers, s->n_heads = mm.n_heads, s->n_kv_heads = mm.n_kv_heads;
 	s->head_dim = mm.head_dim, s->dim = mm.dim, s->ffn = mm.ffn, s->n_vocab = mm.n_vocab;
 	s->n_ctx = mm.n_ctx, s->n_experts = mm.n_experts, s->ffn_shexp = mm.ffn_shexp;
+	if (mm.swa_window > 0 && !mm.is_mla) {
+		s->swa_window = mm.swa_window, s->swa_period = mm.swa_period;
+		s->swa_kv_pos = model_swa_ring(&mm, INT32_MAX - 64);
+		for (int l = 0; l < mm.n_layers; l++)
+			s->n_swa_layers += meta_layer_swa(&mm, l);
+	}
 	s->n_kv_layers = mm.n_layers;
 	for (int l = 0; l < mm.n_layers; l++)
 		if (meta_layer_recurrent(&mm, l)) {
@@ -478,7 +482,7 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
 	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
-		fn(ud, t->name, gguf_type_block(t->type), t->nbytes);
+		fn(ud, t->name, quant_block_elems(t->type), t->nbytes);
 	}
 	gguf_free(g);
 	return 0;
@@ -825,7 +829,7 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 				       prompt[i]);
 	/* the free slot sharing the longest prefix; ties to the least recently used */
 	slot_t *sl = NULL;
-	int best = -1;
+	int best = -1, keep = 0;
 	for (int i = 0; i < e->n_slots; i++) {
 		slot_t *c = &e->slots[i];
 		if (c->state != SLOT_FREE)
@@ -834,10 +838,13 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
 			k++;
 		/* a fully cached prompt still recomputes its last token for the logits; recurrent
-		 * layers continue only from a state the slot holds (model.h) */
-		k = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		 * layers continue only from a state the slot holds (model.h), and a sliding-window
+		 * ring may no longer hold what that position attends to (then from the start) */
+		int use = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		k = use = model_prefix_usable(e->model, i, use); /* rank by what is kept */
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
+			keep = use;
 			sl = c;
 		}
 	}
@@ -853,7 +860,7 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	}
 	memcpy(sl->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
 	sl->n_prompt = n_prompt;
-	sl->n_cache = best;
+	sl->n_cache = keep;
 	sl->sp = *s;
 	sl->n_top = MAX(0, MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
 	sl->cb = cb;

@@ -9,6 +9,7 @@
  * The host is assumed little-endian (x86-64, arm64), as GGUF itself is.
  */
 #include "infer/gguf.h"
+#include "infer/quant/quant.h"
 
 #include "common/common.h"
 
@@ -55,66 +56,6 @@ struct gguf {
 	int *kv_hash, *t_hash; /* open addressing, -1 = empty; sizes are powers of two */
 	size_t kv_hash_n, t_hash_n;
 };
-
-/* ---- ggml type table (public facts from ggml's block layouts) ---- */
-
-static const struct {
-	const char *name;
-	int block, size;
-} types[GGML_NTYPES] = {
-    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
-};
-
-int gguf_type_block(int t)
-{
-	return t >= 0 && t < GGML_NTYPES ? types[t].block : 0;
-}
-int gguf_type_size(int t)
-{
-	return t >= 0 && t < GGML_NTYPES ? types[t].size : 0;
-}
-
-const char *gguf_type_name(int t)
-{
-	return t >= 0 && t < GGML_NTYPES && types[t].name ? types[t].name : "?";
-}
-
-int gguf_type_supported(int t)
-{
-	switch (t) {
-	case GGML_F32:
-	case GGML_F16:
-	case GGML_BF16:
-	case GGML_Q8_0:
-	case GGML_Q4_0:
-	case GGML_Q5_0:
-	case GGML_Q5_1:
-	case GGML_Q2_K:
-	case GGML_Q3_K:
-	case GGML_Q4_K:
-	case GGML_Q5_K:
-	case GGML_Q6_K: return 1;
-	default: return 0;
-	}
-}
-
-uint64_t gguf_row_bytes(int t, int64_t n)
-{
-	int bs = gguf_type_block(t);
-	if (!bs || n < 0 || n % bs)
-		return 0;
-	return (uint64_t)(n / bs) * (uint64_t)gguf_type_size(t);
-}
 
 /* ---- bounded cursor ---- */
 
@@ -377,15 +318,15 @@ static int parse_tensors(gguf_t *g, struct cur *c, uint64_t n_t)
 		if (cur_u32(c, &ty) || cur_u64(c, &t->offset))
 			return SH_EFORMAT;
 		t->type = (int)ty;
-		if (!gguf_type_block((int)ty))
+		if (!quant_type_known((int)ty))
 			return sh_fail(c->err, c->errlen, SH_EUNSUPP,
 				       "unsupported tensor type %u for %s", ty, name);
-		if (t->ne[0] % gguf_type_block((int)ty))
+		if (t->ne[0] % quant_block_elems((int)ty))
 			return sh_fail(c->err, c->errlen, SH_EFORMAT,
 				       "tensor %s: row of %lld is not a whole number of %s blocks",
-				       name, (long long)t->ne[0], gguf_type_name((int)ty));
-		uint64_t blocks = (uint64_t)nel / (uint64_t)gguf_type_block((int)ty);
-		uint64_t bs = (uint64_t)gguf_type_size((int)ty);
+				       name, (long long)t->ne[0], quant_type_ggml_name((int)ty));
+		uint64_t blocks = (uint64_t)nel / (uint64_t)quant_block_elems((int)ty);
+		uint64_t bs = (uint64_t)quant_block_bytes((int)ty);
 		if (blocks > UINT64_MAX / bs)
 			return sh_fail(c->err, c->errlen, SH_EFORMAT, "tensor %s is too large",
 				       name);

@@ -43,24 +43,6 @@ enum gguf_vtype {
 	GGUF_NVTYPES
 };
 
-/* ggml tensor types the engine computes with (the reader knows the sizes of more, see
- * gguf_type_size(), so that a file with other types still opens and can be described). */
-enum ggml_type {
-	GGML_F32 = 0,
-	GGML_F16 = 1,
-	GGML_Q4_0 = 2,
-	GGML_Q5_0 = 6,
-	GGML_Q5_1 = 7,
-	GGML_Q8_0 = 8,
-	GGML_Q2_K = 10,
-	GGML_Q3_K = 11,
-	GGML_Q4_K = 12,
-	GGML_Q5_K = 13,
-	GGML_Q6_K = 14,
-	GGML_BF16 = 30,
-	GGML_NTYPES = 40
-};
-
 #define GGUF_MAX_DIMS          4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
@@ -68,7 +50,7 @@ typedef struct gguf_tensor {
 	const char *name;          /* NUL-terminated copy */
 	int n_dims;                /* 0..4 */
 	int64_t ne[GGUF_MAX_DIMS]; /* ne[0] = row length (fastest varying); unused dims are 1 */
-	int type;                  /* enum ggml_type (any type gguf_type_size() knows) */
+	int type;                  /* ggml type number (enum qtype; any quant_type_known() one) */
 	uint64_t offset;           /* from the start of the data section */
 	uint64_t nbytes;           /* size of the data */
 	const void *data;          /* into the mapping; nbytes readable */
@@ -144,16 +126,5 @@ int gguf_n_tensors(const gguf_t *g);
 const gguf_tensor_t *gguf_tensor(const gguf_t *g, int i);                 /* NULL for a bad i */
 const gguf_tensor_t *gguf_find_tensor(const gguf_t *g, const char *name); /* NULL if absent */
 uint64_t gguf_tensor_bytes(const gguf_t *g); /* sum of nbytes over all tensors */
-
-/* ---- ggml types ---- */
-/* Elements per block and bytes per block; 0 for a type this reader does not know. */
-int gguf_type_block(int type);
-int gguf_type_size(int type);
-/* "F32", "Q8_0", ...; "type N" style names are never returned: unknown types give "?". */
-const char *gguf_type_name(int type);
-/* 1 when the engine has kernels for type (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K). */
-int gguf_type_supported(int type);
-/* Bytes of a row of n elements of type, or 0 when n is not a whole number of blocks. */
-uint64_t gguf_row_bytes(int type, int64_t n);
 
 #endif

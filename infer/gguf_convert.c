@@ -29,6 +29,7 @@ static int file_type_of(int t)
 	case QT_Q5_K: return 17;
 	case QT_Q6_K: return 18;
 	case QT_BF16: return 32;
+	case QT_MXFP4: return 38; /* LLAMA_FTYPE_MOSTLY_MXFP4_MOE */
 	}
 	return -1;
 }
@@ -56,7 +57,8 @@ int gguf_convert(const char *src, const char *dst, int type, char *err, size_t e
 	char why[256];
 	int rc, *to = NULL;
 	if (!quant_type_supported(type) || file_type_of(type) < 0)
-		return sh_fail(err, errlen, SH_EINVAL, "cannot convert to type %d", type);
+		return sh_fail(err, errlen, SH_EINVAL, "cannot convert to type %s",
+			       quant_type_name(type));
 	if ((rc = gguf_open(&g, src, why, sizeof why)))
 		return sh_fail(err, errlen, rc, "%s", why);
 	int nt = gguf_n_tensors(g);
@@ -83,12 +85,12 @@ int gguf_convert(const char *src, const char *dst, int type, char *err, size_t e
 		to[i] = keep_type(t) || t->ne[0] % quant_block_elems(type) ? t->type : type;
 		if (to[i] != t->type && !quant_type_supported(t->type)) {
 			rc = sh_fail(err, errlen, SH_EUNSUPP, "%s: tensor %s has type %s", src,
-				     t->name, gguf_type_name(t->type));
+				     t->name, quant_type_name(t->type));
 			goto out;
 		}
 		if ((rc = gw_tensor(w, t->name, t->n_dims, t->ne, to[i]))) {
 			rc = sh_fail(err, errlen, rc, "%s: tensor %s cannot be written as %s", src,
-				     t->name, gguf_type_name(to[i]));
+				     t->name, quant_type_name(to[i]));
 			goto out;
 		}
 		cols = MAX(cols, t->ne[0]);
@@ -108,7 +110,7 @@ int gguf_convert(const char *src, const char *dst, int type, char *err, size_t e
 				goto out;
 			continue;
 		}
-		uint64_t in = gguf_row_bytes(t->type, t->ne[0]), n_rows = t->nbytes / in;
+		uint64_t in = quant_row_bytes(t->type, t->ne[0]), n_rows = t->nbytes / in;
 		size_t outb = quant_row_bytes(to[i], t->ne[0]);
 		for (uint64_t r = 0; r < n_rows; r++) {
 			quant_dequant_row(t->type, (const uint8_t *)t->data + r * in, row,

@@ -97,7 +97,32 @@ typedef struct eng_msg {
 	const char *content;      /* UTF-8 ("" for an assistant message that only calls tools) */
 	const char *tool_calls;   /* assistant: OpenAI's tool_calls array as JSON text, or NULL */
 	const char *tool_call_id; /* tool: the id of the call this answers, or NULL */
+	const char *reasoning;    /* assistant: its reasoning_content, or NULL (gpt-oss renders it
+				   * before a tool call) */
 } eng_msg_t;
+
+/* gpt-oss's replies (infer/chat_harmony.c): the messages of a reply in OpenAI's harmony format
+ * as pieces pointing into text: reasoning (the analysis channel), content (final, or commentary
+ * to no one) and tool calls (to=functions.NAME, the body holding the arguments), in order. The
+ * last piece may be open (no closing token yet); its length then leaves out a tail that could
+ * still become a harmony token, unless final (the whole reply), so a longer text parses to the
+ * same pieces, each as long or longer (a stream can send what a parse shows). Text without any
+ * channel is one content piece. At most ENG_HARMONY_MAX pieces (the rest is dropped). Pure. */
+enum { ENG_H_CONTENT = 0, ENG_H_REASONING, ENG_H_CALL };
+#define ENG_HARMONY_MAX 32
+typedef struct eng_hpiece {
+	int kind;         /* ENG_H_* */
+	const char *p;    /* into the parsed text */
+	size_t len;       /* the body */
+	const char *name; /* ENG_H_CALL: the function's name (name_len bytes) */
+	size_t name_len;
+	int done; /* closed by a harmony token */
+} eng_hpiece_t;
+typedef struct eng_harmony {
+	eng_hpiece_t piece[ENG_HARMONY_MAX];
+	int n;
+} eng_harmony_t;
+void eng_harmony_parse(const char *text, size_t len, int final, eng_harmony_t *h);
 
 /* A compiled JSON Schema for structured output (infer/grammar.h): the reply is then one JSON
  * value that validates against it, and generation ends when the value is complete. Immutable
@@ -302,6 +327,11 @@ typedef struct eng_model_shape {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
 	int n_experts, ffn_shexp; /* mixture of experts (0: dense) */
+	/* sliding-window attention (swa_window 0: none): layer l is an SWA layer when swa_period
+	 * is 0 or l % swa_period < swa_period - 1; such a layer keeps min(context, swa_kv_pos)
+	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
+	 * n_swa_layers of the n_layers are. */
+	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
 	/* Hybrid models (qwen35): the layers marked in recurrent (bit l % 8 of byte l / 8) keep no
 	 * KV cache but a recurrent state per sequence (slot), rs_layer_bytes each for all their
 	 * heads (F32; a tensor-parallel rank holds its share of the heads, a pipeline stage its

@@ -134,14 +134,19 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "share %d of rank %d is not positive", w[r], r);
 	int grp = mt->n_heads / mt->n_kv_heads;
-	int blocks = (mt->ffn + ffn_block - 1) / ffn_block;
+	/* every layer routes (gpt-oss): no dense FFN reads its slice, so a small one may be cut
+	 * finer than quant blocks to give every rank a piece */
+	int fblk = mt->n_experts > 0 && mt->n_dense_lead == 0 && world > mt->ffn / ffn_block
+		       ? 1
+		       : ffn_block;
+	int blocks = (mt->ffn + fblk - 1) / fblk;
 	if (pipeline && world > mt->n_layers)
 		return sh_fail(err, errlen, SH_EINVAL, "%d ranks for %d layers", world,
 			       mt->n_layers);
 	if (!pipeline && (world > mt->n_heads || world > blocks))
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "%d ranks for %d query heads and %d FFN blocks of %d", world,
-			       mt->n_heads, blocks, ffn_block);
+			       mt->n_heads, blocks, fblk);
 	for (int r = 0; r < world; r++)
 		model_shard_full(mt, &out[r]);
 	if (pipeline) {
@@ -168,8 +173,8 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 	split_units(cnt, world, blocks, w);
 	pos = 0;
 	for (int r = 0; r < world; pos += cnt[r++]) {
-		out[r].ffn0 = pos * ffn_block;
-		out[r].n_ffn = MIN((pos + cnt[r]) * ffn_block, mt->ffn) - out[r].ffn0;
+		out[r].ffn0 = pos * fblk;
+		out[r].n_ffn = MIN((pos + cnt[r]) * fblk, mt->ffn) - out[r].ffn0;
 	}
 	/* mixture of experts: whole routed experts by share (expert parallel), the shared block
 	 * by columns like the dense FFN; a rank with none starts at the end */

@@ -69,6 +69,23 @@ static inline int gen_open(gen_t *x, const char *arch, int type, int threads, ch
 	return 0;
 }
 
+/* Writes o's model to path and opens it with one slot of ctx positions of kv_type, on a pool of
+ * threads: 0, or -1 with the reason printed. */
+static inline int gen_open_kv(gen_t *x, const mkmodel_opts_t *o, const char *path, int ctx,
+			      int kv_type, int threads)
+{
+	char err[256];
+	memset(x, 0, sizeof *x);
+	if (gen_file(o, path, &x->g, &x->meta, o->arch))
+		return -1;
+	if (!(x->pool = pool_new(threads)) ||
+	    model_new_kv(&x->m, x->g, &x->meta, NULL, ctx, kv_type, x->pool, err, sizeof err)) {
+		fprintf(stderr, "gen_open_kv %s: %s\n", o->arch, x->pool ? err : "no threads");
+		return -1;
+	}
+	return 0;
+}
+
 static inline void gen_close(gen_t *x, const char *path)
 {
 	model_free(x->m);

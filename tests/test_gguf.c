@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"
+#include "infer/quant/quant.h"
 #include "infer/tok/tokenizer.h"
 
 #include <stdint.h>
@@ -125,12 +126,12 @@ static struct buf build_small(uint32_t version, uint32_t align)
 	put_u32(&b, 2);
 	put_u64(&b, 4);
 	put_u64(&b, 2);
-	put_u32(&b, GGML_F32);
+	put_u32(&b, QT_F32);
 	put_u64(&b, 0);
 	put_str(&b, "b.weight");
 	put_u32(&b, 1);
 	put_u64(&b, 32);
-	put_u32(&b, GGML_Q8_0);
+	put_u32(&b, QT_Q8_0);
 	uint64_t boff = ((32 + align - 1) / align) * align;
 	put_u64(&b, boff);
 	pad_to(&b, align);
@@ -229,7 +230,7 @@ TEST(small_all_types)
 			CHECK_NEAR(v, 3.0, 0);
 		}
 		t = gguf_find_tensor(g, "b.weight");
-		CHECK(t && t->type == GGML_Q8_0 && t->nbytes == 34);
+		CHECK(t && t->type == QT_Q8_0 && t->nbytes == 34);
 		CHECK(gguf_find_tensor(g, "c.weight") == NULL);
 		CHECK_EQ_INT(gguf_tensor_bytes(g), 66);
 		gguf_free(g);
@@ -276,7 +277,7 @@ TEST(errors_name_the_problem)
 	b.p[tt] = 5;
 	CHECK_EQ_INT(gguf_open_mem(&g, b.p, b.n, err, sizeof err), SH_EUNSUPP);
 	CHECK(strstr(err, "unsupported tensor type 5 for b.weight") != NULL);
-	b.p[tt] = GGML_Q8_0;
+	b.p[tt] = QT_Q8_0;
 	/* tensor data past the end */
 	CHECK_EQ_INT(gguf_open_mem(&g, b.p, b.n - 1, err, sizeof err), SH_EFORMAT);
 	CHECK(strstr(err, "b.weight data past end of file") != NULL);
@@ -321,7 +322,7 @@ TEST(stories260k)
 	if (t) {
 		CHECK_EQ_INT(t->ne[0], 64);
 		CHECK_EQ_INT(t->ne[1], 512);
-		CHECK_EQ_INT(t->type, GGML_F32);
+		CHECK_EQ_INT(t->type, QT_F32);
 	}
 	CHECK(gguf_find_tensor(g, "blk.4.ffn_down.weight") != NULL);
 	int ti = gguf_find_key(g, "tokenizer.ggml.tokens");

@@ -31,8 +31,8 @@ static double nmse(const float *a, const float *ref, int n)
 	return den > 0 ? num / den : num;
 }
 
-static const int types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_K,
-			    QT_Q6_K, QT_Q5_0, QT_Q5_1, QT_Q2_K, QT_Q3_K, QT_Q5_K};
+static const int types[] = {QT_F32,  QT_F16,  QT_BF16, QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K,
+			    QT_Q5_0, QT_Q5_1, QT_Q2_K, QT_Q3_K, QT_Q5_K, QT_MXFP4};
 
 TEST(f16_conversion)
 {
@@ -63,6 +63,7 @@ static double roundtrip_bound(int t)
 	case QT_Q5_K: return 5e-3;
 	case QT_Q3_K: return 4e-2;
 	case QT_Q2_K: return 0.15;
+	case QT_MXFP4: return 2.5e-2; /* E2M1: 1 mantissa bit, power-of-two block scale */
 	default: /* 4-bit */ return 1.5e-2;
 	}
 }
@@ -200,6 +201,100 @@ TEST(lowbit_layouts)
 	CHECK_NEAR(y[0], 2 * 19 - 1, 0);
 	CHECK_NEAR(y[32], 1 * 23, 0);
 	CHECK_NEAR(y[64], 5, 0);
+}
+
+/* MXFP4 by hand from ggml (ggml/src/ggml-common.h block_mxfp4 and kvalues_mxfp4, the E2M1
+ * values doubled; ggml/src/ggml-quants.c dequantize_row_mxfp4, quantize_row_mxfp4_ref and its
+ * best_index_mxfp4; ggml/src/ggml-impl.h ggml_e8m0_to_fp32_half): element j in the low nibble of
+ * qs[j], j + 16 in the high nibble, value = kvalue[code] * 2^(e - 128). */
+TEST(mxfp4_layout)
+{
+	float y[64];
+	blk_mxfp4 b[2];
+	memset(b, 0, sizeof b);
+	b[0].e = 128;       /* half scale 2^0: the doubled values themselves */
+	b[0].qs[0] = 0x79;  /* element 0: code 9 = -1; element 16: code 7 = 12 */
+	b[0].qs[15] = 0xd5; /* element 15: code 5 = 6; element 31: code 13 = -6 */
+	b[1].e = 127;       /* half scale 0.5: the real E2M1 values */
+	b[1].qs[3] = 0x6f;  /* element 3: code 15 = -12 -> -6; element 19: code 6 = 8 -> 4 */
+	quant_dequant_row(QT_MXFP4, b, y, 64);
+	CHECK_NEAR(y[0], -1, 0);
+	CHECK_NEAR(y[16], 12, 0);
+	CHECK_NEAR(y[15], 6, 0);
+	CHECK_NEAR(y[31], -6, 0);
+	CHECK_NEAR(y[1], 0, 0);
+	CHECK_NEAR(y[32 + 3], -6, 0);
+	CHECK_NEAR(y[32 + 19], 4, 0);
+	/* the scale's ends: e = 0 and 1 are the subnormals 2^-128, 2^-127; e = 254 is 2^126 */
+	CHECK(quant_e8m0_half(0) == ldexpf(1, -128));
+	CHECK(quant_e8m0_half(1) == ldexpf(1, -127));
+	CHECK(quant_e8m0_half(2) == ldexpf(1, -126));
+	CHECK(quant_e8m0_half(254) == ldexpf(1, 126));
+
+	/* quantize_row_mxfp4_ref: amax 6 -> e = floor(log2 6) - 2 + 127 = 127 (scale 0.5), then
+	 * the nearest code, the lower one on a tie (strict <) */
+	float x[32] = {0};
+	x[0] = 6.f;     /* 12 x 0.5: code 7 */
+	x[1] = -0.5f;   /* code 9 */
+	x[2] = 3.f;     /* 6 x 0.5: code 5 */
+	x[3] = 0.1f;    /* nearer 0 than 0.5: code 0 */
+	x[4] = 0.25f;   /* tie between 0 (code 0) and 0.5 (code 1): code 0 */
+	x[5] = 5.f;     /* tie between 4 (code 6) and 6 (code 7): code 6 */
+	x[16] = -2.9f;  /* -3 = -6 x 0.5: code 13, high nibble of qs[0] */
+	x[17] = -0.25f; /* tie between 0 (code 0) and -0.5 (code 9): code 0 */
+	blk_mxfp4 q;
+	quant_quantize_row(QT_MXFP4, x, &q, 32);
+	CHECK_EQ_INT(q.e, 127);
+	CHECK_EQ_INT(q.qs[0], 0xd7);
+	CHECK_EQ_INT(q.qs[1], 0x09);
+	CHECK_EQ_INT(q.qs[2], 0x05);
+	CHECK_EQ_INT(q.qs[3], 0x00);
+	CHECK_EQ_INT(q.qs[4], 0x00);
+	CHECK_EQ_INT(q.qs[5], 0x06);
+	memset(x, 0, sizeof x); /* all zero: e = 0, every code 0 */
+	quant_quantize_row(QT_MXFP4, x, &q, 32);
+	CHECK_EQ_INT(q.e, 0);
+	CHECK_EQ_INT(q.qs[7], 0);
+	x[9] = 1e-3f; /* floor(log2 1e-3) = -10: e = 115 */
+	quant_quantize_row(QT_MXFP4, x, &q, 32);
+	CHECK_EQ_INT(q.e, 115);
+
+	/* every kernel on hand-built blocks: 4 rows of 3 blocks with every code and several
+	 * exponents, against the exact integer sum the reference's per-block expression gives */
+	enum { R = 4, NB = 3 };
+	blk_mxfp4 w[R * NB];
+	for (int i = 0; i < R * NB; i++) {
+		w[i].e = (uint8_t)(120 + (i * 5) % 13);
+		for (int j = 0; j < 16; j++)
+			w[i].qs[j] = (uint8_t)(((j + i) & 15) | (((j * 7 + i) & 15) << 4));
+	}
+	float xa[32 * NB], out[R], want[R];
+	uint8_t act[32 * NB * 2];
+	for (int i = 0; i < 32 * NB; i++)
+		xa[i] = (float)((i * 37) % 255 - 127) / 127.f;
+	quant_init(0);
+	quant_act_t a;
+	quant_act_prepare(QT_MXFP4, xa, 32 * NB, act, &a);
+	for (int r = 0; r < R; r++) {
+		double s = 0;
+		for (int i = 0; i < NB; i++) {
+			const blk_mxfp4 *bb = &w[r * NB + i];
+			long sum = 0;
+			for (int j = 0; j < 32; j++) {
+				int code = j < 16 ? bb->qs[j] & 15 : bb->qs[j - 16] >> 4;
+				sum += quant_mxfp4_values[code] * a.q[32 * i + j];
+			}
+			s += (double)ldexpf(1, bb->e - 128) * a.d[i] * (double)sum;
+		}
+		want[r] = (float)s;
+	}
+	const quant_ops_t *tabs[2] = {quant_ops_ref(QT_MXFP4), quant_ops_opt(QT_MXFP4)};
+	for (int k = 0; k < 2; k++) {
+		tabs[k]->rows(out, (const uint8_t *)w, NB * sizeof(blk_mxfp4), R, &a, 32 * NB);
+		for (int r = 0; r < R; r++)
+			CHECK_NEAR(out[r], want[r], 1e-5 * fabs(want[r]) + 1e-6);
+	}
+	fprintf(stderr, "mxfp4 kernel: %s\n", tabs[1]->impl);
 }
 
 /* Rows x n weights; the reference and optimized kernels on every type, whole and column-sliced. */
@@ -424,7 +519,7 @@ TEST(repacked_kernels_vs_reference)
 		for (int i = 0; i < N; i++)
 			x[t][i] = frand() * (float)(t + 1);
 	quant_init(0);
-	const int rtypes[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K};
+	const int rtypes[] = {QT_Q8_0, QT_Q4_0, QT_Q4_K, QT_Q6_K, QT_MXFP4};
 	for (size_t k = 0; k < ARRAY_LEN(rtypes); k++) {
 		int t = rtypes[k];
 		CHECK(quant_repack_supported(t));
@@ -598,6 +693,7 @@ int main(void)
 	RUN(quantize_roundtrip);
 	RUN(block_layouts);
 	RUN(lowbit_layouts);
+	RUN(mxfp4_layout);
 	RUN(kernels_vs_reference);
 	RUN(kernels_vs_reference_avx2);
 	RUN(batched_kernels_vs_reference);

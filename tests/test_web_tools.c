@@ -163,6 +163,55 @@ TEST(stream_holds_back_calls)
 	web_job_unref(j);
 }
 
+/* gpt-oss (harmony): the analysis channel becomes reasoning_content, the final channel the
+ * content, a message to functions.NAME a call (common/chat.cpp's gpt-oss parser); streamed as
+ * reasoning_content and content deltas without any harmony token in them. */
+TEST(harmony_channels)
+{
+	const char *reply = "<|channel|>analysis<|message|>The user wants Paris.<|end|><|start|>"
+			    "assistant<|channel|>commentary to=functions.get_weather <|constrain|>"
+			    "json<|message|>{\"city\": \"Paris\"}";
+	char *content = NULL;
+	json_t *c = calls_of(reply, WEB_TC_HARMONY, NULL, &content);
+	CHECK(c && json_array_size(c) == 1);
+	CHECK_EQ_STR(name_of(c, 0), "get_weather");
+	CHECK_EQ_STR(args_of(c, 0), "{\"city\":\"Paris\"}");
+	CHECK_EQ_STR(content, "");
+	json_decref(c);
+	free(content);
+	/* a plain answer: reasoning_content in the reply's message */
+	web_job_t *j = job("", WEB_TC_HARMONY, 0);
+	const char *ans = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>"
+			  "final<|message|>4";
+	web_buf_add(&j->text, ans, strlen(ans));
+	web_tools_finish(j);
+	web_usage_t u = {1, 2};
+	char *body = web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u, NULL);
+	json_t *root = json_loads(body, 0, NULL);
+	json_t *msg =
+	    json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message");
+	CHECK_EQ_STR(json_string_value(json_object_get(msg, "content")), "4");
+	CHECK_EQ_STR(json_string_value(json_object_get(msg, "reasoning_content")), "Easy.");
+	json_decref(root);
+	free(body);
+	web_job_unref(j);
+	/* streaming, token by token */
+	j = job("", WEB_TC_HARMONY, 1);
+	const char *toks[] = {"<|channel|>", "analysis", "<|message|>", "Eas",
+			      "y.",          "<|end|>",  "<|start|>",   "assistant",
+			      "<|channel|>", "final",    "<|message|>", "4"};
+	for (size_t i = 0; i < ARRAY_LEN(toks); i++) {
+		web_buf_add(&j->text, toks[i], strlen(toks[i]));
+		web_tools_on_text(j);
+	}
+	web_tools_finish(j);
+	CHECK(!strstr(j->out.p, "<|"));
+	CHECK(strstr(j->out.p, "\"reasoning_content\":\"Eas\"") &&
+	      strstr(j->out.p, "\"reasoning_content\":\"y.\""));
+	CHECK(strstr(j->out.p, "\"content\":\"4\""));
+	web_job_unref(j);
+}
+
 TEST(request_errors)
 {
 	web_req_t r;
@@ -218,6 +267,7 @@ int main(void)
 	RUN(qwen35_xml);
 	RUN(llama3_and_mistral);
 	RUN(stream_holds_back_calls);
+	RUN(harmony_channels);
 	RUN(request_errors);
 	return harness_done();
 }

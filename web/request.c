@@ -126,7 +126,8 @@ static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
 	web_buf_t b = {0};
 	size_t i;
 	json_t *part;
-	json_array_foreach(v, i, part) {
+	json_array_foreach(v, i, part)
+	{
 		json_t *type = json_object_get(part, "type");
 		json_t *text = json_object_get(part, "text");
 		if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
@@ -150,8 +151,8 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 {
 	json_t *msgs = json_object_get(root, "messages");
 	if (!msgs || json_is_null(msgs))
-		return web_err_set(e, 400, "invalid_request_error", "messages", "missing_required_parameter",
-				   "'messages' is required");
+		return web_err_set(e, 400, "invalid_request_error", "messages",
+				   "missing_required_parameter", "'messages' is required");
 	if (!json_is_array(msgs))
 		return bad(e, "messages", "'%s' must be an array of messages%s", NULL);
 	size_t n = json_array_size(msgs);
@@ -159,8 +160,9 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		return web_err_set(e, 400, "invalid_request_error", "messages", "empty_array",
 				   "'messages' must contain at least one message");
 	if (n > WEB_MSG_MAX)
-		return web_err_set(e, 400, "invalid_request_error", "messages", "array_above_max_length",
-				   "'messages' has %zu messages; at most %d are accepted", n, WEB_MSG_MAX);
+		return web_err_set(
+		    e, 400, "invalid_request_error", "messages", "array_above_max_length",
+		    "'messages' has %zu messages; at most %d are accepted", n, WEB_MSG_MAX);
 	r->msgs = calloc(n, sizeof *r->msgs);
 	if (!r->msgs)
 		return oom(e);
@@ -170,21 +172,24 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		snprintf(param, sizeof param, "messages[%zu]", i);
 		if (!json_is_object(m))
 			return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
-					   "'%s' must be an object with 'role' and 'content'", param);
+					   "'%s' must be an object with 'role' and 'content'",
+					   param);
 		json_t *role = json_object_get(m, "role");
 		snprintf(param, sizeof param, "messages[%zu].role", i);
 		if (!json_is_string(role))
 			return web_err_set(e, 400, "invalid_request_error", param,
-					   "missing_required_parameter", "'%s' must be a string", param);
+					   "missing_required_parameter", "'%s' must be a string",
+					   param);
 		const char *rs = json_string_value(role);
 		/* "developer" is OpenAI's newer name for the system role. */
 		const char *canon = !strcmp(rs, "developer") ? "system" : rs;
-		if (strcmp(canon, "system") && strcmp(canon, "user") && strcmp(canon, "assistant") &&
-		    strcmp(canon, "tool"))
-			return web_err_set(e, 400, "invalid_request_error", param, "invalid_value",
-					   "'%s': unknown role '%.40s' (expected system, developer, user, "
-					   "assistant or tool)",
-					   param, rs);
+		if (strcmp(canon, "system") && strcmp(canon, "user") &&
+		    strcmp(canon, "assistant") && strcmp(canon, "tool"))
+			return web_err_set(
+			    e, 400, "invalid_request_error", param, "invalid_value",
+			    "'%s': unknown role '%.40s' (expected system, developer, user, "
+			    "assistant or tool)",
+			    param, rs);
 		r->msgs[i].role = dup_n(canon, strlen(canon));
 		r->n_msgs = (int)i + 1;
 		if (!r->msgs[i].role)
@@ -212,8 +217,8 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 {
 	json_t *p = json_object_get(root, "prompt");
 	if (!p || json_is_null(p))
-		return web_err_set(e, 400, "invalid_request_error", "prompt", "missing_required_parameter",
-				   "'prompt' is required");
+		return web_err_set(e, 400, "invalid_request_error", "prompt",
+				   "missing_required_parameter", "'prompt' is required");
 	if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
 		p = json_array_get(p, 0); /* ["text"] is one prompt */
 	if (json_is_string(p)) {
@@ -223,10 +228,11 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 	if (json_is_array(p) && json_array_size(p) > 0) {
 		size_t n = json_array_size(p);
 		if (json_is_string(json_array_get(p, 0)))
-			return web_err_set(e, 400, "invalid_request_error", "prompt", "unsupported_value",
-					   "'prompt' holds %zu prompts; only one prompt per request is "
-					   "supported",
-					   n);
+			return web_err_set(
+			    e, 400, "invalid_request_error", "prompt", "unsupported_value",
+			    "'prompt' holds %zu prompts; only one prompt per request is "
+			    "supported",
+			    n);
 		if (n > (1u << 20))
 			return bad(e, "prompt", "'%s' is too long%s", NULL);
 		r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
@@ -236,10 +242,10 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 			json_t *t = json_array_get(p, i);
 			if (!json_is_integer(t) || json_integer_value(t) < 0 ||
 			    json_integer_value(t) > 0x7fffffff)
-				return web_err_set(e, 400, "invalid_request_error", "prompt",
-						   "invalid_type",
-						   "'prompt' must be a string, an array with one string, "
-						   "or an array of token ids");
+				return web_err_set(
+				    e, 400, "invalid_request_error", "prompt", "invalid_type",
+				    "'prompt' must be a string, an array with one string, "
+				    "or an array of token ids");
 			r->prompt_ids[i] = (int)json_integer_value(t);
 		}
 		r->n_prompt_ids = (int)n;
@@ -267,14 +273,17 @@ static int parse_stop(web_req_t *r, json_t *root, web_err_t *e)
 	if (!json_is_array(s))
 		return bad(e, "stop", "'%s' must be a string or an array of strings%s", NULL);
 	if (json_array_size(s) > WEB_STOP_MAX)
-		return web_err_set(e, 400, "invalid_request_error", "stop", "array_above_max_length",
-				   "'stop' has %zu strings; at most %d are accepted", json_array_size(s),
-				   WEB_STOP_MAX);
+		return web_err_set(e, 400, "invalid_request_error", "stop",
+				   "array_above_max_length",
+				   "'stop' has %zu strings; at most %d are accepted",
+				   json_array_size(s), WEB_STOP_MAX);
 	size_t i;
 	json_t *v;
-	json_array_foreach(s, i, v) {
+	json_array_foreach(s, i, v)
+	{
 		if (!json_is_string(v))
-			return bad(e, "stop", "'%s' must be a string or an array of strings%s", NULL);
+			return bad(e, "stop", "'%s' must be a string or an array of strings%s",
+				   NULL);
 		if (json_string_length(v) == 0)
 			continue;
 		r->stop[r->n_stop] = dup_n(json_string_value(v), json_string_length(v));
@@ -305,7 +314,8 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 		return rc;
 	if (given && v != 1)
 		return web_err_set(e, 400, "invalid_request_error", "n", "unsupported_value",
-				   "'n' must be 1: one choice per request is supported (got %lld)", v);
+				   "'n' must be 1: one choice per request is supported (got %lld)",
+				   v);
 	given = 0;
 	if ((rc = get_int(root, "max_tokens", 1, 1 << 30, &v, &given, e)))
 		return rc;
@@ -348,7 +358,8 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 			return rc;
 	}
 
-	/* logprobs: a boolean for chat (with top_logprobs 0..20), an integer 0..5 for completions. */
+	/* logprobs: a boolean for chat (with top_logprobs 0..20), an integer 0..5 for completions.
+	 */
 	json_t *lp = json_object_get(root, "logprobs");
 	if (r->kind == WEB_CHAT) {
 		if ((rc = get_bool(root, "logprobs", &r->logprobs, e)))
@@ -443,8 +454,8 @@ int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_
 	json_t *root = json_loadb(body, len, 0, &je);
 	if (!root)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-				   "the body is not valid JSON: %.120s (line %d, column %d)", je.text,
-				   je.line, je.column);
+				   "the body is not valid JSON: %.120s (line %d, column %d)",
+				   je.text, je.line, je.column);
 	int rc;
 	if (!json_is_object(root))
 		rc = web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
@@ -467,6 +478,7 @@ void web_req_clear(web_req_t *r)
 		free((char *)r->msgs[i].content);
 		free((char *)r->msgs[i].tool_calls);
 		free((char *)r->msgs[i].tool_call_id);
+		free((char *)r->msgs[i].reasoning);
 	}
 	free(r->tools);
 	eng_grammar_free(r->grammar);

@@ -142,10 +142,11 @@ static char *dump(json_t *root)
 
 char *web_json_error(const web_err_t *e)
 {
-	json_t *err = json_pack("{s:o, s:s, s:o, s:o}", "message", jstr(e->message, strlen(e->message)),
-				"type", e->type ? e->type : "server_error", "param",
-				e->param[0] ? json_string(e->param) : json_null(), "code",
-				e->code[0] ? json_string(e->code) : json_null());
+	json_t *err =
+	    json_pack("{s:o, s:s, s:o, s:o}", "message", jstr(e->message, strlen(e->message)),
+		      "type", e->type ? e->type : "server_error", "param",
+		      e->param[0] ? json_string(e->param) : json_null(), "code",
+		      e->code[0] ? json_string(e->code) : json_null());
 	return dump(json_pack("{s:o}", "error", err));
 }
 
@@ -175,15 +176,15 @@ static json_t *bytes_json(const char *s, size_t n)
 	return a;
 }
 
-json_t *web_json_logprob(const char *text, size_t text_len, float logprob,
-			 const eng_logprob_t *top, int n_top, char *const *top_texts)
+json_t *web_json_logprob(const char *text, size_t text_len, float logprob, const eng_logprob_t *top,
+			 int n_top, char *const *top_texts)
 {
 	json_t *alts = json_array();
 	for (int i = 0; alts && i < n_top; i++) {
 		const char *t = top_texts && top_texts[i] ? top_texts[i] : "";
-		json_array_append_new(alts, json_pack("{s:o, s:f, s:o}", "token", jstr(t, strlen(t)),
-						      "logprob", (double)top[i].logprob, "bytes",
-						      bytes_json(t, strlen(t))));
+		json_array_append_new(
+		    alts, json_pack("{s:o, s:f, s:o}", "token", jstr(t, strlen(t)), "logprob",
+				    (double)top[i].logprob, "bytes", bytes_json(t, strlen(t))));
 	}
 	return json_pack("{s:o, s:f, s:o, s:o}", "token", jstr(text, text_len), "logprob",
 			 (double)logprob, "bytes", bytes_json(text, text_len), "top_logprobs",
@@ -198,7 +199,8 @@ static json_t *legacy_logprobs(json_t *entries, size_t offset)
 	       *offs = json_array();
 	size_t i;
 	json_t *e;
-	json_array_foreach(entries, i, e) {
+	json_array_foreach(entries, i, e)
+	{
 		json_t *tok = json_object_get(e, "token");
 		json_array_append(tokens, tok);
 		json_array_append(lps, json_object_get(e, "logprob"));
@@ -206,8 +208,8 @@ static json_t *legacy_logprobs(json_t *entries, size_t offset)
 		size_t j;
 		json_t *alt;
 		json_array_foreach(json_object_get(e, "top_logprobs"), j, alt)
-			json_object_set(m, json_string_value(json_object_get(alt, "token")),
-					json_object_get(alt, "logprob"));
+		    json_object_set(m, json_string_value(json_object_get(alt, "token")),
+				    json_object_get(alt, "logprob"));
 		json_array_append_new(tops, m);
 		json_array_append_new(offs, json_integer((json_int_t)offset));
 		offset += json_string_length(tok);
@@ -231,7 +233,8 @@ static json_t *logprobs_for(int kind, json_t *entries)
 static json_t *usage_json(const web_usage_t *u)
 {
 	return json_pack("{s:i, s:i, s:i}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
-			 u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens);
+			 u->completion_tokens, "total_tokens",
+			 u->prompt_tokens + u->completion_tokens);
 }
 
 static json_t *envelope(const web_reply_id_t *rid, const char *object, json_t *choices)
@@ -254,6 +257,9 @@ char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_le
 		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0,
 				   "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
 				   "finish_reason", finish_json(finish));
+	if (rid->reasoning && choice) /* gpt-oss: its analysis channel */
+		json_object_set(json_object_get(choice, "message"), "reasoning_content",
+				rid->reasoning);
 	if (rid->tool_calls && choice) { /* content is the text before the calls, or null */
 		json_t *msg = json_object_get(choice, "message");
 		if (!text_len)
@@ -285,8 +291,9 @@ char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *te
 				   "index", 0, "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
 				   "finish_reason", finish_json(finish));
 	}
-	json_t *root = envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
-				json_pack("[o]", choice));
+	json_t *root =
+	    envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
+		     json_pack("[o]", choice));
 	if (root && with_usage_null)
 		json_object_set_new(root, "usage", json_null());
 	return dump(root);
@@ -294,8 +301,8 @@ char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *te
 
 char *web_json_usage_chunk(const web_reply_id_t *rid, const web_usage_t *u)
 {
-	json_t *root = envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
-				json_array());
+	json_t *root = envelope(
+	    rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion", json_array());
 	if (root)
 		json_object_set_new(root, "usage", usage_json(u));
 	return dump(root);

@@ -102,6 +102,7 @@ void web_job_unref(web_job_t *j)
 	web_buf_free(&j->text);
 	json_decref(j->logprobs);
 	json_decref(j->rid.tool_calls);
+	json_decref(j->rid.reasoning);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
 	free(j);

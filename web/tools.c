@@ -74,6 +74,10 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 				return oom(e);
 		}
 	}
+	json_t *rs = json_object_get(jm, "reasoning_content"); /* gpt-oss renders it */
+	if (json_is_string(rs) && !strcmp(m->role, "assistant") &&
+	    !(m->reasoning = strdup(json_string_value(rs))))
+		return oom(e);
 	if (!strcmp(m->role, "tool")) {
 		json_t *id = json_object_get(jm, "tool_call_id");
 		snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
@@ -241,6 +245,8 @@ static int format_of(const char *name)
 		return WEB_TC_MISTRAL;
 	if (name && !strcmp(name, "qwen3-coder"))
 		return WEB_TC_XML;
+	if (name && !strcmp(name, "harmony"))
+		return WEB_TC_HARMONY;
 	return WEB_TC_HERMES;
 }
 
@@ -300,6 +306,8 @@ int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, 
 				return rc;
 		}
 		r->mistral_ids = format_of(in->tool_format) == WEB_TC_MISTRAL;
+	} else if (r->kind == WEB_CHAT && format_of(in->tool_format) == WEB_TC_HARMONY) {
+		r->tool_format = WEB_TC_HARMONY; /* its reasoning is split from its answer */
 	}
 	return eng_chat_prompt_tools(eng, r->msgs, r->n_msgs, tools, forced, ids, n_ids, msg,
 				     msglen);
@@ -563,14 +571,12 @@ static void emit_content(web_job_t *j, size_t upto)
 	pthread_cond_broadcast(&j->cv);
 }
 
-void web_tools_on_text(web_job_t *j)
-{
-	if (j->req.stream)
-		emit_content(j, safe_len(j));
-}
+/* ---- gpt-oss's harmony channels (infer.h eng_harmony_parse) ---- */
 
-/* One streaming chunk whose delta is {"tool_calls": [call]}. */
-static char *call_chunk(const web_job_t *j, json_t *call)
+static void stream_calls(web_job_t *j, json_t *calls);
+
+/* One streaming chunk whose delta carries key = v (stolen). */
+static char *key_chunk(const web_job_t *j, const char *key, json_t *v)
 {
 	char *base =
 	    web_json_chunk(&j->rid, NULL, NULL, 0, ENG_FINISH_NONE, j->req.include_usage, NULL);
@@ -578,20 +584,150 @@ static char *call_chunk(const web_job_t *j, json_t *call)
 	free(base);
 	json_t *delta =
 	    json_object_get(json_array_get(json_object_get(root, "choices"), 0), "delta");
-	if (!delta) {
-		json_decref(root);
-		return NULL;
+	char *s = NULL;
+	if (delta && v) {
+		json_object_set_new(delta, key, v);
+		s = json_dumps(root, JSON_COMPACT);
+	} else {
+		json_decref(v);
 	}
-	json_object_set_new(delta, "tool_calls", json_pack("[O]", call));
-	char *s = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
 	return s;
+}
+
+/* One streaming chunk whose delta carries key = text[0..n) (content or reasoning_content). */
+static char *delta_chunk(const web_job_t *j, const char *key, const char *text, size_t n)
+{
+	return key_chunk(j, key, json_stringn_nocheck(text, n));
+}
+
+/* The reply's reasoning (kind ENG_H_REASONING) or content pieces, joined, into b. */
+static void harmony_join(const eng_harmony_t *h, int kind, web_buf_t *b)
+{
+	for (int i = 0; i < h->n; i++)
+		if (h->piece[i].kind == kind)
+			web_buf_add(b, h->piece[i].p, h->piece[i].len);
+}
+
+/* Streams what the text holds beyond what was sent: new reasoning as reasoning_content deltas,
+ * new content as content deltas (calls go out at the end). */
+static void harmony_emit(web_job_t *j, int final)
+{
+	eng_harmony_t h;
+	eng_harmony_parse(j->text.p ? j->text.p : "", j->text.len, final, &h);
+	web_buf_t r = {0}, c = {0};
+	harmony_join(&h, ENG_H_REASONING, &r);
+	harmony_join(&h, ENG_H_CONTENT, &c);
+	if (r.len > j->rs_sent) {
+		web_sse_add(&j->out, delta_chunk(j, "reasoning_content", r.p + j->rs_sent,
+						 r.len - j->rs_sent));
+		j->rs_sent = r.len;
+	}
+	if (c.len > j->tc_sent) {
+		web_sse_add(&j->out,
+			    delta_chunk(j, "content", c.p + j->tc_sent, c.len - j->tc_sent));
+		j->tc_sent = c.len;
+	}
+	free(r.p);
+	free(c.p);
+	pthread_cond_broadcast(&j->cv);
+}
+
+/* The end of a harmony reply: its channels into reasoning_content, content and tool_calls. */
+static void harmony_finish(web_job_t *j)
+{
+	eng_harmony_t h;
+	const char *s = j->text.p ? j->text.p : "";
+	eng_harmony_parse(s, j->text.len, 1, &h);
+	json_t *calls = json_array();
+	for (int i = 0; calls && i < h.n; i++) {
+		const eng_hpiece_t *p = &h.piece[i];
+		if (p->kind != ENG_H_CALL || !j->req.tools)
+			continue;
+		char *name = strndup(p->name, p->name_len);
+		json_t *args = json_loadb(p->p, p->len, JSON_DECODE_ANY, NULL);
+		json_t *v = name ? json_pack("{s:s, s:o}", "name", name, "arguments",
+					     args ? args : json_stringn(p->p, p->len))
+				 : NULL;
+		if (v)
+			add_call(j, calls, v);
+		json_decref(v);
+		free(name);
+	}
+	if (!j->req.parallel_tool_calls)
+		while (json_array_size(calls) > 1)
+			json_array_remove(calls, json_array_size(calls) - 1);
+	if (j->req.stream) {
+		harmony_emit(j, 1);
+	} else {
+		web_buf_t r = {0}, c = {0};
+		harmony_join(&h, ENG_H_REASONING, &r);
+		harmony_join(&h, ENG_H_CONTENT, &c);
+		if (r.len)
+			j->rid.reasoning = json_stringn_nocheck(r.p, r.len);
+		free(j->text.p); /* the message's content: the final channel */
+		j->text = c;
+		free(r.p);
+	}
+	if (!json_array_size(calls)) {
+		json_decref(calls);
+		return;
+	}
+	j->res.finish = WEB_FINISH_TOOL_CALLS;
+	if (!j->req.stream) {
+		j->rid.tool_calls = calls;
+		return;
+	}
+	stream_calls(j, calls);
+}
+
+void web_tools_on_text(web_job_t *j)
+{
+	if (j->req.stream && j->req.tool_format == WEB_TC_HARMONY)
+		harmony_emit(j, 0);
+	else if (j->req.stream)
+		emit_content(j, safe_len(j));
+}
+
+/* One streaming chunk whose delta is {"tool_calls": [call]}. */
+static char *call_chunk(const web_job_t *j, json_t *call)
+{
+	return key_chunk(j, "tool_calls", json_pack("[O]", call));
+}
+
+/* Streams calls (stolen) as OpenAI sends them: per call a delta with its id, type, name and
+ * empty arguments, then one with the arguments (the openai SDK's ChatCompletionStream
+ * accumulates exactly these fields). */
+static void stream_calls(web_job_t *j, json_t *calls)
+{
+	size_t k;
+	json_t *c;
+	json_array_foreach(calls, k, c)
+	{
+		json_t *fn = json_object_get(c, "function");
+		json_t *head =
+		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
+			      json_object_get(c, "id"), "type", "function", "function", "name",
+			      json_object_get(fn, "name"), "arguments", "");
+		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
+					 "arguments", json_object_get(fn, "arguments"));
+		web_sse_add(&j->out, call_chunk(j, head));
+		web_sse_add(&j->out, call_chunk(j, args));
+		json_decref(head);
+		json_decref(args);
+	}
+	json_decref(calls);
+	pthread_cond_broadcast(&j->cv);
 }
 
 void web_tools_finish(web_job_t *j)
 {
 	size_t content_len;
 	const char *s = j->text.p ? j->text.p : "";
+	if (j->req.tool_format == WEB_TC_HARMONY) {
+		harmony_finish(j);
+		return;
+	}
 	if (!j->req.tool_format) { /* response_format alone */
 		/* a value that closed on the last token allowed ends as "stop": the grammar had
 		 * nothing but the end left */
@@ -618,22 +754,5 @@ void web_tools_finish(web_job_t *j)
 		return;
 	}
 	emit_content(j, MAX(content_len, j->tc_sent));
-	size_t k;
-	json_t *c;
-	json_array_foreach(calls, k, c)
-	{
-		json_t *fn = json_object_get(c, "function");
-		json_t *head =
-		    json_pack("{s:I, s:O, s:s, s:{s:O, s:s}}", "index", (json_int_t)k, "id",
-			      json_object_get(c, "id"), "type", "function", "function", "name",
-			      json_object_get(fn, "name"), "arguments", "");
-		json_t *args = json_pack("{s:I, s:{s:O}}", "index", (json_int_t)k, "function",
-					 "arguments", json_object_get(fn, "arguments"));
-		web_sse_add(&j->out, call_chunk(j, head));
-		web_sse_add(&j->out, call_chunk(j, args));
-		json_decref(head);
-		json_decref(args);
-	}
-	json_decref(calls);
-	pthread_cond_broadcast(&j->cv);
+	stream_calls(j, calls);
 }

@@ -101,7 +101,8 @@ enum web_tool_format {
 	WEB_TC_LLAMA3,
 	WEB_TC_MISTRAL,
 	WEB_TC_FORCED,
-	WEB_TC_XML /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
+	WEB_TC_XML,    /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
+	WEB_TC_HARMONY /* gpt-oss: every reply is parsed into its channels (tools.c) */
 };
 /* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
 #define WEB_FINISH_TOOL_CALLS 100
@@ -153,6 +154,7 @@ typedef struct web_reply_id {
 	long long created; /* unix seconds */
 	const char *model;
 	struct json_t *tool_calls; /* chat reply that ends in calls: its tool_calls (owned) */
+	struct json_t *reasoning;  /* its reasoning_content (a JSON string, owned), or NULL */
 } web_reply_id_t;
 
 /* The whole non-streaming reply. logprobs (may be NULL) is stolen: it is the array of
@@ -205,6 +207,7 @@ typedef struct web_job {
 	web_err_t err;                  /* status != 0 when the request failed */
 	int sent_role;                  /* streaming: the role chunk went out */
 	size_t tc_sent;                 /* tools: bytes of text already sent as content (tools.c) */
+	size_t rs_sent;                 /* harmony: bytes of reasoning already sent (tools.c) */
 	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
 	int64_t t_first_ns;             /* first token (0 = none yet): the request table */
 	const char *api;                /* static: "chat", "completions", ... (request table) */

@@ -12,9 +12,14 @@
  * the oracle.
  *
  * A batch mixes sequences (continuous batching): token b reads the rows [0, bpos[b]] of its own
- * slot bslot[b]. The fused loop's token blocks are runs of tokens of one slot at consecutive
- * positions (a prompt chunk), so a tile serves the whole block; a decode batch's tokens are blocks
- * of one.
+ * slot bslot[b]; in a sliding-window layer (kvl[lc].win = W) only [bpos[b] - W + 1, bpos[b]],
+ * as llama.cpp masks it (is_masked_swa, standard), which may lie in a ring (swa.c): tiles are
+ * whole ATT_TILE-aligned runs of positions, and each token's share of a tile is [s0, nb). The fused
+ * loop's token blocks are runs of tokens of one slot at consecutive positions (a prompt chunk), so
+ * a tile serves the whole block; a decode batch's tokens are blocks of one.
+ *
+ * gpt-oss's attention sinks (one learned logit per head, llama.cpp's ggml_soft_max_add_sinks)
+ * take part in the softmax's max and sum but add no value: the online softmax starts from them.
  *
  * Invariant: reads only cache rows written before the call; writes only m->att and the calling
  * thread's tile and score scratch.
@@ -125,13 +130,25 @@ static void att_tile(const model_t *m, const uint8_t *k, const uint8_t *v, int n
 	*vt = vbuf;
 }
 
+/* The softmax scale of q . k. */
+static float att_scale(const model_t *m)
+{
+	return m->meta.attn_scale > 0 ? m->meta.attn_scale : 1.0f / sqrtf((float)m->meta.head_dim);
+}
+
+/* The first position a query at pos sees in a layer with window win (0: all). */
+static int att_lo(int pos, int win)
+{
+	return win > 0 && pos - win + 1 > 0 ? pos - win + 1 : 0;
+}
+
 static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
 	model_t *m = j->m;
-	int hd = m->meta.head_dim;
-	float scale = 1.0f / sqrtf((float)hd);
-	size_t row = m->kv_hrow;
+	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
+	float scale = att_scale(m);
 	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
 	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
 	const float *qp[ATT_GROUP];
@@ -141,25 +158,29 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	for (int it = lo; it < hi; it++) {
 		int g, b0, b1, h0, h1;
 		att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
-		size_t base = kv_at(m, j->layer, m->bslot[b0], g, 0); /* the block's slot */
-		const uint8_t *kc = m->kc + base, *vc = m->vc + base;
+		int slot = m->bslot[b0]; /* the block's */
 		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
 				memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
 				       (size_t)hd * sizeof(float));
-				mx[b - b0][h - h0] = -INFINITY;
-				sum[b - b0][h - h0] = 0;
+				/* a sink is a logit with no value: the softmax starts from it */
+				mx[b - b0][h - h0] = sinks ? sinks[h] : -INFINITY;
+				sum[b - b0][h - h0] = sinks ? 1.0f : 0.0f;
 			}
-		int tmax = m->bpos[b1 - 1] + 1; /* the block's last token sees the most */
-		for (int t0 = 0; t0 < tmax; t0 += ATT_TILE) {
+		/* the block's first token sees the earliest position, its last the latest; a
+		 * sliding window (win) starts each token's share later */
+		int tmax = m->bpos[b1 - 1] + 1, tmin = att_lo(m->bpos[b0], win);
+		for (int t0 = tmin - tmin % ATT_TILE; t0 < tmax; t0 += ATT_TILE) {
 			int n = MIN(ATT_TILE, tmax - t0);
+			size_t at =
+			    kv_at(m, j->layer, slot, g, t0); /* whole tile, also in a ring */
 			const float *kt, *vt;
-			att_tile(m, kc + (size_t)t0 * row, vc + (size_t)t0 * row, n, kbuf, vbuf,
-				 &kt, &vt);
+			att_tile(m, m->kc + at, m->vc + at, n, kbuf, vbuf, &kt, &vt);
 			for (int b = b0; b < b1; b++) {
-				int nb =
-				    MIN(n, m->bpos[b] + 1 - t0); /* causal: this token's share */
-				if (nb <= 0)
+				/* this token's share of the tile: [s0, nb) (causal, window) */
+				int nb = MIN(n, m->bpos[b] + 1 - t0);
+				int s0 = MAX(0, att_lo(m->bpos[b], win) - t0);
+				if (nb <= s0)
 					continue;
 				for (int h = h0; h < h1; h++) {
 					qp[h - h0] = m->q + (size_t)b * m->qd + (size_t)h * hd;
@@ -171,7 +192,7 @@ static void att_task(void *ctx, int c, int nc, int tid)
 					      *sh = s + (size_t)(h - h0) * ATT_TILE;
 					float *M = &mx[b - b0][h - h0], *S = &sum[b - b0][h - h0];
 					float tmx = -INFINITY;
-					for (int t = 0; t < nb; t++) {
+					for (int t = s0; t < nb; t++) {
 						sh[t] *= scale;
 						tmx = sh[t] > tmx ? sh[t] : tmx;
 					}
@@ -184,9 +205,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 						*S *= f;
 						*M = tmx;
 					}
-					*S += m->expsum(sh, nb, *M);
+					*S += m->expsum(sh + s0, nb - s0, *M);
 				}
-				m->av(op, s, h1 - h0, vt, hd, nb, hd);
+				m->av(op, s + s0, h1 - h0, vt + (size_t)s0 * hd, hd, nb - s0, hd);
 			}
 		}
 		for (int b = b0; b < b1; b++)
@@ -218,19 +239,19 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
 	model_t *m = j->m;
-	int hd = m->meta.head_dim;
-	float scale = 1.0f / sqrtf((float)hd), kv[1024];
+	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
+	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
+	float scale = att_scale(m), kv[1024];
 	float *sc = m->scores + (size_t)tid * m->n_ctx;
-	size_t row = m->kv_hrow;
 	int lo, hi;
 	pool_split(j->B * m->sh.n_q_heads, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
 		int b, h, kvh, T;
 		att_item(j, it, &b, &h, &kvh, &T);
-		size_t base = kv_at(m, j->layer, m->bslot[b], kvh, 0);
+		int t_lo = att_lo(T - 1, win); /* positions [t_lo, T) are visible */
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
 		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd, mx = -INFINITY, sum = 0;
-		for (int t = 0; t < T; t++) {
+		for (int t = t_lo; t < T; t++) {
 			kv_k_row(m, j->layer, m->bslot[b], kvh, t, kv);
 			float d = 0;
 			for (int i = 0; i < hd; i++)
@@ -238,11 +259,16 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 			sc[t] = d * scale;
 			mx = fmaxf(mx, sc[t]);
 		}
-		for (int t = 0; t < T; t++)
+		if (sinks) /* in the max and the sum, as ggml's soft_max with sinks */
+			mx = fmaxf(mx, sinks[h]);
+		for (int t = t_lo; t < T; t++)
 			sum += sc[t] = expf(sc[t] - mx);
+		if (sinks)
+			sum += expf(sinks[h] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
-		for (int t = 0; t < T; t++) {
-			quant_dequant_row(m->kv_type, m->vc + base + (size_t)t * row, kv, hd);
+		for (int t = t_lo; t < T; t++) {
+			quant_dequant_row(m->kv_type,
+					  m->vc + kv_at(m, j->layer, m->bslot[b], kvh, t), kv, hd);
 			for (int i = 0; i < hd; i++)
 				o[i] += sc[t] / sum * kv[i];
 		}

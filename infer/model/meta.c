@@ -8,6 +8,7 @@
 #include "infer/model/meta.h"
 
 #include "common/common.h"
+#include "infer/quant/quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,36 @@ static int get_opt_f32(const gguf_t *g, const char *arch, const char *suffix, fl
 	return 0;
 }
 
+int meta_swa_keys(model_meta_t *m, const gguf_t *g, int period, float base_swa, char *err,
+		  size_t errlen)
+{
+	const char *a = m->arch_name;
+	char key[128];
+	uint32_t v = 0;
+	int rc;
+	snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+	if (gguf_find_key(g, key) >= 0 && (gguf_get_u32(g, key, &v) || v > (1u << 24)))
+		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+	m->swa_window = (int)v;
+	if (!v) /* llama.cpp: no window, no SWA layer */
+		return 0;
+	m->swa_period = period;
+	snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+	int ki = gguf_find_key(g, key);
+	if (ki >= 0 && gguf_kv_type(g, ki) != GGUF_ARR) { /* an array leaves the default */
+		if (gguf_get_u32(g, key, &v) || v > (1u << 20))
+			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
+		m->swa_period = (int)v;
+	}
+	m->rope_base_swa = base_swa;
+	if ((rc = get_opt_f32(g, a, "rope.freq_base_swa", &m->rope_base_swa, err, errlen)))
+		return rc;
+	if (!(m->rope_base_swa > 0 && m->rope_base_swa < 1e12f))
+		return sh_fail(err, errlen, SH_EFORMAT, "bad rope base %g for the SWA layers",
+			       (double)m->rope_base_swa);
+	return 0;
+}
+
 /* Checks tensor name exists with shape (ne0, ne1) (ne1 = 0: a vector) and a supported type. */
 static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0,
 			int64_t ne1, char *err, size_t errlen)
@@ -51,13 +82,13 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 			       "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
 			       (long long)t->ne[0], (long long)n1, (long long)ne0,
 			       (long long)(ne1 ? ne1 : 1));
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	/* norms and biases are used as float vectors */
-	if (!ne1 && t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16)
+	if (!ne1 && t->type != QT_F32 && t->type != QT_F16 && t->type != QT_BF16)
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	return 0;
 }
@@ -96,7 +127,8 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		return rc;
 	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
 	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
-		   m->arch == META_QWEN35MOE || (ds2 && m->n_dense_lead < m->n_layers);
+		   m->arch == META_QWEN35MOE || m->arch == META_GPTOSS ||
+		   (ds2 && m->n_dense_lead < m->n_layers);
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
 	m->exp_scale = 1.0f;
@@ -202,9 +234,9 @@ static int check_experts(model_meta_t *m, const gguf_t *g, const char *name, int
 		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
 		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
 		    (long long)ne1, (long long)ne2);
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	m->expert_bytes += t->nbytes;
 	return 0;
@@ -225,9 +257,9 @@ static int moe_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_
 	    (rc = check_experts(m, g, TN("ffn_down_exps.weight"), F, D, E, err, errlen)))
 		return rc;
 	const gguf_tensor_t *r = gguf_find_tensor(g, TN("ffn_gate_inp.weight"));
-	if (r->type != GGML_F32 && r->type != GGML_F16 && r->type != GGML_BF16)
+	if (r->type != QT_F32 && r->type != QT_F16 && r->type != QT_BF16)
 		return sh_fail(err, errlen, SH_EUNSUPP, "router %s is %s, expected F32", tn,
-			       gguf_type_name(r->type));
+			       quant_type_ggml_name(r->type));
 	if (S && ((rc = check_tensor(m, g, TN("ffn_gate_shexp.weight"), D, S, err, errlen)) ||
 		  (rc = check_tensor(m, g, TN("ffn_up_shexp.weight"), D, S, err, errlen)) ||
 		  (rc = check_tensor(m, g, TN("ffn_down_shexp.weight"), S, D, err, errlen))))
@@ -258,11 +290,21 @@ static int check_tensor3(model_meta_t *m, const gguf_t *g, const char *name, int
 		    "tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
 		    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)ne0,
 		    (long long)ne1, (long long)ne2);
-	if (!gguf_type_supported(t->type))
+	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	m->types_used |= 1ull << t->type;
 	return 0;
+}
+
+int meta_check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0, int64_t ne1,
+		      int64_t ne2, char *err, size_t errlen)
+{
+	if (ne2) {
+		int rc = check_tensor3(m, g, name, ne0, ne1, ne2, err, errlen);
+		return rc ? rc : 0;
+	}
+	return check_tensor(m, g, name, ne0, ne1, err, errlen);
 }
 
 /* An optional u32 key (0 allowed): 1 when present, 0 when absent, or an error. */
@@ -277,6 +319,46 @@ static int get_opt_u32(const gguf_t *g, const char *arch, const char *suffix, ui
 	if (rc || *out > (1u << 24))
 		return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
 	return 1;
+}
+
+int meta_rope_scaling_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	char key[128];
+	uint32_t v = 0;
+	int rc;
+	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
+	m->rope_scaling = META_SCALING_LINEAR;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+	const char *s;
+	size_t n;
+	if (!gguf_get_str(g, key, &s, &n)) {
+		if (n == 4 && !memcmp(s, "none", 4))
+			m->rope_scaling = META_SCALING_NONE;
+		else if (n == 4 && !memcmp(s, "yarn", 4))
+			m->rope_scaling = META_SCALING_YARN;
+		else if (!(n == 6 && !memcmp(s, "linear", 6)))
+			return sh_fail(
+			    err, errlen, SH_EUNSUPP,
+			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
+	}
+	m->rope_factor = 0;
+	m->yarn_log_mul = 0;
+	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
+	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
+			      errlen)))
+		return rc;
+	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
+	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
+		return rc;
+	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
+	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "bad rope scaling factor or yarn multiplier");
+	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
+		return rc;
+	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
+	return 0;
 }
 
 /* deepseek2's MLA keys (llama_model_deepseek2::load_arch_hparams): called after head_dim (the
@@ -344,38 +426,7 @@ static int mla_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	x->dense_lead = rc ? (int)v : 0;
 	/* layers from dense_lead on route through experts (moe_keys, moe.c) */
 
-	/* rope.scaling.*: llama.cpp's default type is linear, a missing factor means 1 */
-	m->rope_scaling = META_SCALING_LINEAR;
-	snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-	const char *s;
-	size_t n;
-	if (!gguf_get_str(g, key, &s, &n)) {
-		if (n == 4 && !memcmp(s, "none", 4))
-			m->rope_scaling = META_SCALING_NONE;
-		else if (n == 4 && !memcmp(s, "yarn", 4))
-			m->rope_scaling = META_SCALING_YARN;
-		else if (!(n == 6 && !memcmp(s, "linear", 6)))
-			return sh_fail(
-			    err, errlen, SH_EUNSUPP,
-			    "%s: unsupported rope scaling (supported: none, linear, yarn)", key);
-	}
-	m->rope_factor = 0;
-	m->yarn_log_mul = 0;
-	if ((rc = get_opt_f32(g, a, "rope.scaling.factor", &m->rope_factor, err, errlen)) ||
-	    (rc = get_opt_f32(g, a, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul, err,
-			      errlen)))
-		return rc;
-	if (m->rope_factor == 0 && /* llama.cpp's fallback: the old key name */
-	    (rc = get_opt_f32(g, a, "rope.scale_linear", &m->rope_factor, err, errlen)))
-		return rc;
-	if (!(m->rope_factor == 0 || (m->rope_factor >= 1e-3f && m->rope_factor <= 1e6f)) ||
-	    !(m->yarn_log_mul >= -100 && m->yarn_log_mul <= 100))
-		return sh_fail(err, errlen, SH_EFORMAT,
-			       "bad rope scaling factor or yarn multiplier");
-	if ((rc = get_opt_u32(g, a, "rope.scaling.original_context_length", &v, err, errlen)) < 0)
-		return rc;
-	m->rope_orig_ctx = rc && v ? (int)v : m->n_ctx;
-	return 0;
+	return meta_rope_scaling_keys(m, g, err, errlen);
 }
 
 /* Layer l's MLA tensors, shapes as llama_model_deepseek2::load_arch_tensors creates them. */
@@ -575,6 +626,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	else if ((n == 6 && !memcmp(s, "qwen35", 6)) || (n == 9 && !memcmp(s, "qwen35moe", 9)))
 		m->arch = n == 6 ? META_QWEN35 : META_QWEN35MOE, m->rope_style = META_ROPE_NEOX,
 		m->has_qk_norm = 1, m->is_hybrid = 1;
+	else if (n == 7 && !memcmp(s, "gpt-oss", 7))
+		m->arch = META_GPTOSS, m->rope_style = META_ROPE_NEOX;
 	else {
 		/* print the name safely: it comes from the file */
 		char a[40];
@@ -607,8 +660,11 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if ((rc = get_req(g, a, "embedding_length", &v, err, errlen)))
 		return rc;
 	m->dim = (int)v;
-	v = 0; /* qwen35moe: optional (llama.cpp only derives defaults from it) */
-	if ((m->arch != META_QWEN35MOE || gguf_find_key(g, "qwen35moe.feed_forward_length") >= 0) &&
+	v = 0; /* qwen35moe, gpt-oss: optional (llama.cpp only derives defaults from it) */
+	char ffkey[64];
+	snprintf(ffkey, sizeof ffkey, "%s.feed_forward_length", a);
+	if (((m->arch != META_QWEN35MOE && m->arch != META_GPTOSS) ||
+	     gguf_find_key(g, ffkey) >= 0) &&
 	    (rc = get_req(g, a, "feed_forward_length", &v, err, errlen)))
 		return rc;
 	/* no tensor bounds it in a model whose every layer routes to experts, and the scratch is
@@ -661,6 +717,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		return rc;
 	if (!(m->rms_eps > 0 && m->rms_eps < 1) || !(m->rope_base > 0 && m->rope_base < 1e12f))
 		return sh_fail(err, errlen, SH_EFORMAT, "bad rms epsilon or rope base");
+	m->rope_scale = m->rope_scale_swa = 1.0f;
+	m->rope_base_swa = 10000.0f; /* llama_hparams' rope_freq_base_train_swa */
 	m->rope_dim = m->head_dim;
 	snprintf(key, sizeof key, "%s.rope.dimension_count", a);
 	if (gguf_find_key(g, key) >= 0) {
@@ -683,6 +741,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	 * the shard's FFN units read it; the relation llama.cpp's default assumes */
 	if (m->arch == META_QWEN35MOE && m->ffn == 0)
 		m->ffn = (int)MIN((int64_t)m->ffn_exp * m->n_experts_used, 1 << 18);
+	if (m->arch == META_GPTOSS && (rc = meta_gptoss_keys(m, g, err, errlen)))
+		return rc;
 
 	/* tensors */
 	const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
@@ -733,6 +793,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 				continue;
 			if (i >= 6 && i < 9 && meta_layer_moe(m, l))
 				continue; /* experts instead of the dense FFN (moe_tensors) */
+			if (i == 5 && m->ffn_norm_post)
+				continue; /* gpt-oss: post_attention_norm (meta_gptoss_tensors) */
 			if (i >= 9 && i < 12 && !m->has_qkv_bias)
 				continue;
 			if (i >= 12 && !m->has_qk_norm)
@@ -747,6 +809,8 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		if (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen)))
 			return rc;
 		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
+			return rc;
+		if (m->arch == META_GPTOSS && (rc = meta_gptoss_tensors(m, g, l, err, errlen)))
 			return rc;
 	}
 #undef NAME3
@@ -764,7 +828,7 @@ void meta_types_str(const model_meta_t *m, char *buf, size_t len)
 	for (int t = 0; t < 64 && len; t++) {
 		if (!(m->types_used & (1ull << t)))
 			continue;
-		int w = snprintf(buf + k, len - k, "%s%s", k ? " " : "", gguf_type_name(t));
+		int w = snprintf(buf + k, len - k, "%s%s", k ? " " : "", quant_type_ggml_name(t));
 		if (w < 0 || (size_t)w >= len - k)
 			break;
 		k += (size_t)w;

@@ -25,13 +25,20 @@ enum meta_arch {
 	META_QWEN3MOE,
 	META_DEEPSEEK2,
 	META_QWEN35,
-	META_QWEN35MOE
+	META_QWEN35MOE,
+	META_GPTOSS /* "gpt-oss": llama.cpp's LLM_ARCH_OPENAI_MOE (meta_gptoss.c) */
 };
-/* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities */
-enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2 };
+/* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities;
+ * SOFTMAX_WEIGHT: the top k by raw logit, weighted by the softmax over those k (gpt-oss) */
+enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2, META_GATE_SOFTMAX_WEIGHT = 3 };
+/* The experts' gated activation: SiLU(gate) * up, or gpt-oss's clamped SwiGLU
+ * (llama.cpp's ggml_swiglu_oai: x = min(gate, limit), y = clamp(up, -limit, limit),
+ * x * sigmoid(alpha x) * (y + 1)) */
+enum meta_act { META_ACT_SILU = 0, META_ACT_SWIGLU_OAI };
 #define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 #define META_ARCHS                                                                                 \
-	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe" /* for errors */
+	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe, gpt-oss" /* errors \
+											  */
 #define META_MAX_LAYERS 512                                /* llama.cpp's LLAMA_MAX_LAYERS */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
@@ -85,7 +92,7 @@ typedef struct model_meta {
 	float rope_base;  /* default 10000 */
 	int rope_dim;     /* rotated dims per head; default head_dim */
 	int rope_style;   /* enum meta_rope */
-	int has_qkv_bias; /* qwen2 */
+	int has_qkv_bias; /* qwen2; gpt-oss when its files have them (llama.cpp: optional) */
 	int has_qk_norm;  /* qwen3 */
 	int tied_output;  /* no output.weight: the head reuses token_embd */
 	/* mixture of experts (n_experts == 0: every layer is dense). Layers [0, n_dense_lead) are
@@ -109,14 +116,31 @@ typedef struct model_meta {
 			* attn_q rows hold [query | gate] per head, post_attention_norm before
 			* the FFN, interleaved M-RoPE */
 	meta_dn_t dn;
-	/* rope.scaling.* (read for deepseek2 only): type, factor (freq scale = 1/factor),
+	/* rope.scaling.* (read for deepseek2 and gpt-oss): type, factor (freq scale = 1/factor),
 	 * original_context_length (default n_ctx), yarn_log_multiplier as stored in the file */
 	int rope_scaling; /* enum meta_rope_scaling */
 	float rope_factor;
 	int rope_orig_ctx;
 	float yarn_log_mul;
-	uint64_t weight_bytes; /* sum of all tensor data */
-	uint64_t types_used;   /* bit t set when some tensor has ggml type t */
+	/* sliding-window attention (llama.cpp's swa_type standard, llama_hparams::is_masked_swa):
+	 * in an SWA layer a query at position p sees the keys at p0 with p - p0 < swa_window. */
+	int swa_window;       /* attention.sliding_window; 0 = no SWA layer */
+	int swa_period;       /* layer l is SWA when l % swa_period < swa_period - 1 (llama.cpp's
+			       * set_swa_pattern, dense last); 0 = every layer */
+	float rope_base_swa;  /* RoPE base of the SWA layers */
+	float rope_scale_swa; /* their frequency scale (1 = none) */
+	float rope_scale; /* frequency scale of the other layers (1 / linear factor; 1 = none) */
+	float attn_scale; /* softmax scale of q . k; 0 = 1 / sqrt(head_dim) */
+	/* gpt-oss (meta_gptoss.c) */
+	int ffn_norm_post; /* the FFN's input norm is post_attention_norm.weight, not ffn_norm */
+	int has_sinks;     /* attn_sinks.weight [n_heads]: one more logit per head in the softmax */
+	int has_out_bias;  /* attn_output.bias [dim] */
+	int has_moe_bias;  /* ffn_gate_inp.bias [E], ffn_{gate,up}_exps.bias [F, E],
+			    * ffn_down_exps.bias [dim, E] */
+	int exp_act;       /* enum meta_act: the routed experts' activation */
+	float act_alpha, act_limit; /* META_ACT_SWIGLU_OAI's alpha and limit */
+	uint64_t weight_bytes;      /* sum of all tensor data */
+	uint64_t types_used;        /* bit t set when some tensor has ggml type t */
 } model_meta_t;
 
 /* Fills m from g. Returns 0, or SH_EUNSUPP (architecture, tensor type), SH_EFORMAT (missing key,
@@ -127,6 +151,35 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
 static inline int meta_layer_moe(const model_meta_t *m, int l)
 {
 	return m->n_experts > 0 && l >= m->n_dense_lead;
+}
+
+/* Reads the sliding-window keys into m (after meta_load's common keys, for an architecture with
+ * SWA layers), as llama.cpp's gemma3 / openai-moe load_arch_hparams do:
+ * [arch].attention.sliding_window (absent or 0: no SWA layer), .attention.sliding_window_pattern
+ * (a scalar period, default period; an array leaves the default, as get_key_or_arr into a
+ * scalar does) and .rope.freq_base_swa (default base_swa). Returns 0 or SH_EFORMAT. */
+int meta_swa_keys(model_meta_t *m, const gguf_t *g, int period, float base_swa, char *err,
+		  size_t errlen);
+
+/* gpt-oss (meta_gptoss.c), as llama.cpp's llama_model_openai_moe::load_arch_hparams and
+ * load_arch_tensors: meta_gptoss_keys after the common and MoE keys (sliding window, its
+ * pattern, YaRN, routing and activation); meta_gptoss_tensors for layer l's tensors beyond the
+ * common ones (post-attention norm, sinks, output bias, router and expert biases). */
+int meta_gptoss_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
+int meta_gptoss_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen);
+
+/* For the architecture files: tensor name with shape (ne0, ne1) (ne1 = 0: a vector, which must
+ * be a float type) or, with ne2, a 3-D (ne0, ne1, ne2) one, of a type the engine computes with;
+ * its type is added to m->types_used. The rope.scaling.* keys (type none / linear / yarn,
+ * factor, original context, yarn_log_multiplier) as llama_model::load_hparams reads them. */
+int meta_check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int64_t ne0, int64_t ne1,
+		      int64_t ne2, char *err, size_t errlen);
+int meta_rope_scaling_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
+
+/* Whether layer l is a sliding-window layer (llama_hparams::set_swa_pattern(period)). */
+static inline int meta_layer_swa(const model_meta_t *m, int l)
+{
+	return m->swa_window > 0 && (m->swa_period <= 0 || l % m->swa_period < m->swa_period - 1);
 }
 
 /* Whether layer l is a recurrent (DeltaNet) layer: no KV cache, a state per sequence. */

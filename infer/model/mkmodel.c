@@ -44,6 +44,31 @@ static const char *const specials[] = {"<|endoftext|>", "<|im_start|>",    "<|im
 				       "<think>",       "</think>",        "<tool_call>",
 				       "</tool_call>",  "<tool_response>", "</tool_response>"};
 #define N_CONTROL 3
+/* gpt-oss (o200k_harmony): BOS, padding, EOS (<|return|>) and the harmony format's markers, all
+ * control tokens as the converter marks them; llama.cpp's vocabulary loader then renders
+ * <|channel|>, <|message|>, <|start|> and <|constrain|> as text and ends generation on
+ * <|return|> and <|call|> but not <|end|> (llama-vocab.cpp, the o200k_harmony workarounds). */
+static const char *const harmony[] = {"<|startoftext|>", "<|endoftext|>", "<|return|>",
+				      "<|constrain|>",   "<|channel|>",   "<|start|>",
+				      "<|end|>",         "<|message|>",   "<|call|>"};
+
+/* gpt-oss files: a short template in the harmony layout of gpt-oss's own (system message with
+ * the reasoning effort and channels, the first system/developer message as developer
+ * instructions, earlier assistant turns as their final channel, "<|start|>assistant" to
+ * answer); it carries <|start|> and <|channel|>, which is how llama.cpp recognises the family.
+ * Tools are rendered by infer/chat_harmony.c, not by this text. */
+static const char harmony_tmpl[] =
+    "{{- '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: ' + strftime_now('%Y-%m-%d') + '\n\nReasoning: "
+    "' + (reasoning_effort if reasoning_effort is defined else 'medium') + '\n\n# Valid "
+    "channels: analysis, commentary, final. Channel must be included for every message."
+    "<|end|>' }}{%- set ns = namespace(first=0) %}{%- if messages[0].role == 'system' or "
+    "messages[0].role == 'developer' %}{{- '<|start|>developer<|message|># Instructions\n\n' + "
+    "messages[0].content + '\n\n<|end|>' }}{%- set ns.first = 1 %}{%- endif %}{%- for m in "
+    "messages[ns.first:] %}{%- if m.role == 'assistant' %}{{- '<|start|>assistant<|channel|>"
+    "final<|message|>' + m.content + '<|end|>' }}{%- else %}{{- '<|start|>' + m.role + "
+    "'<|message|>' + m.content + '<|end|>' }}{%- endif %}{%- endfor %}{%- if "
+    "add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}";
 
 static const char chatml[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
@@ -146,9 +171,9 @@ static int vocab_add(vocab_t *v, const char *s, int type)
 	return 0;
 }
 
-/* Builds the vocabulary with the first n_spec specials; n_vocab must leave room for bytes and
- * specials. */
-static int vocab_build(vocab_t *v, int n_vocab, int n_spec)
+/* Builds the vocabulary with the special tokens spec[n_spec], the first n_control of them control
+ * tokens (the others user-defined); n_vocab must leave room for bytes and specials. */
+static int vocab_build(vocab_t *v, int n_vocab, const char *const *spec, int n_spec, int n_control)
 {
 	v->cap = n_vocab;
 	v->tok = calloc((size_t)n_vocab, sizeof *v->tok);
@@ -185,7 +210,7 @@ static int vocab_build(vocab_t *v, int n_vocab, int n_spec)
 		}
 	}
 	for (int i = 0; i < n_spec; i++)
-		if (vocab_add(v, specials[i], i < N_CONTROL ? 3 : 4))
+		if (vocab_add(v, spec[i], i < n_control ? 3 : 4))
 			return SH_ENOMEM;
 	char f[32];
 	for (int i = 0; v->n < n_vocab; i++) { /* no merge produces these: never emitted by BPE */
@@ -261,14 +286,21 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
 	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
 	int q35moe = !strcmp(o->arch, "qwen35moe"), q35 = !strcmp(o->arch, "qwen35") || q35moe;
+	int goss = !strcmp(o->arch, "gpt-oss"); /* meta_gptoss.c's tensors and keys */
 	/* deepseek2 routes when given --experts: layers from dense_lead on */
-	int ds2moe = ds2 && o->experts > 0, moe = mixtral || q2moe || q3moe || ds2moe || q35moe;
-	int n_spec = q35 ? (int)ARRAY_LEN(specials) : N_CONTROL;
-	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && strcmp(o->arch, "llama"))
+	int ds2moe = ds2 && o->experts > 0,
+	    moe = mixtral || q2moe || q3moe || ds2moe || q35moe || goss;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && !goss && strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
 			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
-			       "qwen35, mixtral, qwen2moe, qwen3moe, qwen35moe)",
+			       "qwen35, gpt-oss, mixtral, qwen2moe, qwen3moe, qwen35moe)",
 			       o->arch);
+	const char *const *spec = goss ? harmony : specials;
+	int n_spec = goss ? (int)ARRAY_LEN(harmony) : q35 ? (int)ARRAY_LEN(specials) : N_CONTROL;
+	int n_control = goss ? n_spec : N_CONTROL;
+	/* gpt-oss as its converter writes it: the experts in the file's type (MXFP4 as shipped),
+	 * the other matrices F16 when that type is MXFP4 */
+	int wtype = goss && o->type == QT_MXFP4 ? QT_F16 : o->type;
 	int E = moe ? o->experts : 0, K = o->experts_used;
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
 	int n_sh = q2moe || ds2moe || q35moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
@@ -336,7 +368,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	float *row = NULL, *kvb = NULL;
 	uint8_t *qrow = NULL;
 	int rc = SH_ENOMEM;
-	if (!ts || !w || vocab_build(&v, o->vocab, n_spec)) {
+	if (!ts || !w || vocab_build(&v, o->vocab, spec, n_spec, n_control)) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -360,7 +392,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		ts[n_t - 1].ne2 = (e);                                                             \
 	} while (0)
 	char nm[64];
-	T("token_embd.weight", o->vocab, D, o->type, 1.0f, 0);
+	T("token_embd.weight", o->vocab, D, wtype, 1.0f, 0);
 	for (int l = 0; l < L + mtp; l++) {
 		float sd = 1.0f / sqrtf((float)D), sq = 1.0f / sqrtf((float)QD),
 		      sf = 1.0f / sqrtf((float)F);
@@ -419,10 +451,10 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("attn_output.weight"), D, VD, o->type, 0.8f / sqrtf((float)VD), 0);
 			goto ffn;
 		}
-		T(BLK("attn_q.weight"), QD, D, o->type, 1.7f * sd, 0);
-		T(BLK("attn_k.weight"), KD, D, o->type, 1.7f * sd, 0);
-		T(BLK("attn_v.weight"), KD, D, o->type, 1.7f * sd, 0);
-		if (qwen2) {
+		T(BLK("attn_q.weight"), QD, D, wtype, 1.7f * sd, 0);
+		T(BLK("attn_k.weight"), KD, D, wtype, 1.7f * sd, 0);
+		T(BLK("attn_v.weight"), KD, D, wtype, 1.7f * sd, 0);
+		if (qwen2 || goss) {
 			T(BLK("attn_q.bias"), 0, QD, QT_F32, 0.1f, 0);
 			T(BLK("attn_k.bias"), 0, KD, QT_F32, 0.1f, 0);
 			T(BLK("attn_v.bias"), 0, KD, QT_F32, 0.1f, 0);
@@ -431,10 +463,15 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("attn_q_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 			T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 		}
-		T(BLK("attn_output.weight"), D, QD, o->type, 0.8f * sq, 0);
+		T(BLK("attn_output.weight"), D, QD, wtype, 0.8f * sq, 0);
+		if (goss) { /* output bias, one sink logit per head */
+			T(BLK("attn_output.bias"), 0, D, QT_F32, 0.1f, 0);
+			T(BLK("attn_sinks.weight"), 0, H, QT_F32, 2.0f, 0);
+		}
 	ffn:
-		if (!q35) /* qwen35: its post_attention_norm */
-			T(BLK("ffn_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		if (!q35) /* qwen35: its post_attention_norm; gpt-oss's takes ffn_norm's place */
+			T(BLK(goss ? "post_attention_norm.weight" : "ffn_norm.weight"), 0, D,
+			  QT_F32, 0.1f, 1);
 		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
 			float se = 1.0f / sqrtf((float)FE);
 			T(BLK("ffn_gate_inp.weight"), E, D, QT_F32, 2.0f * sd, 0);
@@ -443,6 +480,12 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			TE(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
 			if (ds2moe) /* DeepSeek-V3's selection bias */
 				T(BLK("exp_probs_b.bias"), 0, E, QT_F32, 0.3f, 0);
+			if (goss) { /* router and expert biases: [E], [FE, E], [FE, E], [D, E] */
+				T(BLK("ffn_gate_inp.bias"), 0, E, QT_F32, 0.5f, 0);
+				T(BLK("ffn_gate_exps.bias"), E, FE, QT_F32, 0.3f, 0);
+				T(BLK("ffn_up_exps.bias"), E, FE, QT_F32, 0.3f, 0);
+				T(BLK("ffn_down_exps.bias"), E, D, QT_F32, 0.1f, 0);
+			}
 			if (SF && (q2moe || q35moe))
 				T(BLK("ffn_gate_inp_shexp.weight"), 0, D, QT_F32, 2.0f * sd, 0);
 			if (SF) {
@@ -459,7 +502,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 #undef BLK
 	}
 	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
-	T("output.weight", o->vocab, D, o->type, 5.0f / sqrtf((float)D), 0);
+	T("output.weight", o->vocab, D, wtype, 5.0f / sqrtf((float)D), 0);
 #undef T
 #undef T3
 #undef TE
@@ -488,23 +531,31 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
 	    gw_kv_u32(w, K("attention.key_length"), key_len) |
 	    gw_kv_u32(w, K("attention.value_length"), val_len) |
-	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f) |
+	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), goss ? 1e-5f : 1e-6f) |
 	    gw_kv_f32(w, K("rope.freq_base"),
 		      q35              ? 10000000.0f
 		      : qwen2 || qwen3 ? 1000000.0f
+		      : goss           ? 150000.0f
 				       : 10000.0f) |
 	    gw_kv_u32(w, K("rope.dimension_count"), rope_n) |
 	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-	    gw_kv_str(w, "tokenizer.ggml.pre", q35 ? "qwen35" : "gpt-2") |
+	    gw_kv_str(w, "tokenizer.ggml.pre",
+		      q35    ? "qwen35"
+		      : goss ? "gpt-4o"
+			     : "gpt-2") |
 	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
 	    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
 	    gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
 			  (size_t)v.n_merges) |
-	    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, specials[0])) |
-	    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, specials[2])) |
-	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)vocab_find(&v, specials[0])) |
+	    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, spec[0])) |
+	    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, spec[2])) |
+	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id",
+		      (uint32_t)vocab_find(&v, spec[goss ? 1 : 0])) |
 	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
-	    gw_kv_str(w, "tokenizer.chat_template", q35 ? qwen35_tmpl : chatml);
+	    gw_kv_str(w, "tokenizer.chat_template",
+		      q35    ? qwen35_tmpl
+		      : goss ? harmony_tmpl
+			     : chatml);
 	if (!q35moe) /* qwen35moe's converter writes none when the config has none */
 		krc |= gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F);
 	if (q35) {
@@ -522,6 +573,16 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		if (mtp)
 			krc |= gw_kv_u32(w, K("nextn_predict_layers"), (uint32_t)mtp);
 	}
+	if (goss) /* the converter's keys: sliding window, YaRN as gpt-oss's config has it */
+		krc |= gw_kv_u32(w, K("attention.sliding_window"),
+				 (uint32_t)(o->swa_window ? o->swa_window : 128)) |
+		       gw_kv_str(w, K("rope.scaling.type"), "yarn") |
+		       gw_kv_f32(w, K("rope.scaling.factor"),
+				 o->rope_factor > 0 ? o->rope_factor : 32.0f) |
+		       gw_kv_u32(w, K("rope.scaling.original_context_length"),
+				 (uint32_t)(o->rope_orig_ctx ? o->rope_orig_ctx : 4096)) |
+		       gw_kv_f32(w, K("rope.scaling.yarn_beta_fast"), 32.0f) |
+		       gw_kv_f32(w, K("rope.scaling.yarn_beta_slow"), 1.0f);
 	if (ds2) {
 		krc |= gw_kv_u32(w, K("attention.kv_lora_rank"), (uint32_t)kvl) |
 		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)(ds2moe ? lead : L)) |
@@ -583,7 +644,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		goto out;
 	}
 	uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 1;
-	int n_real = vocab_find(&v, specials[n_spec - 1]) + 1;
+	int n_real = vocab_find(&v, spec[n_spec - 1]) + 1;
 	for (int i = 0; i < n_t; i++) {
 		const tspec_t *t = &ts[i];
 		int64_t rows = t->rows ? t->rows : 1;

@@ -56,7 +56,6 @@ struct mla_layer {
 struct mla_state {
 	int lw;         /* cache row: kv_lora + qk_rope */
 	float *lat;     /* [layer1 - layer0][n_slots][n_ctx][lw] */
-	float rope_mag; /* cos/sin magnitude (1 unless YaRN without yarn_log_multiplier) */
 	float kq_scale; /* mscale^2 / sqrt(qk_nope + qk_rope) */
 	float *qa;      /* [max_b][q_lora] low-rank query */
 	float *kv;      /* [max_b][lw] this batch's latents */
@@ -160,13 +159,6 @@ int mla_bind(model_t *m, const gguf_t *g, int l, char *err, size_t errlen)
 
 /* ---- state -------------------------------------------------------------------------------- */
 
-/* YaRN's correction dimension for n_rot rotations (ggml_rope_yarn_corr_dim). */
-static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
-{
-	return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * (float)M_PI)) /
-	       (2 * logf(base));
-}
-
 int mla_new(model_t *m, char *err, size_t errlen)
 {
 	const model_meta_t *mt = &m->meta;
@@ -213,21 +205,9 @@ int mla_new(model_t *m, char *err, size_t errlen)
 		mag = 1.0f + 0.1f * lnf;
 	float org = yarn ? mag : 1.0f + 0.1f * lnf;
 	float ms = org * (1.0f + mt->yarn_log_mul * lnf);
-	s->rope_mag = mag;
+	m->rope_mag = mag;
 	s->kq_scale = ms * ms / sqrtf((float)mt->head_dim);
-	float lo = 0, hi = 0;
-	if (yarn) { /* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
-		lo = MAX(0.0f, floorf(yarn_corr_dim(rd, mt->rope_orig_ctx, 32.0f, mt->rope_base)));
-		hi = MIN((float)(rd - 1),
-			 ceilf(yarn_corr_dim(rd, mt->rope_orig_ctx, 1.0f, mt->rope_base)));
-	}
-	for (int i = 0; i < rd / 2; i++) {
-		/* theta = pos * base^(-2i/rd) * (fs (1 - r) + r), r = YaRN's ramp for pair i */
-		float r = 0;
-		if (yarn)
-			r = 1.0f - MIN(1.0f, MAX(0.0f, ((float)i - lo) / MAX(0.001f, hi - lo)));
-		m->inv_freq[i] = (float)pow(mt->rope_base, -2.0 * i / rd) * (fs * (1 - r) + r);
-	}
+	rope_freqs(mt, mt->rope_base, fs, yarn, m->inv_freq); /* rope_dim = qk_rope */
 	return 0;
 }
 
@@ -296,14 +276,11 @@ int mla_weight_ranges(const layer_t *L, const uint8_t *base, model_range_t **r, 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-/* Rotates the qk_rope values at h by token b's angles (YaRN frequencies are in m->inv_freq). */
+/* Rotates the qk_rope values at h by token b's angles (YaRN's frequencies are in m->inv_freq,
+ * its magnitude in m->rope_mag). */
 static void mla_rope(const model_t *m, float *h, int b)
 {
 	rope(m, h, b);
-	float mag = m->mla->rope_mag;
-	if (mag != 1.0f)
-		for (int i = 0; i < m->meta.mla.qk_rope; i++)
-			h[i] *= mag;
 }
 
 /* out[w->rows] = w . x[w->cols], on the calling thread (act: that thread's scratch). */

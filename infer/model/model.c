@@ -43,7 +43,7 @@ int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err
 		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
 	if (!quant_type_supported(t->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported tensor type %s for %s",
-			       gguf_type_name(t->type), name);
+			       quant_type_ggml_name(t->type), name);
 	memset(w, 0, sizeof *w);
 	if (t->ne[0] % quant_block_elems(t->type))
 		return sh_fail(err, errlen, SH_EFORMAT,
@@ -133,6 +133,8 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
 		nl += !meta_layer_recurrent(meta, l); /* DeltaNet layers keep no KV cache */
 	if (meta->is_mla) /* the latent (F32), replicated on every rank (mla.c) */
 		return mla_kv_bytes_per_pos(meta, nl);
+	for (int l = l0; l < l1; l++) /* sliding-window layers: model_kv_bytes */
+		nl -= meta_layer_swa(meta, l);
 	return (size_t)nl * 2 *
 	       quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
 }
@@ -155,12 +157,24 @@ static int shard_check(const model_meta_t *mt, const model_shard_t *s, char *err
 	return 0;
 }
 
-/* A row slice [r0, r0+n) of w, as its own matrix. */
+/* A row slice [r0, r0+n) of w, as its own matrix. An interleaved copy comes along when the slice
+ * starts on a group (one expert of a repacked expert tensor); the view owns none of it. */
 wmat_t mat_rows(wmat_t w, int r0, int n)
 {
 	w.data += (size_t)r0 * w.row_bytes;
 	w.src += (size_t)r0 * w.src_stride;
 	w.rows = n;
+	if (w.rp && w.rp_of == w.data - (size_t)r0 * w.row_bytes && r0 % QR_ROWS == 0 &&
+	    r0 / QR_ROWS < w.rp_groups) {
+		w.rp += (size_t)(r0 / QR_ROWS) * quant_repack_group_bytes(w.type, w.cols);
+		w.rp_groups = MIN(w.rp_groups - r0 / QR_ROWS, n / QR_ROWS);
+		w.rp_of = w.data;
+	} else {
+		w.rp = w.rp_of = NULL;
+		w.rp_groups = 0;
+	}
+	w.rp_own = NULL;
+	w.rp_bytes = 0;
 	return w;
 }
 
@@ -377,8 +391,9 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		layer_t *L = &m->layers[l];
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-		const char *fnorm =
-		    meta->is_hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
+		const char *fnorm = meta->is_hybrid || meta->ffn_norm_post
+					? "post_attention_norm.weight"
+					: "ffn_norm.weight";
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME(fnorm), 0, meta->dim, &L->ffn_norm, err, errlen)))
@@ -424,6 +439,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 					  (rc = bind_vec(g, NAME("attn_k_norm.weight"), 0, hd,
 							 &L->k_norm, err, errlen))))
 			goto err;
+		/* gpt-oss: the shard's heads' sink logits; the output bias (added after the sum) */
+		if ((meta->has_sinks && (rc = bind_vec(g, NAME("attn_sinks.weight"), m->sh.q_head0,
+						       m->sh.n_q_heads, &L->sinks, err, errlen))) ||
+		    (meta->has_out_bias && (rc = bind_vec(g, NAME("attn_output.bias"), 0, meta->dim,
+							  &L->bo, err, errlen))))
+			goto err;
 #undef NAME
 		/* this shard's slices: Q/K/V by rows, O by input columns (gate/up/down above); a
 		 * gated query (qwen35) has [query | gate] rows per head */
@@ -437,6 +458,7 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 
 	for (int l = m->sh.layer0; !bind_only && l < m->sh.layer1; l++)
 		if (repack_layer(m, &m->layers[l]) ||
+		    (m->layers[l].moe && moe_repack(m, m->layers[l].moe)) ||
 		    (m->layers[l].dn && deltanet_repack(m, &m->layers[l]))) {
 			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory for repacked weights");
 			goto err;
@@ -454,8 +476,12 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->kv_ops = quant_ops(m->kv_type);
 	m->kv_npos = (n_ctx + ATT_TILE - 1) / ATT_TILE * ATT_TILE;
 	m->kt_tiled = m->kv_type == QT_F16 || m->kv_type == QT_F32;
-	size_t kv_rows = (size_t)m->n_kv_layers * (size_t)n_slots * (size_t)m->sh.n_kv_heads *
-			 (size_t)m->kv_npos;
+	size_t kv_rows =
+	    0; /* the attention layers' positions (sliding-window ones: a ring, swa.c) */
+	if (swa_layout(m, &kv_rows)) {
+		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+		goto err;
+	}
 	/* zeroed: a tiled K's columns past the last position are read (and their scores
 	 * ignored) */
 	m->kc = calloc(MAX(kv_rows, 1), MAX(m->kv_hrow, 1));
@@ -473,10 +499,26 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	m->expsum = quant_expsum();
 	m->f32 = quant_ops(QT_F32);
 	m->wsum = quant_wsum();
-	for (int i = 0; i < half; i++)
-		m->inv_freq[i] = (float)pow(meta->rope_base, -2.0 * i / meta->rope_dim);
+	/* linear scaling multiplies every angle by the scale; YaRN ramps between interpolation and
+	 * extrapolation and scales cos and sin (rope_freqs; deepseek2's YaRN is mla_new's) */
+	int yarn = meta->rope_scaling == META_SCALING_YARN && !meta->is_mla;
+	float fs = yarn && meta->rope_factor > 0 ? 1.0f / meta->rope_factor : meta->rope_scale;
+	rope_freqs(meta, meta->rope_base, fs, yarn, m->inv_freq);
+	m->rope_mag = yarn ? rope_yarn_mag(meta) : 1.0f;
 	if (meta->is_hybrid)
 		rope_imrope(meta, m->inv_freq);
+	if (meta->swa_window > 0 && !meta->is_mla &&
+	    (meta->rope_base_swa != meta->rope_base || meta->rope_scale_swa != meta->rope_scale)) {
+		/* sliding-window layers with their own base (Gemma 3: 10000 vs 1e6, unscaled) */
+		m->inv_freq_swa = malloc((size_t)MAX(half, 1) * sizeof(float));
+		m->rope_cs_swa = malloc((size_t)m->max_b * MAX(half, 1) * 2 * sizeof(float));
+		if (!m->inv_freq_swa || !m->rope_cs_swa) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto err;
+		}
+		rope_freqs(meta, meta->rope_base_swa, yarn ? fs : meta->rope_scale_swa, yarn,
+			   m->inv_freq_swa);
+	}
 	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
 		goto err;
 #ifndef SHOAL_ACCELERATE
@@ -505,6 +547,8 @@ void model_free(model_t *m)
 			free(L->bv);
 			free(L->q_norm);
 			free(L->k_norm);
+			free(L->sinks);
+			free(L->bo);
 			free(L->wo_own);
 			free(L->down_own);
 			wmat_t *w[] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
@@ -524,10 +568,13 @@ void model_free(model_t *m)
 	free(m->out_norm);
 	free(m->inv_freq);
 	free(m->rope_cs);
+	free(m->inv_freq_swa);
+	free(m->rope_cs_swa);
 	free(m->qfull);
 	free(m->qgate);
 	free(m->kc);
 	free(m->vc);
+	swa_free(m);
 	free(m->x);
 	free(m->xb);
 	free(m->xb2);
@@ -574,21 +621,67 @@ void rmsnorm(float *o, const float *x, const float *w, int n, float eps)
 		o[i] = x[i] * s * w[i];
 }
 
-void rope_table(model_t *m, const int *pos, int B)
+/* YaRN's correction dimension for n_rot rotations (ggml.c: ggml_rope_yarn_corr_dim). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
 {
-	int half = m->meta.rope_dim / 2;
+	return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * (float)M_PI)) /
+	       (2 * logf(base));
+}
+
+void rope_freqs(const model_meta_t *mt, float base, float fs, int yarn, float *inv_freq)
+{
+	int rd = mt->rope_dim;
+	float lo = 0, hi = 0;
+	if (yarn) { /* ggml_rope_yarn_corr_dims, llama.cpp's beta_fast 32 and beta_slow 1 */
+		lo = MAX(0.0f, floorf(yarn_corr_dim(rd, mt->rope_orig_ctx, 32.0f, base)));
+		hi = MIN((float)(rd - 1), ceilf(yarn_corr_dim(rd, mt->rope_orig_ctx, 1.0f, base)));
+	}
+	for (int i = 0; i < rd / 2; i++) {
+		/* theta = pos * base^(-2i/rd) * (fs (1 - r) + r), r = YaRN's ramp for pair i
+		 * (ggml-cpu's rope_yarn with ext_factor 1; r = 0 without YaRN) */
+		float r = 0;
+		if (yarn)
+			r = 1.0f - MIN(1.0f, MAX(0.0f, ((float)i - lo) / MAX(0.001f, hi - lo)));
+		inv_freq[i] = (float)pow(base, -2.0 * i / rd) * (fs * (1 - r) + r);
+	}
+}
+
+float rope_yarn_mag(const model_meta_t *mt)
+{
+	/* llama-context.cpp sets yarn_attn_factor = mscale(f, 1) / mscale(f, L) / (1 + 0.1 ln f)
+	 * (L = yarn_log_multiplier; mscale(f, s) = 1 + 0.1 s ln f, 1 without L or for f <= 1)
+	 * and ggml's rope_yarn multiplies it by 1 + 0.1 ln f */
+	float f = mt->rope_factor, L = mt->yarn_log_mul;
+	if (!(f > 1.0f))
+		return 1.0f;
+	float lnf = logf(f);
+	return L != 0 ? (1.0f + 0.1f * lnf) / (1.0f + 0.1f * L * lnf) : 1.0f + 0.1f * lnf;
+}
+
+/* cs[b][i] = cos, sin of pos[b] * inv_freq[i], times mag. */
+static void rope_fill(float *cs, const float *inv_freq, int half, float mag, const int *pos, int B)
+{
 	for (int b = 0; b < B; b++)
 		for (int i = 0; i < half; i++) {
-			float a = (float)pos[b] * m->inv_freq[i];
-			m->rope_cs[((size_t)b * half + i) * 2] = cosf(a);
-			m->rope_cs[((size_t)b * half + i) * 2 + 1] = sinf(a);
+			float a = (float)pos[b] * inv_freq[i];
+			cs[((size_t)b * half + i) * 2] = cosf(a) * mag;
+			cs[((size_t)b * half + i) * 2 + 1] = sinf(a) * mag;
 		}
 }
 
-void rope(const model_t *m, float *h, int b)
+void rope_table(model_t *m, const int *pos, int B)
 {
 	int half = m->meta.rope_dim / 2;
-	const float *cs = m->rope_cs + (size_t)b * half * 2;
+	rope_fill(m->rope_cs, m->inv_freq, half, m->rope_mag, pos, B);
+	if (m->rope_cs_swa)
+		rope_fill(m->rope_cs_swa, m->inv_freq_swa, half, m->rope_mag, pos, B);
+}
+
+void rope_layer(const model_t *m, float *h, int b, int swa)
+{
+	int half = m->meta.rope_dim / 2;
+	const float *cs =
+	    (swa && m->rope_cs_swa ? m->rope_cs_swa : m->rope_cs) + (size_t)b * half * 2;
 	for (int i = 0; i < half; i++) {
 		float c = cs[2 * i], s = cs[2 * i + 1];
 		int i0, i1;
@@ -600,6 +693,11 @@ void rope(const model_t *m, float *h, int b)
 		h[i0] = x0 * c - x1 * s;
 		h[i1] = x0 * s + x1 * c;
 	}
+}
+
+void rope(const model_t *m, float *h, int b)
+{
+	rope_layer(m, h, b, 0);
 }
 
 /* ---- the file's bytes a shard reads -------------------------------------------------------- */
@@ -724,9 +822,12 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	}
 
 	rope_table(m, pos, B);
+	for (int b = 0; b < B; b++) /* what the sliding-window rings will hold (swa.c) */
+		swa_note(m, slot[b], pos[b]);
 	for (int l = m->sh.layer0; l < m->sh.layer1; l++) {
 		layer_t *L = &m->layers[l];
-		int lc = l - m->sh.layer0; /* index into the KV cache */
+		int lc = l - m->sh.layer0;      /* index into the KV cache */
+		int swa = meta_layer_swa(p, l); /* a sliding-window layer (its own RoPE, swa.c) */
 		/* attention block: xb[B][D] = rmsnorm(x); q[B][qd], k,v[B][kvd] -> att[B][qd] */
 		for (int b = 0; b < B; b++)
 			rmsnorm(m->xb + (size_t)b * D, m->x + (size_t)b * D, L->attn_norm, D,
@@ -761,13 +862,13 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 					if (L->q_norm)
 						rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd,
 							p->rms_eps);
-					rope(m, q + h * hd, b);
+					rope_layer(m, q + h * hd, b, swa);
 				}
 				for (int h = 0; h < m->sh.n_kv_heads; h++) {
 					if (L->k_norm)
 						rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd,
 							p->rms_eps);
-					rope(m, k + h * hd, b);
+					rope_layer(m, k + h * hd, b, swa);
 				}
 				attn_cache_put(m, L->kv_lc, slot[b], pos[b], k, v);
 			}
@@ -778,11 +879,15 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			for (int i = 0; L->q_gated && i < B * m->qd; i++) /* qwen35's output gate */
 				m->att[i] *= 1.0f / (1.0f + expf(-m->qgate[i]));
 		}
-		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks) */
+		/* xb2[B][D] = W_o[:, shard cols] . att (partial over ranks), summed; + the output
+		 * bias (gpt-oss: every rank holds it and adds it to the sum) */
 		if (L->dn) /* the Gated DeltaNet block left its output in xb2 */
 			rc = m->ar ? m->ar(m->ar_ctx, m->xb2, B * D) : 0;
 		else
 			rc = matmul_reduce(m, &L->wo, m->xb2, m->att, B);
+		for (int b = 0; !rc && L->bo && b < B; b++)
+			for (int i = 0; i < D; i++)
+				m->xb2[(size_t)b * D + i] += L->bo[i];
 		if (rc)
 			return rc;
 		for (int i = 0; i < B * D; i++)

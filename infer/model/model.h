@@ -109,9 +109,23 @@ void model_set_allreduce_stream(model_t *m, const model_ar_stream_t *s);
 /* Installs the pipeline hook (fn NULL = no pipeline). */
 void model_set_pipe(model_t *m, model_pipe_fn fn, void *ctx);
 
-/* Bytes of KV cache per position for a shard (NULL = whole model) with elements of kv_type (for
- * sizing n_ctx before model_new; 0 for a type the cache cannot hold). */
+/* Bytes of KV cache per position for a shard (NULL = whole model) with elements of kv_type, in
+ * the layers that keep every position (all but the sliding-window ones; for sizing n_ctx before
+ * model_new; 0 for a type the cache cannot hold). */
 size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *shard, int kv_type);
+/* Bytes of one slot's KV cache at n_ctx positions for a shard (NULL = whole model): the above
+ * times n_ctx plus the sliding-window layers' rings (swa.c; 0 for a type the cache cannot
+ * hold). */
+uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			int n_ctx);
+/* Positions a sliding-window layer keeps per slot and KV head at a context of n_ctx (its window
+ * plus one internal batch, in whole attention tiles), or 0 when it keeps every position (no SWA
+ * layer, or a context not longer than that). */
+int model_swa_ring(const model_meta_t *meta, int n_ctx);
+/* How much of slot's cached prefix a new sequence may keep when it shares its first k positions:
+ * k when every sliding-window ring still holds the positions position k attends to, else 0
+ * (the ring overwrote them: recompute from the start). k for a model without rings. */
+int model_prefix_usable(const model_t *m, int slot, int k);
 /* 0 when kv_type can hold this model's cache, else SH_EINVAL with a reason. */
 int model_kv_type_check(const model_meta_t *meta, int kv_type, char *err, size_t errlen);
 

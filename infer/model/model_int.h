@@ -39,7 +39,8 @@ typedef struct wmat {
 	size_t src_stride;
 	/* Optional interleaved copy (wmat_repack): rows [0, 16 * rp_groups) in the R16 layout of
 	 * repack.h, used while data == rp_of and rows >= 16 * rp_groups (a view made by copying
-	 * the struct and moving data or rows falls back to the rows above by itself). */
+	 * the struct and moving data or rows falls back to the rows above by itself; mat_rows
+	 * carries the copy along when the view starts on a group). */
 	const uint8_t *rp, *rp_of;
 	int rp_groups;
 	int rp_min_b; /* batches smaller than this keep the original rows (their kernel is faster)
@@ -54,6 +55,15 @@ typedef struct dn_state dn_state_t;       /* deltanet.c: recurrent state and scr
 #define DN_MAX_GROUPS 16                  /* value heads per key head (qwen35: 1 to 4) */
 typedef struct moe_scratch moe_scratch_t; /* moe.c: the MoE block's buffers */
 
+/* One layer's part of the KV cache. npos is a multiple of ATT_TILE, so a tile of positions
+ * [t0, t0 + ATT_TILE) with t0 a multiple of ATT_TILE is contiguous also in a ring. */
+typedef struct kv_layer {
+	size_t off; /* byte offset of the layer's rows in kc and vc */
+	int npos;   /* rows per (slot, head): kv_npos, or the ring of a sliding-window layer */
+	int win;    /* sliding window (a query at p sees p0 > p - win); 0 = all earlier positions */
+	int layer;  /* the model layer it belongs to */
+} kv_layer_t;
+
 typedef struct layer {
 	float *attn_norm;           /* [dim] */
 	wmat_t wq;                  /* [n_heads*head_dim x dim] */
@@ -61,6 +71,8 @@ typedef struct layer {
 	wmat_t wo;                  /* [dim x n_heads*head_dim] */
 	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
 	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
+	float *sinks;               /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
+	float *bo;                  /* gpt-oss: [dim] attn_output.bias (added after the sum) */
 	float *ffn_norm;            /* [dim] */
 	wmat_t w_gate, w_up;        /* [ffn x dim] */
 	wmat_t w_down;              /* [dim x ffn] */
@@ -85,17 +97,25 @@ struct model {
 	layer_t *layers; /* [n_layers] (only the shard's layer range is bound) */
 	float *inv_freq; /* [rope_dim/2] */
 	float *rope_cs;  /* [max_b][rope_dim/2][2]: cos, sin of this pass's token b (rope_table) */
-	int n_slots;     /* sequences with their own KV range (model_new_slots) */
-	/* KV cache: [layer1 - layer0][n_slots][sh.n_kv_heads][kv_npos] rows of head_dim elements of
-	 * kv_type, kv_hrow bytes each (kv_at). Head-major: one head's attention reads its rows
-	 * contiguously. With an element type (F16, F32: kt_tiled) K is stored as tiles of
-	 * ATT_TILE positions already transposed, [head_dim][ATT_TILE] (kv_k_at): the scores
-	 * kernel reads K that way, and transposing each tile on every read had been most of
-	 * attention's cost (a 16x16 register transpose per 256 elements). V stays row-major. */
+	float rope_mag;  /* cos and sin are times this (YaRN's magnitude; 1 without) */
+	float *inv_freq_swa,
+	    *rope_cs_swa; /* the same for the sliding-window layers (their own
+			   * base and scale), NULL when they rotate like the rest */
+	int n_slots;      /* sequences with their own KV range (model_new_slots) */
+	/* KV cache: per layer [n_slots][sh.n_kv_heads][kvl[lc].npos] rows of head_dim elements of
+	 * kv_type, kv_hrow bytes each (kv_at), the layers one after another. Head-major: one head's
+	 * attention reads its rows contiguously. With an element type (F16, F32: kt_tiled) K is
+	 * stored as tiles of ATT_TILE positions already transposed, [head_dim][ATT_TILE] (kv_k_at):
+	 * the scores kernel reads K that way, and transposing each tile on every read had been most
+	 * of attention's cost (a 16x16 register transpose per 256 elements). V stays row-major. */
 	uint8_t *kc, *vc;
 	int kv_type;
 	size_t kv_hrow;
 	int kv_npos;               /* positions per head: n_ctx rounded up to whole tiles */
+	kv_layer_t *kvl;           /* [layer1 - layer0]: where each layer's rows are (kv_at) */
+	int ring;                  /* positions a sliding-window layer keeps (a ring: position p in
+				    * row p % ring), 0 when they keep every position (swa.c) */
+	int *ring_lo;              /* [n_slots]: the oldest position every ring still holds */
 	int kt_tiled;              /* K stored as transposed tiles */
 	const quant_ops_t *kv_ops; /* the cache type's kernels (dequantize) */
 	/* scratch for a batch of up to max_b tokens */
@@ -167,9 +187,9 @@ void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const
  * and vc alike); the head's next position is kv_hrow bytes on. */
 static inline size_t kv_at(const model_t *m, int lc, int slot, int h, int pos)
 {
-	size_t head =
-	    ((size_t)lc * (size_t)m->n_slots + (size_t)slot) * (size_t)m->sh.n_kv_heads + (size_t)h;
-	return (head * (size_t)m->kv_npos + (size_t)pos) * m->kv_hrow;
+	const kv_layer_t *k = &m->kvl[lc];
+	size_t head = (size_t)slot * (size_t)m->sh.n_kv_heads + (size_t)h;
+	return k->off + (head * (size_t)k->npos + (size_t)(pos % k->npos)) * m->kv_hrow;
 }
 
 /* Byte offset of element d of K at position pos when K is tiled (kt_tiled): within the tile of
@@ -180,6 +200,16 @@ static inline size_t kv_k_at(const model_t *m, int lc, int slot, int h, int pos,
 	return kv_at(m, lc, slot, h, pos - pos % ATT_TILE) +
 	       ((size_t)d * ATT_TILE + (size_t)(pos % ATT_TILE)) * es;
 }
+
+/* ---- swa.c: sliding-window layers' KV rings ------------------------------------------------ */
+
+/* Lays out the KV cache (m->kvl, m->ring, m->ring_lo) for the shard's layers, n_ctx and n_slots
+ * already set in m; *rows = the rows of kc (and of vc) to allocate. Returns 0 or SH_ENOMEM. */
+int swa_layout(model_t *m, size_t *rows);
+void swa_free(model_t *m);
+/* Records that the batch wrote position pos of slot (call in batch order): what the rings
+ * hold. */
+void swa_note(model_t *m, int slot, int pos);
 
 /* ---- moe.c ------------------------------------------------------------------------------- */
 
@@ -201,7 +231,10 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
  * the shared block. */
 int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
 void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
-int moe_scratch_new(model_t *m);      /* after m->max_b is set; SH_ENOMEM */
+/* The interleaved copies of this rank's experts (wmat_repack: the tiled kernels, decode
+ * included, for every expert the type has one for). 0 or SH_ENOMEM. */
+int moe_repack(model_t *m, moe_layer_t *ml);
+int moe_scratch_new(model_t *m); /* after m->max_b is set; SH_ENOMEM */
 void moe_scratch_free(moe_scratch_t *s);
 /* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
  * outputs + its slice of the shared block): summed over ranks it is the whole block. */
@@ -283,10 +316,18 @@ int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compac
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 
 void rmsnorm(float *o, const float *x, const float *w, int n, float eps);
+/* inv_freq[rope_dim/2] for base with frequency scale fs (1 / the linear or YaRN factor; 1 =
+ * none), YaRN's ramp between scaled and unscaled frequencies when yarn (ggml's rope_yarn, the
+ * correction dims from rope_orig_ctx). rope_yarn_mag: YaRN's cos/sin magnitude as llama.cpp
+ * sets it up for an architecture other than deepseek2. */
+void rope_freqs(const model_meta_t *mt, float base, float fs, int yarn, float *inv_freq);
+float rope_yarn_mag(const model_meta_t *mt);
 /* cos and sin of every RoPE angle of the B tokens at pos[] (once per pass: every head of every
  * layer rotates by the same angles). */
 void rope_table(model_t *m, const int *pos, int B);
 /* Rotates one head vector h[head_dim] by token b's angles (rope_table). */
 void rope(const model_t *m, float *h, int b);
+/* The same with a sliding-window layer's angles when swa (Gemma 3's local RoPE base). */
+void rope_layer(const model_t *m, float *h, int b, int swa);
 
 #endif

@@ -2,10 +2,13 @@
  * moe.c: the mixture-of-experts FFN block (Mixtral, qwen2moe, qwen3moe, deepseek2's routed and
  * shared experts), called from the one forward() in model.c for every layer that routes.
  *
- * Per token: router logits = W_r . x (F32, plain loop), probabilities (softmax or sigmoid),
- * top-k by probability (+ deepseek's selection bias), weights renormalised and scaled as the
- * architecture says (moe_route), then y = sum_k w_k . down_e(silu(gate_e x) * up_e x) over the
- * chosen experts e, plus the shared block (qwen2moe: times sigmoid(w_sh . x)).
+ * Per token: router logits = W_r . x (+ gpt-oss's router bias; F32, plain loop), probabilities
+ * (softmax or sigmoid; gpt-oss: the logits themselves), top-k by probability (+ deepseek's
+ * selection bias), weights renormalised and scaled as the architecture says (gpt-oss: the
+ * softmax over the k chosen logits) (moe_route), then
+ * y = sum_k w_k . down_e(act(gate_e x, up_e x)) over the chosen experts e, act SiLU(g) * u or
+ * gpt-oss's clamped SwiGLU with each expert's biases on gate, up and down, plus the shared
+ * block (qwen2moe: times sigmoid(w_sh . x)).
  *
  * Expert parallel: a rank holds whole experts [exp0, exp0 + n_exp) and a column slice of the
  * shared block; it adds only its experts' outputs and its shared slice into the layer's FFN
@@ -36,11 +39,16 @@ struct moe_layer {
 	float *router_own;                            /* dequantized router, or NULL */
 	float *exp_bias;                              /* [E] selection bias, or NULL */
 	float *shexp_gate;                            /* qwen2moe: [dim], or NULL */
-	wmat_t gate, up;                              /* [E*F x dim] */
-	wmat_t down;                                  /* [E*dim x F] */
-	int has_sh;            /* this rank holds a slice of the shared block */
-	wmat_t sh_gate, sh_up; /* [n_shx x dim] */
-	wmat_t sh_down;        /* [dim x n_shx] */
+	float *router_b;                              /* gpt-oss: [E] router bias, or NULL */
+	float *gate_b, *up_b;           /* gpt-oss: [n_exp][F] the held experts' biases, or NULL */
+	float *down_b;                  /* gpt-oss: [n_exp][dim] */
+	const gguf_tensor_t *bias_t[3]; /* their tensors (read whole by every rank) */
+	wmat_t gate, up;                /* [E*F x dim] */
+	wmat_t down;                    /* [E*dim x F] */
+	wmat_t gate_h, up_h, down_h;    /* the held experts' rows of each (repacked: moe_repack) */
+	int has_sh;                     /* this rank holds a slice of the shared block */
+	wmat_t sh_gate, sh_up;          /* [n_shx x dim] */
+	wmat_t sh_down;                 /* [dim x n_shx] */
 	uint8_t *sh_down_own;
 };
 
@@ -61,7 +69,10 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w)
 {
 	float p[META_MAX_EXPERTS], s[META_MAX_EXPERTS];
 	int E = r->n_experts;
-	if (r->gating == META_GATE_SIGMOID) {
+	if (r->gating == META_GATE_SOFTMAX_WEIGHT) { /* chosen by logit, softmax over the k */
+		for (int e = 0; e < E; e++)
+			p[e] = logits[e];
+	} else if (r->gating == META_GATE_SIGMOID) {
 		for (int e = 0; e < E; e++)
 			p[e] = 1.0f / (1.0f + expf(-logits[e]));
 	} else {
@@ -113,6 +124,16 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w)
 		tot += p[best];
 		taken[best] = 1;
 	}
+	if (r->gating == META_GATE_SOFTMAX_WEIGHT) { /* softmax over the chosen logits */
+		float mx = w[0], sum = 0;
+		for (int i = 1; i < r->k; i++)
+			mx = MAX(mx, w[i]);
+		for (int i = 0; i < r->k; i++)
+			sum += w[i] = expf(w[i] - mx);
+		for (int i = 0; i < r->k; i++)
+			w[i] /= sum;
+		tot = 1.0f;
+	}
 	float inv = r->norm ? 1.0f / MAX(tot, 6.103515625e-5f) : 1.0f;
 	for (int i = 0; i < r->k; i++)
 		w[i] *= inv * r->scale;
@@ -127,6 +148,26 @@ static void release(const uint8_t *p, size_t n)
 	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
 	if (b > a)
 		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Rows [r0, r0 + nr) of the 2-D tensor name (rows of cols elements, any type) as F32 into
+ * *out (malloc'd; nr = 0 gives NULL); *t = the tensor. */
+static int bind_rows(const gguf_t *g, const char *name, int r0, int nr, int cols, float **out,
+		     const gguf_tensor_t **t, char *err, size_t errlen)
+{
+	*t = gguf_find_tensor(g, name);
+	if (!*t || (*t)->ne[0] != cols || (*t)->ne[1] < r0 + nr)
+		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", name, cols,
+			       r0 + nr);
+	if (nr == 0)
+		return 0;
+	size_t rb = quant_row_bytes((*t)->type, cols);
+	if (!(*out = malloc((size_t)nr * cols * sizeof(float))))
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	for (int r = 0; r < nr; r++)
+		quant_dequant_row((*t)->type, (const uint8_t *)(*t)->data + (size_t)(r0 + r) * rb,
+				  *out + (size_t)r * cols, cols);
+	return 0;
 }
 
 /* A 3-D expert tensor as one [E * per x cols] matrix; releases the rows of experts outside
@@ -163,15 +204,15 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (!r || r->ne[0] != D || r->ne[1] != E)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", n, D, E);
 	ml->router_t = r;
-	if (r->type == GGML_F32) {
+	if (r->type == QT_F32) {
 		ml->router = r->data; /* GGUF data is aligned (32 bytes at least) */
 	} else {
 		if (!(ml->router_own = malloc((size_t)E * D * sizeof(float))))
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		for (int e = 0; e < E; e++)
-			quant_dequant_row(r->type,
-					  (const uint8_t *)r->data + gguf_row_bytes(r->type, D) * e,
-					  ml->router_own + (size_t)e * D, D);
+			quant_dequant_row(
+			    r->type, (const uint8_t *)r->data + quant_row_bytes(r->type, D) * e,
+			    ml->router_own + (size_t)e * D, D);
 		ml->router = ml->router_own;
 	}
 	if (gguf_find_tensor(g, NAME("exp_probs_b.bias")) &&
@@ -182,6 +223,17 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 		return rc;
 	ml->shexp_gate_t = p->shexp_gated ? gguf_find_tensor(g, n) : NULL;
 	int e0 = sh->exp0, e1 = sh->exp0 + sh->n_exp;
+	if (p->has_moe_bias) { /* gpt-oss: router bias, the held experts' rows of theirs */
+		if ((rc = bind_vec(g, NAME("ffn_gate_inp.bias"), 0, E, &ml->router_b, err,
+				   errlen)) ||
+		    (rc = bind_rows(g, NAME("ffn_gate_exps.bias"), e0, e1 - e0, F, &ml->gate_b,
+				    &ml->bias_t[0], err, errlen)) ||
+		    (rc = bind_rows(g, NAME("ffn_up_exps.bias"), e0, e1 - e0, F, &ml->up_b,
+				    &ml->bias_t[1], err, errlen)) ||
+		    (rc = bind_rows(g, NAME("ffn_down_exps.bias"), e0, e1 - e0, D, &ml->down_b,
+				    &ml->bias_t[2], err, errlen)))
+			return rc;
+	}
 	if ((rc = bind_experts(m, g, NAME("ffn_gate_exps.weight"), F, e0, e1, &ml->gate, err,
 			       errlen)) ||
 	    (rc =
@@ -192,6 +244,9 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (ml->gate.cols != D || ml->gate.rows != E * F || ml->up.rows != E * F ||
 	    ml->up.cols != D || ml->down.cols != F || ml->down.rows != E * D)
 		return sh_fail(err, errlen, SH_EFORMAT, "layer %d: expert tensors misshapen", l);
+	ml->gate_h = mat_rows(ml->gate, e0 * F, (e1 - e0) * F);
+	ml->up_h = mat_rows(ml->up, e0 * F, (e1 - e0) * F);
+	ml->down_h = mat_rows(ml->down, e0 * D, (e1 - e0) * D);
 	if (p->ffn_shexp && sh->n_shx > 0) {
 		ml->has_sh = 1;
 		if ((rc = bind_mat(m, g, NAME("ffn_gate_shexp.weight"), &ml->sh_gate, err,
@@ -209,13 +264,35 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	return 0;
 }
 
+int moe_repack(model_t *m, moe_layer_t *ml)
+{
+	/* one expert's rows start on a group when its width is whole groups (gpt-oss 2880,
+	 * Mixtral 14336, Qwen3 768); otherwise the experts keep their rows */
+	if (m->meta.ffn_exp % QR_ROWS || m->meta.dim % QR_ROWS || !m->sh.n_exp)
+		return 0;
+	wmat_t *w[3] = {&ml->gate_h, &ml->up_h, &ml->down_h};
+	for (int i = 0; i < 3; i++) {
+		int rc = wmat_repack(m, w[i], 1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 void moe_layer_free(moe_layer_t *ml)
 {
 	if (!ml)
 		return;
+	wmat_release(&ml->gate_h);
+	wmat_release(&ml->up_h);
+	wmat_release(&ml->down_h);
 	free(ml->router_own);
 	free(ml->exp_bias);
 	free(ml->shexp_gate);
+	free(ml->router_b);
+	free(ml->gate_b);
+	free(ml->up_b);
+	free(ml->down_b);
 	free(ml->sh_down_own);
 	free(ml);
 }
@@ -283,9 +360,10 @@ uint64_t moe_bytes_per_token(const model_t *m, const moe_layer_t *ml)
 int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *base,
 		      model_range_t **r, int *n)
 {
-	const gguf_tensor_t *v[2] = {ml->router_t, ml->shexp_gate_t}; /* read whole everywhere */
+	const gguf_tensor_t *v[5] = {ml->router_t, ml->shexp_gate_t, ml->bias_t[0], ml->bias_t[1],
+				     ml->bias_t[2]}; /* read whole everywhere */
 	int rc = 0, F = m->meta.ffn_exp, D = m->meta.dim, e0 = m->sh.exp0, ne = m->sh.n_exp;
-	for (int i = 0; i < 2 && !rc; i++)
+	for (int i = 0; i < 5 && !rc; i++)
 		if (v[i])
 			rc = range_push(r, n, (uint64_t)((const uint8_t *)v[i]->data - base),
 					v[i]->nbytes, 0);
@@ -309,10 +387,29 @@ int moe_weight_ranges(const model_t *m, const moe_layer_t *ml, const uint8_t *ba
 
 /* ---- the block ---------------------------------------------------------------------------- */
 
-static void swiglu(float *h, const float *h2, int n)
+/* h[n] = act(gate h, up h2): SiLU(h) * h2, or gpt-oss's clamped SwiGLU (ggml-cpu's
+ * ggml_compute_forward_swiglu_oai_f32: x = min(h, limit), y = clamp(h2, -limit, limit),
+ * x / (1 + exp(-alpha x)) * (y + 1)). */
+static void swiglu(const model_meta_t *p, float *h, const float *h2, int n)
 {
+	if (p->exp_act == META_ACT_SWIGLU_OAI) {
+		float a = p->act_alpha, lim = p->act_limit;
+		for (int i = 0; i < n; i++) {
+			float x = MIN(h[i], lim), y = MAX(-lim, MIN(h2[i], lim));
+			h[i] = x / (1.0f + expf(a * -x)) * (y + 1.0f);
+		}
+		return;
+	}
 	for (int i = 0; i < n; i++)
 		h[i] = h[i] / (1.0f + expf(-h[i])) * h2[i];
+}
+
+/* x[n][w] += b[w] for each of the n rows (an expert's bias on its tokens' outputs). */
+static void add_bias(float *x, const float *b, int n, int w)
+{
+	for (int i = 0; b && i < n; i++)
+		for (int j = 0; j < w; j++)
+			x[(size_t)i * w + j] += b[j];
 }
 
 static float dot(const float *a, const float *b, int n)
@@ -337,7 +434,8 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 	for (int b = 0; b < B; b++) {
 		float *lg = s->logits + (size_t)b * E;
 		for (int e = 0; e < E; e++)
-			lg[e] = dot(ml->router + (size_t)e * D, xb + (size_t)b * D, D);
+			lg[e] = dot(ml->router + (size_t)e * D, xb + (size_t)b * D, D) +
+				(ml->router_b ? ml->router_b[e] : 0.0f);
 		moe_route(&rt, lg, s->sel + (size_t)b * K, s->wt + (size_t)b * K);
 	}
 	if (s->trace)
@@ -359,13 +457,18 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		for (int i = 0; i < n; i++)
 			memcpy(s->xs + (size_t)i * D, xb + (size_t)s->tok[i] * D,
 			       (size_t)D * sizeof *xb);
-		wmat_t g = mat_rows(ml->gate, e * F, F), u = mat_rows(ml->up, e * F, F);
-		wmat_t d = mat_rows(ml->down, e * D, D);
+		int le = e - m->sh.exp0; /* its rows in the held views (and their copies) */
+		wmat_t g = mat_rows(ml->gate_h, le * F, F), u = mat_rows(ml->up_h, le * F, F);
+		wmat_t d = mat_rows(ml->down_h, le * D, D);
 		const wmat_t *gu[2] = {&g, &u};
 		float *gu_out[2] = {s->h, s->h2};
 		matmul_same_input(m, 2, gu, gu_out, s->xs, n); /* h, h2 [n][F] */
-		swiglu(s->h, s->h2, n * F);
+		/* gpt-oss: the expert's biases */
+		add_bias(s->h, ml->gate_b ? ml->gate_b + (size_t)le * F : NULL, n, F);
+		add_bias(s->h2, ml->up_b ? ml->up_b + (size_t)le * F : NULL, n, F);
+		swiglu(p, s->h, s->h2, n * F);
 		matmul(m, &d, s->ys, s->h, n); /* ys [n][D] */
+		add_bias(s->ys, ml->down_b ? ml->down_b + (size_t)le * D : NULL, n, D);
 		for (int i = 0; i < n; i++) {
 			float *o = out + (size_t)s->tok[i] * D;
 			const float *y = s->ys + (size_t)i * D;
@@ -380,7 +483,7 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		const wmat_t *gu[2] = {&ml->sh_gate, &ml->sh_up};
 		float *gu_out[2] = {s->h, s->h2};
 		matmul_same_input(m, 2, gu, gu_out, xb, B); /* h, h2 [B][S] */
-		swiglu(s->h, s->h2, B * S);
+		swiglu(p, s->h, s->h2, B * S);
 		matmul(m, &ml->sh_down, s->ys, s->h, B); /* ys [B][D] */
 		for (int b = 0; b < B; b++) {
 			float gsc = 1.0f;

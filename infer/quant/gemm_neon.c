@@ -34,19 +34,20 @@ static inline __attribute__((always_inline)) void neon_gemm(float *out, int ldo,
 							    const int NT, int n, const int Q4)
 {
 	const int nb = n / QK8_0;
-	const size_t gb = Q4 ? 288 : 544;
+	const size_t gb = Q4 == 2 ? 272 : Q4 ? 288 : 544;
 	const uint8x16_t m4 = vdupq_n_u8(0x0f), flip = vdupq_n_u8(0x80);
+	const int8x16_t tbl = vld1q_s8(quant_mxfp4_values);
 	for (int g = 0; g < ngroups; g++) {
 		const uint8_t *gp = w + (size_t)g * nb * gb;
 		float32x4_t acc[2][4];
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 		    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) acc[v][k] = vdupq_n_f32(0);
 		for (int i = 0; i < nb; i++) {
-			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
+			const uint8_t *d = gp + (size_t)i * gb, *q = d + (Q4 == 2 ? 16 : 32);
 			int32x4_t ia[2][4];
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 			    _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) ia[v][k] =
-				vdupq_n_s32(Q4 ? -8 * x[v].bsums[i] : 0);
+				vdupq_n_s32(Q4 == 1 ? -8 * x[v].bsums[i] : 0);
 			for (int s = 0; s < (Q4 ? 4 : 8); s++)
 				_Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
 				{
@@ -59,6 +60,13 @@ static inline __attribute__((always_inline)) void neon_gemm(float *out, int ldo,
 							    vreinterpretq_s8_u8(vandq_u8(b, m4));
 							int8x16_t hi =
 							    vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+							if (Q4 ==
+							    2) { /* signed values: no offset */
+								lo = vqtbl1q_s8(
+								    tbl, vreinterpretq_u8_s8(lo));
+								hi = vqtbl1q_s8(
+								    tbl, vreinterpretq_u8_s8(hi));
+							}
 							ia[v][k] = vdotq_s32(
 							    ia[v][k], lo,
 							    vreinterpretq_s8_s32(bcast4(xq)));
@@ -76,7 +84,15 @@ static inline __attribute__((always_inline)) void neon_gemm(float *out, int ldo,
 				}
 			_Pragma("GCC unroll 8") for (int k = 0; k < 4; k++)
 			{
-				float32x4_t sw = f16x4(d + 8 * k);
+				float32x4_t sw;
+				if (Q4 == 2) {
+					float e4[4];
+					for (int r = 0; r < 4; r++)
+						e4[r] = quant_e8m0_half(d[4 * k + r]);
+					sw = vld1q_f32(e4);
+				} else {
+					sw = f16x4(d + 8 * k);
+				}
 				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v][k] =
 				    vfmaq_f32(acc[v][k], vcvtq_f32_s32(ia[v][k]),
 					      vmulq_n_f32(sw, x[v].d[i]));
@@ -107,6 +123,17 @@ static void neon_gemm_q4_0(float *out, int ldo, const uint8_t *w, int ngroups, c
 			neon_gemm(out + (size_t)v * ldo, ldo, w, ngroups, x + v, 2, n, 1);
 		else
 			neon_gemm(out + (size_t)v * ldo, ldo, w, ngroups, x + v, 1, n, 1);
+	}
+}
+
+static void neon_gemm_mxfp4(float *out, int ldo, const uint8_t *w, int ngroups,
+			    const quant_act_t *x, int nt, int n)
+{
+	for (int v = 0; v < nt; v += 2) {
+		if (nt - v >= 2)
+			neon_gemm(out + (size_t)v * ldo, ldo, w, ngroups, x + v, 2, n, 2);
+		else
+			neon_gemm(out + (size_t)v * ldo, ldo, w, ngroups, x + v, 1, n, 2);
 	}
 }
 
@@ -281,6 +308,7 @@ quant_gemm_fn quant_neon_gemm(int t, const char **impl)
 	switch (t) {
 	case QT_Q8_0: return neon_gemm_q8_0;
 	case QT_Q4_0: return neon_gemm_q4_0;
+	case QT_MXFP4: return neon_gemm_mxfp4;
 	case QT_Q4_K: return neon_gemm_q4_k;
 	case QT_Q6_K: return neon_gemm_q6_k;
 	default: *impl = NULL; return NULL;

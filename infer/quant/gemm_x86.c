@@ -41,30 +41,46 @@ static inline int ld32(const int8_t *p)
 
 /* ---- AVX-512 VNNI ------------------------------------------------------------------------ */
 
-/* One call: groups [0, ngroups) x vectors [0, NT). Q4 selects the Q4_0 unpack. */
+/* MXFP4's values plus 12 (0..24, unsigned for vpdpbusd / maddubs; the 12 comes off through the
+ * activation's block sum), in every 128-bit lane. */
+static const int8_t mx12[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+/* One call: groups [0, ngroups) x vectors [0, NT). Q4: 0 Q8_0, 1 Q4_0, 2 MXFP4 (Q4_0's nibbles
+ * looked up in mx12, an exponent byte per row instead of an f16 scale). */
 TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngroups,
 				 const quant_act_t *x, const int NT, int n, const int Q4)
 {
 	const int nb = n / QK8_0;
-	const size_t gb = Q4 ? 288 : 544; /* bytes per block index of a group */
+	const size_t gb = Q4 == 2 ? 272 : Q4 ? 288 : 544; /* bytes per block index of a group */
 	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)mx12));
 	for (int g = 0; g < ngroups; g++) {
 		const uint8_t *gp = w + (size_t)g * nb * gb;
 		__m512 acc[QR_NT];
 		_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] = _mm512_setzero_ps();
 		for (int i = 0; i < nb; i++) {
-			const uint8_t *d = gp + (size_t)i * gb, *q = d + 32;
+			const uint8_t *d = gp + (size_t)i * gb, *q = d + (Q4 == 2 ? 16 : 32);
 			if (Q4 || NT > 1)
 				for (size_t o = 0; o < gb; o += 64)
 					_mm_prefetch((const char *)d + PF_AHEAD + o, _MM_HINT_T0);
-			__m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+			__m512 sw =
+			    Q4 == 2 /* 2^(e - 128), exact (subnormals too) */
+				? _mm512_scalef_ps(
+				      _mm512_set1_ps(1.0f),
+				      _mm512_cvtepi32_ps(_mm512_sub_epi32(
+					  _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)d)),
+					  _mm512_set1_epi32(128))))
+				: _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
 			/* two int32 chains per vector (even / odd k-steps, or low / high
 			 * nibbles): with one vector a single chain of 8 dependent vpdpbusd
 			 * would make decode latency-bound */
 			__m512i ia[QR_NT], ib[QR_NT];
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 			{
-				ia[v] = _mm512_set1_epi32((Q4 ? -8 : -128) * x[v].bsums[i]);
+				ia[v] = _mm512_set1_epi32((Q4 == 2 ? -12
+							   : Q4    ? -8
+								   : -128) *
+							  x[v].bsums[i]);
 				ib[v] = _mm512_setzero_si512();
 			}
 			if (Q4) {
@@ -73,6 +89,10 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 					__m512i b = _mm512_loadu_si512((const void *)(q + 64 * s));
 					__m512i lo = _mm512_and_si512(b, m4);
 					__m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+					if (Q4 == 2) {
+						lo = _mm512_shuffle_epi8(tbl, lo);
+						hi = _mm512_shuffle_epi8(tbl, hi);
+					}
 					_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 					{
 						const int8_t *xq = x[v].q + 32 * i + 4 * s;
@@ -123,6 +143,7 @@ TGT512 static INL void vnni_gemm(float *out, int ldo, const uint8_t *w, int ngro
 	}
 VNNI_NT(vnni_gemm_q8_0, 0)
 VNNI_NT(vnni_gemm_q4_0, 1)
+VNNI_NT(vnni_gemm_mxfp4, 2)
 
 /* Q4_K (Q8_K activations), up to 4 vectors. Per 256-element block: the 16 rows' 6-bit scales
  * and mins unpacked once with word-wide masks (lane r = row r, byte k = sub-block k or 4 + k);
@@ -376,9 +397,10 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 			       const quant_act_t *x, const int NT, int n, const int Q4)
 {
 	const int nb = n / QK8_0;
-	const size_t gb = Q4 ? 288 : 544;
+	const size_t gb = Q4 == 2 ? 272 : Q4 ? 288 : 544;
 	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1),
 		      flip = _mm256_set1_epi8((char)0x80);
+	const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mx12));
 	for (int g = 0; g < ngroups; g++)
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *gp = w + (size_t)g * nb * gb;
@@ -386,16 +408,31 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 			_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) acc[v] =
 			    _mm256_setzero_ps();
 			for (int i = 0; i < nb; i++) {
-				const uint8_t *d = gp + (size_t)i * gb, *q = d + 32 + 32 * h;
+				const uint8_t *d = gp + (size_t)i * gb,
+					      *q = d + (Q4 == 2 ? 16 : 32) + 32 * h;
 				if (h == 0) /* the second half finds it cached */
 					for (size_t o = 0; o < gb; o += 64)
 						_mm_prefetch((const char *)d + PF_AHEAD + o,
 							     _MM_HINT_T0);
-				__m256 sw =
-				    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 16 * h)));
+				__m256 sw;
+				if (Q4 ==
+				    2) { /* 2^(e - 128): e < 2 are the subnormals 2^-128, 2^-127 */
+					__m256i e = _mm256_cvtepu8_epi32(
+					    _mm_loadl_epi64((const __m128i *)(d + 8 * h)));
+					__m256i nrm = _mm256_slli_epi32(
+					    _mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+					__m256i sub =
+					    _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+					sw = _mm256_castsi256_ps(_mm256_blendv_epi8(
+					    nrm, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+				} else {
+					sw = _mm256_cvtph_ps(
+					    _mm_loadu_si128((const __m128i *)(d + 16 * h)));
+				}
 				__m256i ia[4];
 				_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++) ia[v] =
-				    _mm256_set1_epi32(Q4 ? -8 * x[v].bsums[i] : 0);
+				    _mm256_set1_epi32(Q4 ? (Q4 == 2 ? -12 : -8) * x[v].bsums[i]
+							 : 0);
 				for (int s = 0; s < (Q4 ? 4 : 8); s++) {
 					__m256i b =
 					    _mm256_loadu_si256((const __m256i *)(q + 64 * s));
@@ -403,6 +440,10 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 						__m256i lo = _mm256_and_si256(b, m4);
 						__m256i hi =
 						    _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+						if (Q4 == 2) {
+							lo = _mm256_shuffle_epi8(tbl, lo);
+							hi = _mm256_shuffle_epi8(tbl, hi);
+						}
 						_Pragma("GCC unroll 8") for (int v = 0; v < NT; v++)
 						{
 							const int8_t *xq = x[v].q + 32 * i + 4 * s;
@@ -455,6 +496,7 @@ TGT2 static INL void avx2_gemm(float *out, int ldo, const uint8_t *w, int ngroup
 	}
 AVX2_NT(avx2_gemm_q8_0, 0)
 AVX2_NT(avx2_gemm_q4_0, 1)
+AVX2_NT(avx2_gemm_mxfp4, 2)
 
 quant_gemm_fn quant_x86_gemm(int t, const char **impl)
 {
@@ -476,14 +518,16 @@ quant_gemm_fn quant_x86_gemm(int t, const char **impl)
 		*impl = "avx512vnni";
 		return t == QT_Q4_K ? vnni_gemm_q4_k : vnni_gemm_q6_k;
 	}
-	if (t != QT_Q8_0 && t != QT_Q4_0)
+	if (t != QT_Q8_0 && t != QT_Q4_0 && t != QT_MXFP4)
 		return NULL;
 	if (vnni && !getenv("SHOAL_NO_VNNI")) {
 		*impl = "avx512vnni";
-		return t == QT_Q8_0 ? vnni_gemm_q8_0 : vnni_gemm_q4_0;
+		return t == QT_Q8_0   ? vnni_gemm_q8_0
+		       : t == QT_Q4_0 ? vnni_gemm_q4_0
+				      : vnni_gemm_mxfp4;
 	}
 	*impl = "avx2";
-	return t == QT_Q8_0 ? avx2_gemm_q8_0 : avx2_gemm_q4_0;
+	return t == QT_Q8_0 ? avx2_gemm_q8_0 : t == QT_Q4_0 ? avx2_gemm_q4_0 : avx2_gemm_mxfp4;
 }
 
 #else

@@ -87,73 +87,6 @@ uint16_t quant_f32_to_bf16(float f)
 	return (uint16_t)(x >> 16);
 }
 
-/* ---- type traits -------------------------------------------------------------------------- */
-
-static const struct qtraits {
-	int type;
-	const char *name;
-	int elems;
-	size_t bytes;
-} traits[] = {
-    {QT_F32, "f32", 1, 4},
-    {QT_F16, "f16", 1, 2},
-    {QT_BF16, "bf16", 1, 2},
-    {QT_Q8_0, "q8_0", QK8_0, sizeof(blk_q8_0)},
-    {QT_Q4_0, "q4_0", QK4_0, sizeof(blk_q4_0)},
-    {QT_Q4_K, "q4_k", QK_K, sizeof(blk_q4_k)},
-    {QT_Q6_K, "q6_k", QK_K, sizeof(blk_q6_k)},
-    {QT_Q5_0, "q5_0", 32, sizeof(blk_q5_0)},
-    {QT_Q5_1, "q5_1", 32, sizeof(blk_q5_1)},
-    {QT_Q2_K, "q2_k", QK_K, sizeof(blk_q2_k)},
-    {QT_Q3_K, "q3_k", QK_K, sizeof(blk_q3_k)},
-    {QT_Q5_K, "q5_k", QK_K, sizeof(blk_q5_k)},
-};
-
-static const struct qtraits *traits_of(int t)
-{
-	for (size_t i = 0; i < ARRAY_LEN(traits); i++)
-		if (traits[i].type == t)
-			return &traits[i];
-	return NULL;
-}
-
-int quant_type_supported(int t)
-{
-	return traits_of(t) != NULL;
-}
-
-const char *quant_type_name(int t)
-{
-	const struct qtraits *q = traits_of(t);
-	return q ? q->name : "?";
-}
-
-int quant_type_parse(const char *s)
-{
-	for (size_t i = 0; i < ARRAY_LEN(traits); i++)
-		if (!strcasecmp(s, traits[i].name))
-			return traits[i].type;
-	return -1;
-}
-
-int quant_block_elems(int t)
-{
-	const struct qtraits *q = traits_of(t);
-	return q ? q->elems : 0;
-}
-
-size_t quant_block_bytes(int t)
-{
-	const struct qtraits *q = traits_of(t);
-	return q ? q->bytes : 0;
-}
-
-size_t quant_row_bytes(int t, int64_t n)
-{
-	const struct qtraits *q = traits_of(t);
-	return q ? (size_t)(n / q->elems) * q->bytes : 0;
-}
-
 /* ---- K-quant scale packing ---------------------------------------------------------------- */
 
 void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s)
@@ -249,6 +182,7 @@ void quant_dequant_row(int t, const void *src, float *dst, int64_t n)
 			dequant_q6k_block(&b[i], dst + i * QK_K);
 		break;
 	}
+	case QT_MXFP4: quant_mxfp4_dequant(src, dst, n); break;
 	default: quant_lowbit_dequant(t, src, dst, n);
 	}
 }
@@ -427,6 +361,7 @@ int quant_quantize_row(int t, const float *src, void *dst, int64_t n)
 	case QT_Q4_0: quantize_q4_0(src, dst, n); return 0;
 	case QT_Q4_K: quantize_q4_k(src, dst, n); return 0;
 	case QT_Q6_K: quantize_q6_k(src, dst, n); return 0;
+	case QT_MXFP4: quant_mxfp4_quantize(src, dst, n); return 0;
 	default: return quant_lowbit_quantize(t, src, dst, n);
 	}
 }
@@ -439,7 +374,8 @@ static int act_type_of(int wtype)
 	case QT_Q8_0:
 	case QT_Q4_0:
 	case QT_Q5_0:
-	case QT_Q5_1: return QT_Q8_0;
+	case QT_Q5_1:
+	case QT_MXFP4: return QT_Q8_0;
 	case QT_Q2_K:
 	case QT_Q3_K:
 	case QT_Q4_K:
@@ -708,6 +644,7 @@ const quant_ops_t *quant_ops_ref(int wtype)
 	case QT_Q4_0: return &ref_q4_0;
 	case QT_Q4_K: return &ref_q4_k;
 	case QT_Q6_K: return &ref_q6_k;
+	case QT_MXFP4: return quant_mxfp4_ops_ref();
 	default: return quant_lowbit_ops_ref(wtype);
 	}
 }
@@ -719,6 +656,8 @@ const quant_ops_t *quant_ops_opt(int wtype)
 		o = quant_lowbit_x86_ops(wtype);
 	if (!o)
 		o = quant_neon_ops(wtype);
+	if (!o && wtype == QT_MXFP4)
+		o = quant_mxfp4_x86_ops();
 	return o ? o : quant_ops_ref(wtype);
 }
 

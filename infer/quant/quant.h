@@ -37,6 +37,8 @@ enum qtype {
 	QT_Q6_K = 14,
 	QT_Q8_K = 15,
 	QT_BF16 = 30,
+	QT_MXFP4 = 39,
+	QT_NTYPES = 40 /* ggml's numbers stop below this (qtype.c's table) */
 };
 
 #define QK8_0 32
@@ -100,6 +102,28 @@ typedef struct {
 	uint8_t qs[QK_K / 2]; /* low nibbles, as Q4_K */
 } blk_q5_k;
 
+/* MXFP4 (quant_mxfp4.c), as ggml/src/ggml-common.h block_mxfp4: 32 E2M1 values sharing one
+ * power-of-two scale. Element j is value[qs[j] & 0xf] (j < 16) or value[qs[j - 16] >> 4], times
+ * 2^(e - 128): quant_mxfp4_values holds the E2M1 values doubled (ggml's kvalues_mxfp4) and
+ * quant_e8m0_half the scale halved (ggml_e8m0_to_fp32_half), so their product is the value. */
+typedef struct {
+	uint8_t e;      /* E8M0 exponent: 2^(e - 127) */
+	uint8_t qs[16]; /* E2M1 codes: sign bit 3, magnitude index bits 0-2 */
+} blk_mxfp4;
+
+extern const int8_t quant_mxfp4_values[16]; /* 0 1 2 3 4 6 8 12, then the same negated */
+
+/* 2^(e - 128) as ggml_e8m0_to_fp32_half computes it (e < 2: the subnormals 2^-128, 2^-127). */
+static inline float quant_e8m0_half(uint8_t e)
+{
+	union {
+		uint32_t u;
+		float f;
+	} v = {e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23};
+	return v.f;
+}
+
+_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 block");
 _Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
 _Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(blk_q2_k) == 84, "q2_k block");
@@ -156,7 +180,15 @@ static inline void quant_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
 		*m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
 	}
 }
-/* The inverse: 8 scales and 8 mins (each 0..63) into the 12 bytes. */
+/* Q3_K's 6-bit scale of group g (0..15), minus 32: low 4 bits in the nibbles of s[0..7], top 2
+ * bits in s[8 + g%4] at bit 2*(g/4). */
+static inline int quant_q3k_scale(const uint8_t *s, int g)
+{
+	int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
+	int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+	return (lo | hi << 4) - 32;
+}
+/* The inverse of quant_k4_scale_min: 8 scales and 8 mins (each 0..63) into the 12 bytes. */
 void quant_k4_scales_pack(const int *sc, const int *m, uint8_t *s);
 
 /* The low-bit types (quant_lowbit.c): reference dequantize, quantize and kernel tables for
@@ -167,19 +199,30 @@ const quant_ops_t *quant_lowbit_ops_ref(int t);
 /* Their AVX2 tables (quant_lowbit_x86.c); NULL when the CPU lacks AVX2/FMA or off x86. */
 const quant_ops_t *quant_lowbit_x86_ops(int t);
 
+/* MXFP4 (quant_mxfp4.c): reference dequantize, quantize (ggml's quantize_row_mxfp4_ref, byte
+ * for byte) and the plain C kernel table (Q8_0 activations); the x86 table (quant_mxfp4_x86.c:
+ * AVX-512 VNNI, AVX2), NULL where not available (NEON: quant_neon_ops). */
+void quant_mxfp4_dequant(const void *src, float *dst, int64_t n);
+void quant_mxfp4_quantize(const float *src, void *dst, int64_t n);
+const quant_ops_t *quant_mxfp4_ops_ref(void);
+const quant_ops_t *quant_mxfp4_x86_ops(void);
+
 /* fp16 / bf16 helpers (plain C, exact). */
 float quant_f16_to_f32(uint16_t h);
 uint16_t quant_f32_to_f16(float f);
 float quant_bf16_to_f32(uint16_t h);
 uint16_t quant_f32_to_bf16(float f);
 
-/* 1 when this build can compute with type t (weights). */
-int quant_type_supported(int t);
+/* Type facts, from the one table (qtype.c) of every ggml type number. */
+int quant_type_known(int t);              /* 1 when its block size is known (a file's tensors
+					   * of it can be sized and described) */
+int quant_type_supported(int t);          /* 1 when the engine computes with it (weights) */
 const char *quant_type_name(int t);       /* "q8_0", ...; "?" when unknown */
-int quant_type_parse(const char *s);      /* name -> type, -1 when unknown */
-int quant_block_elems(int t);             /* elements per block (1 for float types) */
-size_t quant_block_bytes(int t);          /* bytes per block */
-size_t quant_row_bytes(int t, int64_t n); /* n must be a multiple of the block size */
+const char *quant_type_ggml_name(int t);  /* ggml's spelling, "Q8_0"; "?" when unknown */
+int quant_type_parse(const char *s);      /* a supported type's name (any case) -> type, or -1 */
+int quant_block_elems(int t);             /* elements per block (1 for float types); 0 unknown */
+size_t quant_block_bytes(int t);          /* bytes per block; 0 unknown */
+size_t quant_row_bytes(int t, int64_t n); /* 0 unless n is a whole number of known blocks */
 
 /* Reference dequantize of n elements (a multiple of the block size). */
 void quant_dequant_row(int t, const void *src, float *dst, int64_t n);

@@ -48,15 +48,6 @@ static inline int k2_bits(const uint8_t *qs, int e)
 	return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 
-/* Q3_K 6-bit scale of group g (0..15), minus 32: low 4 bits in the nibbles of scales[0..7],
- * top 2 bits in scales[8 + g%4] at bit 2*(g/4). */
-static inline int q3k_scale(const uint8_t *s, int g)
-{
-	int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
-	int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-	return (lo | hi << 4) - 32;
-}
-
 /* Q3_K element e: the two low bits minus 4 unless its bit in hmask (byte e%32, bit e/32) is set. */
 static inline int q3k_at(const blk_q3_k *b, int e)
 {
@@ -115,7 +106,7 @@ void quant_lowbit_dequant(int t, const void *src, float *y, int64_t n)
 		for (int64_t i = 0; i < n / QK_K; i++, y += QK_K) {
 			float d = quant_f16_to_f32(b[i].d);
 			for (int e = 0; e < QK_K; e++)
-				y[e] = d * (float)q3k_scale(b[i].scales, e / 16) *
+				y[e] = d * (float)quant_q3k_scale(b[i].scales, e / 16) *
 				       (float)q3k_at(&b[i], e);
 		}
 		break;
@@ -364,7 +355,7 @@ static void ref_rows_q3_k(float *out, const uint8_t *w, size_t stride, int nrows
 				int sum = 0;
 				for (int l = 0; l < 16; l++)
 					sum += q3k_at(&b[i], 16 * g + l) * q[16 * g + l];
-				acc += q3k_scale(b[i].scales, g) * sum;
+				acc += quant_q3k_scale(b[i].scales, g) * sum;
 			}
 			s += x->d[i] * quant_f16_to_f32(b[i].d) * (float)acc;
 		}

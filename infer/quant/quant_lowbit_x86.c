@@ -13,18 +13,12 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include "infer/quant/simd_x86.h"
+
 #include <immintrin.h>
 #include <string.h>
 
 #define LB_TGT __attribute__((target("avx2,fma")))
-
-LB_TGT static inline float lb_hsum(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
 
 /* 32 unsigned weight bytes (< 128) times 32 signed activations: 8 int32 sums, lane k holding
  * bytes 4k..4k+3 (lanes 0-3 the first 16 elements, 4-7 the next 16). */
@@ -82,7 +76,7 @@ LB_TGT static inline __attribute__((always_inline)) void lb_rows_q5(float *out, 
 			off += Q51 ? quant_f16_to_f32(b1->m) * x->d[i] * (float)x->bsums[i]
 				   : -(d * 16.f * (float)x->bsums[i]);
 		}
-		out[r] = lb_hsum(acc) + off;
+		out[r] = qx_hsum8(acc) + off;
 	}
 }
 
@@ -139,15 +133,8 @@ LB_TGT static void lb_rows_q2_k(float *out, const uint8_t *w, size_t stride, int
 					      _mm256_cvtepi32_ps(sum), acc);
 			off += quant_f16_to_f32(b[i].dmin) * dx * (float)mins;
 		}
-		out[r] = lb_hsum(acc) - off;
+		out[r] = qx_hsum8(acc) - off;
 	}
-}
-
-/* Q3_K group g's scale (minus 32), as quant_lowbit.c's q3k_scale. */
-static inline int lb_q3k_scale(const uint8_t *s, int g)
-{
-	int lo = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
-	return (lo | ((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32;
 }
 
 LB_TGT static void lb_rows_q3_k(float *out, const uint8_t *w, size_t stride, int nrows,
@@ -162,7 +149,7 @@ LB_TGT static void lb_rows_q3_k(float *out, const uint8_t *w, size_t stride, int
 			const int16_t *bs = x->bsums + 16 * i;
 			int sc[16], corr = 0;
 			for (int g = 0; g < 16; g++) {
-				sc[g] = lb_q3k_scale(b[i].scales, g);
+				sc[g] = quant_q3k_scale(b[i].scales, g);
 				corr += sc[g] * bs[g];
 			}
 			__m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
@@ -187,7 +174,7 @@ LB_TGT static void lb_rows_q3_k(float *out, const uint8_t *w, size_t stride, int
 			acc = _mm256_fmadd_ps(_mm256_set1_ps(quant_f16_to_f32(b[i].d) * x->d[i]),
 					      _mm256_cvtepi32_ps(sum), acc);
 		}
-		out[r] = lb_hsum(acc);
+		out[r] = qx_hsum8(acc);
 	}
 }
 
@@ -230,7 +217,7 @@ LB_TGT static void lb_rows_q5_k(float *out, const uint8_t *w, size_t stride, int
 					      _mm256_cvtepi32_ps(sum), acc);
 			off += quant_f16_to_f32(b[i].dmin) * dx * (float)mins;
 		}
-		out[r] = lb_hsum(acc) - off;
+		out[r] = qx_hsum8(acc) - off;
 	}
 }
 

@@ -8,7 +8,8 @@
  * On other targets this file is empty (quant_neon_ops() returns NULL).
  *
  * Float types: four vfmaq_f32 accumulators (F16 widened with vcvt_f32_f16, BF16 by a 16-bit
- * shift). Q8_0/Q4_0: per block one int32x4 dot, scaled into float accumulators. Q4_K/Q6_K: an
+ * shift). Q8_0/Q4_0: per block one int32x4 dot, scaled into float accumulators; MXFP4 likewise,
+ * its codes looked up in the value table (vqtbl1q), its exponent as the scale. Q4_K/Q6_K: an
  * exact integer sum per 256-element block (sub-block scales folded in as int32 multiplies, Q4_K's
  * mins through the activation's bsums), then the reference's float expression.
  * Invariant: the results equal the reference kernels (quant.c) up to float summation order; the
@@ -325,6 +326,60 @@ static void neon_dq_q4_0(const void *src, float *dst, int n)
 	}
 }
 
+/* ---- MXFP4 (quant_mxfp4.c): the codes through the value table (vqtbl1q), then as Q8_0 ---- */
+
+/* A block's 32 weights as signed bytes: *lo elements 0-15, *hi elements 16-31. */
+static inline void mx_bytes(int8x16_t tbl, const blk_mxfp4 *b, int8x16_t *lo, int8x16_t *hi)
+{
+	uint8x16_t v = vld1q_u8(b->qs);
+	*lo = vqtbl1q_s8(tbl, vandq_u8(v, vdupq_n_u8(0x0f)));
+	*hi = vqtbl1q_s8(tbl, vshrq_n_u8(v, 4));
+}
+
+static inline int32x4_t mx_block_dot(int8x16_t tbl, const blk_mxfp4 *b, const int8_t *q)
+{
+	int8x16_t lo, hi;
+	mx_bytes(tbl, b, &lo, &hi);
+	return dot_blk32(lo, hi, q);
+}
+
+static void neon_rows_mxfp4(float *out, const uint8_t *w, size_t stride, int nrows,
+			    const quant_act_t *x, int n)
+{
+	const int nb = n / 32;
+	const int8x16_t tbl = vld1q_s8(quant_mxfp4_values);
+	for (int r = 0; r < nrows; r++) {
+		const blk_mxfp4 *b = (const blk_mxfp4 *)(w + (size_t)r * stride);
+		float32x4_t a0 = vdupq_n_f32(0), a1 = a0;
+		int i = 0;
+		for (; i + 2 <= nb; i += 2) {
+			int32x4_t p0 = mx_block_dot(tbl, &b[i], x->q + 32 * i);
+			int32x4_t p1 = mx_block_dot(tbl, &b[i + 1], x->q + 32 * i + 32);
+			a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(p0), quant_e8m0_half(b[i].e) * x->d[i]);
+			a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(p1),
+					 quant_e8m0_half(b[i + 1].e) * x->d[i + 1]);
+		}
+		for (; i < nb; i++) {
+			int32x4_t p0 = mx_block_dot(tbl, &b[i], x->q + 32 * i);
+			a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(p0), quant_e8m0_half(b[i].e) * x->d[i]);
+		}
+		out[r] = vaddvq_f32(vaddq_f32(a0, a1));
+	}
+}
+
+static void neon_dq_mxfp4(const void *src, float *dst, int n)
+{
+	const blk_mxfp4 *b = src;
+	const int8x16_t tbl = vld1q_s8(quant_mxfp4_values);
+	for (int i = 0; i < n / 32; i++, dst += 32) {
+		int8x16_t lo, hi;
+		mx_bytes(tbl, &b[i], &lo, &hi);
+		float d = quant_e8m0_half(b[i].e);
+		store_scaled(dst, lo, d);
+		store_scaled(dst + 16, hi, d);
+	}
+}
+
 #if defined(__ARM_FEATURE_DOTPROD)
 #define IMPL "neon-dotprod"
 #else
@@ -342,6 +397,7 @@ static const quant_ops_t neon_q8_0 = {IMPL, QT_Q8_0, neon_rows_q8_0, neon_dq_q8_
 static const quant_ops_t neon_q4_0 = {IMPL, QT_Q8_0, neon_rows_q4_0, neon_dq_q4_0, NULL};
 static const quant_ops_t neon_q4_k = {IMPL, QT_Q8_K, neon_rows_q4_k, NULL, NULL};
 static const quant_ops_t neon_q6_k = {IMPL, QT_Q8_K, neon_rows_q6_k, NULL, NULL};
+static const quant_ops_t neon_mxfp4 = {IMPL, QT_Q8_0, neon_rows_mxfp4, neon_dq_mxfp4, NULL};
 
 const quant_ops_t *quant_neon_ops(int wtype)
 {
@@ -353,6 +409,7 @@ const quant_ops_t *quant_neon_ops(int wtype)
 	case QT_Q4_0: return &neon_q4_0;
 	case QT_Q4_K: return &neon_q4_k;
 	case QT_Q6_K: return &neon_q6_k;
+	case QT_MXFP4: return &neon_mxfp4;
 	default: return NULL;
 	}
 }

@@ -12,6 +12,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include "infer/quant/simd_x86.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -24,22 +26,6 @@
  * 76.5 -> 79.1 tok/s). Consecutive tiles of a head are contiguous, so the prefetch of one tile
  * covers the next. */
 #define DQ_F16_AHEAD 4096
-
-TGT static inline float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-TGT static inline int hsum8i(__m256i v)
-{
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-	return _mm_cvtsi128_si32(s);
-}
 
 /* Signed bytes a . b, as 8 int32 lane sums (|a| <= 127 keeps maddubs from saturating). */
 TGT static inline __m256i dot_i8(__m256i a, __m256i b)
@@ -61,7 +47,7 @@ TGT static void avx2_rows_f32(float *out, const uint8_t *w, size_t stride, int n
 			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8),
 					     _mm256_loadu_ps(x->f + i + 8), a1);
 		}
-		float s = hsum8(_mm256_add_ps(a0, a1));
+		float s = qx_hsum8(_mm256_add_ps(a0, a1));
 		for (; i < n; i++)
 			s += row[i] * x->f[i];
 		out[r] = s;
@@ -82,7 +68,7 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
 			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x->f + i), a0);
 			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x->f + i + 8), a1);
 		}
-		float s = hsum8(_mm256_add_ps(a0, a1));
+		float s = qx_hsum8(_mm256_add_ps(a0, a1));
 		for (; i < n; i++)
 			s += _cvtsh_ss(row[i]) * x->f[i];
 		out[r] = s;
@@ -107,7 +93,7 @@ TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int 
 			a1 =
 			    _mm256_fmadd_ps(bf16x8(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
 		}
-		float s = hsum8(_mm256_add_ps(a0, a1));
+		float s = qx_hsum8(_mm256_add_ps(a0, a1));
 		for (; i < n; i++)
 			s += quant_bf16_to_f32(row[i]) * x->f[i];
 		out[r] = s;
@@ -139,7 +125,7 @@ TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int 
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 		}
-		out[r] = hsum8(_mm256_add_ps(a0, a1));
+		out[r] = qx_hsum8(_mm256_add_ps(a0, a1));
 	}
 }
 
@@ -177,7 +163,7 @@ TGT static void avx2_rows_q4_0(float *out, const uint8_t *w, size_t stride, int 
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 		}
-		out[r] = hsum8(_mm256_add_ps(a0, a1));
+		out[r] = qx_hsum8(_mm256_add_ps(a0, a1));
 	}
 }
 
@@ -245,7 +231,7 @@ TGT static void avx2_rows_q4_k(float *out, const uint8_t *w, size_t stride, int 
 		}
 		macc = _mm_add_ps(macc, _mm_movehl_ps(macc, macc));
 		macc = _mm_add_ss(macc, _mm_movehdup_ps(macc));
-		out[r] = hsum8(acc) - _mm_cvtss_f32(macc);
+		out[r] = qx_hsum8(acc) - _mm_cvtss_f32(macc);
 	}
 }
 
@@ -290,7 +276,7 @@ TGT static void avx2_rows_q6_k(float *out, const uint8_t *w, size_t stride, int 
 					sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
 				}
 			}
-			int tot = hsum8i(_mm256_sub_epi32(sumi, _mm256_slli_epi32(so, 5)));
+			int tot = qx_hsum8i(_mm256_sub_epi32(sumi, _mm256_slli_epi32(so, 5)));
 			acc += _cvtsh_ss(b[i].d) * x->d[i] * (float)tot;
 		}
 		out[r] = acc;
@@ -554,7 +540,7 @@ TGT static float avx2_expsum(float *x, int n, float mx)
 		_mm256_storeu_ps(x + i, e);
 		acc = _mm256_add_ps(acc, e);
 	}
-	float sum = hsum8(acc);
+	float sum = qx_hsum8(acc);
 	for (; i < n; i++) {
 		x[i] = expf(x[i] - mx);
 		sum += x[i];
@@ -649,7 +635,7 @@ TGTV static void vnni_rows_q8_0(float *out, const uint8_t *w, size_t stride, int
 			a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d) * x->d[i]),
 					     _mm256_cvtepi32_ps(p0), a0);
 		}
-		out[r] = hsum8(_mm256_add_ps(a0, a1));
+		out[r] = qx_hsum8(_mm256_add_ps(a0, a1));
 	}
 }
 
@@ -707,7 +693,7 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 		}
 		/* rows are walked one at a time, in address order: interleaving two rows measured
 		 * 3x slower out of cache here (the hardware prefetcher loses the stream) */
-		out[r] = hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (hsum8(off) + tail);
+		out[r] = qx_hsum8(_mm256_add_ps(a0, a1)) - 8.0f * (qx_hsum8(off) + tail);
 	}
 }
 
@@ -884,7 +870,7 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 		__m256i r[4];
 		for (int k = 0; k < 4; k++)
 			r[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vi));
-		bsums[i] = (int16_t)hsum8i(
+		bsums[i] = (int16_t)qx_hsum8i(
 		    _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
 		store_q32(q, r);
 	}
@@ -908,8 +894,8 @@ TGT static void avx2_act_q8_k(const float *x, int n, int8_t *q, float *d, int16_
 			for (int k = 0; k < 4; k++)
 				r[k] = _mm256_cvtps_epi32(
 				    _mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), vi));
-			bsums[2 * c] = (int16_t)hsum8i(_mm256_add_epi32(r[0], r[1]));
-			bsums[2 * c + 1] = (int16_t)hsum8i(_mm256_add_epi32(r[2], r[3]));
+			bsums[2 * c] = (int16_t)qx_hsum8i(_mm256_add_epi32(r[0], r[1]));
+			bsums[2 * c + 1] = (int16_t)qx_hsum8i(_mm256_add_epi32(r[2], r[3]));
 			store_q32(q + 32 * c, r);
 		}
 	}

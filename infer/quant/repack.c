@@ -14,7 +14,7 @@
 
 int quant_repack_supported(int t)
 {
-	return t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_K || t == QT_Q6_K;
+	return t == QT_Q8_0 || t == QT_Q4_0 || t == QT_Q4_K || t == QT_Q6_K || t == QT_MXFP4;
 }
 
 size_t quant_repack_group_bytes(int t, int n)
@@ -124,6 +124,23 @@ void quant_repack(int t, const uint8_t *src, size_t stride, int ngroups, int n, 
 		return;
 	}
 	size_t gb = grp_block_bytes(t);
+	if (t == QT_MXFP4) { /* 16 exponent bytes, then the codes as Q4_0's */
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				uint8_t *d = dst + ((size_t)g * nb + i) * gb;
+				for (int r = 0; r < QR_ROWS; r++) {
+					const blk_mxfp4 *b =
+					    (const blk_mxfp4 *)(src + (size_t)(g * QR_ROWS + r) *
+									  stride) +
+					    i;
+					d[r] = b->e;
+					for (int s = 0; s < 4; s++)
+						memcpy(d + QR_ROWS + 64 * s + 4 * r, b->qs + 4 * s,
+						       4);
+				}
+			}
+		return;
+	}
 	for (int g = 0; g < ngroups; g++)
 		for (int i = 0; i < nb; i++) {
 			uint8_t *d = dst + ((size_t)g * nb + i) * gb;
@@ -171,6 +188,21 @@ void quant_unpack(int t, const uint8_t *src, int ngroups, int n, uint8_t *dst)
 					b[r] =
 					    (blk_q4_k *)(dst + (size_t)(g * QR_ROWS + r) * rb) + i;
 				unpack_q4_k(src + ((size_t)g * nb + i) * gb, b);
+			}
+		return;
+	}
+	if (t == QT_MXFP4) {
+		for (int g = 0; g < ngroups; g++)
+			for (int i = 0; i < nb; i++) {
+				const uint8_t *d = src + ((size_t)g * nb + i) * gb;
+				for (int r = 0; r < QR_ROWS; r++) {
+					blk_mxfp4 *b =
+					    (blk_mxfp4 *)(dst + (size_t)(g * QR_ROWS + r) * rb) + i;
+					b->e = d[r];
+					for (int s = 0; s < 4; s++)
+						memcpy(b->qs + 4 * s, d + QR_ROWS + 64 * s + 4 * r,
+						       4);
+				}
 			}
 		return;
 	}
@@ -317,6 +349,33 @@ static void ref_gemm_q6_k(float *out, int ldo, const uint8_t *w, int ngroups, co
 			}
 }
 
+/* MXFP4: the same integer sums and float expression as quant_mxfp4.c's ref_rows_mxfp4. */
+static void ref_gemm_mxfp4(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
+			   int nt, int n)
+{
+	int nb = n / 32;
+	for (int g = 0; g < ngroups; g++)
+		for (int v = 0; v < nt; v++)
+			for (int r = 0; r < QR_ROWS; r++) {
+				float s = 0;
+				for (int i = 0; i < nb; i++) {
+					const uint8_t *d = w + ((size_t)g * nb + i) * 272;
+					const int8_t *xq = x[v].q + i * 32;
+					int sum = 0;
+					for (int k = 0; k < 4; k++)
+						for (int j = 0; j < 4; j++) {
+							int b = d[QR_ROWS + 64 * k + 4 * r + j];
+							sum += quant_mxfp4_values[b & 15] *
+								   xq[4 * k + j] +
+							       quant_mxfp4_values[b >> 4] *
+								   xq[16 + 4 * k + j];
+						}
+					s += quant_e8m0_half(d[r]) * x[v].d[i] * (float)sum;
+				}
+				out[(size_t)v * ldo + g * QR_ROWS + r] = s;
+			}
+}
+
 static void ref_gemm_q8_0(float *out, int ldo, const uint8_t *w, int ngroups, const quant_act_t *x,
 			  int nt, int n)
 {
@@ -336,6 +395,7 @@ quant_gemm_fn quant_gemm_ref(int t)
 	case QT_Q4_0: return ref_gemm_q4_0;
 	case QT_Q4_K: return ref_gemm_q4_k;
 	case QT_Q6_K: return ref_gemm_q6_k;
+	case QT_MXFP4: return ref_gemm_mxfp4;
 	default: return NULL;
 	}
 }

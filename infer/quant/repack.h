@@ -2,7 +2,7 @@
  * repack.h: weights rearranged once at load into an interleaved layout that the tiled integer
  * kernels stream (internal to infer/; the file on disk and its mapping are never written).
  *
- * Layout "R16" (Q8_0 and Q4_0): rows in groups of QR_ROWS = 16; a group is its 16 rows' blocks
+ * Layout "R16" (Q8_0, Q4_0, MXFP4): rows in groups of QR_ROWS = 16; a group is its 16 rows' blocks
  * interleaved, block index by block index. For each block index i a group holds the 16 rows'
  * f16 scales (32 bytes), then the quants as k-steps of 16 rows x 4 bytes (64 bytes: one 512-bit
  * register, lane r = row r), so one multiply-add with four activation bytes broadcast to every
@@ -25,6 +25,8 @@
  *         128h + 32kk + 4s + j, high nibble 64 elements on), then the high-bit bytes (1024: for
  *         half h and step s, byte j of row r is qh[32h + 4s + j], bits 2k..2k+1 for element
  *         128h + 32k + 4s + j).
+ *   MXFP4: per 32-element block index, 272 bytes: the 16 rows' E8M0 exponent bytes, then the
+ *         codes as Q4_0's 4 k-steps (byte j of row r in step s is qs[4s + j]).
  * A group of a row of n elements takes exactly 16 x quant_row_bytes(t, n) bytes (the same size
  * as the rows it holds), so group g starts at g * quant_repack_group_bytes(t, n).
  *
@@ -42,7 +44,7 @@
 #define QR_NT    8     /* activation vectors per kernel call at most */
 #define QR_MAX_N 32768 /* row length (elements) the kernels take at most */
 
-/* 1 when weights of type t can be repacked (Q8_0, Q4_0, Q4_K, Q6_K). */
+/* 1 when weights of type t can be repacked (Q8_0, Q4_0, Q4_K, Q6_K, MXFP4). */
 int quant_repack_supported(int t);
 /* Bytes of one group of 16 rows of n elements. */
 size_t quant_repack_group_bytes(int t, int n);

@@ -29,11 +29,13 @@
  * letter runs */
 #define QWEN35_RE                                                                                  \
 	CONTRACTIONS                                                                               \
-	    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"  \
-	    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define CJK_RE "[一-龥ࠀ-一가-퟿]+"
-#define UPPER  "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
-#define LOWER  "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+	"|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"      \
+	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define CJK_RE   "[一-龥ࠀ-一가-퟿]+"
+#define UPPER    "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+#define O200K_UP "(?:(?=\\p{L})[^a-z])"
+#define O200K_LO "(?:(?=\\p{L})[^A-Z])"
+#define LOWER    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
 
 /* Letters of the DeepSeek LLM tokenizer (its own explicit class rather than \p{L}). */
 #define DEEPSEEK_LETTERS                                                                           \
@@ -90,10 +92,16 @@ static const struct pre_def defs[] = {
      1,
      {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+|[^\\r\\n\\p{L}\\p{N}]?" UPPER "+" LOWER
       "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}},
+    /* o200k (gpt-4o, gpt-oss): llama.cpp's form of the tokenizer.json regex
+     * (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O), which its unicode_regex_split runs over
+     * text where every non-ASCII letter is one "letter" class: a word's capitals are letters
+     * other than a-z, its small letters letters other than A-Z (so a non-ASCII letter is both,
+     * and marks are not letters), not the Unicode case classes of the original */
     {"gpt-4o minimax-m2",
      0,
-     {"[^\\r\\n\\p{L}\\p{N}]?" UPPER "*" LOWER "+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?" UPPER
-      "+" LOWER "*" CONTRACTIONS "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+     {"[^\\r\\n\\p{L}\\p{N}]?" O200K_UP "*" O200K_LO "+" CONTRACTIONS
+      "?|[^\\r\\n\\p{L}\\p{N}]?" O200K_UP "+" O200K_LO "*" CONTRACTIONS
+      "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
       "\\s+(?!\\S)|\\s+"}},
     {"seed-coder",
      0,

@@ -252,6 +252,28 @@ static const char *const eog_texts[] = {
     "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<|return|>",
     "<|call|>",
 };
+/* o200k_harmony (gpt-oss), as llama.cpp's llama_vocab::impl::load adjusts it: the format's
+ * markers <|channel|>, <|message|>, <|start|>, <|constrain|> are user-defined (rendered as text,
+ * so a reply's channels can be parsed), and when <|return|>, <|call|> and <|end|> all end
+ * generation, <|end|> does not (it closes a message inside a reply) and is user-defined too. */
+static void harmony_attrs(tok_t *t)
+{
+	static const char *const shown[] = {"<|channel|>", "<|message|>", "<|start|>",
+					    "<|constrain|>"};
+	for (size_t i = 0; i < ARRAY_LEN(shown); i++) {
+		int id = tok_map_get(&t->vocab, shown[i], strlen(shown[i]));
+		if (id >= 0)
+			t->type[id] = TOK_T_USER;
+	}
+	int ret = tok_map_get(&t->vocab, "<|return|>", 10),
+	    call = tok_map_get(&t->vocab, "<|call|>", 8),
+	    end = tok_map_get(&t->vocab, "<|end|>", 7);
+	if (ret >= 0 && call >= 0 && end >= 0 && t->eog[ret] && t->eog[call] && t->eog[end]) {
+		t->eog[end] = 0;
+		t->type[end] = TOK_T_USER;
+	}
+}
+
 static const char *const eot_texts[] = {
     "<|eot_id|>",
     "<|im_end|>",
@@ -424,6 +446,7 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 		t->eog[t->eot] = 1;
 	if (t->eom >= 0)
 		t->eog[t->eom] = 1;
+	harmony_attrs(t);
 
 	/* special tokens matched in text, longest first */
 	t->special = malloc(nv * sizeof *t->special);
