@@ -1,21 +1,25 @@
 /*
- * agent.h: the agent's state machine (discovering -> settled -> planned -> loading -> serving)
- * that ties discovery, planner, transport, infer and web together on every node.
+ * agent.h: the agent every machine runs (`shoal agent`): it ties discovery, planner, transport,
+ * infer and web together on every node. docs/agent.md.
  *
  * The agent publishes itself over mDNS, connects to the peers it finds (and to --peer addresses)
  * over the authenticated control channel, keeps members alive with heartbeats and runs the
- * election core. The planner (the leader, or the smallest holder of the model most nodes hold:
- * agent/core.c) plans the cluster from the members' descriptions and sends the plan to every
- * member; each writes the plan files into its state directory, forms the tensor-parallel group
- * and loads its share; the planner serves the OpenAI API on --http-port as rank 0, the others
- * redirect there. It answers `shoal status` on a unix socket in its state directory
- * (STATE_DIR/agent.sock: connect, read one JSON object, EOF). docs/agent.md.
+ * election; the cluster core (core.h) decides who plans, what, and when this node's session
+ * starts and stops. The planner plans the cluster from the members' descriptions and sends the
+ * plan to every member; each writes the plan files into its state directory, forms the
+ * tensor-parallel group and loads its share; the planner serves the OpenAI API on --http-port
+ * as rank 0, the others redirect there. It answers `shoal status` on a unix socket in its state
+ * directory (STATE_DIR/agent.sock: connect, read one JSON object, EOF).
+ *
+ * Where the flags of future work land: agent_config_t (then cli/cmd_agent.c parses them), and
+ * from here the object that uses them: a planner option (--strategy) in agent.c's make_plan,
+ * an engine option (--draft-model, --spec) in session/session.h's session_cfg_t.
  *
  * Threads: agent_run's thread owns everything. The mDNS backend has its own thread (events come
- * through a queue); each handshake runs on a short-lived thread that hands the finished channel
- * back through a pipe; a plan's session (group, engine, worker loop) runs on its own thread; the
- * web server has its threads and reads the published health and cluster document. agent_stop is the
- * only call allowed from another thread or a signal handler.
+ * through a queue); each handshake runs on a short-lived thread (handshake.h); a plan's session
+ * runs on its own thread (session/session.h); the web server has its threads and reads what
+ * the loop publishes (publish.h). agent_stop is the only call allowed from another thread or a
+ * signal handler.
  */
 #ifndef SHOAL_AGENT_H
 #define SHOAL_AGENT_H
@@ -30,16 +34,6 @@
 #define AGENT_MAX_STATIC_PEERS  32
 #define AGENT_HEARTBEAT_MS      300  /* every member hears from us this often */
 #define AGENT_DEAD_MS           1500 /* a member silent this long is dropped */
-
-typedef enum agent_state {
-	AGENT_DISCOVERING, /* the view is not settled: no leader yet */
-	AGENT_SETTLED,     /* a leader is known (this node or another); no plan runs here */
-	AGENT_PLANNED,     /* a plan that includes this node arrived; its files are written */
-	AGENT_LOADING,     /* forming the group and loading this node's share */
-	AGENT_SERVING,     /* the leader serves the API; followers compute their share */
-} agent_state_t;
-
-const char *agent_state_name(agent_state_t s);
 
 /* The agent's settings. Strings are borrowed for the agent's life. */
 typedef struct agent_config {
@@ -62,7 +56,7 @@ typedef struct agent_config {
 	const char *api_key;      /* Bearer key for the API (NULL: SHOAL_API_KEY, else none) */
 	const char *tls_cert;     /* PEM files: both given = the API is HTTPS only */
 	const char *tls_key;
-	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/exec.h); then
+	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/session/exec.h); then
 			       * shoal loads no model share and the leader proxies /v1/ */
 	int exec_port;        /* --exec-port: rank 0's command serves the API here */
 	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
@@ -84,10 +78,6 @@ void agent_stop(agent_t *a);
 
 /* Closes everything (waits for running handshakes, at most their timeout). NULL is fine. */
 void agent_free(agent_t *a);
-
-/* Parses a --memory-limit (see agent_config_t) against a machine with `total` bytes. Returns 0
- * and the bytes, or SH_EINVAL. */
-int agent_memory_limit_parse(const char *s, uint64_t total, uint64_t *out);
 
 /* The status socket of a state directory: STATE_DIR/agent.sock. */
 int agent_status_path(const char *state_dir, char *out, size_t len);

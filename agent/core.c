@@ -27,13 +27,14 @@
  * Invariant: members[] holds each ID at most once and never self; the term never shrinks.
  */
 #include "agent/core.h"
+#include "agent/core_int.h"
 #include "common/common.h"
 
 #include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CORE_QUEUE 256
 
 /* ---- the transition table ------------------------------------------------------------------- */
 
@@ -52,6 +53,18 @@ static const struct {
     {AGENT_SERVING, AGENT_PLANNED, "newer plan"},
     {AGENT_SERVING, AGENT_SETTLED, "session ended or planner changed"},
 };
+
+const char *agent_state_name(agent_state_t s)
+{
+	switch (s) {
+	case AGENT_DISCOVERING: return "discovering";
+	case AGENT_SETTLED: return "settled";
+	case AGENT_PLANNED: return "planned";
+	case AGENT_LOADING: return "loading";
+	case AGENT_SERVING: return "serving";
+	}
+	return "?";
+}
 
 static int legal(agent_state_t from, agent_state_t to)
 {
@@ -72,63 +85,22 @@ void core_table_dot(FILE *f)
 
 /* ---- the core ------------------------------------------------------------------------------- */
 
-typedef struct member {
-	disc_id_t id;
-	int described;
-	char model[CORE_MODEL_MAX];
-	uint64_t model_size;
-	int64_t joined_ms;
-	core_ack_t ack; /* about ack_hash */
-	char ack_hash[CORE_HASH_MAX];
-	char sent_hash[CORE_HASH_MAX]; /* the plan last sent to it (planner) */
-	int64_t sent_ms;
-	char excluded[CORE_WHY_MAX];   /* the reason it was last told ("" = planned) */
-	char left_hash[CORE_HASH_MAX]; /* it left this plan's formed group (said IDLE) */
-	int64_t stalled_until;
-} member_t;
-
-enum sess { SESS_NONE, SESS_RUNNING, SESS_READY, SESS_STOPPING };
-enum lead { LEAD_OFF, LEAD_WAITING, LEAD_STEADY, LEAD_DRIFT, LEAD_MAKING };
-
 static const char *const lead_names[] = {"off", "waiting", "steady", "drift", "making"};
 
-struct core {
-	disc_id_t self;
-	core_config_t cfg;
-	int64_t now; /* of the last step (for the readers) */
-	agent_state_t state;
-	/* the election's view */
-	int have_leader;
-	disc_id_t leader;
-	uint64_t term;
-	member_t members[CORE_MAX_MEMBERS];
-	int n;
-	char model[CORE_MODEL_MAX];
-	uint64_t model_size;
-	/* whose plans we run, and the plans */
-	int have_following;
-	disc_id_t following;
-	core_plan_t cur, pending;
-	int have_cur, have_pending;
-	enum sess sess;
-	int served_once;
-	char why[CORE_WHY_MAX];
-	/* the planner's side */
-	enum lead lead;
-	core_plan_t made; /* the last plan this node made while planning */
-	int have_made;
-	disc_id_t want[CORE_MAX_RANKS], planned[CORE_MAX_RANKS];
-	int nwant, nplanned;
-	int64_t change_ms, retry_ms;
-	uint64_t seq_term, seq;
-	int stale;               /* the election knows a newer epoch than the one we follow/lead */
-	uint64_t max_plan_epoch; /* the largest plan epoch seen (made, received, acknowledged) */
-	uint64_t ran_epoch;      /* the largest epoch of a plan this node accepted */
-	char broken[CORE_WHY_MAX]; /* why the made plan does not compute ("" = it does) */
-	/* actions */
-	int qhead, qlen;
-	core_action_t q[CORE_QUEUE];
-};
+/* The core's LOG: formatted only when the shell listens at that level. */
+static void core_log(const core_t *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void core_log(const core_t *c, int level, const char *fmt, ...)
+{
+	if (!c->cfg.log || level > c->cfg.log_level)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	c->cfg.log(c->cfg.log_ud, level, line);
+}
 
 const char *core_ack_name(core_ack_t a)
 {
@@ -151,6 +123,9 @@ void core_config_default(core_config_t *c)
 	c->ack_wait_ms = 2000;
 	c->retry_ms = 1000;
 	c->stall_hold_ms = 10000;
+	c->log = NULL;
+	c->log_ud = NULL;
+	c->log_level = LOG_INFO;
 }
 
 core_t *core_new(const disc_id_t *self, const core_config_t *cfg, int64_t now_ms)
@@ -183,7 +158,7 @@ static int is_self(const core_t *c, const disc_id_t *id)
 	return !disc_id_cmp(&c->self, id);
 }
 
-static member_t *member_find(core_t *c, const disc_id_t *id)
+static core_member_t *member_find(core_t *c, const disc_id_t *id)
 {
 	for (int i = 0; i < c->n; i++)
 		if (!disc_id_cmp(&c->members[i].id, id))
@@ -191,19 +166,18 @@ static member_t *member_find(core_t *c, const disc_id_t *id)
 	return NULL;
 }
 
-static const member_t *member_find_c(const core_t *c, const disc_id_t *id)
+const core_member_t *core_member_get(const core_t *c, const disc_id_t *id)
 {
 	return member_find((core_t *)c, id);
 }
 
 static core_action_t *push(core_t *c, core_act_type_t type)
 {
-	if (c->qlen == CORE_QUEUE) { /* the shell drains after every step: cannot happen */
-		LOG(LOG_ERROR, "core: action queue full; dropping the oldest");
-		c->qhead = (c->qhead + 1) % CORE_QUEUE;
-		c->qlen--;
-	}
-	core_action_t *a = &c->q[(c->qhead + c->qlen++) % CORE_QUEUE];
+	core_action_t *a = &c->spill;
+	if (c->qlen == CORE_QUEUE) /* CORE_QUEUE bounds a step: a bug, which core_step reports */
+		c->overflow = 1;
+	else
+		a = &c->q[(c->qhead + c->qlen++) % CORE_QUEUE];
 	memset(a, 0, sizeof *a);
 	a->type = type;
 	return a;
@@ -219,6 +193,15 @@ int core_next_action(core_t *c, core_action_t *out)
 	return 1;
 }
 
+/* An action about plan p (its hash and handle). */
+static core_action_t *plan_action(core_t *c, core_act_type_t type, const core_plan_t *p)
+{
+	core_action_t *x = push(c, type);
+	snprintf(x->hash, sizeof x->hash, "%s", p->hash);
+	x->handle = p->handle;
+	return x;
+}
+
 /* The one place this node's state changes. */
 static void convert(core_t *c, agent_state_t to, const char *why)
 {
@@ -227,13 +210,13 @@ static void convert(core_t *c, agent_state_t to, const char *why)
 	assert(legal(c->state, to));
 	if (!legal(c->state, to))
 		return;
-	LOG(LOG_INFO, "agent: %s -> %s (%s)", agent_state_name(c->state), agent_state_name(to),
-	    why);
+	core_log(c, LOG_INFO, "agent: %s -> %s (%s)", agent_state_name(c->state),
+		 agent_state_name(to), why);
 	if (c->state == AGENT_SERVING && c->have_cur)
-		snprintf(push(c, CORE_ACT_PLAN_GONE)->hash, CORE_HASH_MAX, "%s", c->cur.hash);
+		plan_action(c, CORE_ACT_PLAN_GONE, &c->cur);
 	c->state = to;
 	if (to == AGENT_SERVING)
-		snprintf(push(c, CORE_ACT_PLAN_IN_FORCE)->hash, CORE_HASH_MAX, "%s", c->cur.hash);
+		plan_action(c, CORE_ACT_PLAN_IN_FORCE, &c->cur);
 }
 
 static void lead_convert(core_t *c, enum lead to, const char *why, int64_t now)
@@ -241,7 +224,8 @@ static void lead_convert(core_t *c, enum lead to, const char *why, int64_t now)
 	if (c->lead == to)
 		return;
 	if (to != LEAD_MAKING && c->lead != LEAD_MAKING)
-		LOG(LOG_INFO, "plan: %s -> %s (%s)", lead_names[c->lead], lead_names[to], why);
+		core_log(c, LOG_INFO, "plan: %s -> %s (%s)", lead_names[c->lead], lead_names[to],
+			 why);
 	if (to == LEAD_DRIFT || to == LEAD_WAITING)
 		c->change_ms = now;
 	c->lead = to;
@@ -269,7 +253,7 @@ static const char *model_of(const core_t *c, int i, uint64_t *size, const disc_i
 		*id = &c->self;
 		return c->model[0] ? c->model : NULL;
 	}
-	const member_t *m = &c->members[i];
+	const core_member_t *m = &c->members[i];
 	*size = m->model_size;
 	*id = &m->id;
 	return m->described && m->model[0] ? m->model : NULL;
@@ -363,7 +347,7 @@ int core_is_planner(const core_t *c)
 /* Why member i cannot be planned now ("" = it can). */
 static void member_why(const core_t *c, int maj, int i, int64_t now, char *why, size_t len)
 {
-	const member_t *m = &c->members[i];
+	const core_member_t *m = &c->members[i];
 	uint64_t sz;
 	const disc_id_t *id;
 	why[0] = 0;
@@ -397,7 +381,7 @@ static int want_compute(core_t *c, int64_t now)
 	if (holds(c, maj, -1))
 		c->want[c->nwant++] = c->self;
 	for (int i = 0; i < c->n && c->nwant < CORE_MAX_RANKS; i++) {
-		member_t *m = &c->members[i];
+		core_member_t *m = &c->members[i];
 		char why[CORE_WHY_MAX];
 		member_why(c, maj, i, now, why, sizeof why);
 		if (!why[0]) {
@@ -414,7 +398,7 @@ static int want_compute(core_t *c, int64_t now)
 		snprintf(m->excluded, sizeof m->excluded, "%s", why);
 		char h[9];
 		short_hex(&m->id, h);
-		LOG(LOG_WARN, "plan: leaving node %s out: %s", h, why);
+		core_log(c, LOG_WARN, "plan: leaving node %s out: %s", h, why);
 		core_action_t *x = push(c, CORE_ACT_EXCLUDE);
 		x->to = m->id;
 		snprintf(x->text, sizeof x->text, "%s", why);
@@ -424,7 +408,7 @@ static int want_compute(core_t *c, int64_t now)
 }
 
 /* Does rank member m answer plan p? */
-static int answers(const core_t *c, const member_t *m, const core_plan_t *p, int64_t now)
+int core_member_answers(const core_t *c, const core_member_t *m, const core_plan_t *p, int64_t now)
 {
 	if (!m || m->stalled_until > now || !strcmp(m->left_hash, p->hash))
 		return 0;
@@ -444,8 +428,8 @@ static void broken_check(core_t *c, int64_t now, char *why, size_t len)
 		const disc_id_t *id = &c->made.ranks[r];
 		if (is_self(c, id))
 			continue;
-		const member_t *m = member_find_c(c, id);
-		if (answers(c, m, &c->made, now))
+		const core_member_t *m = core_member_get(c, id);
+		if (core_member_answers(c, m, &c->made, now))
 			continue;
 		char h[9];
 		short_hex(id, h);
@@ -483,20 +467,18 @@ static void lead_step(core_t *c, int64_t now)
 	/* a member of the made plan that (re)joined gets it again (a repeat is acknowledged) */
 	if (c->have_made)
 		for (int r = 0; r < c->made.n; r++) {
-			member_t *m = member_find(c, &c->made.ranks[r]);
+			core_member_t *m = member_find(c, &c->made.ranks[r]);
 			if (!m || !strcmp(m->sent_hash, c->made.hash))
 				continue;
 			snprintf(m->sent_hash, sizeof m->sent_hash, "%s", c->made.hash);
 			m->sent_ms = now;
-			core_action_t *x = push(c, CORE_ACT_SEND_PLAN);
-			x->to = m->id;
-			snprintf(x->hash, sizeof x->hash, "%s", c->made.hash);
+			plan_action(c, CORE_ACT_SEND_PLAN, &c->made)->to = m->id;
 		}
 	char broken[CORE_WHY_MAX];
 	broken_check(c, now, broken, sizeof broken);
 	if (strcmp(broken, c->broken)) {
 		if (broken[0])
-			LOG(LOG_WARN, "plan %s: %s", c->made.hash, broken);
+			core_log(c, LOG_WARN, "plan %s: %s", c->made.hash, broken);
 		snprintf(c->broken, sizeof c->broken, "%s", broken);
 	}
 	int differs = broken[0] || !same_set(c->want, c->nwant, c->planned, c->nplanned);
@@ -561,12 +543,12 @@ static void plan_accept(core_t *c, const disc_id_t *from, const core_plan_t *p)
 	short_hex(from, h);
 	disc_id_t planner;
 	if (!core_planner(c, &planner) || disc_id_cmp(&planner, from)) {
-		LOG(LOG_INFO, "plan: ignoring plan %s from %s, which does not plan here", p->hash,
-		    h);
+		core_log(c, LOG_INFO, "plan: ignoring plan %s from %s, which does not plan here",
+			 p->hash, h);
 		return;
 	}
 	if (rank_of(p, &c->self) < 0) {
-		LOG(LOG_WARN, "plan %s: this node is not in it (%d ranks)", p->hash, p->n);
+		core_log(c, LOG_WARN, "plan %s: this node is not in it (%d ranks)", p->hash, p->n);
 		snprintf(c->why, sizeof c->why, "not in the leader's plan");
 		return;
 	}
@@ -579,7 +561,7 @@ static void plan_accept(core_t *c, const disc_id_t *from, const core_plan_t *p)
 		char e[96];
 		snprintf(e, sizeof e, "plan epoch %llx is older than epoch %llx this node ran",
 			 (unsigned long long)p->epoch, (unsigned long long)c->ran_epoch);
-		LOG(LOG_WARN, "plan %s: refused: %s", p->hash, e);
+		core_log(c, LOG_WARN, "plan %s: refused: %s", p->hash, e);
 		ack(c, p->hash, CORE_ACK_FAILED, e);
 		return;
 	}
@@ -612,7 +594,8 @@ static void follow_step(core_t *c)
 	if (c->have_following)
 		short_hex(&c->following, was);
 	short_hex(&p, now_s);
-	LOG(LOG_INFO, "plan: planner %s -> %s%s", was, now_s, is_self(c, &p) ? " (this node)" : "");
+	core_log(c, LOG_INFO, "plan: planner %s -> %s%s", was, now_s,
+		 is_self(c, &p) ? " (this node)" : "");
 	c->following = p;
 	c->have_following = 1;
 	c->have_pending = 0;
@@ -636,8 +619,7 @@ static void session_step(core_t *c)
 	c->cur = c->pending;
 	c->have_cur = 1;
 	c->have_pending = 0;
-	core_action_t *x = push(c, CORE_ACT_START_SESSION);
-	snprintf(x->hash, sizeof x->hash, "%s", c->cur.hash);
+	core_action_t *x = plan_action(c, CORE_ACT_START_SESSION, &c->cur);
 	x->rank = rank_of(&c->cur, &c->self);
 	x->epoch = c->cur.epoch;
 	c->sess = SESS_RUNNING;
@@ -650,7 +632,7 @@ static void session_done(core_t *c, const char *err, int64_t now)
 	c->sess = SESS_NONE;
 	const char *hash = c->have_cur ? c->cur.hash : "";
 	if (err && err[0] && !c->have_pending) {
-		LOG(LOG_WARN, "plan %s: session ended: %s", hash, err);
+		core_log(c, LOG_WARN, "plan %s: session ended: %s", hash, err);
 		snprintf(c->why, sizeof c->why, "%.190s", err);
 		ack(c, hash, CORE_ACK_FAILED, err);
 		if (core_is_planner(c)) { /* plan again, after a pause */
@@ -667,7 +649,7 @@ static void session_done(core_t *c, const char *err, int64_t now)
 
 /* ---- the one input -------------------------------------------------------------------------- */
 
-static void on_ack(core_t *c, member_t *m, const core_event_t *ev, int64_t now)
+static void on_ack(core_t *c, core_member_t *m, const core_event_t *ev, int64_t now)
 {
 	const char *hash = ev->hash ? ev->hash : "";
 	int in_made = c->have_made && rank_of(&c->made, &m->id) >= 0;
@@ -685,7 +667,8 @@ static void on_ack(core_t *c, member_t *m, const core_event_t *ev, int64_t now)
 	if (ev->ack == CORE_ACK_FAILED) {
 		char h[9];
 		short_hex(&m->id, h);
-		LOG(LOG_WARN, "plan %s: node %s failed: %s", hash, h, ev->text ? ev->text : "?");
+		core_log(c, LOG_WARN, "plan %s: node %s failed: %s", hash, h,
+			 ev->text ? ev->text : "?");
 		if (in_made && !strcmp(hash, c->made.hash))
 			c->retry_ms = now + c->cfg.retry_ms;
 	}
@@ -694,9 +677,9 @@ static void on_ack(core_t *c, member_t *m, const core_event_t *ev, int64_t now)
 	c->max_plan_epoch = MAX(c->max_plan_epoch, ev->epoch);
 }
 
-void core_step(core_t *c, int64_t now, const core_event_t *ev)
+int core_step(core_t *c, int64_t now, const core_event_t *ev)
 {
-	member_t *m = NULL;
+	core_member_t *m = NULL;
 	c->now = now;
 	if (ev->type != CORE_EV_TICK && ev->type != CORE_EV_LEADER)
 		m = member_find(c, &ev->id);
@@ -739,7 +722,7 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		plan_accept(c, &ev->id, ev->plan);
 		break;
 	case CORE_EV_PLAN_BAD:
-		LOG(LOG_ERROR, "plan: refused a plan: %s", ev->text ? ev->text : "?");
+		core_log(c, LOG_ERROR, "plan: refused a plan: %s", ev->text ? ev->text : "?");
 		ack(c, "", CORE_ACK_FAILED, ev->text);
 		break;
 	case CORE_EV_PLAN_MADE:
@@ -750,16 +733,14 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		c->broken[0] = 0;
 		lead_convert(c, LEAD_STEADY, "plan made", now);
 		for (int r = 0; r < c->made.n; r++) {
-			member_t *x = member_find(c, &c->made.ranks[r]);
+			core_member_t *x = member_find(c, &c->made.ranks[r]);
 			if (!x)
 				continue;
 			x->ack = CORE_ACK_NONE;
 			x->ack_hash[0] = 0;
 			snprintf(x->sent_hash, sizeof x->sent_hash, "%s", c->made.hash);
 			x->sent_ms = now;
-			core_action_t *a = push(c, CORE_ACT_SEND_PLAN);
-			a->to = x->id;
-			snprintf(a->hash, sizeof a->hash, "%s", c->made.hash);
+			plan_action(c, CORE_ACT_SEND_PLAN, &c->made)->to = x->id;
 		}
 		plan_accept(c, &c->self, &c->made);
 		break;
@@ -777,7 +758,8 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 		break;
 	case CORE_EV_EXCLUDED:
 		if (ev->text && strcmp(c->why, ev->text))
-			LOG(LOG_WARN, "plan: the leader leaves this node out: %s", ev->text);
+			core_log(c, LOG_WARN, "plan: the leader leaves this node out: %s",
+				 ev->text);
 		snprintf(c->why, sizeof c->why, "%s", ev->text ? ev->text : "");
 		break;
 	case CORE_EV_SESSION_READY:
@@ -798,90 +780,18 @@ void core_step(core_t *c, int64_t now, const core_event_t *ev)
 			m->stalled_until = now + c->cfg.stall_hold_ms;
 			char h[9];
 			short_hex(&m->id, h);
-			LOG(LOG_WARN, "plan: node %s stalled; leaving it out for %lld ms", h,
-			    (long long)c->cfg.stall_hold_ms);
+			core_log(c, LOG_WARN, "plan: node %s stalled; leaving it out for %lld ms",
+				 h, (long long)c->cfg.stall_hold_ms);
 		}
 		break;
 	}
 	follow_step(c);
 	lead_step(c, now);
 	session_step(c);
-}
-
-/* ---- reading -------------------------------------------------------------------------------- */
-
-agent_state_t core_state(const core_t *c)
-{
-	return c->state;
-}
-
-const core_plan_t *core_plan(const core_t *c)
-{
-	return c->have_cur ? &c->cur : NULL;
-}
-
-const core_plan_t *core_pending(const core_t *c)
-{
-	return c->have_pending ? &c->pending : NULL;
-}
-
-int core_served_once(const core_t *c)
-{
-	return c->served_once;
-}
-
-core_health_t core_health(const core_t *c, char *reason, size_t len)
-{
-	core_health_t later = c->served_once ? CORE_HEALTH_REPLANNING : CORE_HEALTH_FORMING;
-	const char *why = c->why[0] ? c->why : "waiting for a plan";
-	switch (c->state) {
-	case AGENT_SERVING:
-		if (core_is_planner(c) && c->broken[0]) {
-			snprintf(reason, len, "re-planning: %s", c->broken);
-			return CORE_HEALTH_REPLANNING;
-		}
-		if (c->sess != SESS_READY) {
-			snprintf(reason, len, "the session is ending");
-			return CORE_HEALTH_REPLANNING;
-		}
-		snprintf(reason, len, "%s", "");
-		return CORE_HEALTH_SERVING;
-	case AGENT_LOADING:
-		snprintf(reason, len, "loading the model share");
-		return c->served_once ? CORE_HEALTH_REPLANNING : CORE_HEALTH_LOADING;
-	case AGENT_PLANNED:
-		snprintf(reason, len, "plan received");
-		return c->served_once ? CORE_HEALTH_REPLANNING : CORE_HEALTH_LOADING;
-	case AGENT_SETTLED: snprintf(reason, len, "%s", why); return later;
-	case AGENT_DISCOVERING: snprintf(reason, len, "waiting for peers"); return later;
-	}
-	return later;
-}
-
-int core_rank_up(const core_t *c, int r)
-{
-	if (!c->have_cur || r < 0 || r >= c->cur.n)
+	if (!c->overflow)
 		return 0;
-	const disc_id_t *id = &c->cur.ranks[r];
-	if (is_self(c, id))
-		return c->sess == SESS_READY;
-	/* only the planner hears the ranks' acknowledgements */
-	const member_t *m = member_find_c(c, id);
-	if (!core_is_planner(c))
-		return m != NULL;
-	return answers(c, m, &c->cur, c->now);
-}
-
-const char *core_member_excluded(const core_t *c, const disc_id_t *id)
-{
-	const member_t *m = member_find_c(c, id);
-	return m ? m->excluded : NULL;
-}
-
-core_ack_t core_member_ack(const core_t *c, const disc_id_t *id)
-{
-	const member_t *m = member_find_c(c, id);
-	if (!m || !c->have_cur || strcmp(m->ack_hash, c->cur.hash))
-		return CORE_ACK_NONE;
-	return m->ack;
+	c->overflow = 0;
+	core_log(c, LOG_ERROR, "core: more than %d actions in one step; some were lost",
+		 CORE_QUEUE);
+	return SH_EBUSY;
 }

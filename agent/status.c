@@ -1,12 +1,12 @@
 /*
- * status.c: the agent's status socket (STATE_DIR/agent.sock). A client connects, the agent writes
- * one JSON object (this node, the leader, the view epoch, the members with their addresses and
- * interfaces) and closes; `shoal status` is that client.
+ * status.c: the agent's status socket (STATE_DIR/agent.sock; publish.h). A client connects, the
+ * agent writes one JSON object (this node, the leader, the view epoch, the members with their
+ * addresses and interfaces) and closes; `shoal status` is that client.
  *
  * Invariant: answering never blocks the loop for long: the socket is accepted non-blocking and
  * written with a 1 s send timeout; the JSON is small (<= 64 members).
  */
-#include "agent/agent_int.h"
+#include "agent/publish.h"
 #include "common/common.h"
 
 #include <arpa/inet.h>
@@ -41,34 +41,34 @@ static void self_addr(char *addr, size_t alen, char *ifn, size_t ilen)
 	freeifaddrs(ifs);
 }
 
-static const char *role_of(agent_t *a, const disc_id_t *id)
+static const char *role_of(const pub_src_t *a, const disc_id_t *id)
 {
 	disc_id_t l;
-	if (!elec_leader(a->elec, &l))
+	if (!elec_leader(members_election(a->members), &l))
 		return "-";
 	return disc_id_cmp(&l, id) ? "follower" : "leader";
 }
 
-static json_t *member_json(agent_t *a, const disc_id_t *id)
+static json_t *member_json(const pub_src_t *a, const disc_id_t *id)
 {
 	char h[DISC_ID_HEX];
 	disc_id_hex(id, h);
 	json_t *o = json_object();
 	json_object_set_new(o, "node_id", json_string(h));
-	if (!disc_id_cmp(id, &a->self)) {
+	if (!strcmp(h, a->self_hex)) {
 		char addr[DISC_ADDR_MAX], ifn[IF_NAMESIZE];
 		self_addr(addr, sizeof addr, ifn, sizeof ifn);
-		json_object_set_new(o, "host", json_string(a->facts.hostname));
+		json_object_set_new(o, "host", json_string(a->facts->hostname));
 		json_object_set_new(o, "address", json_string(addr));
 		json_object_set_new(o, "interface", json_string(ifn));
-		json_object_set_new(o, "mem", json_integer((json_int_t)a->facts.mem_bytes));
-		json_object_set_new(o, "cores", json_integer(a->facts.cores));
-		json_object_set_new(o, "rdma", json_string(a->facts.rdma));
-		json_object_set_new(o, "port", json_integer(a->cfg.port));
+		json_object_set_new(o, "mem", json_integer((json_int_t)a->facts->mem_bytes));
+		json_object_set_new(o, "cores", json_integer(a->facts->cores));
+		json_object_set_new(o, "rdma", json_string(a->facts->rdma));
+		json_object_set_new(o, "port", json_integer(a->port));
 		json_object_set_new(o, "self", json_true());
 	} else {
-		conn_t *c = agent_conn_find(a, id);
-		const disc_peer_t *p = disc_table_find(a->table, id);
+		const member_t *c = members_find(a->members, id);
+		const disc_peer_t *p = disc_table_find(members_sightings(a->members), id);
 		const char *ifn = "-";
 		if (p)
 			for (int k = 0; k < p->naddrs; k++)
@@ -100,7 +100,7 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 	}
 	json_object_set_new(o, "role", json_string(role_of(a, id)));
 	int r = a->plan ? plan_rank_of(a->plan, h) : -1;
-	if (r >= 0 && a->pmodel.n_experts) { /* this member's routed experts [a, b) */
+	if (r >= 0 && a->pmodel && a->pmodel->n_experts) { /* this member's routed experts [a, b) */
 		const plan_rank_t *pr = plan_rank(a->plan, r);
 		json_object_set_new(o, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
 	}
@@ -110,18 +110,19 @@ static json_t *member_json(agent_t *a, const disc_id_t *id)
 	return o;
 }
 
-static char *status_json(agent_t *a)
+static char *status_json(const pub_src_t *a)
 {
+	const elec_t *el = members_election(a->members);
 	disc_id_t l;
 	char lh[DISC_ID_HEX] = "";
-	if (elec_leader(a->elec, &l))
+	if (elec_leader(el, &l))
 		disc_id_hex(&l, lh);
 	json_t *root = json_object();
 	json_object_set_new(root, "node_id", json_string(a->self_hex));
 	json_object_set_new(root, "state", json_string(agent_state_name(core_state(a->core))));
-	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(a->elec))));
+	json_object_set_new(root, "election", json_string(elec_state_name(elec_state(el))));
 	json_object_set_new(root, "leader", lh[0] ? json_string(lh) : json_null());
-	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(a->elec)));
+	json_object_set_new(root, "epoch", json_integer((json_int_t)elec_epoch(el)));
 	disc_id_t p;
 	char ph[DISC_ID_HEX] = "", reason[200];
 	if (core_planner(a->core, &p))
@@ -131,26 +132,29 @@ static char *status_json(agent_t *a)
 	json_object_set_new(root, "reason", json_string(reason));
 	const char *mm = core_majority_model(a->core);
 	json_object_set_new(root, "majority_model", mm[0] ? json_string(mm) : json_null());
-	json_object_set_new(root, "cluster_id", json_string(a->keys.cid_hex));
-	json_object_set_new(root, "port", json_integer(a->cfg.port));
-	json_object_set_new(root, "http_port", json_integer(a->cfg.http_port));
-	json_object_set_new(root, "model", a->cfg.model ? json_string(a->cfg.model) : json_null());
-	json_object_set_new(root, "mdns", json_string(a->mdns ? disc_mdns_backend() : "off"));
-	json_object_set_new(root, "duplicate_id", json_boolean(a->duplicate));
-	if (a->duplicate)
-		json_object_set_new(root, "duplicate_at", json_string(a->duplicate_where));
+	json_object_set_new(root, "cluster_id", json_string(a->cid_hex));
+	json_object_set_new(root, "port", json_integer(a->port));
+	json_object_set_new(root, "http_port", json_integer(a->http_port));
+	json_object_set_new(root, "model",
+			    a->model_path ? json_string(a->model_path) : json_null());
+	json_object_set_new(root, "mdns", json_string(members_mdns(a->members)));
+	const char *where;
+	int dup = members_duplicate(a->members, &where);
+	json_object_set_new(root, "duplicate_id", json_boolean(dup));
+	if (dup)
+		json_object_set_new(root, "duplicate_at", json_string(where));
 	json_t *arr = json_array();
-	for (int i = 0; i < elec_member_count(a->elec); i++)
-		json_array_append_new(arr, member_json(a, elec_member_at(a->elec, i)));
+	for (int i = 0; i < elec_member_count(el); i++)
+		json_array_append_new(arr, member_json(a, elec_member_at(el, i)));
 	json_object_set_new(root, "members", arr); /* last: scripts cut the object there */
 	char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	return s;
 }
 
-void agent_status_serve(agent_t *a)
+void pub_status_serve(int lfd, const pub_src_t *a)
 {
-	int fd = accept(a->status_fd, NULL, NULL);
+	int fd = accept(lfd, NULL, NULL);
 	if (fd < 0)
 		return;
 	struct timeval tv = {1, 0};
@@ -171,34 +175,44 @@ void agent_status_serve(agent_t *a)
 	close(fd);
 }
 
-int agent_status_listen(agent_t *a, char *errbuf, size_t errlen)
+int pub_status_listen(const char *state_dir, char *path, char *errbuf, size_t errlen)
 {
-	if (agent_status_path(a->cfg.state_dir, a->status_path, sizeof a->status_path))
-		return sh_fail(errbuf, errlen, SH_EINVAL, "state dir path too long for a socket");
+	if (agent_status_path(state_dir, path, SH_SUBPATH_MAX)) {
+		sh_fail(errbuf, errlen, SH_EINVAL, "state dir path too long for a socket");
+		return -1;
+	}
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	memcpy(sa.sun_path, a->status_path,
-	       strlen(a->status_path) + 1); /* length checked by agent_status_path */
+	memcpy(sa.sun_path, path, strlen(path) + 1); /* length checked by agent_status_path */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return sh_fail(errbuf, errlen, SH_EIO, "status socket: %s", strerror(errno));
+	if (fd < 0) {
+		sh_fail(errbuf, errlen, SH_EIO, "status socket: %s", strerror(errno));
+		return -1;
+	}
 	/* a live agent answers on it: refuse to steal its socket */
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 || errno == EAGAIN) {
 		close(fd);
-		return sh_fail(errbuf, errlen, SH_EBUSY,
-			       "another agent runs with state dir %s (%s answers)",
-			       a->cfg.state_dir, a->status_path);
+		sh_fail(errbuf, errlen, SH_EBUSY,
+			"another agent runs with state dir %s (%s answers)", state_dir, path);
+		return -1;
 	}
 	close(fd);
-	unlink(a->status_path);
+	unlink(path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 8) != 0) {
 		int e = errno;
 		if (fd >= 0)
 			close(fd);
-		return sh_fail(errbuf, errlen, SH_EIO, "status socket %s: %s", a->status_path,
-			       strerror(e));
+		sh_fail(errbuf, errlen, SH_EIO, "status socket %s: %s", path, strerror(e));
+		return -1;
 	}
-	chmod(a->status_path, 0600); /* this user's alone (the agent's umask is 077 too) */
-	a->status_fd = fd;
+	chmod(path, 0600); /* this user's alone (the agent's umask is 077 too) */
+	return fd;
+}
+
+int agent_status_path(const char *state_dir, char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s/agent.sock", state_dir);
+	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return SH_EINVAL;
 	return 0;
 }

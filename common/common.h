@@ -72,6 +72,12 @@ int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 int64_t now_ms(void);
 int64_t now_ns(void);
 
+/* Path buffers: a path the user or the system gives (a state directory, a model file), and a
+ * file shoal names inside such a directory (DIR/NAME, DIR/models/HEX.slice.cols.map, a
+ * temporary name beside a file: room for the longest suffix shoal adds). */
+#define SH_PATH_MAX    4096
+#define SH_SUBPATH_MAX (SH_PATH_MAX + 128)
+
 /* Writes len bytes to path atomically: a temp file beside it, fsync, rename. */
 int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen);
 
@@ -92,5 +98,70 @@ uint64_t sh_fnv1a64(uint64_t h, const void *p, size_t n);
  * without a plan, so both cut a model the same way. */
 #define SH_SPLIT_MAX 256
 void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w);
+
+/* Lowercase hex of n bytes into out (2n + 1 bytes with the NUL). */
+void sh_hex_encode(char *out, const uint8_t *p, size_t n);
+/* Exactly 2n hex digits (either case, nothing after) into n bytes. Returns 0 or SH_EFORMAT
+ * (then out may be partly written). */
+int sh_hex_decode(uint8_t *out, size_t n, const char *hex);
+
+/* A size such as --memory-limit takes: BYTES with an optional K, M, G or T (powers of 1024,
+ * optionally followed by B or iB; fractions allowed: "1.5G"), or PCT% of total. Returns 0 with
+ * *out set (at least 1), or SH_EINVAL. */
+int sh_size_parse(const char *s, uint64_t total, uint64_t *out);
+
+/* The index of the largest of x[0..n) (the first on ties; 0 when n < 1): greedy decoding. */
+static inline int sh_argmax(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* splitmix64: the next 64 random bits of the sequence *state walks (state advances). The
+ * seeded generator of sampling and of generated models: same seed, same bits everywhere. */
+static inline uint64_t sh_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Little-endian fields of wire formats and files (any alignment). */
+static inline void sh_put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline uint16_t sh_get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static inline void sh_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void sh_put_le64(uint8_t *p, uint64_t v)
+{
+	sh_put_le32(p, (uint32_t)v);
+	sh_put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t sh_get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t sh_get_le64(const uint8_t *p)
+{
+	return sh_get_le32(p) | (uint64_t)sh_get_le32(p + 4) << 32;
+}
 
 #endif

@@ -57,7 +57,7 @@ int64_t now_ms(void)
 
 int write_file_atomic(const char *path, const void *data, size_t len, char *errbuf, size_t errlen)
 {
-	char tmp[4096];
+	char tmp[SH_SUBPATH_MAX];
 	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
 		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -129,7 +129,7 @@ int read_file_all(const char *path, char **out, size_t *outlen, char *errbuf, si
 
 int mkdir_p(const char *path, char *errbuf, size_t errlen)
 {
-	char tmp[4096];
+	char tmp[SH_PATH_MAX];
 	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
 		return sh_fail(errbuf, errlen, SH_EINVAL, "path too long: %s", path);
 	for (char *p = tmp + 1;; p++) {
@@ -187,4 +187,63 @@ void sh_split_units(int *out, int n, int units, int min_each, const uint64_t *w)
 			out[top]--;
 			out[i]++;
 		}
+}
+
+void sh_hex_encode(char *out, const uint8_t *p, size_t n)
+{
+	static const char hx[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = hx[p[i] >> 4];
+		out[2 * i + 1] = hx[p[i] & 15];
+	}
+	out[2 * n] = 0;
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int sh_hex_decode(uint8_t *out, size_t n, const char *hex)
+{
+	if (!hex || strlen(hex) != 2 * n)
+		return SH_EFORMAT;
+	for (size_t i = 0; i < n; i++) {
+		int h = hex_digit(hex[2 * i]), l = hex_digit(hex[2 * i + 1]);
+		if (h < 0 || l < 0)
+			return SH_EFORMAT;
+		out[i] = (uint8_t)(h << 4 | l);
+	}
+	return 0;
+}
+
+int sh_size_parse(const char *s, uint64_t total, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || v < 0)
+		return SH_EINVAL;
+	if (!strcmp(end, "%")) {
+		if (v <= 0 || v > 100)
+			return SH_EINVAL;
+		*out = (uint64_t)((double)total * v / 100);
+		return 0;
+	}
+	static const char units[] = "KMGT";
+	const char *u = *end ? strchr(units, *end) : NULL;
+	if (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))
+		return SH_EINVAL;
+	for (const char *k = units; u && k <= u; k++)
+		v *= 1024;
+	if (v < 1 || v > 1e18)
+		return SH_EINVAL;
+	*out = (uint64_t)v;
+	return 0;
 }

@@ -20,9 +20,12 @@
 #ifndef SHOAL_DISCOVERY_H
 #define SHOAL_DISCOVERY_H
 
+#include "common/common.h"
+
 #include <net/if.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- node identity ------------------------------------------------------------------------ */
 
@@ -34,11 +37,26 @@ typedef struct disc_id {
 	uint8_t b[DISC_ID_LEN];
 } disc_id_t;
 
-int disc_id_cmp(const disc_id_t *a, const disc_id_t *b); /* <0, 0, >0 like memcmp */
-int disc_id_is_zero(const disc_id_t *id);
-void disc_id_hex(const disc_id_t *id, char out[DISC_ID_HEX]);
+/* Value helpers, inline so that the pure cores (election.c, agent/core.c) need nothing of
+ * discovery's I/O at link time. */
+static inline int disc_id_cmp(const disc_id_t *a, const disc_id_t *b) /* <0, 0, >0 as memcmp */
+{
+	return memcmp(a->b, b->b, DISC_ID_LEN);
+}
+static inline int disc_id_is_zero(const disc_id_t *id)
+{
+	static const disc_id_t zero;
+	return !disc_id_cmp(id, &zero);
+}
+static inline void disc_id_hex(const disc_id_t *id, char out[DISC_ID_HEX])
+{
+	sh_hex_encode(out, id->b, DISC_ID_LEN);
+}
 /* Parses exactly 32 hex digits. Returns 0 or SH_EFORMAT. */
-int disc_id_parse(const char *hex, disc_id_t *out);
+static inline int disc_id_parse(const char *hex, disc_id_t *out)
+{
+	return sh_hex_decode(out->b, DISC_ID_LEN, hex);
+}
 
 /* The default state directory: $XDG_STATE_HOME/shoal, else ~/.local/state/shoal, and
  * /var/lib/shoal for root. Returns 0 or SH_EINVAL when it does not fit in len. */

@@ -17,53 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int disc_id_cmp(const disc_id_t *a, const disc_id_t *b)
-{
-	return memcmp(a->b, b->b, DISC_ID_LEN);
-}
-
-int disc_id_is_zero(const disc_id_t *id)
-{
-	for (int i = 0; i < DISC_ID_LEN; i++)
-		if (id->b[i])
-			return 0;
-	return 1;
-}
-
-void disc_id_hex(const disc_id_t *id, char out[DISC_ID_HEX])
-{
-	static const char hx[] = "0123456789abcdef";
-	for (int i = 0; i < DISC_ID_LEN; i++) {
-		out[2 * i] = hx[id->b[i] >> 4];
-		out[2 * i + 1] = hx[id->b[i] & 15];
-	}
-	out[2 * DISC_ID_LEN] = 0;
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-int disc_id_parse(const char *hex, disc_id_t *out)
-{
-	if (!hex || strlen(hex) != 2 * DISC_ID_LEN)
-		return SH_EFORMAT;
-	for (int i = 0; i < DISC_ID_LEN; i++) {
-		int h = hexval(hex[2 * i]), l = hexval(hex[2 * i + 1]);
-		if (h < 0 || l < 0)
-			return SH_EFORMAT;
-		out->b[i] = (uint8_t)(h << 4 | l);
-	}
-	return 0;
-}
-
 int disc_state_dir_default(char *out, size_t len)
 {
 	int n;

@@ -12,20 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 int disc_txt_items(const disc_publish_t *pub, char items[][300], int max)
 {
 	char idhex[DISC_ID_HEX];
@@ -83,8 +69,8 @@ int disc_sighting_self(const disc_publish_t *pub, const disc_sighting_t *s, int 
 {
 	if (disc_id_cmp(&s->id, &pub->id))
 		return DISC_SELF_NOT;
-	/* A copy on this very host needs a port of its own (the control port is bound by us), so our
-	 * address with our port is always us, whatever the nonce or instance name says. */
+	/* A copy on this very host needs a port of its own (the control port is bound by us), so
+	 * our address with our port is always us, whatever the nonce or instance name says. */
 	if (s->nonce == pub->nonce || (addr_is_local && s->port == pub->port))
 		return DISC_SELF_OURS;
 	return DISC_SELF_DUPLICATE;
@@ -97,7 +83,7 @@ int disc_leader_encode(const elec_msg_t *m, uint8_t *buf, size_t cap)
 	size_t need = sizeof(disc_wire_leader_head_t) + (size_t)m->n * DISC_ID_LEN;
 	if (cap < need)
 		return SH_EINVAL;
-	put_u64(buf, m->epoch);
+	sh_put_le64(buf, m->epoch);
 	memcpy(buf + 8, m->subject.b, DISC_ID_LEN);
 	for (int i = 0; i < m->n; i++)
 		memcpy(buf + 24 + (size_t)i * DISC_ID_LEN, m->members[i].b, DISC_ID_LEN);
@@ -112,7 +98,7 @@ int disc_leader_decode(const uint8_t *p, size_t len, uint64_t *epoch, disc_id_t 
 	size_t rest = len - sizeof(disc_wire_leader_head_t);
 	if (rest % DISC_ID_LEN || rest / DISC_ID_LEN > ELEC_MAX_MEMBERS)
 		return SH_EFORMAT;
-	*epoch = get_u64(p);
+	*epoch = sh_get_le64(p);
 	memcpy(leader->b, p + 8, DISC_ID_LEN);
 	*n = (int)(rest / DISC_ID_LEN);
 	for (int i = 0; i < *n; i++)
@@ -124,7 +110,7 @@ void disc_heartbeat_encode(disc_wire_heartbeat_t *w, uint64_t epoch, const disc_
 			   int state, int nmembers)
 {
 	memset(w, 0, sizeof *w);
-	put_u64(w->epoch, epoch);
+	sh_put_le64(w->epoch, epoch);
 	memcpy(w->leader, leader->b, DISC_ID_LEN);
 	w->state = (uint8_t)state;
 	for (int i = 0; i < 4; i++)
@@ -137,7 +123,7 @@ int disc_heartbeat_decode(const uint8_t *p, size_t len, uint64_t *epoch, disc_id
 	if (len != sizeof(disc_wire_heartbeat_t))
 		return SH_EFORMAT;
 	const disc_wire_heartbeat_t *w = (const disc_wire_heartbeat_t *)p;
-	*epoch = get_u64(w->epoch);
+	*epoch = sh_get_le64(w->epoch);
 	memcpy(leader->b, w->leader, DISC_ID_LEN);
 	if (w->state > ELEC_FOLLOWER)
 		return SH_EFORMAT;

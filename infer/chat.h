@@ -47,26 +47,32 @@ int chat_render(const char *family, const eng_msg_t *msgs, int n_msgs, int add_a
 int chat_render_qwen35(const eng_msg_t *m, int n, const char *tools_json, int add, char **out,
 		       char *err, size_t errlen);
 
-/* ---- tools (chat_tools.c) ----
- * Tool styles: "llama3" (Llama 3.1/3.2 JSON calls), "qwen2.5", "qwen3", "hermes" (Hermes 2 Pro / 3
- * tool_use; these three use <tool_call> tags), "mistral" (Mistral Nemo's [AVAILABLE_TOOLS] /
- * [TOOL_CALLS]), "qwen3.5" (XML calls: <tool_call><function=...><parameter=...>), "harmony"
- * (gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME), and
- * "generic" for every other family (the <tool_call> text folded into the family's turns). */
+/* ---- tools (chat_tools.c) ---- */
 
-/* The style for a family and the model's template text (tmpl may be NULL). Static string. */
-const char *chat_tool_style(const char *family, const char *tmpl, size_t len);
-/* How calls look in the model's output for a style: "llama3", "mistral", "hermes",
- * "qwen3-coder" (Qwen3.5's XML calls, llama.cpp's name for them) or "harmony" (the reply's
- * channels: eng_harmony_parse). */
-const char *chat_tool_format(const char *style);
+/* How tools are rendered into the prompt. */
+typedef enum chat_tool_style {
+	CHAT_TOOLS_FAMILY = 0, /* the family's own: chat_tool_style(family, NULL, 0) */
+	CHAT_TOOLS_GENERIC,    /* every other family: the <tool_call> text folded into its turns */
+	CHAT_TOOLS_LLAMA3,     /* Llama 3.1/3.2 JSON calls */
+	CHAT_TOOLS_QWEN25,     /* Qwen 2.5 (<tool_call> tags) */
+	CHAT_TOOLS_QWEN3,      /* Qwen 3 (<tool_call> tags) */
+	CHAT_TOOLS_HERMES,     /* Hermes 2 Pro / 3 tool_use (<tool_call> tags) */
+	CHAT_TOOLS_MISTRAL,    /* Mistral Nemo's [AVAILABLE_TOOLS] / [TOOL_CALLS] */
+	CHAT_TOOLS_QWEN35,     /* Qwen3.5: XML calls <tool_call><function=...><parameter=...> */
+	CHAT_TOOLS_HARMONY,    /* gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME */
+} chat_tool_style_t;
+
+/* The style for a family and the model's template text (tmpl may be NULL). */
+chat_tool_style_t chat_tool_style(const char *family, const char *tmpl, size_t len);
+/* How calls look in the model's output for a style (enum eng_tool_format). */
+enum eng_tool_format chat_tool_format(chat_tool_style_t style);
 /* As chat_render (always with the assistant prompt), with tools: tools_json is the request's
  * "tools" array as JSON text or NULL; messages may carry tool_calls and role "tool".
  * open_call: the reply must be a call, so a style whose calls open with a tag gets that tag at
  * the end of the prompt. Without tools and tool messages this is chat_render. */
-int chat_render_tools(const char *family, const char *style, const eng_msg_t *msgs, int n_msgs,
-		      const char *tools_json, int open_call, const char *eos, char **out, char *err,
-		      size_t errlen);
+int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg_t *msgs,
+		      int n_msgs, const char *tools_json, int open_call, const char *eos,
+		      char **out, char *err, size_t errlen);
 
 /* gpt-oss's template (chat_harmony.c; the family "gpt-oss"): msgs may carry tool calls, role
  * "tool" and reasoning; tools_json NULL or OpenAI's tools array; add: "<|start|>assistant" for

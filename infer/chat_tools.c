@@ -47,39 +47,41 @@ static const char TOOLS_OUTRO[] =
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
 
-const char *chat_tool_style(const char *family, const char *tmpl, size_t len)
+chat_tool_style_t chat_tool_style(const char *family, const char *tmpl, size_t len)
 {
 	if (!family)
-		return "generic";
+		return CHAT_TOOLS_GENERIC;
 	if (!strcmp(family, "llama3"))
-		return "llama3";
+		return CHAT_TOOLS_LLAMA3;
 	if (!strcmp(family, "mistral-v3-tekken"))
-		return "mistral";
+		return CHAT_TOOLS_MISTRAL;
 	if (!strcmp(family, "qwen3.5"))
-		return "qwen3.5";
+		return CHAT_TOOLS_QWEN35;
 	if (!strcmp(family, "gpt-oss"))
-		return "harmony";
+		return CHAT_TOOLS_HARMONY;
 	if (!strcmp(family, "chatml")) {
 		static const char qwen25[] = "You are Qwen, created by Alibaba Cloud";
 		static const char hermes[] = "You are a function calling AI model";
 		for (size_t i = 0; tmpl && i + sizeof hermes - 1 <= len; i++)
 			if (!memcmp(tmpl + i, hermes, sizeof hermes - 1))
-				return "hermes";
+				return CHAT_TOOLS_HERMES;
 		for (size_t i = 0; tmpl && i + sizeof qwen25 - 1 <= len; i++)
 			if (!memcmp(tmpl + i, qwen25, sizeof qwen25 - 1))
-				return "qwen2.5";
-		return "qwen3";
+				return CHAT_TOOLS_QWEN25;
+		return CHAT_TOOLS_QWEN3;
 	}
-	return "generic";
+	return CHAT_TOOLS_GENERIC;
 }
 
-const char *chat_tool_format(const char *style)
+enum eng_tool_format chat_tool_format(chat_tool_style_t style)
 {
-	if (!strcmp(style, "llama3") || !strcmp(style, "mistral") || !strcmp(style, "harmony"))
-		return style;
-	if (!strcmp(style, "qwen3.5"))
-		return "qwen3-coder";
-	return "hermes";
+	switch (style) {
+	case CHAT_TOOLS_LLAMA3: return ENG_TOOLS_LLAMA3;
+	case CHAT_TOOLS_MISTRAL: return ENG_TOOLS_MISTRAL;
+	case CHAT_TOOLS_QWEN35: return ENG_TOOLS_XML;
+	case CHAT_TOOLS_HARMONY: return ENG_TOOLS_HARMONY;
+	default: return ENG_TOOLS_HERMES;
+	}
 }
 
 /* Writes v as Python's json.dumps(v, ensure_ascii=False[, indent=4]). */
@@ -568,7 +570,7 @@ out:
 	return rc;
 }
 
-int chat_render_tools(const char *family, const char *style, const eng_msg_t *m, int n,
+int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg_t *m, int n,
 		      const char *tools_json, int open_call, const char *eos, char **out, char *err,
 		      size_t errlen)
 {
@@ -577,7 +579,7 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 		int rc = chat_render_qwen35(m, n, tools_json, 1, out, err, errlen);
 		if (rc || !open_call)
 			return rc;
-		style = "hermes"; /* a forced call opens with its tag too (below) */
+		style = CHAT_TOOLS_HERMES; /* a forced call opens with its tag too (below) */
 		goto open;
 	}
 	if (family && !strcmp(family, "gpt-oss")) /* chat_harmony.c (a forced call: the grammar) */
@@ -604,10 +606,10 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 	}
 	if (!eos)
 		eos = "</s>";
-	if (!style)
+	if (style == CHAT_TOOLS_FAMILY)
 		style = chat_tool_style(family, NULL, 0);
 	int rc = 0;
-	if (!strcmp(style, "generic")) {
+	if (style == CHAT_TOOLS_GENERIC) {
 		rc = render_generic(family, m, n, tools, eos, out, err, errlen);
 	} else {
 		char *buf = NULL;
@@ -617,14 +619,14 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 			json_decref(tools);
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory rendering the chat");
 		}
-		if (!strcmp(style, "llama3"))
+		if (style == CHAT_TOOLS_LLAMA3)
 			render_llama3(f, m, n, tools);
-		else if (!strcmp(style, "mistral"))
+		else if (style == CHAT_TOOLS_MISTRAL)
 			render_mistral_tools(f, m, n, tools, eos);
-		else if (!strcmp(style, "hermes") && tools)
+		else if (style == CHAT_TOOLS_HERMES && tools)
 			render_hermes(f, m, n, tools);
 		else
-			render_qwen(f, m, n, tools, strcmp(style, "qwen2.5") != 0);
+			render_qwen(f, m, n, tools, style != CHAT_TOOLS_QWEN25);
 		fclose(f);
 		*out = buf;
 	}
@@ -633,7 +635,7 @@ int chat_render_tools(const char *family, const char *style, const eng_msg_t *m,
 		return rc ? rc
 			  : sh_fail(err, errlen, SH_ENOMEM, "out of memory rendering the chat");
 open:
-	if (open_call && !strcmp(chat_tool_format(style), "hermes")) {
+	if (open_call && chat_tool_format(style) == ENG_TOOLS_HERMES) {
 		/* the reply must be a call: its opening tag is part of the prompt */
 		size_t l = strlen(*out);
 		char *p = realloc(*out, l + sizeof "<tool_call>\n");

@@ -103,7 +103,7 @@ struct eng {
 	model_meta_t meta;
 	tok_t *tok;
 	const char *chat;       /* template family (static string), NULL when unusable */
-	const char *tool_style; /* how tools are rendered (chat.h), static string */
+	chat_tool_style_t tool_style; /* how tools are rendered (chat.h) */
 	char chat_err[256];     /* why there is no template */
 	pool_t *pool;
 	model_t *model;
@@ -210,12 +210,7 @@ static int dist_open(eng_t *e, const eng_dist_t *o, model_shard_t *shard, int *c
 	if (o->has_ranges) {
 		shard_of_ranges(&e->meta, o, shard);
 	} else {
-		const gguf_tensor_t *t = gguf_find_tensor(e->g, "blk.0.ffn_down.weight");
-		char nm[64]; /* a model whose first layer routes: its shared block's columns */
-		snprintf(nm, sizeof nm, "blk.%d.ffn_down_shexp.weight", e->meta.n_dense_lead);
-		if (!t)
-			t = gguf_find_tensor(e->g, nm);
-		int blk = MAX(t ? quant_block_elems(t->type) : 1, 32);
+		int blk = dist_ffn_block(e->g); /* as the planner cuts the FFN (eng_model_shape) */
 		model_shard_t *all = calloc((size_t)world, sizeof *all);
 		if (!all)
 			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
@@ -448,8 +443,7 @@ err:
 	return rc;
 }
 
-int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,
-		    size_t errlen)
+int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t errlen)
 {
 	gguf_t *g = NULL;
 	model_meta_t mm;
@@ -480,9 +474,18 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, vo
 		}
 	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
 	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
-	for (int i = 0; fn && i < gguf_n_tensors(g); i++) {
+	s->ffn_block = dist_ffn_block(g);
+	uint64_t *part[DIST_PART_COUNT] = {[DIST_PART_REPLICATED] = &s->replicated_bytes,
+					   [DIST_PART_Q_HEADS] = &s->q_heads_bytes,
+					   [DIST_PART_KV_HEADS] = &s->kv_heads_bytes,
+					   [DIST_PART_FFN] = &s->ffn_bytes,
+					   [DIST_PART_EXPERTS] = &s->expert_bytes,
+					   [DIST_PART_SHEXP] = &s->shexp_bytes,
+					   [DIST_PART_EMBD] = &s->embd_bytes,
+					   [DIST_PART_OUTPUT] = &s->output_bytes};
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
-		fn(ud, t->name, quant_block_elems(t->type), t->nbytes);
+		*part[dist_tensor_part(t->name)] += t->nbytes;
 	}
 	gguf_free(g);
 	return 0;

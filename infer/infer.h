@@ -84,13 +84,25 @@ typedef struct eng_info {
 	int bos, eos;              /* token ids, -1 when absent */
 	uint64_t weight_bytes;     /* bytes of tensor data */
 	const char *chat_template; /* family in use, or NULL when none */
-	const char *tool_format;   /* tool calls in the output: "hermes", "llama3" or "mistral" */
+	int tool_format;           /* how tool calls look in the output: enum eng_tool_format */
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
 	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
 	const char *spec;          /* speculative decoding: "off", "auto", "ngram" or "model" */
 	const char *draft;         /* the draft model's name, or NULL */
 } eng_info_t;
+
+/* How a model writes tool calls in its output (eng_info_t.tool_format): <tool_call> tags around
+ * JSON (Hermes, Qwen, and the generic style), Llama 3.1's bare JSON, Mistral's [TOOL_CALLS],
+ * Qwen3.5's XML, gpt-oss's harmony channels. */
+enum eng_tool_format {
+	ENG_TOOLS_HERMES = 0,
+	ENG_TOOLS_LLAMA3,
+	ENG_TOOLS_MISTRAL,
+	ENG_TOOLS_XML, /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			  qwen3-coder) */
+	ENG_TOOLS_HARMONY /* gpt-oss: the reply's channels (eng_harmony_parse) */
+};
 
 typedef struct eng_msg {
 	const char *role;         /* "system", "user", "assistant", "tool" */
@@ -320,9 +332,9 @@ int eng_shard_ranges(const char *path, const eng_dist_t *dist, int rank, eng_ran
  * prefix may). For a node that fetches the header before its slice. */
 int eng_header_bytes(const void *prefix, size_t len, uint64_t *need, char *err, size_t errlen);
 
-/* A model file's shape and tensors, for planning without loading it: the metadata the engine
- * reads (with its checks) and, through fn (may be NULL), every tensor's name, the elements per
- * block of its type and its bytes. */
+/* A model file's shape, for planning without loading it: the metadata the engine reads (with
+ * its checks), and the tensors' bytes summed by how tensor parallelism cuts them (infer/tp.h's
+ * dist_tensor_part: the same function the engine's split follows). */
 typedef struct eng_model_shape {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
@@ -341,10 +353,13 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
+	int ffn_block;            /* elements per block of the FFN column split (dist_ffn_block) */
+	/* bytes over all layers: */
+	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
+	uint64_t replicated_bytes; /* norms, biases, routers */
+	uint64_t embd_bytes, output_bytes;
 } eng_model_shape_t;
-typedef void (*eng_tensor_fn)(void *ud, const char *name, int type_block, uint64_t nbytes);
-int eng_model_shape(const char *path, eng_model_shape_t *s, eng_tensor_fn fn, void *ud, char *err,
-		    size_t errlen);
+int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t errlen);
 
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {

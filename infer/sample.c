@@ -125,18 +125,10 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	}
 }
 
-static uint64_t rng_next(uint64_t *x) /* splitmix64 */
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* A uniform double in [0, 1) from the generator x. */
 static double rng_unit(uint64_t *x)
 {
-	return (double)(rng_next(x) >> 11) * (1.0 / 9007199254740992.0);
+	return (double)(sh_splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static int cand_cmp(const void *a, const void *b)

@@ -19,6 +19,7 @@
  */
 #include "infer/tp.h"
 #include "common/common.h"
+#include "infer/quant/quant.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,30 +77,6 @@ struct dist {
 	float *back;
 	size_t back_cap;
 };
-
-/* ---- little-endian fields ----------------------------------------------------------------- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* ---- shares ------------------------------------------------------------------------------- */
 
@@ -190,6 +167,46 @@ int dist_split(const model_meta_t *mt, int ffn_block, int pipeline, int world, c
 		out[r].shx0 = cnt[r] ? s0 : mt->ffn_shexp, out[r].n_shx = cnt[r] ? s1 - s0 : 0;
 	}
 	return 0;
+}
+
+dist_part_t dist_tensor_part(const char *n)
+{
+	if (!strcmp(n, "token_embd.weight"))
+		return DIST_PART_EMBD;
+	if (strncmp(n, "blk.", 4))
+		return DIST_PART_OUTPUT; /* output, output_norm */
+	const char *dot = strchr(n + 4, '.');
+	const char *k = dot ? dot + 1 : "";
+	if (!strcmp(k, "attn_q.weight") || !strcmp(k, "attn_output.weight") ||
+	    /* deepseek2's per-head latent attention matrices split with the query heads
+	     * (attn_q_a, attn_kv_a_mqa and their norms are replicated) */
+	    !strcmp(k, "attn_q_b.weight") || !strcmp(k, "attn_kv_b.weight") ||
+	    !strcmp(k, "attn_k_b.weight") || !strcmp(k, "attn_v_b.weight"))
+		return DIST_PART_Q_HEADS;
+	if (!strcmp(k, "attn_k.weight") || !strcmp(k, "attn_v.weight"))
+		return DIST_PART_KV_HEADS;
+	if (strstr(k, "_exps.weight"))
+		return DIST_PART_EXPERTS;
+	if (!strncmp(k, "ffn_gate_inp", 12)) /* routers (ffn_gate_inp_shexp too) */
+		return DIST_PART_REPLICATED;
+	if (strstr(k, "_shexp.weight"))
+		return DIST_PART_SHEXP;
+	if (!strncmp(k, "ffn_", 4) && strcmp(k, "ffn_norm.weight"))
+		return DIST_PART_FFN;
+	return DIST_PART_REPLICATED;
+}
+
+int dist_ffn_block(const gguf_t *g)
+{
+	int blk = 32;
+	for (int i = 0; i < gguf_n_tensors(g); i++) {
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		const char *dot = strncmp(t->name, "blk.", 4) ? NULL : strchr(t->name + 4, '.');
+		if (dot && (!strcmp(dot + 1, "ffn_down.weight") ||
+			    !strcmp(dot + 1, "ffn_down_shexp.weight")))
+			blk = MAX(blk, quant_block_elems(t->type));
+	}
+	return blk;
 }
 
 void dist_even_weights(const gguf_t *g, int world, int *w)
@@ -316,9 +333,9 @@ uint64_t dist_model_fingerprint(const gguf_t *g)
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		uint8_t f[16];
-		put32(f, (uint32_t)t->type);
-		put64(f + 4, t->nbytes);
-		put32(f + 12, (uint32_t)t->n_dims);
+		sh_put_le32(f, (uint32_t)t->type);
+		sh_put_le64(f + 4, t->nbytes);
+		sh_put_le32(f + 12, (uint32_t)t->n_dims);
 		h = sh_fnv1a64(h, t->name, strlen(t->name));
 		h = sh_fnv1a64(h, f, sizeof f);
 		h = sh_fnv1a64(h, t->ne, sizeof t->ne);
@@ -337,14 +354,14 @@ static void setup_encode(uint8_t *h, const model_meta_t *mt, int ctx, int pipeli
 			 uint64_t fp, int slots)
 {
 	memset(h, 0, DIST_HDR_BYTES);
-	put64(h + 48, fp);
-	put32(h + 56, (uint32_t)slots);
+	sh_put_le64(h + 48, fp);
+	sh_put_le32(h + 56, (uint32_t)slots);
 	uint32_t f[] = {DIST_MSG_SETUP,         DIST_VERSION,          (uint32_t)ctx,
 			(uint32_t)pipeline,     (uint32_t)world,       (uint32_t)mt->n_layers,
 			(uint32_t)mt->dim,      (uint32_t)mt->n_heads, (uint32_t)mt->n_kv_heads,
 			(uint32_t)mt->head_dim, (uint32_t)mt->ffn,     (uint32_t)mt->n_vocab};
 	for (size_t i = 0; i < ARRAY_LEN(f); i++)
-		put32(h + 4 * i, f[i]);
+		sh_put_le32(h + 4 * i, f[i]);
 }
 
 /* The stage layout from every rank's SHARE words (all: world records of rec bytes): stages
@@ -357,34 +374,34 @@ static int layout_check(dist_t *d, const model_meta_t *mt, const uint8_t *all, s
 	int l = 0, n = 0;
 	for (int s0 = 0; s0 < d->world; n++) {
 		const uint8_t *a = all + (size_t)s0 * rec;
-		int s1 = (int)get32(a + 60), l0 = (int)get32(a + 32), l1 = (int)get32(a + 36);
-		if ((int)get32(a + 56) != s0 || s1 <= s0 || s1 > d->world)
+		int s1 = (int)sh_get_le32(a + 60), l0 = (int)sh_get_le32(a + 32), l1 = (int)sh_get_le32(a + 36);
+		if ((int)sh_get_le32(a + 56) != s0 || s1 <= s0 || s1 > d->world)
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "setup: rank %d's stage is ranks [%d,%d), expected one "
 				       "starting at rank %d",
-				       s0, (int)get32(a + 56), s1, s0);
+				       s0, (int)sh_get_le32(a + 56), s1, s0);
 		if (l0 != l || l1 <= l0)
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "setup: rank %d starts at layer %d, expected %d", s0, l0, l);
 		int q = 0, f = 0, e = 0, x = 0;
 		for (int r = s0; r < s1; r++) {
 			const uint8_t *p = all + (size_t)r * rec;
-			int q0 = (int)get32(p + 8), q1 = (int)get32(p + 12),
-			    f0 = (int)get32(p + 24);
-			int f1 = (int)get32(p + 28), e0 = (int)get32(p + 40),
-			    e1 = (int)get32(p + 44);
-			int x0 = (int)get32(p + 48), x1 = (int)get32(p + 52);
-			if ((int)get32(p + 56) != s0 || (int)get32(p + 60) != s1)
+			int q0 = (int)sh_get_le32(p + 8), q1 = (int)sh_get_le32(p + 12),
+			    f0 = (int)sh_get_le32(p + 24);
+			int f1 = (int)sh_get_le32(p + 28), e0 = (int)sh_get_le32(p + 40),
+			    e1 = (int)sh_get_le32(p + 44);
+			int x0 = (int)sh_get_le32(p + 48), x1 = (int)sh_get_le32(p + 52);
+			if ((int)sh_get_le32(p + 56) != s0 || (int)sh_get_le32(p + 60) != s1)
 				return sh_fail(err, errlen, SH_EINVAL,
 					       "setup: rank %d's stage is ranks [%u,%u), rank %d's "
 					       "[%d,%d)",
-					       r, get32(p + 56), get32(p + 60), s0, s0, s1);
-			if ((int)get32(p + 32) != l0 || (int)get32(p + 36) != l1)
+					       r, sh_get_le32(p + 56), sh_get_le32(p + 60), s0, s0, s1);
+			if ((int)sh_get_le32(p + 32) != l0 || (int)sh_get_le32(p + 36) != l1)
 				return sh_fail(
 				    err, errlen, SH_EINVAL,
 				    "setup: rank %d holds layers [%u,%u), rank %d of its "
 				    "stage [%d,%d)",
-				    r, get32(p + 32), get32(p + 36), s0, l0, l1);
+				    r, sh_get_le32(p + 32), sh_get_le32(p + 36), s0, l0, l1);
 			if (q0 != q || f0 != f)
 				return sh_fail(
 				    err, errlen, SH_EINVAL,
@@ -440,47 +457,47 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	int rc;
 	if (d->rank == 0) {
 		setup_encode(h, mt, *ctx, d->pipeline, d->world, fp, *slots);
-		put32(h + 60, (uint32_t)d->rollback);
+		sh_put_le32(h + 60, (uint32_t)d->rollback);
 	}
 	if ((rc = tp_broadcast(d->g, h, sizeof h, 0, d->timeout_ms, why, sizeof why)))
 		return sh_fail(err, errlen, rc, "setup: %s", why);
 	int status = 0;
 	char bad[160] = "";
-	if (get32(h) != DIST_MSG_SETUP || get32(h + 4) != DIST_VERSION) {
+	if (sh_get_le32(h) != DIST_MSG_SETUP || sh_get_le32(h + 4) != DIST_VERSION) {
 		status = SH_EUNSUPP;
 		snprintf(bad, sizeof bad,
-			 "lock-step message %#x version %u, we speak %#x version %d", get32(h),
-			 get32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
+			 "lock-step message %#x version %u, we speak %#x version %d",
+			 sh_get_le32(h), sh_get_le32(h + 4), DIST_MSG_SETUP, DIST_VERSION);
 	} else {
-		setup_encode(ours, mt, (int)get32(h + 8), d->pipeline, d->world, fp,
-			     (int)get32(h + 56));
-		put32(ours + 60, get32(h + 60));
-		if (get32(h + 56) > 4096 || get32(h + 60) > 64) {
+		setup_encode(ours, mt, (int)sh_get_le32(h + 8), d->pipeline, d->world, fp,
+			     (int)sh_get_le32(h + 56));
+		sh_put_le32(ours + 60, sh_get_le32(h + 60));
+		if (sh_get_le32(h + 56) > 4096 || sh_get_le32(h + 60) > 64) {
 			status = SH_EINVAL;
 			snprintf(bad, sizeof bad, "rank 0 asks for %u KV slots, rollback %u",
-				 get32(h + 56), get32(h + 60));
-		} else if (!memcmp(h, ours, 48) && get64(h + 48) != fp) {
+				 sh_get_le32(h + 56), sh_get_le32(h + 60));
+		} else if (!memcmp(h, ours, 48) && sh_get_le64(h + 48) != fp) {
 			status = SH_EINVAL;
 			snprintf(
 			    bad, sizeof bad,
 			    "rank 0's model file differs from ours (same shape, other weights: "
 			    "fingerprint %016llx, ours %016llx)",
-			    (unsigned long long)get64(h + 48), (unsigned long long)fp);
+			    (unsigned long long)sh_get_le64(h + 48), (unsigned long long)fp);
 		} else if (memcmp(h, ours, sizeof h)) {
 			status = SH_EINVAL;
 			snprintf(
 			    bad, sizeof bad,
 			    "rank 0 has %s mode, %u ranks, %u layers, dim %u, %u heads, vocab %u; "
 			    "we have %s, %d, %d, %d, %d, %d",
-			    get32(h + 12) ? "pipeline" : "tensor", get32(h + 16), get32(h + 20),
-			    get32(h + 24), get32(h + 28), get32(h + 44),
-			    d->pipeline ? "pipeline" : "tensor", d->world, mt->n_layers, mt->dim,
-			    mt->n_heads, mt->n_vocab);
+			    sh_get_le32(h + 12) ? "pipeline" : "tensor", sh_get_le32(h + 16),
+			    sh_get_le32(h + 20), sh_get_le32(h + 24), sh_get_le32(h + 28),
+			    sh_get_le32(h + 44), d->pipeline ? "pipeline" : "tensor", d->world,
+			    mt->n_layers, mt->dim, mt->n_heads, mt->n_vocab);
 		}
 	}
-	*ctx = (int)get32(h + 8);
-	*slots = get32(h + 56) ? (int)get32(h + 56) : 1;
-	d->rollback = (int)get32(h + 60);
+	*ctx = (int)sh_get_le32(h + 8);
+	*slots = sh_get_le32(h + 56) ? (int)sh_get_le32(h + 56) : 1;
+	d->rollback = (int)sh_get_le32(h + 60);
 	d->n_layers = mt->n_layers;
 	d->dim = mt->dim;
 	/* every rank learns every rank's status, shares and stage */
@@ -511,7 +528,7 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	if (!all)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	for (int i = 0; i < DIST_SHARE_WORDS; i++)
-		put32(me + 4 * i, sh[i]);
+		sh_put_le32(me + 4 * i, sh[i]);
 	if ((rc = tp_all_gather(d->g, me, sizeof me, all, d->timeout_ms, why, sizeof why))) {
 		free(all);
 		return sh_fail(err, errlen, rc, "setup: %s", why);
@@ -522,9 +539,9 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 	}
 	rc = 0;
 	for (int r = 0; r < d->world && !rc; r++)
-		if (get32(all + (size_t)r * sizeof me))
+		if (sh_get_le32(all + (size_t)r * sizeof me))
 			rc = sh_fail(
-			    err, errlen, -(int)get32(all + (size_t)r * sizeof me),
+			    err, errlen, -(int)sh_get_le32(all + (size_t)r * sizeof me),
 			    "setup: rank %d rejected rank 0's setup (model or options differ)", r);
 	if (!rc)
 		rc = layout_check(d, mt, all, sizeof me, err, errlen);
@@ -726,14 +743,14 @@ static void step_encode(uint8_t *h, uint32_t type, uint64_t seq, unsigned flags,
 			const int *tokens, int n)
 {
 	memset(h, 0, DIST_HDR_BYTES);
-	put32(h, type);
-	put32(h + 4, DIST_VERSION);
-	put64(h + 8, seq);
-	put32(h + 16, flags);
-	put32(h + 20, (uint32_t)pos);
-	put32(h + 24, (uint32_t)n);
+	sh_put_le32(h, type);
+	sh_put_le32(h + 4, DIST_VERSION);
+	sh_put_le64(h + 8, seq);
+	sh_put_le32(h + 16, flags);
+	sh_put_le32(h + 20, (uint32_t)pos);
+	sh_put_le32(h + 24, (uint32_t)n);
 	for (int i = 0; i < n && i < DIST_INLINE_TOKENS; i++)
-		put32(h + 28 + 4 * i, (uint32_t)tokens[i]);
+		sh_put_le32(h + 28 + 4 * i, (uint32_t)tokens[i]);
 }
 
 int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, size_t errlen)
@@ -741,18 +758,18 @@ int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, si
 	memset(s, 0, sizeof *s);
 	if (len != DIST_HDR_BYTES)
 		return sh_fail(err, errlen, SH_EFORMAT, "lock-step message of %zu bytes", len);
-	s->type = get32(h);
-	uint32_t ver = get32(h + 4);
+	s->type = sh_get_le32(h);
+	uint32_t ver = sh_get_le32(h + 4);
 	if (ver != DIST_VERSION)
 		return sh_fail(err, errlen, SH_EUNSUPP, "rank 0 speaks lock-step version %u, we %d",
 			       ver, DIST_VERSION);
-	s->seq = get64(h + 8);
-	s->flags = get32(h + 16);
-	uint32_t pos = get32(h + 20), n = get32(h + 24);
+	s->seq = sh_get_le64(h + 8);
+	s->flags = sh_get_le32(h + 16);
+	uint32_t pos = sh_get_le32(h + 20), n = sh_get_le32(h + 24);
 	if (s->type == DIST_MSG_STOP)
 		return 0;
 	if (s->type == DIST_MSG_BATCH) { /* n at 20; entries inline from 28 when n <= 2 */
-		n = get32(h + 20);
+		n = sh_get_le32(h + 20);
 		if (n == 0 || n > DIST_MAX_STEP_TOKENS)
 			return sh_fail(err, errlen, SH_EFORMAT, "bad batch message (n %u)", n);
 		s->n = (int)n;
@@ -766,7 +783,7 @@ int dist_step_decode(const uint8_t *h, size_t len, dist_step_t *s, char *err, si
 	s->pos = (int)pos;
 	s->n = (int)n;
 	for (int i = 0; i < s->n && i < DIST_INLINE_TOKENS; i++)
-		s->inline_tokens[i] = (int)get32(h + 28 + 4 * i);
+		s->inline_tokens[i] = (int)sh_get_le32(h + 28 + 4 * i);
 	return 0;
 }
 
@@ -778,11 +795,11 @@ _Static_assert(28 + DIST_INLINE_BATCH * DIST_BATCH_ENTRY <= DIST_HDR_BYTES, "inl
 static void batch_encode_entries(uint8_t *p, const model_batch_t *b)
 {
 	for (int i = 0; i < b->n; i++, p += DIST_BATCH_ENTRY) {
-		put32(p, (uint32_t)b->tokens[i]);
-		put32(p + 4, (uint32_t)b->slot[i]);
-		put32(p + 8, (uint32_t)b->pos[i]);
-		put32(p + 12, (b->out && b->out[i] ? DIST_ENTRY_OUT : 0) |
-				  (b->keep && b->keep[i] ? DIST_ENTRY_KEEP : 0));
+		sh_put_le32(p, (uint32_t)b->tokens[i]);
+		sh_put_le32(p + 4, (uint32_t)b->slot[i]);
+		sh_put_le32(p + 8, (uint32_t)b->pos[i]);
+		sh_put_le32(p + 12, (b->out && b->out[i] ? DIST_ENTRY_OUT : 0) |
+					(b->keep && b->keep[i] ? DIST_ENTRY_KEEP : 0));
 	}
 }
 
@@ -809,11 +826,11 @@ static model_batch_t batch_decode_entries(dist_t *d, const uint8_t *p, int n)
 {
 	int *t = d->eb, *sl = t + n, *ps = sl + n, *out = ps + n, *keep = out + n;
 	for (int i = 0; i < n; i++, p += DIST_BATCH_ENTRY) {
-		t[i] = (int)get32(p);
-		sl[i] = (int)get32(p + 4);
-		ps[i] = (int)get32(p + 8);
-		out[i] = (get32(p + 12) & DIST_ENTRY_OUT) != 0;
-		keep[i] = (get32(p + 12) & DIST_ENTRY_KEEP) != 0;
+		t[i] = (int)sh_get_le32(p);
+		sl[i] = (int)sh_get_le32(p + 4);
+		ps[i] = (int)sh_get_le32(p + 8);
+		out[i] = (sh_get_le32(p + 12) & DIST_ENTRY_OUT) != 0;
+		keep[i] = (sh_get_le32(p + 12) & DIST_ENTRY_KEEP) != 0;
 	}
 	return (model_batch_t){n, t, sl, ps, out, keep};
 }
@@ -883,7 +900,7 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 		if ((rc = tok_room(d, n)))
 			return dist_fail(d, rc, "out of memory");
 		for (int i = 0; i < n; i++) /* ids go out little-endian like every field */
-			put32((uint8_t *)&d->tok[i], (uint32_t)tokens[i]);
+			sh_put_le32((uint8_t *)&d->tok[i], (uint32_t)tokens[i]);
 		rc = tp_broadcast(d->g, d->tok, (size_t)n * 4, 0, d->timeout_ms, why, sizeof why);
 	}
 	double msg_ms = (double)(now_ns() - t0) / 1e6;
@@ -905,10 +922,10 @@ static int batch_send(dist_t *d, const model_batch_t *b, double *msg_ms)
 	int rc;
 	int64_t t0 = now_ns();
 	memset(h, 0, sizeof h);
-	put32(h, DIST_MSG_BATCH);
-	put32(h + 4, DIST_VERSION);
-	put64(h + 8, d->seq + 1);
-	put32(h + 20, (uint32_t)b->n);
+	sh_put_le32(h, DIST_MSG_BATCH);
+	sh_put_le32(h + 4, DIST_VERSION);
+	sh_put_le64(h + 8, d->seq + 1);
+	sh_put_le32(h + 20, (uint32_t)b->n);
 	if ((rc = ent_room(d, b->n)))
 		return dist_fail(d, rc, "out of memory");
 	if (b->n <= DIST_INLINE_BATCH) {
@@ -1109,7 +1126,7 @@ int dist_serve(dist_t *d, char *err, size_t errlen)
 				break;
 			}
 			for (int i = 0; i < n; i++)
-				d->tok[i] = (int)get32((const uint8_t *)&d->tok[i]);
+				d->tok[i] = (int)sh_get_le32((const uint8_t *)&d->tok[i]);
 		}
 		if (pass_run(d, NULL, d->tok, n, pos, NULL, 0))
 			break;

@@ -96,6 +96,28 @@ typedef struct dist_stats {
 int dist_split(const model_meta_t *meta, int ffn_block, int pipeline, int world, const int *weights,
 	       model_shard_t *out, char *err, size_t errlen);
 
+/* The parts a model is cut into over ranks, by what each tensor is split along (dist_split's
+ * units). The planner sizes a rank's share by them (eng_model_shape, agent/planio.c), so its
+ * figures are what the engine maps; the model binds each tensor along the same axis. */
+typedef enum dist_part {
+	DIST_PART_REPLICATED, /* norms, biases, routers, MLA's compressions: whole on every rank */
+	DIST_PART_Q_HEADS,  /* attn_q, attn_output, MLA's per-head matrices: with the query heads */
+	DIST_PART_KV_HEADS, /* attn_k, attn_v: with the KV heads */
+	DIST_PART_FFN,      /* the dense FFN: by columns, in blocks of dist_ffn_block */
+	DIST_PART_EXPERTS,  /* routed experts: whole */
+	DIST_PART_SHEXP,    /* the shared expert: by columns, like the FFN */
+	DIST_PART_EMBD,     /* token_embd */
+	DIST_PART_OUTPUT,   /* output, output_norm: rank 0's head */
+	DIST_PART_COUNT
+} dist_part_t;
+
+/* The part a tensor (by its GGUF name) belongs to. Pure. */
+dist_part_t dist_tensor_part(const char *name);
+
+/* Elements per block of the FFN column split: the largest block of the FFN down projections'
+ * types (dense and shared expert: their rows run along the FFN dimension), at least 32. */
+int dist_ffn_block(const gguf_t *g);
+
 /* Weights (world entries) that even out the work when rank 0 also computes the output head:
  * rank 0's share of the layers is smaller by the head's bytes (at least a quarter of the
  * others'). What dist_split gets when the user gave no shares. */

@@ -1,6 +1,7 @@
-/* gen_model.h: a small generated model opened for a test (test_model.c, test_slices.c): the same
- * shapes in both so their results compare; gen_file writes and opens any generated model
- * (test_kvcache.c, test_moe.c too). Test code only. */
+/* gen_model.h: the tests' one model fixture: a generated model written to a temporary file and
+ * opened (gen_open_opts for any shapes: test_mla.c, test_moe.c, test_kvcache.c), and the shared
+ * small shapes of test_model.c and test_slices.c (gen_open) so their results compare. Test code
+ * only. */
 #ifndef SHOAL_TEST_GEN_MODEL_H
 #define SHOAL_TEST_GEN_MODEL_H
 
@@ -13,8 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A generated model, opened: returns 0 on success. */
+/* A generated model: its file (removed by gen_close), metadata, threads, and the model opened
+ * on them (NULL when the test makes its own). */
 typedef struct gen {
+	char path[256];
 	gguf_t *g;
 	model_meta_t meta;
 	model_t *m;
@@ -30,6 +33,20 @@ static inline int gen_file(const mkmodel_opts_t *o, const char *path, gguf_t **g
 	if (mkmodel_write(o, path, err, sizeof err) || gguf_open(g, path, err, sizeof err) ||
 	    meta_load(meta, *g, err, sizeof err)) {
 		fprintf(stderr, "%s: %s\n", what, err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes the model o describes to /tmp/shoal-test-PID-TAG.gguf, its path into path (256
+ * bytes): a file a test opens itself (engines, ranks). Returns 0, or -1 with the reason printed.
+ * The caller removes the file. */
+static inline int gen_write(char path[256], const mkmodel_opts_t *o, const char *tag)
+{
+	char err[256];
+	snprintf(path, 256, "/tmp/shoal-test-%d-%s.gguf", (int)getpid(), tag);
+	if (mkmodel_write(o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel %s: %s\n", tag, err);
 		return -1;
 	}
 	return 0;
@@ -53,45 +70,45 @@ static inline mkmodel_opts_t gen_opts(const char *arch, int type, int seed)
 	return o;
 }
 
-static inline int gen_open(gen_t *x, const char *arch, int type, int threads, char *path)
+/* The one fixture: writes the model o describes (its file named after tag), opens it with
+ * `threads` threads and, when ctx > 0, the model with a KV cache of ctx positions in kv_type
+ * (-1: model_new's default). Returns 0, else -1 with the reason printed; gen_close either way. */
+static inline int gen_open_opts(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads,
+				int ctx, int kv_type)
 {
-	char err[256];
+	char err[256] = "no threads";
 	memset(x, 0, sizeof *x);
+	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-%d-%s-%s-%d.gguf", (int)getpid(), tag,
+		 o->arch, o->type);
+	if (gen_file(o, x->path, &x->g, &x->meta, tag))
+		return -1;
+	if (!(x->pool = pool_new(threads)) ||
+	    (ctx > 0 &&
+	     (kv_type < 0 ? model_new(&x->m, x->g, &x->meta, NULL, ctx, x->pool, err, sizeof err)
+			  : model_new_kv(&x->m, x->g, &x->meta, NULL, ctx, kv_type, x->pool, err,
+					 sizeof err)))) {
+		fprintf(stderr, "gen_open %s: %s\n", tag, err);
+		return -1;
+	}
+	return 0;
+}
+
+/* The shared shapes (gen_opts, seed 7) with a context of 256 in the default cache. */
+static inline int gen_open(gen_t *x, const char *arch, int type, int threads)
+{
 	mkmodel_opts_t o = gen_opts(arch, type, 7);
-	snprintf(path, 256, "/tmp/shoal-test-model-%d-%s-%d.gguf", (int)getpid(), arch, type);
-	if (gen_file(&o, path, &x->g, &x->meta, arch))
-		return -1;
-	if (!(x->pool = pool_new(threads)) ||
-	    model_new(&x->m, x->g, &x->meta, NULL, 256, x->pool, err, sizeof err)) {
-		fprintf(stderr, "gen_open %s: %s\n", arch, x->pool ? err : "no threads");
-		return -1;
-	}
-	return 0;
+	return gen_open_opts(x, &o, "model", threads, 256, -1);
 }
 
-/* Writes o's model to path and opens it with one slot of ctx positions of kv_type, on a pool of
- * threads: 0, or -1 with the reason printed. */
-static inline int gen_open_kv(gen_t *x, const mkmodel_opts_t *o, const char *path, int ctx,
-			      int kv_type, int threads)
-{
-	char err[256];
-	memset(x, 0, sizeof *x);
-	if (gen_file(o, path, &x->g, &x->meta, o->arch))
-		return -1;
-	if (!(x->pool = pool_new(threads)) ||
-	    model_new_kv(&x->m, x->g, &x->meta, NULL, ctx, kv_type, x->pool, err, sizeof err)) {
-		fprintf(stderr, "gen_open_kv %s: %s\n", o->arch, x->pool ? err : "no threads");
-		return -1;
-	}
-	return 0;
-}
-
-static inline void gen_close(gen_t *x, const char *path)
+/* Frees what gen_open* opened and removes the file it wrote (none when path is ""). */
+static inline void gen_close(gen_t *x)
 {
 	model_free(x->m);
 	pool_free(x->pool);
 	gguf_free(x->g);
-	unlink(path);
+	if (x->path[0])
+		unlink(x->path);
+	memset(x, 0, sizeof *x);
 }
 
 #endif

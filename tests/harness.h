@@ -89,6 +89,15 @@ static inline const char *harness_shared(void)
 	return s ? s : "../shared";
 }
 
+/* ../shared/models/stories260K.gguf, the story model the inference tests read, or NULL when it
+ * is missing (the test then skips). A static buffer: the same path on every call. */
+static inline const char *harness_stories(void)
+{
+	static char p[512];
+	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
+	return access(p, R_OK) ? NULL : p;
+}
+
 static inline int harness_is_root(void) { return geteuid() == 0; }
 
 static inline int harness_done(void)

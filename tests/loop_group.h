@@ -3,7 +3,8 @@
  * with its own listening socket (test_tp, test_batch, test_coll).
  *
  * A rank's record starts with a loop_rank_t; loop_run() fills it, starts fn on every record and
- * joins them; the rank function forms its group with loop_join().
+ * joins them; the rank function forms its group with loop_join(). The tests' one engine rank
+ * harness (loop_eng_t) runs an engine on such a group: rank 0 leads, the others are workers.
  */
 #ifndef SHOAL_TEST_LOOP_GROUP_H
 #define SHOAL_TEST_LOOP_GROUP_H
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "infer/infer.h"
 #include "transport/transport.h"
 
 #define LOOP_MAX 8
@@ -62,6 +64,62 @@ static inline int loop_join(tp_group_t **g, const loop_rank_t *l, uint64_t tag,
 			      .node_id = id ? id : own,
 			      .timeout_ms = timeout_ms};
 	return tp_group_new(g, &cfg, err, len);
+}
+
+/* ---- engines on those groups (test_batch, test_tp) ---- */
+
+/* One rank of an engine group: it joins (tag, keys), opens the model at path with the engine's
+ * own split of it (no plan ranges), then rank 0 runs lead() and the others the worker loop; with
+ * vanish, rank 1 leaves at once instead (rank 0's step must fail, not hang). A record may extend
+ * this one (it comes first). */
+typedef struct loop_eng {
+	loop_rank_t l; /* first: loop_run fills it */
+	const tp_keys_t *keys;
+	uint64_t tag;
+	const char *path;
+	int pipeline, threads, ctx, step_timeout_ms;
+	int slots; /* rank 0's KV slots (workers ask for 1: rank 0's count wins); 0 = default */
+	int want_slots; /* every rank checks the engine has this many (0: no check) */
+	int vanish;
+	int rollback; /* rank 0's rollback depth (the workers ask for none: rank 0's wins) */
+	int (*lead)(struct loop_eng *r, eng_t *e); /* rank 0's work: 0, or non-zero with err */
+	uint64_t rs_bytes; /* the engine's recurrent state bytes, once opened */
+	int rc;
+	char err[320];
+} loop_eng_t;
+
+static inline void *loop_eng_main(void *arg)
+{
+	loop_eng_t *c = arg;
+	tp_group_t *g = NULL;
+	eng_t *e = NULL;
+	if ((c->rc = loop_join(&g, &c->l, c->tag, c->keys, NULL, 20000, c->err, sizeof c->err)))
+		goto out;
+	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = c->step_timeout_ms};
+	int lead = c->l.rank == 0;
+	eng_opts_t o = {.model_path = c->path,
+			.threads = c->threads,
+			.ctx = c->ctx,
+			.parallel = lead || !c->slots ? c->slots : 1,
+			.rollback = lead ? c->rollback : 0,
+			.dist = &d};
+	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
+		goto out;
+	c->rs_bytes = eng_info(e)->rs_bytes;
+	if (c->want_slots && eng_info(e)->n_slots != c->want_slots) {
+		snprintf(c->err, sizeof c->err, "%d slots", eng_info(e)->n_slots);
+		c->rc = -1;
+	} else if (c->l.rank == 0) {
+		c->rc = c->lead(c, e);
+	} else if (c->vanish && c->l.rank == 1) {
+		tp_group_abort(g);
+	} else {
+		c->rc = eng_worker_run(e, c->err, sizeof c->err);
+	}
+out:
+	eng_free(e); /* rank 0: tells the workers to stop */
+	tp_group_free(g);
+	return NULL;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla,
  * test_qwen35) and their in-process tensor-parallel groups: whole tensors as F32,
- * double-accumulated products, RMS norm, argmax, and an all-reduce over threads that sums in
+ * double-accumulated products, RMS norm (argmax: common.h), and an all-reduce over threads that sums in
  * rank order (so every rank gets the same bits; test_model's two shards use it too), with a
  * runner that decodes greedily on several shards at once (mem_shards_greedy).
  */
@@ -53,15 +53,6 @@ static inline void ref_norm(float *o, const float *x, const float *w, int n, flo
 		o[i] = (float)(x[i] * s * w[i]);
 }
 
-static inline int ref_argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 /* n threads standing in for ranks: slot[r] is rank r's vector during a reduction. */
 #define MEM_GROUP_MAX 8
 typedef struct mem_group {
@@ -107,7 +98,7 @@ static inline int ref_greedy(model_t *m, int V, const int *prompt, int n_prompt,
 	float *lg = malloc((size_t)V * sizeof *lg);
 	int rc = lg ? model_forward(m, prompt, n_prompt, 0, lg) : -1;
 	for (int i = 0; i < n_gen && !rc; i++) {
-		ids[i] = ref_argmax(lg, V);
+		ids[i] = sh_argmax(lg, V);
 		rc = model_forward(m, &ids[i], 1, n_prompt + i, lg);
 	}
 	free(lg);

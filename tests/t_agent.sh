@@ -194,7 +194,7 @@ else
 			sh -c "ls '$(state 5)'/models/*.slice >/dev/null 2>&1"
 		check "C: 5 nodes: the answer stays equal" same_answer "$(leader_host 5)" "$TMP/exp_gen"
 	elif grep -qh 'waits for model transfer from the leader (not supported' "$NS_ROOT"/h*/agent.log; then
-		skip "C: the agent does not fetch a missing model yet (agent/modelsync.c is ready; the agent says: not supported by this version)"
+		skip "C: the agent does not fetch a missing model yet (agent/modelstore is ready; the agent says: not supported by this version)"
 	else
 		fail "C: a node without --model joins and serves within 40 s (sees $(nmembers 5) members)"
 		tail -n 5 "$(ns_dir 5)/agent.log" >&2

@@ -14,10 +14,16 @@ check "unknown command prints usage to stderr" grep -q '^usage: shoal' /tmp/shoa
 $SHOAL >/dev/null 2>&1; rc=$?
 check "no command exits 2" [ $rc -eq 2 ]
 rm -f /tmp/shoal-cli.$$
-# integer flags are strict everywhere (cli_parse_int): "foo" and "12x" are errors, never 0
+# number flags are strict everywhere (cli_parse_int, cli_parse_u64, cli_parse_num): "foo", "12x",
+# "+80", " 1", "1e3" for an integer, an empty share are errors, never 0
 for args in "bench --model x --threads foo" "bench --model x --gen 12x" \
 	"agent --token t --expect foo" "serve --model x --port foo" "mkmodel --dim foo -o /dev/null" \
-	"plan --view x --model y --ctx 1k"; do
+	"plan --view x --model y --ctx 1k" "agent --token t --port +80" "agent --token t --port 80x" \
+	"agent --token t --exec-port 0x10" "agent --token t --replan-delay 5s" \
+	"agent --token t --settle nan" "generate --model x --prompt p --seed 12x" \
+	"generate --model x --prompt p --seed -1" "generate --model x --prompt p --max-tokens 2.5" \
+	"mkmodel --seed 1e3 -o /dev/null" "worker --rank 0 --world 2 --shares 1::2" \
+	"worker --rank 0 --world 2 --shares 1:2:" "worker --rank x --world 2"; do
 	# shellcheck disable=SC2086
 	$SHOAL $args >/dev/null 2>&1; rc=$?
 	check "shoal $args: refused with exit 2 (got $rc)" [ $rc -eq 2 ]

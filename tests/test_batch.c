@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
@@ -190,16 +191,9 @@ static void check_one_node(const char *path, const char *what)
 	eng_free(e);
 }
 
-static const char *stories(void)
-{
-	static char p[512];
-	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
-	return access(p, R_OK) ? NULL : p;
-}
-
 TEST(same_as_alone_one_node)
 {
-	const char *s = stories();
+	const char *s = harness_stories();
 	if (s)
 		check_one_node(s, "stories260K");
 	check_one_node(F32, "llama f32");
@@ -286,55 +280,35 @@ TEST(prefill_chunks_interleave)
 /* ---- several ranks ------------------------------------------------------------------------ */
 
 typedef struct rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	int pipeline;
-	const char *path;
-	int vanish; /* rank 1 leaves after opening: rank 0's step must fail, not hang */
-	int alone;  /* rank 0 runs the requests one after another (eng_generate), not batched */
+	loop_eng_t e; /* first: the harness's record (loop_group.h) */
+	int alone;    /* rank 0 runs the requests one after another (eng_generate), not batched */
 	req_t rq[N_REQ];
-	int rc;
-	char err[320];
 } rank_t;
 
-static void *rank_main(void *arg)
+static int lead(loop_eng_t *r, eng_t *e)
 {
-	rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
-	if ((c->rc = loop_join(&g, &c->l, 16, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 3000};
-	/* workers ask for 1 slot: rank 0's count must win */
-	if (!(e = open_eng(c->path, c->l.rank ? 1 : SLOTS, &d, c->err))) {
-		c->rc = -1;
-		goto out;
-	}
-	if (eng_info(e)->n_slots != SLOTS) {
-		snprintf(c->err, sizeof c->err, "%d slots", eng_info(e)->n_slots);
-		c->rc = -1;
-	} else if (c->l.rank == 0) {
-		make_prompts(c->rq, eng_info(e)->n_vocab);
-		c->rc = c->alone ? run_each(e, c->rq) : run_batched(e, c->rq);
-	} else if (c->vanish) {
-		tp_group_abort(g);
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e);
-	tp_group_free(g);
-	return NULL;
+	rank_t *c = (rank_t *)r;
+	make_prompts(c->rq, eng_info(e)->n_vocab);
+	return c->alone ? run_each(e, c->rq) : run_batched(e, c->rq);
 }
 
 static void run_ranks(rank_t *ctx, int world, int pipeline, const char *path, int vanish, int alone)
 {
 	memset(ctx, 0, sizeof *ctx * (size_t)world);
-	for (int r = 0; r < world; r++) {
-		rank_t *c = &ctx[r];
-		c->pipeline = pipeline, c->path = path, c->vanish = vanish && r == 1;
-		c->alone = alone;
-	}
-	loop_run(ctx, sizeof *ctx, world, rank_main);
+	for (int r = 0; r < world; r++)
+		ctx[r] = (rank_t){.e = {.keys = &KEYS,
+					.tag = 16,
+					.path = path,
+					.pipeline = pipeline,
+					.threads = 2,
+					.ctx = CTX,
+					.step_timeout_ms = 3000,
+					.slots = SLOTS,
+					.want_slots = SLOTS,
+					.vanish = vanish,
+					.lead = lead},
+				  .alone = alone};
+	loop_run(ctx, sizeof *ctx, world, loop_eng_main);
 }
 
 static void check_ranks(const char *path, int world, int pipeline, const char *what)
@@ -352,9 +326,9 @@ static void check_ranks(const char *path, int world, int pipeline, const char *w
 	CHECK_EQ_INT(run_alone(path, want), 0);
 	run_ranks(ctx, world, pipeline, path, 0, 0);
 	for (int r = 0; r < world; r++) {
-		if (ctx[r].rc)
-			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
-		CHECK_EQ_INT(ctx[r].rc, 0);
+		if (ctx[r].e.rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].e.err);
+		CHECK_EQ_INT(ctx[r].e.rc, 0);
 	}
 	compare(want, ctx[0].rq, what);
 }
@@ -363,7 +337,7 @@ TEST(same_as_alone_ranks)
 {
 	check_ranks(Q8, 2, 0, "q8_0 2 tensor ranks");
 	check_ranks(F32, 3, 1, "f32 3 pipeline ranks");
-	const char *s = stories();
+	const char *s = harness_stories();
 	if (s)
 		check_ranks(s, 3, 0, "stories260K 3 tensor ranks");
 }
@@ -380,62 +354,41 @@ TEST(qwen35_same_as_alone)
 
 /* The rollback depth (speculative decoding) is rank 0's on every rank: a worker asking for none
  * keeps the same ring of states per slot (SETUP carries it), and the group still generates. */
-typedef struct rb_rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	uint64_t rs;
-	int rc;
-	char err[320];
-} rb_rank_t;
-
-static void *rb_main(void *arg)
+static int rb_lead(loop_eng_t *r, eng_t *e)
 {
-	rb_rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
-	if ((c->rc = loop_join(&g, &c->l, 17, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .step_timeout_ms = 3000};
-	eng_opts_t o = {.model_path = Q35,
-			.threads = 1,
-			.ctx = 64,
-			.parallel = 2,
-			.dist = &d,
-			.rollback = c->l.rank ? 0 : 2};
-	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
-		goto out;
-	c->rs = eng_info(e)->rs_bytes;
-	if (c->l.rank == 0) {
-		static req_t rq[N_REQ];
-		eng_sampling_t sp;
-		sampling(&sp);
-		sp.max_tokens = 8;
-		make_prompts(rq, eng_info(e)->n_vocab);
-		c->rc =
-		    eng_generate(e, rq[0].prompt, rq[0].n_prompt, &sp, collect, &rq[0], &rq[0].res);
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e);
-	tp_group_free(g);
-	return NULL;
+	static req_t rq[N_REQ];
+	eng_sampling_t sp;
+	(void)r;
+	sampling(&sp);
+	sp.max_tokens = 8;
+	make_prompts(rq, eng_info(e)->n_vocab);
+	return eng_generate(e, rq[0].prompt, rq[0].n_prompt, &sp, collect, &rq[0], &rq[0].res);
 }
 
 TEST(qwen35_rollback_agreed)
 {
-	static rb_rank_t ctx[2];
+	static loop_eng_t ctx[2];
 	char err[256];
-	memset(ctx, 0, sizeof ctx);
-	loop_run(ctx, sizeof *ctx, 2, rb_main);
+	for (int r = 0; r < 2; r++)
+		ctx[r] = (loop_eng_t){.keys = &KEYS,
+				      .tag = 17,
+				      .path = Q35,
+				      .threads = 1,
+				      .ctx = 64,
+				      .step_timeout_ms = 3000,
+				      .slots = 2,
+				      .rollback = 2,
+				      .lead = rb_lead};
+	loop_run(ctx, sizeof *ctx, 2, loop_eng_main);
 	for (int r = 0; r < 2; r++) {
 		if (ctx[r].rc)
 			printf("  rank %d: %s\n", r, ctx[r].err);
 		CHECK_EQ_INT(ctx[r].rc, 0);
 	}
-	CHECK(ctx[0].rs > 0 && ctx[1].rs == ctx[0].rs);
+	CHECK(ctx[0].rs_bytes > 0 && ctx[1].rs_bytes == ctx[0].rs_bytes);
 	/* one node without rollback: 3 of the 5 states per slot of a depth of 2 (for all heads) */
 	eng_t *e = open_eng(Q35, 2, NULL, err);
-	CHECK(e && eng_info(e)->rs_bytes * 5 == ctx[0].rs * 2 * 3);
+	CHECK(e && eng_info(e)->rs_bytes * 5 == ctx[0].rs_bytes * 2 * 3);
 	eng_free(e);
 }
 
@@ -443,7 +396,7 @@ TEST(lost_rank_fails_every_sequence)
 {
 	static rank_t ctx[2];
 	run_ranks(ctx, 2, 0, Q8, 1, 0);
-	CHECK(ctx[0].rc != 0); /* the step failed: every running sequence ended with an error */
+	CHECK(ctx[0].e.rc != 0); /* the step failed: every running sequence ended with an error */
 	int errors = 0;
 	for (int i = 0; i < N_REQ; i++)
 		errors += ctx[0].rq[i].res.finish == ENG_FINISH_ERROR;
@@ -462,10 +415,10 @@ static int big_model(const char *path)
 	run_ranks(alone, 2, 0, path, 0, 1);
 	run_ranks(batched, 2, 0, path, 0, 0);
 	for (int r = 0; r < 2; r++) {
-		if (alone[r].rc || batched[r].rc)
-			printf("  rank %d: %s %s\n", r, alone[r].err, batched[r].err);
-		CHECK_EQ_INT(alone[r].rc, 0);
-		CHECK_EQ_INT(batched[r].rc, 0);
+		if (alone[r].e.rc || batched[r].e.rc)
+			printf("  rank %d: %s %s\n", r, alone[r].e.err, batched[r].e.err);
+		CHECK_EQ_INT(alone[r].e.rc, 0);
+		CHECK_EQ_INT(batched[r].e.rc, 0);
 	}
 	compare(alone[0].rq, batched[0].rq, "2 tensor ranks");
 	return harness_done();
@@ -481,8 +434,6 @@ int main(int argc, char **argv)
 	}
 	if (argc == 3 && !strcmp(argv[1], "--model"))
 		return big_model(argv[2]);
-	snprintf(F32, sizeof F32, "/tmp/shoal-test-batch-%d-f32.gguf", (int)getpid());
-	snprintf(Q8, sizeof Q8, "/tmp/shoal-test-batch-%d-q8.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 128,
 			    .layers = 3,
@@ -493,16 +444,8 @@ int main(int argc, char **argv)
 			    .ctx = 256,
 			    .type = QT_F32,
 			    .seed = 16};
-	if (mkmodel_write(&o, F32, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(F32, &o, "batch-f32") || (o.type = QT_Q8_0, gen_write(Q8, &o, "batch-q8")))
 		return 1;
-	}
-	o.type = QT_Q8_0;
-	if (mkmodel_write(&o, Q8, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		return 1;
-	}
-	snprintf(Q35, sizeof Q35, "/tmp/shoal-test-batch-%d-q35.gguf", (int)getpid());
 	mkmodel_opts_t q = {.arch = "qwen35",
 			    .dim = 128,
 			    .layers = 4,
@@ -517,10 +460,8 @@ int main(int argc, char **argv)
 			    .ssm_state = 32,
 			    .ssm_k_heads = 2,
 			    .ssm_v_heads = 4};
-	if (mkmodel_write(&q, Q35, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(Q35, &q, "batch-q35"))
 		return 1;
-	}
 	RUN(same_as_alone_one_node);
 	RUN(slots_prefix_busy_cancel);
 	RUN(prefill_chunks_interleave);

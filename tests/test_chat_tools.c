@@ -24,7 +24,7 @@ static const eng_msg_t conv[] = {
     {.role = "tool", .content = "{\"temperature\": 21}", .tool_call_id = "a1B2c3D4e"},
 };
 
-static void expect(const char *family, const char *style, const char *file)
+static void expect(const char *family, chat_tool_style_t style, const char *file)
 {
 	char path[256], *want = NULL, *out = NULL, err[256];
 	size_t wlen;
@@ -46,32 +46,32 @@ static void expect(const char *family, const char *style, const char *file)
 
 TEST(llama3)
 {
-	expect("llama3", "llama3", "llama3");
+	expect("llama3", CHAT_TOOLS_LLAMA3, "llama3");
 }
 TEST(qwen25)
 {
-	expect("chatml", "qwen2.5", "qwen2.5");
+	expect("chatml", CHAT_TOOLS_QWEN25, "qwen2.5");
 }
 TEST(qwen3)
 {
-	expect("chatml", "qwen3", "qwen3");
+	expect("chatml", CHAT_TOOLS_QWEN3, "qwen3");
 }
 TEST(hermes)
 {
-	expect("chatml", "hermes", "hermes");
+	expect("chatml", CHAT_TOOLS_HERMES, "hermes");
 }
 TEST(mistral)
 {
-	expect("mistral-v3-tekken", "mistral", "mistral");
+	expect("mistral-v3-tekken", CHAT_TOOLS_MISTRAL, "mistral");
 }
 TEST(generic)
 {
-	expect("zephyr", "generic", "generic");
+	expect("zephyr", CHAT_TOOLS_GENERIC, "generic");
 }
 
 TEST(qwen35)
 {
-	expect("qwen3.5", "qwen3.5", "qwen3.5");
+	expect("qwen3.5", CHAT_TOOLS_QWEN35, "qwen3.5");
 }
 
 /* Qwen3.5 beyond the one conversation: reasoning kept only after the last user query,
@@ -93,8 +93,9 @@ TEST(qwen35_turns)
 	    {.role = "tool", .content = "2"},
 	};
 	char *out = NULL, err[256];
-	CHECK_EQ_INT(
-	    chat_render_tools("qwen3.5", "qwen3.5", m, 6, NULL, 0, NULL, &out, err, sizeof err), 0);
+	CHECK_EQ_INT(chat_render_tools("qwen3.5", CHAT_TOOLS_QWEN35, m, 6, NULL, 0, NULL, &out, err,
+				       sizeof err),
+		     0);
 	static const char want[] =
 	    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
 	    "<|im_start|>user\nDo it<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -110,7 +111,7 @@ TEST(qwen35_turns)
 	/* the template's refusals */
 	const eng_msg_t late_sys[] = {{.role = "user", .content = "a"},
 				      {.role = "system", .content = "b"}};
-	CHECK(chat_render_tools("qwen3.5", "qwen3.5", late_sys, 2, NULL, 0, NULL, &out, err,
+	CHECK(chat_render_tools("qwen3.5", CHAT_TOOLS_QWEN35, late_sys, 2, NULL, 0, NULL, &out, err,
 				sizeof err) < 0);
 	const eng_msg_t no_user[] = {{.role = "system", .content = "b"}};
 	CHECK(chat_render("qwen3.5", no_user, 1, 1, NULL, &out, err, sizeof err) < 0);
@@ -122,23 +123,25 @@ TEST(styles)
 	static const char q25[] =
 	    "{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. You are a "
 	    "helpful assistant.' }}<|im_start|>";
-	CHECK_EQ_STR(chat_tool_style("chatml", q25, sizeof q25 - 1), "qwen2.5");
-	CHECK_EQ_STR(chat_tool_style("chatml", "<|im_start|>", 12), "qwen3");
+	CHECK_EQ_INT(chat_tool_style("chatml", q25, sizeof q25 - 1), CHAT_TOOLS_QWEN25);
+	CHECK_EQ_INT(chat_tool_style("chatml", "<|im_start|>", 12), CHAT_TOOLS_QWEN3);
 	static const char h3[] = "{{- \"You are a function calling AI model. You are provided";
-	CHECK_EQ_STR(chat_tool_style("chatml", h3, sizeof h3 - 1), "hermes");
-	CHECK_EQ_STR(chat_tool_format("hermes"), "hermes");
-	CHECK_EQ_STR(chat_tool_style("llama3", NULL, 0), "llama3");
-	CHECK_EQ_STR(chat_tool_style("mistral-v3-tekken", NULL, 0), "mistral");
-	CHECK_EQ_STR(chat_tool_style("gemma", NULL, 0), "generic");
-	CHECK_EQ_STR(chat_tool_format("qwen3"), "hermes");
-	CHECK_EQ_STR(chat_tool_format("generic"), "hermes");
-	CHECK_EQ_STR(chat_tool_format("llama3"), "llama3");
+	CHECK_EQ_INT(chat_tool_style("chatml", h3, sizeof h3 - 1), CHAT_TOOLS_HERMES);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_HERMES), ENG_TOOLS_HERMES);
+	CHECK_EQ_INT(chat_tool_style("llama3", NULL, 0), CHAT_TOOLS_LLAMA3);
+	CHECK_EQ_INT(chat_tool_style("mistral-v3-tekken", NULL, 0), CHAT_TOOLS_MISTRAL);
+	CHECK_EQ_INT(chat_tool_style("gemma", NULL, 0), CHAT_TOOLS_GENERIC);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_QWEN3), ENG_TOOLS_HERMES);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_GENERIC), ENG_TOOLS_HERMES);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_LLAMA3), ENG_TOOLS_LLAMA3);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_MISTRAL), ENG_TOOLS_MISTRAL);
+	CHECK_EQ_INT(chat_tool_style(NULL, NULL, 0), CHAT_TOOLS_GENERIC);
 	/* Qwen3.5's template: ChatML turns with XML calls and reasoning */
 	static const char q35[] =
 	    "<|im_start|>{{- '<tool_call>\\n<function=' + n }}<parameter=<think>";
 	CHECK_EQ_STR(chat_detect(q35, sizeof q35 - 1), "qwen3.5");
-	CHECK_EQ_STR(chat_tool_style("qwen3.5", q35, sizeof q35 - 1), "qwen3.5");
-	CHECK_EQ_STR(chat_tool_format("qwen3.5"), "qwen3-coder");
+	CHECK_EQ_INT(chat_tool_style("qwen3.5", q35, sizeof q35 - 1), CHAT_TOOLS_QWEN35);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_QWEN35), ENG_TOOLS_XML);
 }
 
 /* A forced call opens its tag in the prompt; no tools and no tool messages is chat_render. */
@@ -146,12 +149,14 @@ TEST(open_call_and_plain)
 {
 	char *a = NULL, *b = NULL, err[256];
 	eng_msg_t one[] = {{.role = "user", .content = "Hi"}};
-	CHECK_EQ_INT(
-	    chat_render_tools("chatml", "qwen3", one, 1, TOOLS, 1, NULL, &a, err, sizeof err), 0);
+	CHECK_EQ_INT(chat_render_tools("chatml", CHAT_TOOLS_QWEN3, one, 1, TOOLS, 1, NULL, &a, err,
+				       sizeof err),
+		     0);
 	CHECK(a && strlen(a) > 12 && !strcmp(a + strlen(a) - 12, "<tool_call>\n"));
 	free(a);
-	CHECK_EQ_INT(
-	    chat_render_tools("chatml", "qwen3", one, 1, NULL, 0, NULL, &a, err, sizeof err), 0);
+	CHECK_EQ_INT(chat_render_tools("chatml", CHAT_TOOLS_QWEN3, one, 1, NULL, 0, NULL, &a, err,
+				       sizeof err),
+		     0);
 	CHECK_EQ_INT(chat_render("chatml", one, 1, 1, NULL, &b, err, sizeof err), 0);
 	CHECK(a && b && !strcmp(a, b));
 	free(a);

@@ -76,8 +76,39 @@ TEST(fnv_and_split)
 	CHECK(out[0] == 2 && out[1] == 1 && out[2] == 1);
 }
 
+TEST(size_parse)
+{
+	uint64_t v = 0, g = 1ull << 30;
+	CHECK(sh_size_parse("8G", 16 * g, &v) == 0 && v == 8 * g);
+	CHECK(sh_size_parse("1.5GiB", 16 * g, &v) == 0 && v == 3 * g / 2);
+	CHECK(sh_size_parse("512M", 16 * g, &v) == 0 && v == g / 2);
+	CHECK(sh_size_parse("50%", 16 * g, &v) == 0 && v == 8 * g);
+	CHECK(sh_size_parse("1000000", 16 * g, &v) == 0 && v == 1000000);
+	CHECK(sh_size_parse("foo", 16 * g, &v) == SH_EINVAL);
+	CHECK(sh_size_parse("8X", 16 * g, &v) == SH_EINVAL);
+	CHECK(sh_size_parse("0", 16 * g, &v) == SH_EINVAL);
+	CHECK(sh_size_parse("150%", 16 * g, &v) == SH_EINVAL);
+	CHECK(sh_size_parse("-1G", 16 * g, &v) == SH_EINVAL);
+}
+
+TEST(hex)
+{
+	uint8_t b[3] = {0x00, 0xab, 0xff}, back[3];
+	char h[7];
+	sh_hex_encode(h, b, 3);
+	CHECK_EQ_STR(h, "00abff");
+	CHECK_EQ_INT(sh_hex_decode(back, 3, "00ABff"), 0);
+	CHECK(!memcmp(back, b, 3));
+	CHECK_EQ_INT(sh_hex_decode(back, 3, "00abf"), SH_EFORMAT);
+	CHECK_EQ_INT(sh_hex_decode(back, 3, "00abffe"), SH_EFORMAT);
+	CHECK_EQ_INT(sh_hex_decode(back, 3, "00abfg"), SH_EFORMAT);
+	CHECK_EQ_INT(sh_hex_decode(back, 3, NULL), SH_EFORMAT);
+}
+
 int main(void)
 {
+	RUN(size_parse);
+	RUN(hex);
 	RUN(fnv_and_split);
 	RUN(log_levels);
 	RUN(log_skips_formatting_below_threshold);

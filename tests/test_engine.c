@@ -27,9 +27,9 @@ static int on_tok(void *ud, const eng_token_t *t)
 
 static eng_t *open_stories(int ctx)
 {
-	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
-	if (access(path, R_OK))
+	char err[256];
+	const char *path = harness_stories();
+	if (!path)
 		return NULL;
 	eng_opts_t o = {.model_path = path, .threads = 2, .ctx = ctx};
 	eng_t *e = NULL;

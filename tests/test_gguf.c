@@ -291,20 +291,13 @@ TEST(errors_name_the_problem)
 	CHECK(strstr(err, "/nonexistent/x.gguf") != NULL);
 }
 
-static char *stories_path(void)
-{
-	static char p[512];
-	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
-	return p;
-}
-
 TEST(stories260k)
 {
 	gguf_t *g;
 	char err[256];
-	if (access(stories_path(), R_OK))
+	if (!harness_stories())
 		SKIP("stories260K.gguf not found");
-	int rc = gguf_open(&g, stories_path(), err, sizeof err);
+	int rc = gguf_open(&g, harness_stories(), err, sizeof err);
 	CHECK_EQ_INT(rc, 0);
 	if (rc)
 		return;
@@ -334,9 +327,9 @@ TEST(meta_stories)
 {
 	gguf_t *g;
 	char err[256];
-	if (access(stories_path(), R_OK))
+	if (!harness_stories())
 		SKIP("stories260K.gguf not found");
-	if (gguf_open(&g, stories_path(), err, sizeof err))
+	if (gguf_open(&g, harness_stories(), err, sizeof err))
 		SKIP("cannot open stories260K.gguf");
 	model_meta_t m;
 	int rc = meta_load(&m, g, err, sizeof err);
@@ -422,9 +415,9 @@ TEST(truncate_and_corrupt)
 	char *data;
 	size_t n;
 	char err[256];
-	if (access(stories_path(), R_OK))
+	if (!harness_stories())
 		SKIP("stories260K.gguf not found");
-	if (read_file_all(stories_path(), &data, &n, err, sizeof err))
+	if (read_file_all(harness_stories(), &data, &n, err, sizeof err))
 		SKIP("cannot read stories260K.gguf");
 	gguf_t *g;
 	CHECK_EQ_INT(gguf_open_mem(&g, data, n, err, sizeof err), 0);

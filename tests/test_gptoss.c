@@ -248,13 +248,14 @@ typedef struct fix {
 static int fix_open(fix_t *f, int type, int threads, int kv_type)
 {
 	mkmodel_opts_t o = fix_opts(type);
-	snprintf(f->path, sizeof f->path, "/tmp/shoal-test-gptoss-%d-%d.gguf", (int)getpid(), type);
-	return gen_open_kv(&f->x, &o, f->path, CTX, kv_type, threads);
+	int rc = gen_open_opts(&f->x, &o, "gptoss", threads, CTX, kv_type);
+	snprintf(f->path, sizeof f->path, "%s", f->x.path);
+	return rc;
 }
 
 static void fix_close(fix_t *f)
 {
-	gen_close(&f->x, f->path);
+	gen_close(&f->x);
 }
 
 /* 12 tokens: BOS-free, as llama.cpp tokenizes for a gpt-4o vocabulary without add_bos */
@@ -281,7 +282,7 @@ static void f32_matches_reference(int attn_ref)
 	float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
 	double worst = 0;
 	for (int i = 0; i < 40; i++) {
-		int t = i < 12 ? prompt[i] : ref_argmax(b, V);
+		int t = i < 12 ? prompt[i] : sh_argmax(b, V);
 		CHECK_EQ_INT(model_forward(x.x.m, &t, 1, i, a), 0);
 		ref_step(&R, t, i, b);
 		double md = 0, mr = 0;
@@ -325,7 +326,7 @@ TEST(prefill_equals_decode)
 	for (int k = 0; k < V; k++)
 		md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
 	CHECK(md / mr < 1e-3);
-	CHECK_EQ_INT(ref_argmax(a, V), ref_argmax(b, V));
+	CHECK_EQ_INT(sh_argmax(a, V), sh_argmax(b, V));
 	free(a);
 	free(b);
 	fix_close(&x);
@@ -803,7 +804,7 @@ TEST(harmony_render)
 	localtime_r(&now, &tm);
 	strftime(date, sizeof date, "%Y-%m-%d", &tm);
 	snprintf(want, sizeof want, want_fmt, date);
-	CHECK_EQ_INT(chat_render_tools("gpt-oss", "harmony", m, (int)ARRAY_LEN(m), tools, 0, NULL,
+	CHECK_EQ_INT(chat_render_tools("gpt-oss", CHAT_TOOLS_HARMONY, m, (int)ARRAY_LEN(m), tools, 0, NULL,
 				       &out, err, sizeof err),
 		     0);
 	if (out && strcmp(out, want))
@@ -812,7 +813,7 @@ TEST(harmony_render)
 	free(out);
 	/* the family is recognised from a template carrying <|start|> and <|channel|> */
 	CHECK_EQ_STR(chat_detect("{{'<|start|>' + role}}<|channel|>final", 37), "gpt-oss");
-	CHECK_EQ_STR(chat_tool_format(chat_tool_style("gpt-oss", NULL, 0)), "harmony");
+	CHECK_EQ_INT(chat_tool_format(chat_tool_style("gpt-oss", NULL, 0)), ENG_TOOLS_HARMONY);
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */

@@ -17,15 +17,6 @@
 
 #include "gen_model.h"
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static double nmse(const float *a, const float *ref, int n)
 {
 	double num = 0, den = 0;
@@ -73,7 +64,7 @@ static int stories_run(gguf_t *g, const model_meta_t *meta, int kv_type, const i
 		goto out_l;
 	int pos = np;
 	for (agree = 0; agree < 64; agree++) {
-		int t = argmax(logits, meta->n_vocab);
+		int t = sh_argmax(logits, meta->n_vocab);
 		if (t != gen[agree] || model_forward(m, &t, 1, pos++, logits))
 			break;
 	}
@@ -87,11 +78,11 @@ out:
 
 TEST(stories260K_f16_equals_f32)
 {
-	char path[512], err[256];
+	char err[256];
 	int prompt[64], gen[128];
-	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	const char *path = harness_stories();
 	int np = read_ids("prompt_ids:", prompt, 64), ng = read_ids("generated_ids_64:", gen, 128);
-	if (access(path, R_OK) || np <= 0 || ng != 64)
+	if (!path || np <= 0 || ng != 64)
 		SKIP("no stories260K model");
 	gguf_t *g = NULL;
 	model_meta_t meta;
@@ -120,32 +111,14 @@ TEST(stories260K_f16_equals_f32)
 }
 
 /* A generated model's file, opened (no model: each test makes its own per cache type). */
-typedef struct kvgen {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-} kvgen_t;
-
-static int kvgen_open(kvgen_t *x, int type)
+static int kvgen_open(gen_t *x, int type)
 {
-	memset(x, 0, sizeof *x);
 	mkmodel_opts_t o = gen_opts("llama", type, 11);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-kv-%d-%d.gguf", (int)getpid(), type);
-	if (gen_file(&o, x->path, &x->g, &x->meta, "kvgen_open"))
-		return -1;
-	return (x->pool = pool_new(2)) ? 0 : -1;
-}
-
-static void kvgen_close(kvgen_t *x)
-{
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
+	return gen_open_opts(x, &o, "kv", 2, 0, -1);
 }
 
 /* An existing file (test_kvcache --model): opened like kvgen_open's, never removed. */
-static int kvgen_attach(kvgen_t *x, const char *path)
+static int kvgen_attach(gen_t *x, const char *path)
 {
 	char err[256];
 	memset(x, 0, sizeof *x);
@@ -162,7 +135,7 @@ static const int prompt8[8] = {300, 10, 47, 299, 256, 100, 101, 102};
 /* Top-1 and second logit gap of x[n]. */
 static float top_gap(const float *x, int n, int *top)
 {
-	int a = argmax(x, n);
+	int a = sh_argmax(x, n);
 	float second = -INFINITY;
 	for (int i = 0; i < n; i++)
 		if (i != a && x[i] > second)
@@ -177,9 +150,9 @@ static double WORST_NMSE[3]; /* per cache type, over the last kv_top1_on's steps
  * token: returns in agree[k] the steps whose top-1 equals the F32 cache's, counting only steps
  * where the F32 run's top-1 leads by more than min_gap (a random model has near ties; with 8-bit
  * activations any perturbation of ~1e-3 flips some of their roundings). */
-static void kv_top1_on(kvgen_t *xp, const char *what, float min_gap, int *agree, int *counted)
+static void kv_top1_on(gen_t *xp, const char *what, float min_gap, int *agree, int *counted)
 {
-	kvgen_t x = *xp;
+	gen_t x = *xp;
 	char err[256];
 	const int kt[3] = {QT_F32, QT_F16, QT_Q8_0};
 	model_t *m[3] = {0};
@@ -205,7 +178,7 @@ static void kv_top1_on(kvgen_t *xp, const char *what, float min_gap, int *agree,
 		if (gap > min_gap) {
 			(*counted)++;
 			for (int k = 0; k < 3; k++) {
-				int a = argmax(l[k], n);
+				int a = sh_argmax(l[k], n);
 				agree[k] += a == t;
 				if (a != t) { /* how near a tie, how far the logits moved */
 					double ss = 0;
@@ -235,7 +208,7 @@ out:
 
 static void kv_top1(int wtype, float min_gap, int *agree, int *counted)
 {
-	kvgen_t x;
+	gen_t x;
 	char what[64];
 	if (kvgen_open(&x, wtype)) {
 		CHECK(0);
@@ -243,7 +216,7 @@ static void kv_top1(int wtype, float min_gap, int *agree, int *counted)
 	}
 	snprintf(what, sizeof what, "%s weights", quant_type_name(wtype));
 	kv_top1_on(&x, what, min_gap, agree, counted);
-	kvgen_close(&x);
+	gen_close(&x);
 }
 
 /* F32 weights (float activations): every one of the 64 steps. */
@@ -269,7 +242,7 @@ TEST(generated_top1_64_steps_q8_0_weights)
 /* Fused attention vs the plain version on the same cache, per cache type and thread count. */
 TEST(fused_attention_vs_plain)
 {
-	kvgen_t x;
+	gen_t x;
 	if (kvgen_open(&x, QT_F32)) {
 		CHECK(0);
 		return;
@@ -300,17 +273,17 @@ TEST(fused_attention_vs_plain)
 			fprintf(stderr, "fused vs plain attention, %s cache: nmse %g\n",
 				quant_type_name(kt[k]), e);
 		CHECK(e < bound[k]);
-		CHECK_EQ_INT(argmax(a, n), argmax(b, n));
+		CHECK_EQ_INT(sh_argmax(a, n), sh_argmax(b, n));
 		model_free(m);
 	}
 	free(a);
 	free(b);
-	kvgen_close(&x);
+	gen_close(&x);
 }
 
 TEST(kv_bytes_per_pos)
 {
-	kvgen_t x;
+	gen_t x;
 	if (kvgen_open(&x, QT_F32)) {
 		CHECK(0);
 		return;
@@ -321,7 +294,7 @@ TEST(kv_bytes_per_pos)
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, NULL, QT_Q8_0), 2 * 2 * 2 * 34);
 	model_shard_t one = {0, 4, 0, 1, 0, 512, 1, 2, 0, 0, 0, 0}; /* one KV head, one layer */
 	CHECK_EQ_INT(model_kv_bytes_per_pos(&x.meta, &one, QT_F16), 2 * 32 * 2);
-	kvgen_close(&x);
+	gen_close(&x);
 }
 
 /* `test_kvcache --model PATH...` (tests/t_big_models.sh: the 0.85B models of make bench): greedy
@@ -337,7 +310,7 @@ static char **BIG_PATHS;
 TEST(big_models_f16_top1)
 {
 	for (int i = 0; i < BIG_N; i++) {
-		kvgen_t x;
+		gen_t x;
 		int agree[3], counted;
 		if (kvgen_attach(&x, BIG_PATHS[i])) {
 			CHECK(0);

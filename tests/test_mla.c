@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf.h"
 #include "infer/gguf_write.h"
@@ -342,14 +343,6 @@ static void ref_forward(ref_t *r, int tok, int pos, float *logits)
 /* ---- engine side ------------------------------------------------------------------------------
  */
 
-typedef struct gen {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	model_t *m;
-	pool_t *pool;
-} gen_t;
-
 static mkmodel_opts_t base_opts(int type)
 {
 	return (mkmodel_opts_t){.arch = "deepseek2",
@@ -369,27 +362,10 @@ static mkmodel_opts_t base_opts(int type)
 				.v_head = 32};
 }
 
-static int gen_open(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads)
+/* The fixture (gen_model.h) with this file's context and an F32 cache. */
+static int mla_open(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads)
 {
-	char err[256];
-	memset(x, 0, sizeof *x);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-mla-%d-%s.gguf", (int)getpid(), tag);
-	if (mkmodel_write(o, x->path, err, sizeof err) ||
-	    gguf_open(&x->g, x->path, err, sizeof err) ||
-	    meta_load(&x->meta, x->g, err, sizeof err) || !(x->pool = pool_new(threads)) ||
-	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, QT_F32, x->pool, err, sizeof err)) {
-		fprintf(stderr, "gen_open %s: %s\n", tag, err);
-		return -1;
-	}
-	return 0;
-}
-
-static void gen_close(gen_t *x)
-{
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
+	return gen_open_opts(x, o, tag, threads, CTX, QT_F32);
 }
 
 static const int prompt[12] = {300, 10, 47, 299, 256, 100, 101, 102, 32, 33, 34, 35};
@@ -411,7 +387,7 @@ static void f32_matches_reference(const mkmodel_opts_t *o, const char *tag)
 {
 	gen_t x;
 	ref_t r;
-	if (gen_open(&x, o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
+	if (mla_open(&x, o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
 		CHECK(0);
 		gen_close(&x);
 		return;
@@ -422,12 +398,12 @@ static void f32_matches_reference(const mkmodel_opts_t *o, const char *tag)
 	for (int i = 0; i < 12; i++)
 		ref_forward(&r, prompt[i], i, lr);
 	double worst = rel_err(le, lr, V);
-	int tok = ref_argmax(lr, V);
+	int tok = sh_argmax(lr, V);
 	for (int s = 0; s < 20; s++) {
 		CHECK_EQ_INT(model_forward(x.m, &tok, 1, 12 + s, le), 0);
 		ref_forward(&r, tok, 12 + s, lr);
 		worst = fmax(worst, rel_err(le, lr, V));
-		tok = ref_argmax(lr, V);
+		tok = sh_argmax(lr, V);
 	}
 	if (!(worst < 1e-4))
 		fprintf(stderr, "%s: engine vs reference max relative error %g\n", tag, worst);
@@ -492,7 +468,7 @@ TEST(split_equals_legacy)
 	mkmodel_opts_t a = base_opts(QT_F32), b = base_opts(QT_F32);
 	b.mla_legacy = 1;
 	gen_t x, y;
-	if (gen_open(&x, &a, "split", 1) || gen_open(&y, &b, "legacy", 1)) {
+	if (mla_open(&x, &a, "split", 1) || mla_open(&y, &b, "legacy", 1)) {
 		CHECK(0);
 		return;
 	}
@@ -515,7 +491,7 @@ static void q8_greedy(const mkmodel_opts_t *o, const char *tag)
 {
 	gen_t x;
 	ref_t r;
-	if (gen_open(&x, o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
+	if (mla_open(&x, o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
 		CHECK(0);
 		gen_close(&x);
 		return;
@@ -526,7 +502,7 @@ static void q8_greedy(const mkmodel_opts_t *o, const char *tag)
 	for (int i = 0; i < 12; i++)
 		ref_forward(&r, prompt[i], i, lr);
 	for (int s = 0; s < 32 && same; s++) {
-		te = ref_argmax(le, V), tr = ref_argmax(lr, V);
+		te = sh_argmax(le, V), tr = sh_argmax(lr, V);
 		/* equal, or a near-tie in the reference itself (its top two within 1 %: int8
 		 * activations move Q8_0 logits by about that, and the kernels' summation order
 		 * breaks such ties either way; measured here: 0.56 % at one step of the MoE model
@@ -583,7 +559,7 @@ TEST(every_weight_type)
 		snprintf(tag, sizeof tag, "type%d", types[i]);
 		gen_t x;
 		ref_t r;
-		if (gen_open(&x, &o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
+		if (mla_open(&x, &o, tag, 2) || ref_open(&r, x.g, &x.meta)) {
 			CHECK(0);
 			gen_close(&x);
 			continue;
@@ -606,7 +582,7 @@ TEST(every_weight_type)
 		CHECK(rms < 2e-2);
 		/* top-1 may flip between near-equal logits (random weights): the engine's choice
 		 * must be one the reference scores within 1% of its largest logit */
-		int ae = ref_argmax(le, V), ar = ref_argmax(lr, V);
+		int ae = sh_argmax(le, V), ar = sh_argmax(lr, V);
 		if (getenv("MLA_DBG"))
 			fprintf(stderr, "  top-1 %d (%g) vs %d (%g)\n", ae, lr[ae], ar, lr[ar]);
 		CHECK(lr[ae] >= lr[ar] - 0.01f * fabsf(lr[ar]));
@@ -623,7 +599,7 @@ TEST(kv_bytes_are_the_latent)
 {
 	mkmodel_opts_t o = base_opts(QT_F32);
 	gen_t x;
-	if (gen_open(&x, &o, "kvb", 1)) {
+	if (mla_open(&x, &o, "kvb", 1)) {
 		CHECK(0);
 		return;
 	}
@@ -643,7 +619,7 @@ TEST(slots_mixed_batch)
 	mkmodel_opts_t o = base_opts(QT_F32);
 	gen_t x;
 	char err[256];
-	if (gen_open(&x, &o, "slots", 2)) {
+	if (mla_open(&x, &o, "slots", 2)) {
 		CHECK(0);
 		return;
 	}
@@ -708,7 +684,7 @@ static void *rk_main(void *arg)
 	int V = 320; /* base_opts' vocabulary */
 	r->rc = model_forward(r->m, prompt, 12, 0, r->logits);
 	for (int s = 0; s < 8 && !r->rc; s++) {
-		r->ids[s] = ref_argmax(r->logits, V);
+		r->ids[s] = sh_argmax(r->logits, V);
 		r->rc = model_forward(r->m, &r->ids[s], 1, 12 + s, r->logits);
 	}
 	return NULL;
@@ -721,7 +697,7 @@ static void sharded(int type, int n, const int *heads)
 	mkmodel_opts_t o = base_opts(type);
 	gen_t x;
 	char err[256];
-	if (gen_open(&x, &o, "tp", 1)) {
+	if (mla_open(&x, &o, "tp", 1)) {
 		CHECK(0);
 		return;
 	}

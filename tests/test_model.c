@@ -10,15 +10,6 @@
 
 #include <pthread.h>
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static int read_expected(int *prompt, int *np, int *gen, int *ng)
 {
 	char path[512], *buf;
@@ -46,11 +37,11 @@ static int read_expected(int *prompt, int *np, int *gen, int *ng)
 
 static void run_stories(int threads, int batched)
 {
-	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	char err[256];
+	const char *path = harness_stories();
 	int prompt[64], gen[128], np, ng;
-	if (access(path, R_OK) || read_expected(prompt, &np, gen, &ng)) {
-		fprintf(stderr, "skip: no %s\n", path);
+	if (!path || read_expected(prompt, &np, gen, &ng)) {
+		fprintf(stderr, "skip: no stories260K model\n");
 		return;
 	}
 	CHECK_EQ_INT(ng, 64);
@@ -75,7 +66,7 @@ static void run_stories(int threads, int batched)
 			CHECK_EQ_INT(model_forward(m, &prompt[pos], 1, pos, logits), 0);
 	}
 	for (int i = 0; i < ng; i++) {
-		int t = argmax(logits, meta.n_vocab);
+		int t = sh_argmax(logits, meta.n_vocab);
 		if (t != gen[i]) {
 			fprintf(stderr, "stories260K step %d: got %d want %d\n", i, t, gen[i]);
 			ok = 0;
@@ -108,9 +99,8 @@ static const int prompt24[24] = {300, 10,  47,  299, 256, 100, 101, 102, 32, 33,
 /* F32 vs Q8_0 of the same weights: top-1 agreement at every prompt position. */
 TEST(f32_vs_q8_0_top1)
 {
-	char p1[256], p2[256];
 	gen_t a, b;
-	if (gen_open(&a, "llama", QT_F32, 1, p1) || gen_open(&b, "llama", QT_Q8_0, 2, p2)) {
+	if (gen_open(&a, "llama", QT_F32, 1) || gen_open(&b, "llama", QT_Q8_0, 2)) {
 		CHECK(0);
 		return;
 	}
@@ -120,7 +110,7 @@ TEST(f32_vs_q8_0_top1)
 	for (int i = 0; i < 24; i++) {
 		CHECK_EQ_INT(model_forward(a.m, &prompt24[i], 1, i, la), 0);
 		CHECK_EQ_INT(model_forward(b.m, &prompt24[i], 1, i, lb), 0);
-		agree += argmax(la, n) == argmax(lb, n);
+		agree += sh_argmax(la, n) == sh_argmax(lb, n);
 		for (int k = 0; k < n; k++) {
 			num += (la[k] - lb[k]) * (la[k] - lb[k]);
 			den += la[k] * la[k];
@@ -131,17 +121,16 @@ TEST(f32_vs_q8_0_top1)
 	CHECK(num / den < 1e-3);
 	free(la);
 	free(lb);
-	gen_close(&a, p1);
-	gen_close(&b, p2);
+	gen_close(&a);
+	gen_close(&b);
 }
 
 /* Batched prefill (sgemm path: 24 >= BLAS_MIN tokens) vs one token at a time, every arch and
  * a K-quant. */
 static void batched_vs_sequential(const char *arch, int type)
 {
-	char p1[256];
 	gen_t a;
-	if (gen_open(&a, arch, type, 2, p1)) {
+	if (gen_open(&a, arch, type, 2)) {
 		CHECK(0);
 		return;
 	}
@@ -158,7 +147,7 @@ static void batched_vs_sequential(const char *arch, int type)
 	}
 	for (int k = 0; k < n; k++)
 		var += (l2[k] - mean) * (l2[k] - mean) / n;
-	CHECK_EQ_INT(argmax(l1, n), argmax(l2, n));
+	CHECK_EQ_INT(sh_argmax(l1, n), sh_argmax(l2, n));
 	/* f32 activations in both paths: close; 8-bit activations only in the sequential one */
 	double bound = type == QT_F32 ? 1e-8 : 1e-3;
 	if (!(num / den < bound))
@@ -167,7 +156,7 @@ static void batched_vs_sequential(const char *arch, int type)
 	CHECK(var > 0.5); /* logits are spread, the model is not degenerate */
 	free(l1);
 	free(l2);
-	gen_close(&a, p1);
+	gen_close(&a);
 }
 
 TEST(batched_llama_f32)
@@ -234,9 +223,9 @@ static void *rank_main(void *arg)
 
 static void sharded_matches_full(int type, const model_shard_t *sh)
 {
-	char path[256], err[256];
+	char err[256];
 	gen_t full;
-	if (gen_open(&full, "qwen2", type, 1, path)) {
+	if (gen_open(&full, "qwen2", type, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -271,7 +260,7 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 	CHECK_EQ_INT(rk[0].rc, 0);
 	CHECK_EQ_INT(rk[1].rc, 0);
 	CHECK(!memcmp(rk[0].logits, rk[1].logits, n * sizeof(float))); /* ranks agree exactly */
-	CHECK_EQ_INT(argmax(rk[0].logits, n), argmax(want, n));
+	CHECK_EQ_INT(sh_argmax(rk[0].logits, n), sh_argmax(want, n));
 	if (!(num / den < 1e-8))
 		fprintf(stderr, "sharded vs full (type %d): nmse %g\n", type, num / den);
 	CHECK(num / den < 1e-8);
@@ -288,7 +277,7 @@ static void sharded_matches_full(int type, const model_shard_t *sh)
 		free(ar.slot[r]);
 	}
 	free(want);
-	gen_close(&full, path);
+	gen_close(&full);
 }
 
 /* 8 heads / 2 KV heads / ffn 512: an even split, and a 3:1 split where rank 0 holds both KV
@@ -308,16 +297,15 @@ TEST(tensor_parallel_seam_q8_0_uneven)
 
 TEST(bad_input)
 {
-	char p1[256];
 	gen_t a;
-	if (gen_open(&a, "llama", QT_Q8_0, 1, p1)) {
+	if (gen_open(&a, "llama", QT_Q8_0, 1)) {
 		CHECK(0);
 		return;
 	}
 	int bad = 100000, ok = 1;
 	CHECK_EQ_INT(model_forward(a.m, &bad, 1, 0, NULL), SH_EINVAL);
 	CHECK_EQ_INT(model_forward(a.m, &ok, 1, 256, NULL), SH_EINVAL);
-	gen_close(&a, p1);
+	gen_close(&a);
 }
 
 int main(void)

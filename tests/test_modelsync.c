@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "agent/modelsync.h"
+#include "agent/modelstore/modelsync.h"
 #include "common/common.h"
 #include "harness.h"
 #include "infer/gguf_write.h"

@@ -224,18 +224,10 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-typedef struct fix {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-	model_t *m;
-} fix_t;
-
-static int fix_open(fix_t *x, const char *arch, int type, int threads)
+/* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
+ * context, an F32 cache. */
+static int moe_open(gen_t *x, const char *arch, int type, int threads)
 {
-	char err[256];
-	memset(x, 0, sizeof *x);
 	mkmodel_opts_t o = {.arch = arch,
 			    .dim = 128,
 			    .layers = 2,
@@ -249,24 +241,7 @@ static int fix_open(fix_t *x, const char *arch, int type, int threads)
 			    .experts = 8,
 			    .experts_used = 2,
 			    .expert_ffn = 64};
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-moe-%d-%s-%d.gguf", (int)getpid(), arch,
-		 type);
-	if (gen_file(&o, x->path, &x->g, &x->meta, arch))
-		return -1;
-	if (!(x->pool = pool_new(threads)) ||
-	    model_new_kv(&x->m, x->g, &x->meta, NULL, CTX, QT_F32, x->pool, err, sizeof err)) {
-		fprintf(stderr, "fix_open %s: %s\n", arch, x->pool ? err : "no threads");
-		return -1;
-	}
-	return 0;
-}
-
-static void fix_close(fix_t *x)
-{
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
+	return gen_open_opts(x, &o, "moe", threads, CTX, QT_F32);
 }
 
 static const int prompt[12] = {256, 72, 101, 108, 108, 111, 32, 116, 104, 101, 281, 300};
@@ -275,8 +250,8 @@ static const int prompt[12] = {256, 72, 101, 108, 108, 111, 32, 116, 104, 101, 2
 
 static void f32_matches_reference(const char *arch)
 {
-	fix_t x;
-	if (fix_open(&x, arch, QT_F32, 2)) {
+	gen_t x;
+	if (moe_open(&x, arch, QT_F32, 2)) {
 		CHECK(0);
 		return;
 	}
@@ -289,7 +264,7 @@ static void f32_matches_reference(const char *arch)
 	double worst = 0;
 	int choices_ok = 1;
 	for (int i = 0; i < 24; i++) {
-		int t = i < 12 ? prompt[i] : ref_argmax(b, V);
+		int t = i < 12 ? prompt[i] : sh_argmax(b, V);
 		CHECK_EQ_INT(model_forward(x.m, &t, 1, i, a), 0);
 		ref_step(&R, t, i, b);
 		double md = 0, mr = 0;
@@ -308,7 +283,7 @@ static void f32_matches_reference(const char *arch)
 	free(a);
 	free(b);
 	ref_close(&R);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(mixtral_f32_vs_reference)
@@ -327,8 +302,8 @@ TEST(qwen3moe_f32_vs_reference)
 /* Q8_0: greedy top-1 of the engine equals the reference's (on the dequantized weights). */
 static void q8_greedy_matches_reference(const char *arch)
 {
-	fix_t x;
-	if (fix_open(&x, arch, QT_Q8_0, 2)) {
+	gen_t x;
+	if (moe_open(&x, arch, QT_Q8_0, 2)) {
 		CHECK(0);
 		return;
 	}
@@ -340,7 +315,7 @@ static void q8_greedy_matches_reference(const char *arch)
 	for (int i = 0; i < 12; i++)
 		ref_step(&R, prompt[i], i, b);
 	for (int s = 0; s < steps; s++) {
-		int ta = ref_argmax(a, V), tb = ref_argmax(b, V);
+		int ta = sh_argmax(a, V), tb = sh_argmax(b, V);
 		/* equal, or a near-tie in the reference itself (its top two within 0.5 %: int8
 		 * activations legitimately break those either way) */
 		int tie = ta != tb && b[tb] - b[ta] < 0.005f * fabsf(b[tb]);
@@ -355,7 +330,7 @@ static void q8_greedy_matches_reference(const char *arch)
 	free(a);
 	free(b);
 	ref_close(&R);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(mixtral_q8_0_greedy)
@@ -374,8 +349,8 @@ TEST(qwen3moe_q8_0_greedy)
 /* Batched prefill (tokens grouped by expert, the sgemm path for F32) = one token at a time. */
 TEST(prefill_groups_tokens_by_expert)
 {
-	fix_t x, y;
-	if (fix_open(&x, "qwen2moe", QT_F32, 2) || fix_open(&y, "qwen2moe", QT_F32, 1)) {
+	gen_t x, y;
+	if (moe_open(&x, "qwen2moe", QT_F32, 2) || moe_open(&y, "qwen2moe", QT_F32, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -390,11 +365,11 @@ TEST(prefill_groups_tokens_by_expert)
 	for (int k = 0; k < V; k++)
 		md = fmax(md, fabs(a[k] - b[k])), mr = fmax(mr, fabs(b[k]));
 	CHECK(md / mr < 1e-4);
-	CHECK_EQ_INT(ref_argmax(a, V), ref_argmax(b, V));
+	CHECK_EQ_INT(sh_argmax(a, V), sh_argmax(b, V));
 	free(a);
 	free(b);
-	fix_close(&x);
-	fix_close(&y);
+	gen_close(&x);
+	gen_close(&y);
 }
 
 /* ---- the routing function on its own ------------------------------------------------------ */
@@ -477,9 +452,9 @@ static int greedy(model_t *m, int V, int *ids)
 
 static void shards_match_one_rank(const char *arch, int world, const int *w)
 {
-	fix_t x;
+	gen_t x;
 	char err[256];
-	if (fix_open(&x, arch, QT_Q8_0, 1)) {
+	if (moe_open(&x, arch, QT_Q8_0, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -507,7 +482,7 @@ static void shards_match_one_rank(const char *arch, int world, const int *w)
 		model_free(m[r]);
 		pool_free(pools[r]);
 	}
-	fix_close(&x);
+	gen_close(&x);
 }
 
 static const int w21[2] = {2, 1}, w211[3] = {2, 1, 1};
@@ -531,9 +506,9 @@ TEST(qwen2moe_shards_2_1)
 /* Pipeline: each stage holds all experts of its layers. */
 TEST(pipeline_split_keeps_experts_whole)
 {
-	fix_t x;
+	gen_t x;
 	char err[256];
-	if (fix_open(&x, "qwen3moe", QT_Q8_0, 1)) {
+	if (moe_open(&x, "qwen3moe", QT_Q8_0, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -543,15 +518,15 @@ TEST(pipeline_split_keeps_experts_whole)
 		CHECK_EQ_INT(sh[r].exp0, 0);
 		CHECK_EQ_INT(sh[r].n_exp, 8);
 	}
-	fix_close(&x);
+	gen_close(&x);
 }
 
 /* ---- bytes per token ------------------------------------------------------------------------ */
 
 TEST(bytes_per_token_counts_used_experts)
 {
-	fix_t x;
-	if (fix_open(&x, "mixtral", QT_Q8_0, 1)) {
+	gen_t x;
+	if (moe_open(&x, "mixtral", QT_Q8_0, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -564,7 +539,7 @@ TEST(bytes_per_token_counts_used_experts)
 	if (fabs(got - want) / want > 0.05)
 		fprintf(stderr, "bytes/token %.0f, expected %.0f\n", got, want);
 	CHECK(fabs(got - want) / want <= 0.05);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
@@ -638,8 +613,8 @@ TEST(bad_input)
 	CHECK(bad_model("shape", err, sizeof err) < 0);
 	CHECK(strstr(err, "blk.0.ffn_down_exps.weight") && strstr(err, "expected [32, 32, 4]"));
 	/* a shard naming experts past the end is refused */
-	fix_t x;
-	if (fix_open(&x, "mixtral", QT_Q8_0, 1)) {
+	gen_t x;
+	if (moe_open(&x, "mixtral", QT_Q8_0, 1)) {
 		CHECK(0);
 		return;
 	}
@@ -649,7 +624,7 @@ TEST(bad_input)
 	model_t *m = NULL;
 	CHECK(model_new(&m, x.g, &x.meta, &s, CTX, x.pool, err, sizeof err) < 0);
 	CHECK(strstr(err, "expert") != NULL);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 int main(void)

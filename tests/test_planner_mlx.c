@@ -12,7 +12,7 @@
  */
 #include "planner/plan_int.h"
 
-#include "agent/exec.h"
+#include "agent/session/exec.h"
 #include "common/common.h"
 #include "harness.h"
 
@@ -698,7 +698,7 @@ TEST(order_deterministic)
 }
 
 /* Looks NAME up in env[n] ("NAME=value"); NULL when absent. */
-static const char *env_get(char env[][4300], int n, const char *name)
+static const char *env_get(char env[][EXEC_ENV_LEN], int n, const char *name)
 {
 	size_t k = strlen(name);
 	for (int i = 0; i < n; i++)
@@ -714,7 +714,7 @@ static const char *env_get(char env[][4300], int n, const char *name)
  * is set); one rank gets no MLX_HOSTFILE (its empty file is no JSON for load_nodes). */
 TEST(exec_env_per_backend)
 {
-	static char env[16][4300];
+	static char env[16][EXEC_ENV_LEN];
 	exec_cfg_t cfg = {"true", 18500, "/st"};
 	const fixture_t *fx[] = {&ETH3, &MESH4, &RING4, &ONE};
 	for (size_t k = 0; k < ARRAY_LEN(fx); k++) {

@@ -444,8 +444,8 @@ static void f32_matches_reference(const char *arch)
 		CHECK_EQ_INT(model_forward(x.m, &tok, 1, pos, a), 0);
 		ref_step(&R, tok, pos, b);
 		worst = fmax(worst, rel_err(a, b, V));
-		same &= ref_argmax(a, V) == ref_argmax(b, V);
-		tok = ref_argmax(b, V);
+		same &= sh_argmax(a, V) == sh_argmax(b, V);
+		tok = sh_argmax(b, V);
 	}
 	if (worst > 1e-3 || !same)
 		fprintf(stderr, "%s: worst relative logit error %.2e, same argmax %d\n", arch,
@@ -483,7 +483,7 @@ static void q8_greedy_matches_reference(const char *arch)
 	for (int pos = 0; pos < 12; pos++)
 		ref_step(&R, prompt[pos], pos, b);
 	for (int i = 0; i < 16; i++) {
-		int ta = ref_argmax(a, V), tb = ref_argmax(b, V);
+		int ta = sh_argmax(a, V), tb = sh_argmax(b, V);
 		agree += ta == tb;
 		if (ta != tb) /* how near a tie the reference had it */
 			fprintf(stderr, "%s q8_0 step %d: %d vs %d, reference margin %.4f\n", arch,
@@ -1001,7 +1001,7 @@ static void *stage_main(void *arg)
 	for (int i = 0; i < 16 && !s->rc; i++) {
 		static int next;
 		if (s->r == s->world - 1)
-			next = ref_argmax(lg, s->V);
+			next = sh_argmax(lg, s->V);
 		mem_group_wait(s->g);
 		s->ids[i] = next;
 		mem_group_wait(s->g);
@@ -1115,7 +1115,7 @@ TEST(model_shape_facts)
 	o.nextn = 1;
 	CHECK_EQ_INT(mkmodel_write(&o, path, err, sizeof err), 0);
 	eng_model_shape_t s;
-	CHECK_EQ_INT(eng_model_shape(path, &s, NULL, NULL, err, sizeof err), 0);
+	CHECK_EQ_INT(eng_model_shape(path, &s, err, sizeof err), 0);
 	CHECK_EQ_INT(s.n_layers, 6);
 	CHECK_EQ_INT(s.n_kv_layers, 2);
 	CHECK_EQ_INT(s.recurrent[0], 0x1b); /* layers 0 1 3 4 */

@@ -121,9 +121,10 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 					    {4, 4, 0, 1, 256, 256, 0, 2, 0, 0, 0, 0}};
 	static const char *const arch[3] = {"llama", "qwen2", "deepseek2"};
 	for (int s = 0; s < 3; s++) {
-		char path[256], slice[300], err[256];
+		char slice[300], err[256];
 		gen_t a;
-		if (gen_open(&a, arch[s], QT_Q8_0, 1, path)) {
+		if (gen_open(&a, arch[s], QT_Q8_0, 1)) {
+			gen_close(&a);
 			CHECK(0);
 			return;
 		}
@@ -138,14 +139,14 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 				.layer1 = 2};
 		eng_range_t *r = NULL;
 		int n = 0;
-		CHECK_EQ_INT(eng_shard_ranges(path, &d, 0, &r, &n, err, sizeof err), 0);
+		CHECK_EQ_INT(eng_shard_ranges(a.path, &d, 0, &r, &n, err, sizeof err), 0);
 		uint64_t bytes = 0, size = 0;
 		for (int i = 0; i < n; i++) {
 			bytes += r[i].len;
 			CHECK(i == 0 || r[i].compact > r[i - 1].compact ||
 			      r[i].off > r[i - 1].off + r[i - 1].len); /* sorted, merged per kind */
 		}
-		FILE *f = fopen(path, "rb");
+		FILE *f = fopen(a.path, "rb");
 		if (f) {
 			fseek(f, 0, SEEK_END);
 			size = (uint64_t)ftell(f);
@@ -155,8 +156,8 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 		fprintf(stderr, "shard %d: %d ranges, %llu of %llu bytes\n", s, n,
 			(unsigned long long)bytes, (unsigned long long)size);
 		CHECK(bytes < size * 3 / 4);
-		snprintf(slice, sizeof slice, "%s.slice", path);
-		CHECK_EQ_INT(copy_ranges(path, slice, r, n), 0);
+		snprintf(slice, sizeof slice, "%s.slice", a.path);
+		CHECK_EQ_INT(copy_ranges(a.path, slice, r, n), 0);
 		gguf_t *g2 = NULL;
 		model_t *m1 = NULL, *m2 = NULL;
 		CHECK_EQ_INT(gguf_open(&g2, slice, err, sizeof err), 0);
@@ -181,7 +182,7 @@ TEST(shard_ranges_cover_what_a_shard_reads)
 		unlink(side);
 		unlink(slice);
 		free(r);
-		gen_close(&a, path);
+		gen_close(&a);
 	}
 }
 
@@ -190,7 +191,7 @@ TEST(shard_ranges_cover_what_a_shard_reads)
  * held elsewhere too: those are never read here). */
 TEST(moe_shard_ranges)
 {
-	char path[256], err[256];
+	char path[256];
 	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-moe.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen2moe",
 			    .dim = 256,
@@ -207,9 +208,7 @@ TEST(moe_shard_ranges)
 			    .expert_ffn = 128};
 	gguf_t *g = NULL;
 	model_meta_t meta;
-	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
-	    meta_load(&meta, g, err, sizeof err)) {
-		fprintf(stderr, "moe model: %s\n", err);
+	if (gen_file(&o, path, &g, &meta, "moe model")) {
 		CHECK(0);
 		return;
 	}
@@ -240,7 +239,7 @@ TEST(moe_shard_ranges)
  * computes the same logits. */
 TEST(qwen35_shard_ranges)
 {
-	char path[256], err[256];
+	char path[256];
 	snprintf(path, sizeof path, "/tmp/shoal-test-slices-%d-q35.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen35moe",
 			    .dim = 128,
@@ -261,9 +260,7 @@ TEST(qwen35_shard_ranges)
 			    .ssm_v_heads = 4};
 	gguf_t *g = NULL;
 	model_meta_t meta;
-	if (mkmodel_write(&o, path, err, sizeof err) || gguf_open(&g, path, err, sizeof err) ||
-	    meta_load(&meta, g, err, sizeof err)) {
-		fprintf(stderr, "qwen35 model: %s\n", err);
+	if (gen_file(&o, path, &g, &meta, "qwen35 model")) {
 		CHECK(0);
 		return;
 	}

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
 #include "infer/infer.h"
@@ -608,16 +609,11 @@ int main(void)
 		fprintf(stderr, "keys: %s\n", err);
 		return 1;
 	}
-	static char st[512];
-	snprintf(st, sizeof st, "%s/models/stories260K.gguf", harness_shared());
-	STORIES = access(st, R_OK) ? NULL : st;
+	STORIES = harness_stories();
+	/* the converted copies beside gen_write's files */
 	int pid = (int)getpid();
-	snprintf(S16, sizeof S16, "/tmp/shoal-test-spec-%d-s16.gguf", pid);
-	snprintf(RA, sizeof RA, "/tmp/shoal-test-spec-%d-a.gguf", pid);
-	snprintf(RB, sizeof RB, "/tmp/shoal-test-spec-%d-b.gguf", pid);
-	snprintf(RAQ, sizeof RAQ, "/tmp/shoal-test-spec-%d-aq.gguf", pid);
-	snprintf(Q35, sizeof Q35, "/tmp/shoal-test-spec-%d-q35.gguf", pid);
-	snprintf(Q35B, sizeof Q35B, "/tmp/shoal-test-spec-%d-q35b.gguf", pid);
+	snprintf(S16, sizeof S16, "/tmp/shoal-test-%d-spec-s16.gguf", pid);
+	snprintf(RAQ, sizeof RAQ, "/tmp/shoal-test-%d-spec-aq.gguf", pid);
 	if (STORIES && gguf_convert(STORIES, S16, QT_F16, err, sizeof err)) {
 		fprintf(stderr, "convert: %s\n", err);
 		return 1;
@@ -648,19 +644,12 @@ int main(void)
 			    .ssm_state = 32,
 			    .ssm_k_heads = 2,
 			    .ssm_v_heads = 4};
-	int rc = mkmodel_write(&o, RA, err, sizeof err);
-	o.seed = 4;
-	if (!rc)
-		rc = mkmodel_write(&o, RB, err, sizeof err);
-	if (!rc) /* and the target's own weights, quantized: a draft that mostly agrees */
-		rc = gguf_convert(RA, RAQ, QT_Q4_0, err, sizeof err);
-	if (!rc)
-		rc = mkmodel_write(&q, Q35, err, sizeof err);
-	q.seed = 19;
-	if (!rc)
-		rc = mkmodel_write(&q, Q35B, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(RA, &o, "spec-a") || (o.seed = 4, gen_write(RB, &o, "spec-b")) ||
+	    gen_write(Q35, &q, "spec-q35") || (q.seed = 19, gen_write(Q35B, &q, "spec-q35b")))
+		return 1;
+	/* and the target's own weights, quantized: a draft that mostly agrees */
+	if (gguf_convert(RA, RAQ, QT_Q4_0, err, sizeof err)) {
+		fprintf(stderr, "convert: %s\n", err);
 		return 1;
 	}
 	RUN(greedy_same_one_node);

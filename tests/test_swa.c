@@ -140,8 +140,8 @@ static void run_ref(int attn_ref)
 		rd_step(&R, t[i], i, lr);
 	double worst = rel_err(lg, lr, V);
 	for (int s = 0; s < 40; s++) {
-		int tok = ref_argmax(lr, V);
-		CHECK_EQ_INT(ref_argmax(lg, V), tok);
+		int tok = sh_argmax(lr, V);
+		CHECK_EQ_INT(sh_argmax(lg, V), tok);
 		CHECK_EQ_INT(model_forward(x.m, &tok, 1, np + s, lg), 0);
 		rd_step(&R, tok, np + s, lr);
 		worst = fmax(worst, rel_err(lg, lr, V));

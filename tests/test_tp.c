@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "gen_model.h"
 #include "harness.h"
 #include "infer/gguf.h"
 #include "infer/gguf_write.h"
@@ -40,15 +41,6 @@ typedef struct run {
 	char err[320];
 } run_t;
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static const int PROMPT[N_PROMPT] = {1, 20, 31, 42, 53, 64, 75, 86, 97, 108, 119, 130};
 
 /* Drives steps through fwd(ctx, tokens, n, pos, logits). */
@@ -61,11 +53,11 @@ static int drive(run_t *r, fwd_fn fwd, void *ctx)
 		return rc;
 	for (int s = 0; s < N_GEN; s++) {
 		float *l = r->logits + (size_t)s * r->n_vocab;
-		r->ids[s] = argmax(l, r->n_vocab);
+		r->ids[s] = sh_argmax(l, r->n_vocab);
 		if ((rc = fwd(ctx, &r->ids[s], 1, N_PROMPT + s, l + r->n_vocab)))
 			return rc;
 	}
-	r->ids[N_GEN] = argmax(r->logits + (size_t)N_GEN * r->n_vocab, r->n_vocab);
+	r->ids[N_GEN] = sh_argmax(r->logits + (size_t)N_GEN * r->n_vocab, r->n_vocab);
 	return 0;
 }
 
@@ -142,8 +134,7 @@ static void *rank_main(void *arg)
 	    (rc = gguf_open(&g, c->path, c->err, sizeof c->err)) ||
 	    (rc = meta_load(&mt, g, c->err, sizeof c->err)))
 		goto out;
-	const gguf_tensor_t *t = gguf_find_tensor(g, "blk.0.ffn_down.weight");
-	int blk = MAX(t ? quant_block_elems(t->type) : 32, 32); /* MoE files: Q8_0 or F16 */
+	int blk = dist_ffn_block(g); /* as the engine and the planner cut the FFN */
 	if ((rc = dist_split(&mt, blk, c->pipeline, c->l.world, c->weights, sh, c->err,
 			     sizeof c->err)))
 		goto out;
@@ -255,13 +246,6 @@ static void check_config(const char *path, int world, int pipeline, const int *w
 	free(ctx[0].run.logits);
 }
 
-static const char *stories(void)
-{
-	static char p[512];
-	snprintf(p, sizeof p, "%s/models/stories260K.gguf", harness_shared());
-	return access(p, R_OK) ? NULL : p;
-}
-
 TEST(split)
 {
 	model_meta_t mt = {.n_layers = 6, .n_heads = 8, .n_kv_heads = 2, .ffn = 172, .dim = 64};
@@ -304,10 +288,39 @@ TEST(split)
 	CHECK_EQ_INT(dist_split(&mt, 32, 0, 2, bad, s, err, sizeof err), SH_EINVAL);
 }
 
-static void put32(uint8_t *p, uint32_t v)
+/* Each tensor's part (what the planner sizes shares by) is the axis the engine cuts it along. */
+TEST(tensor_parts)
 {
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	static const struct {
+		const char *name;
+		dist_part_t part;
+	} t[] = {
+	    {"token_embd.weight", DIST_PART_EMBD},
+	    {"output.weight", DIST_PART_OUTPUT},
+	    {"output_norm.weight", DIST_PART_OUTPUT},
+	    {"blk.0.attn_q.weight", DIST_PART_Q_HEADS},
+	    {"blk.3.attn_output.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_kv_b.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_k_b.weight", DIST_PART_Q_HEADS},
+	    {"blk.1.attn_kv_a_mqa.weight", DIST_PART_REPLICATED},
+	    {"blk.12.attn_k.weight", DIST_PART_KV_HEADS},
+	    {"blk.0.attn_v.weight", DIST_PART_KV_HEADS},
+	    {"blk.0.attn_q.bias", DIST_PART_REPLICATED},
+	    {"blk.0.attn_norm.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ffn_norm.weight", DIST_PART_REPLICATED},
+	    {"blk.0.ffn_up.weight", DIST_PART_FFN},
+	    {"blk.0.ffn_down.weight", DIST_PART_FFN},
+	    {"blk.2.ffn_gate_exps.weight", DIST_PART_EXPERTS},
+	    {"blk.2.ffn_gate_inp.weight", DIST_PART_REPLICATED},
+	    {"blk.2.ffn_gate_inp_shexp.weight", DIST_PART_REPLICATED},
+	    {"blk.2.ffn_down_shexp.weight", DIST_PART_SHEXP},
+	};
+	for (size_t i = 0; i < ARRAY_LEN(t); i++)
+		if (dist_tensor_part(t[i].name) != t[i].part) {
+			fprintf(stderr, "%s: part %d, want %d\n", t[i].name,
+				dist_tensor_part(t[i].name), t[i].part);
+			CHECK(0);
+		}
 }
 
 TEST(step_decode)
@@ -315,14 +328,14 @@ TEST(step_decode)
 	uint8_t h[DIST_HDR_BYTES] = {0};
 	dist_step_t s;
 	char err[160];
-	put32(h, DIST_MSG_STEP);
-	put32(h + 4, DIST_VERSION);
-	put32(h + 8, 5); /* seq, low half */
-	put32(h + 16, DIST_STEP_NEW_REQUEST);
-	put32(h + 20, 9);
-	put32(h + 24, 2);
-	put32(h + 28, 17);
-	put32(h + 32, 300);
+	sh_put_le32(h, DIST_MSG_STEP);
+	sh_put_le32(h + 4, DIST_VERSION);
+	sh_put_le32(h + 8, 5); /* seq, low half */
+	sh_put_le32(h + 16, DIST_STEP_NEW_REQUEST);
+	sh_put_le32(h + 20, 9);
+	sh_put_le32(h + 24, 2);
+	sh_put_le32(h + 28, 17);
+	sh_put_le32(h + 32, 300);
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
 	CHECK_EQ_INT((int)s.seq, 5);
 	CHECK_EQ_INT(s.pos, 9);
@@ -330,23 +343,23 @@ TEST(step_decode)
 	CHECK_EQ_INT(s.inline_tokens[1], 300);
 	CHECK_EQ_INT((int)s.flags, DIST_STEP_NEW_REQUEST);
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h - 1, &s, err, sizeof err), SH_EFORMAT);
-	put32(h + 24, 0); /* a STEP without tokens */
+	sh_put_le32(h + 24, 0); /* a STEP without tokens */
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
-	put32(h + 24, 1);
-	put32(h + 4, DIST_VERSION + 1);
+	sh_put_le32(h + 24, 1);
+	sh_put_le32(h + 4, DIST_VERSION + 1);
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EUNSUPP);
 	CHECK(strstr(err, "version") != NULL);
-	put32(h + 4, DIST_VERSION);
-	put32(h, 0x0299); /* a type we do not know */
+	sh_put_le32(h + 4, DIST_VERSION);
+	sh_put_le32(h, 0x0299); /* a type we do not know */
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), SH_EFORMAT);
-	put32(h, DIST_MSG_STOP);
+	sh_put_le32(h, DIST_MSG_STOP);
 	CHECK_EQ_INT(dist_step_decode(h, sizeof h, &s, err, sizeof err), 0);
 	CHECK_EQ_INT((int)s.type, DIST_MSG_STOP);
 }
 
 TEST(stories_tensor)
 {
-	const char *p = stories();
+	const char *p = harness_stories();
 	if (!p)
 		SKIP("no stories260K.gguf");
 	const int w31[] = {3, 1}, w211[] = {2, 1, 1};
@@ -364,7 +377,7 @@ TEST(stories_tensor)
 
 TEST(stories_pipeline)
 {
-	const char *p = stories();
+	const char *p = harness_stories();
 	if (!p)
 		SKIP("no stories260K.gguf");
 	const int w211[] = {2, 1, 1};
@@ -489,12 +502,8 @@ TEST(deepseek2)
 #define ENG_GEN 16
 
 typedef struct eng_rank {
-	loop_rank_t l; /* first: loop_run fills it */
-	int pipeline;
-	const char *path;
+	loop_eng_t e;                  /* first: the harness's record (loop_group.h) */
 	int ids[2][ENG_GEN], n_ids[2]; /* rank 0: two requests' ids */
-	int rc;
-	char err[320];
 } eng_rank_t;
 
 static int eng_collect(void *ud, const eng_token_t *t)
@@ -531,28 +540,11 @@ static int eng_two_requests(eng_t *e, int ids[2][ENG_GEN], int n_ids[2], char *e
 	return 0;
 }
 
-static void *eng_rank_main(void *arg)
+static int eng_lead(loop_eng_t *r, eng_t *e)
 {
-	eng_rank_t *c = arg;
-	tp_group_t *g = NULL;
-	eng_t *e = NULL;
-	if ((c->rc = loop_join(&g, &c->l, 9, &KEYS, NULL, 20000, c->err, sizeof c->err)))
-		goto out;
-	eng_dist_t d = {.group = g, .pipeline = c->pipeline, .step_timeout_ms = 10000};
-	eng_opts_t o = {.model_path = c->path, .threads = 1, .ctx = 128, .dist = &d};
-	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
-		goto out;
-	if (c->l.rank == 0) {
-		c->rc = eng_two_requests(e, c->ids, c->n_ids, c->err, sizeof c->err);
-		if (eng_info(e)->world != c->l.world)
-			c->rc = -1;
-	} else {
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
-	}
-out:
-	eng_free(e); /* rank 0: tells the workers to stop */
-	tp_group_free(g);
-	return NULL;
+	eng_rank_t *c = (eng_rank_t *)r;
+	int rc = eng_two_requests(e, c->ids, c->n_ids, r->err, sizeof r->err);
+	return rc ? rc : eng_info(e)->world != r->l.world;
 }
 
 static void check_engine(const char *path, int world, int pipeline, const char *what)
@@ -572,12 +564,19 @@ static void check_engine(const char *path, int world, int pipeline, const char *
 	eng_free(one);
 	memset(ctx, 0, sizeof ctx);
 	for (int r = 0; r < world; r++)
-		ctx[r].pipeline = pipeline, ctx[r].path = path;
-	loop_run(ctx, sizeof *ctx, world, eng_rank_main);
+		ctx[r].e = (loop_eng_t){.keys = &KEYS,
+					.tag = 9,
+					.path = path,
+					.pipeline = pipeline,
+					.threads = 1,
+					.ctx = 128,
+					.step_timeout_ms = 10000,
+					.lead = eng_lead};
+	loop_run(ctx, sizeof *ctx, world, loop_eng_main);
 	for (int r = 0; r < world; r++) {
-		if (ctx[r].rc)
-			printf("  %s: rank %d: %s\n", what, r, ctx[r].err);
-		CHECK_EQ_INT(ctx[r].rc, 0);
+		if (ctx[r].e.rc)
+			printf("  %s: rank %d: %s\n", what, r, ctx[r].e.err);
+		CHECK_EQ_INT(ctx[r].e.rc, 0);
 	}
 	for (int q = 0; q < 2; q++) {
 		CHECK_EQ_INT(ctx[0].n_ids[q], n_want[q]);
@@ -587,7 +586,7 @@ static void check_engine(const char *path, int world, int pipeline, const char *
 
 TEST(engine_interface)
 {
-	const char *p = stories();
+	const char *p = harness_stories();
 	check_engine(QWEN, 2, 0, "engine qwen2 2 ranks");
 	check_engine(QWEN, 3, 1, "engine qwen2 pipeline 3");
 	if (p)
@@ -632,7 +631,6 @@ int main(void)
 		fprintf(stderr, "keys: %s\n", err);
 		return 1;
 	}
-	snprintf(QWEN, sizeof QWEN, "/tmp/shoal-test-tp-%d-qwen2.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "qwen2",
 			    .dim = 128,
 			    .layers = 3,
@@ -643,16 +641,9 @@ int main(void)
 			    .ctx = 256,
 			    .type = QT_Q8_0,
 			    .seed = 11};
-	if (mkmodel_write(&o, QWEN, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	if (gen_write(QWEN, &o, "tp-qwen2") ||
+	    (o.type = QT_F16, gen_write(QWEN16, &o, "tp-qwen2-f16")))
 		return 1;
-	}
-	snprintf(QWEN16, sizeof QWEN16, "/tmp/shoal-test-tp-%d-qwen2-f16.gguf", (int)getpid());
-	o.type = QT_F16;
-	if (mkmodel_write(&o, QWEN16, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		return 1;
-	}
 	/* deepseek2: q_lora + split attn_k_b/attn_v_b + YaRN in F16; Lite + legacy attn_kv_b in
 	 * Q8_0 */
 	mkmodel_opts_t d = {.arch = "deepseek2",
@@ -672,15 +663,12 @@ int main(void)
 			    .rope_factor = 40,
 			    .yarn_log_mul = 0.0707f,
 			    .rope_orig_ctx = 64};
-	snprintf(DS2, sizeof DS2, "/tmp/shoal-test-tp-%d-ds2-f16.gguf", (int)getpid());
-	snprintf(DS2Q, sizeof DS2Q, "/tmp/shoal-test-tp-%d-ds2-q8.gguf", (int)getpid());
-	if (mkmodel_write(&d, DS2, err, sizeof err) ||
+	if (gen_write(DS2, &d, "tp-ds2-f16") ||
 	    (d.type = QT_Q8_0, d.q_lora = 0, d.mla_legacy = 1, d.rope_factor = 0,
-	     mkmodel_write(&d, DS2Q, err, sizeof err))) {
-		fprintf(stderr, "mkmodel: %s\n", err);
+	     gen_write(DS2Q, &d, "tp-ds2-q8")))
 		return 1;
-	}
 	RUN(split);
+	RUN(tensor_parts);
 	RUN(step_decode);
 	RUN(stories_tensor);
 	RUN(stories_pipeline);

@@ -468,9 +468,9 @@ static web_job_t *long_job(eng_t *e, int max_tokens, int stream)
 
 TEST(sched_cancel_and_detach)
 {
-	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
-	if (access(path, R_OK) != 0)
+	char err[256];
+	const char *path = harness_stories();
+	if (!path)
 		SKIP("stories260K.gguf not found");
 	/* one slot: the one-at-a-time behaviour (queue order, bound, detach) */
 	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 1};
@@ -555,9 +555,9 @@ TEST(sched_cancel_and_detach)
  * /metrics carries the batching histograms and slot states. */
 TEST(sched_batches)
 {
-	char path[512], err[256];
-	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
-	if (access(path, R_OK) != 0)
+	char err[256];
+	const char *path = harness_stories();
+	if (!path)
 		SKIP("stories260K.gguf not found");
 	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 2};
 	eng_t *e = NULL;

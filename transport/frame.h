@@ -35,18 +35,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/common.h"
 #include "transport/transport.h"
 
-#define TP_FRAME_HDR 4
-#define TP_FRAME_TAG 16
+#define TP_FRAME_HDR  4
+#define TP_FRAME_TAG  16
 #define TP_FRAME_TYPE 2
 /* Largest body: type + payload + tag. */
 #define TP_FRAME_MAX_BODY ((uint32_t)(TP_FRAME_TYPE + TP_MAX_PAYLOAD + TP_FRAME_TAG))
 
-#define TP_PROTO_MAGIC 0x4c4f4853u /* "SHOL" as little-endian bytes */
+#define TP_PROTO_MAGIC   0x4c4f4853u /* "SHOL" as little-endian bytes */
 #define TP_PROTO_VERSION 1
-#define TP_NONCE_BYTES 32
-#define TP_MAC_BYTES 32
+#define TP_NONCE_BYTES   32
+#define TP_MAC_BYTES     32
 
 enum tp_msg_type {
 	TP_MSG_HELLO = 0x0001,
@@ -114,31 +115,31 @@ typedef struct tp_coll {
 #define TP_COLL_WIRE 16
 static_assert(sizeof(tp_coll_t) == TP_COLL_WIRE, "COLL wire size");
 
-/* ---- little-endian helpers ---------------------------------------------------------------- */
+/* ---- little-endian helpers (common.h's, under transport's names) ------------------------- */
 
 static inline void tp_put16(uint8_t *p, uint16_t v)
 {
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
+	sh_put_le16(p, v);
 }
 static inline void tp_put32(uint8_t *p, uint32_t v)
 {
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	sh_put_le32(p, v);
 }
 static inline void tp_put64(uint8_t *p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	sh_put_le64(p, v);
 }
-static inline uint16_t tp_get16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t tp_get16(const uint8_t *p)
+{
+	return sh_get_le16(p);
+}
 static inline uint32_t tp_get32(const uint8_t *p)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	return sh_get_le32(p);
 }
 static inline uint64_t tp_get64(const uint8_t *p)
 {
-	return (uint64_t)tp_get32(p) | (uint64_t)tp_get32(p + 4) << 32;
+	return sh_get_le64(p);
 }
 
 /* ---- codec -------------------------------------------------------------------------------- */
@@ -154,8 +155,7 @@ int64_t tp_frame_parse(const uint8_t *buf, size_t len, uint16_t *type, const uin
 
 /* Writes a plaintext frame (header, type, payload) into out (cap bytes). Returns the bytes
  * written, or SH_EINVAL when the payload is too big or cap too small. */
-int64_t tp_frame_build(uint8_t *out, size_t cap, uint16_t type, const void *payload,
-		       size_t plen);
+int64_t tp_frame_build(uint8_t *out, size_t cap, uint16_t type, const void *payload, size_t plen);
 
 void tp_hello_encode(uint8_t out[TP_HELLO_WIRE], const tp_hello_t *h);
 /* Returns 0, or SH_EFORMAT (wrong length, magic) / SH_EUNSUPP (version) with a message. */

@@ -44,6 +44,11 @@ int tp_group_break(tp_group_t *g, int rc, char *err, size_t errlen, const char *
 	return sh_fail(err, errlen, rc, "%s", g->broken_msg);
 }
 
+int tp_group_stalled_rank(const tp_group_t *g)
+{
+	return g && g->broken == SH_ETIMEDOUT ? g->stalled : -1;
+}
+
 int tp_group_check(tp_group_t *g, char *err, size_t errlen)
 {
 	if (!g)
@@ -235,6 +240,8 @@ int tp_group_exchange(tp_group_t *g, uint16_t op, uint16_t step, uint32_t offset
 				if ((g->xf[q].send && !g->xf[q].sdone) ||
 				    (g->xf[q].recv && !g->xf[q].rdone))
 					p = q;
+			if (!g->broken)
+				g->stalled = p;
 			return tp_group_break(g, SH_ETIMEDOUT, err, errlen,
 					      "%s: rank %d (%s) did not %s within %d ms", what, p,
 					      g->addr[p],
@@ -307,7 +314,7 @@ static int tp_join_check(const tp_group_t *g, const tp_group_cfg_t *cfg, const t
 		snprintf(why, whylen, "belongs to another group (world %u tag %llx, ours %d %llx)",
 			 j->world, (unsigned long long)j->group, g->world,
 			 (unsigned long long)g->tag);
-		return SH_EINVAL;
+		return SH_EBUSY; /* a group of an older or newer plan holds the port: it may pass */
 	}
 	if (want_rank >= 0 ? j->rank != (uint32_t)want_rank
 			   : (j->rank <= (uint32_t)g->rank || j->rank >= (uint32_t)g->world)) {
@@ -444,8 +451,12 @@ static int tp_group_accept_higher(tp_group_t *g, const tp_group_cfg_t *cfg, int 
 			if (rc)
 				snprintf(why, sizeof why, "JOIN_OK not sent: %s", sh_strerror(rc));
 		}
-		if (rc == SH_EINVAL || rc == SH_EAUTH) /* say why, so it fails at once too */
+		if (rc == SH_EBUSY) { /* another group's rank: our JOIN_OK says which, it retries */
+			tp_join_encode(w, &mine);
+			(void)tp_chan_send(c, TP_MSG_JOIN_OK, w, sizeof w);
+		} else if (rc == SH_EINVAL || rc == SH_EAUTH) { /* say why: it fails at once too */
 			(void)tp_chan_send(c, TP_MSG_JOIN_NO, why, MIN(strlen(why), 200));
+		}
 		if (rc) {
 			LOG(LOG_WARN, "group rank %d: dropping %s: %s", g->rank, peer, why);
 			tp_chan_free(c);
@@ -471,6 +482,7 @@ int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t 
 	g->rank = cfg->rank;
 	g->world = cfg->world;
 	g->tag = cfg->tag;
+	g->stalled = -1;
 	g->direct_max = TP_DIRECT_MAX_DEFAULT;
 	g->spin_ns = (int64_t)TP_SPIN_US_DEFAULT * 1000;
 	const char *spin = getenv("SHOAL_TP_SPIN_US"), *stream = getenv("SHOAL_TP_STREAM");

@@ -82,6 +82,7 @@ struct tp_group {
 	uint64_t tag;
 	int broken;          /* 0, or the sticky error of a failed call */
 	char broken_msg[256];
+	int stalled; /* the rank that did not answer in time when that broke it, or -1 */
 	uint32_t tx_seq[TP_MAX_WORLD], rx_seq[TP_MAX_WORLD]; /* COLL frames sent to / received
 								  from each rank: the `seq` field */
 	uint64_t bytes_sent;

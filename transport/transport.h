@@ -273,8 +273,10 @@ typedef struct tp_group_cfg {
 
 #define TP_MAX_WORLD 64
 
-/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up), SH_EAUTH, SH_EIO,
- * SH_EINVAL with a message naming the rank. */
+/* Forms the group. Returns 0, or SH_ETIMEDOUT (a rank never showed up), SH_EBUSY (a lower rank's
+ * port belongs to another group: another tag or world, e.g. the previous plan's group still
+ * ending there; the caller may try again), SH_EAUTH, SH_EIO, SH_EINVAL with a message naming the
+ * rank. */
 int tp_group_new(tp_group_t **out, const tp_group_cfg_t *cfg, char *err, size_t errlen);
 void tp_group_free(tp_group_t *g);
 
@@ -287,6 +289,10 @@ void tp_group_abort(tp_group_t *g);
  * the rank: "STEP: rank N (ADDR) did not answer within MS ms"). An agent polls it from another
  * thread than the group's user to learn that a request broke the group. */
 int tp_group_check(tp_group_t *g, char *err, size_t errlen);
+/* The rank whose silence broke the group (tp_group_check returns SH_ETIMEDOUT: it did not answer
+ * or take our data within the step's timeout, while its connection stayed up), else -1. A
+ * signal for the agent (leave that rank out a while), given as a value, not in the message. */
+int tp_group_stalled_rank(const tp_group_t *g);
 
 int tp_group_rank(const tp_group_t *g);
 int tp_group_world(const tp_group_t *g);

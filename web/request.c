@@ -104,9 +104,14 @@ static char *dup_n(const char *s, size_t n)
 	return d;
 }
 
-static int oom(web_err_t *e)
+int web_err_oom(web_err_t *e)
 {
 	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
+}
+
+int web_err_bad(web_err_t *e, const char *param, const char *msg)
+{
+	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
 }
 
 /* Message content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
@@ -114,11 +119,11 @@ static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
 {
 	if (json_is_string(v)) {
 		*out = dup_n(json_string_value(v), json_string_length(v));
-		return *out ? 0 : oom(e);
+		return *out ? 0 : web_err_oom(e);
 	}
 	if (json_is_null(v)) {
 		*out = dup_n("", 0);
-		return *out ? 0 : oom(e);
+		return *out ? 0 : web_err_oom(e);
 	}
 	if (!json_is_array(v))
 		return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
@@ -140,11 +145,11 @@ static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
 		}
 		if (web_buf_add(&b, json_string_value(text), json_string_length(text)) != 0) {
 			web_buf_free(&b);
-			return oom(e);
+			return web_err_oom(e);
 		}
 	}
 	*out = b.p ? b.p : dup_n("", 0);
-	return *out ? 0 : oom(e);
+	return *out ? 0 : web_err_oom(e);
 }
 
 static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
@@ -165,7 +170,7 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		    "'messages' has %zu messages; at most %d are accepted", n, WEB_MSG_MAX);
 	r->msgs = calloc(n, sizeof *r->msgs);
 	if (!r->msgs)
-		return oom(e);
+		return web_err_oom(e);
 	for (size_t i = 0; i < n; i++) {
 		json_t *m = json_array_get(msgs, i);
 		char param[64];
@@ -193,7 +198,7 @@ static int parse_messages(web_req_t *r, json_t *root, web_err_t *e)
 		r->msgs[i].role = dup_n(canon, strlen(canon));
 		r->n_msgs = (int)i + 1;
 		if (!r->msgs[i].role)
-			return oom(e);
+			return web_err_oom(e);
 		json_t *content = json_object_get(m, "content");
 		snprintf(param, sizeof param, "messages[%zu].content", i);
 		int rc = web_msg_parse_tools(&r->msgs[i], m, i, e); /* tool_calls, tool_call_id */
@@ -223,7 +228,7 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 		p = json_array_get(p, 0); /* ["text"] is one prompt */
 	if (json_is_string(p)) {
 		r->prompt = dup_n(json_string_value(p), json_string_length(p));
-		return r->prompt ? 0 : oom(e);
+		return r->prompt ? 0 : web_err_oom(e);
 	}
 	if (json_is_array(p) && json_array_size(p) > 0) {
 		size_t n = json_array_size(p);
@@ -237,7 +242,7 @@ static int parse_prompt(web_req_t *r, json_t *root, web_err_t *e)
 			return bad(e, "prompt", "'%s' is too long%s", NULL);
 		r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
 		if (!r->prompt_ids)
-			return oom(e);
+			return web_err_oom(e);
 		for (size_t i = 0; i < n; i++) {
 			json_t *t = json_array_get(p, i);
 			if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -266,7 +271,7 @@ static int parse_stop(web_req_t *r, json_t *root, web_err_t *e)
 			return 0;
 		r->stop[0] = dup_n(json_string_value(s), json_string_length(s));
 		if (!r->stop[0])
-			return oom(e);
+			return web_err_oom(e);
 		r->n_stop = 1;
 		return 0;
 	}
@@ -288,7 +293,7 @@ static int parse_stop(web_req_t *r, json_t *root, web_err_t *e)
 			continue;
 		r->stop[r->n_stop] = dup_n(json_string_value(v), json_string_length(v));
 		if (!r->stop[r->n_stop])
-			return oom(e);
+			return web_err_oom(e);
 		r->n_stop++;
 	}
 	return 0;
@@ -303,7 +308,7 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 			return bad(e, "model", "'%s' must be a string%s", NULL);
 		r->model = dup_n(json_string_value(model), json_string_length(model));
 		if (!r->model)
-			return oom(e);
+			return web_err_oom(e);
 	}
 	if ((rc = r->kind == WEB_CHAT ? parse_messages(r, root, e) : parse_prompt(r, root, e)))
 		return rc;

@@ -31,16 +31,6 @@
 
 #include "common/common.h"
 
-static int oom(web_err_t *e)
-{
-	return web_err_set(e, 500, "server_error", NULL, "out_of_memory", "out of memory");
-}
-
-static int bad(web_err_t *e, const char *param, const char *msg)
-{
-	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
-}
-
 /* ---- request fields ------------------------------------------------------------------------- */
 
 int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
@@ -50,9 +40,9 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 	if (calls && !json_is_null(calls)) {
 		snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
 		if (strcmp(m->role, "assistant"))
-			return bad(e, param, "only assistant messages carry 'tool_calls'");
+			return web_err_bad(e, param, "only assistant messages carry 'tool_calls'");
 		if (!json_is_array(calls))
-			return bad(e, param, "'tool_calls' must be an array");
+			return web_err_bad(e, param, "'tool_calls' must be an array");
 		size_t k;
 		json_t *c;
 		json_array_foreach(calls, k, c)
@@ -71,13 +61,13 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 		if (json_array_size(calls)) {
 			m->tool_calls = json_dumps(calls, JSON_COMPACT);
 			if (!m->tool_calls)
-				return oom(e);
+				return web_err_oom(e);
 		}
 	}
 	json_t *rs = json_object_get(jm, "reasoning_content"); /* gpt-oss renders it */
 	if (json_is_string(rs) && !strcmp(m->role, "assistant") &&
 	    !(m->reasoning = strdup(json_string_value(rs))))
-		return oom(e);
+		return web_err_oom(e);
 	if (!strcmp(m->role, "tool")) {
 		json_t *id = json_object_get(jm, "tool_call_id");
 		snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
@@ -87,7 +77,7 @@ int web_msg_parse_tools(eng_msg_t *m, json_t *jm, size_t i, web_err_t *e)
 					   "'%s' is required for a tool message", param);
 		m->tool_call_id = strdup(json_string_value(id));
 		if (!m->tool_call_id)
-			return oom(e);
+			return web_err_oom(e);
 	}
 	return 0;
 }
@@ -110,7 +100,7 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		return 0;
 	const char *type = json_string_value(json_object_get(rf, "type"));
 	if (!json_is_object(rf) || !type)
-		return bad(e, "response_format",
+		return web_err_bad(e, "response_format",
 			   "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
 			   "\"json_schema\"}");
 	if (!strcmp(type, "text"))
@@ -123,14 +113,14 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		json_t *js = json_object_get(rf, "json_schema");
 		json_t *schema = json_object_get(js, "schema");
 		if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
-			return bad(
+			return web_err_bad(
 			    e, "response_format.json_schema",
 			    "'response_format.json_schema' must be an object with 'name' and "
 			    "'schema'");
 		char *text =
 		    schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
 		if (!text)
-			return oom(e);
+			return web_err_oom(e);
 		rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
 		free(text);
 	} else {
@@ -141,7 +131,7 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		    type);
 	}
 	if (rc == SH_ENOMEM)
-		return oom(e);
+		return web_err_oom(e);
 	if (rc)
 		return web_err_set(e, 400, "invalid_request_error", "response_format",
 				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",
@@ -161,15 +151,15 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 	r->parallel_tool_calls = 1;
 	if (par && !json_is_null(par)) {
 		if (!json_is_boolean(par))
-			return bad(e, "parallel_tool_calls",
+			return web_err_bad(e, "parallel_tool_calls",
 				   "'parallel_tool_calls' must be a boolean");
 		r->parallel_tool_calls = json_is_true(par);
 	}
 	if (tools && !json_is_null(tools)) {
 		if (r->kind != WEB_CHAT)
-			return bad(e, "tools", "'tools' is for /v1/chat/completions");
+			return web_err_bad(e, "tools", "'tools' is for /v1/chat/completions");
 		if (!json_is_array(tools))
-			return bad(e, "tools", "'tools' must be an array of function tools");
+			return web_err_bad(e, "tools", "'tools' must be an array of function tools");
 		size_t i;
 		json_t *t;
 		json_array_foreach(tools, i, t)
@@ -190,7 +180,7 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 		if (json_array_size(tools)) {
 			r->tools = json_dumps(tools, JSON_PRESERVE_ORDER);
 			if (!r->tools)
-				return oom(e);
+				return web_err_oom(e);
 		}
 	}
 	r->tool_choice = r->tools ? WEB_TOOLS_AUTO : WEB_TOOLS_NONE;
@@ -208,15 +198,15 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 			r->tool_choice = WEB_TOOLS_NAMED;
 			snprintf(r->tool_name, sizeof r->tool_name, "%s", name);
 		} else
-			return bad(e, "tool_choice",
+			return web_err_bad(e, "tool_choice",
 				   "'tool_choice' must be none, auto, required or {\"type\": "
 				   "\"function\", \"function\": {\"name\"}}");
 		if (r->tool_choice >= WEB_TOOLS_REQUIRED && !r->tools)
-			return bad(e, "tool_choice",
+			return web_err_bad(e, "tool_choice",
 				   "'tool_choice' asks for a call but no 'tools' were given");
 	}
 	if (r->tool_choice >= WEB_TOOLS_REQUIRED && r->grammar)
-		return bad(e, "response_format",
+		return web_err_bad(e, "response_format",
 			   "'response_format' cannot be combined with a required tool call");
 	if (r->tool_choice == WEB_TOOLS_NAMED) {
 		size_t i;
@@ -237,17 +227,15 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 
 /* ---- the prompt ----------------------------------------------------------------------------- */
 
-static int format_of(const char *name)
+static int format_of(int eng_format)
 {
-	if (name && !strcmp(name, "llama3"))
-		return WEB_TC_LLAMA3;
-	if (name && !strcmp(name, "mistral"))
-		return WEB_TC_MISTRAL;
-	if (name && !strcmp(name, "qwen3-coder"))
-		return WEB_TC_XML;
-	if (name && !strcmp(name, "harmony"))
-		return WEB_TC_HARMONY;
-	return WEB_TC_HERMES;
+	switch (eng_format) {
+	case ENG_TOOLS_LLAMA3: return WEB_TC_LLAMA3;
+	case ENG_TOOLS_MISTRAL: return WEB_TC_MISTRAL;
+	case ENG_TOOLS_XML: return WEB_TC_XML;
+	case ENG_TOOLS_HARMONY: return WEB_TC_HARMONY;
+	default: return WEB_TC_HERMES;
+	}
 }
 
 /* The grammar for a forced call: the named function, or any of the tools. */
@@ -274,12 +262,12 @@ static int forced_grammar(web_req_t *r, const char *key, web_err_t *e)
 	json_decref(alts);
 	json_decref(tools);
 	if (!text)
-		return oom(e);
+		return web_err_oom(e);
 	char err[300];
 	int rc = eng_grammar_new(&r->grammar, text, strlen(text), err, sizeof err);
 	free(text);
 	if (rc == SH_ENOMEM)
-		return oom(e);
+		return web_err_oom(e);
 	if (rc)
 		return web_err_set(e, 400, "invalid_request_error", "tools",
 				   rc == SH_EUNSUPP ? "unsupported_schema" : "invalid_schema",

@@ -64,6 +64,9 @@ typedef struct web_err {
 /* Fills e and returns status (for tail calls). */
 int web_err_set(web_err_t *e, int status, const char *type, const char *param, const char *code,
 		const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The two errors every parser gives: 500 out of memory; 400 invalid_value on param with msg. */
+int web_err_oom(web_err_t *e);
+int web_err_bad(web_err_t *e, const char *param, const char *msg);
 
 /* ---- requests (request.c) ------------------------------------------------------------------- */
 

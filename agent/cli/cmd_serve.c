@@ -8,15 +8,61 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
+#include "agent/publish.h"
 #include "common/common.h"
 #include "infer/infer.h"
 #include "web/web.h"
+
+/* What /v1/cluster describes: this node alone (the document the agent builds, publish.h). */
+typedef struct one_node {
+	const eng_t *eng;
+	const char *model, *host;
+	atomic_int
+	    port; /* the port bound (set once web_new returned; the callback may run before) */
+	uint64_t mem_total;
+} one_node_t;
+
+static char *one_node_cluster(void *ud)
+{
+	one_node_t *n = ud;
+	const eng_info_t *in = eng_info(n->eng);
+	char host[256];
+	gethostname(host, sizeof host - 1);
+	host[sizeof host - 1] = 0;
+	pub_member_t m = {.role = "leader",
+			  .rank = 0,
+			  .state = "serving",
+			  .healthy = 1,
+			  .mem_total = n->mem_total,
+			  .mem_model = in->weight_bytes};
+	/* this node holds every layer, whole (the dashboard's topology says so) */
+	plan_rank_t all = {.layer1 = in->n_layers};
+	m.holds = &all;
+	snprintf(m.id, sizeof m.id, "%s", host);
+	snprintf(m.name, sizeof m.name, "%s", host);
+	snprintf(m.addr, sizeof m.addr, "%s:%d", n->host, atomic_load(&n->port));
+	double share = 1.0;
+	pub_cluster_t c = {.state = "serving",
+			   .leader = host,
+			   .self = host,
+			   .n = 1,
+			   .members = &m,
+			   .strategy = "single",
+			   .ranks = 1,
+			   .layers = in->n_layers,
+			   .n_ctx = in->n_ctx,
+			   .shares = &share,
+			   .model = n->model};
+	return pub_cluster_json(&c);
+}
 
 static void usage(FILE *f)
 {
@@ -161,11 +207,20 @@ int cmd_serve(int argc, char **argv)
 			err[0] ? err : sh_strerror(rc));
 		return 1;
 	}
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	one_node_t node = {.eng = eng,
+			   .model = wo.model_name ? wo.model_name : eng_info(eng)->name,
+			   .host = wo.host,
+			   .mem_total = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0};
+	atomic_init(&node.port, wo.port);
+	wo.cluster = one_node_cluster;
+	wo.ud = &node;
 	if ((rc = web_new(&w, &wo, eng, err, sizeof err)) != 0) {
 		fprintf(stderr, "shoal serve: %s\n", err[0] ? err : sh_strerror(rc));
 		eng_free(eng);
 		return 1;
 	}
+	atomic_store(&node.port, web_port(w));
 	const eng_info_t *in = eng_info(eng);
 	fprintf(stderr,
 		"shoal serve: model %s (%s, context %d, %d slots, speculative decoding %s%s%s) on "

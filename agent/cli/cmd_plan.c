@@ -6,7 +6,7 @@
  * All the planning is planner/'s; this file only does the I/O around it (planio.c turns a GGUF
  * into the planner's model struct and writes the files, as the agent does).
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "agent/planio.h"
 #include "common/common.h"
 #include "planner/planner.h"

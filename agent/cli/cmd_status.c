@@ -3,7 +3,7 @@
  * reads the one JSON object it writes, and prints it (--json) or the member table.
  */
 #include "agent/agent.h"
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -71,7 +71,7 @@ int cmd_status(int argc, char **argv)
 					     {"state-dir", required_argument, 0, 'd'},
 					     {"help", no_argument, 0, 'h'},
 					     {0, 0, 0, 0}};
-	char state_dir[4096] = "", path[4096];
+	char state_dir[SH_PATH_MAX] = "", path[SH_SUBPATH_MAX];
 	int c, as_json = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {

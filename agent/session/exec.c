@@ -16,7 +16,7 @@
  * its leader is reaped, so no process of it outlives the agent's knowledge of it; on Linux the
  * child also dies with the agent (PR_SET_PDEATHSIG), even on kill -9.
  */
-#include "agent/exec.h"
+#include "agent/session/exec.h"
 
 #include "common/common.h"
 
@@ -69,14 +69,14 @@ static void convert(exec_t *x, enum exec_state to, const char *why)
 	x->state = to;
 }
 
-int exec_env(const plan_t *p, int rank, const exec_cfg_t *cfg, char out[][4300], int max)
+int exec_env(const plan_t *p, int rank, const exec_cfg_t *cfg, char out[][EXEC_ENV_LEN], int max)
 {
 	int n = 0;
 	const char *b = plan_mlx_backend(p), *d = cfg->state_dir;
 #define PUT(...)                                                                                   \
 	do {                                                                                       \
 		if (n < max)                                                                       \
-			snprintf(out[n++], 4300, __VA_ARGS__);                                     \
+			snprintf(out[n++], EXEC_ENV_LEN, __VA_ARGS__);                             \
 	} while (0)
 	PUT("MLX_RANK=%d", rank);
 	if (!strcmp(b, "ring")) {
@@ -218,7 +218,7 @@ static _Noreturn void child_main(int out_fd, char **argv, char **envp, pid_t par
 }
 
 /* Is "NAME=..." one of the names CMD's environment sets or must not inherit? */
-static int env_overridden(const char *e, char env[][4300], int n_env)
+static int env_overridden(const char *e, char env[][EXEC_ENV_LEN], int n_env)
 {
 	static const char *const drop[] = {"MLX_HOSTFILE=", "MLX_IBV_DEVICES=", "MLX_RANK=",
 					   "MLX_JACCL_COORDINATOR=", "MLX_JACCL_RING="};
@@ -235,7 +235,7 @@ static int env_overridden(const char *e, char env[][4300], int n_env)
 
 static int start(exec_t *x, const exec_cfg_t *cfg, const plan_t *p, int rank, int64_t now)
 {
-	static char env[EXEC_ENV_MAX][4300];
+	static char env[EXEC_ENV_MAX][EXEC_ENV_LEN];
 	int n_env = exec_env(p, rank, cfg, env, EXEC_ENV_MAX);
 	/* the whole environment is built before fork: the child only calls async-signal-safe
 	 * functions (the agent has threads) */

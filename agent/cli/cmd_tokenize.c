@@ -4,7 +4,7 @@
  * too). The text is taken exactly as read: `echo` adds a newline that becomes a token; use
  * printf to avoid it.
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/tok/tokenizer.h"

@@ -12,6 +12,7 @@
 #ifndef SHOAL_EXEC_H
 #define SHOAL_EXEC_H
 
+#include "common/common.h"
 #include "planner/planner.h"
 
 #include <stdint.h>
@@ -26,6 +27,7 @@ typedef struct exec_cfg {
 } exec_cfg_t;
 
 #define EXEC_DEFAULT_PORT 8090
+#define EXEC_ENV_LEN      (SH_SUBPATH_MAX + 128) /* one "NAME=value"; a value may be a path */
 
 /*
  * Brings CMD in line with plan p (borrowed for the call; NULL = no plan in force): starts it for
@@ -43,6 +45,6 @@ void exec_free(exec_t *x);
 /* The environment CMD gets for rank `rank` of p, as "NAME=value" strings written into
  * out[max][len] (MLX_RANK, the backend's files and variables, the plan's envs, SHOAL_*).
  * Returns how many. Pure: the unit tests call it. */
-int exec_env(const plan_t *p, int rank, const exec_cfg_t *cfg, char out[][4300], int max);
+int exec_env(const plan_t *p, int rank, const exec_cfg_t *cfg, char out[][EXEC_ENV_LEN], int max);
 
 #endif

@@ -8,7 +8,7 @@
  * Shares: a --plan's ranges for this rank (and its stage: a hybrid plan's tensor group); else
  * split by --shares weights (even by default) as the planner splits (infer/tp.c dist_split).
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/infer.h"
 #include "planner/planner.h"
@@ -67,16 +67,6 @@ static const char *flag_val(int argc, char **argv, int *i, const char *name, int
 	return argv[++*i];
 }
 
-static int int_arg(const char *s, int lo, int hi, int *out)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 /* Splits worker flags from the rest (which go to cli_generate on rank 0). rest gets argv[0] then
  * the other arguments; *n_rest their count. Returns 0, or 2 on a usage error. */
 static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
@@ -87,9 +77,9 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 		int bad = 0;
 		const char *v;
 		if ((v = flag_val(argc, argv, &i, "--rank", &bad)))
-			bad = int_arg(v, 0, TP_MAX_WORLD - 1, &o->rank);
+			bad = cli_parse_int(v, 0, TP_MAX_WORLD - 1, &o->rank);
 		else if ((v = flag_val(argc, argv, &i, "--world", &bad)))
-			bad = int_arg(v, 1, TP_MAX_WORLD, &o->world);
+			bad = cli_parse_int(v, 1, TP_MAX_WORLD, &o->world);
 		else if ((v = flag_val(argc, argv, &i, "--peers", &bad)))
 			o->peers = v;
 		else if ((v = flag_val(argc, argv, &i, "--token-file", &bad)))
@@ -103,9 +93,9 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 		else if ((v = flag_val(argc, argv, &i, "--rdma-devices", &bad)))
 			o->rdma = v;
 		else if ((v = flag_val(argc, argv, &i, "--step-timeout", &bad)))
-			bad = int_arg(v, 1, 3600000, &o->step_timeout);
+			bad = cli_parse_int(v, 1, 3600000, &o->step_timeout);
 		else if ((v = flag_val(argc, argv, &i, "--join-timeout", &bad)))
-			bad = int_arg(v, 1, 3600000, &o->join_timeout);
+			bad = cli_parse_int(v, 1, 3600000, &o->join_timeout);
 		else if ((v = flag_val(argc, argv, &i, "--strategy", &bad))) {
 			if (!strcmp(v, "pipeline"))
 				o->pipeline = 1;
@@ -114,18 +104,21 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 			else if (strcmp(v, "tensor"))
 				bad = 1;
 		} else if ((v = flag_val(argc, argv, &i, "--shares", &bad))) {
-			char *end;
-			const char *s = v;
+			/* A:B:C, each a whole number */
 			o->n_weights = 0;
-			while (!bad && *s && o->n_weights < TP_MAX_WORLD) {
-				long w = strtol(s, &end, 10);
-				if (end == s || w <= 0 || w > 1000000 || (*end && *end != ':'))
-					bad = 1;
-				o->weights[o->n_weights++] = (int)w;
-				s = *end ? end + 1 : end;
+			for (const char *p = v;; p += strcspn(p, ":") + 1) {
+				char num[16];
+				size_t k = strcspn(p, ":");
+				bad = k >= sizeof num || o->n_weights == TP_MAX_WORLD;
+				if (!bad) {
+					memcpy(num, p, k);
+					num[k] = 0;
+					bad = cli_parse_int(num, 1, 1000000,
+							    &o->weights[o->n_weights++]);
+				}
+				if (bad || !p[k])
+					break;
 			}
-			if (*s)
-				bad = 1;
 		} else {
 			/* shared with generate: remember what the other ranks need too */
 			const char *a = argv[i];
@@ -133,9 +126,9 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 			if ((v = flag_val(argc, argv, &i, "--model", &bad)))
 				o->model = v;
 			else if ((v = flag_val(argc, argv, &i, "--threads", &bad)))
-				bad = int_arg(v, 0, 1024, &o->threads);
+				bad = cli_parse_int(v, 0, 1024, &o->threads);
 			else if ((v = flag_val(argc, argv, &i, "--ctx", &bad)))
-				bad = int_arg(v, 0, 1 << 24, &o->ctx);
+				bad = cli_parse_int(v, 0, 1 << 24, &o->ctx);
 			else if ((v = flag_val(argc, argv, &i, "--kv-type", &bad)))
 				o->kv_type = v;
 			else if ((v = flag_val(argc, argv, &i, "--log-level", &bad)))
@@ -160,11 +153,12 @@ static int parse(int argc, char **argv, wopts_t *o, char **rest, int *n_rest)
 static int parse_peers(char *s, const char **hosts, int *ports, int max)
 {
 	int n = 0;
-	for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+	char *save = NULL;
+	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (n == max)
 			return -1;
 		char *colon = strrchr(tok, ':');
-		if (!colon || colon == tok || int_arg(colon + 1, 1, 65535, &ports[n]))
+		if (!colon || colon == tok || cli_parse_int(colon + 1, 1, 65535, &ports[n]))
 			return -1;
 		*colon = 0;
 		if (tok[0] == '[' && colon[-1] == ']') {

@@ -4,7 +4,7 @@
  * Exits 1 when the file cannot be read or the model is not supported, after printing what it
  * could.
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/chat.h"
 #include "infer/gguf.h"

@@ -1,7 +1,7 @@
 /* cmd_mkmodel.c: `shoal mkmodel`: writes a GGUF with seeded random weights and a small byte-level
  * tokenizer (infer/mkmodel.c). Same options and seed give the same file. With --from, converts a
  * model's weight matrices to --type instead (infer/gguf_convert.c: a draft model's copy). */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
 #include "infer/quant/quant.h"
@@ -43,10 +43,10 @@ static void usage(FILE *f)
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
 	    "qwen35moe: 1 shared expert (gated) by default.\n"
-	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
-	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
-	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n"
+	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
+	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -148,13 +148,12 @@ int cmd_mkmodel(int argc, char **argv)
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
-			char *end;
-			float f = strtof(optarg, &end);
-			if (!*optarg || *end || !(f >= 0 && f <= 1e6f)) {
+			double f;
+			if (cli_parse_num(optarg, 0, 1e6, &f)) {
 				fprintf(stderr, "shoal mkmodel: bad number '%s'\n", optarg);
 				return 2;
 			}
-			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = f;
+			*(c == OPT_ROPE_FACTOR ? &o.rope_factor : &o.yarn_log_mul) = (float)f;
 			break;
 		}
 		case OPT_TYPE:
@@ -165,7 +164,12 @@ int cmd_mkmodel(int argc, char **argv)
 			type_given = 1;
 			break;
 		case OPT_FROM: from = optarg; break;
-		case OPT_SEED: o.seed = strtoull(optarg, NULL, 10); break;
+		case OPT_SEED:
+			if (cli_parse_u64(optarg, 0, UINT64_MAX, &o.seed)) {
+				fprintf(stderr, "shoal mkmodel: bad seed '%s'\n", optarg);
+				return 2;
+			}
+			break;
 		case OPT_NAME: o.name = optarg; break;
 		case 'o': out = optarg; break;
 		case OPT_LOG:

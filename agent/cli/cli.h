@@ -1,5 +1,5 @@
 /*
- * cli.h: the subcommands of the shoal binary. Each lives in agent/cmd_NAME.c, takes the
+ * cli.h: the subcommands of the shoal binary. Each lives in agent/cli/cmd_NAME.c, takes the
  * arguments after its name (argv[0] is the subcommand name, as for getopt) and returns the
  * process exit code: 0 success, 1 failure, 2 usage error.
  */
@@ -9,6 +9,7 @@
 #include "planner/planner.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 int cmd_agent(int argc, char **argv);    /* run the agent: discovery, election, plan, serve */
 int cmd_status(int argc, char **argv);   /* ask the local agent for its member table */
@@ -30,9 +31,14 @@ int cli_generate(int argc, char **argv, const char *name, const struct eng_dist 
 void cli_comm_stats(const struct eng *e); /* one line on stderr */
 void cli_spec_stats(const struct eng *e); /* speculative decoding's figures: one line on stderr */
 
-/* A whole decimal integer in [lo, hi] (no sign games, no trailing text: "foo" and "12x" are
- * refused). Returns 0 with *out set, or -1. Every subcommand's integer flags go through it. */
+/* The one number parser of every flag. A whole decimal integer in [lo, hi]: digits only (no
+ * sign, no spaces, no base prefix, no trailing text: "foo", "+1", " 1" and "12x" are refused;
+ * flags take no negative integers, so lo >= 0). Returns 0 with *out set, or -1 (then *out is
+ * untouched). cli_parse_u64 takes the whole 64-bit range (seeds). */
 int cli_parse_int(const char *s, long lo, long hi, int *out);
+int cli_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+/* A decimal number in [lo, hi] (strtod's syntax, but the whole string, finite, no NaN). */
+int cli_parse_num(const char *s, double lo, double hi, double *out);
 
 /* Speculative decoding's flags, shared by generate, worker, serve and agent (which applies them
  * to the leader's engine only): add CLI_SPEC_OPTIONS to the getopt table, CLI_SPEC_USAGE to the

@@ -4,8 +4,8 @@
  * its copies of the token, and runs the agent until SIGINT/SIGTERM.
  */
 #include "agent/agent.h"
-#include "agent/cli.h"
-#include "agent/exec.h"
+#include "agent/cli/cli.h"
+#include "agent/session/exec.h"
 #include "common/common.h"
 #include "infer/infer.h"
 
@@ -149,7 +149,7 @@ int cmd_agent(int argc, char **argv)
 			      .replan_delay_ms = 500,
 			      .step_timeout_ms = 10000,
 			      .exec_port = EXEC_DEFAULT_PORT};
-	char token[1024] = "", state_dir[4096] = "", err[512], api_key[1024] = "";
+	char token[1024] = "", state_dir[SH_PATH_MAX] = "", err[512], api_key[1024] = "";
 	int c, rc = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -160,16 +160,13 @@ int cmd_agent(int argc, char **argv)
 				return 1;
 			break;
 		case 'p':
-		case 'H': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (*end || v < 0 || v > 65535) {
+		case 'H':
+			if (cli_parse_int(optarg, 0, 65535,
+					  c == 'p' ? &cfg.port : &cfg.http_port)) {
 				fprintf(stderr, "shoal agent: bad port '%s'\n", optarg);
 				return 2;
 			}
-			*(c == 'p' ? &cfg.port : &cfg.http_port) = (int)v;
 			break;
-		}
 		case 'd': snprintf(state_dir, sizeof state_dir, "%s", optarg); break;
 		case 'X':
 			if (!*optarg) {
@@ -178,16 +175,12 @@ int cmd_agent(int argc, char **argv)
 			}
 			cfg.exec_cmd = optarg;
 			break;
-		case 'Y': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (end == optarg || *end || v < 0 || v > 65535) {
+		case 'Y':
+			if (cli_parse_int(optarg, 0, 65535, &cfg.exec_port)) {
 				fprintf(stderr, "shoal agent: bad --exec-port '%s'\n", optarg);
 				return 2;
 			}
-			cfg.exec_port = (int)v;
 			break;
-		}
 		case 'e':
 			if (cli_parse_int(optarg, 0, DISC_MAX_PEERS, &cfg.expect)) {
 				fprintf(stderr, "shoal agent: bad --expect '%s'\n", optarg);
@@ -195,14 +188,13 @@ int cmd_agent(int argc, char **argv)
 			}
 			break;
 		case 's': {
-			char *end;
-			double s = strtod(optarg, &end);
-			if (*end || s < 0 || s > 3600) {
+			double sec;
+			if (cli_parse_num(optarg, 0, 3600, &sec)) {
 				fprintf(stderr, "shoal agent: bad --settle '%s' (seconds)\n",
 					optarg);
 				return 2;
 			}
-			cfg.settle_ms = (int64_t)(s * 1000);
+			cfg.settle_ms = (int64_t)(sec * 1000);
 			break;
 		}
 		case 'P':
@@ -257,13 +249,17 @@ int cmd_agent(int argc, char **argv)
 				   {'T', "--threads", 0, 1024},
 				   {'C', "--ctx", 0, 1 << 24},
 				   {'J', "--parallel", 1, ENG_MAX_PARALLEL}};
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (!strcmp(end, "ms") && (c == 'R' || c == 'S'))
-				end += 2;
+			/* durations may say their unit: "500ms" */
+			char num[32];
+			size_t len = strlen(optarg);
+			snprintf(num, sizeof num, "%s", len < sizeof num ? optarg : "-");
+			if ((c == 'R' || c == 'S') && len > 2 && len < sizeof num &&
+			    !strcmp(optarg + len - 2, "ms"))
+				num[len - 2] = 0;
+			int v = 0;
 			for (size_t i = 0; i < ARRAY_LEN(lim); i++)
 				if (lim[i].opt == c &&
-				    (end == optarg || *end || v < lim[i].lo || v > lim[i].hi)) {
+				    cli_parse_int(num, lim[i].lo, lim[i].hi, &v)) {
 					fprintf(stderr, "shoal agent: bad %s '%s' (%ld to %ld)\n",
 						lim[i].name, optarg, lim[i].lo, lim[i].hi);
 					return 2;
@@ -271,13 +267,13 @@ int cmd_agent(int argc, char **argv)
 			if (c == 'R')
 				cfg.replan_delay_ms = v;
 			else if (c == 'S')
-				cfg.step_timeout_ms = (int)v;
+				cfg.step_timeout_ms = v;
 			else if (c == 'T')
-				cfg.threads = (int)v;
+				cfg.threads = v;
 			else if (c == 'J')
-				cfg.parallel = (int)v;
+				cfg.parallel = v;
 			else
-				cfg.ctx = (int)v;
+				cfg.ctx = v;
 			break;
 		}
 		case 'l':

@@ -1,5 +1,5 @@
 /*
- * serve.c: a plan's session on this node, and the glue to the web server.
+ * session.c: a plan's session on this node (session.h).
  *
  * A session runs on its own thread: it forms the tensor-parallel group of the plan (rank order,
  * ring addresses and ports from the plan; one rank alone needs no group), opens the engine with
@@ -11,13 +11,10 @@
  * lets the running one fail), frees the engine and the group, and sets the phase to DONE.
  *
  * Invariant: only the session's thread touches its engine and group pointers' contents; the
- * agent's thread reads only `phase` (atomic) and, once DONE, `err`; the group pointer is
- * published under `mu` so that session_stop can abort it.
- *
- * The web server runs on every node from the start (health, cluster view, follower redirects);
- * its callbacks read what the agent's loop publishes under pub_mu.
+ * agent's thread reads only `phase` (atomic) and, once DONE, `err` and `stalled`; the group
+ * pointer is published under `mu` so that session_stop can abort it.
  */
-#include "agent/agent_int.h"
+#include "agent/session/session.h"
 #include "common/common.h"
 #include "infer/infer.h"
 
@@ -31,7 +28,9 @@
 #define GROUP_FORM_MS 10000 /* every rank must show up within this after a plan */
 
 struct session {
-	agent_t *a; /* read only: cfg, keys, self, web (thread-safe calls) */
+	session_cfg_t cfg; /* its strings copied below */
+	char model_path[SH_PATH_MAX];
+	char kv_type[16];
 	pthread_t th;
 	int started;
 	int rank, world, ctx;
@@ -41,11 +40,8 @@ struct session {
 	int ports[TP_MAX_WORLD];
 	uint8_t peer_ids[TP_MAX_WORLD][TP_NODE_ID_BYTES];
 	eng_dist_t dist;
-	char rdma_path[4200];
+	char rdma_path[SH_SUBPATH_MAX];
 	char hash[20];
-	int slice;                      /* this node holds a slice: fetch the share's bytes first */
-	char slice_host[DISC_ADDR_MAX]; /* from this holder of the whole file */
-	int slice_port;
 	atomic_int phase;
 	atomic_int cancel; /* set by session_stop: forming gives up */
 	pthread_mutex_t mu;
@@ -54,6 +50,7 @@ struct session {
 	char fail[160];    /* under mu: why session_fail ended it ("" = a plain stop) */
 	tp_group_t *group; /* under mu (published for session_stop) */
 	char err[256];
+	int stalled; /* once DONE: the rank whose silence broke the group, or -1 */
 };
 
 static int stopping(session_t *s)
@@ -64,15 +61,39 @@ static int stopping(session_t *s)
 	return st;
 }
 
+/* Rank 0's engine serves the API from now on (the web server may be missing: no API here). The
+ * one place that decides what the API's clients meet while a group changes: today, detaching
+ * fails the queued requests with 503 and lets the running one fail (web_set_engine); a session
+ * that keeps accepted requests across a re-plan would hand them on here instead. */
+static void session_attach(session_t *s, eng_t *e)
+{
+	web_t *w = s->cfg.web;
+	if (w) {
+		web_set_rank_count(w, s->world);
+		for (int r = 0; r < s->world; r++)
+			web_set_rank_health(w, r, 1);
+		web_set_engine(w, e);
+	}
+	if (s->cfg.group_broken)
+		atomic_store(s->cfg.group_broken, 0); /* a late word about an older group */
+}
+
+/* The group is aborted: a running request fails at its next step. */
+static void session_detach(session_t *s)
+{
+	if (s->cfg.web)
+		web_set_engine(s->cfg.web, NULL);
+}
+
 static void *session_main(void *arg)
 {
 	session_t *s = arg;
-	agent_t *a = s->a;
+	const session_cfg_t *c = &s->cfg;
 	tp_group_t *g = NULL;
 	eng_t *e = NULL;
 	char err[256] = "";
 	int64_t t0 = now_ms();
-	if (a->cfg.exec_cmd) { /* --exec: the command is the engine (exec.c); nothing to load */
+	if (c->exec) { /* --exec: the command is the engine (exec.c); nothing to load */
 		atomic_store(&s->phase, SESSION_READY);
 		pthread_mutex_lock(&s->mu);
 		while (!s->stop)
@@ -83,8 +104,8 @@ static void *session_main(void *arg)
 	/* a slice node brings its share's bytes in before it joins the group (the others wait for
 	 * it up to GROUP_FORM_MS: a share that takes longer to arrive fails this plan, and the next
 	 * plan finds the bytes already here) */
-	if (s->slice && agent_model_ensure_share(a, s->world > 1 ? &s->dist : NULL, s->rank,
-						 s->slice_host, s->slice_port, err, sizeof err))
+	if (c->slice && modelstore_ensure_share(&c->share, s->world > 1 ? &s->dist : NULL, s->rank,
+						err, sizeof err))
 		goto done;
 	if (s->world > 1) {
 		tp_group_cfg_t gc = {.rank = s->rank,
@@ -93,16 +114,17 @@ static void *session_main(void *arg)
 				     .ports = s->ports,
 				     .listen_fd = -1,
 				     .tag = s->tag,
-				     .keys = &a->keys,
-				     .node_id = a->self.b,
+				     .keys = c->keys,
+				     .node_id = c->node_id,
 				     .peer_ids = (const uint8_t(*)[TP_NODE_ID_BYTES])s->peer_ids,
 				     .timeout_ms = GROUP_FORM_MS,
 				     .rdma_devices = s->rdma_path,
 				     .cancel = &s->cancel};
-		/* a peer whose previous plan's group still holds its port refuses us as "another
-		 * group" for a moment: try again while the forming window lasts */
-		while (tp_group_new(&g, &gc, err, sizeof err)) {
-			if (!strstr(err, "another group") || atomic_load(&s->cancel) ||
+		/* a peer whose previous plan's group still holds its port says so (SH_EBUSY): try
+		 * again while the forming window lasts */
+		int rc;
+		while ((rc = tp_group_new(&g, &gc, err, sizeof err))) {
+			if (rc != SH_EBUSY || atomic_load(&s->cancel) ||
 			    now_ms() - t0 > GROUP_FORM_MS - 500)
 				goto done;
 			usleep(100 * 1000);
@@ -118,12 +140,12 @@ static void *session_main(void *arg)
 		s->dist.group = g;
 	}
 	atomic_store(&s->phase, SESSION_LOADING);
-	eng_opts_t o = {.model_path = a->cfg.model,
-			.threads = a->cfg.threads,
+	eng_opts_t o = {.model_path = s->model_path,
+			.threads = c->threads,
 			.ctx = s->ctx,
-			.kv_type = a->cfg.kv_type,
+			.kv_type = s->kv_type[0] ? s->kv_type : NULL,
 			.dist = s->world > 1 ? &s->dist : NULL,
-			.parallel = a->cfg.parallel};
+			.parallel = c->parallel};
 	if (eng_open(&e, &o, err, sizeof err))
 		goto done;
 	LOG(LOG_INFO, "plan %s: rank %d of %d loaded in %lld ms", s->hash, s->rank, s->world,
@@ -131,17 +153,11 @@ static void *session_main(void *arg)
 	if (stopping(s))
 		goto done;
 	if (s->rank == 0) {
-		if (a->web) { /* NULL when the API port could not be opened (logged) */
-			web_set_rank_count(a->web, s->world);
-			for (int r = 0; r < s->world; r++)
-				web_set_rank_health(a->web, r, 1);
-			web_set_engine(a->web, e);
-		}
-		atomic_store(&a->group_broken, 0); /* a late word about an older group */
+		session_attach(s, e);
 		atomic_store(&s->phase, SESSION_READY);
 		/* until told to stop, or until a request meets a broken group (a rank lost or
 		 * silent while its node still answers the control channel): the session then ends
-		 * with an error, which makes the leader re-plan (cluster.c) instead of serving 503s
+		 * with an error, which makes the leader re-plan (the core) instead of serving 503s
 		 */
 		pthread_mutex_lock(&s->mu);
 		while (!s->stop) {
@@ -155,16 +171,15 @@ static void *session_main(void *arg)
 			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 			if (g && tp_group_check(g, err, sizeof err))
 				break;
-			if (s->world > 1 && atomic_exchange(&a->group_broken, 0)) {
+			if (s->world > 1 && c->group_broken &&
+			    atomic_exchange(c->group_broken, 0)) {
 				snprintf(err, sizeof err,
 					 "the group broke: a rank stopped answering");
 				break;
 			}
 		}
 		pthread_mutex_unlock(&s->mu);
-		/* the group is aborted: a running request fails at its next step */
-		if (a->web)
-			web_set_engine(a->web, NULL);
+		session_detach(s);
 	} else {
 		atomic_store(&s->phase, SESSION_READY);
 		if (eng_worker_run(e, err, sizeof err) == 0)
@@ -183,20 +198,22 @@ done:
 	pthread_mutex_lock(&s->mu);
 	s->group = NULL;
 	pthread_mutex_unlock(&s->mu);
+	s->stalled = err[0] ? tp_group_stalled_rank(g) : -1; /* transport.h: a value, not text */
 	tp_group_free(g);
 	snprintf(s->err, sizeof s->err, "%s", err);
 	atomic_store(&s->phase, SESSION_DONE);
 	return NULL;
 }
 
-session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_t errlen)
+session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, char *err,
+			 size_t errlen)
 {
 	int n = plan_n_ranks(p);
 	if (rank < 0 || rank >= n || n > TP_MAX_WORLD) {
 		sh_fail(err, errlen, SH_EINVAL, "rank %d of %d", rank, n);
 		return NULL;
 	}
-	if (!a->cfg.model) {
+	if (!cfg->model_path) {
 		sh_fail(err, errlen, SH_EINVAL, "no model file on this node");
 		return NULL;
 	}
@@ -205,7 +222,13 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 		sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		return NULL;
 	}
-	s->a = a;
+	s->cfg = *cfg;
+	snprintf(s->model_path, sizeof s->model_path, "%s", cfg->model_path);
+	snprintf(s->kv_type, sizeof s->kv_type, "%s", cfg->kv_type ? cfg->kv_type : "");
+	s->cfg.model_path = s->model_path;
+	s->cfg.kv_type = NULL;
+	s->cfg.state_dir = NULL; /* used below only */
+	s->stalled = -1;
 	s->rank = rank;
 	s->world = n;
 	s->ctx = plan_ctx(p);
@@ -222,7 +245,7 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 	}
 	const plan_rank_t *me = plan_rank(p, rank);
 	s->dist = (eng_dist_t){.pipeline = plan_strategy(p) == PLAN_PIPELINE,
-			       .step_timeout_ms = a->cfg.step_timeout_ms,
+			       .step_timeout_ms = cfg->step_timeout_ms,
 			       .has_ranges = 1,
 			       .q0 = me->q0,
 			       .q1 = me->q1,
@@ -238,15 +261,7 @@ session_t *session_start(agent_t *a, const plan_t *p, int rank, char *err, size_
 			       .shx1 = me->shx1,
 			       .stage0 = me->stage0,
 			       .stage1 = me->stage1};
-	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", a->cfg.state_dir);
-	if (a->model_slice) {
-		conn_t *h = agent_model_holder(a);
-		s->slice = 1;
-		if (h) {
-			snprintf(s->slice_host, sizeof s->slice_host, "%s", h->addr);
-			s->slice_port = h->desc.sync_port;
-		}
-	}
+	snprintf(s->rdma_path, sizeof s->rdma_path, "%s/rdma-devices.json", cfg->state_dir);
 	atomic_init(&s->phase, SESSION_FORMING);
 	atomic_init(&s->cancel, 0);
 	pthread_mutex_init(&s->mu, NULL);
@@ -270,6 +285,11 @@ int session_phase(session_t *s)
 const char *session_error(session_t *s)
 {
 	return atomic_load(&s->phase) == SESSION_DONE ? s->err : "";
+}
+
+int session_stalled_rank(session_t *s)
+{
+	return atomic_load(&s->phase) == SESSION_DONE ? s->stalled : -1;
 }
 
 void session_stop(session_t *s)
@@ -305,73 +325,4 @@ void session_free(session_t *s)
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s);
-}
-
-/* ---- web glue ------------------------------------------------------------------------------- */
-
-static int on_health(void *ud, char *reason, size_t len)
-{
-	agent_t *a = ud;
-	pthread_mutex_lock(&a->pub_mu);
-	int st = a->pub_state;
-	snprintf(reason, len, "%s", a->pub_reason);
-	pthread_mutex_unlock(&a->pub_mu);
-	return st;
-}
-
-static void on_engine_lost(void *ud)
-{
-	agent_t *a = ud;
-	atomic_store(&a->group_broken, 1);
-}
-
-static char *on_cluster(void *ud)
-{
-	agent_t *a = ud;
-	pthread_mutex_lock(&a->pub_mu);
-	char *s = a->pub_cluster ? strdup(a->pub_cluster) : NULL;
-	pthread_mutex_unlock(&a->pub_mu);
-	return s;
-}
-
-void agent_pub_set(agent_t *a, int web_state, const char *reason, char *cluster_json)
-{
-	pthread_mutex_lock(&a->pub_mu);
-	a->pub_state = web_state;
-	snprintf(a->pub_reason, sizeof a->pub_reason, "%s", reason);
-	if (cluster_json) {
-		free(a->pub_cluster);
-		a->pub_cluster = cluster_json;
-	}
-	pthread_mutex_unlock(&a->pub_mu);
-}
-
-int agent_web_start(agent_t *a, char *err, size_t errlen)
-{
-	web_opts_t o;
-	web_opts_default(&o);
-	o.host = "0.0.0.0";
-	o.port = a->cfg.http_port;
-	o.health = on_health;
-	o.cluster = on_cluster;
-	o.engine_lost = on_engine_lost;
-	o.ud = a;
-	if (a->cfg.api_key && a->cfg.api_key[0])
-		o.api_key = a->cfg.api_key;
-	o.tls_cert = a->cfg.tls_cert;
-	o.tls_key = a->cfg.tls_key;
-	o.show_text = a->cfg.dashboard_show_text;
-	o.node_id = a->self_hex; /* the history's column of this node's step times */
-	a->pub_state = WEB_FORMING;
-	snprintf(a->pub_reason, sizeof a->pub_reason, "waiting for peers");
-	char e[256];
-	int rc = web_new(&a->web, &o, NULL, e, sizeof e);
-	if (!rc)
-		LOG(LOG_INFO, "api: listening on port %d", web_port(a->web));
-	else /* discovery, planning and computing go on; only the API is missing here */
-		LOG(LOG_ERROR, "api: %s: this node serves no API (pick another --http-port)", e);
-	if (!rc && a->cfg.exec_cmd && a->cfg.exec_port > 0)
-		web_set_proxy(a->web, a->cfg.exec_port); /* --exec: /v1/ goes to rank 0's command */
-	(void)err, (void)errlen;
-	return 0;
 }

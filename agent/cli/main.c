@@ -1,8 +1,8 @@
 /*
  * main.c: the shoal binary's entry point. It only dispatches to a subcommand; every subcommand
- * lives in agent/cmd_NAME.c so modules grow without touching this table.
+ * lives in agent/cli/cmd_NAME.c so modules grow without touching this table.
  */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 
 #include <stdio.h>

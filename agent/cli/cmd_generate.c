@@ -2,7 +2,7 @@
  * Streams text to stdout as it is produced; --ids prints only the generated ids, --top-logprobs
  * one JSON line per step; --stats adds speed figures on stderr. Errors are one line on stderr and
  * exit code 1 (2 for usage errors). */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/infer.h"
 
@@ -111,16 +111,6 @@ void cli_comm_stats(const eng_t *e)
 		c.tokens ? (double)c.bytes_sent / (double)c.tokens : 0.0);
 }
 
-static int num(const char *s, double lo, double hi, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (!*s || *end || !(v >= lo && v <= hi))
-		return -1;
-	*out = v;
-	return 0;
-}
-
 int cmd_generate(int argc, char **argv)
 {
 	return cli_generate(argc, argv, "generate", NULL);
@@ -173,59 +163,46 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		case 'p': prompt = optarg; break;
 		case 'c': chat = optarg; break;
 		case 'S': system = optarg; break;
-		case 'n':
-			bad = num(optarg, 0, 1 << 24, &v);
-			sp.max_tokens = (int)v;
-			break;
+		case 'n': bad = cli_parse_int(optarg, 0, 1 << 24, &sp.max_tokens); break;
 		case 'T':
-			bad = num(optarg, 0, 100, &v);
+			bad = cli_parse_num(optarg, 0, 100, &v);
 			sp.temperature = (float)v;
 			break;
-		case 'k':
-			bad = num(optarg, 0, 1 << 24, &v);
-			sp.top_k = (int)v;
-			break;
+		case 'k': bad = cli_parse_int(optarg, 0, 1 << 24, &sp.top_k); break;
 		case 'P':
-			bad = num(optarg, 0, 1, &v);
+			bad = cli_parse_num(optarg, 0, 1, &v);
 			sp.top_p = (float)v;
 			break;
 		case 'M':
-			bad = num(optarg, 0, 1, &v);
+			bad = cli_parse_num(optarg, 0, 1, &v);
 			sp.min_p = (float)v;
 			break;
 		case 'r':
-			bad = num(optarg, 0.01, 100, &v);
+			bad = cli_parse_num(optarg, 0.01, 100, &v);
 			sp.repeat_penalty = (float)v;
 			break;
 		case 'e':
-			bad = num(optarg, -10, 10, &v);
+			bad = cli_parse_num(optarg, -10, 10, &v);
 			sp.presence_penalty = (float)v;
 			break;
 		case 'f':
-			bad = num(optarg, -10, 10, &v);
+			bad = cli_parse_num(optarg, -10, 10, &v);
 			sp.frequency_penalty = (float)v;
 			break;
-		case 's': sp.seed = strtoull(optarg, NULL, 10); break;
+		case 's': bad = cli_parse_u64(optarg, 0, UINT64_MAX, &sp.seed); break;
 		case 'x':
 			if (n_stop == MAX_STOPS)
 				bad = 1;
 			else
 				stops[n_stop++] = optarg;
 			break;
-		case 't':
-			bad = num(optarg, 0, 1024, &v);
-			eo.threads = (int)v;
-			break;
-		case 'C':
-			bad = num(optarg, 0, 1 << 24, &v);
-			eo.ctx = (int)v;
-			break;
+		case 't': bad = cli_parse_int(optarg, 0, 1024, &eo.threads); break;
+		case 'C': bad = cli_parse_int(optarg, 0, 1 << 24, &eo.ctx); break;
 		case 'y': eo.chat_template = optarg; break;
 		case 1000: eo.kv_type = optarg; break;
 		case 'i': out.ids_only = 1; break;
 		case 'l':
-			bad = num(optarg, 0, 20, &v);
-			sp.top_logprobs = (int)v;
+			bad = cli_parse_int(optarg, 0, 20, &sp.top_logprobs);
 			out.json = sp.top_logprobs > 0;
 			break;
 		case 'z': stats = 1; break;

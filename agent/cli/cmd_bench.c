@@ -7,7 +7,7 @@
  * against: every weight byte is read once per token). `--bound` measures that bandwidth between
  * the decode steps of the run itself: on a shared host it moves by 2x within minutes, so only a
  * figure from the same seconds says how close decode came to it. */
-#include "agent/cli.h"
+#include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf.h"
 #include "infer/model/meta.h"
@@ -149,15 +149,6 @@ static int membw(int threads)
 	return 0;
 }
 
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -251,7 +242,7 @@ int cmd_bench(int argc, char **argv)
 	int pos = n_prompt;
 	double dec_s = 0, c2 = c1;
 	for (int i = 0; i < n_gen; i++) {
-		int t = argmax(logits, meta.n_vocab);
+		int t = sh_argmax(logits, meta.n_vocab);
 		int64_t s0 = now_ns();
 		double cs0 = cpu_s();
 		if (model_forward(m, &t, 1, pos++, logits))

@@ -1,0 +1,313 @@
+/*
+ * node.c: a node's description and the agent's messages (node.h).
+ *
+ * Invariant: a parsed description holds only bounded, NUL-terminated strings and ports within
+ * 0..65535; anything else in a peer's message makes it malformed (the member is dropped).
+ */
+#include "agent/node.h"
+#include "common/common.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <jansson.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef __APPLE__
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
+
+/* ---- this host ------------------------------------------------------------------------------ */
+
+/* The kind of a local interface: its name when that says (en*, wl*, thunderbolt*, ...); else, on
+ * Linux, what the kernel says (a wireless directory: Wi-Fi; link type 1, Ethernet: veth pairs,
+ * bridges' ports and renamed NICs). */
+static int if_kind(const char *ifname)
+{
+	plan_link_t k = plan_link_guess(ifname);
+	if (k != PLAN_LINK_OTHER)
+		return k;
+	char path[128], buf[16] = "";
+	snprintf(path, sizeof path, "/sys/class/net/%s/wireless", ifname);
+	if (access(path, F_OK) == 0)
+		return PLAN_LINK_WIFI;
+	snprintf(path, sizeof path, "/sys/class/net/%s/type", ifname);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(buf, sizeof buf, f))
+			buf[0] = 0;
+		fclose(f);
+	}
+	return atoi(buf) == 1 ? PLAN_LINK_ETHERNET : PLAN_LINK_OTHER;
+}
+
+void node_self_addrs(node_desc_t *d)
+{
+	d->naddrs = 0;
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs) == 0) {
+		for (struct ifaddrs *it = ifs; it && d->naddrs < AGENT_MAX_ADDRS;
+		     it = it->ifa_next) {
+			char buf[INET6_ADDRSTRLEN] = "";
+			if (!it->ifa_addr || (it->ifa_flags & IFF_LOOPBACK) ||
+			    !(it->ifa_flags & IFF_UP))
+				continue;
+			if (it->ifa_addr->sa_family == AF_INET)
+				inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr,
+					  buf, sizeof buf);
+			else if (it->ifa_addr->sa_family == AF_INET6) {
+				struct in6_addr *x =
+				    &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr;
+				if (IN6_IS_ADDR_LINKLOCAL(x))
+					continue; /* needs a scope: useless in a hostfile */
+				inet_ntop(AF_INET6, x, buf, sizeof buf);
+			}
+			if (!buf[0] || strlen(buf) >= PLAN_IP_MAX)
+				continue;
+			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", buf);
+			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", it->ifa_name);
+			d->kind[d->naddrs] = if_kind(it->ifa_name);
+			if (it->ifa_addr->sa_family == AF_INET && it->ifa_netmask) /* docs/mlx.md */
+				d->prefix[d->naddrs] = __builtin_popcount(
+				    ((struct sockaddr_in *)it->ifa_netmask)->sin_addr.s_addr);
+			d->naddrs++;
+		}
+		freeifaddrs(ifs);
+	}
+	if (!d->naddrs) {
+		snprintf(d->ip[0], PLAN_IP_MAX, "127.0.0.1");
+		snprintf(d->ifname[0], PLAN_IFNAME_MAX, "lo");
+		d->naddrs = 1;
+	}
+}
+
+/* macOS: free, inactive and purgeable pages can be reclaimed, so what is neither wired, active
+ * nor compressed is available. */
+uint64_t node_mem_available(void)
+{
+#ifdef __APPLE__
+	uint64_t total = 0;
+	size_t len = sizeof total;
+	vm_statistics64_data_t vs;
+	mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+	vm_size_t page = 0;
+	if (sysctlbyname("hw.memsize", &total, &len, NULL, 0) != 0 ||
+	    host_page_size(mach_host_self(), &page) != KERN_SUCCESS ||
+	    host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vs, &n) !=
+		KERN_SUCCESS)
+		return 0;
+	uint64_t used =
+	    ((uint64_t)vs.wire_count + vs.active_count + vs.compressor_page_count) * (uint64_t)page;
+	return used < total ? total - used : 0;
+#else
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+#endif
+}
+
+/* Is addr (numeric) one of this host's own addresses? */
+int node_is_local_addr(const char *addr)
+{
+	struct ifaddrs *ifs = NULL;
+	int found = 0;
+	if (!strncmp(addr, "127.", 4) || !strcmp(addr, "::1"))
+		return 1;
+	if (getifaddrs(&ifs) != 0)
+		return 0;
+	for (struct ifaddrs *it = ifs; it && !found; it = it->ifa_next) {
+		char buf[INET6_ADDRSTRLEN] = "";
+		if (!it->ifa_addr)
+			continue;
+		if (it->ifa_addr->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, buf,
+				  sizeof buf);
+		else if (it->ifa_addr->sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr, buf,
+				  sizeof buf);
+		found = buf[0] && !strcmp(buf, addr);
+	}
+	freeifaddrs(ifs);
+	return found;
+}
+
+/* ---- NODE ------------------------------------------------------------------------------------ */
+
+char *node_desc_json(const node_desc_t *d)
+{
+	json_t *o = json_object(), *addrs = json_array();
+	json_object_set_new(o, "v", json_integer(1));
+	json_object_set_new(o, "http_port", json_integer(d->http_port));
+	json_object_set_new(o, "sync_port", json_integer(d->sync_port));
+	json_object_set_new(o, "mem_avail", json_integer((json_int_t)d->mem_avail));
+	if (d->model_hash[0])
+		json_object_set_new(o, "model",
+				    json_pack("{s:s,s:I}", "hash", d->model_hash, "size",
+					      (json_int_t)d->model_size));
+	else
+		json_object_set_new(o, "model", json_null());
+	for (int i = 0; i < d->naddrs; i++)
+		json_array_append_new(addrs, json_pack("{s:s,s:s,s:s,s:i}", "ip", d->ip[i], "if",
+						       d->ifname[i], "kind",
+						       plan_link_name((plan_link_t)d->kind[i]),
+						       "prefix", d->prefix[i]));
+	json_object_set_new(o, "addrs", addrs);
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return s;
+}
+
+int node_desc_parse(node_desc_t *d, const uint8_t *p, size_t len)
+{
+	memset(d, 0, sizeof *d);
+	json_error_t je;
+	json_t *o = json_loadb((const char *)p, len, 0, &je);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return SH_EFORMAT;
+	}
+	int rc = SH_EFORMAT;
+	json_t *hp = json_object_get(o, "http_port"), *m = json_object_get(o, "model");
+	json_t *addrs = json_object_get(o, "addrs");
+	if (!json_is_integer(hp) || json_integer_value(hp) < 0 || json_integer_value(hp) > 65535 ||
+	    !json_is_array(addrs))
+		goto done;
+	d->http_port = (int)json_integer_value(hp);
+	json_t *sp = json_object_get(o, "sync_port");
+	if (json_is_integer(sp) && json_integer_value(sp) > 0 && json_integer_value(sp) <= 65535)
+		d->sync_port = (int)json_integer_value(sp);
+	json_t *ma = json_object_get(o, "mem_avail"); /* optional: older nodes do not say */
+	if (json_is_integer(ma) && json_integer_value(ma) > 0)
+		d->mem_avail = (uint64_t)json_integer_value(ma);
+	if (json_is_object(m)) {
+		const char *h = json_string_value(json_object_get(m, "hash"));
+		json_t *sz = json_object_get(m, "size");
+		if (!h || strlen(h) != AGENT_HASH_HEX - 1 || !json_is_integer(sz) ||
+		    json_integer_value(sz) < 0)
+			goto done;
+		snprintf(d->model_hash, sizeof d->model_hash, "%s", h);
+		d->model_size = (uint64_t)json_integer_value(sz);
+	}
+	size_t i;
+	json_t *x;
+	json_array_foreach(addrs, i, x)
+	{
+		const char *ip = json_string_value(json_object_get(x, "ip"));
+		const char *ifn = json_string_value(json_object_get(x, "if"));
+		if (!ip || !ifn || strlen(ip) >= PLAN_IP_MAX || strlen(ifn) >= PLAN_IFNAME_MAX)
+			goto done;
+		const char *ks = json_string_value(json_object_get(x, "kind"));
+		int k = ks ? plan_link_parse(ks) : -1;
+		if (d->naddrs < AGENT_MAX_ADDRS) {
+			d->kind[d->naddrs] =
+			    k >= 0 && k <= PLAN_LINK_THUNDERBOLT ? k : (int)plan_link_guess(ifn);
+			snprintf(d->ip[d->naddrs], PLAN_IP_MAX, "%s", ip);
+			snprintf(d->ifname[d->naddrs], PLAN_IFNAME_MAX, "%s", ifn);
+			json_t *px = json_object_get(x, "prefix"); /* absent from older agents */
+			if (json_is_integer(px) && json_integer_value(px) >= 0 &&
+			    json_integer_value(px) <= 32)
+				d->prefix[d->naddrs] = (int)json_integer_value(px);
+			d->naddrs++;
+		}
+	}
+	d->have = 1;
+	rc = 0;
+done:
+	json_decref(o);
+	return rc;
+}
+
+/* ---- ACK and EXCLUDED ------------------------------------------------------------------------ */
+
+char *node_ack_json(const char *hash, core_ack_t ack, const char *error, uint64_t epoch)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "hash", hash, "state", core_ack_name(ack),
+			      "error", error ? error : "", "epoch", (json_int_t)epoch);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return s;
+}
+
+int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len)
+{
+	memset(a, 0, sizeof *a);
+	json_error_t je;
+	json_t *o = json_loadb((const char *)p, len, 0, &je);
+	const char *hs = json_string_value(json_object_get(o, "hash"));
+	const char *st = json_string_value(json_object_get(o, "state"));
+	const char *er = json_string_value(json_object_get(o, "error"));
+	int rc = SH_EFORMAT;
+	if (hs && st && strlen(hs) < CORE_HASH_MAX) {
+		snprintf(a->hash, sizeof a->hash, "%s", hs);
+		a->ack = core_ack_parse(st);
+		snprintf(a->error, sizeof a->error, "%s", er ? er : "");
+		json_t *ep = json_object_get(o, "epoch"); /* optional: older nodes do not say */
+		if (json_is_integer(ep) && json_integer_value(ep) > 0)
+			a->epoch = (uint64_t)json_integer_value(ep);
+		rc = 0;
+	}
+	json_decref(o);
+	return rc;
+}
+
+void node_excluded_text(char *out, size_t outlen, const uint8_t *p, size_t len)
+{
+	snprintf(out, outlen, "%.*s", (int)MIN(len, outlen - 1), (const char *)p);
+	for (char *q = out; *q; q++)
+		if ((unsigned char)*q < 32)
+			*q = ' ';
+}
+
+/* ---- the planner's view ---------------------------------------------------------------------- */
+
+/* avail: what the node says it can give (0 = unknown: its total). */
+int node_to_plan(plan_node_t *pn, const char *idhex, const char *host, int port, uint64_t mem,
+		 uint64_t avail, int cores, const char *rdma, const node_desc_t *d)
+{
+	snprintf(pn->node_id, sizeof pn->node_id, "%s", idhex);
+	snprintf(pn->host, sizeof pn->host, "%s", host);
+	pn->port = port;
+	pn->mem_total = mem;
+	pn->mem_avail = avail && avail < mem ? avail : mem;
+	pn->cores = cores;
+	pn->addrs = calloc((size_t)MAX(d->naddrs, 1), sizeof *pn->addrs);
+	pn->rdma = calloc(PLAN_MAX_RDMA, sizeof *pn->rdma);
+	if (!pn->addrs || !pn->rdma)
+		return SH_ENOMEM;
+	for (int i = 0; i < d->naddrs; i++) {
+		plan_addr_t *ad = &pn->addrs[pn->n_addrs++];
+		snprintf(ad->ip, sizeof ad->ip, "%s", d->ip[i]);
+		snprintf(ad->ifname, sizeof ad->ifname, "%s", d->ifname[i]);
+		ad->kind = (plan_link_t)d->kind[i];
+		ad->prefix = d->prefix[i];
+	}
+	/* "dev:ifname,dev:ifname": devices discovery found with an active port */
+	char tmp[256];
+	snprintf(tmp, sizeof tmp, "%s", rdma ? rdma : "");
+	char *save = NULL;
+	for (char *t = strtok_r(tmp, ",", &save); t && pn->n_rdma < PLAN_MAX_RDMA;
+	     t = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(t, ':');
+		plan_rdma_t *r = &pn->rdma[pn->n_rdma];
+		if (colon)
+			*colon = 0;
+		if (!*t || strlen(t) >= PLAN_DEV_MAX)
+			continue;
+		snprintf(r->name, sizeof r->name, "%s", t);
+		if (colon && strlen(colon + 1) < PLAN_IFNAME_MAX)
+			snprintf(r->ifname, sizeof r->ifname, "%s", colon + 1);
+		r->port_active = 1;
+		pn->n_rdma++;
+	}
+	return 0;
+}
