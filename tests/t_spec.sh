@@ -3,7 +3,8 @@
 # copy with converted weights and the same vocabulary (llama.cpp's reader is not needed: the
 # engine opens it and writes stories260K's text with it), shoal generate's --spec modes give
 # llama.cpp's greedy ids of stories260K (stories260K.expected.txt) and --stats says what was
-# drafted, and the error cases are one line with a non-zero exit.
+# drafted, and the error cases are one line with a non-zero exit (generate's, and the agent's at
+# start: its cluster path is tests/t_spec_agent.sh).
 . tests/lib.sh
 
 T=$(mktemp -d /tmp/shoal-tspec.XXXXXX)
@@ -49,5 +50,21 @@ check "a draft with another vocabulary fails" [ $? -eq 1 ]
 check "... in one line naming the vocabulary" sh -c '[ "$(wc -l <"$1")" -eq 1 ] && grep -q "vocabulary" "$1"' _ "$T/err"
 $SHOAL generate --model "$S" --prompt "x" --draft-model "$T/missing.gguf" >/dev/null 2>"$T/err"
 check "a missing draft file fails in one line" sh -c '[ "$(wc -l <"$1")" -eq 1 ]' _ "$T/err"
+
+# the agent checks its flags at start (a draft file it cannot read would fail every plan later);
+# none of these reaches the network
+$SHOAL agent --token t --state-dir "$T/st" --draft-model "$T/missing.gguf" >/dev/null 2>"$T/err"
+check "agent: a missing draft file fails at start" [ $? -eq 1 ]
+check "... in one line naming it" sh -c '[ "$(wc -l <"$1")" -eq 1 ] && grep -q "missing.gguf" "$1"' _ "$T/err"
+$SHOAL agent --token t --state-dir "$T/st" --draft-model "$T" >/dev/null 2>"$T/err"
+check "agent: a directory as the draft fails at start" [ $? -eq 1 ]
+$SHOAL agent --token t --state-dir "$T/st" --spec model >/dev/null 2>"$T/err"
+check "agent: --spec model without a draft is a usage error" [ $? -eq 2 ]
+check "... saying what is missing" grep -q -- "--draft-model" "$T/err"
+$SHOAL agent --token t --state-dir "$T/st" --spec fast >/dev/null 2>"$T/err"
+check "agent: an unknown mode is a usage error" [ $? -eq 2 ]
+$SHOAL agent --token t --state-dir "$T/st" --draft-max 0 >/dev/null 2>"$T/err"
+check "agent: --draft-max 0 is a usage error" [ $? -eq 2 ]
+check "agent --help lists the speculative flags" sh -c '"$1" agent --help | grep -q -- "--draft-model FILE"' _ "$SHOAL"
 
 done_tests
