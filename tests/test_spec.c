@@ -630,20 +630,7 @@ int main(void)
 			    .ctx = 512,
 			    .type = QT_F32,
 			    .seed = 3};
-	mkmodel_opts_t q = {.arch = "qwen35",
-			    .dim = 128,
-			    .layers = 4,
-			    .heads = 4,
-			    .kv_heads = 2,
-			    .head_dim = 32,
-			    .ffn = 256,
-			    .vocab = 512,
-			    .ctx = 512,
-			    .type = QT_F32,
-			    .seed = 18,
-			    .ssm_state = 32,
-			    .ssm_k_heads = 2,
-			    .ssm_v_heads = 4};
+	mkmodel_opts_t q = gen_hybrid_opts(512, 18);
 	if (gen_write(RA, &o, "spec-a") || (o.seed = 4, gen_write(RB, &o, "spec-b")) ||
 	    gen_write(Q35, &q, "spec-q35") || (q.seed = 19, gen_write(Q35B, &q, "spec-q35b")))
 		return 1;
