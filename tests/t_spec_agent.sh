@@ -10,22 +10,13 @@
 # --draft-max are checked at start (t_spec.sh).
 . tests/lib.sh
 
-if [ "$(id -u)" -ne 0 ]; then
-	skip "t_spec_agent: needs root for network namespaces"
+. tests/netns.sh
+STORIES=$SHARED/models/stories260K.gguf
+if ! ns_require t_spec_agent || [ ! -f "$STORIES" ]; then
+	[ -f "$STORIES" ] || skip "t_spec_agent: $STORIES missing"
 	done_tests
 	exit $?
 fi
-for tool in ip avahi-daemon dbus-daemon dbus-send curl jq unshare; do
-	if ! command -v $tool >/dev/null 2>&1; then
-		skip "t_spec_agent: $tool not installed"
-		done_tests
-		exit $?
-	fi
-done
-STORIES=$SHARED/models/stories260K.gguf
-[ -f "$STORIES" ] || { skip "t_spec_agent: $STORIES missing"; done_tests; exit $?; }
-
-. tests/netns.sh
 SHOAL=$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")
 STORIES=$(cd "$(dirname "$STORIES")" && pwd)/$(basename "$STORIES")
 TOKEN="shoal-spec-agent-$$-7a31"
