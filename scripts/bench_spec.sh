@@ -7,8 +7,8 @@
 #      worker ranks in tensor parallel, 1 thread each: stories260K (F32) drafted by its F16 copy
 #      (shoal mkmodel --from) and by prompt lookup on a prompt that repeats a passage, against
 #      --spec off, with the greedy text compared;
-#   3. the same lab with 3 agents through the API (scripts/bench_spec_agents.sh's part below),
-#      when the agent takes --draft-model.
+#   3. the same lab with 3 agents through the API: the draft model (the F16 copy, --spec auto)
+#      on a story and prompt lookup on the repeated passage, each against --spec off.
 # The lab's names are global: it runs only when no lat* namespace exists, under
 # flock /tmp/shoal-lab.lock (and the session lock of tests/lab.sh), and is always torn down.
 # BENCH_SPEC_GEN: tokens per lab run (default 200); BENCH_SPEC_GEN1: per one-node run (1000);
@@ -150,7 +150,8 @@ leader_addr() {
 		awk '/"addr"/ { a = $0 } /"role": *"leader"/ { print a }' |
 		sed 's/.*"addr": *"\([^"]*\)".*/\1/' | head -1
 }
-agents() { # label tag [agent flags...]: starts 3 agents, runs the completions, stops them
+agents() { # label tag [agent flags...]: starts 3 agents, runs the completions of $APROMPT
+	# (default: a story), stops them
 	label=$1 res=$2
 	shift 2
 	pids=""
@@ -177,7 +178,7 @@ agents() { # label tag [agent flags...]: starts 3 agents, runs the completions, 
 			tr '\n' ' ')
 		: >"$T/a_tps"
 		for i in 0 1 2 3; do
-			api -H 'Content-Type: application/json' -d "{\"prompt\":\"$ONCE\",\"max_tokens\":$GEN,\"temperature\":0}" \
+			api -H 'Content-Type: application/json' -d "{\"prompt\":\"${APROMPT:-$ONCE}\",\"max_tokens\":$GEN,\"temperature\":0}" \
 				"http://10.79.0.1:8080/v1/completions" >"$T/a_out"
 			[ $i = 0 ] && continue # the first warms the caches and the controller
 			api "http://$la/metrics" | sed -n 's/^shoal_tokens_per_second \(.*\)/\1/p' >>"$T/a_tps"
@@ -204,4 +205,13 @@ agents_pair() { # tag [flags]
 	echo "  $tag: drafted/off $(ratio "$on" "$off")x; $same"
 }
 agents_pair "--strategy auto"
+# prompt lookup alone (no draft model): a prompt that repeats a passage
+rm -f "$T"/a_res_* "$T"/a_text_*
+APROMPT=$REPEAT
+agents "repeated passage, --spec off" off --spec off
+agents "repeated passage, prompt lookup (--spec auto)" on --spec auto
+APROMPT=
+off=$(cat "$T/a_res_off" 2>/dev/null) on=$(cat "$T/a_res_on" 2>/dev/null)
+same=$(cmp -s "$T/a_text_off" "$T/a_text_on" && echo "greedy text identical" || echo "TEXT DIFFERS")
+echo "  prompt lookup, repeated passage: drafted/off $(ratio "$on" "$off")x; $same"
 [ -n "$STRAT" ] && agents_pair "--strategy tensor" --strategy tensor
