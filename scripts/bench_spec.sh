@@ -205,6 +205,7 @@ agents_pair() { # tag [flags]
 	echo "  $tag: drafted/off $(ratio "$on" "$off")x; $same"
 }
 agents_pair "--strategy auto"
+[ -z "$STRAT" ] || agents_pair "--strategy tensor" --strategy tensor
 # prompt lookup alone (no draft model): a prompt that repeats a passage
 rm -f "$T"/a_res_* "$T"/a_text_*
 APROMPT=$REPEAT
@@ -214,4 +215,3 @@ APROMPT=
 off=$(cat "$T/a_res_off" 2>/dev/null) on=$(cat "$T/a_res_on" 2>/dev/null)
 same=$(cmp -s "$T/a_text_off" "$T/a_text_on" && echo "greedy text identical" || echo "TEXT DIFFERS")
 echo "  prompt lookup, repeated passage: drafted/off $(ratio "$on" "$off")x; $same"
-[ -n "$STRAT" ] && agents_pair "--strategy tensor" --strategy tensor
