@@ -94,14 +94,15 @@ typedef struct eng_info {
 
 /* How a model writes tool calls in its output (eng_info_t.tool_format): <tool_call> tags around
  * JSON (Hermes, Qwen, and the generic style), Llama 3.1's bare JSON, Mistral's [TOOL_CALLS],
- * Qwen3.5's XML, gpt-oss's harmony channels. */
+ * Qwen3.5's XML, gpt-oss's harmony channels, GLM-4.5's argument pairs. */
 enum eng_tool_format {
 	ENG_TOOLS_HERMES = 0,
 	ENG_TOOLS_LLAMA3,
 	ENG_TOOLS_MISTRAL,
-	ENG_TOOLS_XML, /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
-			  qwen3-coder) */
-	ENG_TOOLS_HARMONY /* gpt-oss: the reply's channels (eng_harmony_parse) */
+	ENG_TOOLS_XML,     /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			      qwen3-coder) */
+	ENG_TOOLS_HARMONY, /* gpt-oss: the reply's channels (eng_harmony_parse) */
+	ENG_TOOLS_GLM4     /* GLM-4.5/4.6: <tool_call>NAME then <arg_key>/<arg_value> pairs */
 };
 
 typedef struct eng_msg {
@@ -353,7 +354,7 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
-	int ffn_block;            /* elements per block of the FFN column split (dist_ffn_block) */
+	int ffn_block;         /* elements per block of the FFN column split (dist_ffn_block) */
 	/* bytes over all layers: */
 	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
 	uint64_t replicated_bytes; /* norms, biases, routers */

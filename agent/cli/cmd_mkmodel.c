@@ -29,9 +29,11 @@ static void usage(FILE *f)
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
 	    "  qwen35 (Gated DeltaNet): [--ssm-state N] [--ssm-k-heads N] [--ssm-v-heads N]\n"
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
+	    "  gemma3: [--sliding-window N] [--rope-factor F (linear)]\n"
+	    "  glm4moe: [--nextn N] [--qk-norm 1] and the expert options\n"
 	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
-	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, or with experts mixtral, qwen2moe,\n"
-	    "qwen3moe, qwen35moe, gpt-oss.\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
+	    "qwen2moe, qwen3moe, qwen35moe, glm4moe, gpt-oss.\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -43,6 +45,10 @@ static void usage(FILE *f)
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
 	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "gemma3: window 512 on layers 0-4 of every 6, SentencePiece vocabulary, tied head.\n"
+	    "glm4moe: layers from --dense-lead (default 1) route (sigmoid, selection bias, one\n"
+	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
+	    "skipped, as llama.cpp does.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
 	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n"
 	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
@@ -84,7 +90,9 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
-    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)}, /* gpt-oss */
+    /* gemma3's and gpt-oss's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)},
+    {"qk-norm", offsetof(mkmodel_opts_t, qk_norm)},
 };
 
 enum {

@@ -118,6 +118,10 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
  * hold). */
 uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
 			int n_ctx);
+/* Bytes of KV cache a token at position pos reads (the layers that keep every position: pos + 1
+ * positions; sliding-window layers: at most their window): decode's cache traffic. */
+uint64_t model_kv_read_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			     int pos);
 /* Positions a sliding-window layer keeps per slot and KV head at a context of n_ctx (its window
  * plus one internal batch, in whole attention tiles), or 0 when it keeps every position (no SWA
  * layer, or a context not longer than that). */
