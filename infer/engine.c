@@ -11,6 +11,11 @@
  * the stop string is never emitted) or cannot any more. Each sampled token gets exactly one
  * callback; the last one carries whatever text was still held.
  *
+ * Speculative decoding (infer/spec.h, docs/speculative.md): a decoding sequence's token may be
+ * followed in its pass by a draft of k tokens; its k + 1 rows are sampled in order while the
+ * drafted tokens are accepted, and n_cache then counts only the accepted positions (the rest are
+ * written over by the next pass; recurrent layers keep rollback = draft_max states).
+ *
  * A pipeline (several stages, tp.h) keeps up to one micro-batch per stage in flight round the
  * ring of stages (ring_step): the active sequences are split into that many passes, each
  * submitted while the others are still in the later stages, and each pass's sequences sampled
@@ -32,6 +37,7 @@
 #include "infer/pool.h"
 #include "infer/quant/quant.h"
 #include "infer/sample.h"
+#include "infer/spec.h"
 #include "infer/tok/tokenizer.h"
 #include "infer/tp.h"
 
@@ -76,15 +82,22 @@ typedef struct slot {
 	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
 	float *emb;     /* an embedding sequence: its pooled output [dim] (borrowed), else NULL */
+	/* speculative decoding: the draft of the pass it is in, fed at n_cache + 1 .. n_cache + k
+	 */
+	int k;
+	int draft[SPEC_MAX_DRAFT];
+	const float *q; /* [k][n_vocab] its distributions, or NULL (deterministic) */
 } slot_t;
 
 /* The batch of one forward pass: a step's, or one of the micro-batches in flight round a
- * pipeline's stages. Arrays of n_slots + ENG_PREFILL_MAX entries. */
+ * pipeline's stages. Arrays of n_slots * (1 + draft_max) + ENG_PREFILL_MAX entries: first the
+ * decoding sequences' groups (their token and its draft), then prompt chunks. */
 typedef struct pass {
-	int n;
+	int n, n_dec;                /* entries, of which the decoding groups' */
 	int *tok, *slot, *pos, *out; /* token i goes to slot[i] at pos[i]; out: wants logits */
 	int *keep;                   /* checkpoint the recurrent state after it */
 	uint32_t *gen;               /* the slot's sequence (slot_t.gen) when built */
+	int64_t t_sent;              /* when it was submitted (speculative decoding's step time) */
 } pass_t;
 
 struct eng {
@@ -103,7 +116,7 @@ struct eng {
 	slot_t *slots; /* [n_slots] */
 	int n_active;
 	uint64_t clock;
-	float *logits; /* [n_slots][n_vocab]: one row per sequence a step */
+	float *logits; /* [n_slots * (1 + draft_max)][n_vocab]: a row per decoded position */
 	pass_t *pass;  /* [ring_max]: passes in flight, ring_n of them from ring_head (oldest);
 			  one node, tensor or lock-step: pass[0] is the step's */
 	int ring_max, ring_head, ring_n;
@@ -111,7 +124,10 @@ struct eng {
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
 	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
 			  the first embedding) */
-	dist_t *dist;  /* NULL on one node; else this rank's part of the group (tp.h) */
+	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
+	spec_t *spec;         /* speculative decoding (rank 0), or NULL */
+	spec_seq_t *sq;       /* [n_slots]: the drafting sequences of the pass being built */
+	int draft_max;        /* 0 without speculative decoding */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -347,6 +363,28 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
 	int rollback = opts->rollback;
+	int spec = spec_mode_parse(opts->spec);
+	if (spec < 0) {
+		rc = sh_fail(err, errlen, SH_EINVAL,
+			     "unknown speculative decoding mode '%s' (auto, off, ngram, model)",
+			     opts->spec);
+		goto err;
+	}
+	if (opts->draft_max < 0 || opts->draft_max > SPEC_MAX_DRAFT) {
+		rc = sh_fail(err, errlen, SH_EINVAL, "draft length %d is not in 0..%d",
+			     opts->draft_max, SPEC_MAX_DRAFT);
+		goto err;
+	}
+	if (opts->dist && tp_group_rank(opts->dist->group) != 0)
+		spec = SPEC_OFF; /* only rank 0 samples */
+	/* recurrent layers keep a state per draft position and slot (tens of MiB each on large
+	 * models): prompt lookup only when asked for */
+	if (spec == SPEC_AUTO && e->meta.is_hybrid && !opts->draft_model)
+		spec = SPEC_OFF;
+	if (spec != SPEC_OFF) { /* recurrent layers keep the states a verify may go back to */
+		e->draft_max = opts->draft_max ? opts->draft_max : SPEC_DEFAULT_DRAFT;
+		rollback = MAX(rollback, e->draft_max);
+	}
 	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, &rollback,
 					  opts->parallel > 0, err, errlen)))
 		goto err;
@@ -368,9 +406,20 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	if (e->dist)
 		dist_attach(e->dist, e->model);
 	e->n_slots = slots;
-	size_t nb = (size_t)slots + ENG_PREFILL_MAX;
+	if (spec != SPEC_OFF) {
+		spec_opts_t so = {spec,   opts->draft_model, e->draft_max,
+				  e->tok, e->meta.n_vocab,   slots,
+				  ctx,    kv_type,           e->pool};
+		if ((rc = spec_new(&e->spec, &so, err, errlen)))
+			goto err;
+		if (!(e->sq = calloc((size_t)slots, sizeof *e->sq))) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto err;
+		}
+	}
+	size_t rows = (size_t)slots * (size_t)(1 + e->draft_max), nb = rows + ENG_PREFILL_MAX;
 	e->slots = calloc((size_t)slots, sizeof *e->slots);
-	e->logits = malloc((size_t)slots * (size_t)e->meta.n_vocab * sizeof *e->logits);
+	e->logits = malloc(rows * (size_t)e->meta.n_vocab * sizeof *e->logits);
 	/* a pipeline's rank 0: a pass in flight per stage (or as many as asked) */
 	int stages = e->dist ? dist_n_stages(e->dist) : 1,
 	    fly = opts->dist ? opts->dist->inflight : 1;
@@ -431,6 +480,8 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->n_slots = slots;
 	i->n_stages = stages;
 	model_info_extra(e, i);
+	i->spec = e->spec ? spec_mode_name(e->spec) : "off";
+	i->draft = e->spec ? spec_draft_name(e->spec) : NULL;
 	*out = e;
 	return 0;
 err:
@@ -602,6 +653,8 @@ void eng_free(eng_t *e)
 	if (e->dist && e->model && dist_rank(e->dist) == 0)
 		dist_stop(e->dist);
 	dist_free(e->dist);
+	spec_free(e->spec);
+	free(e->sq);
 	model_free(e->model);
 	pool_free(e->pool);
 	for (int i = 0; e->slots && i < e->n_slots; i++) {
@@ -883,6 +936,8 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	sl->flying = 0;
 	sl->state = SLOT_PREFILL;
 	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
+	if (e->spec)
+		spec_seq_start(e->spec, (int)(sl - e->slots));
 	e->n_active++;
 	res->finish = ENG_FINISH_NONE;
 	return (int)(sl - e->slots);
@@ -969,9 +1024,13 @@ int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *r
 	return (int)(sl - e->slots);
 }
 
-/* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
- * (res->finish set), 0 when it goes on with sl->next. */
-static int seq_sample(eng_t *e, slot_t *sl, float *logits)
+/* Samples sl's token at position n_cache from logits (the one after position n_cache - 1),
+ * where a draft proposed `draft` from the distribution q (draft -1: none; q NULL: a
+ * deterministic draft), and hands its text out. *tok gets the token, *accepted whether it is
+ * the draft. Returns 1 when the sequence ended (res->finish set), 0 when it goes on with
+ * sl->next. */
+static int seq_sample(eng_t *e, slot_t *sl, float *logits, int draft, const float *q, int *tok,
+		      int *accepted)
 {
 	eng_result_t *res = sl->res;
 	const eng_sampling_t *s = &sl->sp;
@@ -984,7 +1043,8 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	if (s->max_tokens > 0)
 		left = MIN(left, s->max_tokens - res->completion_tokens);
 	sampler_mask(sl->samp, logits, left);
-	int t = sampler_sample(sl->samp, logits, &lp, top, n_top);
+	int t = sampler_sample_spec(sl->samp, logits, draft, q, &lp, top, n_top, accepted);
+	*tok = t;
 	if (tok_is_eog(e->tok, t)) {
 		/* text still held back (a partial stop string, an unfinished character) is output
 		 * after all: one last callback, carrying the end-of-generation id */
@@ -1038,27 +1098,69 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	return 0;
 }
 
-/* Builds pass p: one token of every decoding sequence that is not in flight, then prompt chunks
- * of prefilling ones, oldest admission first, within the prompt budget; at most max_seq
- * sequences. Returns the tokens in it. */
+/* Speculative decoding: drafts for the n decoding sequences ids[] of the pass being built (spec.h
+ * sizes them, 0 where a draft does not pay), copied into each slot (k, draft, q). n_other: the
+ * pass's prompt tokens. */
+static void pass_drafts(eng_t *e, const int *ids, int n, int n_other)
+{
+	for (int j = 0; j < n; j++) {
+		slot_t *sl = &e->slots[ids[j]];
+		/* the context: the cached tokens and the one this pass feeds */
+		sl->cache[sl->n_cache] = sl->next;
+		int room = e->info.n_ctx - 2 - sl->n_cache; /* positions the output may still use */
+		int left = room + 1;
+		if (sl->sp.max_tokens > 0) {
+			left = MIN(left, sl->sp.max_tokens - sl->res->completion_tokens);
+			room = MIN(room, left - 1); /* a pass makes at most k + 1 tokens */
+		}
+		e->sq[j] = (spec_seq_t){.slot = ids[j],
+					.ctx = sl->cache,
+					.n = sl->n_cache + 1,
+					.max_k = room,
+					.budget = left,
+					.samp = sl->samp};
+	}
+	spec_draft(e->spec, e->sq, n, n_other);
+	for (int j = 0; j < n; j++) {
+		slot_t *sl = &e->slots[e->sq[j].slot];
+		sl->k = e->sq[j].k;
+		memcpy(sl->draft, e->sq[j].draft, (size_t)sl->k * sizeof *sl->draft);
+		sl->q = e->sq[j].q;
+	}
+}
+
+/* Builds pass p: one token of every decoding sequence that is not in flight, each followed by
+ * its draft, then prompt chunks of prefilling ones, oldest admission first, within the prompt
+ * budget; at most max_seq sequences. Returns the tokens in it. */
 static int pass_build(eng_t *e, pass_t *p, int max_seq)
 {
-	int n = 0, seqs = 0, decoding = 0;
-	for (int i = 0; i < e->n_slots; i++)
+	int n = 0, seqs = 0, decoding = 0, ids[ENG_MAX_PARALLEL], n_ids = 0, n_prefill = 0;
+	for (int i = 0; i < e->n_slots; i++) {
 		decoding |= e->slots[i].state == SLOT_DECODE;
-	/* one token of every decoding sequence, at the end of its slot */
-	for (int i = 0; i < e->n_slots && seqs < max_seq; i++) {
-		slot_t *sl = &e->slots[i];
-		if (sl->state != SLOT_DECODE || sl->flying)
-			continue;
-		p->tok[n] = sl->next, p->slot[n] = i, p->pos[n] = sl->n_cache, p->out[n] = 1,
-		p->keep[n] = 0, p->gen[n] = sl->gen;
-		sl->flying = 1;
-		n++, seqs++;
+		if (e->slots[i].state == SLOT_PREFILL && !e->slots[i].flying)
+			n_prefill += e->slots[i].n_prompt - e->slots[i].n_cache;
 	}
+	int budget = decoding ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
+	for (int i = 0; i < e->n_slots && n_ids < max_seq; i++)
+		if (e->slots[i].state == SLOT_DECODE && !e->slots[i].flying) {
+			e->slots[i].k = 0;
+			ids[n_ids++] = i;
+		}
+	if (e->spec && n_ids)
+		pass_drafts(e, ids, n_ids, MIN(budget, n_prefill));
+	/* one token of every decoding sequence at the end of its slot, and its draft after it */
+	for (int j = 0; j < n_ids; j++, seqs++) {
+		slot_t *sl = &e->slots[ids[j]];
+		for (int d = 0; d <= sl->k; d++, n++) {
+			p->tok[n] = d ? sl->draft[d - 1] : sl->next;
+			p->slot[n] = ids[j], p->pos[n] = sl->n_cache + d, p->out[n] = 1;
+			p->keep[n] = 0, p->gen[n] = sl->gen;
+		}
+		sl->flying = 1;
+	}
+	p->n_dec = n;
 	/* then prompt chunks within the step's budget: while others decode, a short one so
 	 * their next token is not held up long */
-	int budget = decoding ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
 	while (budget > 0 && seqs < max_seq) {
 		slot_t *sl = NULL;
 		for (int i = 0; i < e->n_slots; i++) {
@@ -1117,19 +1219,71 @@ static int step_fail(eng_t *e, int rc, eng_done_t *done, int *n_done)
 	return rc;
 }
 
-/* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
- * (rows of e->logits in batch order) samples its next token; an embedding pools the hidden
- * states it asked for (rows of e->hidden in batch order) and ends after its last token. Entries
- * of a sequence that ended while the pass was in flight are dropped (the slot may hold another
- * one by now). */
-static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
+/* Samples a decoding sequence's rows after its pass: the token after `next`, then while the
+ * drafted tokens are accepted the one after each (the speculative-sampling rule, sample.h); the
+ * first token not drafted ends it (the model's correction, or after a whole accepted draft its
+ * bonus token). Positions of rejected drafts are left behind: n_cache counts only accepted
+ * ones, and the next pass writes over the rest. *produced gets the tokens sampled. Returns 1
+ * when the sequence ended. */
+static int seq_verify(eng_t *e, slot_t *sl, const float *rows, int *produced)
 {
-	int row = 0, hrow = 0, D = e->meta.dim;
-	for (int j = 0; j < p->n; j++) {
+	int base = sl->n_cache, k = sl->k, accepted = 0, first = -1, ended = 0, i;
+	size_t nv = (size_t)e->meta.n_vocab;
+	sl->cache[base] = sl->next;
+	for (i = 0; i <= k; i++) {
+		int t, ok = 0, d = i < k ? sl->draft[i] : -1;
+		sl->n_cache = base + 1 + i; /* next and the drafts accepted so far */
+		ended = seq_sample(e, sl, (float *)rows + (size_t)i * nv, d,
+				   sl->q && i < k ? sl->q + (size_t)i * nv : NULL, &t, &ok);
+		if (!i)
+			first = t;
+		if (ended || !ok || i == k)
+			break;
+		sl->cache[base + 1 + i] = t; /* accepted: its keys/values are in the cache */
+		accepted++;
+	}
+	*produced = MIN(i, k) + 1;
+	if (e->spec)
+		spec_verified(e->spec, (int)(sl - e->slots), k, accepted, *produced, first);
+	return ended;
+}
+
+/* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
+ * (rows of e->logits in batch order) samples its next tokens. Entries of a sequence that ended
+ * while the pass was in flight are dropped (the slot may hold another one by now). Returns the
+ * tokens produced. */
+static int pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
+{
+	int row = 0, hrow = 0, produced = 0, D = e->meta.dim;
+	size_t nv = (size_t)e->meta.n_vocab;
+	/* the decoding sequences' groups: their token and its draft, a row each */
+	for (int j = 0; j < p->n_dec;) {
 		slot_t *sl = &e->slots[p->slot[j]];
-		float *lg = p->out[j] == MODEL_OUT_LOGITS
-				? e->logits + (size_t)row++ * e->meta.n_vocab
-				: NULL;
+		int g = 1;
+		while (j + g < p->n_dec && p->slot[j + g] == p->slot[j])
+			g++;
+		const float *rows = e->logits + (size_t)row * nv;
+		row += g;
+		int live = sl->gen == p->gen[j];
+		j += g;
+		if (!live)
+			continue;
+		sl->flying = 0;
+		if (sl->state != SLOT_DECODE)
+			continue;
+		int made = 0;
+		if (seq_verify(e, sl, rows, &made)) {
+			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
+			seq_end(e, sl, sl->res->finish);
+			done[(*n_done)++] = (eng_done_t){(int)(sl - e->slots), err};
+		}
+		produced += made;
+	}
+	/* then the prompt chunks; a prompt's last token is sampled, an embedding pools the hidden
+	 * states it asked for (rows of e->hidden in batch order) and ends after its last token */
+	for (int j = p->n_dec; j < p->n; j++) {
+		slot_t *sl = &e->slots[p->slot[j]];
+		float *lg = p->out[j] == MODEL_OUT_LOGITS ? e->logits + (size_t)row++ * nv : NULL;
 		float *h = p->out[j] == MODEL_OUT_EMBD ? e->hidden + (size_t)hrow++ * D : NULL;
 		if (sl->gen != p->gen[j])
 			continue;
@@ -1153,16 +1307,29 @@ static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done
 		}
 		if (!lg)
 			continue;
-		if (sl->state == SLOT_PREFILL) {
-			sl->t1 = now_ns();
-			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
-			sl->state = SLOT_DECODE;
-		}
-		if (seq_sample(e, sl, lg)) {
+		sl->t1 = now_ns();
+		sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+		sl->state = SLOT_DECODE;
+		int t, ok;
+		if (seq_sample(e, sl, lg, -1, NULL, &t, &ok)) {
 			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
 			seq_end(e, sl, sl->res->finish);
 			done[(*n_done)++] = (eng_done_t){p->slot[j], err};
 		}
+		produced++;
+	}
+	return produced;
+}
+
+/* Pass p came back after pass_ms: samples it, and gives speculative decoding the pass's time
+ * and what sampling its rows cost per token. */
+static void pass_done(eng_t *e, const pass_t *p, double pass_ms, eng_done_t *done, int *n_done)
+{
+	int64_t t0 = now_ns();
+	int produced = pass_finish(e, p, done, n_done);
+	if (e->spec) {
+		spec_step_timed(e->spec, p->n, pass_ms);
+		spec_step_done(e->spec, (double)(now_ns() - t0) / 1e6, produced);
 	}
 }
 
@@ -1175,7 +1342,7 @@ static model_batch_t pass_batch(const eng_t *e, const pass_t *p)
  * ready, submit passes that share the ready sequences evenly among the room left (so that every
  * stage has a pass to work on), then take the oldest pass back and sample its sequences. A
  * sequence whose pass is in flight waits for it, so each still gets one token per pass of its
- * own. */
+ * own (and its draft's, speculative decoding). */
 static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 {
 	int rc;
@@ -1188,6 +1355,7 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 			break;
 		model_batch_t b = pass_batch(e, p);
 		e->last_batch = p->n;
+		p->t_sent = now_ns();
 		if ((rc = dist_submit(e->dist, &b)))
 			return step_fail(e, rc, done, n_done);
 		e->ring_n++;
@@ -1200,7 +1368,7 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 		return step_fail(e, rc, done, n_done);
 	e->ring_head = (e->ring_head + 1) % e->ring_max;
 	e->ring_n--;
-	pass_finish(e, p, done, n_done);
+	pass_done(e, p, (double)(now_ns() - p->t_sent) / 1e6, done, n_done);
 	return 0;
 }
 
@@ -1214,12 +1382,20 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 	pass_t *p = &e->pass[0];
 	pass_build(e, p, e->n_slots);
 	model_batch_t b = pass_batch(e, p);
+	int64_t t0 = now_ns();
 	int rc = eng_forward(e, &b);
 	e->last_batch = p->n;
 	if (rc)
 		return step_fail(e, rc, done, n_done);
-	pass_finish(e, p, done, n_done);
+	pass_done(e, p, (double)(now_ns() - t0) / 1e6, done, n_done);
 	return 0;
+}
+
+void eng_spec_stats(const eng_t *e, eng_spec_stats_t *out)
+{
+	memset(out, 0, sizeof *out);
+	if (e->spec)
+		spec_stats(e->spec, out);
 }
 
 int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,

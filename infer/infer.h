@@ -10,8 +10,8 @@
  * eng_generate() is the one-request special case. How many ranks compute a step is hidden behind
  * this interface: a tensor-parallel engine looks the same.
  *
- * Threads: eng_generate(), eng_seq_start(), eng_step() and eng_seq_cancel() are called from one
- * thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
+ * Threads: eng_generate(), eng_seq_start(), eng_step(), eng_seq_cancel() and eng_spec_stats()
+ * are called from one thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
  * eng_chat_prompt() are read-only and may be called from any thread at any time once eng_open()
  * has returned.
  */
@@ -60,6 +60,12 @@ typedef struct eng_opts {
 	int rollback;              /* hybrid models (recurrent layers): positions of a step that can
 				      be taken back (speculative decoding verifies k + 1 tokens:
 				      k); 0 = none. On several ranks rank 0's value wins. */
+	/* Speculative decoding (docs/speculative.md), rank 0 only: "auto" (NULL: the draft model
+	 * when one is given, else prompt lookup, each only where it pays), "off", "ngram" (prompt
+	 * lookup) or "model" (needs draft_model). */
+	const char *spec;
+	const char *draft_model; /* GGUF with the same vocabulary, run on rank 0 alone, or NULL */
+	int draft_max;           /* longest draft; 0 = 8 (at most 16) */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
@@ -88,6 +94,8 @@ typedef struct eng_info {
 	const char *weight_type;   /* type of most of the weight bytes ("Q8_0", "F32", ...) */
 	int think_open;            /* the chat prompt ends inside an opened <think> (qwen3.5's
 				      template): a reply starts with its reasoning */
+	const char *spec;          /* speculative decoding: "off", "auto", "ngram" or "model" */
+	const char *draft;         /* the draft model's name, or NULL */
 } eng_info_t;
 
 /* How an embedding pools the final hidden states of its tokens: the GGUF's
@@ -293,6 +301,18 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
  * tokens computed so far for prefix reuse. */
 void eng_seq_cancel(eng_t *e, int id);
+
+/* Speculative decoding's figures since eng_open (zeros when off). A verify is one sequence's
+ * drafted positions checked in a step. */
+typedef struct eng_spec_stats {
+	uint64_t verifies; /* sequence-steps that verified a draft */
+	uint64_t drafted;  /* drafted tokens verified */
+	uint64_t accepted; /* of them, accepted */
+	uint64_t emitted;  /* tokens the verifies produced (accepted + the target's own) */
+	double draft_ms;   /* time spent drafting */
+	double draft_len;  /* mean length of the recent drafts (0 while none) */
+} eng_spec_stats_t;
+void eng_spec_stats(const eng_t *e, eng_spec_stats_t *out);
 
 /* Sequences in progress. */
 int eng_active(const eng_t *e);

@@ -433,6 +433,8 @@ static void step_metrics(web_sched_t *s, eng_t *e, int batch)
 		s->m->slot_state[i] = (signed char)eng_slot_state(e, i);
 	if (batch > 0)
 		web_hist_add(&s->m->batch, batch);
+	s->m->spec_mode = eng_info(e)->spec;
+	eng_spec_stats(e, &s->m->spec);
 	pthread_mutex_unlock(&s->m->mu);
 }
 

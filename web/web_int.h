@@ -447,6 +447,9 @@ typedef struct web_metrics {
 	int n_slots;          /* of the engine in use, 0 before the first step */
 	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
 	uint64_t by_api[WEB_API_N]; /* requests that ended, by the API they came through */
+	/* speculative decoding: the engine's figures after the last step (eng_spec_stats) */
+	const char *spec_mode; /* "off", "auto", "ngram", "model" (static), NULL before a step */
+	eng_spec_stats_t spec;
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
