@@ -305,7 +305,8 @@ def gen_qwen35(g, moe):
         ("add_full_attention_interval", interval),
         ("add_rope_dimension_count", int(hd * 0.25)),
     ]
-    g.w("token_embd.weight", n_vocab, n_embd, scale=1.0)
+    # tied: token_embd is the output matrix too, so its rows are kept as small as output's
+    g.w("token_embd.weight", n_vocab, n_embd, scale=1.0 / n_embd ** 0.5 if a.tied else 1.0)
     for i in range(n_layer):
         p = f"blk.{i}."
         g.norm(p + "attn_norm.weight", n_embd)
@@ -532,7 +533,8 @@ def gen_gemma3(g):
     if g.args.rope_linear:
         kv.insert(6, ("add_rope_scaling_type", g.gguf.RopeScalingType.LINEAR))
         kv.insert(7, ("add_rope_scaling_factor", 8.0))
-    g.w("token_embd.weight", n_vocab, n_embd, scale=1.0)
+    # tied (and scaled by sqrt(n_embd) on input): rows of output's size
+    g.w("token_embd.weight", n_vocab, n_embd, scale=1.0 / n_embd ** 0.5)
     for i in range(n_layer):
         p = f"blk.{i}."
         g.norm(p + "attn_norm.weight", n_embd)
