@@ -277,8 +277,9 @@ def gen_qwen35(g, moe):
     n_exp, n_used, exp_ff, sh_ff = 8, 2, 64, 64
     interval = 4
     arch = "qwen35moe" if moe else "qwen35"
+    n_mtp = a.nextn
     kv = [
-        ("add_block_count", n_layer),
+        ("add_block_count", n_layer + n_mtp),
         ("add_context_length", 262144),
         ("add_embedding_length", n_embd),
     ]
@@ -305,12 +306,14 @@ def gen_qwen35(g, moe):
         ("add_full_attention_interval", interval),
         ("add_rope_dimension_count", int(hd * 0.25)),
     ]
+    if n_mtp:  # _QwenMtpMixin.set_gguf_parameters
+        kv.append(("add_nextn_predict_layers", n_mtp))
     # tied: token_embd is the output matrix too, so its rows are kept as small as output's
     g.w("token_embd.weight", n_vocab, n_embd, scale=1.0 / n_embd ** 0.5 if a.tied else 1.0)
-    for i in range(n_layer):
+    for i in range(n_layer + n_mtp):
         p = f"blk.{i}."
         g.norm(p + "attn_norm.weight", n_embd)
-        if (i + 1) % interval != 0:
+        if (i + 1) % interval != 0 and i < n_layer:
             qk = 2 * k_heads * k_dim + v_heads * v_dim
             g.w(p + "attn_qkv.weight", qk, n_embd)
             g.w(p + "attn_gate.weight", v_heads * v_dim, n_embd)
@@ -342,10 +345,24 @@ def gen_qwen35(g, moe):
             g.w(p + "ffn_gate.weight", n_ff, n_embd)
             g.w(p + "ffn_up.weight", n_ff, n_embd)
             g.w(p + "ffn_down.weight", n_embd, n_ff)
+        if i >= n_layer:
+            nextn(g, p, n_embd, n_vocab, False)
     g.norm("output_norm.weight", n_embd)
     if not a.tied:
         g.w("output.weight", n_vocab, n_embd)
     return arch, kv, vocab
+
+
+def nextn(g, p, n_embd, n_vocab, heads):
+    """An MTP block's own tensors (mtp.fc -> eh_proj, pre_fc_norm_* -> enorm/hnorm, norm ->
+    shared_head.norm; GLM's checkpoints also carry embed_tokens and shared_head.head)."""
+    g.w(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd)
+    g.norm(p + "nextn.enorm.weight", n_embd)
+    g.norm(p + "nextn.hnorm.weight", n_embd)
+    g.norm(p + "nextn.shared_head_norm.weight", n_embd)
+    if heads:
+        g.w(p + "nextn.embed_tokens.weight", n_vocab, n_embd)
+        g.w(p + "nextn.shared_head_head.weight", n_vocab, n_embd)
 
 
 HARMONY = ("{{- '<|start|>system<|message|>You are ChatGPT.<|end|>' }}{%- for m in messages %}"
@@ -436,8 +453,9 @@ def gen_glm4moe(g):
                                 template=GLM_TEMPLATE)
     n_embd, n_layer, n_head, n_kv, hd = 128, 3, 4, 2, 64
     n_ff, n_exp, n_used, exp_ff, n_dense = 256, 8, 2, 64, 1
+    n_mtp = g.args.nextn
     kv = [
-        ("add_block_count", n_layer),
+        ("add_block_count", n_layer + n_mtp),
         ("add_context_length", 131072),
         ("add_embedding_length", n_embd),
         ("add_feed_forward_length", n_ff),
@@ -458,10 +476,10 @@ def gen_glm4moe(g):
         ("add_expert_gating_func", gguf.ExpertGatingFuncType.SIGMOID),
         ("add_expert_weights_scale", 2.5),
         ("add_expert_weights_norm", True),
-        ("add_nextn_predict_layers", 0),
+        ("add_nextn_predict_layers", n_mtp),
     ]
     g.w("token_embd.weight", n_vocab, n_embd, scale=1.0)
-    for i in range(n_layer):
+    for i in range(n_layer + n_mtp):
         p = f"blk.{i}."
         g.norm(p + "attn_norm.weight", n_embd)
         g.w(p + "attn_q.weight", n_head * hd, n_embd)
@@ -471,6 +489,9 @@ def gen_glm4moe(g):
         g.w(p + "attn_v.weight", n_kv * hd, n_embd)
         g.w(p + "attn_v.bias", n_kv * hd)
         g.w(p + "attn_output.weight", n_embd, n_head * hd)
+        if g.args.qk_norm:
+            g.norm(p + "attn_q_norm.weight", hd)
+            g.norm(p + "attn_k_norm.weight", hd)
         g.norm(p + "post_attention_norm.weight", n_embd)
         if i < n_dense:
             g.w(p + "ffn_gate.weight", n_ff, n_embd)
@@ -485,6 +506,8 @@ def gen_glm4moe(g):
             g.w(p + "ffn_gate_shexp.weight", exp_ff, n_embd)
             g.w(p + "ffn_up_shexp.weight", exp_ff, n_embd)
             g.w(p + "ffn_down_shexp.weight", n_embd, exp_ff)
+        if i >= n_layer:
+            nextn(g, p, n_embd, n_vocab, True)
     g.norm("output_norm.weight", n_embd)
     g.w("output.weight", n_vocab, n_embd)
     return "glm4moe", kv, vocab
@@ -563,6 +586,8 @@ def main():
                     help="mxfp4: the type of the tensors that are not experts")
     ap.add_argument("--tied", action="store_true", help="qwen35: tie_word_embeddings (no output.weight)")
     ap.add_argument("--rope-linear", action="store_true", help="gemma3: linear rope scaling 8 (4B and up)")
+    ap.add_argument("--nextn", type=int, default=0, help="qwen35*, glm4moe: MTP blocks after the layers")
+    ap.add_argument("--qk-norm", action="store_true", help="glm4moe: attn_q_norm/attn_k_norm (GLM-4.5 355B)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("-o", dest="out", required=True)
     a = ap.parse_args()
