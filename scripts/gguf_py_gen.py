@@ -53,15 +53,11 @@ TEXT = (
 )
 
 
-def learn_bpe(n_merges):
-    """Byte-level BPE merges learnt greedily from TEXT (words split at spaces, GPT-2 style)."""
-    b2u = bytes_to_unicode()
-    words = {}
-    for w in re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", TEXT):
-        key = tuple(b2u[b] for b in w.encode("utf-8"))
-        words[key] = words.get(key, 0) + 1
+def merge_pairs(words, n):
+    """Up to n greedy merges of the most frequent adjacent pair ({symbol tuple: count}), ties
+    broken by the smallest pair, stopping at pairs seen once."""
     merges = []
-    for _ in range(n_merges):
+    for _ in range(n):
         pairs = {}
         for w, c in words.items():
             for a, b in zip(w, w[1:]):
@@ -85,6 +81,16 @@ def learn_bpe(n_merges):
             nw[tuple(out)] = nw.get(tuple(out), 0) + c
         words = nw
     return merges
+
+
+def learn_bpe(n_merges):
+    """Byte-level BPE merges learnt greedily from TEXT (words split at spaces, GPT-2 style)."""
+    b2u = bytes_to_unicode()
+    words = {}
+    for w in re.findall(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+", TEXT):
+        key = tuple(b2u[b] for b in w.encode("utf-8"))
+        words[key] = words.get(key, 0) + 1
+    return merge_pairs(words, n_merges)
 
 
 def bpe_vocab(n_merges, added):
@@ -133,29 +139,7 @@ def spm_vocab(n_pieces):
     for w in ("▁" + TEXT.replace("\n", " ")).replace(" ", " ▁").split(" "):
         if w:
             words[tuple(w)] = words.get(tuple(w), 0) + 1
-    while len(pieces) < n_pieces:
-        pairs = {}
-        for w, c in words.items():
-            for a, b in zip(w, w[1:]):
-                pairs[(a, b)] = pairs.get((a, b), 0) + c
-        if not pairs:
-            break
-        best = max(sorted(pairs), key=lambda p: pairs[p])
-        if pairs[best] < 2:
-            break
-        pieces.append(best[0] + best[1])
-        nw = {}
-        for w, c in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            nw[tuple(out)] = nw.get(tuple(out), 0) + c
-        words = nw
+    pieces += [a + b for a, b in merge_pairs(words, n_pieces - len(pieces))]
     # single characters score below every merge; later merges score lower than earlier ones
     n_chars = len(set(TEXT.replace(" ", "▁").replace("\n", "")))
     for i, p in enumerate(pieces):
