@@ -237,7 +237,10 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		return 1;
 	}
 	if (prompt) {
-		if (eng_tokenize(e, prompt, 1, 0, &ids, &n_ids, err, sizeof err)) {
+		/* special tokens written in the prompt are parsed, as llama.cpp's llama-completion
+		 * and llama-simple do (common_tokenize(ctx, prompt, true, true)): the same text,
+		 * the same ids */
+		if (eng_tokenize(e, prompt, 1, 1, &ids, &n_ids, err, sizeof err)) {
 			fprintf(stderr, "shoal %s: %s\n", name, err);
 			goto out;
 		}
