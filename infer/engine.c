@@ -41,6 +41,7 @@
 #include "infer/tok/tokenizer.h"
 #include "infer/tp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,12 @@ typedef struct slot {
 	uint32_t gen; /* sequences admitted to the slot so far: a pass of an earlier one that
 			 comes back after it ended is dropped (pass_t.gen) */
 	/* the sequence (state != SLOT_FREE) */
-	int *prompt; /* [n_prompt] (owned) */
-	int n_prompt;
+	int *prompt;  /* [n_ctx] (owned): the tokens to prefill, [0, n_prompt), then every token
+		       * sampled and handed out: [0, n_toks) is the sequence so far (its resumable
+		       * state with the sampler's, ts and held: eng_seq_snapshot) */
+	int n_prompt; /* tokens to prefill (a resumed sequence: all it had) */
+	int n_toks;
+	int n_req;         /* the request's own prompt tokens, [0, n_req) (usage) */
 	eng_sampling_t sp; /* stop strings borrowed from the caller */
 	int n_top;
 	eng_token_cb cb;
@@ -122,12 +127,12 @@ struct eng {
 	int ring_max, ring_head, ring_n;
 	int last_batch;       /* tokens in the last step */
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
-	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
-			  the first embedding) */
-	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
-	spec_t *spec;         /* speculative decoding (rank 0), or NULL */
-	spec_seq_t *sq;       /* [n_slots]: the drafting sequences of the pass being built */
-	int draft_max;        /* 0 without speculative decoding */
+	float *hidden;  /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
+			   the first embedding) */
+	dist_t *dist;   /* NULL on one node; else this rank's part of the group (tp.h) */
+	spec_t *spec;   /* speculative decoding (rank 0), or NULL */
+	spec_seq_t *sq; /* [n_slots]: the drafting sequences of the pass being built */
+	int draft_max;  /* 0 without speculative decoding */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -864,31 +869,29 @@ static void seq_end(eng_t *e, slot_t *sl, int finish)
 	e->n_active--;
 }
 
-int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
-		  eng_token_cb cb, void *ud, eng_result_t *res)
+/* Admits toks[0..n) as a sequence to prefill into the free slot whose cached tokens share the
+ * longest prefix with them (ties: least recently used), with room for n_ctx tokens. Sets *out
+ * and returns the slot number, or a negative code with res set (eng_seq_start's contract). The
+ * caller sets up the sampler. */
+static int seq_admit(eng_t *e, const int *toks, int n, const eng_sampling_t *s, eng_token_cb cb,
+		     void *ud, eng_result_t *res, slot_t **out)
 {
 	memset(res, 0, sizeof *res);
-	res->prompt_tokens = n_prompt;
+	res->prompt_tokens = n;
 	res->finish = ENG_FINISH_ERROR;
-	eng_sampling_t def;
-	if (!s) {
-		eng_sampling_default(&def);
-		s = &def;
-	}
 	int n_ctx = e->info.n_ctx, n_vocab = e->meta.n_vocab;
 	if (e->dist && dist_rank(e->dist) != 0)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
 			       "only rank 0 of a group generates");
-	if (n_prompt <= 0)
+	if (n <= 0)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL, "empty prompt");
-	if (n_prompt >= n_ctx)
+	if (n >= n_ctx)
 		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
-			       "prompt of %d tokens does not fit the context of %d", n_prompt,
-			       n_ctx);
-	for (int i = 0; i < n_prompt; i++)
-		if (prompt[i] < 0 || prompt[i] >= n_vocab)
+			       "prompt of %d tokens does not fit the context of %d", n, n_ctx);
+	for (int i = 0; i < n; i++)
+		if (toks[i] < 0 || toks[i] >= n_vocab)
 			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
-				       prompt[i]);
+				       toks[i]);
 	/* the free slot sharing the longest prefix; ties to the least recently used */
 	slot_t *sl = NULL;
 	int best = -1, keep = 0;
@@ -897,12 +900,12 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		if (c->state != SLOT_FREE)
 			continue;
 		int k = 0;
-		while (k < c->n_cache && k < n_prompt && c->cache[k] == prompt[k])
+		while (k < c->n_cache && k < n && c->cache[k] == toks[k])
 			k++;
 		/* a fully cached prompt still recomputes its last token for the logits; recurrent
 		 * layers continue only from a state the slot holds (model.h), and a sliding-window
 		 * ring may no longer hold what that position attends to (then from the start) */
-		int use = model_seq_resume_pos(e->model, i, k == n_prompt ? k - 1 : k);
+		int use = model_seq_resume_pos(e->model, i, k == n ? k - 1 : k);
 		k = use = model_prefix_usable(e->model, i, use); /* rank by what is kept */
 		if (k > best || (k == best && c->used < sl->used)) {
 			best = k;
@@ -914,17 +917,19 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 		res->finish = ENG_FINISH_NONE;
 		return SH_EBUSY;
 	}
-	if (!(sl->prompt = malloc((size_t)n_prompt * sizeof *prompt)) ||
+	if (!(sl->prompt = malloc((size_t)n_ctx * sizeof *toks)) ||
 	    tok_stream_init(&sl->ts, e->tok, 0)) {
 		free(sl->prompt);
 		sl->prompt = NULL;
 		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
 	}
-	memcpy(sl->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
-	sl->n_prompt = n_prompt;
+	memcpy(sl->prompt, toks, (size_t)n * sizeof *toks);
+	sl->n_prompt = sl->n_toks = sl->n_req = n;
 	sl->n_cache = keep;
-	sl->sp = *s;
-	sl->n_top = MAX(0, MIN(MIN(s->top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
+	sl->sp = s ? *s : (eng_sampling_t){0};
+	if (!s)
+		eng_sampling_default(&sl->sp);
+	sl->n_top = MAX(0, MIN(MIN(sl->sp.top_logprobs, MAX_TOP_LOGPROBS), n_vocab));
 	sl->cb = cb;
 	sl->ud = ud;
 	sl->res = res;
@@ -935,18 +940,117 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	sl->gen++;
 	sl->flying = 0;
 	sl->state = SLOT_PREFILL;
-	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
 	if (e->spec)
 		spec_seq_start(e->spec, (int)(sl - e->slots));
 	e->n_active++;
 	res->finish = ENG_FINISH_NONE;
+	*out = sl;
 	return (int)(sl - e->slots);
+}
+
+int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,
+		  eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	slot_t *sl;
+	int id = seq_admit(e, prompt, n_prompt, s, cb, ud, res, &sl);
+	if (id >= 0)
+		sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
+	return id;
 }
 
 void eng_seq_cancel(eng_t *e, int id)
 {
 	if (id >= 0 && id < e->n_slots && e->slots[id].state != SLOT_FREE)
 		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
+}
+
+/* ---- resuming a sequence elsewhere ---------------------------------------------------------
+ * A sequence's state is kept current as it runs (the tokens in sl->prompt, the sampler, ts,
+ * held, res): a snapshot is a copy, taken between steps or when a step's pass failed (nothing
+ * of that step was sampled, so the state is the one before it). */
+
+struct eng_seq_state {
+	int *toks; /* [n_toks]: the request's prompt [0, n_req), then the tokens handed out */
+	int n_toks, n_req;
+	sampler_pos_t pos;     /* the sampler's generator */
+	unsigned char pend[4]; /* ts: an unfinished UTF-8 character */
+	int n_pend;
+	char *held; /* [n_held]: text held back (a stop string's possible start) */
+	size_t n_held;
+	int64_t t0, t1; /* admission and end of the first prefill (0 = not yet) */
+	double prompt_ms;
+};
+
+static eng_seq_state_t *seq_snapshot(const slot_t *sl)
+{
+	eng_seq_state_t *st = calloc(1, sizeof *st);
+	if (!st)
+		return NULL;
+	st->toks = malloc((size_t)sl->n_toks * sizeof *st->toks);
+	st->held = malloc(sl->held.len + 1);
+	if (!st->toks || !st->held) {
+		eng_seq_state_free(st);
+		return NULL;
+	}
+	memcpy(st->toks, sl->prompt, (size_t)sl->n_toks * sizeof *st->toks);
+	st->n_toks = sl->n_toks;
+	st->n_req = sl->n_req;
+	sampler_get_pos(sl->samp, &st->pos);
+	memcpy(st->pend, sl->ts.pend, sizeof st->pend);
+	st->n_pend = sl->ts.n_pend;
+	if (sl->held.len)
+		memcpy(st->held, sl->held.buf, sl->held.len);
+	st->n_held = sl->held.len;
+	st->t0 = sl->t0;
+	st->t1 = sl->t1;
+	st->prompt_ms = sl->res->prompt_ms;
+	return st;
+}
+
+eng_seq_state_t *eng_seq_snapshot(const eng_t *e, int id)
+{
+	if (id < 0 || id >= e->n_slots || e->slots[id].state == SLOT_FREE)
+		return NULL;
+	return seq_snapshot(&e->slots[id]);
+}
+
+void eng_seq_state_free(eng_seq_state_t *st)
+{
+	if (!st)
+		return;
+	free(st->toks);
+	free(st->held);
+	free(st);
+}
+
+int eng_seq_state_tokens(const eng_seq_state_t *st, int *n_generated)
+{
+	if (n_generated)
+		*n_generated = st->n_toks - st->n_req;
+	return st->n_toks;
+}
+
+int eng_seq_start_resume(eng_t *e, const eng_seq_state_t *st, const eng_sampling_t *s,
+			 eng_token_cb cb, void *ud, eng_result_t *res)
+{
+	slot_t *sl;
+	int id = seq_admit(e, st->toks, st->n_toks, s, cb, ud, res, &sl);
+	if (id < 0)
+		return id;
+	sl->n_req = st->n_req;
+	res->prompt_tokens = st->n_req;
+	res->completion_tokens = st->n_toks - st->n_req;
+	res->prompt_ms = st->prompt_ms;
+	sl->t0 = st->t0;
+	sl->t1 = st->t1;
+	sampler_resume(sl->samp, &sl->sp, st->toks, st->n_req, st->n_toks, &st->pos);
+	memcpy(sl->ts.pend, st->pend, sizeof st->pend);
+	sl->ts.n_pend = st->n_pend;
+	if (st->n_held && held_add(&sl->held, st->held, st->n_held)) {
+		seq_end(e, sl, ENG_FINISH_ERROR);
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	}
+	return id;
 }
 
 /* ---- embeddings --------------------------------------------------------------------------- */
@@ -1043,6 +1147,10 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits, int draft, const floa
 	if (s->max_tokens > 0)
 		left = MIN(left, s->max_tokens - res->completion_tokens);
 	sampler_mask(sl->samp, logits, left);
+	if (s->ignore_eos)
+		for (int i = 0; i < e->meta.n_vocab; i++)
+			if (tok_is_eog(e->tok, i))
+				logits[i] = -INFINITY;
 	int t = sampler_sample_spec(sl->samp, logits, draft, q, &lp, top, n_top, accepted);
 	*tok = t;
 	if (tok_is_eog(e->tok, t)) {
@@ -1058,6 +1166,8 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits, int draft, const floa
 	}
 	sampler_accept(sl->samp, t);
 	res->completion_tokens++;
+	if (sl->n_toks < e->info.n_ctx) /* the sequence's state (eng_seq_snapshot) */
+		sl->prompt[sl->n_toks++] = t;
 	const char *piece = tok_stream_push(&sl->ts, t, &plen);
 	if (held_add(&sl->held, piece, plen)) {
 		sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
@@ -1210,6 +1320,7 @@ static int step_fail(eng_t *e, int rc, eng_done_t *done, int *n_done)
 		if (sl->state != SLOT_FREE) {
 			sh_fail(sl->res->error, sizeof sl->res->error, rc,
 				"forward pass failed: %s", eng_forward_why(e, rc));
+			sl->res->resume = seq_snapshot(sl); /* to go on elsewhere */
 			seq_end(e, sl, ENG_FINISH_ERROR);
 			done[(*n_done)++] = (eng_done_t){i, rc};
 		}
@@ -1307,8 +1418,10 @@ static int pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
 		}
 		if (!lg)
 			continue;
-		sl->t1 = now_ns();
-		sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+		if (!sl->t1) { /* (a resumed sequence keeps its first prefill's) */
+			sl->t1 = now_ns();
+			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+		}
 		sl->state = SLOT_DECODE;
 		int t, ok;
 		if (seq_sample(e, sl, lg, -1, NULL, &t, &ok)) {
@@ -1411,6 +1524,8 @@ int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t
 		eng_step(e, e->gen_done, &nd);
 		for (int i = 0; i < nd; i++)
 			if (e->gen_done[i].id == id) {
+				eng_seq_state_free(res->resume); /* (nowhere to go on) */
+				res->resume = NULL;
 				int rc = e->gen_done[i].rc;
 				if (res->finish == ENG_FINISH_ERROR)
 					return rc ? rc : SH_EIO;

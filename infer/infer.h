@@ -180,6 +180,7 @@ typedef struct eng_sampling {
 	int n_stop;
 	int top_logprobs;             /* 0 = none; else report this many alternatives per token */
 	const eng_grammar_t *grammar; /* structured output (borrowed for the request) or NULL */
+	int ignore_eos; /* 1: end-of-generation tokens are never sampled (benchmarks, tests) */
 } eng_sampling_t;
 
 /* Fills s with the neutral defaults documented above (greedy, nothing off). */
@@ -215,6 +216,8 @@ typedef struct eng_token {
 /* Called for each token. Return non-zero to cancel the request (a client went away). */
 typedef int (*eng_token_cb)(void *ud, const eng_token_t *tok);
 
+typedef struct eng_seq_state eng_seq_state_t; /* below: resuming a sequence elsewhere */
+
 typedef struct eng_result {
 	int finish; /* enum eng_finish */
 	int prompt_tokens;
@@ -222,6 +225,11 @@ typedef struct eng_result {
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
 	int stop_hit;             /* 1 + the index of the stop string that ended it; 0: none */
 	char error[256];          /* set when finish == ENG_FINISH_ERROR */
+	/* set when the sequence ended because a step's forward pass failed (eng_step's error, a
+	 * rank lost): its state before that step, to continue it on another engine
+	 * (eng_seq_start_resume). Owned by the caller (eng_seq_state_free); NULL otherwise, when
+	 * out of memory, and always after eng_generate. */
+	eng_seq_state_t *resume;
 } eng_result_t;
 
 /* Whole bytes per KV cache element of kv_type (NULL = the default, f16), rounded up (q8_0's 34
@@ -291,7 +299,8 @@ typedef struct eng_done {
 
 /* One forward pass over every active sequence (nothing when none). done (n_slots entries) gets
  * the sequences that ended, *n_done their count. Returns 0, or the forward pass's error: then
- * every active sequence ended with ENG_FINISH_ERROR and is in done.
+ * every active sequence ended with ENG_FINISH_ERROR and is in done, with its state before this
+ * step in res->resume (to go on elsewhere: a rank was lost).
  * On rank 0 of a pipeline with passes in flight (eng_dist_t.inflight) a step instead submits
  * passes of the sequences that are ready (up to one per stage in flight) and takes the oldest
  * one back: only that pass's sequences get their token in the step (each sequence still gets
@@ -301,6 +310,34 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done);
 /* Ends sequence id at once with ENG_FINISH_CANCELED (no-op for a free slot); its slot keeps the
  * tokens computed so far for prefix reuse. */
 void eng_seq_cancel(eng_t *e, int id);
+
+/* ---- resuming a sequence elsewhere (a re-plan) ---------------------------------------------
+ * A sequence's state is what its output depends on besides the model and its parameters: its
+ * tokens (the request's prompt and every token handed out so far), its sampler's generator
+ * position (the penalty window and the structured-output matcher follow from the tokens), the
+ * text held back (a stop string's possible start, an unfinished UTF-8 character) and its counts.
+ * The engine keeps it current as it samples (bookkeeping only: the tokens are appended), so a
+ * snapshot costs one copy. eng_seq_start_resume continues it on any engine of the same model
+ * (another group, other ranks): it prefills the tokens (reusing a slot's cached prefix, like
+ * eng_seq_start) and samples on from where the state left off, so the callbacks go on with the
+ * next token (nothing repeated or missing) and res counts the whole request. On an engine whose
+ * pass gives the same bits (the same plan shape; batches do not change them) the text is the
+ * one an undisturbed run gives, greedy or seeded. A state is independent of the engine it came
+ * from (it may outlive it) and immutable; any thread may hold it. */
+
+/* A copy of active sequence id's state, between steps; NULL for a free slot or when out of
+ * memory. Free with eng_seq_state_free. */
+eng_seq_state_t *eng_seq_snapshot(const eng_t *e, int id);
+void eng_seq_state_free(eng_seq_state_t *st); /* NULL-safe */
+/* Tokens in the state (prompt + generated); *n_generated (may be NULL) the generated ones. */
+int eng_seq_state_tokens(const eng_seq_state_t *st, int *n_generated);
+
+/* Admits st as eng_seq_start admits a prompt (same returns; s, cb, ud and res as there: s
+ * should be the request's parameters, its stop strings and grammar again). res starts with the
+ * state's counts (prompt_tokens the request's, completion_tokens those handed out). A state
+ * that does not fit this engine's context is SH_EINVAL. st is only read. */
+int eng_seq_start_resume(eng_t *e, const eng_seq_state_t *st, const eng_sampling_t *s,
+			 eng_token_cb cb, void *ud, eng_result_t *res);
 
 /* Speculative decoding's figures since eng_open (zeros when off). A verify is one sequence's
  * drafted positions checked in a step. */

@@ -125,6 +125,20 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	}
 }
 
+void sampler_get_pos(const sampler_t *s, sampler_pos_t *pos)
+{
+	pos->rng = s->rng;
+}
+
+void sampler_resume(sampler_t *s, const eng_sampling_t *p, const int *toks, int n_prompt,
+		    int n_toks, const sampler_pos_t *pos)
+{
+	sampler_reset(s, p, toks, n_prompt);
+	for (int i = n_prompt; i < n_toks; i++) /* as the tokens were accepted, in order */
+		sampler_accept(s, toks[i]);
+	s->rng = pos->rng;
+}
+
 /* A uniform double in [0, 1) from the generator x. */
 static double rng_unit(uint64_t *x)
 {

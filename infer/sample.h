@@ -69,6 +69,17 @@ struct gram_match *sampler_grammar(const sampler_t *s);
 /* Adds a chosen token to the penalty history (and advances the grammar, if any). */
 void sampler_accept(sampler_t *s, int token);
 
+/* Resuming a sequence on another engine (engine.c's eng_seq_snapshot): the generator's
+ * position is the one thing of a sampler's state that its parameters and tokens do not give. */
+typedef struct sampler_pos {
+	uint64_t rng;
+} sampler_pos_t;
+void sampler_get_pos(const sampler_t *s, sampler_pos_t *pos);
+/* The state a sampler had after sampler_reset(p, toks, n_prompt) and sampler_accept of each of
+ * toks[n_prompt..n_toks) (penalty window, grammar), with the generator at pos. */
+void sampler_resume(sampler_t *s, const eng_sampling_t *p, const int *toks, int n_prompt,
+		    int n_toks, const sampler_pos_t *pos);
+
 /* The tokenizer whose tokens the grammar masks (borrowed; outlives the sampler). */
 void sampler_set_tok(sampler_t *s, const tok_t *t);
 

@@ -399,7 +399,11 @@ TEST(lost_rank_fails_every_sequence)
 	CHECK(ctx[0].e.rc != 0); /* the step failed: every running sequence ended with an error */
 	int errors = 0;
 	for (int i = 0; i < N_REQ; i++)
-		errors += ctx[0].rq[i].res.finish == ENG_FINISH_ERROR;
+		if (ctx[0].rq[i].res.finish == ENG_FINISH_ERROR) {
+			errors++;
+			CHECK(ctx[0].rq[i].res.resume != NULL); /* its state, to go on elsewhere */
+			eng_seq_state_free(ctx[0].rq[i].res.resume);
+		}
 	CHECK(errors >= 1);
 }
 

@@ -481,7 +481,7 @@ TEST(sched_cancel_and_detach)
 	web_metrics_t m;
 	web_metrics_init(&m);
 	web_sched_t *s = NULL;
-	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2, 0, NULL, NULL), 0);
 	web_sched_set_engine(s, e);
 
 	/* A runs (greedy from "hello" never meets EOS); B and C wait; D finds the queue full */
@@ -515,24 +515,65 @@ TEST(sched_cancel_and_detach)
 	CHECK_EQ_INT(c->res.completion_tokens, 8);
 	CHECK(c->text.len > 0);
 
-	/* detaching the engine: queued jobs fail with 503, the running one finishes first */
-	web_job_t *f = long_job(e, 300, 0), *g = long_job(e, 8, 0);
+	/* detaching the engine is a re-plan: the running job is suspended between steps, the
+	 * queued one waits, new ones are taken; on the next engine (a fresh one: no prefix cache)
+	 * the suspended job goes on from its state and ends as an undisturbed run would */
+	web_job_t *ref = long_job(e, 300, 0);
+	CHECK_EQ_INT(web_sched_submit(s, ref), 0);
+	job_wait(ref);
+	CHECK_EQ_INT(ref->err.status, 0);
+	web_job_t *f = long_job(e, 300, 0), *g = long_job(e, 8, 1);
 	CHECK_EQ_INT(web_sched_submit(s, f), 0);
 	while (job_state(f) == JOB_QUEUED)
 		usleep(1000);
 	CHECK_EQ_INT(web_sched_submit(s, g), 0);
 	web_sched_set_engine(s, NULL);
-	CHECK_EQ_INT(job_state(f), JOB_DONE);
+	CHECK_EQ_INT(job_state(f), JOB_QUEUED); /* suspended, not failed */
+	CHECK_EQ_INT(job_state(g), JOB_QUEUED);
+	CHECK_EQ_INT(web_sched_holding(s, NULL), 1);
+	CHECK_EQ_INT(web_sched_ready(s), 0);
+	CHECK_EQ_INT(web_sched_submit(s, d), SH_EBUSY); /* the suspended count in the bound */
+	CHECK(web_sched_engine_acquire(s) == NULL);
+	eng_t *e2 = NULL;
+	CHECK_EQ_INT(eng_open(&e2, &eo, err, sizeof err), 0);
+	if (!e2)
+		return;
+	web_sched_set_engine(s, e2);
+	job_wait(f);
+	job_wait(g);
 	CHECK_EQ_INT(f->err.status, 0);
 	CHECK_EQ_INT(f->res.completion_tokens, 300);
-	CHECK_EQ_INT(job_state(g), JOB_DONE);
-	CHECK_EQ_INT(g->err.status, 503);
-	CHECK_EQ_INT(web_sched_submit(s, d), SH_ENOENT);
-	CHECK(web_sched_engine_acquire(s) == NULL);
+	CHECK_EQ_INT((int)f->res.finish, (int)ENG_FINISH_LENGTH);
+	CHECK(f->text.p && ref->text.p && !strcmp(f->text.p, ref->text.p));
+	CHECK_EQ_INT(g->err.status, 0);
+	CHECK(g->out.p && strstr(g->out.p, "[DONE]") && !strstr(g->out.p, "\"error\""));
+	web_buf_t pm = {0};
+	CHECK_EQ_INT(web_metrics_prometheus(&m, &pm, 0, 0, WEB_SERVING), 0);
+	CHECK(pm.p && strstr(pm.p, "shoal_requests_resumed_total 1") != NULL);
+	web_buf_free(&pm);
+
+	/* no plan can serve the model: the jobs that wait end with 503 at once, new ones are
+	 * refused until the next engine */
+	web_job_t *f2 = long_job(e, 2000, 1), *g2 = long_job(e, 8, 0), *d2 = long_job(e, 8, 0);
+	CHECK_EQ_INT(web_sched_submit(s, f2), 0);
+	while (job_state(f2) == JOB_QUEUED)
+		usleep(1000);
+	web_sched_set_engine(s, NULL);
+	CHECK_EQ_INT(web_sched_submit(s, g2), 0);
+	web_sched_unavailable(s, "no plan fits");
+	CHECK_EQ_INT(job_state(f2), JOB_DONE);
+	CHECK_EQ_INT(f2->err.status, 503);
+	CHECK(strstr(f2->err.message, "no plan fits") != NULL);
+	CHECK(f2->out.p && strstr(f2->out.p, "data: {\"error\"") != NULL);
+	CHECK_EQ_INT(job_state(g2), JOB_DONE);
+	CHECK_EQ_INT(g2->err.status, 503);
+	CHECK_EQ_INT(web_sched_holding(s, NULL), 0);
+	CHECK_EQ_INT(web_sched_submit(s, d2), SH_ENOENT);
 	web_sched_set_engine(s, e);
-	CHECK_EQ_INT(web_sched_submit(s, d), 0);
-	job_wait(d);
-	CHECK_EQ_INT(d->err.status, 0);
+	CHECK_EQ_INT(web_sched_submit(s, d2), 0);
+	job_wait(d2);
+	CHECK_EQ_INT(d2->err.status, 0);
+	eng_free(e2);
 
 	/* stopping with work queued: every job still ends */
 	web_job_t *h = long_job(e, 2000, 1), *i = long_job(e, 8, 1);
@@ -543,10 +584,43 @@ TEST(sched_cancel_and_detach)
 	CHECK_EQ_INT(job_state(i), JOB_DONE);
 	CHECK(i->err.status == 503);
 
-	web_job_t *all[] = {a, b, c, d, f, g, h, i};
+	web_job_t *all[] = {a, b, c, d, f, g, h, i, ref, f2, g2, d2};
 	for (size_t k = 0; k < ARRAY_LEN(all); k++)
 		web_job_unref(all[k]);
 	web_metrics_destroy(&m);
+	eng_free(e);
+}
+
+/* A re-plan that brings no engine in time: the waiting job ends with 503 "replanning" (its
+ * connection gets Retry-After) once the wait bound passes. */
+TEST(sched_replan_wait)
+{
+	char err[256];
+	const char *path = harness_stories();
+	if (!path)
+		SKIP("stories260K.gguf not found");
+	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 1};
+	eng_t *e = NULL;
+	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+	if (!e)
+		return;
+	web_sched_t *s = NULL;
+	CHECK_EQ_INT(web_sched_new(&s, NULL, 4, 200, NULL, NULL), 0);
+	web_job_t *a = long_job(e, 8, 0), *b = long_job(e, 8, 1);
+	CHECK(a && b);
+	CHECK_EQ_INT(web_sched_submit(s, a), SH_ENOENT); /* never served: refused at once */
+	web_sched_set_engine(s, e);
+	web_sched_set_engine(s, NULL);
+	CHECK_EQ_INT(web_sched_submit(s, a), 0);
+	CHECK_EQ_INT(web_sched_submit(s, b), 0);
+	job_wait(a);
+	job_wait(b);
+	CHECK_EQ_INT(a->err.status, 503);
+	CHECK(!strcmp(a->err.code, "replanning"));
+	CHECK(b->out.p && strstr(b->out.p, "replanning") != NULL);
+	web_sched_free(s);
+	web_job_unref(a);
+	web_job_unref(b);
 	eng_free(e);
 }
 
@@ -567,7 +641,7 @@ TEST(sched_batches)
 	web_metrics_t m;
 	web_metrics_init(&m);
 	web_sched_t *s = NULL;
-	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2, 0, NULL, NULL), 0);
 	web_sched_set_engine(s, e);
 	web_job_t *a = long_job(e, 100000, 1), *b = long_job(e, 100000, 1), *c = long_job(e, 8, 0),
 		  *d = long_job(e, 8, 0), *x = long_job(e, 8, 0);
@@ -636,7 +710,7 @@ TEST(sched_spec_metrics)
 	web_metrics_t m;
 	web_metrics_init(&m);
 	web_sched_t *s = NULL;
-	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2, 0, NULL, NULL), 0);
 	web_sched_set_engine(s, e);
 	web_job_t *a = long_job(e, 40, 1);
 	CHECK(a != NULL);
@@ -677,6 +751,7 @@ int main(void)
 	RUN(bind_error);
 	RUN(dashboard_page);
 	RUN(sched_cancel_and_detach);
+	RUN(sched_replan_wait);
 	RUN(sched_batches);
 	RUN(sched_spec_metrics);
 	return harness_done();

@@ -269,7 +269,7 @@ TEST(sched_records)
 	web_metrics_t m;
 	web_metrics_init(&m);
 	web_sched_t *s = NULL;
-	CHECK_EQ_INT(web_sched_new(&s, &m, 4), 0);
+	CHECK_EQ_INT(web_sched_new(&s, &m, 4, 0, NULL, NULL), 0);
 	web_history_t *h = web_history_new(&m, s, "me", 1);
 	web_sched_set_history(s, h);
 	web_sched_set_engine(s, e);

@@ -71,7 +71,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (j->state == JOB_DONE) {
 		pthread_mutex_unlock(&j->mu);
-		web_job_ended(st->w, j);
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	}
 	/* SSE comments keep proxies from closing an idle stream; NDJSON has no comments */
@@ -190,7 +189,6 @@ int web_generate_reply(web_t *w, struct MHD_Connection *c, web_conn_t *cn)
 		return web_send_error(w, c, proto, &e);
 	}
 	pthread_mutex_unlock(&j->mu);
-	web_job_ended(w, j);
 	if (j->err.status)
 		return web_send_error(w, c, proto, &j->err);
 	char *body;
@@ -225,14 +223,25 @@ int web_generate_answer(web_t *w, struct MHD_Connection *c, web_conn_t *cn,
 	atomic_int *parsing = web_parsing_of(w);
 	if (atomic_fetch_add(parsing, 1) >= WEB_PARSE_CONCURRENCY) {
 		atomic_fetch_sub(parsing, 1);
-		return web_park_retry(w, c, cn);
+		return web_park_retry(w, c, cn, 20);
 	}
 	memset(&rq, 0, sizeof rq);
 	int prc = ep->parse(w, &rq, cn->body.p ? cn->body.p : "", cn->body.len, &err);
 	atomic_fetch_sub(parsing, 1);
-	web_buf_free(&cn->body);
 	int api = rq.api; /* set by the parser even when it fails */
 	if (prc) {
+		web_buf_free(&cn->body);
+		web_req_clear(&rq);
+		return web_refuse(w, c, ep->proto, api, &err);
+	}
+	/* a re-plan: wait for the next engine (the body is kept to parse again then) */
+	int hold = web_replan_hold(w, cn, &err);
+	if (hold > 0) {
+		web_req_clear(&rq);
+		return web_park_retry(w, c, cn, 50);
+	}
+	web_buf_free(&cn->body);
+	if (hold < 0) {
 		web_req_clear(&rq);
 		return web_refuse(w, c, ep->proto, api, &err);
 	}

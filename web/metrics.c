@@ -3,7 +3,7 @@
  *
  * Invariant: every field is read and written under m->mu except tokens_live, an atomic bumped
  * once per generated token by the scheduler thread (so the dashboard's rate moves during a long
- * reply, not only when it ends).
+ * reply, not only when it ends), and resumed, an atomic bumped by the scheduler thread.
  *
  * Continuous batching adds three histograms (time to first token, inter-token latency, sequences
  * per step) with fixed buckets, and the state of every KV slot after the last step.
@@ -110,6 +110,7 @@ void web_metrics_init(web_metrics_t *m)
 	m->batch.le = BATCH_LE;
 	pthread_mutex_init(&m->mu, NULL);
 	atomic_init(&m->tokens_live, 0);
+	atomic_init(&m->resumed, 0);
 	m->step_ms = -1;
 	m->comm_ms = -1;
 	memset(m->rank_ok, -1, sizeof m->rank_ok);
@@ -199,6 +200,12 @@ int web_metrics_prometheus(web_metrics_t *m, web_buf_t *o, int queued, int runni
 			   "# TYPE shoal_tokens_generated_live_total counter\n"
 			   "shoal_tokens_generated_live_total %llu\n",
 			   (unsigned long long)atomic_load(&m->tokens_live));
+	rc |= web_buf_addf(o,
+			   "# HELP shoal_requests_resumed_total Requests that went on from their "
+			   "state after a re-plan (a rank lost, the plan changed).\n"
+			   "# TYPE shoal_requests_resumed_total counter\n"
+			   "shoal_requests_resumed_total %llu\n",
+			   (unsigned long long)atomic_load(&m->resumed));
 	rc |= web_buf_addf(
 	    o,
 	    "# HELP shoal_tokens_per_second Decode speed of the last finished request.\n"

@@ -367,6 +367,8 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 		return rc;
 	if ((rc = web_get_bool(root, "stream", &r->stream, e)))
 		return rc;
+	if ((rc = web_get_bool(root, "ignore_eos", &r->samp.ignore_eos, e)))
+		return rc;
 	json_t *so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {
 		if (!json_is_object(so))

@@ -12,12 +12,22 @@
  * admitted one by one as slots free up, so they share steps with everything else); it stays at
  * the head of the queue until its last sequence is admitted and ends when its last one ends.
  *
+ * Re-plans (issue 28): no accepted job is lost when the engine goes away. A step that fails
+ * because the engine's group broke hands back every running sequence's state (eng_result_t's
+ * resume); a detach or a swap (web_set_engine) suspends the running jobs between steps
+ * (eng_seq_snapshot). Either way the jobs go back to the head of the queue in their submission
+ * order, nothing more is admitted to that engine, and they go on from their state on the next
+ * engine, ahead of later jobs: the client sees a pause. While no engine can run them, queued
+ * jobs wait up to wait_ms (and their deadline), then end with 503 + Retry-After; only
+ * web_sched_unavailable (no plan can serve the model) ends them at once. An embedding job is
+ * not resumed: it fails (503) and its client retries.
+ *
  * Invariants: a job is in the queue, or in run[] (its slots), or done, and every job that was
  * accepted ends in JOB_DONE with either a result or err.status set, exactly once (finish_job).
  * Lock order: scheduler mutex before a job's mutex; the engine is only called without the
  * scheduler mutex, from this thread. The engine pointer is only swapped while nothing uses it
- * (no running job, no connection tokenizing); set_engine(NULL) stops admission at once and lets
- * the running jobs end (drained, or failed by their engine's group).
+ * (no running job, no connection tokenizing); set_engine stops admission at once and the
+ * scheduler suspends the running jobs before its next step.
  */
 #include "web/web_int.h"
 
@@ -49,7 +59,22 @@ struct web_sched {
 	web_history_t *hist; /* finished requests and step times go there (NULL: nowhere) */
 	eng_comm_t comm;     /* run_eng's communication figures after the last step */
 	eng_t *comm_eng;     /* the engine comm belongs to */
+	/* re-plans */
+	int hold;       /* no engine attached but one is coming: jobs wait (set by the first
+			   attach, cleared by web_sched_unavailable) */
+	eng_t *broken;  /* the attached engine's group broke: nothing more is admitted to it */
+	int wait_ms;    /* the longest a job waits for an engine */
+	uint64_t order; /* jobs submitted so far */
+	char why[160];  /* web_sched_unavailable's reason */
+	web_engine_lost_fn lost;
+	void *lost_ud;
 };
+
+/* An engine jobs can be admitted to (caller holds s->mu). */
+static int usable(const web_sched_t *s)
+{
+	return s->eng && s->eng != s->broken;
+}
 
 /* ---- jobs ----------------------------------------------------------------------------------- */
 
@@ -104,6 +129,7 @@ void web_job_unref(web_job_t *j)
 	if (left)
 		return;
 	web_req_clear(&j->req);
+	eng_seq_state_free(j->resume);
 	free(j->ids);
 	web_buf_free(&j->out);
 	web_buf_free(&j->text);
@@ -118,17 +144,27 @@ void web_job_unref(web_job_t *j)
 	free(j);
 }
 
-/* Sets the client-visible error for a cancellation reason. */
-static void cancel_err(web_job_t *j, int reason)
+/* Sets the client-visible error for a cancellation reason (enum web_cancel). */
+static void cancel_err(web_sched_t *s, web_job_t *j, int reason)
 {
 	switch (reason) {
-	case 2:
+	case WEB_CANCEL_TIMEOUT:
 		web_err_set(&j->err, 504, "server_error", NULL, "timeout",
 			    "the request did not finish before its deadline");
 		break;
-	case 3:
+	case WEB_CANCEL_STOP:
 		web_err_set(&j->err, 503, "unavailable", NULL, "unavailable",
 			    "the server stopped or the model is being reloaded; retry");
+		break;
+	case WEB_CANCEL_REPLAN:
+		web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
+			    "the cluster is re-planning and no plan served the model in time; "
+			    "retry");
+		break;
+	case WEB_CANCEL_NO_PLAN:
+		web_err_set(&j->err, 503, "unavailable", NULL, "unavailable",
+			    "no plan can serve the model now (%s); retry later",
+			    s && s->why[0] ? s->why : "no engine");
 		break;
 	default:
 		web_err_set(&j->err, 499, "invalid_request_error", NULL, "client_closed",
@@ -212,7 +248,7 @@ static int on_token(void *ud, const eng_token_t *t)
 		return 1;
 	if (now_ms() > j->deadline_ms) {
 		int zero = 0;
-		atomic_compare_exchange_strong(&j->cancel, &zero, 2);
+		atomic_compare_exchange_strong(&j->cancel, &zero, WEB_CANCEL_TIMEOUT);
 		return 1;
 	}
 	json_t *lp = j->req.logprobs ? logprob_entry(j->eng, t) : NULL;
@@ -302,7 +338,7 @@ static void end_job(web_sched_t *s, web_job_t *j, int rc)
 	}
 	int reason = atomic_load(&j->cancel);
 	if (reason || res->finish == ENG_FINISH_CANCELED) {
-		cancel_err(j, reason ? reason : 1);
+		cancel_err(s, j, reason ? reason : WEB_CANCEL_GONE);
 	} else if (rc < 0 || res->finish == ENG_FINISH_ERROR) {
 		if (rc == SH_EINVAL)
 			web_err_set(
@@ -369,7 +405,7 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j, int k)
 	}
 	pthread_mutex_unlock(&j->mu);
 	if (atomic_load(&j->cancel) == 0 && now_ms() > j->deadline_ms)
-		atomic_store(&j->cancel, 2);
+		atomic_store(&j->cancel, WEB_CANCEL_TIMEOUT);
 	int rc = SH_ECANCELED;
 	if (k == 0) {
 		memset(&j->res, 0, sizeof j->res);
@@ -382,10 +418,29 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j, int k)
 	if (!atomic_load(&j->cancel) && !failed) {
 		j->sched = s;
 		j->eng = e;
-		int id = j->seq_res ? eng_embed_start(e, j->req.input_ids[k], j->req.input_len[k],
-						      j->vecs + (size_t)k * j->dim, &j->seq_res[k])
-				    : eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j,
-						    &j->res);
+		int id;
+		if (j->resume) { /* a generation going on from where its last engine left it */
+			id = eng_seq_start_resume(e, j->resume, &j->req.samp, on_token, j, &j->res);
+			if (id >= 0) {
+				int gen;
+				eng_seq_state_tokens(j->resume, &gen);
+				LOG(LOG_INFO, "web: %s goes on after %d tokens (paused %.0f ms)",
+				    j->rid.id, gen, (double)(now_ns() - j->t_suspend_ns) / 1e6);
+				j->resumed++;
+				if (s->m)
+					atomic_fetch_add(&s->m->resumed, 1);
+			}
+			if (id == SH_EINVAL) /* the new plan's context is smaller */
+				id = SH_ENOFIT;
+			eng_seq_state_free(j->resume); /* the engine keeps it current from here */
+			j->resume = NULL;
+		} else {
+			id = j->seq_res
+				 ? eng_embed_start(e, j->req.input_ids[k], j->req.input_len[k],
+						   j->vecs + (size_t)k * j->dim, &j->seq_res[k])
+				 : eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j,
+						 &j->res);
+		}
 		if (id >= 0) {
 			pthread_mutex_lock(&s->mu);
 			s->run[id] = j;
@@ -404,8 +459,43 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j, int k)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* A running sequence left its slot: account for it (its job ends with its last), then free its
- * place (set_engine waits for that, so the job is done before a detach returns). */
+/* Puts j (off its slot, not canceled) back into the queue ahead of every job submitted after
+ * it, to go on from st (taken; NULL: from its prompt). Caller holds s->mu; the queue's
+ * reference moves with it. */
+static void requeue_locked(web_sched_t *s, web_job_t *j, eng_seq_state_t *st)
+{
+	j->resume = st;
+	j->seq_next = j->seq_ended = 0; /* its one sequence starts again */
+	j->t_suspend_ns = now_ns();
+	j->wait_from_ms = usable(s) ? 0 : now_ms();
+	pthread_mutex_lock(&j->mu);
+	j->state = JOB_QUEUED;
+	pthread_mutex_unlock(&j->mu);
+	web_job_t **pp = &s->head, *prev = NULL;
+	while (*pp && (*pp)->order < j->order) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	j->next = *pp;
+	*pp = j;
+	if (!j->next)
+		s->tail = j;
+	(void)prev;
+	s->queued++;
+}
+
+/* Whether a job that left its slot with rc can go on elsewhere: a generation (an embedding
+ * job's inputs are not resumed: it fails and its client retries) whose group broke (or whose
+ * engine is being replaced) with a state to go on from, or that has handed nothing out yet. */
+static int can_resume(const web_job_t *j, int rc, const eng_seq_state_t *st)
+{
+	return web_engine_lost(rc) && !j->seq_res && j->n_seq == 1 && !atomic_load(&j->cancel) &&
+	       (st || j->res.completion_tokens == 0);
+}
+
+/* A running job left its slot: finish it, or (its group broke) put it back into the queue with
+ * its state; then free its place (set_engine waits for that, so the job is done or queued
+ * before a detach returns). */
 static void slot_done(web_sched_t *s, int id, int rc)
 {
 	pthread_mutex_lock(&s->mu);
@@ -413,12 +503,94 @@ static void slot_done(web_sched_t *s, int id, int rc)
 	int k = s->run_seq[id];
 	s->run[id] = NULL;
 	pthread_mutex_unlock(&s->mu);
+	eng_seq_state_t *st = j ? j->res.resume : NULL;
+	if (j)
+		j->res.resume = NULL;
+	if (j && can_resume(j, rc, st)) {
+		LOG(LOG_INFO, "web: %s suspended after %d tokens: %s", j->rid.id,
+		    j->res.completion_tokens, j->res.error[0] ? j->res.error : sh_strerror(rc));
+		pthread_mutex_lock(&s->mu);
+		requeue_locked(s, j, st);
+		s->n_running--;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	eng_seq_state_free(st);
 	if (j)
 		seq_done(s, j, k, rc);
 	pthread_mutex_lock(&s->mu);
 	s->n_running--;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* The engine the jobs run on is going away (set_engine): each running job's state is taken
+ * between steps and the job goes back to the queue. Scheduler thread, s->mu held on entry and
+ * exit. */
+static void suspend_running(web_sched_t *s)
+{
+	eng_t *e = s->run_eng;
+	int n_slots = MIN(eng_info(e)->n_slots, WEB_MAX_SLOTS);
+	pthread_mutex_unlock(&s->mu);
+	for (int id = 0; id < n_slots; id++) {
+		web_job_t *j = s->run[id];
+		if (!j)
+			continue;
+		eng_seq_state_t *st = NULL;
+		if (!atomic_load(&j->cancel) && !(st = eng_seq_snapshot(e, id)) &&
+		    j->res.completion_tokens)
+			atomic_store(&j->cancel, WEB_CANCEL_STOP); /* out of memory: it cannot */
+		eng_seq_cancel(e, id);
+		j->res.resume = st;
+		slot_done(s, id, atomic_load(&j->cancel) ? SH_ECANCELED : SH_ECLOSED);
+	}
+	pthread_mutex_lock(&s->mu);
+}
+
+/* Ends the queued jobs that waited for an engine longer than wait_ms or past their deadline
+ * (caller holds s->mu; no usable engine). Returns when the next one is due (ms from now). */
+static int64_t expire_locked(web_sched_t *s)
+{
+	int64_t now = now_ms(), next = s->wait_ms;
+	web_job_t **pp = &s->head, *prev = NULL;
+	while (*pp) {
+		web_job_t *j = *pp;
+		if (!j->wait_from_ms)
+			j->wait_from_ms = now;
+		int64_t due = MIN(j->wait_from_ms + s->wait_ms, j->deadline_ms);
+		if (now < due) {
+			next = MIN(next, due - now);
+			prev = j;
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		if (s->tail == j)
+			s->tail = prev;
+		s->queued--;
+		j->next = NULL;
+		pthread_mutex_lock(&j->mu);
+		atomic_store(&j->cancel, WEB_CANCEL_REPLAN);
+		cancel_err(s, j, WEB_CANCEL_REPLAN);
+		finish_job_locked(j);
+		pthread_mutex_unlock(&j->mu);
+		record_job(s, j);
+		LOG(LOG_INFO, "web: %s waited %lld ms for an engine: 503", j->rid.id,
+		    (long long)(now - j->wait_from_ms));
+		web_job_unref(j);
+	}
+	return next;
+}
+
+/* The jobs in the queue wait for an engine from now, or (an engine came) no longer (caller
+ * holds s->mu). */
+static void mark_waiting_locked(web_sched_t *s)
+{
+	int64_t now = usable(s) ? 0 : now_ms();
+	for (web_job_t *j = s->head; j; j = j->next)
+		if (!now || !j->wait_from_ms)
+			j->wait_from_ms = now;
 }
 
 /* Per-step figures for /metrics and the dashboard. */
@@ -457,14 +629,18 @@ static void step_history(web_sched_t *s, eng_t *e, double step_ms)
 	web_history_step(s->hist, step_ms, comm);
 }
 
-/* One loop turn: admit queued sequences into free slots (FIFO; a job leaves the queue with its
- * last sequence), end canceled or expired ones, then run one step of every active sequence.
- * Runs on the scheduler thread with s->mu held on entry and exit. */
+/* One loop turn: suspend the running jobs when their engine is going away, admit queued jobs
+ * into free slots (FIFO), end canceled or expired ones, then run one step of every active
+ * sequence. Runs on the scheduler thread with s->mu held on entry and exit. */
 static void sched_turn(web_sched_t *s)
 {
+	if (s->n_running && s->run_eng != s->eng) { /* detached or replaced (set_engine) */
+		suspend_running(s);
+		return;
+	}
 	eng_t *e = s->n_running ? s->run_eng : s->eng;
-	/* admission: only while the engine is attached (set_engine(NULL) stops it) */
-	while (s->head && s->eng && s->eng == e && eng_active(e) < eng_info(e)->n_slots &&
+	/* admission: only while an engine that works is attached */
+	while (s->head && usable(s) && s->eng == e && eng_active(e) < eng_info(e)->n_slots &&
 	       s->n_running < eng_info(e)->n_slots) {
 		web_job_t *j = s->head;
 		int k = j->seq_next++;
@@ -493,23 +669,34 @@ static void sched_turn(web_sched_t *s)
 			continue;
 		if (atomic_load(&j->cancel) == 0 && now > j->deadline_ms) {
 			int zero = 0;
-			atomic_compare_exchange_strong(&j->cancel, &zero, 2);
+			atomic_compare_exchange_strong(&j->cancel, &zero, WEB_CANCEL_TIMEOUT);
 		}
 		if (atomic_load(&j->cancel)) {
 			eng_seq_cancel(e, id);
 			slot_done(s, id, SH_ECANCELED);
 		}
 	}
-	int nd = 0, batch = eng_active(e);
+	int nd = 0, batch = eng_active(e), rc = 0;
 	if (batch) {
 		int64_t t0 = now_ns();
-		eng_step(e, s->done, &nd);
+		rc = eng_step(e, s->done, &nd);
 		step_history(s, e, (double)(now_ns() - t0) / 1e6);
+	}
+	if (rc && web_engine_lost(rc)) { /* its group broke: the jobs go on on the next engine */
+		pthread_mutex_lock(&s->mu);
+		s->broken = e;
+		pthread_mutex_unlock(&s->mu);
+		LOG(LOG_WARN, "web: the engine's group broke (%s); %d requests wait for the next",
+		    sh_strerror(rc), nd);
+		if (s->lost)
+			s->lost(s->lost_ud);
 	}
 	for (int i = 0; i < nd; i++)
 		slot_done(s, s->done[i].id, s->done[i].rc);
 	step_metrics(s, e, batch);
 	pthread_mutex_lock(&s->mu);
+	if (s->broken == e)
+		mark_waiting_locked(s);
 }
 
 static void *sched_main(void *arg)
@@ -517,8 +704,24 @@ static void *sched_main(void *arg)
 	web_sched_t *s = arg;
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		while (!s->n_running && !s->stopping && (!s->head || !s->eng))
-			pthread_cond_wait(&s->cv, &s->mu);
+		while (!s->n_running && !s->stopping && (!s->head || !usable(s))) {
+			if (!s->head) {
+				pthread_cond_wait(&s->cv, &s->mu);
+				continue;
+			}
+			/* jobs wait for an engine (a re-plan), each for a bounded time */
+			int64_t ms = MAX(1, MIN(expire_locked(s), 1000));
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += ms / 1000;
+			ts.tv_nsec += (ms % 1000) * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			if (s->head)
+				pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+		}
 		if (s->stopping && !s->n_running)
 			break;
 		sched_turn(s);
@@ -540,7 +743,7 @@ static void abandon_locked(web_sched_t *s, web_job_t *j, int reason)
 	if (j->seq_ended < j->n_seq)
 		return;
 	pthread_mutex_lock(&j->mu);
-	cancel_err(j, atomic_load(&j->cancel));
+	cancel_err(s, j, atomic_load(&j->cancel));
 	finish_job_locked(j);
 	pthread_mutex_unlock(&j->mu);
 	record_job(s, j);
@@ -560,7 +763,8 @@ static void drain_locked(web_sched_t *s, int reason)
 	}
 }
 
-int web_sched_new(web_sched_t **out, web_metrics_t *m, int queue_max)
+int web_sched_new(web_sched_t **out, web_metrics_t *m, int queue_max, int wait_ms,
+		  web_engine_lost_fn lost, void *lost_ud)
 {
 	web_sched_t *s = calloc(1, sizeof *s);
 	if (!s)
@@ -568,6 +772,9 @@ int web_sched_new(web_sched_t **out, web_metrics_t *m, int queue_max)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->queue_max = queue_max > 0 ? queue_max : 1;
+	s->wait_ms = wait_ms > 0 ? wait_ms : WEB_REPLAN_WAIT_MS;
+	s->lost = lost;
+	s->lost_ud = lost_ud;
 	s->m = m;
 	if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
 		pthread_cond_destroy(&s->cv);
@@ -586,10 +793,10 @@ void web_sched_stop(web_sched_t *s)
 	int join = s->started;
 	s->started = 0;
 	s->stopping = 1;
-	drain_locked(s, 3);
+	drain_locked(s, WEB_CANCEL_STOP);
 	for (int i = 0; i < WEB_MAX_SLOTS; i++)
 		if (s->run[i])
-			atomic_store(&s->run[i]->cancel, 3);
+			atomic_store(&s->run[i]->cancel, WEB_CANCEL_STOP);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (join)
@@ -612,13 +819,15 @@ int web_sched_submit(web_sched_t *s, web_job_t *j)
 	pthread_mutex_lock(&s->mu);
 	if (s->stopping)
 		rc = SH_ECLOSED;
-	else if (!s->eng)
+	else if (!s->eng && !s->hold)
 		rc = SH_ENOENT;
 	else if (s->queued >= s->queue_max)
 		rc = SH_EBUSY;
 	if (rc == 0) {
 		web_job_ref(j);
 		j->t_submit_ns = now_ns();
+		j->order = ++s->order;
+		j->wait_from_ms = usable(s) ? 0 : now_ms();
 		j->next = NULL;
 		if (s->tail)
 			s->tail->next = j;
@@ -678,14 +887,50 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e)
 {
 	pthread_mutex_lock(&s->mu);
 	eng_t *old = s->eng;
-	s->eng = NULL; /* no new users while we wait */
-	if (old && !e)
-		drain_locked(s, 3);
+	s->eng = NULL; /* no new users, no admission; the scheduler suspends the running jobs */
+	pthread_cond_broadcast(&s->cv);
+	mark_waiting_locked(s);
 	while (old && (s->n_running || s->eng_users > 0))
 		pthread_cond_wait(&s->cv, &s->mu);
 	s->eng = e;
+	s->broken = NULL;
+	if (e) { /* from now on a detach means a re-plan: requests wait for the next engine */
+		s->hold = 1;
+		s->why[0] = 0;
+	} else if (!s->hold) { /* no plan is coming (web_sched_unavailable came first) */
+		drain_locked(s, WEB_CANCEL_NO_PLAN);
+	}
+	mark_waiting_locked(s);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
+}
+
+void web_sched_unavailable(web_sched_t *s, const char *why)
+{
+	pthread_mutex_lock(&s->mu);
+	snprintf(s->why, sizeof s->why, "%s", why && why[0] ? why : "no engine");
+	s->hold = 0;
+	if (!s->eng) /* else the detach that follows ends them (web_sched_set_engine) */
+		drain_locked(s, WEB_CANCEL_NO_PLAN);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int web_sched_holding(web_sched_t *s, int *wait_ms)
+{
+	pthread_mutex_lock(&s->mu);
+	int h = !s->stopping && s->hold;
+	if (wait_ms)
+		*wait_ms = s->wait_ms;
+	pthread_mutex_unlock(&s->mu);
+	return h;
+}
+
+int web_sched_ready(web_sched_t *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int r = !s->stopping && usable(s);
+	pthread_mutex_unlock(&s->mu);
+	return r;
 }
 
 void web_sched_set_history(web_sched_t *s, web_history_t *h)

@@ -46,7 +46,6 @@ struct web {
 	int queue_max, timeout_ms;
 	web_health_fn health;
 	web_cluster_fn cluster;
-	web_engine_lost_fn engine_lost;
 	void *ud;
 	web_sched_t *sched;
 	web_metrics_t metrics;
@@ -56,7 +55,7 @@ struct web {
 	long long started; /* unix seconds */
 	web_guard_t *guard;
 	int tls;
-	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
+	atomic_int parsing;    /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
 	atomic_int proxy_port; /* --exec: /v1/... goes to 127.0.0.1:proxy_port (proxy.c) */
 	web_history_t *hist;   /* the dashboard's series, events and requests (history.c) */
 	web_rstore_t *rstore;  /* finished responses for previous_response_id (responses.c) */
@@ -109,12 +108,15 @@ static const web_route_t routes[] = {
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
-static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
+static char *xstrdup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
 
 int web_conn_fd(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	return ci ? (int)ci->connect_fd : -1;
 }
 
@@ -138,7 +140,7 @@ static enum MHD_Result send_body(web_t *w, struct MHD_Connection *c, int status,
 		ctype = "application/json";
 	}
 	struct MHD_Response *r =
-		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	    MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 	if (!r) {
 		free(body);
 		return MHD_NO;
@@ -228,7 +230,9 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 {
 	const eng_info_t *in = e ? eng_info(e) : NULL;
 	snprintf(out, len, "%s",
-		 w->model_name ? w->model_name : in && in->name ? in->name : "shoal");
+		 w->model_name    ? w->model_name
+		 : in && in->name ? in->name
+				  : "shoal");
 	if (n_ctx)
 		*n_ctx = in ? in->n_ctx : 0;
 }
@@ -291,7 +295,8 @@ static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 	int pp = atomic_load(&w->proxy_port); /* --exec: serving means the command answers */
 	if (st == WEB_SERVING && pp > 0 && !is_follower(w) && !web_proxy_alive(pp)) {
 		st = WEB_LOADING;
-		snprintf(reason, sizeof reason, "the --exec command does not answer on port %d yet", pp);
+		snprintf(reason, sizeof reason, "the --exec command does not answer on port %d yet",
+			 pp);
 	}
 	int q, run;
 	web_sched_depth(w->sched, &q, &run);
@@ -305,8 +310,9 @@ static enum MHD_Result do_health(web_t *w, struct MHD_Connection *c)
 					   "serving", "model", model, "queue_depth", q, "running",
 					   run));
 	}
-	json_t *body = json_pack("{s:s, s:s, s:s}", "status", "unavailable", "state",
-				 web_state_name(st), "reason", reason[0] ? reason : web_state_name(st));
+	json_t *body =
+	    json_pack("{s:s, s:s, s:s}", "status", "unavailable", "state", web_state_name(st),
+		      "reason", reason[0] ? reason : web_state_name(st));
 	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(body);
 	return send_body(w, c, 503, s, "application/json", "Retry-After", "2");
@@ -376,10 +382,10 @@ static json_t *cluster_json(web_t *w)
 	    host, "addr", addr, "role", "leader", "rank", 0, "state", web_state_name(st), "healthy",
 	    st == WEB_SERVING, "mem_total", (json_int_t)mem_total_bytes(), "mem_model",
 	    (json_int_t)wbytes, "rdma", "holds", "layers", 0, layers);
-	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}", "state",
-			 web_state_name(st), "leader", host, "self", host, "members", member,
-			 "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0, "model",
-			 model, "layers", layers, "n_ctx", n_ctx);
+	return json_pack("{s:s, s:s, s:s, s:[o], s:[], s:{s:s, s:i, s:[f], s:s, s:i, s:i}}",
+			 "state", web_state_name(st), "leader", host, "self", host, "members",
+			 member, "links", "plan", "strategy", "single", "ranks", 1, "shares", 1.0,
+			 "model", model, "layers", layers, "n_ctx", n_ctx);
 }
 
 /* ---- the live events stream (dashboard) ----------------------------------------------------- */
@@ -422,13 +428,12 @@ static void events_snapshot(events_t *ev)
 	model_id(w, e, model, sizeof model, NULL);
 	if (e)
 		web_sched_engine_release(w->sched);
-	json_t *snap = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}",
-				 "state", web_state_name(st), "reason", reason, "model", model,
-				 "tok_s", rate, "last_tok_s", last_tps, "queued", q, "running", run,
-				 "step_ms", step, "comm_ms", comm, "requests", (json_int_t)reqs,
-				 "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
-				 "cluster", cluster_json(w), "batch",
-				 web_metrics_batch_json(&w->metrics));
+	json_t *snap = json_pack(
+	    "{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:f, s:f, s:I, s:I, s:I, s:o, s:o}", "state",
+	    web_state_name(st), "reason", reason, "model", model, "tok_s", rate, "last_tok_s",
+	    last_tps, "queued", q, "running", run, "step_ms", step, "comm_ms", comm, "requests",
+	    (json_int_t)reqs, "generated_tokens", (json_int_t)gen, "tokens_live", (json_int_t)tok,
+	    "cluster", cluster_json(w), "batch", web_metrics_batch_json(&w->metrics));
 	/* what the history gained since the last snapshot (all of it in the first) */
 	json_t *hj = web_history_json(w->hist, ev->hist_t, ev->ev_seq, ev->rq_seq);
 	if (snap && hj) {
@@ -530,15 +535,27 @@ int web_refuse(web_t *w, struct MHD_Connection *c, const web_proto_t *proto, int
 	return web_send_error(w, c, proto, e);
 }
 
-/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
-void web_job_ended(web_t *w, const web_job_t *j)
+int web_replan_hold(web_t *w, web_conn_t *cn, web_err_t *err)
 {
-	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
-		w->engine_lost(w->ud);
+	char reason[200];
+	int state = node_state(w, reason, sizeof reason), wait_ms;
+	if ((state == WEB_SERVING && web_sched_ready(w->sched)) ||
+	    !web_sched_holding(w->sched, &wait_ms))
+		return 0;
+	int64_t now = now_ms();
+	if (!cn->hold_until)
+		cn->hold_until = now + wait_ms;
+	if (now < cn->hold_until)
+		return 1;
+	web_err_set(err, 503, "unavailable", NULL, "replanning",
+		    "the cluster is re-planning and no plan served the model within %d s; retry",
+		    wait_ms / 1000);
+	return -1;
 }
 
-/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
-int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn)
+/* Parks cn's connection on a timer (the parse slots are taken, or no engine yet); the handler
+ * runs again after ms. */
+int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn, int ms)
 {
 	if (!cn->parked) {
 		cn->park.c = c;
@@ -546,7 +563,7 @@ int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn)
 		web_park_attach(w->guard, &cn->park);
 		cn->parked = 1;
 	}
-	atomic_store(&cn->park.wake_at, now_ms() + 20);
+	atomic_store(&cn->park.wake_at, now_ms() + ms);
 	if (web_park_suspend(w->guard, &cn->park))
 		return MHD_YES;
 	return send_errorp(w, c, cn->rt ? cn->rt->errors : NULL, 503, "unavailable", "unavailable",
@@ -593,8 +610,8 @@ static enum MHD_Result redirect(web_t *w, struct MHD_Connection *c, const char *
 	snprintf(loc, sizeof loc, "%s%s", w->leader ? w->leader : "", url);
 	pthread_mutex_unlock(&w->mu);
 	web_err_t e;
-	web_err_set(&e, 307, "redirect", NULL, "not_leader", "this node is a follower; the API is at %s",
-		    loc);
+	web_err_set(&e, 307, "redirect", NULL, "not_leader",
+		    "this node is a follower; the API is at %s", loc);
 	return send_body(w, c, 307, web_json_error(&e), "application/json", "Location", loc);
 }
 
@@ -726,7 +743,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 	}
 
 	if (!strcmp(method, "OPTIONS")) { /* CORS preflight from a browser page elsewhere */
-		struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+		struct MHD_Response *r =
+		    MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
 		if (!r)
 			return MHD_NO;
 		MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
@@ -916,10 +934,10 @@ static int httpd_start(web_t *w, const web_opts_t *o, const struct addrinfo *ai,
 	/* TLS 1.2 and 1.3 only (a GnuTLS priority string) */
 	static char prio[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
 	struct MHD_OptionItem tls_opts[] = {
-		{cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
-		{MHD_OPTION_HTTPS_MEM_KEY, 0, key},
-		{MHD_OPTION_HTTPS_PRIORITIES, 0, prio},
-		{MHD_OPTION_END, 0, NULL},
+	    {cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, cert},
+	    {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+	    {MHD_OPTION_HTTPS_PRIORITIES, 0, prio},
+	    {MHD_OPTION_END, 0, NULL},
 	};
 	/* clang-format off */
 	w->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, w,
@@ -967,13 +985,13 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	w->timeout_ms = o->request_timeout_ms > 0 ? o->request_timeout_ms : 300000;
 	w->health = o->health;
 	w->cluster = o->cluster;
-	w->engine_lost = o->engine_lost;
 	w->ud = o->ud;
 	w->started = (long long)time(NULL);
 	w->rstore = web_rstore_new(WEB_RSTORE_BYTES, WEB_RSTORE_ITEMS);
 	if (!w->host || !w->rstore)
 		goto fail;
-	if ((rc = web_sched_new(&w->sched, &w->metrics, w->queue_max)) != 0) {
+	if ((rc = web_sched_new(&w->sched, &w->metrics, w->queue_max, o->replan_wait_ms,
+				o->engine_lost, o->ud)) != 0) {
 		sh_fail(err, errlen, rc, "cannot start the scheduler thread");
 		goto fail;
 	}
@@ -999,7 +1017,8 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 
 	char port[16];
 	snprintf(port, sizeof port, "%d", o->port < 0 ? 8080 : o->port);
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	int gai = getaddrinfo(w->host, port, &hints, &ai);
 	if (gai != 0) {
@@ -1051,9 +1070,20 @@ void web_free(web_t *w)
 	free(w);
 }
 
-int web_port(const web_t *w) { return w->port; }
+int web_port(const web_t *w)
+{
+	return w->port;
+}
 
-void web_set_engine(web_t *w, eng_t *eng) { web_sched_set_engine(w->sched, eng); }
+void web_set_engine(web_t *w, eng_t *eng)
+{
+	web_sched_set_engine(w->sched, eng);
+}
+
+void web_set_unavailable(web_t *w, const char *why)
+{
+	web_sched_unavailable(w->sched, why);
+}
 
 void web_set_leader(web_t *w, const char *url)
 {
@@ -1067,9 +1097,14 @@ void web_set_leader(web_t *w, const char *url)
 	free(w->leader);
 	w->leader = copy;
 	pthread_mutex_unlock(&w->mu);
+	if (copy) /* the waiting requests' connections are to this node: they end here */
+		web_sched_unavailable(w->sched, "this node no longer leads the cluster");
 }
 
-void web_set_proxy(web_t *w, int port) { atomic_store(&w->proxy_port, port > 0 ? port : 0); }
+void web_set_proxy(web_t *w, int port)
+{
+	atomic_store(&w->proxy_port, port > 0 ? port : 0);
+}
 
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms)
 {

@@ -50,9 +50,9 @@ typedef int (*web_health_fn)(void *ud, char *reason, size_t reason_len);
  * in the shape docs/api.md gives for GET /v1/cluster, or NULL. Called from connection threads. */
 typedef char *(*web_cluster_fn)(void *ud);
 
-/* Group-lost callback: a request failed because the engine's group broke (a rank lost or
- * silent: the request got 503); the owner should form a new group. Called from libmicrohttpd's
- * threads, possibly more than once per break; must not block. */
+/* Group-lost callback: a step failed because the engine's group broke (a rank lost or silent);
+ * the running requests wait for the next engine (web_set_engine), so the owner should form a
+ * new group. Called from the scheduler thread, once per break; must not block. */
 typedef void (*web_engine_lost_fn)(void *ud);
 
 typedef struct web_opts {
@@ -75,6 +75,8 @@ typedef struct web_opts {
 	int show_text;            /* the dashboard's request table shows prompts and replies
 				     (--dashboard-show-text); 0 = tokens and timings only */
 	const char *node_id;      /* this node in the history's per-node series (NULL: "self") */
+	int replan_wait_ms;       /* the longest a request waits for the next engine during a
+				     re-plan before 503 + Retry-After; 0 = 30000 */
 } web_opts_t;
 
 /* Fills o with the defaults above, then applies SHOAL_API_KEY from the environment if set. */
@@ -91,14 +93,24 @@ void web_free(web_t *w);
 /* The port actually bound (useful after port 0). */
 int web_port(const web_t *w);
 
-/* Attaches or detaches (NULL) the engine. The engine stays owned by the caller. Detaching fails
- * every queued request with 503 and blocks until the running one has returned from
- * eng_generate (make it return first, e.g. by failing its transport); after that the caller may
- * free the old engine. */
+/* Attaches, swaps or detaches (NULL) the engine. The engine stays owned by the caller. A swap or
+ * a detach is a re-plan, not an end: the running requests are suspended between steps (or,
+ * when their group broke, from the state the failed step handed back) and go on from there on
+ * the next engine attached (re-prefilled; the client sees a pause), ahead of the queued ones;
+ * the queued ones and new requests wait for it, each at most replan_wait_ms (then 503 +
+ * Retry-After). Blocks until nothing uses the old engine; after that the caller may free it.
+ * Before the first attach, and after web_set_unavailable, requests get 503 at once. */
 void web_set_engine(web_t *w, eng_t *eng);
 
+/* No plan can serve the model now (why: one line, copied): every request waiting for an engine
+ * (suspended ones too) ends with 503 + Retry-After, and new ones get 503 at once until the next
+ * web_set_engine. Use after detaching. web_set_leader(w, url) does it too (this node no longer
+ * serves the API). */
+void web_set_unavailable(web_t *w, const char *why);
+
 /* Follower mode: redirect /v1/ inference paths to url ("http://10.0.0.1:8080"); NULL or "" =
- * serve them here (leader). The string is copied. */
+ * serve them here (leader). The string is copied. Entering follower mode ends the requests that
+ * wait for an engine here (web_set_unavailable): their connections are to this node. */
 void web_set_leader(web_t *w, const char *url);
 
 /* --exec: from now on this server forwards /v1/... (except /v1/cluster and /v1/events) to

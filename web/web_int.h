@@ -322,7 +322,7 @@ typedef struct web_job {
 	web_reply_id_t rid;
 	char model[128];         /* rid.model points here */
 	int64_t deadline_ms;     /* now_ms() clock */
-	atomic_int cancel;       /* 1 client gone, 2 timed out, 3 server stopping */
+	atomic_int cancel;       /* enum web_cancel */
 	int state;               /* enum web_job_state */
 	web_buf_t out;           /* streaming: SSE bytes not yet sent to the client */
 	web_buf_t text;          /* non-streaming: the completion text */
@@ -340,7 +340,14 @@ typedef struct web_job {
 	size_t shown_len;
 	struct web_sched *sched; /* set when the job starts (scheduler thread only) */
 	eng_t *eng;
-	struct web_job *next; /* queue link (scheduler's mutex) */
+	/* re-plans (sched.c): a job suspended while running goes back to the queue ahead of the
+	 * jobs submitted after it and goes on from its state on the next engine */
+	eng_seq_state_t *resume; /* suspended: where it goes on (owned); NULL = from its prompt */
+	uint64_t order;          /* submission number (the FIFO's order) */
+	int64_t wait_from_ms;    /* queued with no engine to run on: since when (0 = there was) */
+	int resumed;             /* times it went on after a re-plan */
+	int64_t t_suspend_ns;    /* when it was last suspended (the pause, logged) */
+	struct web_job *next;    /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
 	void (*wake)(void *);     /* under mu: called with wake_ud whenever cv is broadcast (the */
 	void *wake_ud;            /* connection may be parked, see guard.c); NULL = none */
@@ -361,31 +368,62 @@ static inline void web_job_wake_locked(web_job_t *j)
 		j->wake(j->wake_ud);
 }
 
+/* How long a job waits for the next engine during a re-plan (web_opts_t.replan_wait_ms). */
+#define WEB_REPLAN_WAIT_MS 30000
+
+/* Why a job ended before its result (web_job_t.cancel). */
+enum web_cancel {
+	WEB_CANCEL_NONE = 0,
+	WEB_CANCEL_GONE,    /* the client went away: 499 */
+	WEB_CANCEL_TIMEOUT, /* its deadline passed while it ran: 504 */
+	WEB_CANCEL_STOP,    /* the server stops: 503 */
+	WEB_CANCEL_REPLAN,  /* no engine came in time (a re-plan; or its deadline passed while it
+			       waited for one): 503 + Retry-After */
+	WEB_CANCEL_NO_PLAN  /* no plan can serve the model (web_set_unavailable): 503 */
+};
+
 /* A new job (refs = 1) owning req's contents (req is moved: zeroed on return) and ids. */
 web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, int timeout_ms);
 void web_job_ref(web_job_t *j);
 void web_job_unref(web_job_t *j); /* NULL-safe; frees at zero */
 
-/* The scheduler. metrics may be NULL (tests). */
-int web_sched_new(web_sched_t **out, struct web_metrics *m, int queue_max);
+/* The scheduler. metrics may be NULL (tests). wait_ms: the longest a job waits for an engine
+ * during a re-plan (0 = WEB_REPLAN_WAIT_MS). lost (may be NULL) is called with lost_ud from the
+ * scheduler thread when a step fails because the engine's group broke (web_engine_lost). */
+int web_sched_new(web_sched_t **out, struct web_metrics *m, int queue_max, int wait_ms,
+		  web_engine_lost_fn lost, void *lost_ud);
 /* Stops: fails queued jobs, cancels the running one, joins the thread; submit then fails.
  * Idempotent; the struct stays valid until web_sched_free (connections may still hold jobs). */
 void web_sched_stop(web_sched_t *s);
 void web_sched_free(web_sched_t *s); /* stops if needed, then frees; NULL-safe */
 
 /* Enqueues (the queue takes its own reference). Returns 0, SH_EBUSY when full, SH_ENOENT when
- * no engine is attached, SH_ECLOSED when stopping. */
+ * no engine is attached and none is coming (web_sched_holding), SH_ECLOSED when stopping. */
 int web_sched_submit(web_sched_t *s, web_job_t *j);
 
-/* Cancels j for reason (1 gone, 2 timeout): a queued job is removed and finished now; a running
- * one is ended by the scheduler before its next step (its slot is free within one step). */
+/* Cancels j for reason (WEB_CANCEL_GONE, _TIMEOUT): a queued job is removed and finished now; a
+ * running one is ended by the scheduler before its next step (its slot is free within one
+ * step). */
 void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason);
 
 /* Engine use from connection threads (tokenizing): acquire returns the engine with a use count
  * held, or NULL when none; release drops it. web_sched_set_engine waits for all uses to end. */
 eng_t *web_sched_engine_acquire(web_sched_t *s);
 void web_sched_engine_release(web_sched_t *s);
+/* web_set_engine (web.h): a detach or a swap suspends the running jobs (their sequences' state
+ * kept, back to the head of the queue in their order) and returns once nothing uses the old
+ * engine; jobs then wait for the next engine. */
 void web_sched_set_engine(web_sched_t *s, eng_t *e);
+/* web_set_unavailable (web.h): ends every waiting job (suspended ones too) with 503, why
+ * (copied) in the message; submit then fails until the next engine. Call with no engine
+ * attached. */
+void web_sched_unavailable(web_sched_t *s, const char *why);
+/* 1 while a re-plan may bring the next engine (one was attached, and neither
+ * web_sched_unavailable nor stop came since): a request that finds no engine to run on waits for
+ * it, *wait_ms (may be NULL) the longest. */
+int web_sched_holding(web_sched_t *s, int *wait_ms);
+/* 1 when an engine that works is attached (jobs can be admitted now). */
+int web_sched_ready(web_sched_t *s);
 
 void web_sched_depth(web_sched_t *s, int *queued, int *running);
 
@@ -436,6 +474,7 @@ typedef struct web_metrics {
 	uint64_t by_status[600]; /* finished HTTP requests per status code (API paths) */
 	uint64_t prompt_tokens, completion_tokens, api_requests;
 	atomic_ullong tokens_live; /* generated tokens, bumped per token (dashboard rate) */
+	atomic_ullong resumed;     /* requests that went on after a re-plan (sched.c) */
 	double last_tps;           /* decode tokens/s of the last finished request */
 	double step_ms, comm_ms;   /* negative = unknown */
 	int step_external;         /* step_ms comes from web_set_step_metrics, not from results */
@@ -595,6 +634,7 @@ typedef struct web_conn {
 	web_park_t park;
 	int parked;            /* park is attached */
 	char *url, method[16]; /* proxied requests */
+	int64_t hold_until;    /* waiting for the next engine (a re-plan) until then; 0 = not */
 } web_conn_t;
 
 /* A generation or embedding endpoint (generate.c runs it). */
@@ -650,10 +690,13 @@ struct web_rstore *web_rstore_of(web_t *w); /* NULL for w NULL (tests) */
 int web_timeout_of(web_t *w);
 long long web_started_of(web_t *w);   /* unix seconds */
 atomic_int *web_parsing_of(web_t *w); /* bodies being parsed (WEB_PARSE_CONCURRENCY) */
-/* A job ended: tells the owner when it met a broken group (engine_lost). */
-void web_job_ended(web_t *w, const web_job_t *j);
-/* Parks cn's connection for a moment (the parse slots are taken); the handler runs again. */
-int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+/* During a re-plan a request waits for the next engine (it needs one to tokenize), up to the
+ * scheduler's wait, instead of being refused at once: 1 = park cn and come back, 0 = go on,
+ * -1 = it waited too long (err set: 503 replanning). */
+int web_replan_hold(web_t *w, web_conn_t *cn, web_err_t *err);
+/* Parks cn's connection for ms (the parse slots are taken, or no engine yet); the handler runs
+ * again then. */
+int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn, int ms);
 int web_conn_fd(struct MHD_Connection *c);
 
 /* generate.c: answers an endpoint's request whose body has arrived; and a parked whole reply

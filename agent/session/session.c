@@ -7,8 +7,9 @@
  * stop, or on the other ranks runs the worker loop until rank 0 stops it or the group fails.
  * session_stop (from the agent's thread) sets the stop flag and aborts the group
  * (tp_group_abort: shuts its sockets down), so every wait inside the session ends at once; the
- * thread then detaches the engine from the web server (which ends queued requests with 503 and
- * lets the running one fail), frees the engine and the group, and sets the phase to DONE.
+ * thread then detaches the engine from the web server (which keeps every accepted request,
+ * running ones with their state, for the next plan's engine: web_set_engine), frees the engine
+ * and the group, and sets the phase to DONE.
  *
  * Invariant: only the session's thread touches its engine and group pointers' contents; the
  * agent's thread reads only `phase` (atomic) and, once DONE, `err` and `stalled`; the group
@@ -64,9 +65,8 @@ static int stopping(session_t *s)
 }
 
 /* Rank 0's engine serves the API from now on (the web server may be missing: no API here). The
- * one place that decides what the API's clients meet while a group changes: today, detaching
- * fails the queued requests with 503 and lets the running one fail (web_set_engine); a session
- * that keeps accepted requests across a re-plan would hand them on here instead. */
+ * requests the previous plan's engine left (suspended with their state, or queued) go on on this
+ * one first: the clients saw a pause (web_set_engine). */
 static void session_attach(session_t *s, eng_t *e)
 {
 	web_t *w = s->cfg.web;
@@ -80,7 +80,9 @@ static void session_attach(session_t *s, eng_t *e)
 		atomic_store(s->cfg.group_broken, 0); /* a late word about an older group */
 }
 
-/* The group is aborted: a running request fails at its next step. */
+/* The group is aborted: a step in flight fails and hands back its sequences' state, and the web
+ * server keeps them (and the queued requests) for the next plan's engine; only the engine is
+ * freed. */
 static void session_detach(session_t *s)
 {
 	if (s->cfg.web)

@@ -5,10 +5,16 @@
  * row, the pool threads claim chunks of GEMM_GROUPS row groups and run every token tile over
  * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
  * the token tiles); one token's chunks shrink towards the end of the product (MM_MIN_GROUPS).
- * Otherwise types with a batched integer kernel (rows8) use it for any batch;
- * otherwise a batch of fewer than BLAS_MIN tokens uses the integer matvec kernels (weights read
- * once per batch, rows split over the pool) and a larger one dequantizes tiles of rows and calls
- * cblas_sgemm on each pool thread (OpenBLAS itself single-threaded).
+ * Otherwise the row kernels (rows split over the pool, weights read once per batch; types with a
+ * batched kernel, rows8, use it for 4 inputs and more), for any batch.
+ *
+ * Every kernel gives a token's row the same bits whatever else is in the batch and wherever the
+ * token is in it (issue 28: a greedy request's text does not depend on the load). So no BLAS:
+ * sgemm (OpenBLAS) rounds a row differently with the batch's size (its small-matrix paths and
+ * edge tiles), which made F32 and F16 models answer differently under load (test_detbatch); the
+ * row kernels cost F16 prefill: 78-92 tok/s against sgemm's 200 (a 1024-dim F16 model, 1122
+ * prompt tokens, 2 threads on a loaded 2-core machine); types with a batched or repacked kernel
+ * never used sgemm.
  *
  * Invariant: the weights are only read; results are written to caller-owned rows only.
  */
@@ -19,12 +25,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#ifdef SHOAL_ACCELERATE
-#include <Accelerate/Accelerate.h>
-#else
-#include <cblas.h>
-#endif
 
 /* The batched integer kernel (rows8, for matrices that are not repacked) costs about as much for
  * 2 inputs as for 8 (measured on AVX-512 VNNI: ~3x a single-input pass at 2, ~3.5x at 4); below
@@ -292,24 +292,6 @@ static void act_task(void *ctx, int b, int nb, int tid)
 			  j->m->act + (size_t)b * j->m->act_stride, &j->acts[b]);
 }
 
-static void mm_sgemm_task(void *ctx, int c, int nc, int tid)
-{
-	mm_job_t *j = ctx;
-	float *tile = j->m->tiles[tid];
-	const wmat_t *w;
-	int k, lo, hi;
-	(void)nc;
-	mm_chunk_rows(j, c, 16, &w, &k, &lo, &hi);
-	for (int r = lo; r < hi; r += TILE_ROWS) {
-		int nr = MIN(TILE_ROWS, hi - r);
-		for (int i = 0; i < nr; i++)
-			w->dequant(w->data + (size_t)(r + i) * w->row_bytes,
-				   tile + (size_t)i * j->cols, j->cols);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->B, nr, j->cols, 1.0f, j->x,
-			    j->cols, tile, j->cols, 0.0f, j->out[k] + r, w->rows);
-	}
-}
-
 /* All matrices must share cols and weight type (true for Q/K/V and gate/up of one file in
  * practice; otherwise call once per matrix). */
 static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, const float *x,
@@ -341,11 +323,6 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 			j.cum[k + 1] = j.cum[k] + (w[k]->rp_groups + j.gper - 1) / j.gper +
 				       (w[k]->rows > w[k]->rp_groups * QR_ROWS);
 		pool_run(m->pool, mm_gemm_task, &j, j.cum[n_mat]);
-		return;
-	}
-	if (B >= BLAS_MIN && !w[0]->ops->rows8) {
-		j.per = MAX(1, MIN((rows + TILE_ROWS - 1) / TILE_ROWS, 2 * nt));
-		pool_run(m->pool, mm_sgemm_task, &j, n_mat * j.per);
 		return;
 	}
 	for (int b = 0; b < B; b++)

@@ -28,12 +28,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifdef SHOAL_ACCELERATE
-#include <Accelerate/Accelerate.h>
-#else
-#include <cblas.h>
-#endif
-
 /* ---- binding ------------------------------------------------------------------------------ */
 
 int bind_mat(model_t *m, const gguf_t *g, const char *name, wmat_t *w, char *err, size_t errlen)
@@ -308,13 +302,9 @@ static int alloc_scratch(model_t *m, int max_b)
 	/* activation scratch: the largest input width, 8-bit blocks + scales (+ bsums) */
 	m->act_stride = ((size_t)maxc + (size_t)maxc / 16 * 2 + (size_t)maxc / 32 * 6 + 63) & ~63u;
 	m->act = aligned_alloc(64, b * m->act_stride);
-	m->tiles = calloc((size_t)nt, sizeof *m->tiles);
 	if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 ||
-	    !m->scores || !m->act || !m->tiles || !m->att_tiles || !m->rope_cs)
+	    !m->scores || !m->act || !m->att_tiles || !m->rope_cs)
 		return SH_ENOMEM;
-	for (int i = 0; i < nt; i++)
-		if (!(m->tiles[i] = malloc((size_t)TILE_ROWS * maxc * sizeof(float))))
-			return SH_ENOMEM;
 	return 0;
 }
 
@@ -528,9 +518,6 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 	}
 	if (meta->is_mla && (rc = mla_new(m, err, errlen)))
 		goto err;
-#ifndef SHOAL_ACCELERATE
-	openblas_set_num_threads(1); /* parallelism comes from the pool, one sgemm per thread */
-#endif
 	*out = m;
 	return 0;
 err:
@@ -568,10 +555,6 @@ void model_free(model_t *m)
 			deltanet_layer_free(L);
 		}
 	moe_scratch_free(m->moe);
-	if (m->tiles)
-		for (int i = 0; i < pool_threads(m->pool); i++)
-			free(m->tiles[i]);
-	free(m->tiles);
 	wmat_release(&m->out);
 	free(m->layers);
 	free(m->out_norm);

@@ -19,13 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BLAS_MIN  16  /* batches this large go through sgemm */
-#define TILE_ROWS 256 /* rows dequantized per sgemm call (amortizes packing x) */
-#define MV_CHUNK  16  /* rows per batched matvec step (stay in L1/L2 across the batch) */
-#define MAX_MULTI 3   /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
-#define ATT_TILE  64  /* cache positions per attention tile (attn.c) */
-#define ATT_GROUP 64  /* query heads per KV head at most */
-#define ATT_QB    16  /* tokens per attention work item (they share each converted tile) */
+#define MV_CHUNK  16 /* rows per batched matvec step (stay in L1/L2 across the batch) */
+#define MAX_MULTI 3  /* matrices sharing one input in one pool dispatch (Q,K,V / gate,up) */
+#define ATT_TILE  64 /* cache positions per attention tile (attn.c) */
+#define ATT_GROUP 64 /* query heads per KV head at most */
+#define ATT_QB    16 /* tokens per attention work item (they share each converted tile) */
 
 typedef struct wmat {
 	const uint8_t *data; /* rows x cols of `type`, row-major, row_bytes apart */
@@ -131,7 +129,6 @@ struct model {
 				  * [head_dim][ATT_TILE]) and a V tile (F32, [ATT_TILE][head_dim]) */
 	uint8_t *act;            /* prepared activations, [max_b][act_stride] */
 	size_t act_stride;
-	float **tiles; /* [threads][TILE_ROWS * max_cols] for sgemm */
 	model_allreduce_fn ar;
 	void *ar_ctx;
 	model_ar_stream_t ars; /* begin NULL: none */

@@ -162,9 +162,10 @@ typedef struct quant_ops {
 	const char *impl;         /* "ref", "avx2", ... */
 	int act_type;             /* activation format this type's kernels take */
 	quant_rows_fn rows;       /* matvec over a row range */
-	quant_dequant_fn dequant; /* row to F32 (prefill tiles for sgemm); optional in optimized
-				   * tables (NULL: use quant_ops_ref(t)->dequant) */
-	quant_rows8_fn rows8;     /* optional: batched integer kernel; NULL = use sgemm/rows */
+	quant_dequant_fn dequant; /* row to F32; optional in optimized tables (NULL: use
+				   * quant_ops_ref(t)->dequant) */
+	quant_rows8_fn rows8;     /* optional: batched kernel, each dot in rows' order; NULL = rows
+				   * once per input */
 } quant_ops_t;
 
 /* Q4_K / Q5_K scale packing: sub-block j's 6-bit scale and min. Bytes 0-3 hold scales 0-3 (low 6

@@ -75,6 +75,54 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
 	}
 }
 
+/* F32 / F16 / BF16 rows for up to 8 inputs (prompts, batches): each row is read once per 4
+ * inputs from L1 and every dot is summed in exactly the one-input kernel's order (two
+ * accumulators of 8 lanes, then qx_hsum8, then the tail), so a token gets the same bits alone or
+ * in any batch (issue 28; matmul.c uses no BLAS for that reason). */
+#define AVX2_ROWS8_FLOAT(NAME, ELEM, LOAD8, SCALAR)                                                \
+	TGT static void NAME(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,      \
+			     const quant_act_t *x, int nt, int n)                                  \
+	{                                                                                          \
+		for (int r = 0; r < nrows; r++) {                                                  \
+			const ELEM *row = (const ELEM *)(w + r * stride);                          \
+			for (int t0 = 0; t0 < nt; t0 += 4) {                                       \
+				int m = nt - t0 < 4 ? nt - t0 : 4, i = 0;                          \
+				__m256 a0[4], a1[4];                                               \
+				for (int t = 0; t < 4; t++)                                        \
+					a0[t] = a1[t] = _mm256_setzero_ps();                       \
+				for (; i + 16 <= n; i += 16) {                                     \
+					__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);       \
+					for (int t = 0; t < m; t++) {                              \
+						const float *xf = x[t0 + t].f;                     \
+						a0[t] = _mm256_fmadd_ps(                           \
+						    w0, _mm256_loadu_ps(xf + i), a0[t]);           \
+						a1[t] = _mm256_fmadd_ps(                           \
+						    w1, _mm256_loadu_ps(xf + i + 8), a1[t]);       \
+					}                                                          \
+				}                                                                  \
+				for (int t = 0; t < m; t++) {                                      \
+					const float *xf = x[t0 + t].f;                             \
+					float s = qx_hsum8(_mm256_add_ps(a0[t], a1[t]));           \
+					for (int k = i; k < n; k++)                                \
+						s += SCALAR(row[k]) * xf[k];                       \
+					out[(size_t)(t0 + t) * ldo + r] = s;                       \
+				}                                                                  \
+			}                                                                          \
+		}                                                                                  \
+	}
+
+TGT static inline __m256 f32x8_at(const float *p)
+{
+	return _mm256_loadu_ps(p);
+}
+TGT static inline __m256 f16x8_at(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+#define F32_SCALAR(v) (v)
+AVX2_ROWS8_FLOAT(avx2_rows8_f32, float, f32x8_at, F32_SCALAR)
+AVX2_ROWS8_FLOAT(avx2_rows8_f16, uint16_t, f16x8_at, _cvtsh_ss)
+
 TGT static inline __m256 bf16x8(const uint16_t *p)
 {
 	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -99,6 +147,8 @@ TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int 
 		out[r] = s;
 	}
 }
+
+AVX2_ROWS8_FLOAT(avx2_rows8_bf16, uint16_t, bf16x8, quant_bf16_to_f32)
 
 TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
 			       const quant_act_t *x, int n)
@@ -558,9 +608,9 @@ TGT static void avx2_f16_row(const float *x, uint16_t *y, int64_t n)
 		y[i] = quant_f32_to_f16(x[i]);
 }
 
-static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, NULL};
-static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, NULL};
-static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, NULL};
+static const quant_ops_t avx2_f32 = {"avx2", QT_F32, avx2_rows_f32, NULL, avx2_rows8_f32};
+static const quant_ops_t avx2_f16 = {"avx2", QT_F32, avx2_rows_f16, avx2_dq_f16, avx2_rows8_f16};
+static const quant_ops_t avx2_bf16 = {"avx2", QT_F32, avx2_rows_bf16, NULL, avx2_rows8_bf16};
 static const quant_ops_t avx2_q8_0 = {"avx2", QT_Q8_0, avx2_rows_q8_0, avx2_dq_q8_0, NULL};
 static const quant_ops_t avx2_q4_0 = {"avx2", QT_Q8_0, avx2_rows_q4_0, avx2_dq_q4_0, NULL};
 static const quant_ops_t avx2_q4_k = {"avx2", QT_Q8_K, avx2_rows_q4_k, avx2_dq_q4_k, NULL};
