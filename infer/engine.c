@@ -89,9 +89,9 @@ struct eng {
 	gguf_t *g;
 	model_meta_t meta;
 	tok_t *tok;
-	const char *chat;       /* template family (static string), NULL when unusable */
+	const char *chat;             /* template family (static string), NULL when unusable */
 	chat_tool_style_t tool_style; /* how tools are rendered (chat.h) */
-	char chat_err[256];     /* why there is no template */
+	char chat_err[256];           /* why there is no template */
 	pool_t *pool;
 	model_t *model;
 	eng_info_t info;
@@ -432,10 +432,16 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 					   [DIST_PART_SHEXP] = &s->shexp_bytes,
 					   [DIST_PART_EMBD] = &s->embd_bytes,
 					   [DIST_PART_OUTPUT] = &s->output_bytes};
+	uint64_t by_type[64] = {0}; /* matrices' bytes by type: the weight type is the largest */
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		*part[dist_tensor_part(t->name)] += t->nbytes;
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < 64)
+			by_type[t->type] += t->nbytes;
 	}
+	for (int t = 1; t < 64; t++)
+		if (by_type[t] > by_type[s->wtype])
+			s->wtype = t;
 	gguf_free(g);
 	return 0;
 }

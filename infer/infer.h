@@ -91,8 +91,8 @@ enum eng_tool_format {
 	ENG_TOOLS_HERMES = 0,
 	ENG_TOOLS_LLAMA3,
 	ENG_TOOLS_MISTRAL,
-	ENG_TOOLS_XML, /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
-			  qwen3-coder) */
+	ENG_TOOLS_XML,    /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			     qwen3-coder) */
 	ENG_TOOLS_HARMONY /* gpt-oss: the reply's channels (eng_harmony_parse) */
 };
 
@@ -333,13 +333,24 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
-	int ffn_block;            /* elements per block of the FFN column split (dist_ffn_block) */
+	int ffn_block;         /* elements per block of the FFN column split (dist_ffn_block) */
 	/* bytes over all layers: */
 	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
 	uint64_t replicated_bytes; /* norms, biases, routers */
 	uint64_t embd_bytes, output_bytes;
+	int wtype; /* the ggml type of most of the matrices' bytes (eng_kernel_rate) */
 } eng_model_shape_t;
 int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t errlen);
+
+/* The engine's matrix kernels timed on a synthetic matrix of weight type wtype (4096 columns)
+ * on a pool of `threads` threads (0 = the cores): what the planner reads as a node's compute
+ * rate (docs/view.md section 1.1). Takes ~0.1-0.5 s and ~100 MB for a moment. */
+typedef struct eng_kernel_rate {
+	int threads;        /* the pool's threads */
+	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 5) */
+	double prefill_mbs; /* 64 input rows: 64 x matrix bytes per second, in MB/s */
+} eng_kernel_rate_t;
+int eng_kernel_rate(int wtype, int threads, eng_kernel_rate_t *out, char *err, size_t errlen);
 
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {
