@@ -22,6 +22,7 @@
  */
 #include "agent/agent.h"
 #include "agent/core.h"
+#include "agent/links.h"
 #include "agent/members.h"
 #include "agent/modelstore/modelstore.h"
 #include "agent/node.h"
@@ -60,6 +61,10 @@ struct agent {
 	uint64_t mem_avail; /* memory this node gives the model (--memory-limit) */
 	core_t *core;
 	members_t *members;
+	links_t *links;                     /* this node's measured links (links.h) */
+	node_compute_t compute;             /* this node's measured compute (node.h) */
+	char compute_model[CORE_MODEL_MAX]; /* the model hash it was measured for */
+	int links_wait;                     /* ms until the running probe wants the loop again */
 	modelstore_t *model;
 	plans_t *plans;
 	pub_t *pub;
@@ -166,6 +171,13 @@ static void feed_leader(agent_t *a)
 
 /* ---- the actions ---------------------------------------------------------------------------- */
 
+/* This node's measurements into its description d. */
+static void self_measured(agent_t *a, node_desc_t *d)
+{
+	d->compute = a->compute;
+	d->nlinks = links_published(a->links, d->links, AGENT_MAX_LINKS);
+}
+
 static void send_node(agent_t *a, member_t *m)
 {
 	node_desc_t d = {.have = 1,
@@ -176,6 +188,7 @@ static void send_node(agent_t *a, member_t *m)
 			 .mem_avail = a->mem_avail};
 	snprintf(d.model_hash, sizeof d.model_hash, "%s", modelstore_hash(a->model));
 	node_self_addrs(&d);
+	self_measured(a, &d);
 	char *s = node_desc_json(&d);
 	if (s)
 		members_send(a->members, m, AGENT_MSG_NODE, s, strlen(s));
@@ -203,8 +216,10 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		char h[DISC_ID_HEX];
 		disc_id_hex(&x->ids[i], h);
 		if (!disc_id_cmp(&x->ids[i], &a->self)) {
-			node_desc_t me = {0};
+			static node_desc_t me; /* the loop's thread only (it is large) */
+			memset(&me, 0, sizeof me);
 			node_self_addrs(&me);
+			self_measured(a, &me);
 			rc = node_to_plan(&v->nodes[v->n_nodes++], h, a->facts.hostname,
 					  members_port(a->members), a->facts.mem_bytes,
 					  a->mem_avail, a->facts.cores, a->facts.rdma, &me);
@@ -220,6 +235,10 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		plan_opts_t o;
 		plan_opts_default(&o);
 		o.ctx = a->cfg.ctx;
+		o.strategy = (plan_strategy_t)a->cfg.strategy; /* --strategy: the planner's holds */
+		o.parallel = a->cfg.parallel ? a->cfg.parallel : ENG_DEFAULT_PARALLEL;
+		o.engine_hybrid = 1;   /* infer/tp.c runs stages of tensor groups */
+		o.engine_inflight = 1; /* ... with several sequences' micro-batches in flight */
 		o.kv_bytes =
 		    eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
 		int p = members_port(a->members) + 1;
@@ -345,13 +364,32 @@ static void on_joined(void *ud, member_t *m)
 	disc_id_hex(&m->id, h);
 	web_event(pub_web(a->pub), "join", "%.8s joined from %s", h, m->addr);
 	send_node(a, m);
+	links_member_up(a->links, m, now_ms());
 	core_event_t ev = {.type = CORE_EV_MEMBER_UP, .id = m->id};
 	feed(a, &ev);
 }
 
 static void on_reconnected(void *ud, member_t *m)
 {
-	send_node(ud, m);
+	agent_t *a = ud;
+	send_node(a, m);
+	links_member_up(a->links, m, now_ms());
+}
+
+static int on_probe(void *ud, member_t *m, uint16_t type, const uint8_t *p, size_t len)
+{
+	agent_t *a = ud;
+	return links_take(a->links, m, type, p, len);
+}
+
+/* Did a description's measurements change (what the planner reads of them)? */
+static int meas_differ(const node_desc_t *x, const node_desc_t *y)
+{
+	return x->compute.bw_mbs != y->compute.bw_mbs ||
+	       x->compute.prefill_mbs != y->compute.prefill_mbs ||
+	       x->compute.threads != y->compute.threads ||
+	       strcmp(x->compute.machine, y->compute.machine) || x->nlinks != y->nlinks ||
+	       memcmp(x->links, y->links, (size_t)x->nlinks * sizeof x->links[0]);
 }
 
 static void on_left(void *ud, const disc_id_t *id, const char *addr, const char *why)
@@ -360,6 +398,7 @@ static void on_left(void *ud, const disc_id_t *id, const char *addr, const char 
 	char h[DISC_ID_HEX];
 	disc_id_hex(id, h);
 	web_event(pub_web(a->pub), "leave", "%.8s (%s) left: %s", h, addr, why);
+	links_member_down(a->links, id);
 	core_event_t ev = {.type = CORE_EV_MEMBER_DOWN, .id = *id};
 	feed(ud, &ev);
 }
@@ -378,7 +417,9 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 	node_ack_t ack;
 	disc_id_hex(&m->id, h);
 	switch (type) {
-	case AGENT_MSG_NODE:
+	case AGENT_MSG_NODE: {
+		static node_desc_t was; /* the loop's thread only (it is large) */
+		was = m->desc;
 		if (node_desc_parse(&m->desc, p, len)) {
 			LOG(LOG_WARN, "agent: node %.8s sent a malformed description", h);
 			return SH_EFORMAT;
@@ -386,7 +427,13 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 		ev.type = CORE_EV_MEMBER_DESC;
 		ev.model = m->desc.model_hash;
 		ev.model_size = m->desc.model_size;
-		break;
+		feed(a, &ev);
+		if (was.have && meas_differ(&was, &m->desc)) { /* links.h: published on a change */
+			core_event_t rm = {.type = CORE_EV_REMEASURED, .id = m->id};
+			feed(a, &rm);
+		}
+		return 0;
+	}
 	case AGENT_MSG_PLAN:
 		if (plans_receive(a->plans, p, len, &cp, why, sizeof why)) {
 			ev.type = CORE_EV_PLAN_BAD;
@@ -505,6 +552,33 @@ static void publish(agent_t *a, int64_t now)
 	pub_set(a->pub, ws, reason, pub_agent_cluster(&s));
 }
 
+/* Measures this node's compute for its model (node.h), once per model: at start when --model
+ * gives one (before the network starts), else when the model arrives. */
+static int measure_compute(agent_t *a)
+{
+	const char *path = modelstore_path(a->model), *hash = modelstore_hash(a->model);
+	if (!path || !hash[0] || !strcmp(hash, a->compute_model))
+		return 0;
+	snprintf(a->compute_model, sizeof a->compute_model, "%s", hash);
+	node_compute_t c;
+	char err[256];
+	if (node_compute_get(&c, a->cfg.state_dir, path, a->cfg.threads, err, sizeof err))
+		LOG(LOG_WARN, "compute: not measured: %s", err); /* the planner goes by kind */
+	if (!memcmp(&c, &a->compute, sizeof c))
+		return 0;
+	a->compute = c;
+	return 1;
+}
+
+/* This node's measurements changed: every member hears, the planner plans again. */
+static void remeasured(agent_t *a)
+{
+	for (int i = 0; i < members_count(a->members); i++)
+		send_node(a, members_at(a->members, i));
+	core_event_t ev = {.type = CORE_EV_REMEASURED};
+	feed(a, &ev);
+}
+
 static void tick(agent_t *a, int64_t now)
 {
 	modelstore_holder_t h;
@@ -518,6 +592,8 @@ static void tick(agent_t *a, int64_t now)
 		session_fail(a->sess, "the model's slice changed on disk");
 	if (strcmp(a->fed_model, modelstore_hash(a->model))) { /* a model arrived, or changed */
 		snprintf(a->fed_model, sizeof a->fed_model, "%s", modelstore_hash(a->model));
+		if (measure_compute(a))
+			remeasured(a);
 		core_event_t ev = {.type = CORE_EV_MODEL,
 				   .model = a->fed_model,
 				   .model_size = modelstore_size(a->model)};
@@ -544,6 +620,7 @@ int agent_run(agent_t *a)
 		/* a session forming or loading is polled more often: its READY is the cluster's
 		 * first 200 (formation time) */
 		int timeout = a->sess && !a->sess_ready ? 20 : 100;
+		timeout = MIN(timeout, a->links_wait);
 		pf[0] = (struct pollfd){.fd = a->stop_pipe[0], .events = POLLIN};
 		pf[1] = (struct pollfd){.fd = a->status_fd, .events = POLLIN};
 		pf[2] = (struct pollfd){.fd = modelstore_fd(a->model), .events = POLLIN};
@@ -562,6 +639,9 @@ int agent_run(agent_t *a)
 		members_handle(a->members, pf + 3, n);
 		int64_t now = now_ms();
 		members_tick(a->members, now);
+		a->links_wait = 100;
+		if (links_tick(a->links, a->members, now, &a->links_wait))
+			remeasured(a);
 		tick(a, now);
 		if (a->fatal)
 			return a->fatal;
@@ -616,6 +696,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 				 .left = on_left,
 				 .election = on_election,
 				 .message = on_message,
+				 .probe = on_probe,
 				 .ud = a};
 	int created = 0;
 	if (disc_identity_load(cfg->state_dir, &a->self, &created, errbuf, errlen))
@@ -650,6 +731,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	if (!(a->model =
 		  modelstore_new(cfg->model, cfg->state_dir, &a->keys, &a->self, errbuf, errlen)))
 		goto err;
+	measure_compute(a); /* before the first NODE goes out */
 	if (!early && members_publish(a->members, errbuf, errlen))
 		goto err;
 	core_config_t cc;
@@ -660,7 +742,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->pub = pub_new(&a->cfg, a->self_hex);
 	a->plans = plans_new();
 	a->core = core_new(&a->self, &cc, now_ms());
-	if (!a->pub || !a->plans || !a->core) {
+	a->links = links_new(&a->self);
+	a->links_wait = 100;
+	if (!a->pub || !a->plans || !a->core || !a->links) {
 		sh_fail(errbuf, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
@@ -689,6 +773,7 @@ void agent_free(agent_t *a)
 	pub_free(a->pub);
 	modelstore_free(a->model);
 	members_free(a->members);
+	links_free(a->links);
 	plans_free(a->plans);
 	core_free(a->core);
 	if (a->status_fd >= 0) {

@@ -56,12 +56,13 @@ typedef struct agent_config {
 	const char *api_key;      /* Bearer key for the API (NULL: SHOAL_API_KEY, else none) */
 	const char *tls_cert;     /* PEM files: both given = the API is HTTPS only */
 	const char *tls_key;
-	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/session/exec.h); then
-			       * shoal loads no model share and the leader proxies /v1/ */
+	const char *exec_cmd; /* --exec: run this while a plan is in force (agent/session/exec.h);
+			       * then shoal loads no model share and the leader proxies /v1/ */
 	int exec_port;        /* --exec-port: rank 0's command serves the API here */
 	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
 	const char *kv_type;  /* KV cache elements ("f16", "f32", "q8_0"; NULL = f16) */
 	int dashboard_show_text; /* the dashboard's request table shows prompts and replies */
+	int strategy; /* --strategy: plan_strategy_t (0 auto; the planner's value holds) */
 } agent_config_t;
 
 typedef struct agent agent_t;
