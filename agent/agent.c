@@ -65,6 +65,7 @@ struct agent {
 	node_compute_t compute;             /* this node's measured compute (node.h) */
 	char compute_model[CORE_MODEL_MAX]; /* the model hash it was measured for */
 	int links_wait;                     /* ms until the running probe wants the loop again */
+	plan_meas_t pub_links[AGENT_MAX_LINKS]; /* what src_of hands the publisher */
 	modelstore_t *model;
 	plans_t *plans;
 	pub_t *pub;
@@ -239,6 +240,8 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		o.parallel = a->cfg.parallel ? a->cfg.parallel : ENG_DEFAULT_PARALLEL;
 		o.engine_hybrid = 1;   /* infer/tp.c runs stages of tensor groups */
 		o.engine_inflight = 1; /* ... with several sequences' micro-batches in flight */
+		o.keep_first =
+		    1; /* this node (the smallest id of x->ids) serves the API as rank 0 */
 		o.kv_bytes =
 		    eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
 		int p = members_port(a->members) + 1;
@@ -469,18 +472,21 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 static void src_of(agent_t *a, pub_src_t *s)
 {
 	const core_plan_t *cp = core_plan(a->core);
-	*s = (pub_src_t){.cfg = &a->cfg,
-			 .core = a->core,
-			 .members = a->members,
-			 .plan = cp ? plans_get(a->plans, cp->handle) : NULL,
-			 .pmodel = plans_model(a->plans),
-			 .facts = &a->facts,
-			 .self_hex = a->self_hex,
-			 .cid_hex = a->keys.cid_hex,
-			 .model_path = modelstore_path(a->model),
-			 .port = members_port(a->members),
-			 .http_port =
-			     pub_web(a->pub) ? web_port(pub_web(a->pub)) : a->cfg.http_port};
+	*s =
+	    (pub_src_t){.cfg = &a->cfg,
+			.core = a->core,
+			.members = a->members,
+			.plan = cp ? plans_get(a->plans, cp->handle) : NULL,
+			.pmodel = plans_model(a->plans),
+			.facts = &a->facts,
+			.self_hex = a->self_hex,
+			.cid_hex = a->keys.cid_hex,
+			.model_path = modelstore_path(a->model),
+			.port = members_port(a->members),
+			.http_port = pub_web(a->pub) ? web_port(pub_web(a->pub)) : a->cfg.http_port,
+			.links = a->pub_links,
+			.nlinks = links_published(a->links, a->pub_links, AGENT_MAX_LINKS),
+			.measured_tok_s = web_last_decode_tok_s(pub_web(a->pub))};
 }
 
 /* The session's phase, as events for the core. */

@@ -344,10 +344,10 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 
 /* The engine's matrix kernels timed on a synthetic matrix of weight type wtype (4096 columns)
  * on a pool of `threads` threads (0 = the cores): what the planner reads as a node's compute
- * rate (docs/view.md section 1.1). Takes ~0.1-0.5 s and ~100 MB for a moment. */
+ * rate (docs/view.md section 1.1). Takes ~1 s (mostly making the matrix) and ~150 MB for a moment. */
 typedef struct eng_kernel_rate {
 	int threads;        /* the pool's threads */
-	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 5) */
+	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 11) */
 	double prefill_mbs; /* 64 input rows: 64 x matrix bytes per second, in MB/s */
 } eng_kernel_rate_t;
 int eng_kernel_rate(int wtype, int threads, eng_kernel_rate_t *out, char *err, size_t errlen);
