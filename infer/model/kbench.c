@@ -21,7 +21,7 @@
 #define KB_BYTES     (64 << 20) /* decode's matrix: >= 64 MiB, beyond the caches */
 #define KB_PF_BYTES  (8 << 20)  /* the 64-row product's: compute-bound, a smaller one will do */
 #define KB_ROWS_SEED 64         /* distinct quantized rows, repeated */
-#define KB_TIMED     5          /* timed products after one warm-up (the median counts) */
+#define KB_TIMED     11         /* timed products after one warm-up (the median counts) */
 #define KB_PF_ROWS   64         /* a prompt pass's rows (MODEL_MAX_BATCH) */
 
 static int cmp_i64(const void *a, const void *b)
