@@ -713,6 +713,11 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	disc_host_facts_get(&a->facts);
 	if (memory_for_model(a, errbuf, errlen))
 		goto err;
+	/* this node's compute (node.h): before the network starts, so that peers never wait on a
+	 * node that measures (one node of a machine at a time, a few seconds the first time) */
+	if (cfg->model &&
+	    node_compute_get(&a->compute, cfg->state_dir, cfg->model, cfg->threads, errbuf, errlen))
+		LOG(LOG_WARN, "compute: not measured: %s", errbuf);
 	if (pipe(a->stop_pipe) != 0) {
 		sh_fail(errbuf, errlen, SH_EIO, "pipe: %s", strerror(errno));
 		goto err;
@@ -737,7 +742,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	if (!(a->model =
 		  modelstore_new(cfg->model, cfg->state_dir, &a->keys, &a->self, errbuf, errlen)))
 		goto err;
-	measure_compute(a); /* before the first NODE goes out */
+	if (cfg->model) /* measured before the network started: the model's hash names it */
+		snprintf(a->compute_model, sizeof a->compute_model, "%s",
+			 modelstore_hash(a->model));
 	if (!early && members_publish(a->members, errbuf, errlen))
 		goto err;
 	core_config_t cc;

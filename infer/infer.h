@@ -344,7 +344,7 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 
 /* The engine's matrix kernels timed on a synthetic matrix of weight type wtype (4096 columns)
  * on a pool of `threads` threads (0 = the cores): what the planner reads as a node's compute
- * rate (docs/view.md section 1.1). Takes ~1 s (mostly making the matrix) and ~150 MB for a moment. */
+ * rate (docs/view.md section 1.1). Takes ~2 s (mostly making the matrix) and ~300 MB for a moment. */
 typedef struct eng_kernel_rate {
 	int threads;        /* the pool's threads */
 	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 11) */

@@ -63,20 +63,29 @@ start() { # strategy
 	done
 }
 
-# Waits until host 1 sees a plan made from measurements (every pair measured) that serves and
-# holds for 3 polls; sets LEADER (host number of rank 0) and PLAN ("strategy ranks predicted").
+# The host number of the node that plans (and serves the API as rank 0), as host 1 sees it.
+leader_host() {
+	cluster 1 | jq_py '
+a = [m["addr"].split(":")[0] for m in j.get("members", []) if m.get("id") == j.get("leader")]
+print(a[0].split(".")[-1] if a else "-")'
+}
+
+# Waits until the planner has a plan made from measurements (every pair measured) that serves
+# and holds for 3 polls; sets LEADER (its host number) and PLAN ("strategy ranks predicted").
 ready() {
 	last="" same=0 t=0
 	while [ $t -lt 240 ]; do
-		st=$(cluster 1 | jq_py '
+		L=$(leader_host)
+		st="- 0 0"
+		[ "$L" != "-" ] && st=$(cluster "$L" | jq_py '
 p = j.get("plan") or {}
 ls = [l for l in j.get("links", []) if "rtt_ms" in l]
-lead = [m["addr"].split(":")[0] for m in j.get("members", []) if m.get("rank") == 0]
 print(p.get("hash", "-"), len(ls), p.get("predicted_decode_tok_s", 0), p.get("strategy", "-"),
-      p.get("ranks", 0), lead[0] if lead else "-", j.get("state", "-"))')
+      p.get("ranks", 0), j.get("state", "-"))')
 		set -- $st
-		if [ "$2" = 3 ] && [ "$3" != 0 ] && [ "$6" != "-" ]; then
-			h=$(lab_run 1 curl -s -m 5 -o /dev/null -w '%{http_code}' "http://$6:8080/health")
+		if [ "$2" = 3 ] && [ "$3" != 0 ]; then
+			h=$(lab_run "$L" curl -s -m 5 -o /dev/null -w '%{http_code}' \
+				"http://$(lab_ip "$L"):8080/health")
 			if [ "$h" = 200 ] && [ "$1" = "$last" ]; then
 				same=$((same + 1))
 			else
@@ -84,7 +93,7 @@ print(p.get("hash", "-"), len(ls), p.get("predicted_decode_tok_s", 0), p.get("st
 			fi
 			last=$1
 			if [ $same -ge 2 ]; then
-				LEADER=${6##*.}
+				LEADER=$L
 				PLAN="$4 $5 $3"
 				return 0
 			fi
@@ -163,7 +172,7 @@ for prof in $PROFILES; do
 		set -- $PLAN
 		r1=$(request) r2=$(request) r3=$(request)
 		agg=$(streams4)
-		links=$(cluster 1 | jq_py '
+		links=$(cluster "$LEADER" | jq_py '
 print(" ".join("%.3f/%.3f ms %d Mbit" % (l["rtt_ms"], l["rtt_p90_ms"], l["mbit_s"])
       for l in j.get("links", []) if "rtt_ms" in l))')
 		what=$1
