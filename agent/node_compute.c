@@ -6,7 +6,8 @@
  * other: measured at once they would slow each other and report a rate one stream never sees.
  * An flock on a file in the temporary directory, which they share, takes them in turn. The
  * result is kept in STATE_DIR/compute.json under a key of the weight type, the threads and the
- * CPU (its model name and core count), so a restart does not measure again.
+ * CPU (its model name and core count; SHOAL_REF_KERNELS, the plain C kernels, too), so a restart
+ * does not measure again.
  *
  * Invariant: a cached figure is used only for the exact key it was measured under.
  */
@@ -102,7 +103,8 @@ int node_compute_get(node_compute_t *c, const char *state_dir, const char *model
 		return rc;
 	char cpu[160], key[256], path[SH_SUBPATH_MAX];
 	cpu_key(cpu, sizeof cpu);
-	snprintf(key, sizeof key, "type %d, %d threads, %s", sh.wtype, c->threads, cpu);
+	snprintf(key, sizeof key, "type %d, %d threads, %s%s", sh.wtype, c->threads, cpu,
+		 getenv("SHOAL_REF_KERNELS") ? ", reference kernels" : "");
 	snprintf(path, sizeof path, "%s/%s", state_dir, COMPUTE_FILE);
 	if (cache_read(path, key, c)) {
 		LOG(LOG_INFO, "compute: %u MB/s decode, %u MB/s on 64 rows (%s: %s)", c->bw_mbs,
