@@ -96,6 +96,7 @@ print(p.get("hash", "-"), n, p.get("predicted_decode_tok_s", 0), p.get("strategy
 		t=$((t + 1))
 	done
 	echo "none 0"
+	for i in 1 2; do tail -n 8 "$T/a$i.log" | sed "s/^/    lat$i: /" >&2; done
 	return 1
 }
 
