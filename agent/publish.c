@@ -35,9 +35,11 @@ static json_t *member_json(const pub_member_t *m)
 		json_object_set_new(o, "standby_reason", json_string(m->standby_reason));
 	const plan_rank_t *pr = m->holds;
 	if (pr) { /* what this rank holds, half-open ranges (the dashboard's topology) */
-		json_t *h = json_pack("{s:[i,i], s:[i,i], s:[i,i], s:[i,i]}", "layers", pr->layer0,
-				      pr->layer1, "heads", pr->q0, pr->q1, "kv_heads", pr->kv0,
-				      pr->kv1, "ffn", pr->ffn0, pr->ffn1);
+		json_t *h = json_pack("{s:[i,i]}", "layers", pr->layer0, pr->layer1);
+		if (h && pr->q1 > 0) /* a slice of the heads and columns (0: whole layers) */
+			json_object_update_new(
+			    h, json_pack("{s:[i,i], s:[i,i], s:[i,i]}", "heads", pr->q0, pr->q1,
+					 "kv_heads", pr->kv0, pr->kv1, "ffn", pr->ffn0, pr->ffn1));
 		if (h && m->holds_experts)
 			json_object_set_new(h, "experts", json_pack("[i,i]", pr->exp0, pr->exp1));
 		json_object_set_new(o, "holds", h);

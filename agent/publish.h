@@ -35,11 +35,11 @@ typedef struct pub_member {
 	char addr[DISC_HOST_MAX + 16]; /* ADDR:HTTP_PORT, [V6]:PORT */
 	const char *role;              /* "leader", "follower" or "standby" */
 	int rank;                      /* -1: not in the plan */
-	const char
-	    *standby_reason;      /* left out of the plan on purpose (the cost model's), or NULL */
-	const plan_rank_t *holds; /* what this rank holds (the dashboard's topology), or NULL */
-	int holds_experts;        /* MoE: say its routed experts too */
-	const char *state;        /* the node's state, or what it said about the plan */
+	const char *standby_reason;    /* left out of the plan on purpose (the cost model's), or NULL */
+	const plan_rank_t *holds; /* what this rank holds (the dashboard's topology), or NULL;
+				   * q1 0: whole layers (layer0..layer1 only) */
+	int holds_experts;             /* MoE: say its routed experts too */
+	const char *state;             /* the node's state, or what it said about the plan */
 	int healthy;
 	uint64_t mem_total, mem_model;
 	char rdma[256]; /* "dev:ifname,..." (the devices are listed) */

@@ -43,6 +43,9 @@ static char *one_node_cluster(void *ud)
 			  .healthy = 1,
 			  .mem_total = n->mem_total,
 			  .mem_model = in->weight_bytes};
+	/* this node holds every layer, whole (the dashboard's topology says so) */
+	plan_rank_t all = {.layer1 = in->n_layers};
+	m.holds = &all;
 	snprintf(m.id, sizeof m.id, "%s", host);
 	snprintf(m.name, sizeof m.name, "%s", host);
 	snprintf(m.addr, sizeof m.addr, "%s:%d", n->host, atomic_load(&n->port));
