@@ -558,12 +558,21 @@ static void publish(agent_t *a, int64_t now)
 	pub_set(a->pub, ws, reason, pub_agent_cluster(&s));
 }
 
+/* SHOAL_COMPUTE=off: this node says nothing of its compute, so the planner chooses by the
+ * links' kinds (docs/view.md section 4) while the links are still measured and shown: for tests
+ * of everything but the cost model's choice (t_dashboard_netns wants all 3 nodes as ranks). */
+static int no_compute(void)
+{
+	const char *e = getenv("SHOAL_COMPUTE");
+	return e && !strcmp(e, "off");
+}
+
 /* Measures this node's compute for its model (node.h), once per model: at start when --model
  * gives one (before the network starts), else when the model arrives. */
 static int measure_compute(agent_t *a)
 {
 	const char *path = modelstore_path(a->model), *hash = modelstore_hash(a->model);
-	if (!path || !hash[0] || !strcmp(hash, a->compute_model))
+	if (!path || !hash[0] || !strcmp(hash, a->compute_model) || no_compute())
 		return 0;
 	snprintf(a->compute_model, sizeof a->compute_model, "%s", hash);
 	node_compute_t c;
@@ -715,7 +724,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 		goto err;
 	/* this node's compute (node.h): before the network starts, so that peers never wait on a
 	 * node that measures (one node of a machine at a time, a few seconds the first time) */
-	if (cfg->model &&
+	if (cfg->model && !no_compute() &&
 	    node_compute_get(&a->compute, cfg->state_dir, cfg->model, cfg->threads, errbuf, errlen))
 		LOG(LOG_WARN, "compute: not measured: %s", errbuf);
 	if (pipe(a->stop_pipe) != 0) {
