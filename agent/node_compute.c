@@ -4,7 +4,8 @@
  *
  * Nodes that share a machine (namespaces, containers: the latency lab) measure one after the
  * other: measured at once they would slow each other and report a rate one stream never sees.
- * An flock on a file in the temporary directory, which they share, takes them in turn. The
+ * An flock on a file in the temporary directory, which they share, takes them in turn, and the
+ * first one's figure is kept there for the others (TMPDIR/shoal-compute.json, by boot id). The
  * result is kept in STATE_DIR/compute.json under a key of the weight type, the threads and the
  * CPU (its model name and core count; SHOAL_REF_KERNELS, the plain C kernels, too), so a restart
  * does not measure again.
@@ -111,17 +112,36 @@ int node_compute_get(node_compute_t *c, const char *state_dir, const char *model
 		    c->prefill_mbs, path, key);
 		return 0;
 	}
+	/* the machine's own cache, beside the lock: the nodes of one machine (same boot id, CPU,
+	 * type and threads) measure once and report the same figure, so the planner does not
+	 * take their measurement noise for a difference in speed */
 	const char *tmp = getenv("TMPDIR");
-	char lpath[SH_SUBPATH_MAX];
+	char lpath[SH_SUBPATH_MAX], mpath[SH_SUBPATH_MAX], mkey[384];
 	snprintf(lpath, sizeof lpath, "%s/shoal-compute.lock", tmp && tmp[0] ? tmp : "/tmp");
+	snprintf(mpath, sizeof mpath, "%s/shoal-compute.json", tmp && tmp[0] ? tmp : "/tmp");
+	snprintf(mkey, sizeof mkey, "%s, %s", c->machine[0] ? c->machine : "-", key);
 	int fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
 		close(fd);
 		fd = -1;
 	}
+	if (c->machine[0] && cache_read(mpath, mkey, c)) {
+		if (fd >= 0)
+			close(fd);
+		LOG(LOG_INFO, "compute: %u MB/s decode, %u MB/s on 64 rows (this machine's, %s)",
+		    c->bw_mbs, c->prefill_mbs, mpath);
+		cache_write(path, key, c);
+		return 0;
+	}
 	eng_kernel_rate_t kr;
 	int64_t t0 = now_ms();
 	rc = eng_kernel_rate(sh.wtype, c->threads, &kr, err, errlen);
+	if (!rc && c->machine[0]) {
+		node_compute_t mc = *c;
+		mc.bw_mbs = (uint32_t)MAX(1, MIN(kr.decode_mbs, NODE_MAX_MBS));
+		mc.prefill_mbs = (uint32_t)MAX(1, MIN(kr.prefill_mbs, NODE_MAX_MBS));
+		cache_write(mpath, mkey, &mc);
+	}
 	if (fd >= 0)
 		close(fd); /* releases the lock */
 	if (rc)
