@@ -140,6 +140,17 @@ TEST(rejects_bad_figures)
 	json_decref(o);
 }
 
+/* The arrays node_to_plan allocated, and the nodes (the view itself is on the stack). */
+static void view_nodes_free(plan_view_t *v)
+{
+	for (size_t i = 0; i < v->n_nodes; i++) {
+		free(v->nodes[i].addrs);
+		free(v->nodes[i].rdma);
+		free(v->nodes[i].links);
+	}
+	free(v->nodes);
+}
+
 static const char *model_json = "{\"n_layers\":16,\"n_heads\":32,\"n_kv_heads\":8,\"dim\":2048,"
 				"\"ffn\":5632,\"n_vocab\":32000,\"n_ctx\":2048,\"wtype\":\"Q4_0\"}";
 
@@ -190,12 +201,7 @@ TEST(view_from_descriptions)
 	CHECK_EQ_INT(plan_make(&p, &v, &m, &o, err, sizeof err), 0);
 	CHECK(p && plan_strategy(p) == PLAN_PIPELINE && plan_n_ranks(p) >= 2);
 	plan_free(p);
-	for (size_t i = 0; i < v.n_nodes; i++) {
-		free(v.nodes[i].addrs);
-		free(v.nodes[i].rdma);
-		free(v.nodes[i].links);
-	}
-	free(v.nodes);
+	view_nodes_free(&v);
 }
 
 /* keep_first: the view's first node (the agent's planner) is rank 0 of the chosen plan even
@@ -233,12 +239,7 @@ TEST(keep_first)
 	CHECK_EQ_INT(plan_make(&p, &v, &m, &o, err, sizeof err), 0);
 	CHECK(p && !strcmp(plan_rank(p, 0)->node_id, id0));
 	plan_free(p);
-	for (size_t i = 0; i < v.n_nodes; i++) {
-		free(v.nodes[i].addrs);
-		free(v.nodes[i].rdma);
-		free(v.nodes[i].links);
-	}
-	free(v.nodes);
+	view_nodes_free(&v);
 }
 
 int main(void)
