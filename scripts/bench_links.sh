@@ -6,8 +6,9 @@
 # predicted single-stream decode, the measured one (the median of 3 requests' decode rates, as
 # /v1/cluster's plan.measured_decode_tok_s reports them) and 4 streams' aggregate (generated
 # tokens / wall time of 4 concurrent requests). With LLAMA_BIN=dir (ggml-rpc-server or
-# rpc-server, and llama-bench), llama.cpp RPC's decode on the same 3 hosts (2 RPC servers and
-# the local CPU). Printed, never asserted. Skips (one line) when not root.
+# rpc-server, and llama-bench), llama.cpp RPC's decode on the same hosts (llama-bench on lat1,
+# the model's layers on RPC servers in lat2 and lat3). Printed, never asserted. Skips (one line)
+# when not root.
 # The agents run SCHED_FIFO below the lab's switch (LAB_RT=0: normal scheduling), as
 # bench_tp_lab.sh's ranks (a rank asleep in poll() otherwise waits for a time slice).
 # BENCH_LINKS_GEN: tokens per request (default 64); BENCH_LINKS_PROFILES: "DELAY:RATE ..."
@@ -24,22 +25,14 @@ if ! lab_ok; then
 	exit 0
 fi
 command -v python3 >/dev/null || { echo "skip: no python3"; exit 0; }
-m=$BUILD/bench/llama-0.85b-q4_0-s7.gguf
-mkdir -p "$BUILD/bench"
-if [ ! -s "$m" ]; then
-	echo "(generating $m once)" >&2
-	$SHOAL mkmodel --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
-		--vocab 32000 --type q4_0 --seed 7 -o "$m" >/dev/null || exit 1
-fi
-case "$m" in /*) ;; *) m=$PWD/$m ;; esac
+m=$(lab_model_085b) && [ -n "$m" ] || { echo "skip: mkmodel failed"; exit 0; }
 case "$SHOAL" in /*) ;; *) SHOAL=$PWD/$SHOAL ;; esac
 RT=""
 [ "${LAB_RT:-1}" = 1 ] && command -v chrt >/dev/null && RT="chrt -f 5"
 T=$(mktemp -d /tmp/shoal-links.XXXXXX)
 PIDS=""
 stop_all() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	for p in $PIDS; do lab_wait "$p"; done
+	lab_kill $PIDS
 	PIDS=""
 }
 trap 'stop_all; lab_down; rm -rf "$T"' EXIT
@@ -149,11 +142,12 @@ llama_rpc() {
 	out=$(lab_run 1 env LD_LIBRARY_PATH="$LLAMA_BIN" "$LLAMA_BIN/llama-bench" -m "$m" \
 		--rpc "$(lab_ip 2):50052,$(lab_ip 3):50052" -p 0 -n "$GEN" -t 1 -r 2 -o csv 2>/dev/null |
 		tail -n 1)
-	for p in $rp; do kill "$p" 2>/dev/null; lab_wait "$p"; done
+	lab_kill $rp
 	tps=$(echo "$out" | python3 -c "import csv,sys
 r = list(csv.reader(sys.stdin))
 print(r[0][-2] if r and len(r[0]) > 2 else '?')" 2>/dev/null)
-	echo "  llama.cpp RPC (3 hosts, 1 thread each): decode ${tps:-?} tok/s"
+	echo "  llama.cpp RPC (llama-bench on lat1, its layers on rpc servers in lat2 and lat3, 1" \
+		"thread each): decode ${tps:-?} tok/s"
 }
 
 echo "3 agents, 1 thread each, $(basename "$m"), $GEN tokens per request" \

@@ -37,8 +37,7 @@ if ! lab_up 4 40 10000; then
 fi
 PIDS=""
 stop_all() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	for p in $PIDS; do lab_wait "$p"; done
+	lab_kill $PIDS
 	PIDS=""
 }
 trap 'stop_all; lab_down; rm -rf "$T"' EXIT
