@@ -145,7 +145,7 @@ llama_rpc() {
 	lab_kill $rp
 	tps=$(echo "$out" | python3 -c "import csv,sys
 r = list(csv.reader(sys.stdin))
-print(r[0][-2] if r and len(r[0]) > 2 else '?')" 2>/dev/null)
+print('%.1f' % float(r[0][-2]) if r and len(r[0]) > 2 else '?')" 2>/dev/null)
 	echo "  llama.cpp RPC (llama-bench on lat1, its layers on rpc servers in lat2 and lat3, 1" \
 		"thread each): decode ${tps:-?} tok/s"
 }
