@@ -242,8 +242,11 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		o.engine_inflight = 1; /* ... with several sequences' micro-batches in flight */
 		o.keep_first =
 		    1; /* this node (the smallest id of x->ids) serves the API as rank 0 */
-		o.kv_bytes =
-		    eng_kv_elem_bytes(a->cfg.kv_type); /* checked when the flag was parsed */
+		/* bytes per block of the KV type (checked when the flag was parsed): q8_0's 34 per
+		 * 32 elements exactly */
+		o.kv_bytes = eng_kv_block_bytes(a->cfg.kv_type, &o.kv_block);
+		/* slots asked for are kept whole by the engine; its default it lowers to fit */
+		o.slots = a->cfg.parallel;
 		int p = members_port(a->members) + 1;
 		o.base_port = p > 65535 - PLAN_MAX_NODES ? 0 : p;
 		rc = plans_make(a->plans, v, modelstore_path(a->model), &o, &cp, err, sizeof err);

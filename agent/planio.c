@@ -24,10 +24,13 @@ int agent_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t e
 	m->head_dim = s.head_dim, m->dim = s.dim, m->ffn = s.ffn, m->n_vocab = s.n_vocab;
 	m->n_ctx = s.n_ctx;
 	m->n_experts = s.n_experts, m->ffn_shexp = s.ffn_shexp;
-	uint64_t l = (uint64_t)MAX(m->n_layers, 1);
-	/* the planner counts per layer (rounded up), the embedding and the head whole */
-	m->attn_qo_bytes = (s.q_heads_bytes + l - 1) / l;
-	m->attn_kv_bytes = (s.kv_heads_bytes + l - 1) / l;
+	uint64_t l = (uint64_t)MAX(m->n_layers, 1), la = (uint64_t)MAX(s.n_kv_layers, 1);
+	uint64_t lr = (uint64_t)MAX(s.n_layers - s.n_kv_layers, 1);
+	/* the planner counts per layer (rounded up), the embedding and the head whole; attention
+	 * per attention layer, a recurrent block per recurrent layer */
+	m->attn_qo_bytes = (s.q_heads_bytes + la - 1) / la;
+	m->attn_kv_bytes = (s.kv_heads_bytes + la - 1) / la;
+	m->rec_bytes = (s.recurrent_bytes + lr - 1) / lr;
 	m->ffn_bytes = (s.ffn_bytes + l - 1) / l;
 	m->norm_bytes = (s.replicated_bytes + l - 1) / l;
 	m->expert_bytes = (s.expert_bytes + l - 1) / l;
@@ -35,6 +38,25 @@ int agent_plan_model_gguf(const char *path, plan_model_t *m, char *err, size_t e
 	m->embd_bytes = s.embd_bytes;
 	m->output_bytes = s.output_bytes;
 	m->ffn_block = s.ffn_block;
+	/* what each layer keeps: the engine's kinds, the sliding-window ring, the states */
+	char kinds[PLAN_MAX_KINDS + 1];
+	int n = MIN(s.n_layers, PLAN_MAX_KINDS);
+	for (int i = 0; i < n; i++)
+		kinds[i] = s.recurrent[i / 8] >> (i % 8) & 1 ? 'r'
+			   : s.swa[i / 8] >> (i % 8) & 1     ? 's'
+							     : 'f';
+	kinds[n] = 0;
+	/* the shortest period that repeats (the planner reads layer l as kinds[l % period]) */
+	int per = 1;
+	while (per < n && memcmp(kinds, kinds + per, (size_t)(n - per)))
+		per++;
+	kinds[per] = 0;
+	if (strcmp(kinds, "f")) /* "" = every layer keeps the whole context */
+		memcpy(m->layer_kinds, kinds, (size_t)per + 1);
+	m->swa_kv_pos = s.swa_kv_pos;
+	m->rs_bytes = s.rs_layer_bytes, m->rs_copies = s.rs_copies;
+	m->rs_k_heads = s.rs_k_heads, m->rs_unit = s.rs_unit;
+	m->kv_latent_bytes = s.kv_latent_bytes;
 	char e[256];
 	rc = plan_model_check(m, e, sizeof e);
 	return rc ? sh_fail(err, errlen, rc, "%s: %s", path, e) : 0;

@@ -37,6 +37,7 @@ static const char *const families[] = {
     "openchat",
     "vicuna",
     "vicuna-orca",
+    "chatglm4",
     "gpt-oss",
 };
 
@@ -45,7 +46,7 @@ const char *chat_family_names(void)
 	return "chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
 	       "mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, "
 	       "zephyr, deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, "
-	       "gpt-oss";
+	       "chatglm4, gpt-oss";
 }
 
 int chat_family_known(const char *name)
@@ -113,6 +114,8 @@ const char *chat_detect(const char *s, size_t n)
 		return "gemma";
 	if (has(&t, "<|assistant|>") && has(&t, "<|end|>"))
 		return "phi3";
+	if (has(&t, "[gMASK]<sop>")) /* GLM-4, GLM-4.5/4.6/4.7 (llama.cpp: CHATGLM_4) */
+		return "chatglm4";
 	if (has(&t, "<|user|>") && has(&t, "<|assistant|>"))
 		return "zephyr";
 	if (has(&t, "### Instruction:") && has(&t, "<|EOT|>"))
@@ -193,15 +196,19 @@ static void sb_cat(struct sb *b, ...)
 	va_end(ap);
 }
 
-/* Appends s with surrounding whitespace removed (Jinja's trim / Python's strip). */
-static void sb_trim(struct sb *b, const char *s)
+/* Appends s[0..n) with surrounding whitespace removed (Jinja's trim / Python's strip). */
+static void sb_strip(struct sb *b, const char *s, size_t n)
 {
-	size_t n = strlen(s);
 	while (n && isspace((unsigned char)*s))
 		s++, n--;
 	while (n && isspace((unsigned char)s[n - 1]))
 		n--;
 	sb_putn(b, s, n);
+}
+
+static void sb_trim(struct sb *b, const char *s)
+{
+	sb_strip(b, s, strlen(s));
 }
 
 enum role { R_SYSTEM, R_USER, R_ASSISTANT };
@@ -291,6 +298,60 @@ static void render_mistral_v7(struct sb *b, const char *f, const eng_msg_t *m, i
 	}
 }
 
+/* GLM-4.5/4.6's template (llama.cpp models/templates/GLM-4.6.jinja, rendered with trim_blocks
+ * and lstrip_blocks as Hugging Face does): "[gMASK]<sop>", then "<|system|>\n" / "<|user|>\n" +
+ * text, an assistant turn as "<|assistant|>\n<think>R</think>" (R: the reasoning of a turn after
+ * the last user message, else empty) + "\n" + its answer stripped, and the reply opens with
+ * "<|assistant|>" (the model writes its own "\n<think>"). llama.cpp's built-in CHATGLM_4 differs:
+ * "<|assistant|>\n" and no think block; this follows the model's own template. */
+static void render_glm4(struct sb *b, const eng_msg_t *m, int n, int add)
+{
+	int last_user = -1;
+	for (int i = 0; i < n; i++)
+		if (role_of(m[i].role) == R_USER)
+			last_user = i;
+	sb_cat(b, "[gMASK]<sop>", NULL);
+	for (int i = 0; i < n; i++) {
+		int r = role_of(m[i].role);
+		if (r == R_ASSISTANT) {
+			sb_cat(b, "<|assistant|>", NULL);
+			const char *c = m[i].content, *end = strstr(c, "</think>");
+			const char *rs = "", *re = rs;
+			if (end) { /* reasoning: between the last <think> before </think> and it */
+				rs = c;
+				for (const char *q = c; (q = strstr(q, "<think>")) && q < end; q++)
+					rs = q + 7;
+				re = end;
+				while (re > rs && re[-1] == '\n')
+					re--;
+				while (rs < re && *rs == '\n')
+					rs++;
+				for (const char *q = end; (q = strstr(q, "</think>")); q += 8)
+					c = q + 8;
+				while (*c == '\n')
+					c++;
+			}
+			struct sb tmp = {0};
+			sb_strip(&tmp, rs, (size_t)(re - rs));
+			if (i > last_user && tmp.n)
+				sb_cat(b, "\n<think>", tmp.s, "</think>", NULL);
+			else
+				sb_cat(b, "\n<think></think>", NULL);
+			free(tmp.s);
+			struct sb ans = {0};
+			sb_strip(&ans, c, strlen(c));
+			if (ans.n)
+				sb_cat(b, "\n", ans.s, NULL);
+			free(ans.s);
+		} else {
+			sb_cat(b, r == R_SYSTEM ? "<|system|>\n" : "<|user|>\n", m[i].content,
+			       NULL);
+		}
+	}
+	if (add)
+		sb_cat(b, "<|assistant|>", NULL);
+}
+
 static void render_gemma(struct sb *b, const eng_msg_t *m, int n, int add)
 {
 	/* Gemma has no system role: the system text opens the first user turn */
@@ -361,6 +422,8 @@ int chat_render(const char *f, const eng_msg_t *m, int n, int add, const char *e
 			sb_cat(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
 	} else if (!strcmp(f, "gemma")) {
 		render_gemma(&b, m, n, add);
+	} else if (!strcmp(f, "chatglm4")) {
+		render_glm4(&b, m, n, add);
 	} else if (!strcmp(f, "phi3")) {
 		for (int i = 0; i < n; i++)
 			sb_cat(&b, "<|", m[i].role, "|>\n", m[i].content, "<|end|>\n", NULL);

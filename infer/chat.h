@@ -4,8 +4,8 @@
  *
  * Families: chatml, qwen3.5, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,
  * mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, llama3, gemma, phi3, zephyr,
- * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, gpt-oss (harmony,
- * chat_harmony.c).
+ * deepseek, deepseek2, deepseek3, command-r, openchat, vicuna, vicuna-orca, chatglm4, gpt-oss
+ * (harmony, chat_harmony.c).
  *
  * Choice (chat_pick): an explicit name wins (an unknown name is an error listing the families);
  * else the model's template is recognised (an unrecognised one is an error that names
@@ -59,7 +59,9 @@ typedef enum chat_tool_style {
 	CHAT_TOOLS_HERMES,     /* Hermes 2 Pro / 3 tool_use (<tool_call> tags) */
 	CHAT_TOOLS_MISTRAL,    /* Mistral Nemo's [AVAILABLE_TOOLS] / [TOOL_CALLS] */
 	CHAT_TOOLS_QWEN35,     /* Qwen3.5: XML calls <tool_call><function=...><parameter=...> */
-	CHAT_TOOLS_HARMONY,    /* gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME */
+	CHAT_TOOLS_HARMONY, /* gpt-oss: tools as a TypeScript namespace, calls to=functions.NAME */
+	CHAT_TOOLS_GLM4,    /* GLM-4.5/4.6: <tool_call>NAME then <arg_key>/<arg_value> pairs,
+			       results after <|observation|> */
 } chat_tool_style_t;
 
 /* The style for a family and the model's template text (tmpl may be NULL). */

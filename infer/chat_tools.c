@@ -51,6 +51,8 @@ chat_tool_style_t chat_tool_style(const char *family, const char *tmpl, size_t l
 {
 	if (!family)
 		return CHAT_TOOLS_GENERIC;
+	if (!strcmp(family, "chatglm4"))
+		return CHAT_TOOLS_GLM4;
 	if (!strcmp(family, "llama3"))
 		return CHAT_TOOLS_LLAMA3;
 	if (!strcmp(family, "mistral-v3-tekken"))
@@ -80,6 +82,7 @@ enum eng_tool_format chat_tool_format(chat_tool_style_t style)
 	case CHAT_TOOLS_MISTRAL: return ENG_TOOLS_MISTRAL;
 	case CHAT_TOOLS_QWEN35: return ENG_TOOLS_XML;
 	case CHAT_TOOLS_HARMONY: return ENG_TOOLS_HARMONY;
+	case CHAT_TOOLS_GLM4: return ENG_TOOLS_GLM4;
 	default: return ENG_TOOLS_HERMES;
 	}
 }
@@ -91,6 +94,19 @@ static void put_json(FILE *f, json_t *v, int indent)
 	if (s)
 		fputs(s, f);
 	free(s);
+}
+
+/* Every tool of tools as JSON (indent as put_json), each between before and after. */
+static void put_tools(FILE *f, json_t *tools, int indent, const char *before, const char *after)
+{
+	size_t k;
+	json_t *t;
+	json_array_foreach(tools, k, t)
+	{
+		fputs(before, f);
+		put_json(f, t, indent);
+		fputs(after, f);
+	}
 }
 
 static void put_trim(FILE *f, const char *s)
@@ -157,13 +173,7 @@ static void render_llama3(FILE *f, const eng_msg_t *m, int n, json_t *tools)
 		    "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
 		    "argument name and its value}.Do not use variables.\n\n",
 		    f);
-		size_t k;
-		json_t *t;
-		json_array_foreach(tools, k, t)
-		{
-			put_json(f, t, 4);
-			fputs("\n\n", f);
-		}
+		put_tools(f, tools, 4, "", "\n\n");
 		put_trim(f, m[i++].content);
 		fputs("<|eot_id|>", f);
 	}
@@ -215,13 +225,7 @@ static void render_qwen(FILE *f, const eng_msg_t *m, int n, json_t *tools, int q
 			    f);
 		fputs(qwen3 ? "" : "\n\n", f);
 		fputs(TOOLS_INTRO, f);
-		size_t k;
-		json_t *t;
-		json_array_foreach(tools, k, t)
-		{
-			fputc('\n', f);
-			put_json(f, t, 0);
-		}
+		put_tools(f, tools, 0, "\n", "");
 		fputs(TOOLS_OUTRO, f);
 		fputs("<|im_end|>\n", f);
 	} else if (n > 0 && is_role(&m[0], "system")) {
@@ -499,6 +503,87 @@ static void render_hermes(FILE *f, const eng_msg_t *m, int n, json_t *tools)
 	fputs("<|im_start|>assistant\n", f);
 }
 
+/* GLM-4.5/4.6 (models/templates/GLM-4.6.jinja, with Hugging Face's trim_blocks and
+ * lstrip_blocks): the tools in a system turn, one JSON object per line; a call as
+ * "\n<tool_call>NAME\n" + "<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n" per argument (V as
+ * written when a string, else JSON) + "</tool_call>"; results after one "<|observation|>" per
+ * run of tool messages, each "\n<tool_response>\nTEXT\n</tool_response>". The turns without
+ * tools are chat.c's chatglm4 (the same text). */
+static void render_glm4(FILE *f, const eng_msg_t *m, int n, json_t *tools)
+{
+	int last_user = -1;
+	for (int i = 0; i < n; i++)
+		if (is_role(&m[i], "user"))
+			last_user = i;
+	fputs("[gMASK]<sop>", f);
+	if (tools) {
+		fputs(
+		    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the "
+		    "user query.\n\nYou are provided with function signatures within "
+		    "<tools></tools> XML tags:\n<tools>\n",
+		    f);
+		put_tools(f, tools, 0, "", "\n");
+		fputs("</tools>\n\nFor each function call, output the function name and arguments "
+		      "within the following XML format:\n<tool_call>{function-name}\n<arg_key>"
+		      "{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>"
+		      "{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n"
+		      "</tool_call>",
+		      f);
+	}
+	for (int i = 0; i < n; i++) {
+		if (is_role(&m[i], "tool")) {
+			if (i == 0 || !is_role(&m[i - 1], "tool"))
+				fputs("<|observation|>", f);
+			fprintf(f, "\n<tool_response>\n%s\n</tool_response>", m[i].content);
+			continue;
+		}
+		if (!is_role(&m[i], "assistant")) {
+			fprintf(f, "<|%s|>\n%s", is_role(&m[i], "system") ? "system" : "user",
+				m[i].content);
+			continue;
+		}
+		/* the plain part as chat.c renders it (the think block, the stripped answer) */
+		char *plain = NULL, e[64];
+		eng_msg_t one = {.role = "assistant", .content = m[i].content};
+		if (!chat_render("chatglm4", &one, 1, 0, NULL, &plain, e, sizeof e)) {
+			/* after "[gMASK]<sop>"; a reasoning part is kept after the last user turn
+			 */
+			const char *p = plain + strlen("[gMASK]<sop>");
+			if (i < last_user && strncmp(p, "<|assistant|>\n<think></think>", 29)) {
+				const char *c = strstr(p, "</think>");
+				fprintf(f, "<|assistant|>\n<think></think>%s", c ? c + 8 : "");
+			} else {
+				fputs(p, f);
+			}
+		}
+		free(plain);
+		json_t *calls = calls_of(&m[i]);
+		size_t j;
+		json_t *call;
+		json_array_foreach(calls, j, call)
+		{
+			json_t *fn = json_object_get(call, "function");
+			json_t *args = args_value(fn);
+			fprintf(f, "\n<tool_call>%s\n", str_of(fn, "name"));
+			const char *k;
+			json_t *v;
+			json_object_foreach(args, k, v)
+			{
+				fprintf(f, "<arg_key>%s</arg_key>\n<arg_value>", k);
+				if (json_is_string(v))
+					fputs(json_string_value(v), f);
+				else
+					put_json(f, v, 0);
+				fputs("</arg_value>\n", f);
+			}
+			fputs("</tool_call>", f);
+			json_decref(args);
+		}
+		json_decref(calls);
+	}
+	fputs("<|assistant|>", f);
+}
+
 /* Other families: tools and calls become ordinary text in the family's own turns. */
 static int render_generic(const char *family, const eng_msg_t *m, int n, json_t *tools,
 			  const char *eos, char **out, char *err, size_t errlen)
@@ -517,13 +602,7 @@ static int render_generic(const char *family, const eng_msg_t *m, int n, json_t 
 		if (n > 0 && is_role(&m[0], "system"))
 			fprintf(f, "%s\n\n", m[i++].content);
 		fputs(TOOLS_INTRO, f);
-		size_t j;
-		json_t *t;
-		json_array_foreach(tools, j, t)
-		{
-			fputc('\n', f);
-			put_json(f, t, 0);
-		}
+		put_tools(f, tools, 0, "\n", "");
 		fputs(TOOLS_OUTRO, f);
 		fclose(f);
 		owned[k] = buf;
@@ -623,6 +702,8 @@ int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg
 			render_llama3(f, m, n, tools);
 		else if (style == CHAT_TOOLS_MISTRAL)
 			render_mistral_tools(f, m, n, tools, eos);
+		else if (style == CHAT_TOOLS_GLM4)
+			render_glm4(f, m, n, tools);
 		else if (style == CHAT_TOOLS_HERMES && tools)
 			render_hermes(f, m, n, tools);
 		else
@@ -635,7 +716,8 @@ int chat_render_tools(const char *family, chat_tool_style_t style, const eng_msg
 		return rc ? rc
 			  : sh_fail(err, errlen, SH_ENOMEM, "out of memory rendering the chat");
 open:
-	if (open_call && chat_tool_format(style) == ENG_TOOLS_HERMES) {
+	if (open_call && (chat_tool_format(style) == ENG_TOOLS_HERMES ||
+			  chat_tool_format(style) == ENG_TOOLS_GLM4)) {
 		/* the reply must be a call: its opening tag is part of the prompt */
 		size_t l = strlen(*out);
 		char *p = realloc(*out, l + sizeof "<tool_call>\n");

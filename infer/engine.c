@@ -244,6 +244,15 @@ int eng_kv_elem_bytes(const char *kv_type)
 		     (size_t)quant_block_elems(t));
 }
 
+int eng_kv_block_bytes(const char *kv_type, int *elems)
+{
+	int t = kv_type ? quant_type_parse(kv_type) : MODEL_KV_DEFAULT;
+	if (t != QT_F32 && t != QT_F16 && t != QT_Q8_0)
+		return -1;
+	*elems = quant_block_elems(t);
+	return (int)quant_block_bytes(t);
+}
+
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 {
 	*out = NULL;
@@ -413,7 +422,10 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 		s->swa_window = mm.swa_window, s->swa_period = mm.swa_period;
 		s->swa_kv_pos = model_swa_ring(&mm, INT32_MAX - 64);
 		for (int l = 0; l < mm.n_layers; l++)
-			s->n_swa_layers += meta_layer_swa(&mm, l);
+			if (meta_layer_swa(&mm, l)) {
+				s->swa[l / 8] |= (uint8_t)(1u << (l % 8));
+				s->n_swa_layers++;
+			}
 	}
 	s->n_kv_layers = mm.n_layers;
 	for (int l = 0; l < mm.n_layers; l++)
@@ -422,19 +434,25 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 			s->n_kv_layers--;
 		}
 	s->rs_layer_bytes = meta_dn_state_bytes(&mm, mm.dn.n_k_heads);
-	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0;
+	s->rs_copies = mm.is_hybrid ? 1 + MODEL_CHECKPOINTS : 0; /* rollback 0: one ring buffer */
+	if (mm.is_hybrid)
+		s->rs_k_heads = mm.dn.n_k_heads, s->rs_unit = model_dn_head_unit(&mm, g);
+	if (mm.is_mla)
+		s->kv_latent_bytes =
+		    model_kv_bytes_per_pos(&mm, NULL, QT_F32) / (size_t)s->n_kv_layers;
 	s->ffn_block = dist_ffn_block(g);
-	uint64_t *part[DIST_PART_COUNT] = {[DIST_PART_REPLICATED] = &s->replicated_bytes,
-					   [DIST_PART_Q_HEADS] = &s->q_heads_bytes,
-					   [DIST_PART_KV_HEADS] = &s->kv_heads_bytes,
-					   [DIST_PART_FFN] = &s->ffn_bytes,
-					   [DIST_PART_EXPERTS] = &s->expert_bytes,
-					   [DIST_PART_SHEXP] = &s->shexp_bytes,
-					   [DIST_PART_EMBD] = &s->embd_bytes,
-					   [DIST_PART_OUTPUT] = &s->output_bytes};
+	uint64_t *part[DIST_PART_COUNT] = {
+	    [DIST_PART_REPLICATED] = &s->replicated_bytes, [DIST_PART_Q_HEADS] = &s->q_heads_bytes,
+	    [DIST_PART_KV_HEADS] = &s->kv_heads_bytes,     [DIST_PART_FFN] = &s->ffn_bytes,
+	    [DIST_PART_EXPERTS] = &s->expert_bytes,        [DIST_PART_SHEXP] = &s->shexp_bytes,
+	    [DIST_PART_RECURRENT] = &s->recurrent_bytes,   [DIST_PART_EMBD] = &s->embd_bytes,
+	    [DIST_PART_OUTPUT] = &s->output_bytes};
 	uint64_t by_type[64] = {0}; /* matrices' bytes by type: the weight type is the largest */
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
+		int l;
+		if (sscanf(t->name, "blk.%d.", &l) == 1 && l >= mm.n_layers)
+			continue; /* NextN/MTP layers after the stack: skipped at load, not held */
 		*part[dist_tensor_part(t->name)] += t->nbytes;
 		if (t->n_dims >= 2 && t->type >= 0 && t->type < 64)
 			by_type[t->type] += t->nbytes;

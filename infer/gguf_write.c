@@ -250,6 +250,17 @@ int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t er
 	return 0;
 }
 
+int gw_skip_data(gguf_writer_t *w, char *err, size_t errlen)
+{
+	if (!w->f || w->cur || w->cur_done)
+		return sh_fail(err, errlen, SH_EINVAL, "gguf writer: data already written");
+	uint64_t start = (24 + w->kv_len + w->ti_len + ALIGN - 1) / ALIGN * ALIGN;
+	if (fflush(w->f) || ftruncate(fileno(w->f), (off_t)(start + w->data_end)))
+		return sh_fail(err, errlen, SH_EIO, "%s: %s", w->tmp, strerror(errno));
+	w->cur = w->n_t;
+	return 0;
+}
+
 int gw_finish(gguf_writer_t *w, char *err, size_t errlen)
 {
 	if (!w->f || w->cur != w->n_t)

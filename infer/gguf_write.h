@@ -36,13 +36,17 @@ int gw_tensor(gguf_writer_t *w, const char *name, int n_dims, const int64_t *ne,
 
 int gw_begin(gguf_writer_t *w, const char *path, char *err, size_t errlen);
 int gw_data(gguf_writer_t *w, const void *data, size_t len, char *err, size_t errlen);
+/* Instead of every gw_data: the file gets its whole size with the data section a hole (zeros,
+ * sparse where the file system allows): a header with its tensor table and no data, for
+ * planning and for the shard ranges (eng_model_shape, eng_shard_ranges read only the header). */
+int gw_skip_data(gguf_writer_t *w, char *err, size_t errlen);
 int gw_finish(gguf_writer_t *w, char *err, size_t errlen);
 
 /* ---- the model generator behind `shoal mkmodel` (infer/mkmodel.c) ---- */
 
 typedef struct mkmodel_opts {
 	const char *arch; /* "llama", "qwen2", "qwen3", "mixtral", "qwen2moe", "qwen3moe",
-			   * "deepseek2", "qwen35", "qwen35moe", "gpt-oss" */
+			   * "deepseek2", "qwen35", "qwen35moe", "gemma3", "glm4moe", "gpt-oss" */
 	int dim, layers, heads, kv_heads, ffn, vocab, ctx;
 	int head_dim; /* 0 = dim / heads (qwen3 may differ) */
 	/* mixture of experts (the *moe and mixtral archs): routed experts, top-k, shared experts
@@ -65,10 +69,15 @@ typedef struct mkmodel_opts {
 	 * heads / 2, v-heads = 2 x k-heads, conv 4 taps, a full-attention layer every 4th,
 	 * rope-dim head_dim / 4; nextn MTP blocks appended (default none; shoal skips them) */
 	int ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv, attn_interval, nextn, rope_dim;
-	/* gpt-oss: experts as above, head_dim free (0 = dim / heads), YaRN with rope_factor
-	 * (0 = 32), the sliding window of every other layer (0 = 128); --type mxfp4 gives MXFP4
-	 * experts and F16 for the other matrices, as the converter writes gpt-oss */
-	int swa_window;
+	/* gemma3: the sliding window (0 = 512; layers 0-4 of every 6 slide) and, with
+	 * rope_factor > 0, linear RoPE scaling of the global layers. glm4moe: experts as above
+	 * (dense_lead 0 = 1, one shared expert), nextn trailing NextN layers (written, skipped by
+	 * the forward pass), qk_norm: q/k norms as the 355B has. gpt-oss: experts as above,
+	 * head_dim free (0 = dim / heads), YaRN with rope_factor (0 = 32), the sliding window of
+	 * every other layer (0 = 128); --type mxfp4 gives MXFP4 experts and F16 for the other
+	 * matrices, as the converter writes gpt-oss */
+	int swa_window, qk_norm;
+	int header_only; /* 1: the header and tensor table only, the data a hole (gw_skip_data) */
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small

@@ -86,14 +86,15 @@ typedef struct eng_info {
 
 /* How a model writes tool calls in its output (eng_info_t.tool_format): <tool_call> tags around
  * JSON (Hermes, Qwen, and the generic style), Llama 3.1's bare JSON, Mistral's [TOOL_CALLS],
- * Qwen3.5's XML, gpt-oss's harmony channels. */
+ * Qwen3.5's XML, gpt-oss's harmony channels, GLM-4.5's argument pairs. */
 enum eng_tool_format {
 	ENG_TOOLS_HERMES = 0,
 	ENG_TOOLS_LLAMA3,
 	ENG_TOOLS_MISTRAL,
-	ENG_TOOLS_XML,    /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
-			     qwen3-coder) */
-	ENG_TOOLS_HARMONY /* gpt-oss: the reply's channels (eng_harmony_parse) */
+	ENG_TOOLS_XML,     /* Qwen3.5's <tool_call><function=...><parameter=...> (llama.cpp's
+			      qwen3-coder) */
+	ENG_TOOLS_HARMONY, /* gpt-oss: the reply's channels (eng_harmony_parse) */
+	ENG_TOOLS_GLM4     /* GLM-4.5/4.6: <tool_call>NAME then <arg_key>/<arg_value> pairs */
 };
 
 typedef struct eng_msg {
@@ -199,6 +200,9 @@ typedef struct eng_result {
 /* Whole bytes per KV cache element of kv_type (NULL = the default, f16), rounded up (q8_0's 34
  * bytes per 32 elements count as 2): the planner's kv_bytes. -1 for an unknown name. */
 int eng_kv_elem_bytes(const char *kv_type);
+/* The exact figure: bytes per block of *elems elements (f32 4/1, f16 2/1, q8_0 34/32): the
+ * planner's kv_bytes and kv_block. -1 for an unknown name. */
+int eng_kv_block_bytes(const char *kv_type, int *elems);
 
 /* Loads the model. Returns 0 or a negative SH_E* code with a one-line reason in err. */
 int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen);
@@ -324,6 +328,7 @@ typedef struct eng_model_shape {
 	 * positions per slot and KV head instead of the whole context (a ring, infer/model/swa.c);
 	 * n_swa_layers of the n_layers are. */
 	int swa_window, swa_period, swa_kv_pos, n_swa_layers;
+	uint8_t swa[64]; /* bit l % 8 of byte l / 8: layer l is a sliding-window layer */
 	/* Hybrid models (qwen35): the layers marked in recurrent (bit l % 8 of byte l / 8) keep no
 	 * KV cache but a recurrent state per sequence (slot), rs_layer_bytes each for all their
 	 * heads (F32; a tensor-parallel rank holds its share of the heads, a pipeline stage its
@@ -333,9 +338,16 @@ typedef struct eng_model_shape {
 	uint64_t rs_layer_bytes;
 	int rs_copies;
 	uint8_t recurrent[64]; /* 512 layers */
-	int ffn_block;         /* elements per block of the FFN column split (dist_ffn_block) */
+	/* how a recurrent layer's state and matrices split over tensor ranks: by its rs_k_heads
+	 * key heads, a rank holding model_dn_heads' share (boundaries on multiples of rs_unit) */
+	int rs_k_heads, rs_unit;
+	int ffn_block; /* elements per block of the FFN column split (dist_ffn_block) */
 	/* bytes over all layers: */
 	uint64_t q_heads_bytes, kv_heads_bytes, ffn_bytes, expert_bytes, shexp_bytes;
+	uint64_t recurrent_bytes; /* DeltaNet matrices (DIST_PART_RECURRENT) */
+	/* deepseek2's latent attention: its cache per layer and position (F32 whatever the KV
+	 * type, whole on every rank: mla.c); 0 for a per-KV-head cache */
+	uint64_t kv_latent_bytes;
 	uint64_t replicated_bytes; /* norms, biases, routers */
 	uint64_t embd_bytes, output_bytes;
 	int wtype; /* the ggml type of most of the matrices' bytes (eng_kernel_rate) */
@@ -344,7 +356,8 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 
 /* The engine's matrix kernels timed on a synthetic matrix of weight type wtype (4096 columns)
  * on a pool of `threads` threads (0 = the cores): what the planner reads as a node's compute
- * rate (docs/view.md section 1.1). Takes ~2 s (mostly making the matrix) and ~300 MB for a moment. */
+ * rate (docs/view.md section 1.1). Takes ~2 s (mostly making the matrix) and ~300 MB for a
+ * moment. */
 typedef struct eng_kernel_rate {
 	int threads;        /* the pool's threads */
 	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 11) */

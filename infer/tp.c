@@ -187,6 +187,12 @@ dist_part_t dist_tensor_part(const char *n)
 		return DIST_PART_KV_HEADS;
 	if (strstr(k, "_exps.weight"))
 		return DIST_PART_EXPERTS;
+	/* a DeltaNet layer's matrices, cut along its key heads and their value heads
+	 * (deltanet.c); its vectors and the small conv kernel are read whole like norms */
+	if (!strcmp(k, "attn_qkv.weight") || !strcmp(k, "attn_gate.weight") ||
+	    !strcmp(k, "ssm_beta.weight") || !strcmp(k, "ssm_alpha.weight") ||
+	    !strcmp(k, "ssm_out.weight"))
+		return DIST_PART_RECURRENT;
 	if (!strncmp(k, "ffn_gate_inp", 12)) /* routers (ffn_gate_inp_shexp too) */
 		return DIST_PART_REPLICATED;
 	if (strstr(k, "_shexp.weight"))
@@ -374,7 +380,8 @@ static int layout_check(dist_t *d, const model_meta_t *mt, const uint8_t *all, s
 	int l = 0, n = 0;
 	for (int s0 = 0; s0 < d->world; n++) {
 		const uint8_t *a = all + (size_t)s0 * rec;
-		int s1 = (int)sh_get_le32(a + 60), l0 = (int)sh_get_le32(a + 32), l1 = (int)sh_get_le32(a + 36);
+		int s1 = (int)sh_get_le32(a + 60), l0 = (int)sh_get_le32(a + 32),
+		    l1 = (int)sh_get_le32(a + 36);
 		if ((int)sh_get_le32(a + 56) != s0 || s1 <= s0 || s1 > d->world)
 			return sh_fail(err, errlen, SH_EINVAL,
 				       "setup: rank %d's stage is ranks [%d,%d), expected one "
@@ -395,7 +402,8 @@ static int layout_check(dist_t *d, const model_meta_t *mt, const uint8_t *all, s
 				return sh_fail(err, errlen, SH_EINVAL,
 					       "setup: rank %d's stage is ranks [%u,%u), rank %d's "
 					       "[%d,%d)",
-					       r, sh_get_le32(p + 56), sh_get_le32(p + 60), s0, s0, s1);
+					       r, sh_get_le32(p + 56), sh_get_le32(p + 60), s0, s0,
+					       s1);
 			if ((int)sh_get_le32(p + 32) != l0 || (int)sh_get_le32(p + 36) != l1)
 				return sh_fail(
 				    err, errlen, SH_EINVAL,

@@ -106,8 +106,10 @@ typedef enum dist_part {
 	DIST_PART_FFN,      /* the dense FFN: by columns, in blocks of dist_ffn_block */
 	DIST_PART_EXPERTS,  /* routed experts: whole */
 	DIST_PART_SHEXP,    /* the shared expert: by columns, like the FFN */
-	DIST_PART_EMBD,     /* token_embd */
-	DIST_PART_OUTPUT,   /* output, output_norm: rank 0's head */
+	DIST_PART_RECURRENT, /* qwen35's DeltaNet matrices (attn_qkv, attn_gate, ssm_alpha,
+			      * ssm_beta, ssm_out): with the key heads (deltanet.c) */
+	DIST_PART_EMBD,      /* token_embd */
+	DIST_PART_OUTPUT,    /* output, output_norm: rank 0's head */
 	DIST_PART_COUNT
 } dist_part_t;
 

@@ -437,6 +437,6 @@ void plan_cost_predict(const plan_cost_ctx_t *c, const plan_layout_t *l, const p
 		const plan_rank_t *k = &p->ranks[r];
 		out->mem_max =
 		    MAX(out->mem_max, plan_add_sat(plan_add_sat(k->weight_bytes, k->kv_cache_bytes),
-						   k->act_bytes));
+						   plan_add_sat(k->rs_bytes, k->act_bytes)));
 	}
 }

@@ -85,7 +85,47 @@ int plan_model_check(const plan_model_t *m, char *err, size_t errlen)
 		return sh_fail(err, errlen, SH_EINVAL,
 			       "model: n_heads (%d) must be a multiple of n_kv_heads (%d)",
 			       m->n_heads, m->n_kv_heads);
+	size_t n = strnlen(m->layer_kinds, sizeof m->layer_kinds);
+	if (n == sizeof m->layer_kinds || strspn(m->layer_kinds, "fsr") != n)
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "model: layer_kinds must be up to %d of f, s and r", PLAN_MAX_KINDS);
+	if (m->swa_kv_pos < 0 || m->swa_kv_pos > (1 << 24))
+		return sh_fail(err, errlen, SH_EINVAL, "model: bad swa_kv_pos %d", m->swa_kv_pos);
+	if (memchr(m->layer_kinds, 'r', n) &&
+	    (m->rs_k_heads < 1 || m->rs_k_heads > (1 << 16) || m->rs_unit < 1 ||
+	     m->rs_unit > m->rs_k_heads || m->rs_copies < 1 || m->rs_copies > 1024))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "model: recurrent layers need rs_k_heads (1..65536), rs_unit (1.."
+			       "rs_k_heads) and rs_copies (1..1024)");
 	return 0;
+}
+
+/* Tokens one internal pass of the engine writes before it attends (MODEL_MAX_BATCH): a
+ * sliding-window ring keeps window - 1 + this, in whole tiles (infer/model/swa.c). */
+#define PLAN_SWA_BATCH 64
+
+/* A recurrent layer's sizes from its shape (qwen35's Gated DeltaNet, infer/model/meta.c
+ * dn_tensors): nk key and nv value heads of ds dimensions, a conv of dc taps. Its matrices
+ * (attn_qkv, attn_gate, ssm_alpha, ssm_beta, ssm_out) and one state buffer of one sequence
+ * (conv state and the delta-rule state, F32: meta_dn_state_bytes). The attention layers'
+ * queries carry a gate (2 x the query rows). */
+static void set_recurrent(plan_model_t *m, const struct wtype *t, uint64_t nk, uint64_t nv,
+			  uint64_t ds, uint64_t dc)
+{
+	uint64_t dim = (uint64_t)m->dim, q = (uint64_t)m->n_heads * (uint64_t)m->head_dim;
+	uint64_t ch = 2 * nk * ds + nv * ds;
+	m->rec_bytes = plan_add_sat(tensor_bytes(t, ch, dim), tensor_bytes(t, nv * ds, dim));
+	m->rec_bytes = plan_add_sat(m->rec_bytes, plan_mul_sat(2, tensor_bytes(t, nv, dim)));
+	m->rec_bytes = plan_add_sat(m->rec_bytes, tensor_bytes(t, dim, nv * ds));
+	m->attn_qo_bytes = plan_add_sat(tensor_bytes(t, 2 * q, dim), tensor_bytes(t, dim, q));
+	m->rs_bytes = 4 * ((dc ? dc - 1 : 0) * ch + nv * ds * ds);
+	m->rs_k_heads = (int)nk;
+	/* whole quant blocks of ssm_out's columns per run of key heads (model_dn_head_unit) */
+	int unit = 1;
+	while ((uint64_t)unit * ds % (uint64_t)t->block_elems && unit < (int)nk)
+		unit++;
+	m->rs_unit = (uint64_t)unit * ds % (uint64_t)t->block_elems ? (int)nk : unit;
+	m->rs_copies = 3; /* the state and the engine's two checkpoints (MODEL_CHECKPOINTS) */
 }
 
 static int get_int(json_t *o, const char *key, int *out, int required, char *err, size_t errlen)
@@ -173,6 +213,58 @@ int plan_model_from_json(plan_model_t *m, const char *json, char *err, size_t er
 	    (rc = get_int(o, "ffn_shexp", &m->ffn_shexp, 0, err, errlen)) ||
 	    (rc = get_bytes(o, "expert_bytes", &m->expert_bytes, err, errlen)) ||
 	    (rc = get_bytes(o, "shexp_bytes", &m->shexp_bytes, err, errlen)))
+		goto done;
+	/* experts from their width when their bytes are not given: gate, up, down each */
+	int ef = 0;
+	if ((rc = get_int(o, "expert_ffn", &ef, 0, err, errlen)))
+		goto done;
+	uint64_t d = (uint64_t)m->dim, e = (uint64_t)ef, sf = (uint64_t)MAX(m->ffn_shexp, 0);
+	if (ef && !json_object_get(o, "expert_bytes"))
+		m->expert_bytes = plan_mul_sat(
+		    (uint64_t)MAX(m->n_experts, 0),
+		    plan_add_sat(plan_mul_sat(2, tensor_bytes(t, e, d)), tensor_bytes(t, d, e)));
+	if (sf && !json_object_get(o, "shexp_bytes"))
+		m->shexp_bytes =
+		    plan_add_sat(plan_mul_sat(2, tensor_bytes(t, sf, d)), tensor_bytes(t, d, sf));
+	/* layer kinds, the sliding window and the recurrent layers (docs/view.md, "Memory") */
+	json_t *kinds = json_object_get(o, "layer_kinds");
+	if (kinds && (!json_is_string(kinds) || json_string_length(kinds) > PLAN_MAX_KINDS)) {
+		rc = sh_fail(err, errlen, SH_EFORMAT,
+			     "model: \"layer_kinds\" must be a string of up to %d of f, s and r",
+			     PLAN_MAX_KINDS);
+		goto done;
+	}
+	snprintf(m->layer_kinds, sizeof m->layer_kinds, "%s",
+		 kinds ? json_string_value(kinds) : "");
+	int win = 0, nk = 0, nv = 0, ds = 0, dc = 4;
+	if ((rc = get_int(o, "swa_window", &win, 0, err, errlen)) ||
+	    (rc = get_int(o, "ssm_k_heads", &nk, 0, err, errlen)) ||
+	    (rc = get_int(o, "ssm_v_heads", &nv, 0, err, errlen)) ||
+	    (rc = get_int(o, "ssm_state", &ds, 0, err, errlen)) ||
+	    (rc = get_int(o, "ssm_conv", &dc, 0, err, errlen)))
+		goto done;
+	if (win > (1 << 24) || nk > (1 << 16) || nv > (1 << 16) || ds > 4096 || dc > 64 ||
+	    (nk && (!nv || nv % nk || !ds || !dc))) {
+		rc = sh_fail(err, errlen, SH_EFORMAT,
+			     "model: bad swa_window or ssm_* shape (ssm_v_heads a multiple of "
+			     "ssm_k_heads, ssm_state and ssm_conv set)");
+		goto done;
+	}
+	if (win) /* model_swa_ring */
+		m->swa_kv_pos =
+		    (win - 1 + PLAN_SWA_BATCH + PLAN_KV_TILE - 1) / PLAN_KV_TILE * PLAN_KV_TILE;
+	if (nk)
+		set_recurrent(m, t, (uint64_t)nk, (uint64_t)nv, (uint64_t)ds, (uint64_t)dc);
+	if ((rc = get_int(o, "swa_kv_pos", &m->swa_kv_pos, 0, err, errlen)) ||
+	    (rc = get_bytes(o, "rec_bytes", &m->rec_bytes, err, errlen)) ||
+	    (rc = get_bytes(o, "rs_bytes", &m->rs_bytes, err, errlen)) ||
+	    (rc = get_int(o, "rs_k_heads", &m->rs_k_heads, 0, err, errlen)) ||
+	    (rc = get_int(o, "rs_unit", &m->rs_unit, 0, err, errlen)) ||
+	    (rc = get_int(o, "rs_copies", &m->rs_copies, 0, err, errlen)) ||
+	    (rc = get_bytes(o, "kv_latent_bytes", &m->kv_latent_bytes, err, errlen)))
+		goto done;
+	/* explicit attention figures win over the gated query set_recurrent assumed */
+	if ((rc = get_bytes(o, "attn_qo_bytes", &m->attn_qo_bytes, err, errlen)))
 		goto done;
 	if ((rc = plan_model_check(m, err, errlen)))
 		rc = SH_EFORMAT;

@@ -150,17 +150,41 @@ static void shares_fill(plan_t *p, plan_strategy_t s, const uint64_t *w)
 	plan_slices_fill(p, 0, n, w);
 }
 
-void plan_rank_layer_bytes(const plan_t *p, const plan_rank_t *k, int read, uint64_t *att,
-			   uint64_t *ffn)
+static int kind_index(char c)
 {
-	const plan_model_t *m = &p->model;
-	uint64_t qh = (uint64_t)(k->q1 - k->q0), kvh = (uint64_t)(k->kv1 - k->kv0);
-	uint64_t cols = (uint64_t)(k->ffn1 - k->ffn0);
-	uint64_t a = mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads);
-	a = plan_add_sat(a, mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
-	a = plan_add_sat(a, m->norm_bytes / 2);
-	uint64_t f = mul_div_up(m->ffn_bytes, cols, (uint64_t)m->ffn);
-	f = plan_add_sat(f, m->norm_bytes - m->norm_bytes / 2);
+	return c == 's' ? PLAN_KIND_S : c == 'r' ? PLAN_KIND_R : PLAN_KIND_F;
+}
+
+char plan_layer_kind(const plan_model_t *m, int l)
+{
+	size_t n = strnlen(m->layer_kinds, PLAN_MAX_KINDS);
+	return n && l >= 0 ? m->layer_kinds[(size_t)l % n] : 'f';
+}
+
+void plan_kind_counts(const plan_model_t *m, int l0, int l1, int cnt[PLAN_KINDS])
+{
+	int n = (int)strnlen(m->layer_kinds, PLAN_MAX_KINDS), per[PLAN_KINDS] = {0};
+	for (int i = 0; i < PLAN_KINDS; i++)
+		cnt[i] = 0;
+	if (l1 <= l0 || l0 < 0)
+		return;
+	if (!n) {
+		cnt[PLAN_KIND_F] = l1 - l0;
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		per[kind_index(m->layer_kinds[i])]++;
+	int len = l1 - l0, cycles = len / n;
+	for (int i = 0; i < PLAN_KINDS; i++)
+		cnt[i] = cycles * per[i];
+	for (int i = 0; i < len % n; i++)
+		cnt[kind_index(m->layer_kinds[(l0 + i) % n])]++;
+}
+
+/* The FFN block's bytes per layer on rank k (dense columns, experts, shared units). */
+static uint64_t ffn_share(const plan_model_t *m, const plan_rank_t *k, int read)
+{
+	uint64_t f = mul_div_up(m->ffn_bytes, (uint64_t)(k->ffn1 - k->ffn0), (uint64_t)m->ffn);
 	if (m->n_experts) { /* whole experts; a token reads the ones it routes to */
 		uint64_t held = mul_div_up(m->expert_bytes, (uint64_t)(k->exp1 - k->exp0),
 					   (uint64_t)m->n_experts);
@@ -171,7 +195,80 @@ void plan_rank_layer_bytes(const plan_t *p, const plan_rank_t *k, int read, uint
 	if (m->ffn_shexp)
 		f = plan_add_sat(f, mul_div_up(m->shexp_bytes, (uint64_t)(k->shx1 - k->shx0),
 					       (uint64_t)m->ffn_shexp));
-	*att = a, *ffn = f;
+	return f;
+}
+
+/* Key heads of a recurrent layer rank k holds: the engine's model_dn_heads
+ * (infer/model/deltanet.c), its query-head share scaled to rs_k_heads, boundaries on
+ * multiples of rs_unit. */
+static int rank_rs_heads(const plan_model_t *m, const plan_rank_t *k)
+{
+	int nk = m->rs_k_heads, u = MAX(m->rs_unit, 1);
+	int a = (int)((int64_t)k->q0 * nk / m->n_heads),
+	    b = (int)((int64_t)k->q1 * nk / m->n_heads);
+	a -= a % u;
+	if (b < nk)
+		b -= b % u;
+	return MAX(b - a, 0);
+}
+
+/* A token mixer's bytes per layer on rank k: attention (q and output by query heads, k and v
+ * by KV heads) or a recurrent block (by key heads). */
+static void mixer_share(const plan_model_t *m, const plan_rank_t *k, uint64_t *att, uint64_t *rec)
+{
+	uint64_t qh = (uint64_t)(k->q1 - k->q0), kvh = (uint64_t)(k->kv1 - k->kv0);
+	*att = plan_add_sat(mul_div_up(m->attn_qo_bytes, qh, (uint64_t)m->n_heads),
+			    mul_div_up(m->attn_kv_bytes, kvh, (uint64_t)m->n_kv_heads));
+	*rec = m->rs_k_heads ? mul_div_up(m->rec_bytes, (uint64_t)rank_rs_heads(m, k),
+					  (uint64_t)m->rs_k_heads)
+			     : 0;
+}
+
+void plan_rank_layer_bytes(const plan_t *p, const plan_rank_t *k, int read, uint64_t *att,
+			   uint64_t *ffn)
+{
+	const plan_model_t *m = &p->model;
+	uint64_t a, r;
+	int cnt[PLAN_KINDS];
+	mixer_share(m, k, &a, &r);
+	plan_kind_counts(m, 0, m->n_layers, cnt);
+	if (cnt[PLAN_KIND_R]) /* averaged over the model's layers, as the stage's layers mix */
+		a = mul_div_up(a, (uint64_t)(cnt[PLAN_KIND_F] + cnt[PLAN_KIND_S]),
+			       (uint64_t)m->n_layers) +
+		    mul_div_up(r, (uint64_t)cnt[PLAN_KIND_R], (uint64_t)m->n_layers);
+	*att = plan_add_sat(a, m->norm_bytes / 2);
+	*ffn = plan_add_sat(ffn_share(m, k, read), m->norm_bytes - m->norm_bytes / 2);
+}
+
+void plan_rank_kind_needs(const plan_t *p, const plan_rank_t *k, plan_need_t need[PLAN_KINDS])
+{
+	const plan_model_t *m = &p->model;
+	uint64_t att, rec, slots = (uint64_t)MAX(p->slots, 1);
+	mixer_share(m, k, &att, &rec);
+	uint64_t rest = plan_add_sat(ffn_share(m, k, 0), m->norm_bytes);
+	need[PLAN_KIND_F].w = need[PLAN_KIND_S].w = plan_add_sat(att, rest);
+	need[PLAN_KIND_R].w = plan_add_sat(rec, rest);
+	/* K and V of the rank's KV heads: whole tiles of the context per slot; a sliding-window
+	 * layer its ring (infer/model/swa.c, model_swa_ring) when shorter */
+	uint64_t blk = (uint64_t)MAX(p->kv_block, 1),
+		 hrow = ((uint64_t)m->head_dim + blk - 1) / blk;
+	uint64_t row = plan_mul_sat(2 * (uint64_t)(k->kv1 - k->kv0) * hrow, (uint64_t)p->kv_bytes);
+	uint64_t full = ((uint64_t)p->ctx + PLAN_KV_TILE - 1) / PLAN_KV_TILE * PLAN_KV_TILE;
+	uint64_t ring =
+	    m->swa_kv_pos > 0 && (uint64_t)m->swa_kv_pos < full ? (uint64_t)m->swa_kv_pos : full;
+	need[PLAN_KIND_F].kv = plan_mul_sat(plan_mul_sat(row, full), slots);
+	need[PLAN_KIND_S].kv = plan_mul_sat(plan_mul_sat(row, ring), slots);
+	if (m->kv_latent_bytes) /* MLA: the latent of every position of the context (mla.c) */
+		need[PLAN_KIND_F].kv = need[PLAN_KIND_S].kv =
+		    plan_mul_sat(plan_mul_sat(m->kv_latent_bytes, (uint64_t)p->ctx), slots);
+	need[PLAN_KIND_R].kv = 0;
+	/* a recurrent layer: its key heads' state, rs_copies buffers per slot (deltanet.c) */
+	need[PLAN_KIND_F].rs = need[PLAN_KIND_S].rs = 0;
+	uint64_t rs = m->rs_k_heads
+			  ? m->rs_bytes / (uint64_t)m->rs_k_heads * (uint64_t)rank_rs_heads(m, k)
+			  : 0; /* the state is linear in the heads: exact */
+	need[PLAN_KIND_R].rs =
+	    plan_mul_sat(plan_mul_sat(rs, (uint64_t)MAX(m->rs_copies, 1)), slots);
 }
 
 /* The output head (and final norm) is on rank 0, which samples, in every strategy (tensor and
@@ -197,21 +294,52 @@ static uint64_t act_bytes(const plan_t *p, const plan_rank_t *k)
 	return 4 * act;
 }
 
-void plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan_rank_t *k,
-			   uint64_t *fixed, uint64_t *per_layer_w, uint64_t *per_layer_kv)
+uint64_t plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan_rank_t *k)
 {
 	const plan_model_t *m = &p->model;
-	uint64_t att, ffn;
-	plan_rank_layer_bytes(p, k, 0, &att, &ffn);
-	*per_layer_w = plan_add_sat(att, ffn);
-	/* K and V for every position of the context, on this rank's KV heads, per layer */
-	uint64_t kv = plan_mul_sat((uint64_t)p->ctx, 2 * (uint64_t)(k->kv1 - k->kv0));
-	kv = plan_mul_sat(kv, (uint64_t)m->head_dim);
-	*per_layer_kv = plan_mul_sat(kv, (uint64_t)p->kv_bytes);
 	uint64_t f =
 	    plan_add_sat(has_embd(k) ? m->embd_bytes : 0, has_out(k) ? m->output_bytes : 0);
 	f = plan_add_sat(f, act_bytes(p, k));
-	*fixed = plan_add_sat(f, plan_headroom(o, k->mem_avail));
+	return plan_add_sat(f, plan_headroom(o, k->mem_avail));
+}
+
+/* The most any c consecutive layers of the model need on a rank, from the prefix sums cyc of its
+ * needs over the kind pattern (n layers) laid twice, and a whole cycle's need (128-bit: hostile
+ * figures must not wrap into a fit). */
+static unsigned __int128 window_max(const plan_model_t *m, const unsigned __int128 *cyc, int n,
+				    int c)
+{
+	unsigned __int128 most = 0, full = (unsigned __int128)(c / n) * cyc[n];
+	int starts = MIN(n, m->n_layers - c + 1);
+	for (int s = 0; s < starts; s++)
+		most = MAX(most, full + cyc[s + c % n] - cyc[s]);
+	return most;
+}
+
+int plan_rank_layer_cap(const plan_t *p, const plan_rank_t *k, uint64_t budget)
+{
+	const plan_model_t *m = &p->model;
+	plan_need_t need[PLAN_KINDS];
+	uint64_t per[PLAN_KINDS];
+	unsigned __int128 cyc[2 * PLAN_MAX_KINDS + 1];
+	plan_rank_kind_needs(p, k, need);
+	for (int i = 0; i < PLAN_KINDS; i++)
+		per[i] = plan_add_sat(plan_add_sat(need[i].w, need[i].kv), need[i].rs);
+	int n = (int)strnlen(m->layer_kinds, PLAN_MAX_KINDS);
+	const char *pat = n ? m->layer_kinds : "f";
+	n = MAX(n, 1);
+	cyc[0] = 0;
+	for (int i = 0; i < 2 * n; i++)
+		cyc[i + 1] = cyc[i] + per[kind_index(pat[i % n])];
+	int lo = 0, hi = m->n_layers; /* the cap is in [lo, hi]: lo fits */
+	while (lo < hi) {
+		int mid = lo + (hi - lo + 1) / 2;
+		if (window_max(m, cyc, n, mid) <= budget)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
 }
 
 int plan_fit_check(plan_t *p, const plan_opts_t *o, char *err, size_t errlen)
@@ -221,16 +349,26 @@ int plan_fit_check(plan_t *p, const plan_opts_t *o, char *err, size_t errlen)
 	uint64_t worst_short = 0, total_short = 0;
 	for (int r = 0; r < n; r++) {
 		plan_rank_t *k = &p->ranks[r];
-		uint64_t layers = (uint64_t)(k->layer1 - k->layer0), fixed, plw, plkv;
-		plan_rank_fixed_bytes(p, o, k, &fixed, &plw, &plkv);
-		uint64_t wt = plan_mul_sat(plw, layers);
-		wt = plan_add_sat(wt, has_embd(k) ? m->embd_bytes : 0);
-		k->weight_bytes = plan_add_sat(wt, has_out(k) ? m->output_bytes : 0);
-		k->kv_cache_bytes = plan_mul_sat(plkv, layers);
+		plan_need_t per[PLAN_KINDS];
+		int cnt[PLAN_KINDS];
+		plan_rank_kind_needs(p, k, per);
+		plan_kind_counts(m, k->layer0, k->layer1, cnt);
+		uint64_t wt =
+		    plan_add_sat(has_embd(k) ? m->embd_bytes : 0, has_out(k) ? m->output_bytes : 0);
+		k->kv_cache_bytes = k->rs_bytes = 0;
+		for (int i = 0; i < PLAN_KINDS; i++) {
+			wt = plan_add_sat(wt, plan_mul_sat(per[i].w, (uint64_t)cnt[i]));
+			k->kv_cache_bytes = plan_add_sat(k->kv_cache_bytes,
+							 plan_mul_sat(per[i].kv, (uint64_t)cnt[i]));
+			k->rs_bytes =
+			    plan_add_sat(k->rs_bytes, plan_mul_sat(per[i].rs, (uint64_t)cnt[i]));
+		}
+		k->weight_bytes = wt;
 		k->act_bytes = act_bytes(p, k);
 		k->headroom_bytes = plan_headroom(o, k->mem_avail);
-		uint64_t need = plan_add_sat(plan_add_sat(k->weight_bytes, k->kv_cache_bytes),
-					     plan_add_sat(k->act_bytes, k->headroom_bytes));
+		uint64_t need = plan_add_sat(
+		    plan_add_sat(k->weight_bytes, plan_add_sat(k->kv_cache_bytes, k->rs_bytes)),
+		    plan_add_sat(k->act_bytes, k->headroom_bytes));
 		if (need > k->mem_avail) {
 			uint64_t s = need - k->mem_avail;
 			total_short = plan_add_sat(total_short, s);
@@ -243,18 +381,25 @@ int plan_fit_check(plan_t *p, const plan_opts_t *o, char *err, size_t errlen)
 	if (!err)
 		return SH_ENOFIT;
 	const plan_rank_t *k = &p->ranks[worst];
-	double need = (double)k->weight_bytes + (double)k->kv_cache_bytes + (double)k->act_bytes +
-		      (double)k->headroom_bytes;
+	double need = (double)k->weight_bytes + (double)k->kv_cache_bytes + (double)k->rs_bytes +
+		      (double)k->act_bytes + (double)k->headroom_bytes;
+	char rs[64] = "", slots[32] = "", fewer[48] = "";
+	if (k->rs_bytes)
+		snprintf(rs, sizeof rs, ", recurrent state %.1f", k->rs_bytes / GB);
+	if (p->slots > 1) {
+		snprintf(slots, sizeof slots, " x %d slots", p->slots);
+		snprintf(fewer, sizeof fewer, ", fewer slots (now %d)", p->slots);
+	}
 	return sh_fail(
 	    err, errlen, SH_ENOFIT,
 	    "model does not fit (%s, %d rank%s): short by %.1f GB in total; rank %d "
-	    "(%s, node %.8s) needs %.1f GB (weights %.1f, KV cache %.1f for %d tokens, "
+	    "(%s, node %.8s) needs %.1f GB (weights %.1f, KV cache %.1f for %d tokens%s%s, "
 	    "activations %.1f, headroom %.1f) but has %.1f GB available; fix: add nodes, "
-	    "use a shorter context (--ctx, now %d) or a smaller quantization",
+	    "use a shorter context (--ctx, now %d)%s or a smaller quantization",
 	    plan_strategy_name(p->strategy), n, n == 1 ? "" : "s", total_short / GB, worst,
 	    k->host[0] ? k->host : "no host name", k->node_id, need / GB, k->weight_bytes / GB,
-	    k->kv_cache_bytes / GB, p->ctx, k->act_bytes / GB, k->headroom_bytes / GB,
-	    k->mem_avail / GB, p->ctx);
+	    k->kv_cache_bytes / GB, p->ctx, slots, rs, k->act_bytes / GB, k->headroom_bytes / GB,
+	    k->mem_avail / GB, p->ctx, fewer);
 }
 
 /* Why tensor parallel cannot be used at all, or NULL. */
@@ -430,9 +575,10 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	if ((rc = plan_model_check(m, err, errlen)))
 		return rc;
 	if ((unsigned)o->strategy > PLAN_HYBRID || o->ctx < 0 || o->ctx > (1 << 24) ||
-	    o->kv_bytes < 0 || o->kv_bytes > 8 || o->headroom_permille < 0 ||
-	    o->headroom_permille > 1000 || o->base_port < 0 ||
-	    o->base_port + (int)v->n_nodes - 1 > 65535 || o->parallel < 0 || o->parallel > 65536)
+	    o->kv_bytes < 0 || o->kv_bytes > (o->kv_block > 1 ? 1024 : 8) || o->kv_block < 0 ||
+	    o->kv_block > 256 || o->headroom_permille < 0 || o->headroom_permille > 1000 ||
+	    o->base_port < 0 || o->base_port + (int)v->n_nodes - 1 > 65535 || o->parallel < 0 ||
+	    o->parallel > 65536 || o->slots < 0 || o->slots > 65536)
 		return sh_fail(err, errlen, SH_EINVAL, "bad planner options");
 	plan_t *p = calloc(1, sizeof *p);
 	plan_cost_ctx_t *c = NULL;
@@ -447,6 +593,8 @@ int plan_make(plan_t **out, const plan_view_t *v, const plan_model_t *m, const p
 	p->model = *m;
 	p->ctx = o->ctx ? o->ctx : m->n_ctx;
 	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
+	p->slots = MAX(o->slots, 1);
+	p->kv_block = MAX(o->kv_block, 1);
 	p->base_port = o->base_port ? o->base_port : PLAN_DEFAULT_PORT;
 	p->n_ranks = n;
 	for (int i = 0; i < n; i++)
@@ -583,6 +731,10 @@ int plan_rdma_full_mesh(const plan_t *p)
 int plan_ctx(const plan_t *p)
 {
 	return p->ctx;
+}
+int plan_slots(const plan_t *p)
+{
+	return MAX(p->slots, 1);
 }
 int plan_n_stages(const plan_t *p)
 {

@@ -15,6 +15,8 @@ struct plan {
 	char reason[512];
 	plan_model_t model; /* shapes only are serialised; byte counts live in the rank figures */
 	int ctx, kv_bytes, base_port;
+	int slots;    /* sequences the KV cache and recurrent states are sized for (>= 1) */
+	int kv_block; /* KV elements per kv_bytes (>= 1) */
 	int rdma_full_mesh;
 	/* MLX (docs/mlx.md): the backend the files are for, the JACCL variant the RDMA matrix
 	 * allows ("none" when neither), why, and the JACCL coordinator ("" for the ring). */
@@ -92,15 +94,31 @@ void plan_layers_set(plan_t *p, const int *stage_layers);
 /* Fills every rank's fit figures (weights, KV cache, activations, headroom); 0 when every rank
  * fits, else SH_ENOFIT with the message in err (may be NULL). */
 int plan_fit_check(plan_t *p, const plan_opts_t *o, char *err, size_t errlen);
-/* Per layer, the bytes rank k holds of the attention block (q, k, v, output; half the norms)
- * and of the FFN block (dense columns, experts, shared units; the other half). read = 1:
- * what one token reads instead (its share of the routed experts, n_expert_used of them). */
+/* Per layer, averaged over the model's layers, the bytes rank k holds of the token mixer (attention
+ * or recurrent block; half the norms) and of the FFN block (dense columns, experts, shared
+ * units; the other half): the cost model's figures. read = 1: what one token reads instead (its
+ * share of the routed experts, n_expert_used of them). */
 void plan_rank_layer_bytes(const plan_t *p, const plan_rank_t *k, int read, uint64_t *att,
 			   uint64_t *ffn);
-/* Rank k's needs that do not grow with its layers (embedding, head, activations, headroom)
- * and those per layer (weights, KV cache); its stage and rank decide the first. */
-void plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan_rank_t *k,
-			   uint64_t *fixed, uint64_t *per_layer_w, uint64_t *per_layer_kv);
+
+/* Layer kinds as indices: full attention, sliding window, recurrent (plan_model_t.layer_kinds). */
+enum { PLAN_KIND_F, PLAN_KIND_S, PLAN_KIND_R, PLAN_KINDS };
+
+/* What rank k keeps for one layer of a kind: weights, KV cache (the plan's context, every slot)
+ * and recurrent state (every slot, every copy). */
+typedef struct {
+	uint64_t w, kv, rs;
+} plan_need_t;
+void plan_rank_kind_needs(const plan_t *p, const plan_rank_t *k, plan_need_t need[PLAN_KINDS]);
+/* Layers of each kind in [l0, l1). */
+void plan_kind_counts(const plan_model_t *m, int l0, int l1, int cnt[PLAN_KINDS]);
+/* Rank k's needs that do not grow with its layers: embedding, head, activations, headroom; its
+ * stage and rank decide the first. */
+uint64_t plan_rank_fixed_bytes(const plan_t *p, const plan_opts_t *o, const plan_rank_t *k);
+/* The most consecutive layers (at most n_layers) rank k can hold within budget bytes wherever
+ * they start: pipeline stages get different mixes of layer kinds, and a stage's start is not
+ * known when its cap is. */
+int plan_rank_layer_cap(const plan_t *p, const plan_rank_t *k, uint64_t budget);
 uint64_t plan_headroom(const plan_opts_t *o, uint64_t mem);
 /* Does node a have an IPv4 address (what a ring rank needs)? */
 int plan_node_has_ipv4(const plan_node_t *a);
@@ -125,7 +143,7 @@ typedef struct {
 	uint64_t decode_ns;       /* one decode step of one stream */
 	uint64_t agg_mtoks;       /* `parallel` streams together: milli-tokens per second */
 	uint64_t prefill_mtoks;   /* prompt tokens (passes of 64): milli-tokens per second */
-	uint64_t mem_max;         /* largest rank's weights + KV cache + activations */
+	uint64_t mem_max;         /* largest rank's weights + KV + state + activations */
 	int n_syncs, n_hops;      /* per decode step */
 	uint64_t sync_ns, hop_ns; /* their total time per decode step */
 } plan_cost_t;

@@ -36,6 +36,8 @@ static json_t *rank_json(const plan_t *p, const plan_rank_t *k)
 	    json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)k->weight_bytes, "kv_cache",
 		      (json_int_t)k->kv_cache_bytes, "activations", (json_int_t)k->act_bytes,
 		      "headroom", (json_int_t)k->headroom_bytes);
+	if (fit && k->rs_bytes) /* recurrent layers only: other plans keep their bytes and hash */
+		json_object_set_new(fit, "recurrent", json_integer((json_int_t)k->rs_bytes));
 	json_t *o =
 	    json_pack("{s:i, s:s, s:s, s:s, s:i, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o}", "rank",
 		      k->rank, "node_id", k->node_id, "host", k->host, "ip", k->ip, "port", k->port,
@@ -124,6 +126,10 @@ json_t *plan_json_object(const plan_t *p, int with_hash)
 	json_object_set_new(o, "reason", json_string(p->reason));
 	json_object_set_new(o, "ctx", json_integer(p->ctx));
 	json_object_set_new(o, "kv_bytes", json_integer(p->kv_bytes));
+	if (p->kv_block > 1) /* bytes per block of kv_block elements (q8_0: 34 per 32) */
+		json_object_set_new(o, "kv_block", json_integer(p->kv_block));
+	if (p->slots > 1) /* one slot is implied (and keeps older plans' hashes) */
+		json_object_set_new(o, "slots", json_integer(p->slots));
 	json_object_set_new(o, "base_port", json_integer(p->base_port));
 	json_object_set_new(o, "rdma_full_mesh", json_boolean(p->rdma_full_mesh));
 	if (p->costed) { /* a plan the cost model made: its predictions (docs/view.md) */
@@ -348,8 +354,9 @@ static int rank_from_json(plan_t *p, int r, json_t *o)
 	    u64_at(fit, "weights", &k->weight_bytes) ||
 	    u64_at(fit, "kv_cache", &k->kv_cache_bytes) ||
 	    u64_at(fit, "activations", &k->act_bytes) ||
-	    u64_at(fit, "headroom", &k->headroom_bytes) || !json_is_array(ips) ||
-	    json_array_size(ips) > PLAN_MAX_ADDRS || !json_is_array(rdma) ||
+	    u64_at(fit, "headroom", &k->headroom_bytes) ||
+	    (json_object_get(fit, "recurrent") && u64_at(fit, "recurrent", &k->rs_bytes)) ||
+	    !json_is_array(ips) || json_array_size(ips) > PLAN_MAX_ADDRS || !json_is_array(rdma) ||
 	    json_array_size(rdma) != (size_t)p->n_ranks)
 		return -1;
 	if (m->n_experts && (range0_at(o, "experts", m->n_experts, &k->exp0, &k->exp1) ||
@@ -516,7 +523,9 @@ int plan_from_json(plan_t **out, const char *json, char *err, size_t errlen)
 	    u64_at(o, "epoch", &p->epoch) || str_at(o, "strategy", strategy, sizeof strategy) ||
 	    str_at(o, "reason", p->reason, sizeof p->reason) ||
 	    str_at(o, "hash", hash, sizeof hash) || int_at(o, "ctx", 1, 1 << 24, &p->ctx) ||
-	    int_at(o, "kv_bytes", 1, 8, &p->kv_bytes) ||
+	    int_at(o, "kv_bytes", 1, 1024, &p->kv_bytes) ||
+	    (json_object_get(o, "kv_block") && int_at(o, "kv_block", 2, 256, &p->kv_block)) ||
+	    (json_object_get(o, "slots") && int_at(o, "slots", 2, 65536, &p->slots)) ||
 	    int_at(o, "base_port", 1, 65535, &p->base_port) || !json_is_boolean(mesh) ||
 	    !json_is_object(m) || !json_is_array(ranks) || !json_array_size(ranks) ||
 	    json_array_size(ranks) > PLAN_MAX_NODES || !json_is_object(mlx) ||

@@ -41,7 +41,11 @@
 /* A sync among ranks that share a machine whose cores they fill costs at least this much when
  * the view gives no wake_us: a rank woken by its peer waits for a core (docs/parallel.md
  * measured ~0.4 ms per sync, median, two 1-thread ranks unpinned on two busy cores). */
-#define PLAN_WAKE_US 400
+#define PLAN_WAKE_US   400
+#define PLAN_MAX_KINDS 512 /* layer kinds in a model's pattern (the engine's META_MAX_LAYERS) */
+/* A layer's KV cache holds whole tiles of this many positions (the engine's ATT_TILE,
+ * infer/model/model_int.h): the planner counts what the engine allocates. */
+#define PLAN_KV_TILE 64
 
 /* Link kinds, best last, so a larger value is a better link. */
 typedef enum {
@@ -113,7 +117,9 @@ typedef struct {
 	size_t n_nodes;
 } plan_view_t;
 
-/* Model shape and sizes. Byte counts are for the whole tensor(s) named. */
+/* Model shape and sizes. Byte counts are for the whole tensor(s) named. Per layer means per
+ * layer of the kind that has such tensors: attention bytes per attention layer ('f' or 's'),
+ * rec_bytes per recurrent layer ('r'), the FFN and norms per layer of any kind. */
 typedef struct {
 	char arch[32];
 	int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn, n_vocab, n_ctx;
@@ -130,6 +136,23 @@ typedef struct {
 	int ffn_shexp;         /* shared-expert hidden units, split by columns (0: none) */
 	uint64_t expert_bytes; /* ffn_{gate,up,down}_exps */
 	uint64_t shexp_bytes;  /* ffn_{gate,up,down}_shexp */
+	/* Layer kinds (docs/view.md, "Memory"): layer l is of kind layer_kinds[l % its length]:
+	 * 'f' full attention (a KV cache of every position of the context), 's' sliding window
+	 * (a ring of swa_kv_pos positions, or every position when the context is not longer),
+	 * 'r' recurrent (no KV cache: rs_copies states per sequence). "" = every layer 'f'. */
+	char layer_kinds[PLAN_MAX_KINDS + 1];
+	int swa_kv_pos;     /* positions an 's' layer keeps per sequence and KV head (the engine's
+			     * model_swa_ring: window - 1 + one internal batch, whole tiles) */
+	uint64_t rec_bytes; /* per 'r' layer: its matrices (split with its key heads) */
+	uint64_t rs_bytes;  /* per 'r' layer: one state buffer of one sequence, all key heads */
+	int rs_k_heads;     /* key heads an 'r' layer's state and matrices split by: a tensor rank
+			     * holds its query-head share scaled to them, boundaries on multiples
+			     * of rs_unit (infer/model/model.h, model_dn_heads) */
+	int rs_unit;
+	int rs_copies; /* state buffers per sequence (the state, rollback and checkpoints) */
+	uint64_t kv_latent_bytes; /* > 0: an attention layer's cache is a latent of this many
+				   * bytes per position, whole on every rank (deepseek2's MLA, F32)
+				   * instead of K and V per KV head */
 } plan_model_t;
 
 /* Tensor: one stage, every rank holds a slice of every layer. Pipeline: one rank per stage, each
@@ -139,13 +162,16 @@ typedef enum { PLAN_AUTO = 0, PLAN_TENSOR = 1, PLAN_PIPELINE = 2, PLAN_HYBRID = 
 typedef struct {
 	plan_strategy_t strategy; /* forced (not AUTO): the best nodes and arrangement for it */
 	int ctx;                  /* context length for the KV cache; 0 = the model's n_ctx */
-	int kv_bytes; /* bytes per KV element; 0 = 4 (an F32 cache; the agent passes its --kv-type)
-		       */
+	int kv_bytes; /* bytes per KV element (per block of kv_block elements); 0 = 4 (an F32
+		       * cache; the agent passes its --kv-type) */
+	int kv_block; /* elements per KV block (q8_0: 32 elements in 34 bytes); 0 = 1 */
 	uint64_t
 	    headroom_bytes; /* reserve per node: max(headroom_bytes, mem_avail * permille/1000) */
 	int headroom_permille;
 	int base_port; /* ring port of rank 0 (rank r listens on base + r); 0 = 32323 */
 	int parallel; /* sequences decoded together (--parallel): the aggregate prediction; 0 = 1 */
+	int slots;    /* sequences every rank keeps a KV cache and recurrent state for (the engine's
+		       * slots, --parallel of serve and agent); 0 = 1 */
 	/* What the engine can execute (the cost model only chooses what runs):
 	 * engine_hybrid: hybrid plans (auto may choose one; forcing works regardless);
 	 * engine_inflight: a pipeline runs several sequences' micro-batches at once (issue 26). */
@@ -179,7 +205,9 @@ typedef struct {
 	int q0, q1, kv0, kv1, ffn0, ffn1, layer0, layer1;
 	int exp0, exp1, shx0, shx1; /* routed experts, shared units; may be empty (a == b) */
 	int stage, stage0, stage1;  /* its stage and the stage's ranks [stage0, stage1) */
-	uint64_t weight_bytes, kv_cache_bytes, act_bytes, headroom_bytes; /* fit figures */
+	/* fit figures: kv_cache_bytes for the plan's context and slots (sliding-window layers
+	 * their rings), rs_bytes the recurrent layers' states (every slot, every copy) */
+	uint64_t weight_bytes, kv_cache_bytes, rs_bytes, act_bytes, headroom_bytes;
 } plan_rank_t;
 
 typedef struct plan plan_t;
@@ -196,7 +224,8 @@ typedef struct {
 	uint64_t decode_dtok;     /* one stream's decode, tenths of tokens/s */
 	uint64_t aggregate_dtok;  /* `parallel` streams decoding together, tenths of tokens/s */
 	uint64_t prefill_dtok;    /* one prompt, tenths of tokens/s */
-	uint64_t mem_max_bytes;   /* the largest rank's weights + KV cache + activations */
+	uint64_t mem_max_bytes;   /* the largest rank's weights + KV cache + recurrent state +
+				   * activations */
 	int n_syncs, n_hops;      /* per decoded token: all-reduces, stage-to-stage sends */
 	uint64_t sync_us, hop_us; /* mean time of one (decode) */
 } plan_pred_t;
@@ -237,6 +266,8 @@ int plan_model_from_json(plan_model_t *out, const char *json, char *err, size_t 
  * 8 Q8_0, 12 Q4_K, 14 Q6_K, 30 BF16). Returns 0 or SH_EUNSUPP. */
 int plan_model_set_type(plan_model_t *m, int ggml_type, int tied_output);
 int plan_model_check(const plan_model_t *m, char *err, size_t errlen);
+/* Layer l's kind: 'f', 's' or 'r' (layer_kinds). */
+char plan_layer_kind(const plan_model_t *m, int l);
 
 /* ---- plan ---- */
 
@@ -266,6 +297,7 @@ const char *plan_hash(const plan_t *p);                 /* 16 lowercase hex char
 uint64_t plan_epoch(const plan_t *p);
 int plan_rdma_full_mesh(const plan_t *p);
 int plan_ctx(const plan_t *p);
+int plan_slots(const plan_t *p); /* sequences the KV cache and states are sized for */
 int plan_n_stages(const plan_t *p);
 int plan_q8_wire(const plan_t *p); /* every tensor group sets tp_group_set_q8 */
 

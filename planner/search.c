@@ -125,20 +125,18 @@ static void stage_range(const plan_layout_t *l, int s, int *r0, int *r1)
 
 /* ---- filling a candidate ---- */
 
-/* Layers each stage can hold: the least over its ranks of (memory - layer-independent needs) /
- * (weights + KV cache per layer). */
+/* Layers each stage can hold: the least over its ranks of the consecutive layers that fit in
+ * (memory - layer-independent needs) wherever they start (weights, KV cache and recurrent state
+ * differ by layer kind), so that any split within the caps fits. */
 static int stage_cap(const plan_t *p, const plan_opts_t *o, int r0, int r1)
 {
 	int cap = p->model.n_layers;
 	for (int r = r0; r < r1; r++) {
 		const plan_rank_t *k = &p->ranks[r];
-		uint64_t fixed, plw, plkv;
-		plan_rank_fixed_bytes(p, o, k, &fixed, &plw, &plkv);
-		uint64_t per = plan_add_sat(plw, plkv);
+		uint64_t fixed = plan_rank_fixed_bytes(p, o, k);
 		if (k->mem_avail <= fixed)
 			return 0;
-		if (per && (k->mem_avail - fixed) / per < (uint64_t)cap)
-			cap = (int)((k->mem_avail - fixed) / per);
+		cap = MIN(cap, plan_rank_layer_cap(p, k, k->mem_avail - fixed));
 	}
 	return cap;
 }
@@ -823,6 +821,8 @@ int plan_search(plan_choice_t *out, const plan_cost_ctx_t *c, const plan_node_t 
 	p->model = *m;
 	p->ctx = o->ctx ? o->ctx : m->n_ctx;
 	p->kv_bytes = o->kv_bytes ? o->kv_bytes : 4;
+	p->slots = MAX(o->slots, 1);
+	p->kv_block = MAX(o->kv_block, 1);
 	s->c = c, s->nodes = nodes, s->n = n, s->m = m, s->o = o, s->p = p;
 	for (int i = 0; i < n; i++) {
 		for (int j = 0; j < n; j++)

@@ -1,7 +1,8 @@
 /* gen_model.h: the tests' one model fixture: a generated model written to a temporary file and
- * opened (gen_open_opts for any shapes: test_mla.c, test_moe.c, test_kvcache.c), and the shared
- * small shapes of test_model.c and test_slices.c (gen_open) so their results compare. Test code
- * only. */
+ * opened (gen_open_opts for any shapes: test_mla.c, test_moe.c, test_kvcache.c; gen_open_slots
+ * with several sequences and adjusted metadata: test_swa.c, test_gemma.c, test_glm.c), and the
+ * shared small shapes of test_model.c and test_slices.c (gen_open) so their results compare. Test
+ * code only. */
 #ifndef SHOAL_TEST_GEN_MODEL_H
 #define SHOAL_TEST_GEN_MODEL_H
 
@@ -70,27 +71,38 @@ static inline mkmodel_opts_t gen_opts(const char *arch, int type, int seed)
 	return o;
 }
 
-/* The one fixture: writes the model o describes (its file named after tag), opens it with
- * `threads` threads and, when ctx > 0, the model with a KV cache of ctx positions in kv_type
- * (-1: model_new's default). Returns 0, else -1 with the reason printed; gen_close either way. */
-static inline int gen_open_opts(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads,
-				int ctx, int kv_type)
+/* The one fixture: writes the model o describes (its file named after tag and a serial, so
+ * fixtures open at once never share a file), opens it with `threads` threads, lets tweak adjust
+ * the metadata (NULL: none) and, when ctx > 0, makes the model with n_slots sequences of ctx
+ * positions in kv_type (-1: model_new's default). Returns 0, else -1 with the reason printed;
+ * gen_close either way. */
+static inline int gen_open_slots(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads,
+				 int ctx, int n_slots, int kv_type, void (*tweak)(model_meta_t *))
 {
+	static int serial;
 	char err[256] = "no threads";
 	memset(x, 0, sizeof *x);
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-%d-%s-%s-%d.gguf", (int)getpid(), tag,
-		 o->arch, o->type);
+	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-%d-%s-%s-%d-%d.gguf", (int)getpid(), tag,
+		 o->arch, o->type, serial++);
 	if (gen_file(o, x->path, &x->g, &x->meta, tag))
 		return -1;
+	if (tweak)
+		tweak(&x->meta);
 	if (!(x->pool = pool_new(threads)) ||
 	    (ctx > 0 &&
-	     (kv_type < 0 ? model_new(&x->m, x->g, &x->meta, NULL, ctx, x->pool, err, sizeof err)
-			  : model_new_kv(&x->m, x->g, &x->meta, NULL, ctx, kv_type, x->pool, err,
-					 sizeof err)))) {
+	     model_new_slots(&x->m, x->g, &x->meta, NULL, ctx, n_slots,
+			     kv_type < 0 ? MODEL_KV_DEFAULT : kv_type, x->pool, err, sizeof err))) {
 		fprintf(stderr, "gen_open %s: %s\n", tag, err);
 		return -1;
 	}
 	return 0;
+}
+
+/* gen_open_slots with one sequence and the metadata as written. */
+static inline int gen_open_opts(gen_t *x, const mkmodel_opts_t *o, const char *tag, int threads,
+				int ctx, int kv_type)
+{
+	return gen_open_slots(x, o, tag, threads, ctx, 1, kv_type, NULL);
 }
 
 /* The shared shapes (gen_opts, seed 7) with a context of 256 in the default cache. */

@@ -24,6 +24,7 @@
 
 #include "infer/model/meta.h"
 #include "infer/quant/quant.h"
+#include "model_fix.h"
 #include "ref_util.h"
 
 #include <stdio.h>
@@ -128,9 +129,11 @@ static inline double rd_gelu(float x)
 		return 0;
 	if (x >= 10.0f)
 		return x;
-	double h = quant_f16_to_f32(quant_f32_to_f16(x));
-	double y = 0.5 * h * (1.0 + tanh(0.7978845608028654 * h * (1.0 + 0.044715 * h * h)));
-	return quant_f16_to_f32(quant_f32_to_f16((float)y));
+	float h = quant_f16_to_f32(quant_f32_to_f16(x)); /* the table's entry, in float */
+	float y =
+	    0.5f * h *
+	    (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+	return quant_f16_to_f32(quant_f32_to_f16(y));
 }
 
 /* y[D] = down(act(gate x) * up x) with F hidden units. */
@@ -267,7 +270,43 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 	}
 	ref_norm(xb, x, R->out_norm, D, p->rms_eps);
 	ref_mv(logits, R->out ? R->out : R->embd, xb, p->n_vocab, D);
+	if (p->logit_softcap > 0)
+		for (int i = 0; i < p->n_vocab; i++)
+			logits[i] = (float)(p->logit_softcap * tanh(logits[i] / p->logit_softcap));
 	free(sc);
+}
+
+/* Engine m vs reference R (fresh) over prompt t[np] and steps greedy tokens of the reference:
+ * returns the worst relative logit error (model_fix.h's rel_err), *agree counts the steps whose
+ * top-1 is the reference's or the reference's own top two are within tie x |top| (a near tie a
+ * quantized engine may break), or excuse(ud, step) says why not (NULL: none). step_fn (NULL:
+ * none) runs after each engine step. */
+typedef int (*rd_excuse_fn)(void *ud, const rd_t *R);
+static inline double rd_compare(model_t *m, rd_t *R, const int *t, int np, int steps, float tie,
+				rd_excuse_fn excuse, void *ud, int *agree)
+{
+	int V = R->p->n_vocab;
+	float *lg = malloc(V * sizeof *lg), *lr = malloc(V * sizeof *lr);
+	*agree = 0;
+	int rc = model_forward(m, t, np, 0, lg);
+	for (int i = 0; i < np; i++)
+		rd_step(R, t[i], i, lr);
+	double worst = rel_err(lg, lr, V);
+	for (int s = 0; s < steps && !rc; s++) {
+		int tok = sh_argmax(lr, V), got = sh_argmax(lg, V);
+		float l2 = -INFINITY; /* the reference's runner-up */
+		for (int i = 0; i < V; i++)
+			if (i != tok && lr[i] > l2)
+				l2 = lr[i];
+		*agree +=
+		    got == tok || lr[tok] - l2 < tie * fabsf(lr[tok]) || (excuse && excuse(ud, R));
+		rc = model_forward(m, &tok, 1, np + s, lg);
+		rd_step(R, tok, np + s, lr);
+		worst = fmax(worst, rel_err(lg, lr, V));
+	}
+	free(lg);
+	free(lr);
+	return rc ? INFINITY : worst;
 }
 
 #endif

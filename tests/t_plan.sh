@@ -159,4 +159,42 @@ assert p["ranks"][-1]["ffn"][1] == 172 and p["ranks"][0]["fit"]["weights"] > 0
 else
 	skip "gguf plan: $SHARED/models/stories260K.gguf not found"
 fi
+# Qwen3.5-397B-A17B's shape as a metadata-only header (docs/view.md "Memory"; the shape from
+# Qwen's config as tests/test_plan_mem.c cites it) on 4 x 128 GiB: the plan fits and each rank's
+# KV cache counts the 15 full-attention layers only (one KV head each: 15 x 2 x 256 x 2 bytes x
+# 262144 = 4.03 GB), the 45 DeltaNet layers a state of its 4 key heads x 3 buffers
+$SHOAL mkmodel --arch qwen35moe --dim 4096 --layers 60 --heads 32 --kv-heads 2 --head-dim 256 \
+	--experts 512 --experts-used 10 --expert-ffn 1024 --ffn 1024 --shared-experts 1 \
+	--ssm-state 128 --ssm-k-heads 16 --ssm-v-heads 64 --ssm-conv 4 --attn-interval 4 \
+	--rope-dim 64 --vocab 248320 --ctx 262144 --type q8_0 --header-only -o "$T/q397.gguf"
+check "mkmodel --header-only writes a sparse 421 GB header" python3 -c '
+import os, sys
+st = os.stat(sys.argv[1])
+assert st.st_size > 420e9 and st.st_blocks * 512 < 64 << 20, (st.st_size, st.st_blocks)
+' "$T/q397.gguf"
+python3 - "$T/view4.json" <<'EOF'
+import json, sys
+ids = ["%032x" % (0xb0 + i) for i in range(4)]
+nodes = [{"node_id": ids[i], "host": "mac%d" % i, "mem_avail": 128 << 30, "cores": 24,
+          "addresses": [{"ip": "10.1.0.%d" % (i + 1), "ifname": "en0", "kind": "ethernet"}],
+          "seen_on": [{"node_id": ids[j], "ifname": "en0"} for j in range(4) if j != i]}
+         for i in range(4)]
+json.dump({"epoch": 1, "nodes": nodes}, open(sys.argv[1], "w"))
+EOF
+$SHOAL plan --view "$T/view4.json" --model "$T/q397.gguf" --kv-bytes 2 --out "$T/o7" \
+	>"$T/stdout7" 2>&1
+check "397B header plans on 4 x 128 GiB" [ $? -eq 0 ]
+check "prints each rank's weights, KV cache and state" \
+	grep -Eq '^3 +106\.[0-9]+ +4\.03 +0\.15 ' "$T/stdout7"
+check "plan.json carries each rank's recurrent state" python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["strategy"] == "tensor" and len(p["ranks"]) == 4
+for k in p["ranks"]:
+    f = k["fit"]
+    assert f["kv_cache"] == 15 * 2 * 256 * 2 * 262144, f
+    assert f["recurrent"] == 45 * 3 * 4 * (3 * (2 * 4 * 128 + 16 * 128) + 16 * 128 * 128), f
+    assert sum(f.values()) <= k["mem_avail"]
+' "$T/o7/plan.json"
+rm -f "$T/q397.gguf"
 done_tests

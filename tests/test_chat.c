@@ -73,6 +73,29 @@ TEST(render_families)
 	       "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>Hello!<|END_OF_TURN_TOKEN|>"
 	       "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Name a fruit.<|END_OF_TURN_TOKEN|>"
 	       "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+	/* as Python's jinja2 renders llama.cpp's models/templates/GLM-4.6.jinja (trim_blocks,
+	 * lstrip_blocks) */
+	expect("chatglm4", "[gMASK]<sop><|system|>\nYou are helpful.<|user|>\nHi<|assistant|>\n"
+			   "<think></think>\nHello!<|user|>\nName a fruit.<|assistant|>");
+}
+
+/* GLM's reasoning: kept after the last user turn, dropped before it (GLM-4.6.jinja). */
+TEST(glm4_reasoning)
+{
+	static const eng_msg_t m[] = {
+	    {.role = "system", .content = "Be brief."},
+	    {.role = "user", .content = "Hi"},
+	    {.role = "assistant", .content = "<think>greet</think>\n\nHello!"},
+	    {.role = "user", .content = "Again"},
+	    {.role = "assistant", .content = "<think>\nagain\n</think>Hi again "},
+	};
+	char *out = NULL, err[256];
+	CHECK_EQ_INT(chat_render("chatglm4", m, 5, 1, NULL, &out, err, sizeof err), 0);
+	CHECK_EQ_STR(out,
+		     "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi<|assistant|>\n"
+		     "<think></think>\nHello!<|user|>\nAgain<|assistant|>\n<think>again</think>\n"
+		     "Hi again<|assistant|>");
+	free(out);
 }
 
 TEST(detect)
@@ -106,6 +129,11 @@ TEST(detect)
 	    {"{{ '### Instruction:\\n' + message['content'] + '\\n' }}{{ '### Response:\\n' + "
 	     "message['content'] + '\\n<|EOT|>\\n' }}",
 	     "deepseek"},
+	    /* GLM-4.5/4.6 (models/templates/GLM-4.6.jinja) also has <|user|> and <|assistant|>:
+	     * [gMASK]<sop> decides before zephyr, as in llama.cpp's llm_chat_detect_template */
+	    {"[gMASK]<sop>\n{%- if tools -%}<|system|>{%- if m.role == 'user' -%}<|user|>\n"
+	     "{{ visible_text(m.content) }}{%- elif m.role == 'assistant' -%}\n<|assistant|>",
+	     "chatglm4"},
 	};
 	for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
 		const char *f = chat_detect(cases[i].tmpl, strlen(cases[i].tmpl));
@@ -160,6 +188,7 @@ TEST(phi3_vocab_template)
 int main(void)
 {
 	RUN(render_families);
+	RUN(glm4_reasoning);
 	RUN(detect);
 	RUN(pick_and_errors);
 	RUN(phi3_vocab_template);

@@ -68,6 +68,10 @@ TEST(generic)
 {
 	expect("zephyr", CHAT_TOOLS_GENERIC, "generic");
 }
+TEST(glm4)
+{
+	expect("chatglm4", CHAT_TOOLS_GLM4, "glm4");
+}
 
 TEST(qwen35)
 {
@@ -142,6 +146,8 @@ TEST(styles)
 	CHECK_EQ_STR(chat_detect(q35, sizeof q35 - 1), "qwen3.5");
 	CHECK_EQ_INT(chat_tool_style("qwen3.5", q35, sizeof q35 - 1), CHAT_TOOLS_QWEN35);
 	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_QWEN35), ENG_TOOLS_XML);
+	CHECK_EQ_INT(chat_tool_style("chatglm4", NULL, 0), CHAT_TOOLS_GLM4);
+	CHECK_EQ_INT(chat_tool_format(CHAT_TOOLS_GLM4), ENG_TOOLS_GLM4);
 }
 
 /* A forced call opens its tag in the prompt; no tools and no tool messages is chat_render. */
@@ -173,6 +179,7 @@ int main(void)
 	RUN(generic);
 	RUN(qwen35);
 	RUN(qwen35_turns);
+	RUN(glm4);
 	RUN(styles);
 	RUN(open_call_and_plain);
 	return harness_done();

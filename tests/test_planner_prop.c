@@ -4,7 +4,8 @@
  * query head, KV head group, FFN column and layer exactly once, fits each rank's memory, survives
  * plan.json round trips byte for byte, and does not change when the view is shuffled. Half the
  * views carry measurements (compute, links, shared machines), so the cost model's plans (any
- * subset, hybrid stages, standby members) are held to the same properties.
+ * subset, hybrid stages, standby members) are held to the same properties; half the models mix
+ * full, sliding-window and recurrent layers over several slots (stage caps must still fit).
  */
 #include "planner/plan_int.h"
 
@@ -162,6 +163,17 @@ static void random_model(plan_model_t *m)
 	m->n_ctx = rnd_in(1, 32768);
 	static const int types[] = {0, 1, 2, 8, 12, 14, 30};
 	plan_model_set_type(m, types[rnd() % ARRAY_LEN(types)], (int)(rnd() % 2));
+	if (rnd() % 2) { /* layer kinds: sliding windows and recurrent layers (docs/view.md 2.1) */
+		int n = rnd_in(1, 8);
+		for (int i = 0; i < n; i++)
+			m->layer_kinds[i] = "fsr"[rnd() % 3];
+		m->swa_kv_pos = 64 * rnd_in(0, 40);
+		m->rs_k_heads = rnd_in(1, 16);
+		m->rs_unit = rnd_in(1, m->rs_k_heads);
+		m->rs_copies = rnd_in(1, 5);
+		m->rs_bytes = (uint64_t)m->rs_k_heads * (uint64_t)rnd_in(1, 1 << 20);
+		m->rec_bytes = m->attn_qo_bytes + m->attn_kv_bytes;
+	}
 }
 
 static int n_ok, n_nofit, n_inval, n_costed, n_hybrid, n_standby;
@@ -175,6 +187,9 @@ static void one_case(void)
 	plan_opts_default(&o);
 	o.strategy = (plan_strategy_t)rnd_in(0, 3);
 	o.parallel = rnd_in(0, 8);
+	o.slots = rnd_in(0, 4);
+	if (rnd() % 4 == 0) /* a q8_0 cache: 34 bytes per block of 32 */
+		o.kv_bytes = 34, o.kv_block = 32;
 	o.engine_hybrid = (int)(rnd() % 2);
 	o.engine_inflight = (int)(rnd() % 2);
 	o.ctx = rnd() % 2 ? 0 : rnd_in(1, 1 << 16);
@@ -208,7 +223,8 @@ static void one_case(void)
 	}
 	for (int r = 0; r < plan_n_ranks(p); r++) {
 		const plan_rank_t *k = plan_rank(p, r);
-		CHECK(k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes <=
+		CHECK(k->weight_bytes + k->kv_cache_bytes + k->rs_bytes + k->act_bytes +
+			  k->headroom_bytes <=
 		      k->mem_avail);
 		CHECK(k->ip[0] != 0);
 		CHECK(k->rdma[r][0] == 0);

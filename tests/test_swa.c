@@ -14,22 +14,13 @@
  *   overwrote what they attend to); a restart from 0 makes the slot usable again;
  * - two slots prefilled in one batch = each alone;
  * - model_kv_bytes counts the rings, and a context within the ring keeps every position. */
-#include "common/common.h"
-#include "gen_model.h"
 #include "harness.h"
 #include "infer/model/model_int.h"
+#include "model_fix.h"
 #include "ref_dense.h"
 
 #define CTX 320
 #define WIN 7
-
-typedef struct fix {
-	char path[256];
-	gguf_t *g;
-	model_meta_t meta;
-	pool_t *pool;
-	model_t *m;
-} fix_t;
 
 static void swa_meta(model_meta_t *m)
 {
@@ -38,10 +29,9 @@ static void swa_meta(model_meta_t *m)
 	m->rope_base_swa = 300.0f;
 }
 
-static int fix_open(fix_t *x, int n_slots)
+/* A llama F32 file given a window (swa_meta), n_slots slots of CTX positions, F32 cache. */
+static int fix_open(gen_t *x, int n_slots)
 {
-	char err[256];
-	memset(x, 0, sizeof *x);
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 128,
 			    .layers = 3,
@@ -52,49 +42,12 @@ static int fix_open(fix_t *x, int n_slots)
 			    .ctx = CTX,
 			    .type = QT_F32,
 			    .seed = 5};
-	static int serial; /* one file per open fixture (another may still map its own) */
-	snprintf(x->path, sizeof x->path, "/tmp/shoal-test-swa-%d-%d.gguf", (int)getpid(),
-		 serial++);
-	if (gen_file(&o, x->path, &x->g, &x->meta, "swa"))
-		return -1;
-	swa_meta(&x->meta);
-	if (!(x->pool = pool_new(2)) || model_new_slots(&x->m, x->g, &x->meta, NULL, CTX, n_slots,
-							QT_F32, x->pool, err, sizeof err)) {
-		fprintf(stderr, "fix_open: %s\n", err);
-		return -1;
-	}
-	return 0;
-}
-
-static void fix_close(fix_t *x)
-{
-	model_free(x->m);
-	pool_free(x->pool);
-	gguf_free(x->g);
-	unlink(x->path);
-}
-
-static double rel_err(const float *a, const float *b, int n)
-{
-	double num = 0, den = 0;
-	for (int i = 0; i < n; i++) {
-		num = fmax(num, fabs((double)a[i] - b[i]));
-		den = fmax(den, fabs((double)b[i]));
-	}
-	return num / fmax(den, 1e-30);
-}
-
-static void tokens(int *t, int n, uint32_t seed, int vocab)
-{
-	for (int i = 0; i < n; i++) {
-		seed = seed * 1664525u + 1013904223u;
-		t[i] = (int)((seed >> 8) % (uint32_t)vocab);
-	}
+	return gen_open_slots(x, &o, "swa", 2, CTX, n_slots, QT_F32, swa_meta);
 }
 
 TEST(layout)
 {
-	fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
@@ -117,14 +70,14 @@ TEST(layout)
 	model_shard_full(&x.meta, &s);
 	s.layer0 = 1;
 	CHECK_EQ_INT(model_kv_bytes(&x.meta, &s, QT_F32, CTX), row * (CTX + 128));
-	fix_close(&x);
+	gen_close(&x);
 }
 
 /* Reference vs engine over a 200-token prompt and 40 greedy steps; attn_ref picks the
  * engine's plain attention. */
 static void run_ref(int attn_ref)
 {
-	fix_t x;
+	gen_t x;
 	rd_t R;
 	if (fix_open(&x, 1)) {
 		CHECK(0);
@@ -132,27 +85,15 @@ static void run_ref(int attn_ref)
 	}
 	x.m->attn_ref = attn_ref;
 	rd_open(&R, x.g, &x.meta, CTX);
-	int V = x.meta.n_vocab, np = 200, t[CTX];
-	float *lg = malloc(V * sizeof *lg), *lr = malloc(V * sizeof *lr);
-	tokens(t, np, 3, V);
-	CHECK_EQ_INT(model_forward(x.m, t, np, 0, lg), 0);
-	for (int i = 0; i < np; i++)
-		rd_step(&R, t[i], i, lr);
-	double worst = rel_err(lg, lr, V);
-	for (int s = 0; s < 40; s++) {
-		int tok = sh_argmax(lr, V);
-		CHECK_EQ_INT(sh_argmax(lg, V), tok);
-		CHECK_EQ_INT(model_forward(x.m, &tok, 1, np + s, lg), 0);
-		rd_step(&R, tok, np + s, lr);
-		worst = fmax(worst, rel_err(lg, lr, V));
-	}
+	int t[CTX], agree;
+	rand_tokens(t, 200, 3, x.meta.n_vocab);
+	double worst = rd_compare(x.m, &R, t, 200, 40, 0.0f, NULL, NULL, &agree);
 	printf("swa (%s attention): worst relative logit error %.2e over 41 steps\n",
 	       attn_ref ? "plain" : "fused", worst);
+	CHECK_EQ_INT(agree, 40);
 	CHECK(worst < 1e-4);
-	free(lg);
-	free(lr);
 	rd_close(&R);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(reference_fused)
@@ -167,16 +108,16 @@ TEST(reference_plain)
 
 TEST(prefix_reuse)
 {
-	fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
 	}
 	int V = x.meta.n_vocab, a[CTX], b[CTX];
 	float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
-	tokens(a, 200, 7, V);
+	rand_tokens(a, 200, 7, V);
 	memcpy(b, a, 190 * sizeof *b);
-	tokens(b + 190, 70, 9, V);
+	rand_tokens(b + 190, 70, 9, V);
 	/* slot 1: sequence a (200 positions); slot 0: b whole (260) */
 	int sl[CTX], ps[CTX], out[CTX] = {0};
 	for (int i = 0; i < 260; i++)
@@ -202,19 +143,19 @@ TEST(prefix_reuse)
 	CHECK_EQ_INT(model_prefix_usable(x.m, 0, 100), 0);
 	free(la);
 	free(lb);
-	fix_close(&x);
+	gen_close(&x);
 }
 
 TEST(two_slots_one_batch)
 {
-	fix_t x;
+	gen_t x;
 	if (fix_open(&x, 2)) {
 		CHECK(0);
 		return;
 	}
 	int V = x.meta.n_vocab, a[150], b[150];
-	tokens(a, 150, 21, V);
-	tokens(b, 150, 22, V);
+	rand_tokens(a, 150, 21, V);
+	rand_tokens(b, 150, 22, V);
 	/* interleaved chunks of 50: a[0..50) b[0..50) a[50..100) ... in one call */
 	int tok[300], sl[300], ps[300], out[300] = {0};
 	for (int c = 0, n = 0; c < 3; c++)
@@ -228,7 +169,7 @@ TEST(two_slots_one_batch)
 	float *both = malloc(2 * V * sizeof *both), *one = malloc(V * sizeof *one);
 	model_batch_t bt = {300, tok, sl, ps, out, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, both), 0);
-	fix_t y;
+	gen_t y;
 	if (fix_open(&y, 1)) {
 		CHECK(0);
 		return;
@@ -244,8 +185,8 @@ TEST(two_slots_one_batch)
 	CHECK(rel_err(both + V, one, V) < 1e-5);
 	free(both);
 	free(one);
-	fix_close(&y);
-	fix_close(&x);
+	gen_close(&y);
+	gen_close(&x);
 }
 
 int main(void)

@@ -88,6 +88,31 @@ TEST(hermes_tags)
 	CHECK(!calls_of("Just text.", WEB_TC_HERMES, NULL, NULL));
 }
 
+/* GLM-4.5/4.6's calls (models/templates/GLM-4.6.jinja): NAME then <arg_key>/<arg_value> pairs
+ * inside the same <tool_call> tags; a value is JSON unless the tool says it is a string. */
+TEST(glm4_calls)
+{
+	char *content = NULL;
+	json_t *c = calls_of("<think></think>\nLooking.\n<tool_call>get_weather\n<arg_key>city"
+			     "</arg_key>\n<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n"
+			     "<arg_value>3</arg_value>\n</tool_call><tool_call>get_time\n"
+			     "</tool_call>",
+			     WEB_TC_GLM4, NULL, &content);
+	CHECK(c && json_array_size(c) == 2);
+	CHECK_EQ_STR(name_of(c, 0), "get_weather");
+	CHECK_EQ_STR(args_of(c, 0), "{\"city\":\"42\",\"days\":3}");
+	CHECK_EQ_STR(name_of(c, 1), "get_time");
+	CHECK_EQ_STR(args_of(c, 1), "{}");
+	CHECK_EQ_STR(content, "<think></think>\nLooking.");
+	json_decref(c);
+	free(content);
+	CHECK(!calls_of("<tool_call>rm_rf\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n"
+			"</tool_call>",
+			WEB_TC_GLM4, NULL, NULL));
+	/* the form is GLM's own (ENG_TOOLS_GLM4): a Hermes model's text is not read so */
+	CHECK(!calls_of("<tool_call>get_time\n</tool_call>", WEB_TC_HERMES, NULL, NULL));
+}
+
 TEST(llama3_and_mistral)
 {
 	json_t *c = calls_of(" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
@@ -265,6 +290,7 @@ int main(void)
 {
 	RUN(hermes_tags);
 	RUN(qwen35_xml);
+	RUN(glm4_calls);
 	RUN(llama3_and_mistral);
 	RUN(stream_holds_back_calls);
 	RUN(harmony_channels);

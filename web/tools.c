@@ -100,9 +100,10 @@ static int parse_response_format(web_req_t *r, json_t *root, web_err_t *e)
 		return 0;
 	const char *type = json_string_value(json_object_get(rf, "type"));
 	if (!json_is_object(rf) || !type)
-		return web_err_bad(e, "response_format",
-			   "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
-			   "\"json_schema\"}");
+		return web_err_bad(
+		    e, "response_format",
+		    "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
+		    "\"json_schema\"}");
 	if (!strcmp(type, "text"))
 		return 0;
 	char err[300];
@@ -152,14 +153,15 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 	if (par && !json_is_null(par)) {
 		if (!json_is_boolean(par))
 			return web_err_bad(e, "parallel_tool_calls",
-				   "'parallel_tool_calls' must be a boolean");
+					   "'parallel_tool_calls' must be a boolean");
 		r->parallel_tool_calls = json_is_true(par);
 	}
 	if (tools && !json_is_null(tools)) {
 		if (r->kind != WEB_CHAT)
 			return web_err_bad(e, "tools", "'tools' is for /v1/chat/completions");
 		if (!json_is_array(tools))
-			return web_err_bad(e, "tools", "'tools' must be an array of function tools");
+			return web_err_bad(e, "tools",
+					   "'tools' must be an array of function tools");
 		size_t i;
 		json_t *t;
 		json_array_foreach(tools, i, t)
@@ -198,16 +200,19 @@ int web_req_parse_tools(web_req_t *r, json_t *root, web_err_t *e)
 			r->tool_choice = WEB_TOOLS_NAMED;
 			snprintf(r->tool_name, sizeof r->tool_name, "%s", name);
 		} else
-			return web_err_bad(e, "tool_choice",
-				   "'tool_choice' must be none, auto, required or {\"type\": "
-				   "\"function\", \"function\": {\"name\"}}");
+			return web_err_bad(
+			    e, "tool_choice",
+			    "'tool_choice' must be none, auto, required or {\"type\": "
+			    "\"function\", \"function\": {\"name\"}}");
 		if (r->tool_choice >= WEB_TOOLS_REQUIRED && !r->tools)
-			return web_err_bad(e, "tool_choice",
-				   "'tool_choice' asks for a call but no 'tools' were given");
+			return web_err_bad(
+			    e, "tool_choice",
+			    "'tool_choice' asks for a call but no 'tools' were given");
 	}
 	if (r->tool_choice >= WEB_TOOLS_REQUIRED && r->grammar)
-		return web_err_bad(e, "response_format",
-			   "'response_format' cannot be combined with a required tool call");
+		return web_err_bad(
+		    e, "response_format",
+		    "'response_format' cannot be combined with a required tool call");
 	if (r->tool_choice == WEB_TOOLS_NAMED) {
 		size_t i;
 		json_t *t, *found = NULL;
@@ -234,6 +239,7 @@ static int format_of(int eng_format)
 	case ENG_TOOLS_MISTRAL: return WEB_TC_MISTRAL;
 	case ENG_TOOLS_XML: return WEB_TC_XML;
 	case ENG_TOOLS_HARMONY: return WEB_TC_HARMONY;
+	case ENG_TOOLS_GLM4: return WEB_TC_GLM4;
 	default: return WEB_TC_HERMES;
 	}
 }
@@ -327,6 +333,7 @@ static size_t safe_len(const web_job_t *j)
 	switch (j->req.tool_format) {
 	case WEB_TC_FORCED: return 0;
 	case WEB_TC_HERMES:
+	case WEB_TC_GLM4:
 	case WEB_TC_XML: { /* the XML form may also open without its <tool_call> */
 		const char *tags[2] = {"<tool_call>", "<function="};
 		size_t safe = n;
@@ -434,6 +441,18 @@ static const char *param_type(const web_job_t *j, const char *name, const char *
 	return buf;
 }
 
+/* A call's argument value v[0..n): JSON unless the tool declares that parameter a string (or it
+ * does not parse as JSON), as llama.cpp's parser decides by the schema. */
+static json_t *arg_value(const web_job_t *j, const char *name, const char *key, const char *v,
+			 size_t n)
+{
+	char ty[32];
+	json_t *val = NULL;
+	if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
+		val = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+	return val ? val : json_stringn(v, n);
+}
+
 /* One XML call at p[0..n): <function=NAME>\n then <parameter=KEY>\nVALUE\n</parameter>\n
  * each, then </function>. A value is JSON unless its parameter is a string (or it does not
  * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
@@ -454,7 +473,7 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 		gt = memchr(q, '>', (size_t)(end - q));
 		if (!gt || gt - q > 200)
 			break;
-		char key[256], ty[32];
+		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
 		const char *v = gt + 1, *ve = find(v, (size_t)(end - v), "</parameter>");
 		if (!ve)
@@ -464,17 +483,46 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 			v++;
 		if (ve > v && ve[-1] == '\n')
 			ve--;
-		json_t *val = NULL;
-		if (strcmp(param_type(j, name, key, ty, sizeof ty), "string"))
-			val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
-		if (!val)
-			val = json_stringn(v, (size_t)(ve - v));
-		json_object_set_new(args, key, val);
+		json_object_set_new(args, key, arg_value(j, name, key, v, (size_t)(ve - v)));
 	}
 	json_t *c = json_pack("{s:s, s:o}", "name", name, "arguments", args);
 	int rc = c ? add_call(j, calls, c) : -1;
 	json_decref(c);
 	return rc;
+}
+
+/* GLM-4.5/4.6's call body (infer/chat_tools.c render_glm4): "NAME\n<arg_key>K</arg_key>\n
+ * <arg_value>V</arg_value>\n..." with V written as text when a string, else as JSON; a value is
+ * read as add_xml_call reads one. Returns {"name", "arguments"} or NULL when p[0..len) is not
+ * such a body. */
+static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
+{
+	const char *end = p + len, *k = find(p, len, "<arg_key>");
+	const char *ne = k ? k : end;
+	while (ne > p && (ne[-1] == '\n' || ne[-1] == ' '))
+		ne--;
+	size_t i = skip_ws(p, (size_t)(ne - p), 0);
+	if (i >= (size_t)(ne - p) || (size_t)(ne - p) - i > 200 ||
+	    memchr(p + i, '{', (size_t)(ne - p) - i))
+		return NULL;
+	char name[256];
+	snprintf(name, sizeof name, "%.*s", (int)((size_t)(ne - p) - i), p + i);
+	json_t *args = json_object();
+	while (k && args) {
+		const char *ke = find(k, (size_t)(end - k), "</arg_key>");
+		const char *v = ke ? find(ke, (size_t)(end - ke), "<arg_value>") : NULL;
+		const char *ve = v ? find(v, (size_t)(end - v), "</arg_value>") : NULL;
+		if (!ve || ke - k - 9 > 200)
+			break;
+		char key[256];
+		snprintf(key, sizeof key, "%.*s", (int)(ke - k - 9), k + 9);
+		json_object_set_new(args, key,
+				    arg_value(j, name, key, v + 11, (size_t)(ve - v - 11)));
+		k = find(ve, (size_t)(end - ve), "<arg_key>");
+	}
+	json_t *call = args ? json_pack("{s:s, s:O}", "name", name, "arguments", args) : NULL;
+	json_decref(args);
+	return call;
 }
 
 /* Parses the calls in text; returns them (or NULL: plain content) and the content's length. */
@@ -499,7 +547,7 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 				p = close ? find(close, (size_t)(end - close), "<function=") : NULL;
 			}
 		}
-	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_FORCED) {
+	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_GLM4 || fmt == WEB_TC_FORCED) {
 		const char *p = fmt == WEB_TC_FORCED ? s : find(s, n, "<tool_call>");
 		if (p) {
 			*content_len = (size_t)(p - s);
@@ -509,7 +557,8 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 					p += 11;
 				const char *close = find(p, (size_t)(end - p), "</tool_call>");
 				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
-				json_t *v = json_loadb(p, len, 0, NULL);
+				json_t *v = fmt == WEB_TC_GLM4 ? glm_call(j, p, len)
+							       : json_loadb(p, len, 0, NULL);
 				if (v)
 					add_call(j, calls, v);
 				json_decref(v);

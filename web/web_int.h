@@ -104,8 +104,9 @@ enum web_tool_format {
 	WEB_TC_LLAMA3,
 	WEB_TC_MISTRAL,
 	WEB_TC_FORCED,
-	WEB_TC_XML,    /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
-	WEB_TC_HARMONY /* gpt-oss: every reply is parsed into its channels (tools.c) */
+	WEB_TC_XML,     /* Qwen3.5 (llama.cpp's "Qwen3-Coder" form): <function=NAME><parameter=K> */
+	WEB_TC_HARMONY, /* gpt-oss: every reply is parsed into its channels (tools.c) */
+	WEB_TC_GLM4     /* GLM-4.5/4.6: <tool_call>NAME then <arg_key>/<arg_value> pairs */
 };
 /* A finish of a reply that ended in tool calls (beside enum eng_finish's values). */
 #define WEB_FINISH_TOOL_CALLS 100
@@ -217,7 +218,7 @@ typedef struct web_job {
 	int keep_text;                  /* the history keeps text: reply's head goes to shown */
 	char shown[WEB_TEXT_MAX];       /* the reply's first bytes (keep_text only) */
 	size_t shown_len;
-	struct web_sched *sched;        /* set when the job starts (scheduler thread only) */
+	struct web_sched *sched; /* set when the job starts (scheduler thread only) */
 	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;

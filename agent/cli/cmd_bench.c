@@ -263,8 +263,9 @@ int cmd_bench(int argc, char **argv)
 	double pre_s = (double)(t1 - t0) / 1e9;
 	/* a decode step reads every weight once and the cache up to its position: step i sees
 	 * n_prompt + i + 1 positions, n_prompt + (n_gen + 1) / 2 on average */
-	uint64_t kvpt = (uint64_t)(model_kv_bytes_per_pos(&meta, NULL, kv_type) *
-				   (n_prompt + (n_gen + 1) / 2.0));
+	uint64_t kvpt = 0; /* (sliding-window layers read at most their window) */
+	for (int i = 0; i < n_gen; i++)
+		kvpt += model_kv_read_bytes(&meta, NULL, kv_type, n_prompt + i) / (uint64_t)n_gen;
 	uint64_t bpt = model_bytes_per_token(m) + kvpt;
 	if (!bound)
 		getrusage(RUSAGE_SELF, &ru);

@@ -104,10 +104,18 @@ int cmd_info(int argc, char **argv)
 		       : m.rope_style == META_ROPE_NEOX ? "neox (half split)"
 							: "adjacent pairs");
 		printf("rms eps:       %g\n", (double)m.rms_eps);
-		printf("extras:        %s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
+		printf("extras:        %s%s%s%s%s%s\n", m.has_qkv_bias ? "qkv bias, " : "",
 		       m.has_qk_norm ? "q/k norm, " : "",
+		       m.has_post_norm ? "post-attention/FFN norms, " : "",
+		       m.ffn_gelu ? "GELU FFN, embeddings x sqrt(dim), " : "",
 		       m.has_sinks ? "attention sinks, output bias, post-attention norm, " : "",
 		       m.tied_output ? "output tied to token_embd" : "separate output");
+		if (m.n_nextn)
+			printf("nextn:         %d NextN/MTP layer%s after the %d (not run)\n",
+			       m.n_nextn, m.n_nextn > 1 ? "s" : "", m.n_layers);
+		if (m.arch == META_GEMMA3 && (m.rope_scale != 1.0f || m.logit_softcap > 0))
+			printf("gemma3:        global layers' rope scale %g, logit softcap %g\n",
+			       (double)m.rope_scale, (double)m.logit_softcap);
 		if (m.n_experts) {
 			printf("experts:       %d, %d used per token, expert ffn %d", m.n_experts,
 			       m.n_experts_used, m.ffn_exp);

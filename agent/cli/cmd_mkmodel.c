@@ -21,15 +21,19 @@ static void usage(FILE *f)
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] -o FILE.gguf\n"
+	    "                     [--name NAME] [--header-only] -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
 	    "  qwen35 (Gated DeltaNet): [--ssm-state N] [--ssm-k-heads N] [--ssm-v-heads N]\n"
 	    "                     [--ssm-conv N] [--attn-interval N] [--rope-dim N] [--nextn N]\n"
+	    "  gemma3: [--sliding-window N] [--rope-factor F (linear)]\n"
+	    "  glm4moe: [--nextn N] [--qk-norm 1] and the expert options\n"
 	    "  gpt-oss: [--sliding-window N] [--rope-factor F] [--rope-orig-ctx N] [--head-dim N]\n"
-	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, or with experts mixtral, qwen2moe,\n"
-	    "qwen3moe, qwen35moe, gpt-oss.\n"
+	    "ARCH: llama, qwen2, qwen3, deepseek2, qwen35, gemma3, or with experts mixtral,\n"
+	    "qwen2moe, qwen3moe, qwen35moe, glm4moe, gpt-oss.\n"
+	    "--header-only: metadata and tensor table only, the data a hole of the file's\n"
+	    "size (for `shoal plan` on a model too large to generate).\n"
 	    "Writes a model with seeded random weights. Defaults: llama, dim 256, 4 layers,\n"
 	    "8 heads, 4 KV heads, ffn 768, vocab 1024, q8_0, seed 1, ctx 2048; MoE archs:\n"
 	    "8 experts, 2 used, expert ffn = ffn, qwen2moe 1 shared expert. The router\n"
@@ -41,6 +45,10 @@ static void usage(FILE *f)
 	    "heads, 4 conv taps, a gated full-attention layer every 4th, rope-dim head/4;\n"
 	    "--nextn appends that many MTP blocks (llama.cpp's layout; shoal skips them).\n"
 	    "qwen35moe: 1 shared expert (gated) by default.\n"
+	    "gemma3: window 512 on layers 0-4 of every 6, SentencePiece vocabulary, tied head.\n"
+	    "glm4moe: layers from --dense-lead (default 1) route (sigmoid, selection bias, one\n"
+	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
+	    "skipped, as llama.cpp does.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
 	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
 }
@@ -80,7 +88,9 @@ static const struct {
     {"attn-interval", offsetof(mkmodel_opts_t, attn_interval)},
     {"nextn", offsetof(mkmodel_opts_t, nextn)},
     {"rope-dim", offsetof(mkmodel_opts_t, rope_dim)},
-    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)}, /* gpt-oss */
+    /* gemma3's and gpt-oss's sliding window; glm4moe's q/k norms (its NextN layers: --nextn) */
+    {"sliding-window", offsetof(mkmodel_opts_t, swa_window)},
+    {"qk-norm", offsetof(mkmodel_opts_t, qk_norm)},
 };
 
 enum {
@@ -92,12 +102,13 @@ enum {
 	OPT_LOG,
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
-	OPT_YARN_MUL
+	OPT_YARN_MUL,
+	OPT_HEADER_ONLY
 };
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 12];
+	struct option opts[ARRAY_LEN(int_opts) + 14];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -112,6 +123,7 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"header-only", no_argument, 0, OPT_HEADER_ONLY};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -140,6 +152,7 @@ int cmd_mkmodel(int argc, char **argv)
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_HEADER_ONLY: o.header_only = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
 			double f;

@@ -1,5 +1,6 @@
 /*
- * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--out DIR]`.
+ * cmd_plan.c: `shoal plan --view view.json --model M [--strategy S] [--ctx N] [--slots N]
+ * [--out DIR]`.
  * Reads a membership view and model metadata, prints the plan as a table (with measurements in
  * the view: the cost model's predictions, the other candidates and the standby members) and writes
  * hostfile.json, mlx-hosts.json, rdma-devices.json and plan.json into DIR, each atomically.
@@ -9,6 +10,7 @@
 #include "agent/cli/cli.h"
 #include "agent/planio.h"
 #include "common/common.h"
+#include "infer/infer.h"
 #include "planner/planner.h"
 
 #include <getopt.h>
@@ -28,9 +30,13 @@ static void usage(FILE *f)
 	    "  --strategy S       auto (default), tensor, pipeline or hybrid\n"
 	    "  --parallel N       streams decoded together, for the aggregate prediction\n"
 	    "                     (default 1)\n"
+	    "  --slots N          sequences each rank keeps a KV cache and recurrent state for\n"
+	    "                     (the engine's --parallel; default 1)\n"
 	    "  --hybrid           auto may choose a hybrid plan (the engine runs them)\n"
 	    "  --ctx N            context length the KV cache is sized for (default: the model's)\n"
 	    "  --kv-bytes N       bytes per KV cache element (default 4: F32)\n"
+	    "  --kv-type T        the engine's KV cache type instead: f32, f16 or q8_0 (34 bytes\n"
+	    "                     per 32 elements)\n"
 	    "  --headroom-mb N    memory kept free per node, at least (default 512)\n"
 	    "  --base-port N      ring port of rank 0; rank r uses N + r (default 32323)\n"
 	    "  --out DIR          where to write the files (default: the current directory)\n"
@@ -87,11 +93,24 @@ static void print_table(const plan_t *p)
 		snprintf(kv, sizeof kv, "%d-%d", k->kv0, k->kv1);
 		snprintf(ffn, sizeof ffn, "%d-%d", k->ffn0, k->ffn1);
 		snprintf(layers, sizeof layers, "%d-%d", k->layer0, k->layer1);
-		uint64_t need =
-		    k->weight_bytes + k->kv_cache_bytes + k->act_bytes + k->headroom_bytes;
+		uint64_t need = k->weight_bytes + k->kv_cache_bytes + k->rs_bytes + k->act_bytes +
+				k->headroom_bytes;
 		printf("%-4d %-8.8s %-18.18s %-21s %7.1f %9s %9s %13s %9s %8.1f\n", r, k->node_id,
 		       k->host[0] ? k->host : "-", addr, gb(k->mem_avail), q, kv, ffn, layers,
 		       gb(need));
+	}
+	/* what each rank's need is made of (docs/view.md, "Memory") */
+	printf("\nmemory per rank, GB: KV cache for %d positions x %d slot%s\n", plan_ctx(p),
+	       plan_slots(p), plan_slots(p) == 1 ? "" : "s");
+	printf("%-4s %9s %9s %9s %11s %9s %9s\n", "rank", "weights", "KV cache", "state",
+	       "activations", "headroom", "need");
+	for (int r = 0; r < plan_n_ranks(p); r++) {
+		const plan_rank_t *k = plan_rank(p, r);
+		printf("%-4d %9.2f %9.2f %9.2f %11.2f %9.2f %9.2f\n", r, gb(k->weight_bytes),
+		       gb(k->kv_cache_bytes), gb(k->rs_bytes), gb(k->act_bytes),
+		       gb(k->headroom_bytes),
+		       gb(k->weight_bytes + k->kv_cache_bytes + k->rs_bytes + k->act_bytes +
+			  k->headroom_bytes));
 	}
 }
 
@@ -149,9 +168,11 @@ int cmd_plan(int argc, char **argv)
 	    {"model", required_argument, 0, 'm'},
 	    {"strategy", required_argument, 0, 's'},
 	    {"parallel", required_argument, 0, 'P'},
+	    {"slots", required_argument, 0, 'S'},
 	    {"hybrid", no_argument, 0, 'Y'},
 	    {"ctx", required_argument, 0, 'c'},
 	    {"kv-bytes", required_argument, 0, 'k'},
+	    {"kv-type", required_argument, 0, 'K'},
 	    {"headroom-mb", required_argument, 0, 'H'},
 	    {"base-port", required_argument, 0, 'p'},
 	    {"out", required_argument, 0, 'o'},
@@ -185,6 +206,12 @@ int cmd_plan(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'S':
+			if (cli_parse_int(optarg, 1, 65536, &o.slots)) {
+				fprintf(stderr, "shoal plan: --slots must be from 1 to 65536\n");
+				return 2;
+			}
+			break;
 		case 'Y': o.engine_hybrid = 1; break;
 		case 'c':
 			if (cli_parse_int(optarg, 1, 1 << 24, &o.ctx)) {
@@ -195,6 +222,13 @@ int cmd_plan(int argc, char **argv)
 		case 'k':
 			if (cli_parse_int(optarg, 1, 8, &o.kv_bytes)) {
 				fprintf(stderr, "shoal plan: --kv-bytes must be from 1 to 8\n");
+				return 2;
+			}
+			o.kv_block = 1;
+			break;
+		case 'K':
+			if ((o.kv_bytes = eng_kv_block_bytes(optarg, &o.kv_block)) < 0) {
+				fprintf(stderr, "shoal plan: --kv-type must be f32, f16 or q8_0\n");
 				return 2;
 			}
 			break;

@@ -142,6 +142,131 @@ static int att_lo(int pos, int win)
 	return win > 0 && pos - win + 1 > 0 ? pos - win + 1 : 0;
 }
 
+/* ---- llama.cpp's arithmetic for an F16 cache -------------------------------------------------
+ * llama.cpp runs attention through ggml's CPU flash attention (flash_attn auto: on). With an F16
+ * cache it takes one of two paths (ggml-cpu/ops.cpp ggml_compute_forward_flash_attn_ext_f16): a
+ * ubatch of GGML_FA_TILE_Q (64) or more query tokens goes to the tiled path, F32 throughout as
+ * here; a smaller one (decode, short prompts) to ..._f16_one_chunk, which rounds the query to
+ * F16 and adds the weighted values into an F16 vector one position after another (rescaled when
+ * the running max grows: ggml_vec_scale_f16, ggml_vec_mad_f16), as long as its cache view is
+ * under 512 cells (a view is padded to 256, so up to 256 positions; beyond, the cells are split
+ * over its threads). Those rounding steps are most of the difference between its logits and a
+ * float computation (~1e-3 relative; with them, what is left is float noise that an F16 rounding
+ * boundary occasionally turns into one F16 step), so for every token that sees at most 256
+ * positions of an F16 cache they are reproduced below; the other tokens keep the tiled F32 loop.
+ * The choice depends on the token's position only, never on the batch it is computed in, so
+ * a sequence's logits do not depend on what else runs (llama.cpp's prompts of 64 tokens or more
+ * take its F32 path instead: there the two differ by that F16 rounding). */
+#define ATT_LLAMA_MAX_POS 256
+
+static float f16r(float x) /* rounded to F16 (to nearest even) */
+{
+	return quant_f16_to_f32(quant_f32_to_f16(x));
+}
+
+/* o[i] = f16(o[i] * a) and o[i] = f16(fma(v[i], a, o[i])), n a multiple of 8 on the fast path
+ * (ggml's F16 vectors: F32 registers, one conversion back per store). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ATT_TGT __attribute__((target("avx2,fma,f16c")))
+ATT_TGT static void scale_f16r_x86(float *o, float a, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	for (int i = 0; i < n; i += 8) {
+		__m256 r = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
+		_mm256_storeu_ps(o + i,
+				 _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT)));
+	}
+}
+ATT_TGT static void mad_f16r_x86(float *o, const float *v, float a, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	for (int i = 0; i < n; i += 8) {
+		__m256 r = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), va, _mm256_loadu_ps(o + i));
+		_mm256_storeu_ps(o + i,
+				 _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT)));
+	}
+}
+static int att_x86(int n)
+{
+	static int ok = -1;
+	if (ok < 0)
+		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		     __builtin_cpu_supports("f16c");
+	return ok && n % 8 == 0;
+}
+#else
+static int att_x86(int n)
+{
+	(void)n;
+	return 0;
+}
+static void scale_f16r_x86(float *o, float a, int n)
+{
+	(void)o, (void)a, (void)n;
+}
+static void mad_f16r_x86(float *o, const float *v, float a, int n)
+{
+	(void)o, (void)v, (void)a, (void)n;
+}
+#endif
+
+static void scale_f16r(float *o, float a, int n)
+{
+	if (att_x86(n)) {
+		scale_f16r_x86(o, a, n);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		o[i] = f16r(o[i] * a);
+}
+
+static void mad_f16r(float *o, const float *v, float a, int n)
+{
+	if (att_x86(n)) {
+		mad_f16r_x86(o, v, a, n);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		o[i] = f16r(fmaf(v[i], a, o[i]));
+}
+
+/* Whether token b of the pass is computed with llama.cpp's one_chunk arithmetic. */
+static int att_llama(const model_t *m, int b)
+{
+	return m->kv_type == QT_F16 && m->bpos[b] + 1 <= ATT_LLAMA_MAX_POS;
+}
+
+/* Rounds the queries of those tokens to F16 as one_chunk does (after llama.cpp's own scaling
+ * when it scales q first: Gemma 3). */
+static void att_llama_q(model_t *m, int B)
+{
+	float sc = att_scale(m);
+	for (int b = 0; b < B; b++) {
+		if (!att_llama(m, b))
+			continue;
+		float *q = m->q + (size_t)b * m->qd;
+		for (int i = 0; i < m->qd; i++)
+			q[i] = m->meta.attn_q_prescaled ? f16r(q[i] * sc) : f16r(q[i]);
+	}
+}
+
+/* gpt-oss's sink after one_chunk's positions, in F32 (ggml-cpu/ops.cpp
+ * ggml_compute_forward_flash_attn_ext_f16_one_chunk: "sinks - apply only on the first kv-chunk",
+ * after VKQ16 is converted to F32): o, running max *M and sum *S take the sink logit s. */
+static void att_llama_sink(float *o, int hd, float *M, float *S, float s)
+{
+	if (s > *M) {
+		float ms = expf(*M - s);
+		for (int i = 0; i < hd; i++)
+			o[i] *= ms;
+		*S = *S * ms + 1.0f;
+		*M = s;
+	} else {
+		*S += expf(s - *M);
+	}
+}
+
 static void att_task(void *ctx, int c, int nc, int tid)
 {
 	att_job_t *j = ctx;
@@ -149,6 +274,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	int hd = m->meta.head_dim, win = m->kvl[j->layer].win;
 	const float *sinks = m->layers[m->kvl[j->layer].layer].sinks;
 	float scale = att_scale(m);
+	/* a query llama.cpp scaled before attention (Gemma 3) was rounded after the scale
+	 * (attention()): its scores are not scaled again */
+	float llama_scale = m->meta.attn_q_prescaled ? 1.0f : scale;
 	float *kbuf = m->att_tiles + (size_t)tid * 2 * ATT_TILE * hd, *vbuf = kbuf + ATT_TILE * hd;
 	float s[ATT_GROUP * ATT_TILE], mx[ATT_QB][ATT_GROUP], sum[ATT_QB][ATT_GROUP];
 	const float *qp[ATT_GROUP];
@@ -163,9 +291,11 @@ static void att_task(void *ctx, int c, int nc, int tid)
 			for (int h = h0; h < h1; h++) {
 				memset(m->att + (size_t)b * m->qd + (size_t)h * hd, 0,
 				       (size_t)hd * sizeof(float));
-				/* a sink is a logit with no value: the softmax starts from it */
-				mx[b - b0][h - h0] = sinks ? sinks[h] : -INFINITY;
-				sum[b - b0][h - h0] = sinks ? 1.0f : 0.0f;
+				/* a sink is a logit with no value: the softmax starts from it
+				 * (llama.cpp's one_chunk path takes it last: att_llama_sink) */
+				int first = sinks && !att_llama(m, b);
+				mx[b - b0][h - h0] = first ? sinks[h] : -INFINITY;
+				sum[b - b0][h - h0] = first ? 1.0f : 0.0f;
 			}
 		/* the block's first token sees the earliest position, its last the latest; a
 		 * sliding window (win) starts each token's share later */
@@ -187,6 +317,28 @@ static void att_task(void *ctx, int c, int nc, int tid)
 					op[h - h0] = m->att + (size_t)b * m->qd + (size_t)h * hd;
 				}
 				m->qkt(s, qp, h1 - h0, kt, hd); /* the group's scores at once */
+				if (att_llama(m, b)) {          /* position by position, F16 sums */
+					for (int h = h0; h < h1; h++) {
+						float *o = op[h - h0],
+						      *sh = s + (size_t)(h - h0) * ATT_TILE;
+						float *M = &mx[b - b0][h - h0],
+						      *S = &sum[b - b0][h - h0];
+						for (int t = s0; t < nb; t++) {
+							float sc = sh[t] * llama_scale, ms = 1.0f,
+							      vs = 1.0f;
+							if (sc > *M) {
+								ms = expf(*M - sc);
+								*M = sc;
+								scale_f16r(o, ms, hd);
+							} else {
+								vs = expf(sc - *M);
+							}
+							mad_f16r(o, vt + (size_t)t * hd, vs, hd);
+							*S = *S * ms + vs;
+						}
+					}
+					continue;
+				}
 				for (int h = h0; h < h1; h++) {
 					float *o = op[h - h0],
 					      *sh = s + (size_t)(h - h0) * ATT_TILE;
@@ -213,6 +365,9 @@ static void att_task(void *ctx, int c, int nc, int tid)
 		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
 				float *o = m->att + (size_t)b * m->qd + (size_t)h * hd;
+				if (sinks && att_llama(m, b))
+					att_llama_sink(o, hd, &mx[b - b0][h - h0],
+						       &sum[b - b0][h - h0], sinks[h]);
 				float inv = 1.0f / sum[b - b0][h - h0];
 				for (int i = 0; i < hd; i++)
 					o[i] *= inv;
@@ -230,6 +385,7 @@ void attention(model_t *m, int lc, int B)
 	blk[n_blk] = B;
 	att_job_t aj = {m, lc, B, blk, n_blk};
 	int items = n_blk * m->sh.n_kv_heads;
+	att_llama_q(m, B);
 	pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 }
 
@@ -251,6 +407,36 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 		int t_lo = att_lo(T - 1, win); /* positions [t_lo, T) are visible */
 		const float *q = m->q + (size_t)b * m->qd + (size_t)h * hd;
 		float *o = m->att + (size_t)b * m->qd + (size_t)h * hd, mx = -INFINITY, sum = 0;
+		if (att_llama(m, b)) { /* one_chunk: position by position, F16 sums, plainly */
+			float lsc = m->meta.attn_q_prescaled ? 1.0f : scale, vr[1024];
+			memset(o, 0, (size_t)hd * sizeof *o);
+			for (int t = t_lo; t < T; t++) {
+				kv_k_row(m, j->layer, m->bslot[b], kvh, t, kv);
+				quant_dequant_row(m->kv_type,
+						  m->vc + kv_at(m, j->layer, m->bslot[b], kvh, t),
+						  vr, hd);
+				float d = 0, ms = 1.0f, vs = 1.0f;
+				for (int i = 0; i < hd; i++)
+					d += q[i] * kv[i];
+				d *= lsc;
+				if (d > mx) {
+					ms = expf(mx - d);
+					mx = d;
+					for (int i = 0; i < hd; i++)
+						o[i] = f16r(o[i] * ms);
+				} else {
+					vs = expf(d - mx);
+				}
+				for (int i = 0; i < hd; i++)
+					o[i] = f16r(fmaf(vr[i], vs, o[i]));
+				sum = sum * ms + vs;
+			}
+			if (sinks)
+				att_llama_sink(o, hd, &mx, &sum, sinks[h]);
+			for (int i = 0; i < hd; i++)
+				o[i] *= 1.0f / sum;
+			continue;
+		}
 		for (int t = t_lo; t < T; t++) {
 			kv_k_row(m, j->layer, m->bslot[b], kvh, t, kv);
 			float d = 0;
@@ -279,5 +465,6 @@ void attention_ref(model_t *m, int lc, int B)
 {
 	att_job_t aj = {m, lc, B, NULL, 0};
 	int items = B * m->sh.n_q_heads;
+	att_llama_q(m, B);
 	pool_run(m->pool, att_ref_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
 }

@@ -96,7 +96,7 @@ static delta_head_fn delta_head_pick(void);
 /* The rank's key-head range: its query-head share scaled to n_k, each boundary rounded down to
  * a multiple of `unit` heads (so that W_out's column slices stay on quant blocks), the last at
  * n_k: consecutive ranks' ranges tile [0, n_k) (some may be empty). */
-static void dn_heads(const model_meta_t *mt, const model_shard_t *sh, int unit, int *k0, int *k1)
+void model_dn_heads(const model_meta_t *mt, const model_shard_t *sh, int unit, int *k0, int *k1)
 {
 	int nk = mt->dn.n_k_heads, h = mt->n_heads;
 	int a = (int)((int64_t)sh->q_head0 * nk / h);
@@ -105,6 +105,25 @@ static void dn_heads(const model_meta_t *mt, const model_shard_t *sh, int unit, 
 	if (b < nk)
 		b -= b % unit;
 	*k0 = a, *k1 = b;
+}
+
+int model_dn_head_unit(const model_meta_t *mt, const gguf_t *g)
+{
+	const meta_dn_t *x = &mt->dn;
+	/* W_out's columns of one head: the key-head boundaries keep slices on its quant blocks */
+	const gguf_tensor_t *t = NULL;
+	for (int l = 0; l < mt->n_layers && !t; l++)
+		if (x->recurrent[l]) {
+			char n[64];
+			snprintf(n, sizeof n, "blk.%d.ssm_out.weight", l);
+			t = gguf_find_tensor(g, n);
+		}
+	int be = t ? quant_block_elems(t->type) : 1, unit = 1;
+	while ((unit * x->d_state) % be && unit < x->n_k_heads)
+		unit++;
+	if ((unit * x->d_state) % be)
+		unit = x->n_k_heads;
+	return unit;
 }
 
 /* Adds rows [r0, r0 + n) of w as the next run at local offset off, merged with the previous run
@@ -299,21 +318,8 @@ int deltanet_init(model_t *m, char *err, size_t errlen)
 	if (!s)
 		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	m->dn = s;
-	/* W_out's columns of one head: the key-head boundaries keep slices on its quant blocks */
-	const gguf_tensor_t *t = NULL;
-	for (int l = 0; l < mt->n_layers && !t; l++)
-		if (mt->dn.recurrent[l]) {
-			char n[64];
-			snprintf(n, sizeof n, "blk.%d.ssm_out.weight", l);
-			t = gguf_find_tensor(m->g, n);
-		}
-	int be = t ? quant_block_elems(t->type) : 1, unit = 1;
-	while ((unit * x->d_state) % be && unit < x->n_k_heads)
-		unit++;
-	if ((unit * x->d_state) % be)
-		unit = x->n_k_heads;
 	int k1;
-	dn_heads(mt, &m->sh, unit, &s->lk0, &k1);
+	model_dn_heads(mt, &m->sh, model_dn_head_unit(mt, m->g), &s->lk0, &k1);
 	s->nlk = k1 - s->lk0;
 	s->groups = x->n_v_heads / x->n_k_heads;
 	if (s->groups > DN_MAX_GROUPS)

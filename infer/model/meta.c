@@ -10,6 +10,7 @@
 #include "common/common.h"
 #include "infer/quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,7 +74,8 @@ static int check_tensor(model_meta_t *m, const gguf_t *g, const char *name, int6
 {
 	const gguf_tensor_t *t = gguf_find_tensor(g, name);
 	if (!t)
-		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s", name);
+		return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s (expected [%lld, %lld])",
+			       name, (long long)ne0, (long long)(ne1 ? ne1 : 1));
 	/* a vector may be stored as [n, 1] (qwen2moe's ffn_gate_inp_shexp) */
 	int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
 	if (t->n_dims > 2 || t->ne[0] != ne0 || n1 != (ne1 ? ne1 : 1) || t->ne[2] != 1 ||
@@ -121,13 +123,13 @@ static int get_opt_int(const gguf_t *g, const char *arch, const char *suffix, ui
 static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	const char *a = m->arch_name;
-	int ds2 = !strcmp(a, "deepseek2"), rc;
+	int ds2 = !strcmp(a, "deepseek2"), glm = m->arch == META_GLM4MOE, rc;
 	if (ds2 && (rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
 				     err, errlen)))
 		return rc;
 	/* deepseek2 with every layer dense (leading_dense_block_count = block_count) has none */
 	int need = m->arch == META_QWEN2MOE || m->arch == META_QWEN3MOE ||
-		   m->arch == META_QWEN35MOE || m->arch == META_GPTOSS ||
+		   m->arch == META_QWEN35MOE || m->arch == META_GPTOSS || glm ||
 		   (ds2 && m->n_dense_lead < m->n_layers);
 	char key[128];
 	m->gating = META_GATE_SOFTMAX;
@@ -165,15 +167,22 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	if (m->arch == META_QWEN35MOE && m->ffn_shexp <= 0) /* its shared block is required */
 		return sh_fail(err, errlen, SH_EFORMAT,
 			       "qwen35moe.expert_shared_feed_forward_length is missing or zero");
-	if (ds2) {
-		static const char *const req[] = {"leading_dense_block_count",
-						  "expert_feed_forward_length",
-						  "expert_shared_count", "expert_weights_scale"};
-		for (size_t i = 0; i < ARRAY_LEN(req); i++) {
-			snprintf(key, sizeof key, "%s.%s", a, req[i]);
+	if (ds2 || glm) {
+		/* deepseek2 as llama_model_deepseek2 reads them; glm4moe as
+		 * llama_model_glm4_moe::load_arch_hparams: the same keys, these required, the
+		 * scale optional (0 or absent: none) and sigmoid gating by default */
+		static const char *const req_ds2[] = {
+		    "leading_dense_block_count", "expert_feed_forward_length",
+		    "expert_shared_count", "expert_weights_scale"};
+		static const char *const req_glm[] = {"expert_feed_forward_length", "expert_count",
+						      "expert_used_count", "expert_shared_count"};
+		for (size_t i = 0; i < 4; i++) {
+			snprintf(key, sizeof key, "%s.%s", a, glm ? req_glm[i] : req_ds2[i]);
 			if (gguf_find_key(g, key) < 0)
 				return sh_fail(err, errlen, SH_EFORMAT, "missing key %s", key);
 		}
+		if (glm)
+			m->gating = META_GATE_SIGMOID, m->exp_scale = 0;
 		int n_shared = 0, gating = 0;
 		if ((rc = get_opt_int(g, a, "leading_dense_block_count", 1u << 20, &m->n_dense_lead,
 				      err, errlen)) ||
@@ -206,6 +215,8 @@ static int moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			return sh_fail(err, errlen, SH_EFORMAT, "key %s has a bad value", key);
 		if (rc == SH_ENOENT)
 			m->exp_norm = 0;
+		if (glm && m->exp_scale == 0) /* build_moe_ffn scales only by a nonzero value */
+			m->exp_scale = 1.0f;
 		if (!(m->exp_scale > 0 && m->exp_scale < 1e6f))
 			return sh_fail(err, errlen, SH_EFORMAT, "bad expert_weights_scale");
 		m->ffn_shexp = n_shared * m->ffn_exp;
@@ -604,6 +615,87 @@ static int dn_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t
 	return 0;
 }
 
+/* value_length, when present, must equal the head size: V rows are head_dim long here. */
+static int check_value_length(const model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	uint32_t v;
+	int rc = get_opt_u32(g, m->arch_name, "attention.value_length", &v, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (rc && (int)v != m->head_dim)
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "%s.attention.value_length %u differs from key_length %d",
+			       m->arch_name, v, m->head_dim);
+	return 0;
+}
+
+/* Gemma 3, as llama_model_gemma3::load_arch_hparams reads it (src/models/gemma3.cpp): the
+ * sliding window (default period 6; the local layers rope with rope.freq_base_swa, default
+ * 10000, unscaled), the global layers' RoPE scaling (meta_rope_scaling_keys; llama.cpp's default
+ * linear: a factor f multiplies every angle by 1/f; none: unscaled; YaRN refused),
+ * final_logit_softcapping, and the query scale 1/sqrt(dim / heads) for the 62-layer 27B, else
+ * 1/sqrt(head_dim). The norms are stored with Gemma's + 1 already added (convert_hf_to_gguf.py
+ * Gemma3Model.norm_shift), so they are plain RMS norms here. */
+static int gemma3_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	int rc;
+	if ((rc = meta_swa_keys(m, g, 6, 10000.0f, err, errlen)) ||
+	    (rc = check_value_length(m, g, err, errlen)) ||
+	    (rc = meta_rope_scaling_keys(m, g, err, errlen)) ||
+	    (rc = get_opt_f32(g, m->arch_name, "final_logit_softcapping", &m->logit_softcap, err,
+			      errlen)))
+		return rc;
+	if (m->rope_scaling == META_SCALING_YARN)
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "%s.rope.scaling.type: unsupported rope scaling for gemma3 (none, "
+			       "linear)",
+			       m->arch_name);
+	if (!(m->logit_softcap >= 0 && m->logit_softcap < 1e6f))
+		return sh_fail(err, errlen, SH_EFORMAT, "bad final logit softcapping");
+	if (m->rope_scaling == META_SCALING_LINEAR && m->rope_factor > 0)
+		m->rope_scale = 1.0f / m->rope_factor;
+	m->attn_scale =
+	    1.0f / sqrtf((float)(m->n_layers == 62 ? m->dim / m->n_heads : m->head_dim));
+	m->attn_q_prescaled = 1; /* ggml_scale(Qcur, f_attention_scale), then kq_scale 1 */
+	m->embd_scale = sqrtf((float)m->dim);
+	m->has_post_norm = 1;
+	m->ffn_gelu = 1;
+	return 0;
+}
+
+/* GLM-4.x MoE, as llama_model_glm4_moe::load_arch_hparams / load_arch_tensors read it
+ * (src/models/glm4-moe.cpp): block_count includes nextn_predict_layers NextN/MTP layers at the
+ * end, which are skipped; q/k/v biases and q/k norms are used when the file has them (GLM-4.5
+ * has biases, the 355B also the norms); the FFN's input norm is post_attention_norm; rotary on
+ * rope.dimension_count dims (partial). The MoE keys: moe_keys. Multimodal RoPE sections (the
+ * vision variants) are refused. */
+static int glm4moe_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
+{
+	const char *a = m->arch_name;
+	char key[128];
+	int rc;
+	if ((rc = get_opt_int(g, a, "nextn_predict_layers", 1u << 20, &m->n_nextn, err, errlen)) ||
+	    (rc = check_value_length(m, g, err, errlen)))
+		return rc;
+	if (m->n_nextn >= m->n_layers)
+		return sh_fail(err, errlen, SH_EFORMAT,
+			       "%s.nextn_predict_layers %d leaves none of %d layers", a, m->n_nextn,
+			       m->n_layers);
+	m->n_layers -= m->n_nextn;
+	snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+	int ki = gguf_find_key(g, key);
+	int64_t s0 = 0, s1 = 0;
+	if (ki >= 0 && gguf_arr_n(g, ki) >= 2 && !gguf_arr_i64(g, ki, 0, &s0) &&
+	    !gguf_arr_i64(g, ki, 1, &s1) && s0 > 0 && s1 > 0)
+		return sh_fail(err, errlen, SH_EUNSUPP,
+			       "%s: multimodal RoPE sections are not supported (text models only)",
+			       key);
+	m->has_qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+	m->has_qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+	m->ffn_norm_post = 1;
+	return 0;
+}
+
 int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof *m);
@@ -626,6 +718,10 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	else if ((n == 6 && !memcmp(s, "qwen35", 6)) || (n == 9 && !memcmp(s, "qwen35moe", 9)))
 		m->arch = n == 6 ? META_QWEN35 : META_QWEN35MOE, m->rope_style = META_ROPE_NEOX,
 		m->has_qk_norm = 1, m->is_hybrid = 1;
+	else if (n == 6 && !memcmp(s, "gemma3", 6))
+		m->arch = META_GEMMA3, m->rope_style = META_ROPE_NEOX, m->has_qk_norm = 1;
+	else if (n == 7 && !memcmp(s, "glm4moe", 7))
+		m->arch = META_GLM4MOE, m->rope_style = META_ROPE_NEOX;
 	else if (n == 7 && !memcmp(s, "gpt-oss", 7))
 		m->arch = META_GPTOSS, m->rope_style = META_ROPE_NEOX;
 	else {
@@ -728,7 +824,9 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	}
 	if (m->arch == META_DEEPSEEK2 && (rc = mla_keys(m, g, err, errlen)))
 		return rc;
-	if (m->is_hybrid && (rc = dn_keys(m, g, err, errlen)))
+	if ((m->is_hybrid && (rc = dn_keys(m, g, err, errlen))) ||
+	    (m->arch == META_GEMMA3 && (rc = gemma3_keys(m, g, err, errlen))) ||
+	    (m->arch == META_GLM4MOE && (rc = glm4moe_keys(m, g, err, errlen))))
 		return rc;
 	if (m->rope_dim > m->head_dim || m->rope_dim % 2 || m->head_dim % 2)
 		return sh_fail(err, errlen, SH_EFORMAT,
@@ -779,13 +877,22 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			const char *name;
 			int r0, r1; /* 0 D, 1 QD, 2 KD, 3 F, 4 head_dim, -1 vector */
 		} need[] = {
-		    {"attn_norm.weight", 0, -1},   {"attn_q.weight", 0, 1},
-		    {"attn_k.weight", 0, 2},       {"attn_v.weight", 0, 2},
-		    {"attn_output.weight", 1, 0},  {"ffn_norm.weight", 0, -1},
-		    {"ffn_gate.weight", 0, 3},     {"ffn_up.weight", 0, 3},
-		    {"ffn_down.weight", 3, 0},     {"attn_q.bias", 1, -1},
-		    {"attn_k.bias", 2, -1},        {"attn_v.bias", 2, -1},
-		    {"attn_q_norm.weight", 4, -1}, {"attn_k_norm.weight", 4, -1},
+		    {"attn_norm.weight", 0, -1},
+		    {"attn_q.weight", 0, 1},
+		    {"attn_k.weight", 0, 2},
+		    {"attn_v.weight", 0, 2},
+		    {"attn_output.weight", 1, 0},
+		    {"ffn_norm.weight", 0, -1},
+		    {"ffn_gate.weight", 0, 3},
+		    {"ffn_up.weight", 0, 3},
+		    {"ffn_down.weight", 3, 0},
+		    {"attn_q.bias", 1, -1},
+		    {"attn_k.bias", 2, -1},
+		    {"attn_v.bias", 2, -1},
+		    {"attn_q_norm.weight", 4, -1},
+		    {"attn_k_norm.weight", 4, -1},
+		    {"post_attention_norm.weight", 0, -1},
+		    {"post_ffw_norm.weight", 0, -1},
 		};
 		int64_t sz[5] = {D, QD, KD, F, m->head_dim};
 		for (size_t i = 0; i < ARRAY_LEN(need); i++) {
@@ -794,10 +901,12 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 			if (i >= 6 && i < 9 && meta_layer_moe(m, l))
 				continue; /* experts instead of the dense FFN (moe_tensors) */
 			if (i == 5 && m->ffn_norm_post)
-				continue; /* gpt-oss: post_attention_norm (meta_gptoss_tensors) */
+				continue; /* glm4moe, gpt-oss: post_attention_norm instead (i 14) */
 			if (i >= 9 && i < 12 && !m->has_qkv_bias)
 				continue;
-			if (i >= 12 && !m->has_qk_norm)
+			if (i >= 12 && i < 14 && !m->has_qk_norm)
+				continue;
+			if (i >= 14 && !m->has_post_norm && !(i == 14 && m->ffn_norm_post))
 				continue;
 			char tn[96];
 			snprintf(tn, sizeof tn, "blk.%d.%s", l, need[i].name);
@@ -808,6 +917,11 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 		}
 		if (meta_layer_moe(m, l) && (rc = moe_tensors(m, g, l, err, errlen)))
 			return rc;
+		char tb[64]; /* glm4moe's selection bias is required (load_arch_tensors) */
+		snprintf(tb, sizeof tb, "blk.%d.exp_probs_b.bias", l);
+		if (meta_layer_moe(m, l) && m->arch == META_GLM4MOE && !gguf_find_tensor(g, tb))
+			return sh_fail(err, errlen, SH_EFORMAT, "missing tensor %s (expected [%d])",
+				       tb, m->n_experts);
 		if (m->is_mla && (rc = mla_tensors(m, g, l, err, errlen)))
 			return rc;
 		if (m->arch == META_GPTOSS && (rc = meta_gptoss_tensors(m, g, l, err, errlen)))
@@ -817,6 +931,12 @@ int meta_load(model_meta_t *m, const gguf_t *g, char *err, size_t errlen)
 	for (int i = 0; i < gguf_n_tensors(g); i++)
 		m->types_used |= 1ull << gguf_tensor(g, i)->type;
 	m->weight_bytes = gguf_tensor_bytes(g);
+	for (int i = 0; m->n_nextn && i < gguf_n_tensors(g); i++) { /* skipped layers: not held */
+		const gguf_tensor_t *t = gguf_tensor(g, i);
+		int l;
+		if (sscanf(t->name, "blk.%d.", &l) == 1 && l >= m->n_layers)
+			m->weight_bytes -= t->nbytes;
+	}
 	return 0;
 }
 

@@ -26,6 +26,8 @@ enum meta_arch {
 	META_DEEPSEEK2,
 	META_QWEN35,
 	META_QWEN35MOE,
+	META_GEMMA3,
+	META_GLM4MOE,
 	META_GPTOSS /* "gpt-oss": llama.cpp's LLM_ARCH_OPENAI_MOE (meta_gptoss.c) */
 };
 /* llama.cpp's llama_expert_gating_func_type: how router logits become expert probabilities;
@@ -37,8 +39,8 @@ enum meta_gating { META_GATE_SOFTMAX = 1, META_GATE_SIGMOID = 2, META_GATE_SOFTM
 enum meta_act { META_ACT_SILU = 0, META_ACT_SWIGLU_OAI };
 #define META_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 #define META_ARCHS                                                                                 \
-	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe, gpt-oss" /* errors \
-											  */
+	"llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, qwen35, qwen35moe, gemma3, glm4moe, "     \
+	"gpt-oss" /* errors */
 #define META_MAX_LAYERS 512                                /* llama.cpp's LLAMA_MAX_LAYERS */
 enum meta_rope { META_ROPE_ADJACENT = 0, META_ROPE_NEOX }; /* (x[2i],x[2i+1]) vs (x[i],x[i+n/2]) */
 
@@ -131,7 +133,18 @@ typedef struct model_meta {
 	float rope_scale_swa; /* their frequency scale (1 = none) */
 	float rope_scale; /* frequency scale of the other layers (1 / linear factor; 1 = none) */
 	float attn_scale; /* softmax scale of q . k; 0 = 1 / sqrt(head_dim) */
-	/* gpt-oss (meta_gptoss.c) */
+	int attn_q_prescaled; /* llama.cpp multiplies q by attn_scale before attention (gemma3),
+			       * which matters where it rounds q to F16 (attn.c) */
+	/* the llama layer's variations in Gemma 3 (src/models/gemma3.cpp) and GLM-4.x MoE
+	 * (src/models/glm4-moe.cpp) */
+	float embd_scale;    /* token embeddings times this (gemma3: sqrt(dim)); 0 = 1 */
+	int has_post_norm;   /* gemma3: post_attention_norm on the attention output and
+			      * post_ffw_norm on the FFN output, each before its residual add */
+	int ffn_gelu;        /* gemma3: GELU (tanh form) on the gate instead of SiLU */
+	float logit_softcap; /* final_logit_softcapping: logits = c tanh(logits / c); 0 none */
+	int n_nextn;         /* glm4moe: NextN/MTP layers stored after the n_layers run
+			      * (nextn_predict_layers; block_count = n_layers + n_nextn), skipped */
+	/* gpt-oss (meta_gptoss.c); ffn_norm_post also glm4moe */
 	int ffn_norm_post; /* the FFN's input norm is post_attention_norm.weight, not ffn_norm */
 	int has_sinks;     /* attn_sinks.weight [n_heads]: one more logit per head in the softmax */
 	int has_out_bias;  /* attn_output.bias [dim] */
@@ -164,7 +177,8 @@ int meta_swa_keys(model_meta_t *m, const gguf_t *g, int period, float base_swa, 
 /* gpt-oss (meta_gptoss.c), as llama.cpp's llama_model_openai_moe::load_arch_hparams and
  * load_arch_tensors: meta_gptoss_keys after the common and MoE keys (sliding window, its
  * pattern, YaRN, routing and activation); meta_gptoss_tensors for layer l's tensors beyond the
- * common ones (post-attention norm, sinks, output bias, router and expert biases). */
+ * common ones (sinks, output bias, router and expert biases; its post-attention norm is
+ * ffn_norm_post's, checked with the common ones). */
 int meta_gptoss_keys(model_meta_t *m, const gguf_t *g, char *err, size_t errlen);
 int meta_gptoss_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size_t errlen);
 

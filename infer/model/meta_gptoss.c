@@ -57,10 +57,8 @@ int meta_gptoss_tensors(model_meta_t *m, const gguf_t *g, int l, char *err, size
 		const char *name;
 		int a, b; /* 0 D, 1 E, 2 F, 3 H; b -1: a vector */
 	} need[] = {
-	    {"post_attention_norm.weight", 0, -1}, {"attn_sinks.weight", 3, -1},
-	    {"attn_output.bias", 0, -1},           {"ffn_gate_inp.bias", 1, -1},
-	    {"ffn_gate_exps.bias", 2, 1},          {"ffn_up_exps.bias", 2, 1},
-	    {"ffn_down_exps.bias", 0, 1},
+	    {"attn_sinks.weight", 3, -1}, {"attn_output.bias", 0, -1}, {"ffn_gate_inp.bias", 1, -1},
+	    {"ffn_gate_exps.bias", 2, 1}, {"ffn_up_exps.bias", 2, 1},  {"ffn_down_exps.bias", 0, 1},
 	};
 	int64_t sz[4] = {D, E, F, H};
 	for (size_t i = 0; i < ARRAY_LEN(need); i++) {

@@ -70,6 +70,36 @@ static const char harmony_tmpl[] =
     "'<|message|>' + m.content + '<|end|>' }}{%- endif %}{%- endfor %}{%- if "
     "add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}";
 
+/* GLM-4.5's control tokens (as its tokenizer has them, by text), then the plain-text tags its
+ * template and tool calls use (user-defined tokens, matched in any text). */
+static const char *const glm_tokens[] = {
+    "<|endoftext|>", "[MASK]",          "[gMASK]",         "[sMASK]",
+    "<sop>",         "<eop>",           "<|system|>",      "<|user|>",
+    "<|assistant|>", "<|observation|>", "<think>",         "</think>",
+    "<tool_call>",   "</tool_call>",    "<tool_response>", "</tool_response>",
+    "<arg_key>",     "</arg_key>",      "<arg_value>",     "</arg_value>"};
+#define GLM_N_CONTROL 10
+
+/* Templates trimmed to what identifies them (chat.c detects families by telltale text, as
+ * llama.cpp's llm_chat_detect_template): GLM-4.5's and Gemma 3's. */
+static const char glm_template[] =
+    "[gMASK]<sop>{%- if tools -%}<|system|>\n# Tools\n{%- endif -%}{% for m in messages %}"
+    "{% if m.role == 'user' %}<|user|>\n{{ m.content }}{% elif m.role == 'assistant' %}"
+    "<|assistant|>\n<think></think>\n{{ m.content }}{% elif m.role == 'tool' %}"
+    "<|observation|><tool_response>\n{{ m.content }}\n</tool_response>{% elif m.role == "
+    "'system' %}<|system|>\n{{ m.content }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+static const char gemma_template[] =
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == "
+    "'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\n' + "
+    "message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt "
+    "%}{{'<start_of_turn>model\n'}}{% endif %}";
+
+/* Gemma 3's SentencePiece control tokens first, in its order of ids (<pad> 0, <eos> 1, <bos> 2,
+ * <unk> 3), then the turn markers. */
+static const char *const gemma_specials[] = {"<pad>", "<eos>",           "<bos>",
+					     "<unk>", "<start_of_turn>", "<end_of_turn>"};
+
 static const char chatml[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
@@ -221,6 +251,59 @@ static int vocab_build(vocab_t *v, int n_vocab, const char *const *spec, int n_s
 	return 0;
 }
 
+/* A SentencePiece vocabulary as llama.cpp's converter writes Gemma's (tokenizer.ggml.model
+ * "llama"; _set_vocab_sentencepiece): the control tokens of gemma_specials, the 256 byte tokens
+ * <0xNN> (type byte, for byte fallback), printable ASCII, newline and tab as single pieces, then
+ * for each word the pieces "\u2581w", "\u2581wo", ... that build it; scores fall with the id
+ * (SentencePiece's log probabilities: earlier pieces merge first), fillers make up the size. */
+static int vocab_build_spm(vocab_t *v, int n_vocab)
+{
+	static const char sp_mark[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+	v->cap = n_vocab;
+	v->tok = calloc((size_t)n_vocab, sizeof *v->tok);
+	v->type = calloc((size_t)n_vocab, sizeof *v->type);
+	v->score = calloc((size_t)n_vocab, sizeof *v->score);
+	if (!v->tok || !v->type || !v->score)
+		return SH_ENOMEM;
+	for (size_t i = 0; i < ARRAY_LEN(gemma_specials); i++)
+		if (vocab_add(v, gemma_specials[i], i == 3 ? 2 : 3))
+			return SH_ENOMEM;
+	char piece[64];
+	for (int b = 0; b < 256; b++) {
+		snprintf(piece, sizeof piece, "<0x%02X>", b);
+		if (vocab_add(v, piece, 6))
+			return SH_ENOMEM;
+		v->score[v->n - 1] = 0;
+	}
+	if (vocab_add(v, sp_mark, 1) || vocab_add(v, "\n", 1) || vocab_add(v, "\t", 1))
+		return SH_ENOMEM;
+	for (int c = 33; c < 127; c++) {
+		piece[0] = (char)c, piece[1] = 0;
+		if (vocab_add(v, piece, 1))
+			return SH_ENOMEM;
+	}
+	for (size_t w = 0; w < ARRAY_LEN(words); w++) {
+		size_t len = strlen(sp_mark);
+		memcpy(piece, sp_mark, len + 1);
+		for (const char *c = words[w]; *c && len + 2 < sizeof piece; c++) {
+			piece[len++] = *c;
+			piece[len] = 0;
+			if (vocab_find(v, piece) >= 0)
+				continue;
+			if (v->n == n_vocab)
+				return 0;
+			if (vocab_add(v, piece, 1))
+				return SH_ENOMEM;
+		}
+	}
+	for (int i = 0; v->n < n_vocab; i++) { /* never produced: no shorter piece builds them */
+		snprintf(piece, sizeof piece, "<unused%d>", i);
+		if (vocab_add(v, piece, 5))
+			return SH_ENOMEM;
+	}
+	return 0;
+}
+
 static void vocab_free(vocab_t *v)
 {
 	for (int i = 0; i < v->n; i++)
@@ -245,8 +328,9 @@ typedef struct tspec {
 	int64_t rows, cols; /* rows = 0: a vector of cols */
 	int64_t ne2;        /* > 0: a 3-D tensor [cols, rows / ne2, ne2] (experts) */
 	int type;
-	float scale; /* uniform in [-scale, scale); for norms, around 1 */
-	int is_norm;
+	float scale;    /* uniform in [-scale, scale); for norms, around 1 */
+	int is_norm;    /* a norm: values around is_norm (1; Gemma's post norms 10, so that each
+			 * branch moves the residual that the tied head reads) */
 	int64_t planes; /* 3-D tensors: ne[2] (per-head matrices of rows x cols), else 0 */
 	int kind;       /* TS_PLAIN, or deepseek2's split kv_b (see mkmodel_write) */
 } tspec_t;
@@ -278,25 +362,33 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	    q3moe = !strcmp(o->arch, "qwen3moe"), ds2 = !strcmp(o->arch, "deepseek2");
 	int qwen2 = !strcmp(o->arch, "qwen2") || q2moe, qwen3 = !strcmp(o->arch, "qwen3") || q3moe;
 	int q35moe = !strcmp(o->arch, "qwen35moe"), q35 = !strcmp(o->arch, "qwen35") || q35moe;
+	int gemma = !strcmp(o->arch, "gemma3"), glm = !strcmp(o->arch, "glm4moe");
 	int goss = !strcmp(o->arch, "gpt-oss"); /* meta_gptoss.c's tensors and keys */
 	/* deepseek2 routes when given --experts: layers from dense_lead on */
 	int ds2moe = ds2 && o->experts > 0,
-	    moe = mixtral || q2moe || q3moe || ds2moe || q35moe || goss;
-	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && !goss && strcmp(o->arch, "llama"))
+	    moe = mixtral || q2moe || q3moe || ds2moe || q35moe || glm || goss;
+	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && !gemma && !glm && !goss &&
+	    strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
 			       "unsupported architecture '%s' (llama, qwen2, qwen3, deepseek2, "
-			       "qwen35, gpt-oss, mixtral, qwen2moe, qwen3moe, qwen35moe)",
+			       "qwen35, gemma3, gpt-oss, mixtral, qwen2moe, qwen3moe, qwen35moe, "
+			       "glm4moe)",
 			       o->arch);
-	const char *const *spec = goss ? harmony : specials;
-	int n_spec = goss ? (int)ARRAY_LEN(harmony) : q35 ? (int)ARRAY_LEN(specials) : N_CONTROL;
-	int n_control = goss ? n_spec : N_CONTROL;
+	const char *const *spec = goss ? harmony : glm ? glm_tokens : specials;
+	int n_spec = goss  ? (int)ARRAY_LEN(harmony)
+		     : glm ? (int)ARRAY_LEN(glm_tokens)
+		     : q35 ? (int)ARRAY_LEN(specials)
+			   : N_CONTROL;
+	int n_control = goss ? n_spec : glm ? GLM_N_CONTROL : N_CONTROL;
 	/* gpt-oss as its converter writes it: the experts in the file's type (MXFP4 as shipped),
 	 * the other matrices F16 when that type is MXFP4 */
 	int wtype = goss && o->type == QT_MXFP4 ? QT_F16 : o->type;
 	int E = moe ? o->experts : 0, K = o->experts_used;
 	int FE = mixtral || !o->expert_ffn ? o->ffn : o->expert_ffn;
-	int n_sh = q2moe || ds2moe || q35moe ? (o->shared_experts ? o->shared_experts : 1) : 0;
-	int lead = ds2moe ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense layers */
+	int n_sh =
+	    q2moe || ds2moe || q35moe || glm ? (o->shared_experts ? o->shared_experts : 1) : 0;
+	int lead = ds2moe || glm ? (o->dense_lead ? o->dense_lead : 1) : 0; /* leading dense */
+	int swa = gemma ? (o->swa_window ? o->swa_window : 512) : 0;        /* gemma3's window */
 	if (moe &&
 	    (E <= 0 || E > 512 || K <= 0 || K > E || FE <= 0 || n_sh < 0 || lead > o->layers))
 		return sh_fail(
@@ -309,9 +401,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	if (o->dim <= 0 || o->layers <= 0 || o->heads <= 0 || kvh <= 0 || o->ffn <= 0 || hd <= 0 ||
 	    hd % 2 || o->heads % kvh || (!o->head_dim && o->dim % o->heads))
 		return sh_fail(err, errlen, SH_EINVAL, "inconsistent shape (dim, heads, kv-heads)");
-	if (o->vocab < 256 + n_spec + 1)
-		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d",
-			       256 + n_spec + 1);
+	int min_vocab = gemma ? 400 : 256 + n_spec + 1;
+	if (o->vocab < min_vocab || swa < 0)
+		return sh_fail(err, errlen, SH_EINVAL, "vocabulary must be at least %d", min_vocab);
 	if (!quant_type_supported(o->type))
 		return sh_fail(err, errlen, SH_EUNSUPP, "unsupported type");
 	int be = quant_block_elems(o->type);
@@ -341,7 +433,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	int ds = o->ssm_state ? o->ssm_state : hd,
 	    nk = o->ssm_k_heads ? o->ssm_k_heads : MAX(o->heads / 2, 1);
 	int nv = o->ssm_v_heads ? o->ssm_v_heads : 2 * nk, kc = o->ssm_conv ? o->ssm_conv : 4;
-	int every = o->attn_interval ? o->attn_interval : 4, mtp = q35 ? o->nextn : 0;
+	int every = o->attn_interval ? o->attn_interval : 4, mtp = q35 || glm ? o->nextn : 0;
 	int rdim = o->rope_dim ? o->rope_dim : MAX(hd / 4 / 2 * 2, 2);
 	int64_t KDn = (int64_t)nk * ds, VDn = (int64_t)nv * ds, CONV = 2 * KDn + VDn;
 	if (q35 && (ds <= 0 || nk <= 0 || nv % nk || kc < 1 || kc > 64 || every < 1 || mtp < 0 ||
@@ -360,7 +452,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	float *row = NULL, *kvb = NULL;
 	uint8_t *qrow = NULL;
 	int rc = SH_ENOMEM;
-	if (!ts || !w || vocab_build(&v, o->vocab, spec, n_spec, n_control)) {
+	int vrc = gemma ? vocab_build_spm(&v, o->vocab)
+			: vocab_build(&v, o->vocab, spec, n_spec, n_control);
+	if (!ts || !w || vrc || (glm && (mtp < 0 || mtp > 4))) {
 		rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -384,7 +478,9 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		ts[n_t - 1].ne2 = (e);                                                             \
 	} while (0)
 	char nm[64];
-	T("token_embd.weight", o->vocab, D, wtype, 1.0f, 0);
+	/* gemma3 ties the head to the embedding (no output.weight, as its converter writes it):
+	 * the embedding then has the head's scale */
+	T("token_embd.weight", o->vocab, D, wtype, gemma ? 5.0f / sqrtf((float)D) : 1.0f, 0);
 	for (int l = 0; l < L + mtp; l++) {
 		float sd = 1.0f / sqrtf((float)D), sq = 1.0f / sqrtf((float)QD),
 		      sf = 1.0f / sqrtf((float)F);
@@ -446,23 +542,26 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		T(BLK("attn_q.weight"), QD, D, wtype, 1.7f * sd, 0);
 		T(BLK("attn_k.weight"), KD, D, wtype, 1.7f * sd, 0);
 		T(BLK("attn_v.weight"), KD, D, wtype, 1.7f * sd, 0);
-		if (qwen2 || goss) {
+		if (qwen2 || glm || goss) {
 			T(BLK("attn_q.bias"), 0, QD, QT_F32, 0.1f, 0);
 			T(BLK("attn_k.bias"), 0, KD, QT_F32, 0.1f, 0);
 			T(BLK("attn_v.bias"), 0, KD, QT_F32, 0.1f, 0);
 		}
-		if (qwen3) {
+		if (qwen3 || gemma || (glm && o->qk_norm)) {
 			T(BLK("attn_q_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 			T(BLK("attn_k_norm.weight"), 0, hd, QT_F32, 0.1f, 1);
 		}
 		T(BLK("attn_output.weight"), D, QD, wtype, 0.8f * sq, 0);
+		if (gemma) /* the attention output's own norm (gemma3) */
+			T(BLK("post_attention_norm.weight"), 0, D, QT_F32, 1.0f, 10);
 		if (goss) { /* output bias, one sink logit per head */
 			T(BLK("attn_output.bias"), 0, D, QT_F32, 0.1f, 0);
 			T(BLK("attn_sinks.weight"), 0, H, QT_F32, 2.0f, 0);
 		}
 	ffn:
-		if (!q35) /* qwen35: its post_attention_norm; gpt-oss's takes ffn_norm's place */
-			T(BLK(goss ? "post_attention_norm.weight" : "ffn_norm.weight"), 0, D,
+		if (!q35) /* qwen35: its post_attention_norm; glm4moe's and gpt-oss's FFN norm has
+			   * that name */
+			T(BLK(glm || goss ? "post_attention_norm.weight" : "ffn_norm.weight"), 0, D,
 			  QT_F32, 0.1f, 1);
 		if (moe && l >= lead) { /* router F32, as llama.cpp's converter leaves it */
 			float se = 1.0f / sqrtf((float)FE);
@@ -470,7 +569,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			TE(BLK("ffn_gate_exps.weight"), E, FE, D, o->type, 1.7f * sd);
 			TE(BLK("ffn_up_exps.weight"), E, FE, D, o->type, 1.7f * sd);
 			TE(BLK("ffn_down_exps.weight"), E, D, FE, o->type, 0.8f * se);
-			if (ds2moe) /* DeepSeek-V3's selection bias */
+			if (ds2moe || glm) /* DeepSeek-V3's and GLM's selection bias */
 				T(BLK("exp_probs_b.bias"), 0, E, QT_F32, 0.3f, 0);
 			if (goss) { /* router and expert biases: [E], [FE, E], [FE, E], [D, E] */
 				T(BLK("ffn_gate_inp.bias"), 0, E, QT_F32, 0.5f, 0);
@@ -491,17 +590,27 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 			T(BLK("ffn_up.weight"), F, D, o->type, 1.7f * sd, 0);
 			T(BLK("ffn_down.weight"), D, F, o->type, 0.8f * sf, 0);
 		}
+		if (gemma)
+			T(BLK("post_ffw_norm.weight"), 0, D, QT_F32, 1.0f, 10);
+		if (glm &&
+		    l >= L) { /* glm4moe's NextN/MTP layer: its own projections (never run) */
+			T(BLK("nextn.eh_proj.weight"), D, 2 * D, o->type, sd, 0);
+			T(BLK("nextn.enorm.weight"), 0, D, QT_F32, 0.1f, 1);
+			T(BLK("nextn.hnorm.weight"), 0, D, QT_F32, 0.1f, 1);
+			T(BLK("nextn.shared_head_norm.weight"), 0, D, QT_F32, 0.1f, 1);
+		}
 #undef BLK
 	}
 	T("output_norm.weight", 0, D, QT_F32, 0.1f, 1);
-	T("output.weight", o->vocab, D, wtype, 5.0f / sqrtf((float)D), 0);
+	if (!gemma)
+		T("output.weight", o->vocab, D, wtype, 5.0f / sqrtf((float)D), 0);
 #undef T
 #undef T3
 #undef TE
 	/* per-architecture attention keys (deepseek2: as today's converter, MQA over the latent) */
 	uint32_t kv_heads_key = (uint32_t)o->kv_heads, key_len = (uint32_t)hd,
 		 val_len = (uint32_t)hd;
-	uint32_t rope_n = (uint32_t)(q35 ? rdim : hd);
+	uint32_t rope_n = (uint32_t)(q35 ? rdim : glm ? hd / 2 : hd); /* glm4moe: partial, 0.5 */
 	if (ds2) {
 		kv_heads_key = legacy ? (uint32_t)H : 1;
 		key_len = (uint32_t)(legacy ? nope + rd : kvl + rd);
@@ -512,42 +621,82 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	char key[96];
 	const char *a = mixtral ? "llama" : o->arch; /* Mixtral is a llama file with experts */
 #define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
-	int krc =
-	    gw_kv_str(w, "general.architecture", a) |
-	    gw_kv_str(w, "general.name", o->name ? o->name : "shoal-generated") |
-	    gw_kv_u32(w, "general.alignment", 32) |
-	    gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
-	    gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
-	    gw_kv_u32(w, K("block_count"), (uint32_t)(L + mtp)) |
-	    gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
-	    gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
-	    gw_kv_u32(w, K("attention.key_length"), key_len) |
-	    gw_kv_u32(w, K("attention.value_length"), val_len) |
-	    gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), goss ? 1e-5f : 1e-6f) |
-	    gw_kv_f32(w, K("rope.freq_base"),
-		      q35              ? 10000000.0f
-		      : qwen2 || qwen3 ? 1000000.0f
-		      : goss           ? 150000.0f
-				       : 10000.0f) |
-	    gw_kv_u32(w, K("rope.dimension_count"), rope_n) |
-	    gw_kv_str(w, "tokenizer.ggml.model", "gpt2") |
-	    gw_kv_str(w, "tokenizer.ggml.pre",
-		      q35    ? "qwen35"
-		      : goss ? "gpt-4o"
-			     : "gpt-2") |
-	    gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
-	    gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n) |
-	    gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
-			  (size_t)v.n_merges) |
-	    gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, spec[0])) |
-	    gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, spec[2])) |
-	    gw_kv_u32(w, "tokenizer.ggml.padding_token_id",
-		      (uint32_t)vocab_find(&v, spec[goss ? 1 : 0])) |
-	    gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0) |
-	    gw_kv_str(w, "tokenizer.chat_template",
-		      q35    ? qwen35_tmpl
-		      : goss ? harmony_tmpl
-			     : chatml);
+	int krc = gw_kv_str(w, "general.architecture", a) |
+		  gw_kv_str(w, "general.name", o->name ? o->name : "shoal-generated") |
+		  gw_kv_u32(w, "general.alignment", 32) |
+		  gw_kv_u32(w, K("context_length"), (uint32_t)(o->ctx ? o->ctx : 2048)) |
+		  gw_kv_u32(w, K("embedding_length"), (uint32_t)D) |
+		  gw_kv_u32(w, K("block_count"), (uint32_t)(L + mtp)) |
+		  gw_kv_u32(w, K("attention.head_count"), (uint32_t)o->heads) |
+		  gw_kv_u32(w, K("attention.head_count_kv"), kv_heads_key) |
+		  gw_kv_u32(w, K("attention.key_length"), key_len) |
+		  gw_kv_u32(w, K("attention.value_length"), val_len) |
+		  gw_kv_f32(w, K("attention.layer_norm_rms_epsilon"), goss ? 1e-5f : 1e-6f) |
+		  gw_kv_f32(w, K("rope.freq_base"),
+			    q35                              ? 10000000.0f
+			    : qwen2 || qwen3 || gemma || glm ? 1000000.0f
+			    : goss                           ? 150000.0f
+							     : 10000.0f);
+	if (!gemma) /* Gemma 3's converter writes no rope.dimension_count */
+		krc |= gw_kv_u32(w, K("rope.dimension_count"), rope_n);
+	/* the tokenizer: SentencePiece for gemma3 (Gemma3Model.set_vocab: scores, BOS, no space
+	 * prefix), byte-level BPE for the others (glm4moe: _set_vocab_glm's ids, glm4 pre) */
+	const char *bos = glm ? "[gMASK]" : spec[0], *eos = glm ? "<|endoftext|>" : spec[2];
+	krc |= gw_kv_str(w, "tokenizer.ggml.model", gemma ? "llama" : "gpt2");
+	if (!gemma)
+		krc |= gw_kv_str(w, "tokenizer.ggml.pre",
+				 q35    ? "qwen35"
+				 : glm  ? "glm4"
+				 : goss ? "gpt-4o"
+					: "gpt-2");
+	krc |= gw_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (size_t)v.n) |
+	       gw_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n);
+	if (gemma)
+		krc |= gw_kv_arr_f32(w, "tokenizer.ggml.scores", v.score, (size_t)v.n) |
+		       gw_kv_u32(w, "tokenizer.ggml.bos_token_id", 2) |
+		       gw_kv_u32(w, "tokenizer.ggml.eos_token_id", 1) |
+		       gw_kv_u32(w, "tokenizer.ggml.unknown_token_id", 3) |
+		       gw_kv_u32(w, "tokenizer.ggml.padding_token_id", 0) |
+		       gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 1) |
+		       gw_kv_bool(w, "tokenizer.ggml.add_eos_token", 0) |
+		       gw_kv_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+	else
+		krc |= gw_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+				     (size_t)v.n_merges) |
+		       gw_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)vocab_find(&v, bos)) |
+		       gw_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)vocab_find(&v, eos)) |
+		       gw_kv_u32(w, "tokenizer.ggml.padding_token_id",
+				 (uint32_t)vocab_find(&v, spec[goss ? 1 : 0]));
+	if (glm)
+		krc |= gw_kv_u32(w, "tokenizer.ggml.eot_token_id",
+				 (uint32_t)vocab_find(&v, "<|user|>")) |
+		       gw_kv_u32(w, "tokenizer.ggml.eom_token_id",
+				 (uint32_t)vocab_find(&v, "<|observation|>")) |
+		       gw_kv_u32(w, "tokenizer.ggml.unknown_token_id",
+				 (uint32_t)vocab_find(&v, "<|endoftext|>"));
+	else if (!gemma)
+		krc |= gw_kv_bool(w, "tokenizer.ggml.add_bos_token", 0);
+	krc |= gw_kv_str(w, "tokenizer.chat_template",
+			 q35     ? qwen35_tmpl
+			 : gemma ? gemma_template
+			 : glm   ? glm_template
+			 : goss  ? harmony_tmpl
+				 : chatml);
+	if (gemma)
+		krc |= gw_kv_f32(w, K("rope.freq_base_swa"), 10000.0f) |
+		       gw_kv_u32(w, K("attention.sliding_window"), (uint32_t)swa);
+	if (gemma && o->rope_factor > 0)
+		krc |= gw_kv_str(w, K("rope.scaling.type"), "linear") |
+		       gw_kv_f32(w, K("rope.scaling.factor"), o->rope_factor);
+	if (glm) /* Glm4MoeModel.set_gguf_parameters */
+		krc |= gw_kv_u32(w, K("nextn_predict_layers"), (uint32_t)mtp) |
+		       gw_kv_u32(w, K("leading_dense_block_count"), (uint32_t)lead) |
+		       gw_kv_u32(w, K("expert_shared_count"), (uint32_t)n_sh) |
+		       gw_kv_f32(w, K("expert_weights_scale"), 2.5f) |
+		       gw_kv_bool(w, K("expert_weights_norm"), 1) |
+		       gw_kv_u32(w, K("expert_gating_func"), 2) |
+		       gw_kv_u32(w, K("expert_group_count"), 1) |
+		       gw_kv_u32(w, K("expert_group_used_count"), 1);
 	if (!q35moe) /* qwen35moe's converter writes none when the config has none */
 		krc |= gw_kv_u32(w, K("feed_forward_length"), (uint32_t)F);
 	if (q35) {
@@ -625,6 +774,11 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	}
 	if ((rc = gw_begin(w, path, err, errlen)))
 		goto out;
+	if (o->header_only) { /* shapes for the planner: no weights drawn */
+		if (!(rc = gw_skip_data(w, err, errlen)))
+			rc = gw_finish(w, err, errlen);
+		goto out;
+	}
 	int64_t maxc = MAX(MAX(MAX(D, F), 2 * QD), MAX(MAX(kvl, ql), VD));
 	maxc = MAX(maxc, MAX(MAX(FE, SF), MAX(2 * D, VDn)));
 	row = malloc((size_t)maxc * sizeof *row);
@@ -636,7 +790,7 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 		goto out;
 	}
 	uint64_t s = o->seed * 0x2545f4914f6cdd1dull + 1;
-	int n_real = vocab_find(&v, spec[n_spec - 1]) + 1;
+	int n_real = gemma ? v.n : vocab_find(&v, spec[n_spec - 1]) + 1;
 	for (int i = 0; i < n_t; i++) {
 		const tspec_t *t = &ts[i];
 		int64_t rows = t->rows ? t->rows : 1;
@@ -661,14 +815,17 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 						goto out;
 			continue;
 		}
-		int head = !strcmp(t->name, "output.weight");
+		int head = !strcmp(t->name, gemma ? "token_embd.weight" : "output.weight");
 		for (int64_t r = 0; r < rows; r++) {
 			/* filler tokens, non-ASCII bytes and control bytes get small head rows:
 			 * generated text favours real words and stays valid UTF-8 */
-			int rare = r >= n_real || (r < 256 && (r >= 127 || (r < 32 && r != 10)));
+			/* (SentencePiece: the byte and unused tokens) */
+			int rare =
+			    gemma ? v.type[r] == 6 || v.type[r] == 5
+				  : r >= n_real || (r < 256 && (r >= 127 || (r < 32 && r != 10)));
 			float sc = head && rare ? 0.1f * t->scale : t->scale;
 			for (int64_t c = 0; c < t->cols; c++)
-				row[c] = (t->is_norm ? 1.0f : 0.0f) + sc * rng_uniform(&s);
+				row[c] = (float)t->is_norm + sc * rng_uniform(&s);
 			for (int64_t c = 0; t->kind == TS_NEG && c < t->cols; c++)
 				row[c] = -expf(row[c]); /* qwen35's A = -exp(A_log) */
 			if ((rc = emit_row(w, t, row, qrow, err, errlen)))

@@ -392,11 +392,17 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
 		const char *fnorm = meta->is_hybrid || meta->ffn_norm_post
-					? "post_attention_norm.weight"
+					? "post_attention_norm.weight" /* qwen35, glm4moe, gpt-oss */
 					: "ffn_norm.weight";
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME(fnorm), 0, meta->dim, &L->ffn_norm, err, errlen)))
+			goto err;
+		if (meta->has_post_norm &&
+		    ((rc = bind_vec(g, NAME("post_attention_norm.weight"), 0, meta->dim,
+				    &L->post_attn, err, errlen)) ||
+		     (rc = bind_vec(g, NAME("post_ffw_norm.weight"), 0, meta->dim, &L->post_ffn,
+				    err, errlen))))
 			goto err;
 		if (meta_layer_moe(meta, l)) { /* experts instead of the dense FFN (moe.c) */
 			if ((rc = moe_layer_new(m, g, l, &L->moe, err, errlen)))
@@ -542,6 +548,8 @@ void model_free(model_t *m)
 			layer_t *L = &m->layers[l];
 			free(L->attn_norm);
 			free(L->ffn_norm);
+			free(L->post_attn);
+			free(L->post_ffn);
 			free(L->bq);
 			free(L->bk);
 			free(L->bv);
@@ -792,6 +800,9 @@ static void head_rows(model_t *m, const float *x, const int *out, int B, float *
 				m->meta.rms_eps);
 	if (n_out)
 		matmul(m, &m->out, logits, m->xb, n_out);
+	float c = m->meta.logit_softcap; /* gemma3's optional final_logit_softcapping */
+	for (size_t i = 0; c > 0 && i < (size_t)n_out * m->meta.n_vocab; i++)
+		logits[i] = c * tanhf(logits[i] / c);
 }
 
 /* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
@@ -819,6 +830,9 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			quant_dequant_row(m->embd.type,
 					  m->embd.data + (size_t)tokens[b] * m->embd.row_bytes,
 					  m->x + (size_t)b * D, D);
+		if (p->embd_scale > 0) /* gemma3: times sqrt(dim) */
+			for (int i = 0; i < B * D; i++)
+				m->x[i] *= p->embd_scale;
 	}
 
 	rope_table(m, pos, B);
@@ -890,6 +904,9 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 				m->xb2[(size_t)b * D + i] += L->bo[i];
 		if (rc)
 			return rc;
+		for (int b = 0; L->post_attn && b < B; b++) /* gemma3: norm the whole sum */
+			rmsnorm(m->xb2 + (size_t)b * D, m->xb2 + (size_t)b * D, L->post_attn, D,
+				p->rms_eps);
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 
@@ -906,13 +923,20 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 			const wmat_t *gu[2] = {&L->w_gate, &L->w_up};
 			float *gu_out[2] = {m->hb, m->hb2};
 			matmul_same_input(m, 2, gu, gu_out, m->xb, B);
-			for (int i = 0; i < B * F; i++) {
-				float g = m->hb[i];
-				m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+			if (p->ffn_gelu) {
+				gelu_gate(m->hb, m->hb2, B * F);
+			} else {
+				for (int i = 0; i < B * F; i++) {
+					float g = m->hb[i];
+					m->hb[i] = g / (1.0f + expf(-g)) * m->hb2[i];
+				}
 			}
 			if ((rc = matmul_reduce(m, &L->w_down, m->xb2, m->hb, B)))
 				return rc;
 		}
+		for (int b = 0; L->post_ffn && b < B; b++) /* gemma3: norm the whole sum */
+			rmsnorm(m->xb2 + (size_t)b * D, m->xb2 + (size_t)b * D, L->post_ffn, D,
+				p->rms_eps);
 		for (int i = 0; i < B * D; i++)
 			m->x[i] += m->xb2[i];
 	}

@@ -118,6 +118,10 @@ size_t model_kv_bytes_per_pos(const model_meta_t *meta, const model_shard_t *sha
  * hold). */
 uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
 			int n_ctx);
+/* Bytes of KV cache a token at position pos reads (the layers that keep every position: pos + 1
+ * positions; sliding-window layers: at most their window): decode's cache traffic. */
+uint64_t model_kv_read_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			     int pos);
 /* Positions a sliding-window layer keeps per slot and KV head at a context of n_ctx (its window
  * plus one internal batch, in whole attention tiles), or 0 when it keeps every position (no SWA
  * layer, or a context not longer than that). */
@@ -178,6 +182,12 @@ int model_seq_resume_pos(const model_t *m, int slot, int limit);
 int model_set_rollback(model_t *m, int depth, char *err, size_t errlen);
 /* Bytes of recurrent state per slot on this rank (every buffer; 0 without such layers). */
 uint64_t model_rs_bytes_per_slot(const model_t *m);
+/* Key heads of a recurrent (DeltaNet) layer a rank holds: [k0, k1), its share of the query
+ * heads scaled to the key heads, boundaries on multiples of unit (model_dn_head_unit: a run of
+ * heads whose ssm_out columns are whole quant blocks). Its state is meta_dn_state_bytes(k1 - k0)
+ * per buffer, and its DeltaNet matrices those heads' rows. Pure. */
+void model_dn_heads(const model_meta_t *meta, const model_shard_t *sh, int unit, int *k0, int *k1);
+int model_dn_head_unit(const model_meta_t *meta, const gguf_t *g);
 
 int model_n_ctx(const model_t *m);
 int model_n_slots(const model_t *m);

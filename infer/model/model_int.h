@@ -65,23 +65,24 @@ typedef struct kv_layer {
 } kv_layer_t;
 
 typedef struct layer {
-	float *attn_norm;           /* [dim] */
-	wmat_t wq;                  /* [n_heads*head_dim x dim] */
-	wmat_t wk, wv;              /* [n_kv_heads*head_dim x dim] */
-	wmat_t wo;                  /* [dim x n_heads*head_dim] */
-	float *bq, *bk, *bv;        /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
-	float *q_norm, *k_norm;     /* qwen3: [head_dim] */
-	float *sinks;               /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
-	float *bo;                  /* gpt-oss: [dim] attn_output.bias (added after the sum) */
-	float *ffn_norm;            /* [dim] */
-	wmat_t w_gate, w_up;        /* [ffn x dim] */
-	wmat_t w_down;              /* [dim x ffn] */
-	uint8_t *wo_own, *down_own; /* private copies of partial column slices (NULL: mapped) */
-	moe_layer_t *moe;           /* experts instead of w_gate/w_up/w_down (NULL: dense) */
-	struct mla_layer *mla;      /* deepseek2: latent attention's weights (mla.c), else NULL */
-	struct dn_layer *dn;        /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
-	int q_gated;                /* qwen35: wq rows are [query | gate] per head (2 x qd) */
-	int kv_lc;                  /* this layer's index in the KV cache (attention layers) */
+	float *attn_norm;            /* [dim] */
+	wmat_t wq;                   /* [n_heads*head_dim x dim] */
+	wmat_t wk, wv;               /* [n_kv_heads*head_dim x dim] */
+	wmat_t wo;                   /* [dim x n_heads*head_dim] */
+	float *bq, *bk, *bv;         /* qwen2: [q_dim], [kv_dim], [kv_dim] (this shard's rows) */
+	float *q_norm, *k_norm;      /* qwen3: [head_dim] */
+	float *sinks;                /* gpt-oss: [n_q_heads] the shard's heads' sink logits */
+	float *bo;                   /* gpt-oss: [dim] attn_output.bias (added after the sum) */
+	float *ffn_norm;             /* [dim] (glm4moe, gpt-oss: the file's post_attention_norm) */
+	float *post_attn, *post_ffn; /* gemma3: [dim] norms of the attention and FFN outputs */
+	wmat_t w_gate, w_up;         /* [ffn x dim] */
+	wmat_t w_down;               /* [dim x ffn] */
+	uint8_t *wo_own, *down_own;  /* private copies of partial column slices (NULL: mapped) */
+	moe_layer_t *moe;            /* experts instead of w_gate/w_up/w_down (NULL: dense) */
+	struct mla_layer *mla;       /* deepseek2: latent attention's weights (mla.c), else NULL */
+	struct dn_layer *dn;         /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
+	int q_gated;                 /* qwen35: wq rows are [query | gate] per head (2 x qd) */
+	int kv_lc;                   /* this layer's index in the KV cache (attention layers) */
 } layer_t;
 
 struct model {
@@ -312,6 +313,12 @@ int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n);
 int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const char *name, char *err,
 	     size_t errlen);
 int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compact);
+
+/* ---- gemma3.c: Gemma 3's pieces of the forward pass ---------------------------------------- */
+
+/* h[i] = gelu(h[i]) * up[i] for i < n, GELU in its tanh form as ggml's CPU backend computes it
+ * (through an F16 table). */
+void gelu_gate(float *h, const float *up, int n);
 
 /* ---- model.c: small kernels ------------------------------------------------------------- */
 

@@ -42,22 +42,35 @@ static int swa_layers(const model_meta_t *meta, int l0, int l1)
 	return n;
 }
 
-uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
-			int n_ctx)
+/* Bytes of the full layers' cache for n_full positions plus the sliding-window layers' for n_swa
+ * (per slot, shard NULL = the whole model). */
+static uint64_t kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			 int n_full, int n_swa)
 {
 	model_shard_t full;
 	if (!shard) {
 		model_shard_full(meta, &full);
 		shard = &full;
 	}
-	/* the layers that keep every position, then the sliding-window ones */
-	uint64_t b = (uint64_t)model_kv_bytes_per_pos(meta, shard, kv_type) * (uint64_t)n_ctx;
+	uint64_t b = (uint64_t)model_kv_bytes_per_pos(meta, shard, kv_type) * (uint64_t)n_full;
 	if (meta->swa_window <= 0 || meta->is_mla || model_kv_type_check(meta, kv_type, NULL, 0))
 		return b;
-	int ring = model_swa_ring(meta, n_ctx), l1 = shard->layer1 ? shard->layer1 : meta->n_layers;
+	int l1 = shard->layer1 ? shard->layer1 : meta->n_layers;
 	uint64_t row = 2 * quant_row_bytes(kv_type, (int64_t)shard->n_kv_heads * meta->head_dim);
-	return b + (uint64_t)swa_layers(meta, shard->layer0, l1) * row *
-		       (uint64_t)(ring ? ring : n_ctx);
+	return b + (uint64_t)swa_layers(meta, shard->layer0, l1) * row * (uint64_t)n_swa;
+}
+
+uint64_t model_kv_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			int n_ctx)
+{
+	int ring = model_swa_ring(meta, n_ctx);
+	return kv_bytes(meta, shard, kv_type, n_ctx, ring ? ring : n_ctx);
+}
+
+uint64_t model_kv_read_bytes(const model_meta_t *meta, const model_shard_t *shard, int kv_type,
+			     int pos)
+{
+	return kv_bytes(meta, shard, kv_type, pos + 1, MIN(pos + 1, meta->swa_window));
 }
 
 int swa_layout(model_t *m, size_t *rows)

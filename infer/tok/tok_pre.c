@@ -67,7 +67,7 @@ struct pre_def {
 static const struct pre_def defs[] = {
     {"default", 0, {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+", "[0-9][0-9][0-9]"}},
     {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", 1, {LLAMA3_RE}},
-    {"dbrx smaug-bpe chatglm-bpe", 0, {LLAMA3_RE}},
+    {"dbrx smaug-bpe chatglm-bpe glm4", 0, {LLAMA3_RE}}, /* glm4: llama.cpp's CHATGLM4 */
     {"deepseek-llm",
      0,
      {"[\r\n]", "\\s?" DEEPSEEK_LETTERS "+", "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", CJK_RE,
