@@ -19,6 +19,10 @@
 #define LINKS_FIRST_MS   500  /* after a join, before the first measurement */
 #define LINKS_STAGGER_MS 1000 /* ... and this much more per smaller member ID */
 #define LINKS_RETRY_MS   5000 /* after a failed measurement */
+/* After the first measurement, two more soon: a node that joins is often busy (loading a model,
+ * planning) and its first figures too slow; a later one 2x better replaces them at once. */
+#define LINKS_SOON_MS 4000
+#define LINKS_SOON    2
 
 typedef struct peer {
 	disc_id_t id;
@@ -26,6 +30,7 @@ typedef struct peer {
 	int have;        /* pub is published */
 	plan_meas_t pub; /* what this node says about the link */
 	int off;         /* measurements in a row far from pub */
+	int runs;        /* measurements done */
 } peer_t;
 
 struct links {
@@ -84,6 +89,7 @@ void links_member_up(links_t *l, const member_t *m, int64_t now_ms)
 		l->peers[i].id = m->id;
 	}
 	l->peers[i].due_ms = now_ms + LINKS_FIRST_MS;
+	l->peers[i].runs = 0;
 }
 
 void links_member_down(links_t *l, const disc_id_t *id)
@@ -121,14 +127,17 @@ static int probe_done(links_t *l, peer_t *p, int64_t now_ms)
 			 .rtt_p90_us = (uint32_t)MAX(1, lround(st.rtt_us_p90)),
 			 .mbps = (uint32_t)MAX(1, MIN(lround(st.tput_mbit), 100000000))};
 	snprintf(m.node_id, sizeof m.node_id, "%s", h);
-	p->due_ms = now_ms + LINKS_PERIOD_MS;
+	p->due_ms = now_ms + (++p->runs <= LINKS_SOON ? LINKS_SOON_MS : LINKS_PERIOD_MS);
+	/* a round trip far shorter than the published one: that one met a busy node (a link
+	 * does not get faster by itself); believed at once */
+	int better = p->have && (uint64_t)m.rtt_us * LINKS_FACTOR <= p->pub.rtt_us;
 	LOG(LOG_DEBUG, "links: %.8s: round trip %u us (p90 %u), %u Mbit/s", h, m.rtt_us,
 	    m.rtt_p90_us, m.mbps);
 	if (p->have && !far(&m, &p->pub)) {
 		p->off = 0;
 		return 0;
 	}
-	if (p->have && ++p->off < LINKS_SUSTAIN)
+	if (p->have && !better && ++p->off < LINKS_SUSTAIN)
 		return 0;
 	LOG(LOG_INFO, "links: %.8s: round trip %u us (p90 %u), %u Mbit/s%s", h, m.rtt_us,
 	    m.rtt_p90_us, m.mbps, p->have ? " (changed)" : "");

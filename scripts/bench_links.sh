@@ -64,7 +64,8 @@ print(a[0].split(".")[-1] if a else "-")'
 }
 
 # Waits until the planner has a plan made from measurements (every pair measured) that serves
-# and holds for 3 polls; sets LEADER (its host number) and PLAN ("strategy ranks predicted").
+# and holds for 11 polls (links are measured again 4 and 8 s after a join); sets LEADER (its
+# host number) and PLAN ("strategy ranks predicted").
 ready() {
 	last="" same=0 t=0
 	while [ $t -lt 240 ]; do
@@ -85,7 +86,7 @@ print(p.get("hash", "-"), len(ls), p.get("predicted_decode_tok_s", 0), p.get("st
 				same=0
 			fi
 			last=$1
-			if [ $same -ge 2 ]; then
+			if [ $same -ge 10 ]; then
 				LEADER=$L
 				PLAN="$4 $5 $3"
 				return 0

@@ -1,7 +1,7 @@
 #!/bin/sh
 # t_lab_links.sh: the agents' measured links and compute steer the plan (issue 26), in the
-# latency lab (tests/lab.sh; ../shared/docs/latency-lab.md). A generated model of one wide
-# layer (most of a token's time in its FFN, 2 syncs per token) on 2 agents of 1 thread each:
+# latency lab (tests/lab.sh; ../shared/docs/latency-lab.md). A generated model of two wide
+# layers (most of a token's time in their FFN, 4 syncs per token) on 2 agents of 1 thread each:
 #  - at a small delay (40 us one way) the measured links make tensor parallel the plan;
 #  - at a large one (4 ms one way) the agents, restarted, measure it and the plan is no longer
 #    tensor (pipeline or one node);
@@ -23,7 +23,7 @@ fi
 command -v python3 >/dev/null || { skip "no python3"; done_tests; exit $?; }
 T=$(mktemp -d /tmp/shoal-lablinks.XXXXXX)
 M=$T/wide.gguf
-"$SHOAL" mkmodel --arch llama --dim 2048 --layers 1 --heads 16 --kv-heads 4 --ffn 16384 \
+"$SHOAL" mkmodel --arch llama --dim 2048 --layers 2 --heads 16 --kv-heads 4 --ffn 16384 \
 	--vocab 4096 --type q4_0 --seed 3 -o "$M" >/dev/null 2>&1 || {
 	fail "mkmodel"
 	done_tests
@@ -71,7 +71,8 @@ $1"
 }
 
 # Waits (up to 120 s) until lat1's plan comes from measurements of all N*(N-1)/2 pairs and
-# holds for 3 polls; prints "STRATEGY RANKS".
+# holds for 11 polls (the links are measured again 4 and 8 s after a join); prints
+# "STRATEGY RANKS".
 settled() {
 	pairs=$(($1 * ($1 - 1) / 2)) last="" same=0 t=0
 	while [ $t -lt 120 ]; do
@@ -87,7 +88,7 @@ print(p.get("hash", "-"), n, p.get("predicted_decode_tok_s", 0), p.get("strategy
 			same=0
 		fi
 		last=$1
-		if [ $same -ge 2 ]; then
+		if [ $same -ge 10 ]; then
 			echo "$4 $5"
 			return 0
 		fi
