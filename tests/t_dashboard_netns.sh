@@ -5,8 +5,8 @@
 # dashboard: charts with points for the last minute, 3 nodes and 3 links with RTT labels, the
 # request table, and a follower killed with SIGKILL in the event log and on the charts.
 # The links' RTTs are the agents' own measurements (agent/links.h, /v1/cluster's rtt_ms). The
-# agents keep their compute to themselves (SHOAL_COMPUTE=off) so the plan is by kind: all 3
-# nodes are ranks, as the topology checks want. Screenshots are kept in
+# agents keep their compute to themselves (lib.sh's SHOAL_COMPUTE=off) so the plan is by kind:
+# all 3 nodes are ranks, as the topology checks want. Screenshots are kept in
 # $BUILD/test-logs/dashboard-cluster*.png.
 . tests/lib.sh
 
@@ -45,7 +45,7 @@ serving3() {
 		[ "$(jq '.ranks | length' "$(ns_state "$_lh")/plan.json" 2>/dev/null)" = 3 ]
 }
 for h in 1 2 3; do
-	ns_start $h agent env SHOAL_TOKEN="$TOKEN" SHOAL_COMPUTE=off "$SHOAL" agent --state-dir "$(ns_state $h)" \
+	ns_start $h agent env SHOAL_TOKEN="$TOKEN" "$SHOAL" agent --state-dir "$(ns_state $h)" \
 		--settle 0.5 --threads 1 --model "$STORIES"
 done
 if ! ns_wait 60 serving3; then

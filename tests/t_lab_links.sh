@@ -13,6 +13,7 @@
 # root; skips otherwise.
 . tests/lib.sh
 . tests/lab.sh
+export SHOAL_COMPUTE=on # the cost model is what this test tests (lib.sh turns it off)
 SHOAL=${SHOAL:-$BUILD/shoal}
 case "$SHOAL" in /*) ;; *) SHOAL=$PWD/$SHOAL ;; esac
 if ! lab_ok; then
