@@ -388,6 +388,18 @@ static int on_probe(void *ud, member_t *m, uint16_t type, const uint8_t *p, size
 	return links_take(a->links, m, type, p, len);
 }
 
+/* Does the planner plan from measurements (some node says its compute)? Without, it goes by
+ * the links' kinds (docs/view.md section 4) and new link figures change nothing. */
+static int cost_model_plans(agent_t *a)
+{
+	if (a->compute.bw_mbs)
+		return 1;
+	for (int i = 0; i < members_count(a->members); i++)
+		if (members_at(a->members, i)->desc.compute.bw_mbs)
+			return 1;
+	return 0;
+}
+
 /* Did a description's measurements change (what the planner reads of them)? */
 static int meas_differ(const node_desc_t *x, const node_desc_t *y)
 {
@@ -434,7 +446,8 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 		ev.model = m->desc.model_hash;
 		ev.model_size = m->desc.model_size;
 		feed(a, &ev);
-		if (was.have && meas_differ(&was, &m->desc)) { /* links.h: published on a change */
+		/* links.h: published on a change */
+		if (was.have && meas_differ(&was, &m->desc) && cost_model_plans(a)) {
 			core_event_t rm = {.type = CORE_EV_REMEASURED, .id = m->id};
 			feed(a, &rm);
 		}
@@ -594,7 +607,8 @@ static void remeasured(agent_t *a)
 	for (int i = 0; i < members_count(a->members); i++)
 		send_node(a, members_at(a->members, i));
 	core_event_t ev = {.type = CORE_EV_REMEASURED};
-	feed(a, &ev);
+	if (cost_model_plans(a))
+		feed(a, &ev);
 }
 
 static void tick(agent_t *a, int64_t now)
