@@ -62,6 +62,12 @@ typedef struct agent_config {
 	int parallel;         /* KV slots, sequences run together (0 = the engine's default) */
 	const char *kv_type;  /* KV cache elements ("f16", "f32", "q8_0"; NULL = f16) */
 	int dashboard_show_text; /* the dashboard's request table shows prompts and replies */
+	/* Speculative decoding on rank 0's engine (docs/speculative.md): the mode ("auto", "off",
+	 * "ngram", "model"; NULL = auto), a draft GGUF on this node (used when it is rank 0), the
+	 * longest draft (0 = the engine's default). */
+	const char *spec;
+	const char *draft_model;
+	int draft_max;
 	int strategy; /* --strategy: plan_strategy_t (0 auto; the planner's value holds) */
 } agent_config_t;
 

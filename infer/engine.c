@@ -11,6 +11,11 @@
  * the stop string is never emitted) or cannot any more. Each sampled token gets exactly one
  * callback; the last one carries whatever text was still held.
  *
+ * Speculative decoding (infer/spec.h, docs/speculative.md): a decoding sequence's token may be
+ * followed in its pass by a draft of k tokens; its k + 1 rows are sampled in order while the
+ * drafted tokens are accepted, and n_cache then counts only the accepted positions (the rest are
+ * written over by the next pass; recurrent layers keep rollback = draft_max states).
+ *
  * A pipeline (several stages, tp.h) keeps up to one micro-batch per stage in flight round the
  * ring of stages (ring_step): the active sequences are split into that many passes, each
  * submitted while the others are still in the later stages, and each pass's sequences sampled
@@ -24,6 +29,7 @@
  */
 #include "common/common.h"
 #include "infer/chat.h"
+#include "infer/embed.h"
 #include "infer/gguf.h"
 #include "infer/infer.h"
 #include "infer/model/meta.h"
@@ -31,6 +37,7 @@
 #include "infer/pool.h"
 #include "infer/quant/quant.h"
 #include "infer/sample.h"
+#include "infer/spec.h"
 #include "infer/tok/tokenizer.h"
 #include "infer/tp.h"
 
@@ -74,15 +81,23 @@ typedef struct slot {
 	held_t held;
 	int next;       /* SLOT_DECODE: sampled token to feed at n_cache */
 	int64_t t0, t1; /* admission, end of prefill (0 = not yet) */
+	float *emb;     /* an embedding sequence: its pooled output [dim] (borrowed), else NULL */
+	/* speculative decoding: the draft of the pass it is in, fed at n_cache + 1 .. n_cache + k
+	 */
+	int k;
+	int draft[SPEC_MAX_DRAFT];
+	const float *q; /* [k][n_vocab] its distributions, or NULL (deterministic) */
 } slot_t;
 
 /* The batch of one forward pass: a step's, or one of the micro-batches in flight round a
- * pipeline's stages. Arrays of n_slots + ENG_PREFILL_MAX entries. */
+ * pipeline's stages. Arrays of n_slots * (1 + draft_max) + ENG_PREFILL_MAX entries: first the
+ * decoding sequences' groups (their token and its draft), then prompt chunks. */
 typedef struct pass {
-	int n;
+	int n, n_dec;                /* entries, of which the decoding groups' */
 	int *tok, *slot, *pos, *out; /* token i goes to slot[i] at pos[i]; out: wants logits */
 	int *keep;                   /* checkpoint the recurrent state after it */
 	uint32_t *gen;               /* the slot's sequence (slot_t.gen) when built */
+	int64_t t_sent;              /* when it was submitted (speculative decoding's step time) */
 } pass_t;
 
 struct eng {
@@ -101,13 +116,18 @@ struct eng {
 	slot_t *slots; /* [n_slots] */
 	int n_active;
 	uint64_t clock;
-	float *logits; /* [n_slots][n_vocab]: one row per sequence a step */
+	float *logits; /* [n_slots * (1 + draft_max)][n_vocab]: a row per decoded position */
 	pass_t *pass;  /* [ring_max]: passes in flight, ring_n of them from ring_head (oldest);
 			  one node, tensor or lock-step: pass[0] is the step's */
 	int ring_max, ring_head, ring_n;
 	int last_batch;       /* tokens in the last step */
 	eng_done_t *gen_done; /* [n_slots] for eng_generate */
+	float *hidden; /* [n_slots + ENG_PREFILL_MAX][dim]: a step's rows for embeddings (made at
+			  the first embedding) */
 	dist_t *dist;         /* NULL on one node; else this rank's part of the group (tp.h) */
+	spec_t *spec;         /* speculative decoding (rank 0), or NULL */
+	spec_seq_t *sq;       /* [n_slots]: the drafting sequences of the pass being built */
+	int draft_max;        /* 0 without speculative decoding */
 };
 
 static void seq_end(eng_t *e, slot_t *sl, int finish);
@@ -244,6 +264,38 @@ int eng_kv_elem_bytes(const char *kv_type)
 		     (size_t)quant_block_elems(t));
 }
 
+/* The embedding pooling, the weight count and the main weight type (eng_info_t). */
+static void model_info_extra(eng_t *e, eng_info_t *i)
+{
+	char key[96];
+	uint32_t pt = 0; /* any integer type of key (gguf.c's key_int) */
+	snprintf(key, sizeof key, "%s.pooling_type", e->meta.arch_name);
+	i->pooling = ENG_POOL_LAST;
+	if (!gguf_get_u32(e->g, key, &pt) && pt >= ENG_POOL_MEAN && pt <= ENG_POOL_RANK) {
+		i->pooling = (int)pt;
+		i->pooling_given = 1;
+	}
+	uint64_t best = 0, by_type[QT_NTYPES] = {0};
+	for (int k = 0; k < gguf_n_tensors(e->g); k++) {
+		const gguf_tensor_t *t = gguf_tensor(e->g, k);
+		uint64_t n = 1;
+		for (int d = 0; d < t->n_dims; d++)
+			n *= (uint64_t)t->ne[d];
+		i->n_params += n;
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < QT_NTYPES)
+			by_type[t->type] += t->nbytes;
+	}
+	for (int ty = 0; ty < QT_NTYPES; ty++)
+		if (by_type[ty] > best) {
+			best = by_type[ty];
+			i->weight_type = quant_type_ggml_name(ty);
+		}
+	if (!i->weight_type)
+		i->weight_type = "F32";
+	/* qwen3.5's prompt ends "<|im_start|>assistant\n<think>\n" (chat_qwen35.c) */
+	i->think_open = e->chat && !strcmp(e->chat, "qwen3.5");
+}
+
 int eng_kv_block_bytes(const char *kv_type, int *elems)
 {
 	int t = kv_type ? quant_type_parse(kv_type) : MODEL_KV_DEFAULT;
@@ -311,6 +363,28 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	model_shard_t shard;
 	model_shard_full(&e->meta, &shard);
 	int rollback = opts->rollback;
+	int spec = spec_mode_parse(opts->spec);
+	if (spec < 0) {
+		rc = sh_fail(err, errlen, SH_EINVAL,
+			     "unknown speculative decoding mode '%s' (auto, off, ngram, model)",
+			     opts->spec);
+		goto err;
+	}
+	if (opts->draft_max < 0 || opts->draft_max > SPEC_MAX_DRAFT) {
+		rc = sh_fail(err, errlen, SH_EINVAL, "draft length %d is not in 0..%d",
+			     opts->draft_max, SPEC_MAX_DRAFT);
+		goto err;
+	}
+	if (opts->dist && tp_group_rank(opts->dist->group) != 0)
+		spec = SPEC_OFF; /* only rank 0 samples */
+	/* recurrent layers keep a state per draft position and slot (tens of MiB each on large
+	 * models): prompt lookup only when asked for */
+	if (spec == SPEC_AUTO && e->meta.is_hybrid && !opts->draft_model)
+		spec = SPEC_OFF;
+	if (spec != SPEC_OFF) { /* recurrent layers keep the states a verify may go back to */
+		e->draft_max = opts->draft_max ? opts->draft_max : SPEC_DEFAULT_DRAFT;
+		rollback = MAX(rollback, e->draft_max);
+	}
 	if (opts->dist && (rc = dist_open(e, opts->dist, &shard, &ctx, &slots, &rollback,
 					  opts->parallel > 0, err, errlen)))
 		goto err;
@@ -332,9 +406,20 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	if (e->dist)
 		dist_attach(e->dist, e->model);
 	e->n_slots = slots;
-	size_t nb = (size_t)slots + ENG_PREFILL_MAX;
+	if (spec != SPEC_OFF) {
+		spec_opts_t so = {spec,   opts->draft_model, e->draft_max,
+				  e->tok, e->meta.n_vocab,   slots,
+				  ctx,    kv_type,           e->pool};
+		if ((rc = spec_new(&e->spec, &so, err, errlen)))
+			goto err;
+		if (!(e->sq = calloc((size_t)slots, sizeof *e->sq))) {
+			rc = sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+			goto err;
+		}
+	}
+	size_t rows = (size_t)slots * (size_t)(1 + e->draft_max), nb = rows + ENG_PREFILL_MAX;
 	e->slots = calloc((size_t)slots, sizeof *e->slots);
-	e->logits = malloc((size_t)slots * (size_t)e->meta.n_vocab * sizeof *e->logits);
+	e->logits = malloc(rows * (size_t)e->meta.n_vocab * sizeof *e->logits);
 	/* a pipeline's rank 0: a pass in flight per stage (or as many as asked) */
 	int stages = e->dist ? dist_n_stages(e->dist) : 1,
 	    fly = opts->dist ? opts->dist->inflight : 1;
@@ -394,6 +479,9 @@ int eng_open(eng_t **out, const eng_opts_t *opts, char *err, size_t errlen)
 	i->world = e->dist ? dist_world(e->dist) : 1;
 	i->n_slots = slots;
 	i->n_stages = stages;
+	model_info_extra(e, i);
+	i->spec = e->spec ? spec_mode_name(e->spec) : "off";
+	i->draft = e->spec ? spec_draft_name(e->spec) : NULL;
 	*out = e;
 	return 0;
 err:
@@ -567,10 +655,12 @@ void eng_free(eng_t *e)
 	/* passes still in flight come back first: the last stage is not left sending to a rank
 	 * that is gone */
 	for (; e->ring_n > 0 && e->dist && !dist_error(e->dist)[0]; e->ring_n--)
-		dist_collect(e->dist, NULL);
+		dist_collect(e->dist, NULL, NULL);
 	if (e->dist && e->model && dist_rank(e->dist) == 0)
 		dist_stop(e->dist);
 	dist_free(e->dist);
+	spec_free(e->spec);
+	free(e->sq);
 	model_free(e->model);
 	pool_free(e->pool);
 	for (int i = 0; e->slots && i < e->n_slots; i++) {
@@ -595,6 +685,7 @@ void eng_free(eng_t *e)
 	}
 	free(e->pass);
 	free(e->gen_done);
+	free(e->hidden);
 	free(e);
 }
 
@@ -680,8 +771,8 @@ static int held_add(held_t *h, const char *s, size_t n)
 	return 0;
 }
 
-/* Earliest occurrence of any stop string in h: its offset, or -1. */
-static long stop_find(const held_t *h, const eng_sampling_t *s)
+/* Earliest occurrence of any stop string in h: its offset, or -1; *which: its index. */
+static long stop_find(const held_t *h, const eng_sampling_t *s, int *which)
 {
 	long best = -1;
 	for (int i = 0; i < s->n_stop; i++) {
@@ -691,8 +782,10 @@ static long stop_find(const held_t *h, const eng_sampling_t *s)
 			continue;
 		for (size_t k = 0; k + n <= h->len; k++)
 			if (!memcmp(h->buf + k, st, n)) {
-				if (best < 0 || (long)k < best)
+				if (best < 0 || (long)k < best) {
 					best = (long)k;
+					*which = i;
+				}
 				break;
 			}
 	}
@@ -771,6 +864,7 @@ static void seq_end(eng_t *e, slot_t *sl, int finish)
 	free(sl->prompt);
 	sl->held = (held_t){0};
 	sl->prompt = NULL;
+	sl->emb = NULL;
 	sl->state = SLOT_FREE;
 	sl->used = ++e->clock;
 	e->n_active--;
@@ -848,6 +942,8 @@ int eng_seq_start(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_
 	sl->flying = 0;
 	sl->state = SLOT_PREFILL;
 	sampler_reset(sl->samp, &sl->sp, prompt, n_prompt);
+	if (e->spec)
+		spec_seq_start(e->spec, (int)(sl - e->slots));
 	e->n_active++;
 	res->finish = ENG_FINISH_NONE;
 	return (int)(sl - e->slots);
@@ -859,9 +955,88 @@ void eng_seq_cancel(eng_t *e, int id)
 		seq_end(e, &e->slots[id], ENG_FINISH_CANCELED);
 }
 
-/* Samples sl's next token from logits and hands its text out. Returns 1 when the sequence ended
- * (res->finish set), 0 when it goes on with sl->next. */
-static int seq_sample(eng_t *e, slot_t *sl, float *logits)
+/* ---- embeddings --------------------------------------------------------------------------- */
+
+int eng_embed_tokenize(const eng_t *e, const char *text, int **ids, int *n_ids, char *err,
+		       size_t errlen)
+{
+	int rc = eng_tokenize(e, text, 1, 1, ids, n_ids, err, errlen);
+	if (rc || !tok_add_eos(e->tok))
+		return rc;
+	int *p = realloc(*ids, (size_t)(*n_ids + 1) * sizeof **ids);
+	if (!p) {
+		free(*ids);
+		*ids = NULL;
+		*n_ids = 0;
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
+	}
+	p[(*n_ids)++] = tok_eos(e->tok);
+	*ids = p;
+	return 0;
+}
+
+int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *res)
+{
+	memset(res, 0, sizeof *res);
+	res->prompt_tokens = n;
+	res->finish = ENG_FINISH_ERROR;
+	if (e->dist && dist_rank(e->dist) != 0)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "only rank 0 of a group computes");
+	if (e->info.pooling == ENG_POOL_RANK)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "this model is a reranker (pooling rank): it gives no embeddings");
+	if (n <= 0 || n > e->info.n_ctx)
+		return sh_fail(res->error, sizeof res->error, SH_EINVAL,
+			       "an input of %d tokens does not fit the context of %d", n,
+			       e->info.n_ctx);
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= e->meta.n_vocab)
+			return sh_fail(res->error, sizeof res->error, SH_EINVAL, "bad token id %d",
+				       ids[i]);
+	size_t rows = (size_t)e->n_slots + ENG_PREFILL_MAX;
+	if (!e->hidden && !(e->hidden = malloc(rows * (size_t)e->meta.dim * sizeof *e->hidden)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	slot_t *sl = NULL; /* the least recently used free slot: recent chats keep theirs */
+	for (int i = 0; i < e->n_slots; i++) {
+		slot_t *c = &e->slots[i];
+		if (c->state == SLOT_FREE && (!sl || c->used < sl->used))
+			sl = c;
+	}
+	if (!sl) {
+		res->finish = ENG_FINISH_NONE;
+		return SH_EBUSY;
+	}
+	if (!(sl->prompt = malloc((size_t)n * sizeof *ids)))
+		return sh_fail(res->error, sizeof res->error, SH_ENOMEM, "out of memory");
+	memcpy(sl->prompt, ids, (size_t)n * sizeof *ids);
+	sl->n_prompt = n;
+	sl->n_cache = 0; /* from position 0 always: the pool reads every token it wants */
+	sl->cb = NULL;
+	sl->ud = NULL;
+	sl->res = res;
+	sl->held = (held_t){0};
+	sl->ts = (tok_stream_t){0};
+	sl->emb = out;
+	memset(out, 0, (size_t)e->meta.dim * sizeof *out);
+	sl->t0 = now_ns();
+	sl->t1 = 0;
+	sl->used = ++e->clock;
+	sl->gen++;
+	sl->flying = 0;
+	sl->state = SLOT_PREFILL;
+	e->n_active++;
+	res->finish = ENG_FINISH_NONE;
+	return (int)(sl - e->slots);
+}
+
+/* Samples sl's token at position n_cache from logits (the one after position n_cache - 1),
+ * where a draft proposed `draft` from the distribution q (draft -1: none; q NULL: a
+ * deterministic draft), and hands its text out. *tok gets the token, *accepted whether it is
+ * the draft. Returns 1 when the sequence ended (res->finish set), 0 when it goes on with
+ * sl->next. */
+static int seq_sample(eng_t *e, slot_t *sl, float *logits, int draft, const float *q, int *tok,
+		      int *accepted)
 {
 	eng_result_t *res = sl->res;
 	const eng_sampling_t *s = &sl->sp;
@@ -874,7 +1049,8 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	if (s->max_tokens > 0)
 		left = MIN(left, s->max_tokens - res->completion_tokens);
 	sampler_mask(sl->samp, logits, left);
-	int t = sampler_sample(sl->samp, logits, &lp, top, n_top);
+	int t = sampler_sample_spec(sl->samp, logits, draft, q, &lp, top, n_top, accepted);
+	*tok = t;
 	if (tok_is_eog(e->tok, t)) {
 		/* text still held back (a partial stop string, an unfinished character) is output
 		 * after all: one last callback, carrying the end-of-generation id */
@@ -896,12 +1072,14 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	}
 	int last = (s->max_tokens > 0 && res->completion_tokens >= s->max_tokens) ||
 		   sl->n_cache + 1 >= e->info.n_ctx;
-	long at = stop_find(&sl->held, s);
+	int which = 0;
+	long at = stop_find(&sl->held, s, &which);
 	size_t emit;
 	int finish = ENG_FINISH_NONE;
 	if (at >= 0) {
 		emit = (size_t)at;
 		finish = ENG_FINISH_STOP;
+		res->stop_hit = which + 1;
 	} else if (last) {
 		const char *rest = tok_stream_flush(&sl->ts, &plen);
 		if (held_add(&sl->held, rest, plen)) {
@@ -926,27 +1104,69 @@ static int seq_sample(eng_t *e, slot_t *sl, float *logits)
 	return 0;
 }
 
-/* Builds pass p: one token of every decoding sequence that is not in flight, then prompt chunks
- * of prefilling ones, oldest admission first, within the prompt budget; at most max_seq
- * sequences. Returns the tokens in it. */
+/* Speculative decoding: drafts for the n decoding sequences ids[] of the pass being built (spec.h
+ * sizes them, 0 where a draft does not pay), copied into each slot (k, draft, q). n_other: the
+ * pass's prompt tokens. */
+static void pass_drafts(eng_t *e, const int *ids, int n, int n_other)
+{
+	for (int j = 0; j < n; j++) {
+		slot_t *sl = &e->slots[ids[j]];
+		/* the context: the cached tokens and the one this pass feeds */
+		sl->cache[sl->n_cache] = sl->next;
+		int room = e->info.n_ctx - 2 - sl->n_cache; /* positions the output may still use */
+		int left = room + 1;
+		if (sl->sp.max_tokens > 0) {
+			left = MIN(left, sl->sp.max_tokens - sl->res->completion_tokens);
+			room = MIN(room, left - 1); /* a pass makes at most k + 1 tokens */
+		}
+		e->sq[j] = (spec_seq_t){.slot = ids[j],
+					.ctx = sl->cache,
+					.n = sl->n_cache + 1,
+					.max_k = room,
+					.budget = left,
+					.samp = sl->samp};
+	}
+	spec_draft(e->spec, e->sq, n, n_other);
+	for (int j = 0; j < n; j++) {
+		slot_t *sl = &e->slots[e->sq[j].slot];
+		sl->k = e->sq[j].k;
+		memcpy(sl->draft, e->sq[j].draft, (size_t)sl->k * sizeof *sl->draft);
+		sl->q = e->sq[j].q;
+	}
+}
+
+/* Builds pass p: one token of every decoding sequence that is not in flight, each followed by
+ * its draft, then prompt chunks of prefilling ones, oldest admission first, within the prompt
+ * budget; at most max_seq sequences. Returns the tokens in it. */
 static int pass_build(eng_t *e, pass_t *p, int max_seq)
 {
-	int n = 0, seqs = 0, decoding = 0;
-	for (int i = 0; i < e->n_slots; i++)
+	int n = 0, seqs = 0, decoding = 0, ids[ENG_MAX_PARALLEL], n_ids = 0, n_prefill = 0;
+	for (int i = 0; i < e->n_slots; i++) {
 		decoding |= e->slots[i].state == SLOT_DECODE;
-	/* one token of every decoding sequence, at the end of its slot */
-	for (int i = 0; i < e->n_slots && seqs < max_seq; i++) {
-		slot_t *sl = &e->slots[i];
-		if (sl->state != SLOT_DECODE || sl->flying)
-			continue;
-		p->tok[n] = sl->next, p->slot[n] = i, p->pos[n] = sl->n_cache, p->out[n] = 1,
-		p->keep[n] = 0, p->gen[n] = sl->gen;
-		sl->flying = 1;
-		n++, seqs++;
+		if (e->slots[i].state == SLOT_PREFILL && !e->slots[i].flying)
+			n_prefill += e->slots[i].n_prompt - e->slots[i].n_cache;
 	}
+	int budget = decoding ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
+	for (int i = 0; i < e->n_slots && n_ids < max_seq; i++)
+		if (e->slots[i].state == SLOT_DECODE && !e->slots[i].flying) {
+			e->slots[i].k = 0;
+			ids[n_ids++] = i;
+		}
+	if (e->spec && n_ids)
+		pass_drafts(e, ids, n_ids, MIN(budget, n_prefill));
+	/* one token of every decoding sequence at the end of its slot, and its draft after it */
+	for (int j = 0; j < n_ids; j++, seqs++) {
+		slot_t *sl = &e->slots[ids[j]];
+		for (int d = 0; d <= sl->k; d++, n++) {
+			p->tok[n] = d ? sl->draft[d - 1] : sl->next;
+			p->slot[n] = ids[j], p->pos[n] = sl->n_cache + d, p->out[n] = 1;
+			p->keep[n] = 0, p->gen[n] = sl->gen;
+		}
+		sl->flying = 1;
+	}
+	p->n_dec = n;
 	/* then prompt chunks within the step's budget: while others decode, a short one so
 	 * their next token is not held up long */
-	int budget = decoding ? ENG_PREFILL_CHUNK : ENG_PREFILL_MAX;
 	while (budget > 0 && seqs < max_seq) {
 		slot_t *sl = NULL;
 		for (int i = 0; i < e->n_slots; i++) {
@@ -958,16 +1178,24 @@ static int pass_build(eng_t *e, pass_t *p, int max_seq)
 			break;
 		int k = MIN(budget, sl->n_prompt - sl->n_cache), id = (int)(sl - e->slots);
 		for (int j = 0; j < k; j++, n++) {
-			p->tok[n] = sl->prompt[sl->n_cache + j];
+			int at = sl->n_cache + j;
+			p->tok[n] = sl->prompt[at];
 			p->slot[n] = id;
-			p->pos[n] = sl->n_cache + j;
-			p->out[n] = sl->n_cache + j == sl->n_prompt - 1;
+			p->pos[n] = at;
 			p->gen[n] = sl->gen;
+			if (sl->emb) { /* an embedding: the hidden states its pool reads */
+				p->out[n] = embed_pool_wants(e->info.pooling, at, sl->n_prompt)
+						? MODEL_OUT_EMBD
+						: 0;
+				p->keep[n] = 0;
+				continue;
+			}
+			p->out[n] = at == sl->n_prompt - 1 ? MODEL_OUT_LOGITS : 0;
 			/* checkpoints of the recurrent state a few tokens before the prompt's end:
 			 * the next turn of a chat shares the prompt up to about there (a template
 			 * may render the previous reply's opening differently), and the same prompt
 			 * again resumes one token before its end */
-			int after = sl->n_cache + j + 1;
+			int after = at + 1;
 			p->keep[n] =
 			    after == sl->n_prompt - ENG_KEEP_BACK || after == sl->n_prompt - 1;
 		}
@@ -997,15 +1225,72 @@ static int step_fail(eng_t *e, int rc, eng_done_t *done, int *n_done)
 	return rc;
 }
 
-/* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
- * (rows of e->logits in batch order) samples its next token. Entries of a sequence that ended
- * while the pass was in flight are dropped (the slot may hold another one by now). */
-static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
+/* Samples a decoding sequence's rows after its pass: the token after `next`, then while the
+ * drafted tokens are accepted the one after each (the speculative-sampling rule, sample.h); the
+ * first token not drafted ends it (the model's correction, or after a whole accepted draft its
+ * bonus token). Positions of rejected drafts are left behind: n_cache counts only accepted
+ * ones, and the next pass writes over the rest. *produced gets the tokens sampled. Returns 1
+ * when the sequence ended. */
+static int seq_verify(eng_t *e, slot_t *sl, const float *rows, int *produced)
 {
-	int row = 0;
-	for (int j = 0; j < p->n; j++) {
+	int base = sl->n_cache, k = sl->k, accepted = 0, first = -1, ended = 0, i;
+	size_t nv = (size_t)e->meta.n_vocab;
+	sl->cache[base] = sl->next;
+	for (i = 0; i <= k; i++) {
+		int t, ok = 0, d = i < k ? sl->draft[i] : -1;
+		sl->n_cache = base + 1 + i; /* next and the drafts accepted so far */
+		ended = seq_sample(e, sl, (float *)rows + (size_t)i * nv, d,
+				   sl->q && i < k ? sl->q + (size_t)i * nv : NULL, &t, &ok);
+		if (!i)
+			first = t;
+		if (ended || !ok || i == k)
+			break;
+		sl->cache[base + 1 + i] = t; /* accepted: its keys/values are in the cache */
+		accepted++;
+	}
+	*produced = MIN(i, k) + 1;
+	if (e->spec)
+		spec_verified(e->spec, (int)(sl - e->slots), k, accepted, *produced, first);
+	return ended;
+}
+
+/* Pass p is through: its tokens join their slots' caches, and every sequence that got logits
+ * (rows of e->logits in batch order) samples its next tokens. Entries of a sequence that ended
+ * while the pass was in flight are dropped (the slot may hold another one by now). Returns the
+ * tokens produced. */
+static int pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done)
+{
+	int row = 0, hrow = 0, produced = 0, D = e->meta.dim;
+	size_t nv = (size_t)e->meta.n_vocab;
+	/* the decoding sequences' groups: their token and its draft, a row each */
+	for (int j = 0; j < p->n_dec;) {
 		slot_t *sl = &e->slots[p->slot[j]];
-		float *lg = p->out[j] ? e->logits + (size_t)row++ * e->meta.n_vocab : NULL;
+		int g = 1;
+		while (j + g < p->n_dec && p->slot[j + g] == p->slot[j])
+			g++;
+		const float *rows = e->logits + (size_t)row * nv;
+		row += g;
+		int live = sl->gen == p->gen[j];
+		j += g;
+		if (!live)
+			continue;
+		sl->flying = 0;
+		if (sl->state != SLOT_DECODE)
+			continue;
+		int made = 0;
+		if (seq_verify(e, sl, rows, &made)) {
+			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
+			seq_end(e, sl, sl->res->finish);
+			done[(*n_done)++] = (eng_done_t){(int)(sl - e->slots), err};
+		}
+		produced += made;
+	}
+	/* then the prompt chunks; a prompt's last token is sampled, an embedding pools the hidden
+	 * states it asked for (rows of e->hidden in batch order) and ends after its last token */
+	for (int j = p->n_dec; j < p->n; j++) {
+		slot_t *sl = &e->slots[p->slot[j]];
+		float *lg = p->out[j] == MODEL_OUT_LOGITS ? e->logits + (size_t)row++ * nv : NULL;
+		float *h = p->out[j] == MODEL_OUT_EMBD ? e->hidden + (size_t)hrow++ * D : NULL;
 		if (sl->gen != p->gen[j])
 			continue;
 		sl->flying = 0;
@@ -1013,31 +1298,57 @@ static void pass_finish(eng_t *e, const pass_t *p, eng_done_t *done, int *n_done
 			continue;
 		sl->cache[p->pos[j]] = p->tok[j];
 		sl->n_cache = p->pos[j] + 1;
+		if (sl->emb) {
+			if (h)
+				embed_pool_add(sl->emb, h, D, e->info.pooling, p->pos[j],
+					       sl->n_prompt);
+			if (sl->n_cache == sl->n_prompt) { /* the input is done: its embedding */
+				embed_pool_finish(sl->emb, D, e->info.pooling, sl->n_prompt);
+				sl->t1 = now_ns();
+				sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+				seq_end(e, sl, ENG_FINISH_STOP);
+				done[(*n_done)++] = (eng_done_t){p->slot[j], 0};
+			}
+			continue;
+		}
 		if (!lg)
 			continue;
-		if (sl->state == SLOT_PREFILL) {
-			sl->t1 = now_ns();
-			sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
-			sl->state = SLOT_DECODE;
-		}
-		if (seq_sample(e, sl, lg)) {
+		sl->t1 = now_ns();
+		sl->res->prompt_ms = (double)(sl->t1 - sl->t0) / 1e6;
+		sl->state = SLOT_DECODE;
+		int t, ok;
+		if (seq_sample(e, sl, lg, -1, NULL, &t, &ok)) {
 			int err = sl->res->finish == ENG_FINISH_ERROR ? SH_ENOMEM : 0;
 			seq_end(e, sl, sl->res->finish);
 			done[(*n_done)++] = (eng_done_t){p->slot[j], err};
 		}
+		produced++;
+	}
+	return produced;
+}
+
+/* Pass p came back after pass_ms: samples it, and gives speculative decoding the pass's time
+ * and what sampling its rows cost per token. */
+static void pass_done(eng_t *e, const pass_t *p, double pass_ms, eng_done_t *done, int *n_done)
+{
+	int64_t t0 = now_ns();
+	int produced = pass_finish(e, p, done, n_done);
+	if (e->spec) {
+		spec_step_timed(e->spec, p->n, pass_ms);
+		spec_step_done(e->spec, (double)(now_ns() - t0) / 1e6, produced);
 	}
 }
 
-static model_batch_t pass_batch(const pass_t *p)
+static model_batch_t pass_batch(const eng_t *e, const pass_t *p)
 {
-	return (model_batch_t){p->n, p->tok, p->slot, p->pos, p->out, p->keep};
+	return (model_batch_t){p->n, p->tok, p->slot, p->pos, p->out, p->keep, e->hidden};
 }
 
 /* A pipeline's rank 0 with micro-batches in flight: while the ring has room and sequences are
  * ready, submit passes that share the ready sequences evenly among the room left (so that every
  * stage has a pass to work on), then take the oldest pass back and sample its sequences. A
  * sequence whose pass is in flight waits for it, so each still gets one token per pass of its
- * own. */
+ * own (and its draft's, speculative decoding). */
 static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 {
 	int rc;
@@ -1048,8 +1359,9 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 		pass_t *p = &e->pass[(e->ring_head + e->ring_n) % e->ring_max];
 		if (!ready || !pass_build(e, p, (ready + room - 1) / room))
 			break;
-		model_batch_t b = pass_batch(p);
+		model_batch_t b = pass_batch(e, p);
 		e->last_batch = p->n;
+		p->t_sent = now_ns();
 		if ((rc = dist_submit(e->dist, &b)))
 			return step_fail(e, rc, done, n_done);
 		e->ring_n++;
@@ -1057,11 +1369,12 @@ static int ring_step(eng_t *e, eng_done_t *done, int *n_done)
 	if (!e->ring_n)
 		return 0;
 	const pass_t *p = &e->pass[e->ring_head];
-	if ((rc = dist_collect(e->dist, e->logits)))
+	model_batch_t b = pass_batch(e, p);
+	if ((rc = dist_collect(e->dist, &b, e->logits)))
 		return step_fail(e, rc, done, n_done);
 	e->ring_head = (e->ring_head + 1) % e->ring_max;
 	e->ring_n--;
-	pass_finish(e, p, done, n_done);
+	pass_done(e, p, (double)(now_ns() - p->t_sent) / 1e6, done, n_done);
 	return 0;
 }
 
@@ -1074,13 +1387,21 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done)
 		return 0;
 	pass_t *p = &e->pass[0];
 	pass_build(e, p, e->n_slots);
-	model_batch_t b = pass_batch(p);
+	model_batch_t b = pass_batch(e, p);
+	int64_t t0 = now_ns();
 	int rc = eng_forward(e, &b);
 	e->last_batch = p->n;
 	if (rc)
 		return step_fail(e, rc, done, n_done);
-	pass_finish(e, p, done, n_done);
+	pass_done(e, p, (double)(now_ns() - t0) / 1e6, done, n_done);
 	return 0;
+}
+
+void eng_spec_stats(const eng_t *e, eng_spec_stats_t *out)
+{
+	memset(out, 0, sizeof *out);
+	if (e->spec)
+		spec_stats(e->spec, out);
 }
 
 int eng_generate(eng_t *e, const int *prompt, int n_prompt, const eng_sampling_t *s,

@@ -107,7 +107,7 @@ static int cur_str(struct cur *c, uint64_t *off, uint64_t *len)
 	return 0;
 }
 
-static int vtype_size(int t)
+int gguf_vtype_size(int t)
 {
 	switch (t) {
 	case GGUF_U8:
@@ -143,8 +143,8 @@ static int skip_value(struct cur *c, uint32_t t, int depth)
 		if (et >= GGUF_NVTYPES)
 			return sh_fail(c->err, c->errlen, SH_EFORMAT,
 				       "unknown value type %u in array (%s)", et, c->what);
-		if (vtype_size((int)et)) {
-			uint64_t sz = (uint64_t)vtype_size((int)et);
+		if (gguf_vtype_size((int)et)) {
+			uint64_t sz = (uint64_t)gguf_vtype_size((int)et);
 			if (n > (c->size - c->pos) / sz)
 				return sh_fail(c->err, c->errlen, SH_EFORMAT,
 					       "array of %llu elements past end of file (%s)",
@@ -162,7 +162,7 @@ static int skip_value(struct cur *c, uint32_t t, int depth)
 				return SH_EFORMAT;
 		return 0;
 	}
-	int sz = vtype_size((int)t);
+	int sz = gguf_vtype_size((int)t);
 	if (!sz)
 		return sh_fail(c->err, c->errlen, SH_EFORMAT, "unknown value type %u (%s)", t,
 			       c->what);
@@ -882,7 +882,7 @@ static int arr_elem(const gguf_t *g, int i, uint64_t j, int *t, uint64_t *off)
 	int et = gguf_arr_type(g, i);
 	if (et < 0 || j >= g->kv[i].n)
 		return SH_EINVAL;
-	int sz = vtype_size(et);
+	int sz = gguf_vtype_size(et);
 	if (!sz)
 		return SH_EFORMAT;
 	*t = et;

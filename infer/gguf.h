@@ -83,6 +83,8 @@ uint32_t gguf_alignment(const gguf_t *g);
 uint64_t gguf_data_offset(const gguf_t *g); /* start of the data section in the file */
 
 /* ---- key/value section ---- */
+/* Bytes of one value of a scalar type (enum gguf_vtype); 0 for strings and arrays. */
+int gguf_vtype_size(int t);
 int gguf_n_kv(const gguf_t *g);
 int gguf_find_key(const gguf_t *g, const char *key); /* index, or -1 */
 const char *gguf_key(const gguf_t *g, int i);        /* NUL-terminated */

@@ -6,6 +6,7 @@
  */
 #include "infer/gguf_write.h"
 #include "common/common.h"
+#include "infer/gguf.h"
 #include "infer/quant/quant.h"
 
 #include <errno.h>
@@ -274,4 +275,79 @@ int gw_finish(gguf_writer_t *w, char *err, size_t errlen)
 		return sh_fail(err, errlen, SH_EIO, "%s: %s", w->path, strerror(errno));
 	}
 	return 0;
+}
+
+int gw_kv_copy(gguf_writer_t *w, const gguf_t *g, int i)
+{
+	int t = gguf_kv_type(g, i);
+	const char *key = gguf_key(g, i);
+	if (t < 0 || !key)
+		return SH_EINVAL;
+	if (t == GGUF_STR) {
+		const char *s;
+		size_t n;
+		if (gguf_kv_str(g, i, &s, &n))
+			return SH_EFORMAT;
+		kv_key(w, key, GGUF_STR);
+		kv_u64(w, n);
+		KV(s, n);
+	} else if (t == GGUF_ARR) {
+		int at = gguf_arr_type(g, i);
+		uint64_t n = gguf_arr_n(g, i);
+		if (at == GGUF_ARR)
+			return SH_EUNSUPP; /* nested arrays: no key the engine reads has them */
+		kv_key(w, key, GGUF_ARR);
+		kv_u32(w, (uint32_t)at);
+		kv_u64(w, n);
+		if (at == GGUF_STR) {
+			for (uint64_t j = 0; j < n; j++) {
+				const char *s;
+				size_t len;
+				if (gguf_arr_str(g, i, j, &s, &len))
+					return SH_EFORMAT;
+				kv_u64(w, len);
+				KV(s, len);
+			}
+		} else {
+			KV(gguf_arr_data(g, i), (size_t)n * (size_t)gguf_vtype_size(at));
+		}
+	} else {
+		/* a scalar: its value re-encoded in its own width (the file is little-endian, as
+		 * every host shoal runs on) */
+		int64_t iv = 0;
+		uint64_t uv = 0;
+		double dv = 0;
+		int bv = 0, rc = t == GGUF_F32 || t == GGUF_F64 ? gguf_kv_f64(g, i, &dv)
+				 : t == GGUF_BOOL               ? gguf_get_bool(g, key, &bv)
+				 : t == GGUF_U64                ? gguf_get_u64(g, key, &uv)
+								: gguf_kv_i64(g, i, &iv);
+		if (rc || !gguf_vtype_size(t))
+			return SH_EFORMAT;
+		union {
+			uint8_t b[8];
+			int8_t i8;
+			int16_t i16;
+			int32_t i32;
+			int64_t i64;
+			uint64_t u64;
+			float f;
+			double d;
+		} v = {{0}};
+		switch (t) {
+		case GGUF_F32: v.f = (float)dv; break;
+		case GGUF_F64: v.d = dv; break;
+		case GGUF_BOOL: v.b[0] = bv ? 1 : 0; break;
+		case GGUF_U64: v.u64 = uv; break;
+		case GGUF_U8:
+		case GGUF_I8: v.i8 = (int8_t)iv; break;
+		case GGUF_U16:
+		case GGUF_I16: v.i16 = (int16_t)iv; break;
+		case GGUF_U32:
+		case GGUF_I32: v.i32 = (int32_t)iv; break;
+		default: v.i64 = iv;
+		}
+		kv_key(w, key, (uint32_t)t);
+		KV(v.b, (size_t)gguf_vtype_size(t));
+	}
+	return w->oom ? SH_ENOMEM : 0;
 }

@@ -30,6 +30,10 @@ int gw_kv_arr_str(gguf_writer_t *w, const char *key, const char *const *vals, si
 int gw_kv_arr_f32(gguf_writer_t *w, const char *key, const float *vals, size_t n);
 int gw_kv_arr_i32(gguf_writer_t *w, const char *key, const int32_t *vals, size_t n);
 
+/* Copies key/value i of g (any type but nested arrays: SH_EUNSUPP) as it is. */
+struct gguf;
+int gw_kv_copy(gguf_writer_t *w, const struct gguf *g, int i);
+
 /* Declares a tensor: ne[0] is the row length. Returns 0, SH_EINVAL (row not whole blocks,
  * unknown type) or SH_ENOMEM. */
 int gw_tensor(gguf_writer_t *w, const char *name, int n_dims, const int64_t *ne, int type);
@@ -78,11 +82,25 @@ typedef struct mkmodel_opts {
 	 * matrices, as the converter writes gpt-oss */
 	int swa_window, qk_norm;
 	int header_only; /* 1: the header and tensor table only, the data a hole (gw_skip_data) */
+	/* embeddings: <arch>.pooling_type "none" (no key), "mean", "cls" or "last"; NULL = the
+	 * default: "last" for qwen3 (as Qwen3-Embedding's files), none otherwise. add_eos writes
+	 * tokenizer.ggml.add_eos_token = true (an embedding input then ends with EOS). */
+	const char *pooling;
+	int add_eos;
 } mkmodel_opts_t;
 
 /* Writes a GGUF with seeded random weights (same options + seed = same bytes) and a small
  * byte-level BPE tokenizer (gpt2 model: 256 byte tokens, merges of common English words,
  * <|endoftext|> <|im_start|> <|im_end|>, a chatml template). Returns 0 or SH_E* with a reason. */
 int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t errlen);
+
+/* ---- conversion behind `shoal mkmodel --from` (infer/gguf_convert.c) ---- */
+
+/* Writes the GGUF at src to dst with its weight matrices in type (a quant.h type the engine
+ * reads): every tensor of two or more dimensions whose rows are whole blocks of type, except
+ * the ones kept as they are whatever the type (routers, DeltaNet's convolution and decay).
+ * Vectors (norms, biases) and every key/value are copied unchanged (general.file_type follows
+ * the type). Returns 0 or SH_E* with a reason. */
+int gguf_convert(const char *src, const char *dst, int type, char *err, size_t errlen);
 
 #endif

@@ -10,8 +10,8 @@
  * eng_generate() is the one-request special case. How many ranks compute a step is hidden behind
  * this interface: a tensor-parallel engine looks the same.
  *
- * Threads: eng_generate(), eng_seq_start(), eng_step() and eng_seq_cancel() are called from one
- * thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
+ * Threads: eng_generate(), eng_seq_start(), eng_step(), eng_seq_cancel() and eng_spec_stats()
+ * are called from one thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
  * eng_chat_prompt() are read-only and may be called from any thread at any time once eng_open()
  * has returned.
  */
@@ -60,6 +60,12 @@ typedef struct eng_opts {
 	int rollback;              /* hybrid models (recurrent layers): positions of a step that can
 				      be taken back (speculative decoding verifies k + 1 tokens:
 				      k); 0 = none. On several ranks rank 0's value wins. */
+	/* Speculative decoding (docs/speculative.md), rank 0 only: "auto" (NULL: the draft model
+	 * when one is given, else prompt lookup, each only where it pays), "off", "ngram" (prompt
+	 * lookup) or "model" (needs draft_model). */
+	const char *spec;
+	const char *draft_model; /* GGUF with the same vocabulary, run on rank 0 alone, or NULL */
+	int draft_max;           /* longest draft; 0 = 8 (at most 16) */
 } eng_opts_t;
 
 #define ENG_DEFAULT_PARALLEL 4
@@ -82,7 +88,27 @@ typedef struct eng_info {
 	int rank, world;           /* 0 and 1 on one node */
 	int n_slots;               /* sequences run together (each has n_ctx positions) */
 	int n_stages;              /* pipeline stages of the group (1: one node or tensor) */
+	int pooling;               /* enum eng_pooling of embeddings (eng_embed_start) */
+	int pooling_given;         /* 1: the file's <arch>.pooling_type; 0: the default (LAST) */
+	uint64_t n_params;         /* weights (elements of every tensor) */
+	const char *weight_type;   /* type of most of the weight bytes ("Q8_0", "F32", ...) */
+	int think_open;            /* the chat prompt ends inside an opened <think> (qwen3.5's
+				      template): a reply starts with its reasoning */
+	const char *spec;          /* speculative decoding: "off", "auto", "ngram" or "model" */
+	const char *draft;         /* the draft model's name, or NULL */
 } eng_info_t;
+
+/* How an embedding pools the final hidden states of its tokens: the GGUF's
+ * `<arch>.pooling_type` (llama.cpp's numbers). A file that names none, or NONE, gets LAST: what
+ * decoder embedding models (Qwen3-Embedding, e5-mistral, gte-Qwen2) use, and the only token of
+ * a causal model that has seen the whole input. RANK (rerankers) is refused. */
+enum eng_pooling {
+	ENG_POOL_NONE = 0,
+	ENG_POOL_MEAN = 1,
+	ENG_POOL_CLS = 2,
+	ENG_POOL_LAST = 3,
+	ENG_POOL_RANK = 4
+};
 
 /* How a model writes tool calls in its output (eng_info_t.tool_format): <tool_call> tags around
  * JSON (Hermes, Qwen, and the generic style), Llama 3.1's bare JSON, Mistral's [TOOL_CALLS],
@@ -194,6 +220,7 @@ typedef struct eng_result {
 	int prompt_tokens;
 	int completion_tokens;
 	double prompt_ms, gen_ms; /* wall time of prefill and of generation */
+	int stop_hit;             /* 1 + the index of the stop string that ended it; 0: none */
 	char error[256];          /* set when finish == ENG_FINISH_ERROR */
 } eng_result_t;
 
@@ -275,11 +302,41 @@ int eng_step(eng_t *e, eng_done_t *done, int *n_done);
  * tokens computed so far for prefix reuse. */
 void eng_seq_cancel(eng_t *e, int id);
 
+/* Speculative decoding's figures since eng_open (zeros when off). A verify is one sequence's
+ * drafted positions checked in a step. */
+typedef struct eng_spec_stats {
+	uint64_t verifies; /* sequence-steps that verified a draft */
+	uint64_t drafted;  /* drafted tokens verified */
+	uint64_t accepted; /* of them, accepted */
+	uint64_t emitted;  /* tokens the verifies produced (accepted + the target's own) */
+	double draft_ms;   /* time spent drafting */
+	double draft_len;  /* mean length of the recent drafts (0 while none) */
+} eng_spec_stats_t;
+void eng_spec_stats(const eng_t *e, eng_spec_stats_t *out);
+
 /* Sequences in progress. */
 int eng_active(const eng_t *e);
 
 /* State of slot i for metrics: 0 free, 1 prefill, 2 decode. */
 int eng_slot_state(const eng_t *e, int i);
+
+/* ---- embeddings ---------------------------------------------------------------------------
+ * An embedding sequence computes its input in a slot like a prompt (chunks mixed into the same
+ * steps as generation, on every rank of a group) and, instead of sampling, pools the final
+ * hidden states (after the output norm) of its tokens as eng_info()->pooling says, scaled to unit
+ * length. It always starts at position 0 (the result never depends on what a slot held). */
+
+/* Text -> the ids of one embedding input: BOS and EOS as the tokenizer's add_bos / add_eos say
+ * (llama.cpp's add_special), special tokens written in the text parsed. *ids is malloc'd. */
+int eng_embed_tokenize(const eng_t *e, const char *text, int **ids, int *n_ids, char *err,
+		       size_t errlen);
+
+/* Admits an embedding of ids[0..n) (copied) into the least recently used free slot. out (dim
+ * floats, borrowed with res until the sequence ends) receives the embedding; the sequence ends
+ * in a step's done list with res->finish ENG_FINISH_STOP and res->prompt_tokens n. Returns the
+ * sequence id, SH_EBUSY when every slot is busy, SH_EINVAL for bad ids, a length outside
+ * 1..n_ctx or a reranker's pooling (res->error says why). */
+int eng_embed_start(eng_t *e, const int *ids, int n, float *out, eng_result_t *res);
 
 /* ---- several ranks (eng_opts_t.dist) ------------------------------------------------------
  * eng_open with a dist is collective: every rank of the group calls it (it agrees on the

@@ -20,11 +20,13 @@ typedef struct cand {
 struct sampler {
 	int n_vocab;
 	eng_sampling_t p;
-	uint64_t rng;
+	uint64_t rng;  /* the draws of the output: one per position (temperature > 0) */
+	uint64_t rng2; /* speculative decoding: acceptance tests and the draft model's draws */
 	int hist[SAMPLE_PENALTY_WINDOW];
 	int n_hist, head;
 	int *count;   /* [n_vocab] occurrences in the history window */
 	cand_t *cand; /* [n_vocab] */
+	double *pr;   /* [n_vocab] probabilities of the kept candidates (dist_build) */
 	const tok_t *tok;
 	gram_vocab_t *gv; /* shared table (grammar.c), taken on the first constrained request */
 	gram_match_t *gm; /* this request's grammar state, or NULL */
@@ -46,7 +48,8 @@ sampler_t *sampler_new(int n_vocab)
 	s->n_vocab = n_vocab;
 	s->count = calloc((size_t)n_vocab, sizeof *s->count);
 	s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-	if (!s->count || !s->cand) {
+	s->pr = malloc((size_t)n_vocab * sizeof *s->pr);
+	if (!s->count || !s->cand || !s->pr) {
 		sampler_free(s);
 		return NULL;
 	}
@@ -60,6 +63,7 @@ void sampler_free(sampler_t *s)
 		return;
 	free(s->count);
 	free(s->cand);
+	free(s->pr);
 	gram_match_free(s->gm);
 	gram_vocab_release(s->gv);
 	free(s);
@@ -103,6 +107,7 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	gram_match_free(s->gm);
 	s->gm = NULL;
 	s->rng = p->seed ^ 0x9e3779b97f4a7c15ull;
+	s->rng2 = p->seed ^ 0x5851f42d4c957f2dull;
 	for (int i = 0; i < s->n_hist; i++)
 		s->count[s->hist[(s->head + i) % SAMPLE_PENALTY_WINDOW]] = 0;
 	s->n_hist = s->head = 0;
@@ -120,6 +125,12 @@ void sampler_reset(sampler_t *s, const eng_sampling_t *p, const int *prompt, int
 	}
 }
 
+/* A uniform double in [0, 1) from the generator x. */
+static double rng_unit(uint64_t *x)
+{
+	return (double)(sh_splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);
+}
+
 static int cand_cmp(const void *a, const void *b)
 {
 	const cand_t *x = a, *y = b;
@@ -128,11 +139,10 @@ static int cand_cmp(const void *a, const void *b)
 	return x->id - y->id; /* deterministic order for ties */
 }
 
-int sampler_sample(sampler_t *s, float *logits, float *logprob, eng_logprob_t *top, int n_top)
+/* The repetition, presence and frequency penalties over the distinct tokens of the window. */
+static void penalize(sampler_t *s, float *logits)
 {
 	const eng_sampling_t *p = &s->p;
-	int n = s->n_vocab;
-	/* penalties over the distinct tokens of the window */
 	for (int i = 0; i < s->n_hist; i++) {
 		int t = s->hist[(s->head + i) % SAMPLE_PENALTY_WINDOW], c = s->count[t];
 		if (c <= 0)
@@ -148,95 +158,183 @@ int sampler_sample(sampler_t *s, float *logits, float *logprob, eng_logprob_t *t
 			*l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
 		*l -= p->presence_penalty + p->frequency_penalty * (float)c;
 	}
-	float temp = p->temperature > 0 ? p->temperature : 1.0f;
-	/* log-softmax of logits / temp */
-	float mx = -INFINITY;
-	int best = 0;
+}
+
+/* The distribution a request's parameters make of logits (penalties already applied): the
+ * log-softmax figures (LOGP below), the argmax, and when sorting is asked (temperature > 0 or
+ * alternatives wanted) the candidates sorted in s->cand[0..ns); with temperature > 0 the ones
+ * top-k, top-p and min-p keep, s->cand[0..nc), with unnormalised probabilities s->pr[0..nc)
+ * summing to sum. */
+typedef struct dist {
+	float mx, lz, temp;
+	int best, ns, nc;
+	double sum;
+} dist_t;
+
+#define LOGP(d, logits, i) (((logits)[i] - (d)->mx) / (d)->temp - (d)->lz)
+
+static void dist_build(sampler_t *s, const float *logits, int n_top, dist_t *d)
+{
+	const eng_sampling_t *p = &s->p;
+	int n = s->n_vocab;
+	d->temp = p->temperature > 0 ? p->temperature : 1.0f;
+	d->mx = -INFINITY;
+	d->best = 0;
 	for (int i = 0; i < n; i++)
-		if (logits[i] > mx) {
-			mx = logits[i];
-			best = i;
+		if (logits[i] > d->mx) {
+			d->mx = logits[i];
+			d->best = i;
 		}
 	double z = 0;
 	for (int i = 0; i < n; i++)
-		z += exp((double)(logits[i] - mx) / temp);
-	float lz = (float)log(z);
-#define LOGP(i) ((logits[i] - mx) / temp - lz)
-
-	int chosen = best;
-	int need_sort = p->temperature > 0 || n_top > 0;
-	int nc = n, ns = 0; /* kept candidates, sorted candidates */
-	if (need_sort) {
-		/* Tokens more than e^-30 less likely than the best cannot matter to any of the
-		 * truncations or to a draw; leaving them out makes the sort cheap. */
-		float cut = mx - 30.0f * temp;
-		nc = 0;
-		for (int i = 0; i < n; i++)
-			if (logits[i] >= cut) {
-				s->cand[nc].id = i;
-				s->cand[nc++].logit = logits[i];
-			}
-		if (nc < n_top) { /* alternatives were asked for beyond the cut: take everything */
-			for (int i = 0; i < n; i++) {
-				s->cand[i].id = i;
-				s->cand[i].logit = logits[i];
-			}
-			nc = n;
+		z += exp((double)(logits[i] - d->mx) / d->temp);
+	d->lz = (float)log(z);
+	d->ns = d->nc = 0;
+	d->sum = 0;
+	if (!(p->temperature > 0 || n_top > 0))
+		return;
+	/* Tokens more than e^-30 less likely than the best cannot matter to any of the
+	 * truncations or to a draw; leaving them out makes the sort cheap. */
+	float cut = d->mx - 30.0f * d->temp;
+	int nc = 0;
+	for (int i = 0; i < n; i++)
+		if (logits[i] >= cut) {
+			s->cand[nc].id = i;
+			s->cand[nc++].logit = logits[i];
 		}
-		qsort(s->cand, (size_t)nc, sizeof *s->cand, cand_cmp);
-		ns = nc;
+	if (nc < n_top) { /* alternatives were asked for beyond the cut: take everything */
+		for (int i = 0; i < n; i++) {
+			s->cand[i].id = i;
+			s->cand[i].logit = logits[i];
+		}
+		nc = n;
 	}
-	if (p->temperature > 0) {
-		if (p->top_k > 0 && p->top_k < nc)
-			nc = p->top_k;
-		/* probabilities of the candidates, unnormalised */
-		double sum = 0;
-		double *pr = malloc((size_t)nc * sizeof *pr);
-		if (!pr)
-			goto done; /* out of memory: fall back to greedy */
+	qsort(s->cand, (size_t)nc, sizeof *s->cand, cand_cmp);
+	d->ns = nc;
+	if (!(p->temperature > 0))
+		return;
+	if (p->top_k > 0 && p->top_k < nc)
+		nc = p->top_k;
+	double sum = 0;
+	for (int i = 0; i < nc; i++) {
+		s->pr[i] = exp((double)(s->cand[i].logit - d->mx) / d->temp);
+		sum += s->pr[i];
+	}
+	if (p->top_p > 0 && p->top_p < 1) {
+		double c = 0;
 		for (int i = 0; i < nc; i++) {
-			pr[i] = exp((double)(s->cand[i].logit - mx) / temp);
-			sum += pr[i];
-		}
-		if (p->top_p > 0 && p->top_p < 1) {
-			double c = 0;
-			for (int i = 0; i < nc; i++) {
-				c += pr[i] / sum;
-				if (c >= p->top_p) {
-					nc = i + 1;
-					break;
-				}
-			}
-		}
-		if (p->min_p > 0 && p->min_p <= 1) {
-			double thr = pr[0] * p->min_p;
-			int k = 1;
-			while (k < nc && pr[k] >= thr)
-				k++;
-			nc = k;
-		}
-		sum = 0;
-		for (int i = 0; i < nc; i++)
-			sum += pr[i];
-		double r =
-		    (double)(sh_splitmix64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
-		chosen = s->cand[nc - 1].id;
-		for (int i = 0; i < nc; i++) {
-			r -= pr[i];
-			if (r < 0) {
-				chosen = s->cand[i].id;
+			c += s->pr[i] / sum;
+			if (c >= p->top_p) {
+				nc = i + 1;
 				break;
 			}
 		}
-		free(pr);
 	}
-done:
+	if (p->min_p > 0 && p->min_p <= 1) {
+		double thr = s->pr[0] * p->min_p;
+		int k = 1;
+		while (k < nc && s->pr[k] >= thr)
+			k++;
+		nc = k;
+	}
+	sum = 0;
+	for (int i = 0; i < nc; i++)
+		sum += s->pr[i];
+	d->nc = nc;
+	d->sum = sum;
+}
+
+/* The candidate that the uniform u in [0, 1) picks by the cumulative weights w[0..nc) (total
+ * sum): the inverse of the distribution function, in candidate order. */
+static int dist_pick(const sampler_t *s, const double *w, int nc, double sum, double u)
+{
+	double r = u * sum;
+	for (int i = 0; i < nc; i++) {
+		r -= w[i];
+		if (r < 0)
+			return s->cand[i].id;
+	}
+	return s->cand[nc - 1].id;
+}
+
+int sampler_sample(sampler_t *s, float *logits, float *logprob, eng_logprob_t *top, int n_top)
+{
+	return sampler_sample_spec(s, logits, -1, NULL, logprob, top, n_top, NULL);
+}
+
+int sampler_sample_spec(sampler_t *s, float *logits, int draft, const float *q, float *logprob,
+			eng_logprob_t *top, int n_top, int *accepted)
+{
+	dist_t d;
+	penalize(s, logits);
+	dist_build(s, logits, n_top, &d);
+	int chosen = d.best, ok = 0;
+	if (d.nc > 0) {
+		/* one draw of the main generator per position, whatever happens: the draws of a
+		 * sequence do not depend on where drafts were verified */
+		double u = rng_unit(&s->rng);
+		chosen = -1;
+		if (q && draft >= 0 && draft < s->n_vocab && q[draft] > 0) {
+			/* accept x with probability min(1, p(x) / q(x)) */
+			double px = 0;
+			for (int i = 0; i < d.nc; i++)
+				if (s->cand[i].id == draft) {
+					px = s->pr[i] / d.sum;
+					break;
+				}
+			if (rng_unit(&s->rng2) * (double)q[draft] < px) {
+				chosen = draft;
+			} else { /* else a draw from norm(max(p - q, 0)) */
+				double rest = 0;
+				for (int i = 0; i < d.nc; i++) {
+					double w = s->pr[i] / d.sum - (double)q[s->cand[i].id];
+					s->pr[i] = w > 0 ? w : 0;
+					rest += s->pr[i];
+				}
+				if (rest > 0)
+					chosen = dist_pick(s, s->pr, d.nc, rest, u);
+				else /* p == q up to rounding: p itself */
+					dist_build(s, logits, n_top, &d);
+			}
+		}
+		/* without a draft distribution (none, or a deterministic draft: q one-hot) the
+		 * rule is a draw from p that accepts the draft when it draws it */
+		if (chosen < 0)
+			chosen = dist_pick(s, s->pr, d.nc, d.sum, u);
+	}
+	ok = chosen == draft;
+	if (accepted)
+		*accepted = ok;
 	if (logprob)
-		*logprob = LOGP(chosen);
-	for (int i = 0; i < n_top && i < ns; i++) {
+		*logprob = LOGP(&d, logits, chosen);
+	for (int i = 0; i < n_top && i < d.ns; i++) {
 		top[i].token = s->cand[i].id;
-		top[i].logprob = LOGP(s->cand[i].id);
+		top[i].logprob = LOGP(&d, logits, s->cand[i].id);
 	}
-#undef LOGP
 	return chosen;
+}
+
+int sampler_draft(sampler_t *s, float *logits, float *q)
+{
+	dist_t d;
+	dist_build(s, logits, 0, &d);
+	if (d.nc <= 0)
+		return d.best;
+	int t = dist_pick(s, s->pr, d.nc, d.sum, rng_unit(&s->rng2));
+	if (q) {
+		memset(q, 0, (size_t)s->n_vocab * sizeof *q);
+		for (int i = 0; i < d.nc; i++)
+			q[s->cand[i].id] = (float)(s->pr[i] / d.sum);
+	}
+	return t;
+}
+
+const eng_sampling_t *sampler_params(const sampler_t *s)
+{
+	return &s->p;
+}
+
+gram_match_t *sampler_grammar(const sampler_t *s)
+{
+	return s->gm;
 }

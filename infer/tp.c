@@ -840,7 +840,7 @@ static model_batch_t batch_decode_entries(dist_t *d, const uint8_t *p, int n)
 		out[i] = (sh_get_le32(p + 12) & DIST_ENTRY_OUT) != 0;
 		keep[i] = (sh_get_le32(p + 12) & DIST_ENTRY_KEEP) != 0;
 	}
-	return (model_batch_t){n, t, sl, ps, out, keep};
+	return (model_batch_t){n, t, sl, ps, out, keep, NULL}; /* embd: rank 0's, as the head */
 }
 
 static int tok_room(dist_t *d, int n)
@@ -898,7 +898,7 @@ int dist_forward(dist_t *d, const int *tokens, int n, int pos, unsigned flags, f
 		int *sl = d->eb + n, *ps = sl + n, *out = ps + n;
 		for (int i = 0; i < n; i++)
 			sl[i] = 0, ps[i] = pos + i, out[i] = i == n - 1;
-		model_batch_t b = {n, tokens, sl, ps, out, NULL};
+		model_batch_t b = {n, tokens, sl, ps, out, NULL, NULL};
 		return dist_forward_batch(d, &b, logits);
 	}
 	int64_t t0 = now_ns();
@@ -966,7 +966,7 @@ int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits)
 	if (d->world == 1)
 		return pass_run(d, b, NULL, 0, 0, logits, 0);
 	if (d->n_stages > 1) /* one micro-batch through the ring and back */
-		return (rc = dist_submit(d, b)) ? rc : dist_collect(d, logits);
+		return (rc = dist_submit(d, b)) ? rc : dist_collect(d, b, logits);
 	if ((rc = batch_send(d, b, &msg_ms)))
 		return rc;
 	return pass_run(d, b, NULL, 0, 0, logits, msg_ms);
@@ -993,14 +993,17 @@ int dist_submit(dist_t *d, const model_batch_t *b)
 	int n_out = 0;
 	for (int i = 0; i < b->n; i++)
 		n_out += b->out && b->out[i];
-	if ((rc = batch_send(d, b, &msg_ms)) || (rc = pass_run(d, b, NULL, 0, 0, NULL, msg_ms)))
+	model_batch_t first = *b; /* stage 0's rows are not final: no hidden states out */
+	first.embd = NULL;
+	if ((rc = batch_send(d, b, &msg_ms)) ||
+	    (rc = pass_run(d, &first, NULL, 0, 0, NULL, msg_ms)))
 		return rc;
 	d->fl[(d->fl_head + d->fl_n++) % d->fl_cap] = (flight_t){d->seq, n_out};
 	d->st.in_flight_max = MAX(d->st.in_flight_max, d->fl_n);
 	return 0;
 }
 
-int dist_collect(dist_t *d, float *logits)
+int dist_collect(dist_t *d, const model_batch_t *b, float *logits)
 {
 	char why[256];
 	int rc;
@@ -1032,7 +1035,9 @@ int dist_collect(dist_t *d, float *logits)
 				 "step %llu: rank %d returned step %u's hidden state (%zu bytes), "
 				 "expected %zu bytes",
 				 (unsigned long long)f.seq, last, tag, len, (size_t)f.n_out * row);
-	if (f.n_out && logits && (rc = model_head(d->m, d->back, f.n_out, logits)))
+	float *embd = b ? b->embd : NULL;
+	if (f.n_out && (logits || embd) &&
+	    (rc = model_head(d->m, d->back, b ? b->out : NULL, b ? b->n : f.n_out, logits, embd)))
 		return dist_fail(d, rc, "step %llu: output head: %s", (unsigned long long)f.seq,
 				 sh_strerror(rc));
 	d->st.step_ms += (double)(now_ns() - t0) / 1e6;

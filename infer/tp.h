@@ -174,12 +174,14 @@ int dist_forward_batch(dist_t *d, const model_batch_t *b, float *logits);
  * runs stage 0's share of b (its hidden state goes on to stage 1) and returns without waiting
  * for the rest of the ring; dist_collect waits for the oldest submitted pass's rows from the
  * last stage and writes the logits of its out rows (in batch order, as model_forward_batch;
- * logits may be NULL when it has none or they are not wanted). Passes come back in the order
+ * logits may be NULL when it has none or they are not wanted); b is that pass's batch as
+ * submitted, whose out and embd say which rows are hidden states for embd (model_head; NULL:
+ * every row wants logits). Passes come back in the order
  * submitted. Every rank's caches follow the passes in that order, so a pass may hold a slot
  * whose earlier pass is still in flight. Keep the hidden states in flight below what the
  * sockets buffer (a few MB: tp_group_send_msg). Both return 0 or an error (dist_error). */
 int dist_submit(dist_t *d, const model_batch_t *b);
-int dist_collect(dist_t *d, float *logits);
+int dist_collect(dist_t *d, const model_batch_t *b, float *logits);
 /* Passes submitted and not yet collected. */
 int dist_in_flight(const dist_t *d);
 

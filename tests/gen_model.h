@@ -10,6 +10,7 @@
 #include "infer/model/meta.h"
 #include "infer/model/model.h"
 #include "infer/pool.h"
+#include "infer/quant/quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -69,6 +70,27 @@ static inline mkmodel_opts_t gen_opts(const char *arch, int type, int seed)
 	if (!strcmp(arch, "qwen3"))
 		o.head_dim = 64; /* heads * head_dim (512) != dim: the explicit head size path */
 	return o;
+}
+
+/* A small hybrid model (qwen35: Gated DeltaNet layers and a gated full-attention layer every
+ * 4th) in F32 with ctx positions: the shape of the tests that roll recurrent state back
+ * (test_batch, test_spec). */
+static inline mkmodel_opts_t gen_hybrid_opts(int ctx, int seed)
+{
+	return (mkmodel_opts_t){.arch = "qwen35",
+				.dim = 128,
+				.layers = 4,
+				.heads = 4,
+				.kv_heads = 2,
+				.head_dim = 32,
+				.ffn = 256,
+				.vocab = 512,
+				.ctx = ctx,
+				.type = QT_F32,
+				.seed = seed,
+				.ssm_state = 32,
+				.ssm_k_heads = 2,
+				.ssm_v_heads = 4};
 }
 
 /* The one fixture: writes the model o describes (its file named after tag and a serial, so

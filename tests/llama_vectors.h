@@ -80,6 +80,14 @@ static void llama_vec_check(const mkmodel_opts_t *mk, const llama_vec_t *v, cons
 			for (int j = 0; j < 5; j++)
 				if (s.top[k][j] == v->top[k][i])
 					found = j;
+			/* one missing: a near tie at the fifth place (within the logprob tolerance
+			 * of the fifth we have) swapped across the cut */
+			if (found < 0 && fabs((double)v->lp[k][i] - s.lp[k][4]) <= 0.03) {
+				printf("%s step %d: llama.cpp's %d (%.4f) and our fifth %d (%.4f) "
+				       "swap across the cut\n",
+				       what, k, v->top[k][i], v->lp[k][i], s.top[k][4], s.lp[k][4]);
+				continue;
+			}
 			CHECK(found >= 0);
 			if (found >= 0)
 				worst = fmax(worst, fabs((double)s.lp[k][found] - v->lp[k][i]));

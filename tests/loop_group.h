@@ -66,7 +66,7 @@ static inline int loop_join(tp_group_t **g, const loop_rank_t *l, uint64_t tag,
 	return tp_group_new(g, &cfg, err, len);
 }
 
-/* ---- engines on those groups (test_batch, test_tp) ---- */
+/* ---- engines on those groups (test_batch, test_tp, test_embed) ---- */
 
 /* One rank of an engine group: it joins (tag, keys), opens the model at path with the engine's
  * own split of it (no plan ranges), then rank 0 runs lead() and the others the worker loop; with
@@ -81,7 +81,8 @@ typedef struct loop_eng {
 	int slots; /* rank 0's KV slots (workers ask for 1: rank 0's count wins); 0 = default */
 	int want_slots; /* every rank checks the engine has this many (0: no check) */
 	int vanish;
-	int rollback; /* rank 0's rollback depth (the workers ask for none: rank 0's wins) */
+	int rollback;        /* rank 0's rollback depth (the workers ask for none: rank 0's wins) */
+	const char *kv_type; /* every rank's KV cache type (NULL: the engine's default) */
 	int (*lead)(struct loop_eng *r, eng_t *e); /* rank 0's work: 0, or non-zero with err */
 	uint64_t rs_bytes; /* the engine's recurrent state bytes, once opened */
 	int rc;
@@ -102,6 +103,7 @@ static inline void *loop_eng_main(void *arg)
 			.ctx = c->ctx,
 			.parallel = lead || !c->slots ? c->slots : 1,
 			.rollback = lead ? c->rollback : 0,
+			.kv_type = c->kv_type,
 			.dist = &d};
 	if ((c->rc = eng_open(&e, &o, c->err, sizeof c->err)))
 		goto out;

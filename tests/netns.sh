@@ -18,6 +18,18 @@ NS_PFX="st$$"
 NS_ROOT="${TMPDIR:-/tmp}/shoal-netns.$NS_PFX"
 NS_HOSTS=0
 
+# ns_require NAME: 0 when this run can build hosts (root, and the tools netns.sh and the agent
+# tests use), else 1 after skip (tests/lib.sh) says why, naming the test NAME.
+ns_require() {
+	if [ "$(id -u)" -ne 0 ]; then
+		skip "$1: needs root for network namespaces"
+		return 1
+	fi
+	for _t in ip avahi-daemon dbus-daemon dbus-send curl jq unshare; do
+		command -v $_t >/dev/null 2>&1 || { skip "$1: $_t not installed"; return 1; }
+	done
+}
+
 ns_name() { echo "${NS_PFX}h$1"; }
 ns_dir() { echo "$NS_ROOT/h$1"; }
 ns_ip() { echo "10.77.0.$1"; }

@@ -446,20 +446,7 @@ int main(int argc, char **argv)
 			    .seed = 16};
 	if (gen_write(F32, &o, "batch-f32") || (o.type = QT_Q8_0, gen_write(Q8, &o, "batch-q8")))
 		return 1;
-	mkmodel_opts_t q = {.arch = "qwen35",
-			    .dim = 128,
-			    .layers = 4,
-			    .heads = 4,
-			    .kv_heads = 2,
-			    .head_dim = 32,
-			    .ffn = 256,
-			    .vocab = 512,
-			    .ctx = 256,
-			    .type = QT_F32,
-			    .seed = 17,
-			    .ssm_state = 32,
-			    .ssm_k_heads = 2,
-			    .ssm_v_heads = 4};
+	mkmodel_opts_t q = gen_hybrid_opts(256, 17);
 	if (gen_write(Q35, &q, "batch-q35"))
 		return 1;
 	RUN(same_as_alone_one_node);

@@ -644,10 +644,10 @@ TEST(slots_mixed_batch)
 			slot[i] = i % 2, pos[i] = i / 2, out[i] = i >= 8;
 		}
 		float *got = malloc(4 * (size_t)V * sizeof *got);
-		model_batch_t bt = {10, tok, slot, pos, out, NULL};
+		model_batch_t bt = {10, tok, slot, pos, out, NULL, NULL};
 		CHECK_EQ_INT(model_forward_batch(m2, &bt, got), 0);
 		int t2[2] = {7, 8}, s2[2] = {0, 1}, p2[2] = {5, 5}, o2[2] = {1, 1};
-		model_batch_t bd = {2, t2, s2, p2, o2, NULL};
+		model_batch_t bd = {2, t2, s2, p2, o2, NULL, NULL};
 		CHECK_EQ_INT(model_forward_batch(m2, &bd, got + 2 * (size_t)V), 0);
 		/* got: [a prompt, b prompt, a decode, b decode]; alone: [a p, a d, b p, b d] */
 		static const int map[4] = {0, 2, 1, 3};

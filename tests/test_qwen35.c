@@ -560,7 +560,7 @@ TEST(slots_batch_equals_alone)
 		t1[n] = prompt[i], s1[n] = 0, p1[n] = i, o1[n++] = 0;
 	for (int i = 0; i < 3; i++)
 		t1[n] = other[i], s1[n] = 1, p1[n] = i, o1[n++] = 0;
-	model_batch_t b1 = {n, t1, s1, p1, o1, NULL};
+	model_batch_t b1 = {n, t1, s1, p1, o1, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &b1, NULL), 0);
 	int t2[7], s2[7], p2[7], o2[7];
 	n = 0;
@@ -568,7 +568,7 @@ TEST(slots_batch_equals_alone)
 		t2[n] = other[i], s2[n] = 1, p2[n] = i, o2[n++] = i == 5;
 	for (int i = 8; i < 12; i++)
 		t2[n] = prompt[i], s2[n] = 0, p2[n] = i, o2[n++] = i == 11;
-	model_batch_t b2 = {n, t2, s2, p2, o2, NULL};
+	model_batch_t b2 = {n, t2, s2, p2, o2, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &b2, both), 0);
 	CHECK(rel_err(both, alone1, V) < 1e-5);
 	CHECK(rel_err(both + V, alone0, V) < 1e-5);
@@ -601,7 +601,7 @@ TEST(checkpoint_resume)
 		pos[i] = i;
 	keep[7] = 1; /* the state after 8 tokens */
 	out[11] = 1;
-	model_batch_t bt = {12, prompt, slot, pos, out, keep};
+	model_batch_t bt = {12, prompt, slot, pos, out, keep, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, a), 0);
 	CHECK_EQ_INT(model_seq_resume_pos(x.m, 0, 12), 12);
 	CHECK_EQ_INT(model_seq_resume_pos(x.m, 0, 10), 8);

@@ -113,14 +113,10 @@ static void check_type(int type)
 		CHECK_EQ_INT(r1, 1 + 2); /* the head and both layers */
 		for (int i = 0; i < 4; i++) {
 			double e = nmse(a + (size_t)i * n, b + (size_t)i * n, n);
-			/* equal but for float summation order; in decode steps attn.c's F16 rounding
-			 * (llama.cpp's arithmetic for an F16 cache) can turn that noise into a whole
-			 * F16 step (nmse ~1e-5). A layout error costs far more (nmse > 1e-2). */
-			double tol = i == 0 ? 1e-8 : 1e-4;
-			if (!(e < tol))
+			if (!(e < 1e-8))
 				fprintf(stderr, "%s step %d: repacked vs original nmse %g\n",
 					quant_type_name(type), i, e);
-			CHECK(e < tol);
+			CHECK(e < 1e-8);
 		}
 	} else {
 		CHECK_EQ_INT(r1, 0);

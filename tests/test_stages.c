@@ -78,15 +78,8 @@ static void sampling(eng_sampling_t *sp, int gen)
 
 static eng_t *open_eng(const char *path, int parallel, const eng_dist_t *d, char *err)
 {
-	/* an F32 cache: with F16 (attn.c reproduces llama.cpp's F16 rounding steps there) the float
-	 * noise of another summation order can become a whole F16 step; what this test checks is
-	 * the stages' machinery, which must give the one-rank ids exactly */
-	eng_opts_t o = {.model_path = path,
-			.threads = 1,
-			.ctx = CTX,
-			.parallel = parallel,
-			.dist = d,
-			.kv_type = "f32"};
+	eng_opts_t o = {
+	    .model_path = path, .threads = 1, .ctx = CTX, .parallel = parallel, .dist = d};
 	eng_t *e = NULL;
 	return eng_open(&e, &o, err, 256) ? NULL : e;
 }

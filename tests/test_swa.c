@@ -122,7 +122,7 @@ TEST(prefix_reuse)
 	int sl[CTX], ps[CTX], out[CTX] = {0};
 	for (int i = 0; i < 260; i++)
 		sl[i] = 1, ps[i] = i;
-	model_batch_t bt = {200, a, sl, ps, NULL, NULL};
+	model_batch_t bt = {200, a, sl, ps, NULL, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, NULL), 0);
 	CHECK_EQ_INT(model_forward(x.m, b, 260, 0, lb), 0);
 	/* the ring of slot 1 holds [72, 200): position 190 attends to [184, 190] */
@@ -132,11 +132,11 @@ TEST(prefix_reuse)
 	CHECK_EQ_INT(model_prefix_usable(x.m, 1, 77), 0);
 	/* keep 190 of slot 1, compute b's rest there: the same logits as slot 0's */
 	out[69] = 1;
-	bt = (model_batch_t){70, b + 190, sl + 190, ps + 190, out, NULL};
+	bt = (model_batch_t){70, b + 190, sl + 190, ps + 190, out, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, la), 0);
 	CHECK(rel_err(la, lb, V) < 1e-5);
 	/* a restart from 0 in slot 1: what it writes is usable again */
-	bt = (model_batch_t){10, a, sl, ps, NULL, NULL};
+	bt = (model_batch_t){10, a, sl, ps, NULL, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, NULL), 0);
 	CHECK_EQ_INT(model_prefix_usable(x.m, 1, 10), 10);
 	CHECK_EQ_INT(model_prefix_usable(x.m, 0, 259), 259);
@@ -167,7 +167,7 @@ TEST(two_slots_one_batch)
 				out[n] = i == 149;
 			}
 	float *both = malloc(2 * V * sizeof *both), *one = malloc(V * sizeof *one);
-	model_batch_t bt = {300, tok, sl, ps, out, NULL};
+	model_batch_t bt = {300, tok, sl, ps, out, NULL, NULL};
 	CHECK_EQ_INT(model_forward_batch(x.m, &bt, both), 0);
 	gen_t y;
 	if (fix_open(&y, 1)) {

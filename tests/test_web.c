@@ -6,6 +6,7 @@
  * tests/t_openai.sh.
  */
 #include "harness.h"
+#include "infer/gguf_write.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -615,6 +616,54 @@ TEST(sched_batches)
 	eng_free(e);
 }
 
+/* Speculative decoding through the scheduler: a streamed job gets every verified token, usage
+ * counts them, and /metrics and the dashboard's batch figures carry the acceptance. */
+TEST(sched_spec_metrics)
+{
+	char path[512], draft[256], err[256];
+	snprintf(path, sizeof path, "%s/models/stories260K.gguf", harness_shared());
+	if (access(path, R_OK) != 0)
+		SKIP("stories260K.gguf not found");
+	snprintf(draft, sizeof draft, "/tmp/shoal-test-web-%d-s16.gguf", (int)getpid());
+	CHECK_EQ_INT(gguf_convert(path, draft, 1 /* F16 */, err, sizeof err), 0);
+	eng_opts_t eo = {
+	    .model_path = path, .threads = 1, .parallel = 1, .spec = "model", .draft_model = draft};
+	eng_t *e = NULL;
+	CHECK_EQ_INT(eng_open(&e, &eo, err, sizeof err), 0);
+	unlink(draft);
+	if (!e)
+		return;
+	web_metrics_t m;
+	web_metrics_init(&m);
+	web_sched_t *s = NULL;
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2), 0);
+	web_sched_set_engine(s, e);
+	web_job_t *a = long_job(e, 40, 1);
+	CHECK(a != NULL);
+	CHECK_EQ_INT(web_sched_submit(s, a), 0);
+	job_wait(a);
+	CHECK_EQ_INT(a->err.status, 0);
+	CHECK_EQ_INT(a->res.completion_tokens, 40);
+	CHECK(a->out.p && strstr(a->out.p, "[DONE]") != NULL);
+	web_buf_t pm = {0};
+	CHECK_EQ_INT(web_metrics_prometheus(&m, &pm, 0, 0, WEB_SERVING), 0);
+	CHECK(pm.p && strstr(pm.p, "shoal_spec_acceptance_rate{mode=\"model\"}") != NULL);
+	CHECK(pm.p && strstr(pm.p, "shoal_spec_tokens_per_verify") != NULL);
+	CHECK(pm.p && strstr(pm.p, "shoal_spec_draft_seconds_total") != NULL);
+	CHECK(pm.p && !strstr(pm.p, "shoal_spec_accepted_tokens_total 0\n"));
+	web_buf_free(&pm);
+	json_t *b = web_metrics_batch_json(&m);
+	json_t *sp = b ? json_object_get(b, "spec") : NULL;
+	CHECK(sp && !strcmp(json_string_value(json_object_get(sp, "mode")), "model"));
+	CHECK(sp && json_real_value(json_object_get(sp, "acceptance")) > 0.5);
+	CHECK(sp && json_real_value(json_object_get(sp, "tokens_per_verify")) > 1.0);
+	json_decref(b);
+	web_sched_free(s);
+	web_job_unref(a);
+	web_metrics_destroy(&m);
+	eng_free(e);
+}
+
 int main(void)
 {
 	log_threshold = LOG_WARN;
@@ -629,5 +678,6 @@ int main(void)
 	RUN(dashboard_page);
 	RUN(sched_cancel_and_detach);
 	RUN(sched_batches);
+	RUN(sched_spec_metrics);
 	return harness_done();
 }

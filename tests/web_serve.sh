@@ -40,7 +40,8 @@ serve_stop() {
 node_setup() {
 	command -v node >/dev/null 2>&1 || { NODE_WHY="node not installed"; return 1; }
 	if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/playwright-core ] ||
-	   [ ! -d tests/node/node_modules/ajv ]; then
+	   [ ! -d tests/node/node_modules/ajv ] || [ ! -d tests/node/node_modules/openai7 ] ||
+	   [ ! -d tests/node/node_modules/@anthropic-ai/sdk ] || [ ! -d tests/node/node_modules/ollama ]; then
 		command -v npm >/dev/null 2>&1 || { NODE_WHY="npm not installed"; return 1; }
 		(cd tests/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1 ||
 			npm install --no-audit --no-fund --loglevel=error >/dev/null 2>&1) ||

@@ -7,6 +7,10 @@
  *
  * Continuous batching adds three histograms (time to first token, inter-token latency, sequences
  * per step) with fixed buckets, and the state of every KV slot after the last step.
+ *
+ * Which API each request used (chat, completions, messages, responses, ollama.chat,
+ * embeddings, ...): a total per API (shoal_api_requests_total{api}); the dashboard's request
+ * table has the API of each row (history.c).
  */
 #include "web/web_int.h"
 
@@ -83,7 +87,18 @@ json_t *web_metrics_batch_json(web_metrics_t *m)
 		      "ttft_p95", web_hist_quantile(&m->ttft, 0.95), "itl_p50",
 		      web_hist_quantile(&m->itl, 0.5), "itl_p95", web_hist_quantile(&m->itl, 0.95),
 		      "batch_mean", m->batch.count ? m->batch.sum / (double)m->batch.count : 0.0);
+	const eng_spec_stats_t *sp = &m->spec;
+	json_t *spec = json_pack(
+	    "{s:s, s:f, s:f, s:f, s:f, s:I, s:I}", "mode", m->spec_mode ? m->spec_mode : "off",
+	    "acceptance", sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
+	    "tokens_per_verify", sp->verifies ? (double)sp->emitted / (double)sp->verifies : 0.0,
+	    "draft_len", sp->draft_len, "draft_ms", sp->draft_ms, "drafted",
+	    (json_int_t)sp->drafted, "accepted", (json_int_t)sp->accepted);
 	pthread_mutex_unlock(&m->mu);
+	if (o && spec)
+		json_object_set_new(o, "spec", spec);
+	else
+		json_decref(spec);
 	return o;
 }
 
@@ -128,6 +143,15 @@ void web_metrics_finished(web_metrics_t *m, const eng_result_t *r)
 	pthread_mutex_unlock(&m->mu);
 }
 
+void web_metrics_request(web_metrics_t *m, int api)
+{
+	if (api < 0 || api >= WEB_API_N)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->by_api[api]++;
+	pthread_mutex_unlock(&m->mu);
+}
+
 static const char *state_name(int st)
 {
 	switch (st) {
@@ -154,6 +178,12 @@ int web_metrics_prometheus(web_metrics_t *m, web_buf_t *o, int queued, int runni
 		if (m->by_status[s])
 			rc |= web_buf_addf(o, "shoal_requests_total{status=\"%zu\"} %llu\n", s,
 					   (unsigned long long)m->by_status[s]);
+	rc |= web_buf_addf(o, "# HELP shoal_api_requests_total Generation and embedding requests "
+			      "that ended, by the API they came through.\n"
+			      "# TYPE shoal_api_requests_total counter\n");
+	for (int a = 0; a < WEB_API_N; a++)
+		rc |= web_buf_addf(o, "shoal_api_requests_total{api=\"%s\"} %llu\n",
+				   web_api_name(a), (unsigned long long)m->by_api[a]);
 	rc |= web_buf_addf(
 	    o,
 	    "# HELP shoal_prompt_tokens_total Prompt tokens of finished requests.\n"
@@ -210,6 +240,39 @@ int web_metrics_prometheus(web_metrics_t *m, web_buf_t *o, int queued, int runni
 		for (int st = 0; st < 3; st++)
 			rc |= web_buf_addf(o, "shoal_slot_state{slot=\"%d\",state=\"%s\"} %d\n", i,
 					   slot_state_name(st), m->slot_state[i] == st);
+	if (m->spec_mode && strcmp(m->spec_mode, "off")) {
+		const eng_spec_stats_t *sp = &m->spec;
+		rc |= web_buf_addf(
+		    o,
+		    "# HELP shoal_spec_drafted_tokens_total Drafted tokens verified (speculative "
+		    "decoding).\n"
+		    "# TYPE shoal_spec_drafted_tokens_total counter\n"
+		    "shoal_spec_drafted_tokens_total %llu\n"
+		    "# HELP shoal_spec_accepted_tokens_total Drafted tokens the model accepted.\n"
+		    "# TYPE shoal_spec_accepted_tokens_total counter\n"
+		    "shoal_spec_accepted_tokens_total %llu\n"
+		    "# HELP shoal_spec_verify_steps_total Sequence steps that verified a draft.\n"
+		    "# TYPE shoal_spec_verify_steps_total counter\n"
+		    "shoal_spec_verify_steps_total %llu\n"
+		    "# HELP shoal_spec_acceptance_rate Accepted over drafted tokens.\n"
+		    "# TYPE shoal_spec_acceptance_rate gauge\n"
+		    "shoal_spec_acceptance_rate{mode=\"%s\"} %.4f\n"
+		    "# HELP shoal_spec_tokens_per_verify Tokens produced per verifying step of a "
+		    "sequence.\n"
+		    "# TYPE shoal_spec_tokens_per_verify gauge\n"
+		    "shoal_spec_tokens_per_verify %.4f\n"
+		    "# HELP shoal_spec_draft_length Mean length of the recent drafts.\n"
+		    "# TYPE shoal_spec_draft_length gauge\n"
+		    "shoal_spec_draft_length %.3f\n"
+		    "# HELP shoal_spec_draft_seconds_total Time spent drafting.\n"
+		    "# TYPE shoal_spec_draft_seconds_total counter\n"
+		    "shoal_spec_draft_seconds_total %.6f\n",
+		    (unsigned long long)sp->drafted, (unsigned long long)sp->accepted,
+		    (unsigned long long)sp->verifies, m->spec_mode,
+		    sp->drafted ? (double)sp->accepted / (double)sp->drafted : 0.0,
+		    sp->verifies ? (double)sp->emitted / (double)sp->verifies : 0.0, sp->draft_len,
+		    sp->draft_ms / 1000.0);
+	}
 	rc |= web_buf_addf(o, "# HELP shoal_rank_up Health of each rank (1 healthy, 0 failed).\n"
 			      "# TYPE shoal_rank_up gauge\n");
 	for (int r = 0; r < m->n_ranks && r < WEB_MAX_RANKS; r++)

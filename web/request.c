@@ -38,7 +38,7 @@ static int bad(web_err_t *e, const char *param, const char *fmt, const char *det
 }
 
 /* A field that must be a number within [lo, hi]; absent or null leaves *out alone. */
-static int get_num(json_t *o, const char *k, double lo, double hi, float *out, web_err_t *e)
+int web_get_num(json_t *o, const char *k, double lo, double hi, float *out, web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -56,8 +56,8 @@ static int get_num(json_t *o, const char *k, double lo, double hi, float *out, w
 }
 
 /* A field that must be an integer within [lo, hi]. *given is set when present. */
-static int get_int(json_t *o, const char *k, long long lo, long long hi, long long *out, int *given,
-		   web_err_t *e)
+int web_get_int(json_t *o, const char *k, long long lo, long long hi, long long *out, int *given,
+		web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -83,7 +83,7 @@ static int get_int(json_t *o, const char *k, long long lo, long long hi, long lo
 	return 0;
 }
 
-static int get_bool(json_t *o, const char *k, int *out, web_err_t *e)
+int web_get_bool(json_t *o, const char *k, int *out, web_err_t *e)
 {
 	json_t *v = json_object_get(o, k);
 	if (!v || json_is_null(v))
@@ -114,41 +114,53 @@ int web_err_bad(web_err_t *e, const char *param, const char *msg)
 	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
 }
 
-/* Message content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
-static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
+int web_text_parts(json_t *v, const char *param, const char *types, json_t **out, web_err_t *e)
 {
+	*out = NULL;
 	if (json_is_string(v)) {
-		*out = dup_n(json_string_value(v), json_string_length(v));
-		return *out ? 0 : web_err_oom(e);
-	}
-	if (json_is_null(v)) {
-		*out = dup_n("", 0);
-		return *out ? 0 : web_err_oom(e);
+		*out = json_incref(v);
+		return 0;
 	}
 	if (!json_is_array(v))
 		return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
-				   "'%s' must be a string or an array of text parts", param);
+				   "'%s' must be a string or an array of parts (%s)", param, types);
 	web_buf_t b = {0};
 	size_t i;
 	json_t *part;
 	json_array_foreach(v, i, part)
 	{
-		json_t *type = json_object_get(part, "type");
+		const char *t = json_string_value(json_object_get(part, "type"));
 		json_t *text = json_object_get(part, "text");
-		if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
-		    !json_is_string(text)) {
+		size_t k = t ? strlen(t) : 0;
+		const char *at = t ? strstr(types, t) : NULL;
+		int known = at && (at == types || at[-1] == ' ') && (at[k] == ' ' || !at[k]);
+		if (t && !strcmp(t, "refusal"))
+			continue;
+		if (!known || !json_is_string(text)) {
 			web_buf_free(&b);
 			return web_err_set(e, 400, "invalid_request_error", param, "invalid_type",
-					   "'%s': only text parts ({\"type\": \"text\", \"text\": "
-					   "...}) are supported",
-					   param);
+					   "'%s': parts of type '%.40s' are not supported (%s)",
+					   param, t ? t : "?", types);
 		}
 		if (web_buf_add(&b, json_string_value(text), json_string_length(text)) != 0) {
 			web_buf_free(&b);
 			return web_err_oom(e);
 		}
 	}
-	*out = b.p ? b.p : dup_n("", 0);
+	*out = json_stringn(b.p ? b.p : "", b.len);
+	web_buf_free(&b);
+	return *out ? 0 : web_err_oom(e);
+}
+
+/* Message content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
+static int get_content(json_t *v, const char *param, char **out, web_err_t *e)
+{
+	json_t *s = NULL;
+	int rc = json_is_null(v) ? 0 : web_text_parts(v, param, "text", &s, e);
+	if (rc)
+		return rc;
+	*out = dup_n(s ? json_string_value(s) : "", s ? json_string_length(s) : 0);
+	json_decref(s);
 	return *out ? 0 : web_err_oom(e);
 }
 
@@ -315,37 +327,37 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 
 	long long v = 0;
 	int given = 0;
-	if ((rc = get_int(root, "n", 1, 1 << 20, &v, &given, e)))
+	if ((rc = web_get_int(root, "n", 1, 1 << 20, &v, &given, e)))
 		return rc;
 	if (given && v != 1)
 		return web_err_set(e, 400, "invalid_request_error", "n", "unsupported_value",
 				   "'n' must be 1: one choice per request is supported (got %lld)",
 				   v);
 	given = 0;
-	if ((rc = get_int(root, "max_tokens", 1, 1 << 30, &v, &given, e)))
+	if ((rc = web_get_int(root, "max_tokens", 1, 1 << 30, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.max_tokens = (int)v;
 	given = 0;
-	if ((rc = get_int(root, "max_completion_tokens", 1, 1 << 30, &v, &given, e)))
+	if ((rc = web_get_int(root, "max_completion_tokens", 1, 1 << 30, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.max_tokens = (int)v;
-	if ((rc = get_num(root, "temperature", 0, 2, &r->samp.temperature, e)) ||
-	    (rc = get_num(root, "top_p", 0, 1, &r->samp.top_p, e)) ||
-	    (rc = get_num(root, "min_p", 0, 1, &r->samp.min_p, e)) ||
-	    (rc = get_num(root, "presence_penalty", -2, 2, &r->samp.presence_penalty, e)) ||
-	    (rc = get_num(root, "frequency_penalty", -2, 2, &r->samp.frequency_penalty, e)) ||
-	    (rc = get_num(root, "repeat_penalty", 0, 10, &r->samp.repeat_penalty, e)))
+	if ((rc = web_get_num(root, "temperature", 0, 2, &r->samp.temperature, e)) ||
+	    (rc = web_get_num(root, "top_p", 0, 1, &r->samp.top_p, e)) ||
+	    (rc = web_get_num(root, "min_p", 0, 1, &r->samp.min_p, e)) ||
+	    (rc = web_get_num(root, "presence_penalty", -2, 2, &r->samp.presence_penalty, e)) ||
+	    (rc = web_get_num(root, "frequency_penalty", -2, 2, &r->samp.frequency_penalty, e)) ||
+	    (rc = web_get_num(root, "repeat_penalty", 0, 10, &r->samp.repeat_penalty, e)))
 		return rc;
 	given = 0;
-	if ((rc = get_int(root, "top_k", -1, 1 << 20, &v, &given, e)))
+	if ((rc = web_get_int(root, "top_k", -1, 1 << 20, &v, &given, e)))
 		return rc;
 	if (given)
 		r->samp.top_k = v < 0 ? 0 : (int)v;
 	given = 0;
 	/* Seeds arrive as JSON integers of either sign; keep their bits. */
-	if ((rc = get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &given, e)))
+	if ((rc = web_get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &given, e)))
 		return rc;
 	if (given) {
 		r->samp.seed = (uint64_t)v;
@@ -353,13 +365,13 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 	}
 	if ((rc = parse_stop(r, root, e)))
 		return rc;
-	if ((rc = get_bool(root, "stream", &r->stream, e)))
+	if ((rc = web_get_bool(root, "stream", &r->stream, e)))
 		return rc;
 	json_t *so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {
 		if (!json_is_object(so))
 			return bad(e, "stream_options", "'%s' must be an object%s", NULL);
-		if ((rc = get_bool(so, "include_usage", &r->include_usage, e)))
+		if ((rc = web_get_bool(so, "include_usage", &r->include_usage, e)))
 			return rc;
 	}
 
@@ -367,10 +379,10 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 	 */
 	json_t *lp = json_object_get(root, "logprobs");
 	if (r->kind == WEB_CHAT) {
-		if ((rc = get_bool(root, "logprobs", &r->logprobs, e)))
+		if ((rc = web_get_bool(root, "logprobs", &r->logprobs, e)))
 			return rc;
 		given = 0;
-		if ((rc = get_int(root, "top_logprobs", 0, 20, &v, &given, e)))
+		if ((rc = web_get_int(root, "top_logprobs", 0, 20, &v, &given, e)))
 			return rc;
 		if (given) {
 			if (v > 0 && !r->logprobs)
@@ -383,7 +395,7 @@ static int parse_fields(web_req_t *r, json_t *root, web_err_t *e)
 		if (json_is_boolean(lp)) {
 			r->logprobs = json_is_true(lp);
 		} else {
-			if ((rc = get_int(root, "logprobs", 0, 5, &v, NULL, e)))
+			if ((rc = web_get_int(root, "logprobs", 0, 5, &v, NULL, e)))
 				return rc;
 			r->logprobs = 1;
 			r->samp.top_logprobs = (int)v;
@@ -439,16 +451,9 @@ static int json_prescan(const char *s, size_t len, web_err_t *err)
 	return 0;
 }
 
-int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err)
+int web_json_load(const char *body, size_t len, json_t **root, web_err_t *err)
 {
-	memset(r, 0, sizeof *r);
-	memset(err, 0, sizeof *err);
-	r->kind = kind;
-	eng_sampling_default(&r->samp);
-	/* OpenAI's defaults: temperature 1, nucleus off; the engine's neutral default is greedy. */
-	r->samp.temperature = 1.0f;
-	r->samp.top_p = 1.0f;
-
+	*root = NULL;
 	if (len == 0)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
 				   "the request body is empty; expected a JSON object");
@@ -456,20 +461,48 @@ int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_
 	int pre = json_prescan(body, len, err);
 	if (pre)
 		return pre;
-	json_t *root = json_loadb(body, len, 0, &je);
-	if (!root)
+	json_t *v = json_loadb(body, len, 0, &je);
+	if (!v)
 		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
 				   "the body is not valid JSON: %.120s (line %d, column %d)",
 				   je.text, je.line, je.column);
-	int rc;
-	if (!json_is_object(root))
-		rc = web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
-				 "the body must be a JSON object");
-	else
-		rc = parse_fields(r, root, err);
-	json_decref(root);
+	if (!json_is_object(v)) {
+		json_decref(v);
+		return web_err_set(err, 400, "invalid_request_error", NULL, "invalid_json",
+				   "the body must be a JSON object");
+	}
+	*root = v;
+	return 0;
+}
+
+void web_req_init(web_req_t *r, int kind)
+{
+	memset(r, 0, sizeof *r);
+	r->kind = kind;
+	r->api = kind == WEB_COMPLETION ? WEB_API_COMPLETIONS : WEB_API_CHAT;
+	eng_sampling_default(&r->samp);
+	/* OpenAI's defaults: temperature 1, nucleus off; the engine's neutral default is greedy. */
+	r->samp.temperature = 1.0f;
+	r->samp.top_p = 1.0f;
+}
+
+int web_req_from_json(web_req_t *r, json_t *root, web_err_t *err)
+{
+	int rc = parse_fields(r, root, err);
 	r->samp.stop = (const char *const *)r->stop;
 	r->samp.n_stop = r->n_stop;
+	return rc;
+}
+
+int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err)
+{
+	web_req_init(r, kind);
+	memset(err, 0, sizeof *err);
+	json_t *root;
+	int rc = web_json_load(body, len, &root, err);
+	if (!rc)
+		rc = web_req_from_json(r, root, err);
+	json_decref(root);
 	return rc;
 }
 
@@ -492,5 +525,17 @@ void web_req_clear(web_req_t *r)
 	free(r->prompt_ids);
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
+	json_decref(r->echo);
+	json_decref(r->history);
+	free(r->ctx_ids);
+	for (int i = 0; i < r->n_inputs; i++) {
+		if (r->inputs)
+			free(r->inputs[i]);
+		if (r->input_ids)
+			free(r->input_ids[i]);
+	}
+	free(r->inputs);
+	free(r->input_ids);
+	free(r->input_len);
 	memset(r, 0, sizeof *r);
 }

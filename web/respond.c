@@ -110,8 +110,16 @@ int web_utf8_repair(web_buf_t *out, const char *s, size_t n)
 	return web_buf_add(out, "", 0);
 }
 
-/* A JSON string from bytes that may not be valid UTF-8. */
-static json_t *jstr(const char *s, size_t n)
+const char *web_find(const char *s, size_t n, const char *needle)
+{
+	size_t k = strlen(needle);
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(s + i, needle, k))
+			return s + i;
+	return NULL;
+}
+
+json_t *web_json_str(const char *s, size_t n)
 {
 	if (!s)
 		return json_stringn("", 0);
@@ -128,8 +136,7 @@ static json_t *jstr(const char *s, size_t n)
 	return v;
 }
 
-/* Serialises and frees root (NULL in, NULL out). */
-static char *dump(json_t *root)
+char *web_json_dump(json_t *root)
 {
 	if (!root)
 		return NULL;
@@ -142,12 +149,12 @@ static char *dump(json_t *root)
 
 char *web_json_error(const web_err_t *e)
 {
-	json_t *err =
-	    json_pack("{s:o, s:s, s:o, s:o}", "message", jstr(e->message, strlen(e->message)),
-		      "type", e->type ? e->type : "server_error", "param",
-		      e->param[0] ? json_string(e->param) : json_null(), "code",
-		      e->code[0] ? json_string(e->code) : json_null());
-	return dump(json_pack("{s:o}", "error", err));
+	json_t *err = json_pack("{s:o, s:s, s:o, s:o}", "message",
+				web_json_str(e->message, strlen(e->message)), "type",
+				e->type ? e->type : "server_error", "param",
+				e->param[0] ? json_string(e->param) : json_null(), "code",
+				e->code[0] ? json_string(e->code) : json_null());
+	return web_json_dump(json_pack("{s:o}", "error", err));
 }
 
 const char *web_finish_name(int finish)
@@ -182,11 +189,12 @@ json_t *web_json_logprob(const char *text, size_t text_len, float logprob, const
 	json_t *alts = json_array();
 	for (int i = 0; alts && i < n_top; i++) {
 		const char *t = top_texts && top_texts[i] ? top_texts[i] : "";
-		json_array_append_new(
-		    alts, json_pack("{s:o, s:f, s:o}", "token", jstr(t, strlen(t)), "logprob",
-				    (double)top[i].logprob, "bytes", bytes_json(t, strlen(t))));
+		json_array_append_new(alts, json_pack("{s:o, s:f, s:o}", "token",
+						      web_json_str(t, strlen(t)), "logprob",
+						      (double)top[i].logprob, "bytes",
+						      bytes_json(t, strlen(t))));
 	}
-	return json_pack("{s:o, s:f, s:o, s:o}", "token", jstr(text, text_len), "logprob",
+	return json_pack("{s:o, s:f, s:o, s:o}", "token", web_json_str(text, text_len), "logprob",
 			 (double)logprob, "bytes", bytes_json(text, text_len), "top_logprobs",
 			 alts ? alts : json_array());
 }
@@ -250,12 +258,12 @@ char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_le
 	json_t *choice;
 	if (rid->kind == WEB_CHAT)
 		choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:o}", "index", 0, "message", "role",
-				   "assistant", "content", jstr(text, text_len), "logprobs",
+				   "assistant", "content", web_json_str(text, text_len), "logprobs",
 				   logprobs_for(WEB_CHAT, logprobs), "finish_reason",
 				   finish_json(finish));
 	else
-		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text_len), "index", 0,
-				   "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
+		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", web_json_str(text, text_len),
+				   "index", 0, "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
 				   "finish_reason", finish_json(finish));
 	if (rid->reasoning && choice) /* gpt-oss: its analysis channel */
 		json_object_set(json_object_get(choice, "message"), "reasoning_content",
@@ -270,7 +278,7 @@ char *web_json_reply(const web_reply_id_t *rid, const char *text, size_t text_le
 				json_pack("[o]", choice));
 	if (root)
 		json_object_set_new(root, "usage", usage_json(u));
-	return dump(root);
+	return web_json_dump(root);
 }
 
 char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *text, size_t text_len,
@@ -282,21 +290,22 @@ char *web_json_chunk(const web_reply_id_t *rid, const char *role, const char *te
 		if (role)
 			json_object_set_new(delta, "role", json_string(role));
 		if (text)
-			json_object_set_new(delta, "content", jstr(text, text_len));
+			json_object_set_new(delta, "content", web_json_str(text, text_len));
 		choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
 				   logprobs_for(WEB_CHAT, logprobs), "finish_reason",
 				   finish_json(finish));
 	} else {
-		choice = json_pack("{s:o, s:i, s:o, s:o}", "text", jstr(text, text ? text_len : 0),
-				   "index", 0, "logprobs", logprobs_for(WEB_COMPLETION, logprobs),
-				   "finish_reason", finish_json(finish));
+		choice = json_pack("{s:o, s:i, s:o, s:o}", "text",
+				   web_json_str(text, text ? text_len : 0), "index", 0, "logprobs",
+				   logprobs_for(WEB_COMPLETION, logprobs), "finish_reason",
+				   finish_json(finish));
 	}
 	json_t *root =
 	    envelope(rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion",
 		     json_pack("[o]", choice));
 	if (root && with_usage_null)
 		json_object_set_new(root, "usage", json_null());
-	return dump(root);
+	return web_json_dump(root);
 }
 
 char *web_json_usage_chunk(const web_reply_id_t *rid, const web_usage_t *u)
@@ -305,7 +314,7 @@ char *web_json_usage_chunk(const web_reply_id_t *rid, const web_usage_t *u)
 	    rid, rid->kind == WEB_CHAT ? "chat.completion.chunk" : "text_completion", json_array());
 	if (root)
 		json_object_set_new(root, "usage", usage_json(u));
-	return dump(root);
+	return web_json_dump(root);
 }
 
 int web_sse_add(web_buf_t *out, char *json)

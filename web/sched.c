@@ -8,7 +8,11 @@
  * callback into the job: streaming jobs get SSE bytes appended to job->out, others accumulate
  * text; the connection thread waits on job->cv.
  *
- * Invariants: a job is in the queue, or in run[] (its slot), or done, and every job that was
+ * A job runs one sequence (a generation) or several (an embedding request: one per input,
+ * admitted one by one as slots free up, so they share steps with everything else); it stays at
+ * the head of the queue until its last sequence is admitted and ends when its last one ends.
+ *
+ * Invariants: a job is in the queue, or in run[] (its slots), or done, and every job that was
  * accepted ends in JOB_DONE with either a result or err.status set, exactly once (finish_job).
  * Lock order: scheduler mutex before a job's mutex; the engine is only called without the
  * scheduler mutex, from this thread. The engine pointer is only swapped while nothing uses it
@@ -32,6 +36,7 @@ struct web_sched {
 	web_job_t *head, *tail;
 	int queued, queue_max;
 	web_job_t *run[WEB_MAX_SLOTS]; /* running job of each slot (sequence id) */
+	int run_seq[WEB_MAX_SLOTS];    /* which of its job's sequences */
 	int n_running;
 	eng_done_t done[WEB_MAX_SLOTS];
 	eng_t *run_eng; /* the engine the running jobs use (s->eng may be detached meanwhile) */
@@ -77,6 +82,8 @@ web_job_t *web_job_new(web_req_t *req, int *ids, int n_ids, const char *model, i
 	for (size_t i = 0; i < sizeof rnd; i++)
 		o += snprintf(j->rid.id + o, sizeof j->rid.id - (size_t)o, "%02x", rnd[i]);
 	j->deadline_ms = now_ms() + (timeout_ms > 0 ? timeout_ms : 300000);
+	j->n_seq = 1;
+	j->ps.t0_ns = now_ns();
 	return j;
 }
 
@@ -102,6 +109,9 @@ void web_job_unref(web_job_t *j)
 	web_buf_free(&j->text);
 	json_decref(j->logprobs);
 	json_decref(j->rid.tool_calls);
+	free(j->ps.ids);
+	free(j->vecs);
+	free(j->seq_res);
 	json_decref(j->rid.reasoning);
 	pthread_cond_destroy(&j->cv);
 	pthread_mutex_destroy(&j->mu);
@@ -129,6 +139,12 @@ static void cancel_err(web_job_t *j, int reason)
 /* Ends j (caller holds j->mu): writes the stream's tail, marks it done and wakes its waiter. */
 static void finish_job_locked(web_job_t *j)
 {
+	if (j->proto) { /* another API: its own closing events (api.c) */
+		web_api_finish(j);
+		j->state = JOB_DONE;
+		web_job_wake_locked(j);
+		return;
+	}
 	if ((j->req.tool_format || j->req.grammar) && !j->err.status)
 		web_tools_finish(j); /* calls in the text become tool_calls */
 	if (j->req.stream) {
@@ -201,7 +217,11 @@ static int on_token(void *ud, const eng_token_t *t)
 	}
 	json_t *lp = j->req.logprobs ? logprob_entry(j->eng, t) : NULL;
 	pthread_mutex_lock(&j->mu);
-	if (j->req.tool_format) { /* tools.c decides what is content and what is a call */
+	if (j->proto) { /* another API: api.c sorts the text out */
+		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
+		web_api_on_token(j, t->id);
+		json_decref(lp);
+	} else if (j->req.tool_format) { /* tools.c decides what is content and what is a call */
 		web_buf_add(&j->text, t->text ? t->text : "", t->text_len);
 		web_tools_on_text(j);
 		json_decref(lp);
@@ -267,20 +287,28 @@ static void record_job(web_sched_t *s, const web_job_t *j)
 	web_history_request(s->hist, &r);
 }
 
-/* Maps an ended sequence's result to the client-visible outcome and finishes j. */
+/* Maps an ended job's result to the client-visible outcome and finishes j. */
 static void end_job(web_sched_t *s, web_job_t *j, int rc)
 {
 	pthread_mutex_lock(&j->mu);
-	const eng_result_t *res = &j->res; /* the engine wrote it while the job ran */
+	eng_result_t *res = &j->res; /* the engine wrote it while the job ran */
+	if (j->seq_res) {            /* embeddings: the inputs' sums (or the failed one's) */
+		if (!rc) {
+			memset(res, 0, sizeof *res);
+			res->finish = ENG_FINISH_STOP;
+			for (int i = 0; i < j->n_seq; i++)
+				res->prompt_tokens += j->seq_res[i].prompt_tokens;
+		}
+	}
 	int reason = atomic_load(&j->cancel);
 	if (reason || res->finish == ENG_FINISH_CANCELED) {
 		cancel_err(j, reason ? reason : 1);
 	} else if (rc < 0 || res->finish == ENG_FINISH_ERROR) {
 		if (rc == SH_EINVAL)
-			web_err_set(&j->err, 400, "invalid_request_error", "messages",
-				    "context_length_exceeded", "%s",
-				    res->error[0] ? res->error
-						  : "the prompt does not fit the context");
+			web_err_set(
+			    &j->err, 400, "invalid_request_error",
+			    j->seq_res ? "input" : "messages", "context_length_exceeded", "%s",
+			    res->error[0] ? res->error : "the prompt does not fit the context");
 		else if (web_engine_lost(rc))
 			web_err_set(&j->err, 503, "unavailable", NULL, "replanning",
 				    "the cluster lost a rank and is re-planning; retry (%s)",
@@ -294,67 +322,103 @@ static void end_job(web_sched_t *s, web_job_t *j, int rc)
 	if (s->m && !j->err.status)
 		web_metrics_finished(s->m, res);
 	record_job(s, j);
+	if (s->m)
+		web_metrics_request(s->m, j->req.api);
 	if (j->err.status && j->err.status != 499)
 		LOG(LOG_INFO, "web: %s ended with %d: %s", j->rid.id, j->err.status,
 		    j->err.message);
 }
 
-/* Starts j in a free slot of e (scheduler thread, no lock held; admission already counted it in
- * n_running, so set_engine waits for it). A job that cannot start (bad prompt, already
- * canceled or past its deadline) is finished here. */
-static void start_job(web_sched_t *s, eng_t *e, web_job_t *j)
+/* Sequence k of j ended with rc (or never started): when it was the job's last, the job ends
+ * and the queue's reference goes. */
+static void seq_done(web_sched_t *s, web_job_t *j, int k, int rc)
+{
+	pthread_mutex_lock(&s->mu);
+	if (rc && !j->seq_rc) {
+		j->seq_rc = rc;
+		if (j->seq_res) /* the failed input's reason is the job's */
+			j->res = j->seq_res[k];
+	}
+	int last = ++j->seq_ended == j->n_seq;
+	pthread_mutex_unlock(&s->mu);
+	if (last) {
+		end_job(s, j, j->seq_rc);
+		web_job_unref(j); /* the queue's reference */
+	}
+}
+
+/* Starts sequence k of j in a free slot of e (scheduler thread, no lock held; admission already
+ * counted it in n_running, so set_engine waits for it). A sequence that cannot start (a bad
+ * prompt, its job canceled, failed or past its deadline) ends here. */
+static void start_job(web_sched_t *s, eng_t *e, web_job_t *j, int k)
 {
 	pthread_mutex_lock(&j->mu);
-	j->state = JOB_RUNNING;
-	if (j->req.stream && j->req.kind == WEB_CHAT && !j->sent_role) {
-		/* OpenAI's first chunk carries the role and empty content. */
-		web_sse_add(&j->out, web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
-						    j->req.include_usage, NULL));
-		j->sent_role = 1;
-		web_job_wake_locked(j);
+	if (k == 0) {
+		j->state = JOB_RUNNING;
+		if (j->proto && j->req.stream && j->proto->start) {
+			j->proto->start(j);
+			web_job_wake_locked(j);
+		} else if (!j->proto && j->req.stream && j->req.kind == WEB_CHAT && !j->sent_role) {
+			/* OpenAI's first chunk carries the role and empty content. */
+			web_sse_add(&j->out,
+				    web_json_chunk(&j->rid, "assistant", "", 0, ENG_FINISH_NONE,
+						   j->req.include_usage, NULL));
+			j->sent_role = 1;
+			web_job_wake_locked(j);
+		}
 	}
 	pthread_mutex_unlock(&j->mu);
 	if (atomic_load(&j->cancel) == 0 && now_ms() > j->deadline_ms)
 		atomic_store(&j->cancel, 2);
 	int rc = SH_ECANCELED;
-	memset(&j->res, 0, sizeof j->res);
-	j->res.finish = ENG_FINISH_CANCELED;
-	j->keep_text = web_history_show_text(s->hist);
-	if (!atomic_load(&j->cancel)) {
+	if (k == 0) {
+		memset(&j->res, 0, sizeof j->res);
+		j->res.finish = ENG_FINISH_CANCELED;
+		j->keep_text = web_history_show_text(s->hist);
+	}
+	pthread_mutex_lock(&s->mu);
+	int failed = j->seq_rc != 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!atomic_load(&j->cancel) && !failed) {
 		j->sched = s;
 		j->eng = e;
-		int id = eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j, &j->res);
+		int id = j->seq_res ? eng_embed_start(e, j->req.input_ids[k], j->req.input_len[k],
+						      j->vecs + (size_t)k * j->dim, &j->seq_res[k])
+				    : eng_seq_start(e, j->ids, j->n_ids, &j->req.samp, on_token, j,
+						    &j->res);
 		if (id >= 0) {
 			pthread_mutex_lock(&s->mu);
 			s->run[id] = j;
+			s->run_seq[id] = k;
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
 		rc = id;
+	} else if (failed) {
+		rc = 0; /* an earlier input failed: the job's error is that one */
 	}
-	end_job(s, j, rc);
+	seq_done(s, j, k, rc);
 	pthread_mutex_lock(&s->mu);
 	s->n_running--; /* the place admission reserved */
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	web_job_unref(j); /* the queue's reference */
 }
 
-/* A running job left its slot: finish it, then free its place (set_engine waits for that, so
- * the job is done before a detach returns) and drop the queue's reference. */
+/* A running sequence left its slot: account for it (its job ends with its last), then free its
+ * place (set_engine waits for that, so the job is done before a detach returns). */
 static void slot_done(web_sched_t *s, int id, int rc)
 {
 	pthread_mutex_lock(&s->mu);
 	web_job_t *j = s->run[id];
+	int k = s->run_seq[id];
 	s->run[id] = NULL;
 	pthread_mutex_unlock(&s->mu);
 	if (j)
-		end_job(s, j, rc);
+		seq_done(s, j, k, rc);
 	pthread_mutex_lock(&s->mu);
 	s->n_running--;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	web_job_unref(j);
 }
 
 /* Per-step figures for /metrics and the dashboard. */
@@ -369,6 +433,8 @@ static void step_metrics(web_sched_t *s, eng_t *e, int batch)
 		s->m->slot_state[i] = (signed char)eng_slot_state(e, i);
 	if (batch > 0)
 		web_hist_add(&s->m->batch, batch);
+	s->m->spec_mode = eng_info(e)->spec;
+	eng_spec_stats(e, &s->m->spec);
 	pthread_mutex_unlock(&s->m->mu);
 }
 
@@ -391,24 +457,28 @@ static void step_history(web_sched_t *s, eng_t *e, double step_ms)
 	web_history_step(s->hist, step_ms, comm);
 }
 
-/* One loop turn: admit queued jobs into free slots (FIFO), end canceled or expired ones, then
- * run one step of every active sequence. Runs on the scheduler thread with s->mu held on entry
- * and exit. */
+/* One loop turn: admit queued sequences into free slots (FIFO; a job leaves the queue with its
+ * last sequence), end canceled or expired ones, then run one step of every active sequence.
+ * Runs on the scheduler thread with s->mu held on entry and exit. */
 static void sched_turn(web_sched_t *s)
 {
 	eng_t *e = s->n_running ? s->run_eng : s->eng;
 	/* admission: only while the engine is attached (set_engine(NULL) stops it) */
-	while (s->head && s->eng && s->eng == e && eng_active(e) < eng_info(e)->n_slots) {
+	while (s->head && s->eng && s->eng == e && eng_active(e) < eng_info(e)->n_slots &&
+	       s->n_running < eng_info(e)->n_slots) {
 		web_job_t *j = s->head;
-		s->head = j->next;
-		if (!s->head)
-			s->tail = NULL;
-		j->next = NULL;
-		s->queued--;
+		int k = j->seq_next++;
+		if (j->seq_next >= j->n_seq) {
+			s->head = j->next;
+			if (!s->head)
+				s->tail = NULL;
+			j->next = NULL;
+			s->queued--;
+		}
 		s->n_running++;
 		s->run_eng = e;
 		pthread_mutex_unlock(&s->mu);
-		start_job(s, e, j);
+		start_job(s, e, j, k);
 		pthread_mutex_lock(&s->mu);
 	}
 	if (!s->n_running)
@@ -457,6 +527,26 @@ static void *sched_main(void *arg)
 	return NULL;
 }
 
+/* j was taken off the queue for reason (caller holds s->mu): its sequences not yet admitted
+ * count as ended; with none running it is finished here, else its running ones (canceled before
+ * the next step) end it. */
+static void abandon_locked(web_sched_t *s, web_job_t *j, int reason)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&j->cancel, &zero, reason);
+	j->next = NULL;
+	j->seq_ended += j->n_seq - j->seq_next;
+	j->seq_next = j->n_seq;
+	if (j->seq_ended < j->n_seq)
+		return;
+	pthread_mutex_lock(&j->mu);
+	cancel_err(j, atomic_load(&j->cancel));
+	finish_job_locked(j);
+	pthread_mutex_unlock(&j->mu);
+	record_job(s, j);
+	web_job_unref(j);
+}
+
 /* Fails every queued job with reason (caller holds s->mu). */
 static void drain_locked(web_sched_t *s, int reason)
 {
@@ -465,13 +555,7 @@ static void drain_locked(web_sched_t *s, int reason)
 	s->queued = 0;
 	while (j) {
 		web_job_t *next = j->next;
-		pthread_mutex_lock(&j->mu);
-		atomic_store(&j->cancel, reason);
-		cancel_err(j, reason);
-		finish_job_locked(j);
-		pthread_mutex_unlock(&j->mu);
-		record_job(s, j);
-		web_job_unref(j);
+		abandon_locked(s, j, reason);
 		j = next;
 	}
 }
@@ -556,19 +640,14 @@ void web_sched_cancel(web_sched_t *s, web_job_t *j, int reason)
 		prev = *pp;
 		pp = &(*pp)->next;
 	}
-	if (*pp) { /* still queued: finish it here */
+	if (*pp) { /* still queued (maybe partly admitted): finish it here or soon */
 		*pp = j->next;
 		if (s->tail == j)
 			s->tail = prev;
 		s->queued--;
-		j->next = NULL;
-		pthread_mutex_lock(&j->mu);
-		atomic_store(&j->cancel, reason);
-		cancel_err(j, reason);
-		finish_job_locked(j);
-		pthread_mutex_unlock(&j->mu);
+		web_job_ref(j); /* abandon may drop the queue's */
+		abandon_locked(s, j, reason);
 		pthread_mutex_unlock(&s->mu);
-		record_job(s, j);
 		web_job_unref(j);
 		return;
 	}

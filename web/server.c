@@ -1,6 +1,8 @@
 /*
- * server.c: the HTTP side: libmicrohttpd daemon, routing, bearer auth, body limits, follower
- * redirects, and the glue between a connection and its job in the scheduler.
+ * server.c: the HTTP side: libmicrohttpd daemon, routing, API-key auth, body limits, follower
+ * redirects, the built-in GET endpoints (health, models, cluster, events, metrics, dashboard),
+ * and the services the endpoint files use (web_send, web_engine_get, ...). Generation and
+ * embedding requests of every API are answered by generate.c through the route's endpoint.
  *
  * libmicrohttpd runs a small pool of event-loop threads (each an epoll loop over many
  * connections, see httpd_start), so no callback here may block: a non-streaming request parks
@@ -31,10 +33,9 @@
 
 #include "common/common.h"
 
-#define SSE_BLOCK 16384
-#define KEEPALIVE_MS 15000
-#define HTTP_IDLE_S  60 /* libmicrohttpd's own idle timeout (restarts on every byte) */
-#ifndef MSG_NOSIGNAL /* macOS: both commands ignore SIGPIPE (the early 413 send) */
+#define SSE_BLOCK   16384
+#define HTTP_IDLE_S 60 /* libmicrohttpd's own idle timeout (restarts on every byte) */
+#ifndef MSG_NOSIGNAL   /* macOS: both commands ignore SIGPIPE (the early 413 send) */
 #define MSG_NOSIGNAL 0
 #endif
 
@@ -58,47 +59,59 @@ struct web {
 	atomic_int parsing; /* bodies being parsed (WEB_PARSE_CONCURRENCY at most) */
 	atomic_int proxy_port; /* --exec: /v1/... goes to 127.0.0.1:proxy_port (proxy.c) */
 	web_history_t *hist;   /* the dashboard's series, events and requests (history.c) */
+	web_rstore_t *rstore;  /* finished responses for previous_response_id (responses.c) */
 };
 
-/* Per-request state: the body while it uploads, then the job a non-streaming reply waits for. */
-typedef struct conn {
-	int route;
-	web_buf_t body;
-	int too_large;
-	size_t discarded; /* body bytes thrown away after too_large */
-	int raw_replied;  /* the early 413 went out on the socket (see early_413) */
-	web_job_t *job;   /* non-streaming reply pending (a reference), parked in park */
-	web_park_t park;
-	int parked; /* park is attached */
-	char *url, method[16]; /* R_PROXY */
-} conn_t;
+typedef web_conn_t conn_t;
 
-enum route { R_NONE = 0, R_DASH, R_HEALTH, R_METRICS, R_MODELS, R_CLUSTER, R_EVENTS, R_HISTORY,
-	     R_CHAT, R_COMPLETIONS, R_PROXY };
-
-static const struct route_def {
-	const char *path;
-	int route;
-	const char *method; /* the one allowed (HEAD is allowed with GET) */
-	int auth;           /* needs the API key */
-	int leader_only;    /* followers redirect it */
-} routes[] = {
-	{"/", R_DASH, "GET", 0, 0},
-	{"/health", R_HEALTH, "GET", 0, 0},
-	{"/metrics", R_METRICS, "GET", 0, 0},
-	{"/v1/models", R_MODELS, "GET", 1, 1},
-	{"/v1/cluster", R_CLUSTER, "GET", 0, 0},
-	{"/v1/events", R_EVENTS, "GET", 0, 0},
-	{"/v1/history", R_HISTORY, "GET", 0, 0},
-	{"/v1/chat/completions", R_CHAT, "POST", 1, 1},
-	{"/v1/completions", R_COMPLETIONS, "POST", 1, 1},
+enum route {
+	R_NONE = 0,
+	R_DASH,
+	R_HEALTH,
+	R_METRICS,
+	R_MODELS,
+	R_CLUSTER,
+	R_EVENTS,
+	R_HISTORY,
+	R_PROXY
 };
+
+#define A (&web_proto_anthropic)
+#define O (&web_proto_ollama)
+static const web_route_t routes[] = {
+    {"/", R_DASH, "GET", 0, 0, NULL, NULL, NULL},
+    {"/health", R_HEALTH, "GET", 0, 0, NULL, NULL, NULL},
+    {"/metrics", R_METRICS, "GET", 0, 0, NULL, NULL, NULL},
+    {"/v1/models", R_MODELS, "GET", 1, 1, NULL, NULL, NULL},
+    {"/v1/cluster", R_CLUSTER, "GET", 0, 0, NULL, NULL, NULL},
+    {"/v1/events", R_EVENTS, "GET", 0, 0, NULL, NULL, NULL},
+    {"/v1/history", R_HISTORY, "GET", 0, 0, NULL, NULL, NULL},
+    /* OpenAI */
+    {"/v1/chat/completions", 0, "POST", 1, 1, &web_ep_chat, NULL, NULL},
+    {"/v1/completions", 0, "POST", 1, 1, &web_ep_completions, NULL, NULL},
+    {"/v1/responses", 0, "POST", 1, 1, &web_ep_responses, NULL, NULL},
+    {"/v1/embeddings", 0, "POST", 1, 1, &web_ep_embeddings, NULL, NULL},
+    /* Anthropic */
+    {"/v1/messages", 0, "POST", 1, 1, &web_ep_messages, NULL, A},
+    {"/v1/messages/count_tokens", 0, "POST", 1, 1, NULL, web_messages_count_tokens, A},
+    /* Ollama */
+    {"/api/chat", 0, "POST", 1, 1, &web_ep_ollama_chat, NULL, O},
+    {"/api/generate", 0, "POST", 1, 1, &web_ep_ollama_generate, NULL, O},
+    {"/api/embed", 0, "POST", 1, 1, &web_ep_ollama_embed, NULL, O},
+    {"/api/embeddings", 0, "POST", 1, 1, &web_ep_ollama_embeddings, NULL, O},
+    {"/api/tags", 0, "GET", 1, 1, NULL, web_ollama_tags, O},
+    {"/api/ps", 0, "GET", 1, 1, NULL, web_ollama_ps, O},
+    {"/api/show", 0, "POST", 1, 1, NULL, web_ollama_show, O},
+    {"/api/version", 0, "GET", 0, 0, NULL, web_ollama_version, O},
+};
+#undef A
+#undef O
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
 static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 
-static int conn_fd(struct MHD_Connection *c)
+int web_conn_fd(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -146,23 +159,36 @@ static enum MHD_Result send_json(web_t *w, struct MHD_Connection *c, int status,
 	return send_body(w, c, status, s, "application/json", NULL, NULL);
 }
 
-static enum MHD_Result send_error(web_t *w, struct MHD_Connection *c, const web_err_t *e)
+int web_send_error(web_t *w, struct MHD_Connection *c, const web_proto_t *proto, const web_err_t *e)
 {
 	const char *retry = NULL;
 	if (e->status == 429)
 		retry = "1";
 	else if (e->status == 503)
 		retry = "2";
-	return send_body(w, c, e->status, web_json_error(e), "application/json",
-			 retry ? "Retry-After" : NULL, retry);
+	return send_body(w, c, e->status,
+			 proto && proto->error ? proto->error(e) : web_json_error(e),
+			 "application/json", retry ? "Retry-After" : NULL, retry);
 }
 
-static enum MHD_Result send_errorf(web_t *w, struct MHD_Connection *c, int status, const char *type,
-				   const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 6, 7)));
+int web_send(web_t *w, struct MHD_Connection *c, int status, char *body, const char *ctype,
+	     const char *h1, const char *v1)
+{
+	return send_body(w, c, status, body, ctype, h1, v1);
+}
 
-static enum MHD_Result send_errorf(web_t *w, struct MHD_Connection *c, int status, const char *type,
-				   const char *code, const char *fmt, ...)
+int web_send_json(web_t *w, struct MHD_Connection *c, int status, json_t *root)
+{
+	return send_json(w, c, status, root);
+}
+
+static enum MHD_Result send_errorp(web_t *w, struct MHD_Connection *c, const web_proto_t *proto,
+				   int status, const char *type, const char *code, const char *fmt,
+				   ...) __attribute__((format(printf, 7, 8)));
+
+static enum MHD_Result send_errorp(web_t *w, struct MHD_Connection *c, const web_proto_t *proto,
+				   int status, const char *type, const char *code, const char *fmt,
+				   ...)
 {
 	web_err_t e;
 	memset(&e, 0, sizeof e);
@@ -173,8 +199,10 @@ static enum MHD_Result send_errorf(web_t *w, struct MHD_Connection *c, int statu
 	va_start(ap, fmt);
 	vsnprintf(e.message, sizeof e.message, fmt, ap);
 	va_end(ap);
-	return send_error(w, c, &e);
+	return (enum MHD_Result)web_send_error(w, c, proto, &e);
 }
+
+#define send_errorf(w, c, ...) send_errorp(w, c, NULL, __VA_ARGS__)
 
 /* The node's state for /health and for gating the API. */
 static int node_state(web_t *w, char *reason, size_t len)
@@ -203,6 +231,53 @@ static void model_id(web_t *w, eng_t *e, char *out, size_t len, int *n_ctx)
 		 w->model_name ? w->model_name : in && in->name ? in->name : "shoal");
 	if (n_ctx)
 		*n_ctx = in ? in->n_ctx : 0;
+}
+
+/* ---- services to generate.c and the API files ------------------------------------------------ */
+
+void web_model_id(web_t *w, eng_t *e, char *out, size_t len)
+{
+	model_id(w, e, out, len, NULL);
+}
+
+eng_t *web_engine_get(web_t *w, web_err_t *e)
+{
+	char reason[200];
+	int state = node_state(w, reason, sizeof reason);
+	eng_t *eng = state == WEB_SERVING ? web_sched_engine_acquire(w->sched) : NULL;
+	if (!eng)
+		web_err_set(e, 503, "unavailable", NULL, "unavailable", "not serving yet: %s",
+			    reason[0] ? reason : "no model loaded");
+	return eng;
+}
+
+web_sched_t *web_sched_of(web_t *w)
+{
+	return w->sched;
+}
+web_guard_t *web_guard_of(web_t *w)
+{
+	return w->guard;
+}
+web_metrics_t *web_metrics_of(web_t *w)
+{
+	return &w->metrics;
+}
+web_rstore_t *web_rstore_of(web_t *w)
+{
+	return w ? w->rstore : NULL;
+}
+int web_timeout_of(web_t *w)
+{
+	return w->timeout_ms;
+}
+long long web_started_of(web_t *w)
+{
+	return w->started;
+}
+atomic_int *web_parsing_of(web_t *w)
+{
+	return &w->parsing;
 }
 
 /* ---- GET endpoints -------------------------------------------------------------------------- */
@@ -246,15 +321,23 @@ static enum MHD_Result do_models(web_t *w, struct MHD_Connection *c)
 	json_t *data = json_array();
 	if (e) {
 		const eng_info_t *in = eng_info(e);
+		char when[40]; /* Anthropic's models list: type, display_name, created_at */
+		time_t t = (time_t)w->started;
+		strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
 		json_array_append_new(
-			data, json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:s?, s:I}", "id", model,
-					"object", "model", "created", (json_int_t)w->started,
-					"owned_by", "shoal", "context_length", n_ctx, "max_model_len",
-					n_ctx, "arch", in->arch, "weight_bytes",
-					(json_int_t)in->weight_bytes));
+		    data,
+		    json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:s?, s:I, s:s, s:s, s:s}", "id",
+			      model, "object", "model", "created", (json_int_t)w->started,
+			      "owned_by", "shoal", "context_length", n_ctx, "max_model_len", n_ctx,
+			      "arch", in->arch, "weight_bytes", (json_int_t)in->weight_bytes,
+			      "type", "model", "display_name", model, "created_at", when));
 		web_sched_engine_release(w->sched);
 	}
-	return send_json(w, c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+	json_t *first =
+	    json_array_size(data) ? json_object_get(json_array_get(data, 0), "id") : NULL;
+	return send_json(w, c, 200,
+			 json_pack("{s:s, s:o, s:b, s:O?, s:O?}", "object", "list", "data", data,
+				   "has_more", 0, "first_id", first, "last_id", first));
 }
 
 static long long mem_total_bytes(void)
@@ -417,7 +500,7 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	if (iv) /* a faster feed for tests and wall displays; bounded both ways */
 		ev->interval_ms = (int)MAX(100, MIN(10000, strtol(iv, NULL, 10)));
 	ev->park.c = c;
-	ev->park.fd = conn_fd(c);
+	ev->park.fd = web_conn_fd(c);
 	web_park_attach(w->guard, &ev->park);
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK,
 								   events_read, ev, events_free);
@@ -432,295 +515,60 @@ static enum MHD_Result do_events(web_t *w, struct MHD_Connection *c)
 	return ok;
 }
 
-/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
-static void check_engine_lost(web_t *w, const web_job_t *j)
-{
-	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
-		w->engine_lost(w->ud);
-}
-
-/* ---- completions ---------------------------------------------------------------------------- */
-
-typedef struct stream {
-	web_t *w;
-	web_job_t *job;
-	web_park_t park; /* parked while the job has nothing new; its wake hook resumes it */
-	int64_t last_write_ms;
-} stream_t;
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-	(void)pos;
-	stream_t *st = cls;
-	web_job_t *j = st->job;
-	int64_t now = now_ms();
-	pthread_mutex_lock(&j->mu);
-	if (j->out.len > 0) {
-		size_t n = MIN(max, j->out.len);
-		memcpy(buf, j->out.p, n);
-		memmove(j->out.p, j->out.p + n, j->out.len - n);
-		j->out.len -= n;
-		j->out.p[j->out.len] = 0;
-		pthread_mutex_unlock(&j->mu);
-		st->last_write_ms = now;
-		atomic_store(&st->park.wake_at, now + KEEPALIVE_MS);
-		return (ssize_t)n;
-	}
-	if (j->state == JOB_DONE) {
-		pthread_mutex_unlock(&j->mu);
-		check_engine_lost(st->w, j);
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	}
-	if (now - st->last_write_ms >= KEEPALIVE_MS) {
-		pthread_mutex_unlock(&j->mu);
-		static const char ka[] = ": keep-alive\n\n";
-		size_t n = MIN(max, sizeof ka - 1);
-		memcpy(buf, ka, n);
-		st->last_write_ms = now;
-		atomic_store(&st->park.wake_at, now + KEEPALIVE_MS);
-		return (ssize_t)n;
-	}
-	/* nothing yet: park (under j->mu, so the scheduler's next wake-up finds it suspended) */
-	int parked = web_park_suspend(st->w->guard, &st->park);
-	pthread_mutex_unlock(&j->mu);
-	return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
-static void stream_free(void *cls)
-{
-	stream_t *st = cls;
-	pthread_mutex_lock(&st->job->mu);
-	int done = st->job->state == JOB_DONE;
-	st->job->wake = NULL;
-	pthread_mutex_unlock(&st->job->mu);
-	web_park_detach(st->w->guard, &st->park);
-	if (!done) /* the client went away mid-stream */
-		web_sched_cancel(st->w->sched, st->job, 1);
-	web_job_unref(st->job);
-	free(st);
-}
-
-/* Tokenizes the request and checks it against the context. Returns 0 or an HTTP status. */
-static int build_prompt(web_t *w, eng_t *e, web_req_t *rq, int **ids, int *n_ids, web_err_t *err)
-{
-	char msg[256] = "";
-	int rc;
-	const eng_info_t *in = eng_info(e);
-	const char *param = rq->kind == WEB_CHAT ? "messages" : "prompt";
-	(void)w;
-	if (rq->kind == WEB_CHAT) {
-		rc = web_chat_prompt(e, rq, ids, n_ids, msg, sizeof msg, err); /* tools.c */
-		if (rc >= 400)
-			return rc;
-	} else if (rq->prompt) {
-		rc = eng_tokenize(e, rq->prompt, 1, 0, ids, n_ids, msg, sizeof msg);
-	} else {
-		for (int i = 0; i < rq->n_prompt_ids; i++)
-			if (rq->prompt_ids[i] >= in->n_vocab)
-				return web_err_set(err, 400, "invalid_request_error", "prompt",
-						   "invalid_value",
-						   "'prompt': token id %d is outside the vocabulary "
-						   "(%d tokens)",
-						   rq->prompt_ids[i], in->n_vocab);
-		*ids = rq->prompt_ids;
-		*n_ids = rq->n_prompt_ids;
-		rq->prompt_ids = NULL;
-		rq->n_prompt_ids = 0;
-		rc = 0;
-	}
-	if (rc == SH_EINVAL)
-		return web_err_set(err, 400, "invalid_request_error", param, "invalid_value", "%s",
-				   msg[0] ? msg : "the prompt could not be built");
-	if (rc < 0)
-		return web_err_set(err, 500, "server_error", param, NULL, "%s",
-				   msg[0] ? msg : sh_strerror(rc));
-	if (*n_ids <= 0)
-		return web_err_set(err, 400, "invalid_request_error", param, "invalid_value",
-				   "the prompt is empty");
-	if (*n_ids >= in->n_ctx)
-		return web_err_set(err, 400, "invalid_request_error", param,
-				   "context_length_exceeded",
-				   "the prompt has %d tokens; the context holds %d (including the "
-				   "reply)",
-				   *n_ids, in->n_ctx);
-	return 0;
-}
-
-/* A non-streaming request's reply: sent when its job has ended, else the connection is parked
- * until the job's wake-up resumes it and libmicrohttpd calls the handler again. */
-static enum MHD_Result job_reply(web_t *w, struct MHD_Connection *c, conn_t *cn)
-{
-	web_job_t *j = cn->job;
-	pthread_mutex_lock(&j->mu);
-	if (j->state != JOB_DONE) {
-		int parked = web_park_suspend(w->guard, &cn->park);
-		pthread_mutex_unlock(&j->mu);
-		if (parked)
-			return MHD_YES;
-		return send_errorf(w, c, 503, "unavailable", "unavailable",
-				   "the server is stopping; retry");
-	}
-	pthread_mutex_unlock(&j->mu);
-	check_engine_lost(w, j);
-	if (j->err.status)
-		return send_error(w, c, &j->err);
-	web_usage_t u = {j->res.prompt_tokens, j->res.completion_tokens};
-	char *body =
-	    web_json_reply(&j->rid, j->text.p, j->text.len, j->res.finish, &u, j->logprobs);
-	j->logprobs = NULL; /* stolen */
-	return send_body(w, c, 200, body, "application/json", NULL, NULL);
-}
-
-/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
-static enum MHD_Result park_retry(web_t *w, struct MHD_Connection *c, conn_t *cn)
-{
-	if (!cn->parked) {
-		cn->park.c = c;
-		cn->park.fd = conn_fd(c);
-		web_park_attach(w->guard, &cn->park);
-		cn->parked = 1;
-	}
-	atomic_store(&cn->park.wake_at, now_ms() + 20);
-	if (web_park_suspend(w->guard, &cn->park))
-		return MHD_YES;
-	return send_errorf(w, c, 503, "unavailable", "unavailable",
-			   "the server is stopping; retry");
-}
-
-/* A generation request refused before it ran: its row in the request table; 429 and 503 also
- * count as the server turning work away (history.c sums them up as "rejected" events). */
-static enum MHD_Result refuse(web_t *w, struct MHD_Connection *c, const char *api,
-			      const web_err_t *e)
+int web_refuse(web_t *w, struct MHD_Connection *c, const web_proto_t *proto, int api,
+	       const web_err_t *e)
 {
 	web_reqrec_t r;
 	memset(&r, 0, sizeof r);
-	snprintf(r.api, sizeof r.api, "%s", api);
+	snprintf(r.api, sizeof r.api, "%s", web_api_name(api));
 	r.status = e->status;
 	r.ttft_ms = r.tok_s = -1;
 	web_reqrec_error(&r, e);
 	web_history_request(w->hist, &r);
 	if (e->status == 429 || e->status == 503)
 		web_history_rejected(w->hist, e->status, e->code);
-	return send_error(w, c, e);
+	return web_send_error(w, c, proto, e);
 }
 
-static enum MHD_Result do_generate(web_t *w, struct MHD_Connection *c, conn_t *cn)
+/* Tells the owner when j (ended) met a broken group (sched.c's web_engine_lost mapping). */
+void web_job_ended(web_t *w, const web_job_t *j)
 {
-	web_req_t rq;
-	web_err_t err;
-	int kind = cn->route == R_CHAT ? WEB_CHAT : WEB_COMPLETION;
-	const char *api = kind == WEB_CHAT ? "chat" : "completions"; /* the request table's name */
-	/* a parsed tree is bounded by the pre-scan; at most WEB_PARSE_CONCURRENCY exist at once */
-	if (atomic_fetch_add(&w->parsing, 1) >= WEB_PARSE_CONCURRENCY) {
-		atomic_fetch_sub(&w->parsing, 1);
-		return park_retry(w, c, cn);
-	}
-	int prc = web_req_parse(&rq, kind, cn->body.p ? cn->body.p : "", cn->body.len, &err);
-	atomic_fetch_sub(&w->parsing, 1);
-	web_buf_free(&cn->body);
-	if (prc) {
-		web_req_clear(&rq);
-		return refuse(w, c, api, &err);
-	}
-	char reason[200];
-	int state = node_state(w, reason, sizeof reason);
-	eng_t *e = state == WEB_SERVING ? web_sched_engine_acquire(w->sched) : NULL;
-	if (!e) {
-		web_req_clear(&rq);
-		web_err_set(&err, 503, "unavailable", NULL, "unavailable", "not serving yet: %s",
-			    reason[0] ? reason : "no model loaded");
-		return refuse(w, c, api, &err);
-	}
-	int *ids = NULL, n_ids = 0;
-	char model[128];
-	model_id(w, e, model, sizeof model, NULL);
-	int status = build_prompt(w, e, &rq, &ids, &n_ids, &err);
-	web_sched_engine_release(w->sched);
-	if (status) {
-		free(ids);
-		web_req_clear(&rq);
-		return refuse(w, c, api, &err);
-	}
-	web_job_t *j = web_job_new(&rq, ids, n_ids, model, w->timeout_ms);
-	if (!j) {
-		free(ids);
-		web_req_clear(&rq);
-		return send_errorf(w, c, 500, "server_error", NULL, "out of memory");
-	}
-	j->metrics = &w->metrics;
-	j->api = api;
-	int rc = web_sched_submit(w->sched, j);
-	if (rc) {
-		web_job_unref(j);
-		if (rc == SH_EBUSY)
-			web_err_set(&err, 429, "rate_limit_error", NULL, "queue_full",
-				    "the request queue is full (%d waiting); retry shortly",
-				    w->queue_max);
-		else
-			web_err_set(&err, 503, "unavailable", NULL, "unavailable",
-				    "not serving: the model is being reloaded or the server stops");
-		return refuse(w, c, api, &err);
-	}
-	int fd = conn_fd(c);
-	if (j->req.stream) {
-		stream_t *st = calloc(1, sizeof *st);
-		struct MHD_Response *r = NULL;
-		if (st) {
-			st->w = w;
-			st->job = j;
-			st->park.c = c;
-			st->park.fd = fd;
-			st->park.job = j;
-			st->last_write_ms = now_ms();
-			r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK,
-							      stream_read, st, stream_free);
-		}
-		if (!r) {
-			web_sched_cancel(w->sched, j, 1);
-			web_job_unref(j);
-			free(st);
-			return MHD_NO;
-		}
-		web_park_attach(w->guard, &st->park);
-		pthread_mutex_lock(&j->mu);
-		j->wake = web_park_wake;
-		j->wake_ud = &st->park;
-		pthread_mutex_unlock(&j->mu);
-		add_common_headers(r, "text/event-stream");
-		MHD_add_response_header(r, "X-Accel-Buffering", "no");
-		enum MHD_Result ok = MHD_queue_response(c, 200, r);
-		MHD_destroy_response(r);
-		web_metrics_status(&w->metrics, 200);
-		return ok;
-	}
-	cn->job = j; /* the request's reference, dropped in completed() */
+	if (w->engine_lost && j->err.status == 503 && !strcmp(j->err.code, "replanning"))
+		w->engine_lost(w->ud);
+}
+
+/* Parks cn's connection on a timer (the parse slots are taken); the handler runs again then. */
+int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn)
+{
 	if (!cn->parked) {
 		cn->park.c = c;
-		cn->park.fd = fd;
+		cn->park.fd = web_conn_fd(c);
 		web_park_attach(w->guard, &cn->park);
 		cn->parked = 1;
 	}
-	atomic_store(&cn->park.wake_at, 0);
-	cn->park.job = j;
-	pthread_mutex_lock(&j->mu);
-	j->wake = web_park_wake;
-	j->wake_ud = &cn->park;
-	pthread_mutex_unlock(&j->mu);
-	return job_reply(w, c, cn);
+	atomic_store(&cn->park.wake_at, now_ms() + 20);
+	if (web_park_suspend(w->guard, &cn->park))
+		return MHD_YES;
+	return send_errorp(w, c, cn->rt ? cn->rt->errors : NULL, 503, "unavailable", "unavailable",
+			   "the server is stopping; retry");
 }
 
 /* ---- routing -------------------------------------------------------------------------------- */
 
+/* The key: "Authorization: Bearer KEY" (OpenAI's clients, Ollama's with headers set) or
+ * "x-api-key: KEY" (Anthropic's). */
 static int auth_ok(web_t *w, struct MHD_Connection *c)
 {
 	if (!w->api_key || !w->api_key[0])
 		return 1;
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+	if (h && !strncasecmp(h, "Bearer ", 7)) {
+		h += 7;
+		while (*h == ' ')
+			h++;
+	} else if (!(h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"))) {
 		return 0;
-	h += 7;
-	while (*h == ' ')
-		h++;
+	}
 	size_t a = strlen(h), b = strlen(w->api_key);
 	unsigned diff = (unsigned)(a ^ b);
 	for (size_t i = 0; i < a && i < b; i++) /* no early exit: timing says nothing */
@@ -730,11 +578,12 @@ static int auth_ok(web_t *w, struct MHD_Connection *c)
 
 /* 401, counted among the refusals of the event log (no row in the request table: a client
  * without the key could fill it). */
-static enum MHD_Result refuse_auth(web_t *w, struct MHD_Connection *c)
+static enum MHD_Result refuse_auth(web_t *w, struct MHD_Connection *c, const web_proto_t *errs)
 {
 	web_history_rejected(w->hist, 401, "invalid_api_key");
-	return send_errorf(w, c, 401, "authentication_error", "invalid_api_key",
-			   "a valid API key is required: send 'Authorization: Bearer KEY'");
+	return send_errorp(w, c, errs, 401, "authentication_error", "invalid_api_key",
+			   "a valid API key is required: send 'Authorization: Bearer KEY' or "
+			   "'x-api-key: KEY'");
 }
 
 static enum MHD_Result redirect(web_t *w, struct MHD_Connection *c, const char *url)
@@ -789,13 +638,18 @@ static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
 	if (cn->raw_replied)
 		return MHD_NO; /* the 413 went out already; close */
 	if (cn->too_large)
-		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
+		return send_errorp(w, c, cn->rt ? cn->rt->errors : NULL, 413,
+				   "invalid_request_error", "request_too_large",
 				   "the request body is larger than %u bytes", WEB_BODY_MAX);
 	if (cn->route == R_PROXY)
 		return (enum MHD_Result)web_proxy_answer(c, atomic_load(&w->proxy_port), cn->method,
 							 cn->url, cn->body.p, cn->body.len,
 							 &w->stopping, w->timeout_ms);
-	return do_generate(w, c, cn);
+	if (cn->rt && cn->rt->ep)
+		return (enum MHD_Result)web_generate_answer(w, c, cn, cn->rt->ep);
+	if (cn->rt && cn->rt->handler)
+		return (enum MHD_Result)cn->rt->handler(w, c, cn);
+	return MHD_NO;
 }
 
 /*
@@ -807,7 +661,7 @@ static enum MHD_Result dispatch(web_t *w, struct MHD_Connection *c, conn_t *cn)
  */
 static int early_413(web_t *w, struct MHD_Connection *c)
 {
-	int fd = conn_fd(c);
+	int fd = web_conn_fd(c);
 	if (w->tls || fd < 0)
 		return 0;
 	web_err_t e;
@@ -866,7 +720,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return MHD_YES;
 		}
 		if (cn->job) /* resumed: the job ended (or a spurious wake-up) */
-			return job_reply(w, c, cn);
+			return (enum MHD_Result)web_generate_reply(w, c, cn);
 		web_guard_phase(w->guard, c, WEB_PHASE_WORK);
 		return dispatch(w, c, cn);
 	}
@@ -877,23 +731,27 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			return MHD_NO;
 		MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
 		MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-		MHD_add_response_header(r, "Access-Control-Allow-Headers",
-					"Authorization, Content-Type");
+		MHD_add_response_header(
+		    r, "Access-Control-Allow-Headers",
+		    "Authorization, Content-Type, x-api-key, anthropic-version, "
+		    "anthropic-beta");
 		enum MHD_Result ok = MHD_queue_response(c, 204, r);
 		MHD_destroy_response(r);
 		return ok;
 	}
 
-	const struct route_def *rt = NULL;
+	const web_route_t *rt = NULL;
 	for (size_t i = 0; i < ARRAY_LEN(routes); i++)
 		if (!strcmp(url, routes[i].path))
 			rt = &routes[i];
-	int v1 = !strncmp(url, "/v1/", 4);
-	if ((!rt || rt->leader_only) && v1 && is_follower(w))
+	int v1 = !strncmp(url, "/v1/", 4), api = !strncmp(url, "/api/", 5);
+	/* errors in the shape the route's clients read: Ollama's under /api/ */
+	const web_proto_t *errs = rt ? rt->errors : api ? &web_proto_ollama : NULL;
+	if ((!rt || rt->leader_only) && (v1 || api) && is_follower(w))
 		return redirect(w, c, url);
 	if ((!rt || rt->leader_only) && v1 && atomic_load(&w->proxy_port) > 0) { /* --exec */
 		if (!auth_ok(w, c))
-			return refuse_auth(w, c);
+			return refuse_auth(w, c, errs);
 		if (!(cn = calloc(1, sizeof *cn)) || !(cn->url = strdup(url))) {
 			free(cn);
 			return MHD_NO;
@@ -904,27 +762,29 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		return MHD_YES;
 	}
 	if (!rt)
-		return send_errorf(w, c, 404, "not_found_error", "unknown_url",
+		return send_errorp(w, c, errs, 404, "not_found_error", "unknown_url",
 				   "unknown path %.100s %.200s (see docs/api.md)", method, url);
 	int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
 	if (strcmp(method, rt->method) != 0 && !(is_get && !strcmp(rt->method, "GET"))) {
 		web_err_t e;
 		web_err_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
 			    "%.20s is not allowed on %s; use %s", method, rt->path, rt->method);
-		return send_body(w, c, 405, web_json_error(&e), "application/json", "Allow",
-				 rt->method);
+		return send_body(w, c, 405,
+				 errs && errs->error ? errs->error(&e) : web_json_error(&e),
+				 "application/json", "Allow", rt->method);
 	}
 	if (rt->auth && !auth_ok(w, c))
-		return refuse_auth(w, c);
+		return refuse_auth(w, c, errs);
 	/* refuse an announced oversized body before reading it */
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl && strtoull(cl, NULL, 10) > WEB_BODY_MAX)
-		return send_errorf(w, c, 413, "invalid_request_error", "request_too_large",
+		return send_errorp(w, c, errs, 413, "invalid_request_error", "request_too_large",
 				   "the request body is larger than %u bytes", WEB_BODY_MAX);
 	cn = calloc(1, sizeof *cn);
 	if (!cn)
 		return MHD_NO;
 	cn->route = rt->route;
+	cn->rt = rt;
 	*con_cls = cn;
 	unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
 	if (announced > 0 && web_buf_add(&cn->body, "", 0) == 0) { /* one allocation, exact size */
@@ -1110,7 +970,8 @@ int web_new(web_t **out, const web_opts_t *o, eng_t *eng, char *err, size_t errl
 	w->engine_lost = o->engine_lost;
 	w->ud = o->ud;
 	w->started = (long long)time(NULL);
-	if (!w->host)
+	w->rstore = web_rstore_new(WEB_RSTORE_BYTES, WEB_RSTORE_ITEMS);
+	if (!w->host || !w->rstore)
 		goto fail;
 	if ((rc = web_sched_new(&w->sched, &w->metrics, w->queue_max)) != 0) {
 		sh_fail(err, errlen, rc, "cannot start the scheduler thread");
@@ -1180,6 +1041,7 @@ void web_free(web_t *w)
 	web_guard_free(w->guard);
 	web_sched_free(w->sched);
 	web_history_free(w->hist); /* after the scheduler, which records into it */
+	web_rstore_free(w->rstore);
 	web_metrics_destroy(&w->metrics);
 	pthread_mutex_destroy(&w->mu);
 	free(w->host);

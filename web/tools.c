@@ -309,15 +309,6 @@ int web_chat_prompt(eng_t *eng, web_req_t *r, int **ids, int *n_ids, char *msg, 
 
 /* ---- the reply ------------------------------------------------------------------------------ */
 
-static const char *find(const char *s, size_t n, const char *needle)
-{
-	size_t k = strlen(needle);
-	for (size_t i = 0; i + k <= n; i++)
-		if (!memcmp(s + i, needle, k))
-			return s + i;
-	return NULL;
-}
-
 static size_t skip_ws(const char *s, size_t n, size_t i)
 {
 	while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'))
@@ -325,11 +316,9 @@ static size_t skip_ws(const char *s, size_t n, size_t i)
 	return i;
 }
 
-/* Bytes of text[0..len) that are surely content (no call can start in them). */
-static size_t safe_len(const web_job_t *j)
+/* Bytes of s[0..n) that are surely content (no call can start in them). */
+size_t web_tools_safe(const web_job_t *j, const char *s, size_t n)
 {
-	const char *s = j->text.p ? j->text.p : "";
-	size_t n = j->text.len;
 	switch (j->req.tool_format) {
 	case WEB_TC_FORCED: return 0;
 	case WEB_TC_HERMES:
@@ -338,7 +327,7 @@ static size_t safe_len(const web_job_t *j)
 		const char *tags[2] = {"<tool_call>", "<function="};
 		size_t safe = n;
 		for (int t = 0; t < (j->req.tool_format == WEB_TC_XML ? 2 : 1); t++) {
-			const char *tag = tags[t], *at = find(s, n, tag);
+			const char *tag = tags[t], *at = web_find(s, n, tag);
 			if (at) {
 				safe = MIN(safe, (size_t)(at - s));
 				continue;
@@ -458,7 +447,7 @@ static json_t *arg_value(const web_job_t *j, const char *name, const char *key, 
  * parse as JSON), as llama.cpp's parser decides by the schema. 0 or -1 when malformed. */
 static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 {
-	const char *end = p + n, *q = find(p, n, "<function=");
+	const char *end = p + n, *q = web_find(p, n, "<function=");
 	if (!q)
 		return -1;
 	q += 10;
@@ -468,14 +457,14 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
 	char name[256];
 	snprintf(name, sizeof name, "%.*s", (int)(gt - q), q);
 	json_t *args = json_object();
-	for (q = gt + 1; (q = find(q, (size_t)(end - q), "<parameter=")) != NULL;) {
+	for (q = gt + 1; (q = web_find(q, (size_t)(end - q), "<parameter=")) != NULL;) {
 		q += 11;
 		gt = memchr(q, '>', (size_t)(end - q));
 		if (!gt || gt - q > 200)
 			break;
 		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(gt - q), q);
-		const char *v = gt + 1, *ve = find(v, (size_t)(end - v), "</parameter>");
+		const char *v = gt + 1, *ve = web_find(v, (size_t)(end - v), "</parameter>");
 		if (!ve)
 			ve = end;
 		q = ve;
@@ -497,7 +486,7 @@ static int add_xml_call(web_job_t *j, json_t *calls, const char *p, size_t n)
  * such a body. */
 static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
 {
-	const char *end = p + len, *k = find(p, len, "<arg_key>");
+	const char *end = p + len, *k = web_find(p, len, "<arg_key>");
 	const char *ne = k ? k : end;
 	while (ne > p && (ne[-1] == '\n' || ne[-1] == ' '))
 		ne--;
@@ -509,16 +498,16 @@ static json_t *glm_call(const web_job_t *j, const char *p, size_t len)
 	snprintf(name, sizeof name, "%.*s", (int)((size_t)(ne - p) - i), p + i);
 	json_t *args = json_object();
 	while (k && args) {
-		const char *ke = find(k, (size_t)(end - k), "</arg_key>");
-		const char *v = ke ? find(ke, (size_t)(end - ke), "<arg_value>") : NULL;
-		const char *ve = v ? find(v, (size_t)(end - v), "</arg_value>") : NULL;
+		const char *ke = web_find(k, (size_t)(end - k), "</arg_key>");
+		const char *v = ke ? web_find(ke, (size_t)(end - ke), "<arg_value>") : NULL;
+		const char *ve = v ? web_find(v, (size_t)(end - v), "</arg_value>") : NULL;
 		if (!ve || ke - k - 9 > 200)
 			break;
 		char key[256];
 		snprintf(key, sizeof key, "%.*s", (int)(ke - k - 9), k + 9);
 		json_object_set_new(args, key,
 				    arg_value(j, name, key, v + 11, (size_t)(ve - v - 11)));
-		k = find(ve, (size_t)(end - ve), "<arg_key>");
+		k = web_find(ve, (size_t)(end - ve), "<arg_key>");
 	}
 	json_t *call = args ? json_pack("{s:s, s:O}", "name", name, "arguments", args) : NULL;
 	json_decref(args);
@@ -534,35 +523,36 @@ static json_t *parse_calls(web_job_t *j, const char *s, size_t n, size_t *conten
 		return NULL;
 	int fmt = j->req.tool_format;
 	if (fmt == WEB_TC_XML) {
-		const char *p = find(s, n, "<tool_call>"), *f = find(s, n, "<function=");
+		const char *p = web_find(s, n, "<tool_call>"), *f = web_find(s, n, "<function=");
 		if (!p || (f && f < p)) /* a call may come without its opening tag */
 			p = f;
 		if (p) {
 			*content_len = (size_t)(p - s);
 			const char *end = s + n;
 			while (p && p < end) {
-				const char *close = find(p, (size_t)(end - p), "</function>");
+				const char *close = web_find(p, (size_t)(end - p), "</function>");
 				size_t len = close ? (size_t)(close - p) + 11 : (size_t)(end - p);
 				add_xml_call(j, calls, p, len);
-				p = close ? find(close, (size_t)(end - close), "<function=") : NULL;
+				p = close ? web_find(close, (size_t)(end - close), "<function=")
+					  : NULL;
 			}
 		}
 	} else if (fmt == WEB_TC_HERMES || fmt == WEB_TC_GLM4 || fmt == WEB_TC_FORCED) {
-		const char *p = fmt == WEB_TC_FORCED ? s : find(s, n, "<tool_call>");
+		const char *p = fmt == WEB_TC_FORCED ? s : web_find(s, n, "<tool_call>");
 		if (p) {
 			*content_len = (size_t)(p - s);
 			const char *end = s + n;
 			while (p && p < end) {
 				if (!strncmp(p, "<tool_call>", 11))
 					p += 11;
-				const char *close = find(p, (size_t)(end - p), "</tool_call>");
+				const char *close = web_find(p, (size_t)(end - p), "</tool_call>");
 				size_t len = close ? (size_t)(close - p) : (size_t)(end - p);
 				json_t *v = fmt == WEB_TC_GLM4 ? glm_call(j, p, len)
 							       : json_loadb(p, len, 0, NULL);
 				if (v)
 					add_call(j, calls, v);
 				json_decref(v);
-				p = close ? find(close, (size_t)(end - close), "<tool_call>")
+				p = close ? web_find(close, (size_t)(end - close), "<tool_call>")
 					  : NULL;
 			}
 		}
@@ -608,6 +598,27 @@ static void emit_content(web_job_t *j, size_t upto)
 	pthread_cond_broadcast(&j->cv);
 }
 
+static size_t safe_len(const web_job_t *j)
+{
+	return web_tools_safe(j, j->text.p ? j->text.p : "", j->text.len);
+}
+
+json_t *web_tools_parse(web_job_t *j, const char *s, size_t n, size_t *content_len)
+{
+	return parse_calls(j, s, n, content_len);
+}
+
+void web_grammar_finish(web_job_t *j, const char *s, size_t n)
+{
+	/* a value that closed on the last token allowed ends as "stop": the grammar had nothing
+	 * but the end left */
+	json_t *v =
+	    j->res.finish == ENG_FINISH_LENGTH ? json_loadb(s, n, JSON_DECODE_ANY, NULL) : NULL;
+	if (v)
+		j->res.finish = ENG_FINISH_STOP;
+	json_decref(v);
+}
+
 /* ---- gpt-oss's harmony channels (infer.h eng_harmony_parse) ---- */
 
 static void stream_calls(web_job_t *j, json_t *calls);
@@ -646,15 +657,47 @@ static void harmony_join(const eng_harmony_t *h, int kind, web_buf_t *b)
 			web_buf_add(b, h->piece[i].p, h->piece[i].len);
 }
 
+/* The calls of a harmony reply (OpenAI's tool_calls array, new reference; empty without tools). */
+static json_t *harmony_calls(web_job_t *j, const eng_harmony_t *h)
+{
+	json_t *calls = json_array();
+	for (int i = 0; calls && i < h->n; i++) {
+		const eng_hpiece_t *p = &h->piece[i];
+		if (p->kind != ENG_H_CALL || !j->req.tools)
+			continue;
+		char *name = strndup(p->name, p->name_len);
+		json_t *args = json_loadb(p->p, p->len, JSON_DECODE_ANY, NULL);
+		json_t *v = name ? json_pack("{s:s, s:o}", "name", name, "arguments",
+					     args ? args : json_stringn(p->p, p->len))
+				 : NULL;
+		if (v)
+			add_call(j, calls, v);
+		json_decref(v);
+		free(name);
+	}
+	if (!j->req.parallel_tool_calls)
+		while (json_array_size(calls) > 1)
+			json_array_remove(calls, json_array_size(calls) - 1);
+	return calls;
+}
+
+void web_harmony_read(web_job_t *j, int final, web_buf_t *reasoning, web_buf_t *content,
+		      json_t **calls)
+{
+	eng_harmony_t h;
+	eng_harmony_parse(j->text.p ? j->text.p : "", j->text.len, final, &h);
+	harmony_join(&h, ENG_H_REASONING, reasoning);
+	harmony_join(&h, ENG_H_CONTENT, content);
+	if (calls)
+		*calls = harmony_calls(j, &h);
+}
+
 /* Streams what the text holds beyond what was sent: new reasoning as reasoning_content deltas,
  * new content as content deltas (calls go out at the end). */
 static void harmony_emit(web_job_t *j, int final)
 {
-	eng_harmony_t h;
-	eng_harmony_parse(j->text.p ? j->text.p : "", j->text.len, final, &h);
 	web_buf_t r = {0}, c = {0};
-	harmony_join(&h, ENG_H_REASONING, &r);
-	harmony_join(&h, ENG_H_CONTENT, &c);
+	web_harmony_read(j, final, &r, &c, NULL);
 	if (r.len > j->rs_sent) {
 		web_sse_add(&j->out, delta_chunk(j, "reasoning_content", r.p + j->rs_sent,
 						 r.len - j->rs_sent));
@@ -673,39 +716,19 @@ static void harmony_emit(web_job_t *j, int final)
 /* The end of a harmony reply: its channels into reasoning_content, content and tool_calls. */
 static void harmony_finish(web_job_t *j)
 {
-	eng_harmony_t h;
-	const char *s = j->text.p ? j->text.p : "";
-	eng_harmony_parse(s, j->text.len, 1, &h);
-	json_t *calls = json_array();
-	for (int i = 0; calls && i < h.n; i++) {
-		const eng_hpiece_t *p = &h.piece[i];
-		if (p->kind != ENG_H_CALL || !j->req.tools)
-			continue;
-		char *name = strndup(p->name, p->name_len);
-		json_t *args = json_loadb(p->p, p->len, JSON_DECODE_ANY, NULL);
-		json_t *v = name ? json_pack("{s:s, s:o}", "name", name, "arguments",
-					     args ? args : json_stringn(p->p, p->len))
-				 : NULL;
-		if (v)
-			add_call(j, calls, v);
-		json_decref(v);
-		free(name);
-	}
-	if (!j->req.parallel_tool_calls)
-		while (json_array_size(calls) > 1)
-			json_array_remove(calls, json_array_size(calls) - 1);
+	json_t *calls;
+	web_buf_t r = {0}, c = {0};
+	web_harmony_read(j, 1, &r, &c, &calls);
 	if (j->req.stream) {
 		harmony_emit(j, 1);
+		free(c.p);
 	} else {
-		web_buf_t r = {0}, c = {0};
-		harmony_join(&h, ENG_H_REASONING, &r);
-		harmony_join(&h, ENG_H_CONTENT, &c);
 		if (r.len)
 			j->rid.reasoning = json_stringn_nocheck(r.p, r.len);
 		free(j->text.p); /* the message's content: the final channel */
 		j->text = c;
-		free(r.p);
 	}
+	free(r.p);
 	if (!json_array_size(calls)) {
 		json_decref(calls);
 		return;
@@ -766,14 +789,7 @@ void web_tools_finish(web_job_t *j)
 		return;
 	}
 	if (!j->req.tool_format) { /* response_format alone */
-		/* a value that closed on the last token allowed ends as "stop": the grammar had
-		 * nothing but the end left */
-		json_t *v = j->res.finish == ENG_FINISH_LENGTH
-				? json_loadb(s, j->text.len, JSON_DECODE_ANY, NULL)
-				: NULL;
-		if (v)
-			j->res.finish = ENG_FINISH_STOP;
-		json_decref(v);
+		web_grammar_finish(j, s, j->text.len);
 		return;
 	}
 	json_t *calls = parse_calls(j, s, j->text.len, &content_len);

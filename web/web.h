@@ -2,10 +2,13 @@
  * web.h: the OpenAI-compatible HTTP API, metrics and the live dashboard (libmicrohttpd + jansson),
  * served by the leader on top of infer's engine interface.
  *
- * Endpoints (docs/api.md has the shapes): POST /v1/chat/completions, POST /v1/completions (plain
- * or Server-Sent Events), GET /v1/models, GET /health, GET /v1/cluster, GET /v1/events (SSE of
- * live figures for the dashboard), GET /v1/history (the last 15 minutes of figures, the cluster's
- * events and the last requests), GET /metrics (Prometheus text), GET / (the dashboard).
+ * Endpoints (docs/api.md has the shapes): POST /v1/chat/completions, POST /v1/completions,
+ * POST /v1/responses (OpenAI, plain or Server-Sent Events), POST /v1/embeddings, POST
+ * /v1/messages and /v1/messages/count_tokens (Anthropic), /api/chat, /api/generate, /api/embed,
+ * /api/embeddings, /api/tags, /api/ps, /api/show, /api/version (Ollama, NDJSON), GET /v1/models,
+ * GET /health, GET /v1/cluster, GET /v1/events (SSE of live figures for the dashboard), GET
+ * /v1/history (the last 15 minutes of figures, the cluster's events and the last requests), GET
+ * /metrics (Prometheus text), GET / (the dashboard).
  *
  * Scheduling: accepted requests go into one bounded FIFO queue; a single scheduler thread owned
  * by the server takes them one at a time and runs eng_generate(), handing each token to the
@@ -24,7 +27,8 @@
  * and element counts; HTTPS when tls_cert and tls_key are given.
  *
  * Follower mode: after web_set_leader(w, url) the server answers /health, /metrics, /v1/cluster,
- * /v1/events, /v1/history and / itself and redirects (307) every other /v1/ path to url + path.
+ * /v1/events, /v1/history and / itself and redirects (307) every other /v1/ and /api/ path to
+ * url + path.
  */
 #ifndef SHOAL_WEB_H
 #define SHOAL_WEB_H

@@ -10,6 +10,14 @@
  *   guard.c    per-connection deadlines, parked (suspended) connections and their watch thread
  *   dashboard_page.c  the dashboard page (one self-contained HTML document)
  *   proxy.c    --exec: /v1/... forwarded to the command's port (web_set_proxy)
+ *   generate.c a generation or embedding request from its parsed body to its reply: prompt,
+ *              job, queue, streamed or whole reply (every API's requests go through it)
+ *   api.c      the other APIs' common scheduler side: reasoning, content and tool calls of a
+ *              job's text, each handed to the API's hooks (web_proto_t) once certain
+ *   anthropic.c  Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens)
+ *   responses.c  OpenAI's Responses API (/v1/responses) and its store of past responses
+ *   ollama.c   Ollama's API (/api/chat, /api/generate, /api/tags, /api/show, ...)
+ *   embed.c    embeddings (/v1/embeddings, /api/embed, /api/embeddings)
  */
 #ifndef SHOAL_WEB_INT_H
 #define SHOAL_WEB_INT_H
@@ -33,12 +41,15 @@ struct json_t; /* jansson */
 #define WEB_JSON_VALUES_MAX     131072 /* values of any kind in a body */
 #define WEB_PARSE_CONCURRENCY   2      /* bodies parsed into trees at once (bounds peak memory) */
 /* the dashboard's memory (history.c) */
-#define WEB_HISTORY_SECONDS 900 /* samples kept: 15 minutes at one a second */
-#define WEB_HISTORY_NODES   8   /* nodes whose step and communication times are kept */
-#define WEB_HISTORY_QWINDOW 5   /* latency quantiles of a sample cover its last 5 seconds */
-#define WEB_EVENTS_MAX      200 /* cluster events kept */
-#define WEB_REQUESTS_MAX    100 /* finished or refused requests kept */
-#define WEB_TEXT_MAX        240 /* bytes of a prompt and a reply kept (--dashboard-show-text) */
+#define WEB_HISTORY_SECONDS  900  /* samples kept: 15 minutes at one a second */
+#define WEB_HISTORY_NODES    8    /* nodes whose step and communication times are kept */
+#define WEB_HISTORY_QWINDOW  5    /* latency quantiles of a sample cover its last 5 seconds */
+#define WEB_EVENTS_MAX       200  /* cluster events kept */
+#define WEB_REQUESTS_MAX     100  /* finished or refused requests kept */
+#define WEB_TEXT_MAX         240  /* bytes of a prompt and a reply kept (--dashboard-show-text) */
+#define WEB_EMBED_INPUTS_MAX 2048 /* inputs of one embeddings request (OpenAI's limit) */
+#define WEB_RSTORE_BYTES     (32u << 20) /* stored responses (previous_response_id): bytes */
+#define WEB_RSTORE_ITEMS     1024        /* and count; the oldest go first */
 
 /* ---- growable byte buffer ------------------------------------------------------------------ */
 
@@ -70,7 +81,24 @@ int web_err_bad(web_err_t *e, const char *param, const char *msg);
 
 /* ---- requests (request.c) ------------------------------------------------------------------- */
 
-enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1 };
+enum web_kind { WEB_CHAT = 0, WEB_COMPLETION = 1, WEB_EMBED = 2 };
+
+/* The API a request came through (metrics, the dashboard, error shapes). */
+enum web_api {
+	WEB_API_CHAT = 0,        /* OpenAI /v1/chat/completions */
+	WEB_API_COMPLETIONS,     /* OpenAI /v1/completions */
+	WEB_API_MESSAGES,        /* Anthropic /v1/messages */
+	WEB_API_RESPONSES,       /* OpenAI /v1/responses */
+	WEB_API_OLLAMA_CHAT,     /* Ollama /api/chat */
+	WEB_API_OLLAMA_GENERATE, /* Ollama /api/generate */
+	WEB_API_EMBEDDINGS,      /* OpenAI /v1/embeddings */
+	WEB_API_OLLAMA_EMBED,    /* Ollama /api/embed and /api/embeddings */
+	WEB_API_N
+};
+/* "chat.completions", "messages", ... (static). */
+const char *web_api_name(int api);
+
+struct web_rstore;
 
 typedef struct web_req {
 	int kind;        /* enum web_kind */
@@ -95,6 +123,28 @@ typedef struct web_req {
 	int parallel_tool_calls;
 	int tool_format; /* enum web_tool_format, set with the prompt (0: no tools) */
 	int mistral_ids; /* call ids of 9 alphanumeric characters */
+	/* the other APIs (set by their parsers; zero for OpenAI's chat and completions) */
+	int api;                  /* enum web_api */
+	struct json_t *echo;      /* responses: the request's fields a reply repeats (owned) */
+	struct json_t *history;   /* responses: the conversation's input items (owned) */
+	struct web_rstore *store; /* responses: where a stored reply goes (borrowed) */
+	int store_reply;          /* responses: "store" (default true) */
+	int max_ctx;  /* ollama num_ctx: prompt + reply within this (0 = the engine's) */
+	int raw;      /* ollama generate: the prompt as given, no template */
+	int *ctx_ids; /* ollama generate: "context" ids before the prompt (owned) */
+	int n_ctx_ids;
+	/* embeddings: inputs as text or as token ids (owned), the output's form */
+	char **inputs;
+	int **input_ids;
+	int *input_len;
+	int n_inputs;
+	int base64;     /* encoding_format "base64" */
+	int dimensions; /* > 0: the first this many values, normalised again */
+	int legacy;     /* ollama /api/embeddings: one "embedding" of one "prompt" */
+	int truncate;   /* an input longer than the context is cut to it (else 400) */
+	int no_work;    /* answered at once without a job (ollama: nothing to embed, a load) */
+	int thinking;   /* anthropic: thinking enabled (reasoning goes out as thinking blocks) */
+	int think_open; /* the prompt opened <think>: the reply starts with reasoning (api.c) */
 } web_req_t;
 
 enum web_tool_choice { WEB_TOOLS_NONE = 0, WEB_TOOLS_AUTO, WEB_TOOLS_REQUIRED, WEB_TOOLS_NAMED };
@@ -118,6 +168,24 @@ enum web_tool_format {
 int web_req_parse(web_req_t *r, int kind, const char *body, size_t len, web_err_t *err);
 void web_req_clear(web_req_t *r);
 
+/* The pieces of web_req_parse the other APIs reuse. web_json_load: the body's JSON object with
+ * the same bounds (pre-scan, depth, counts); 0 or the status with err filled. web_req_from_json:
+ * r (already cleared and of kind) from an OpenAI-shaped chat/completions object, which the other
+ * APIs build from their own request; the caller keeps root. */
+int web_json_load(const char *body, size_t len, struct json_t **root, web_err_t *err);
+void web_req_init(web_req_t *r, int kind);
+int web_req_from_json(web_req_t *r, struct json_t *root, web_err_t *err);
+/* Field readers with OpenAI-style errors naming k (absent or null leaves *out alone). */
+int web_get_num(struct json_t *o, const char *k, double lo, double hi, float *out, web_err_t *e);
+int web_get_int(struct json_t *o, const char *k, long long lo, long long hi, long long *out,
+		int *given, web_err_t *e);
+int web_get_bool(struct json_t *o, const char *k, int *out, web_err_t *e);
+/* The text of v: a string, or an array of parts {"type", "text"} whose type is one of types
+ * (space-separated; "refusal" parts are skipped), joined. *out a new JSON string, or the 400
+ * with e filled (param names the field). */
+int web_text_parts(struct json_t *v, const char *param, const char *types, struct json_t **out,
+		   web_err_t *e);
+
 /* ---- tools and structured output (tools.c) ----------------------------------------------------
  */
 
@@ -135,11 +203,30 @@ struct web_job;
  * tool_calls; a constrained value that closed on the last allowed token ends as "stop"). */
 void web_tools_on_text(struct web_job *j);
 void web_tools_finish(struct web_job *j);
+/* For api.c: of the content s[0..n) of j's reply, the bytes surely not part of a call; and the
+ * calls in it (OpenAI's tool_calls array, new reference, or NULL) with *content_len the bytes of
+ * content before them. */
+size_t web_tools_safe(const struct web_job *j, const char *s, size_t n);
+struct json_t *web_tools_parse(struct web_job *j, const char *s, size_t n, size_t *content_len);
+/* gpt-oss (harmony, tool_format WEB_TC_HARMONY): the reply's reasoning and content channels,
+ * each joined, appended to reasoning and content (as far as a parse of the text so far shows
+ * them, all of it when final); *calls (when calls != NULL): its tool calls, OpenAI's tool_calls
+ * array (new reference, maybe empty). */
+void web_harmony_read(struct web_job *j, int final, web_buf_t *reasoning, web_buf_t *content,
+		      struct json_t **calls);
+/* A structured value that closed on the last allowed token ends as "stop" (tools.c). */
+void web_grammar_finish(struct web_job *j, const char *s, size_t n);
 
 /* ---- replies (respond.c) -------------------------------------------------------------------- */
 
 /* Replaces invalid UTF-8 in s[0..n) with U+FFFD, appending to out. */
 int web_utf8_repair(web_buf_t *out, const char *s, size_t n);
+/* A JSON string of s[0..n) (NULL: ""), invalid UTF-8 repaired; new reference or NULL. */
+struct json_t *web_json_str(const char *s, size_t n);
+/* Compact JSON text of root, which is freed (NULL in, NULL out). */
+char *web_json_dump(struct json_t *root);
+/* The first occurrence of needle in s[0..n), or NULL. */
+const char *web_find(const char *s, size_t n, const char *needle);
 
 /* {"error": {...}} as a malloc'd string. */
 char *web_json_error(const web_err_t *e);
@@ -190,6 +277,39 @@ enum web_job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE };
 
 typedef struct web_sched web_sched_t;
 
+/*
+ * An API other than OpenAI's chat/completions: how its replies look. The scheduler calls the
+ * stream hooks with the job's mutex held (api.c decides what is reasoning, content or a call);
+ * the connection calls reply and error once the job is done. NULL hooks are skipped.
+ */
+struct web_job;
+typedef struct web_proto {
+	int api;                          /* enum web_api */
+	const char *stream_ctype;         /* "text/event-stream" or "application/x-ndjson" */
+	int keepalive;                    /* SSE comments may go out while the reply waits */
+	void (*start)(struct web_job *j); /* stream: opening events */
+	void (*delta)(struct web_job *j, int reasoning, const char *s, size_t n); /* stream */
+	void (*finish)(struct web_job *j);  /* stream: closing events, or the error's */
+	char *(*reply)(struct web_job *j);  /* whole reply (malloc'd), job done and without error */
+	char *(*error)(const web_err_t *e); /* an error body in the API's shape (malloc'd) */
+} web_proto_t;
+
+/* What api.c and the API files keep per job (under the job's mutex). */
+typedef struct web_api_job {
+	int think;        /* reasoning: 0 undecided, 1 inside <think>, 2 over (or none) */
+	size_t r0, r_len; /* reasoning text: text[r0 .. r0 + r_len) */
+	size_t r_sent;    /* reasoning bytes streamed */
+	size_t c0;        /* content starts at text[c0] */
+	size_t c_len;     /* at the end: content bytes before any call */
+	int seq_no;       /* responses: the next sequence_number */
+	int index;        /* anthropic: content blocks opened; responses: output items */
+	int open, r_open; /* a text / reasoning block or item is open */
+	char item_id[80], r_item_id[80];
+	int *ids; /* ollama generate: generated ids, for "context" */
+	int n_ids, cap_ids;
+	int64_t t0_ns; /* acceptance (durations) */
+} web_api_job_t;
+
 /* One accepted request. Shared by its connection and the scheduler (reference counted); mu
  * guards out, state and the result fields; the connection waits on cv. */
 typedef struct web_job {
@@ -222,8 +342,15 @@ typedef struct web_job {
 	eng_t *eng;
 	struct web_job *next; /* queue link (scheduler's mutex) */
 	struct web_metrics *metrics;
-	void (*wake)(void *); /* under mu: called with wake_ud whenever cv is broadcast (the */
-	void *wake_ud;        /* connection may be parked, see guard.c); NULL = none */
+	void (*wake)(void *);     /* under mu: called with wake_ud whenever cv is broadcast (the */
+	void *wake_ud;            /* connection may be parked, see guard.c); NULL = none */
+	const web_proto_t *proto; /* another API's replies (api.c); NULL: OpenAI chat/completions */
+	web_api_job_t ps;         /* what proto's hooks keep (api.c) */
+	/* sequences: 1 for a generation, one per input for embeddings (scheduler's mutex) */
+	int n_seq, seq_next, seq_ended, seq_rc;
+	float *vecs;           /* embeddings: n_seq x dim, filled by the engine */
+	eng_result_t *seq_res; /* embeddings: one result per input */
+	int dim;
 } web_job_t;
 
 /* Wakes j's waiter (caller holds j->mu): the condition variable and the parked connection. */
@@ -274,6 +401,11 @@ static inline int web_engine_lost(int rc)
 	return rc == SH_ECLOSED || rc == SH_ETIMEDOUT || rc == SH_EIO;
 }
 
+/* api.c, with the job's mutex held: a token's text was appended to j->text (id: the token); the
+ * job ends (error or not): calls, content, the API's closing events. */
+void web_api_on_token(web_job_t *j, int id);
+void web_api_finish(web_job_t *j);
+
 /* ---- the --exec proxy (proxy.c) ------------------------------------------------------------ */
 
 struct MHD_Connection;
@@ -314,6 +446,10 @@ typedef struct web_metrics {
 	web_hist_t batch;     /* sequences per step */
 	int n_slots;          /* of the engine in use, 0 before the first step */
 	signed char slot_state[WEB_MAX_SLOTS]; /* 0 free, 1 prefill, 2 decode */
+	uint64_t by_api[WEB_API_N]; /* requests that ended, by the API they came through */
+	/* speculative decoding: the engine's figures after the last step (eng_spec_stats) */
+	const char *spec_mode; /* "off", "auto", "ngram", "model" (static), NULL before a step */
+	eng_spec_stats_t spec;
 } web_metrics_t;
 
 void web_metrics_init(web_metrics_t *m);
@@ -321,6 +457,9 @@ void web_metrics_destroy(web_metrics_t *m);
 const char *web_state_name(int state); /* "serving", "forming", ... */
 void web_metrics_status(web_metrics_t *m, int status);
 void web_metrics_finished(web_metrics_t *m, const eng_result_t *r);
+/* A generation or embedding request ended (any API): counted by API for /metrics (the
+ * dashboard's request table names the API of each row: web_job_t.api, history.c). */
+void web_metrics_request(web_metrics_t *m, int api);
 /* Adds v to h (caller holds m->mu). */
 void web_hist_add(web_hist_t *h, double v);
 /* The q-quantile (0..1) of h, interpolated within its bucket; 0 when empty (caller holds mu). */
@@ -439,6 +578,114 @@ void web_history_request(web_history_t *h, const web_reqrec_t *r);
  * New reference, NULL on ENOMEM. */
 struct json_t *web_history_json(web_history_t *h, int64_t since_ms, uint64_t ev_after,
 				uint64_t rq_after);
+/* ---- endpoints: the server's services to generate.c and the API files (server.c) ---------- */
+
+struct MHD_Connection;
+
+/* One request on one connection: its body while it uploads, then the job a whole reply waits
+ * for (server.c creates it, generate.c answers through it). */
+typedef struct web_conn {
+	int route;
+	const struct web_route *rt;
+	web_buf_t body;
+	int too_large;
+	size_t discarded; /* body bytes thrown away after too_large */
+	int raw_replied;  /* the early 413 went out on the socket (see early_413) */
+	web_job_t *job;   /* whole reply pending (a reference), parked in park */
+	web_park_t park;
+	int parked;            /* park is attached */
+	char *url, method[16]; /* proxied requests */
+} web_conn_t;
+
+/* A generation or embedding endpoint (generate.c runs it). */
+typedef struct web_endpoint {
+	int kind;                 /* enum web_kind */
+	const web_proto_t *proto; /* NULL: OpenAI's chat/completions replies */
+	/* body -> request (r is cleared first); 0 or an HTTP status with e filled */
+	int (*parse)(web_t *w, web_req_t *r, const char *body, size_t len, web_err_t *e);
+	/* request -> prompt ids with the engine held; NULL: the chat template (WEB_CHAT) or the
+	 * prompt text or ids (WEB_COMPLETION); embeddings tokenize r->inputs into r->input_ids.
+	 * 0 or an HTTP status with e filled. */
+	int (*prompt)(eng_t *eng, web_req_t *r, int **ids, int *n_ids, web_err_t *e);
+} web_endpoint_t;
+
+/* Any other request a route answers itself (the body, if any, is in cn->body). Returns
+ * libmicrohttpd's result. */
+typedef int (*web_handler_fn)(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+
+typedef struct web_route {
+	const char *path;
+	int route;                 /* server.c's built-ins, or 0 */
+	const char *method;        /* the one allowed (HEAD is allowed with GET) */
+	int auth;                  /* needs the API key */
+	int leader_only;           /* followers redirect it */
+	const web_endpoint_t *ep;  /* a generation or embedding */
+	web_handler_fn handler;    /* or this */
+	const web_proto_t *errors; /* the shape of its errors (NULL: OpenAI's) */
+} web_route_t;
+
+/* Queues body (malloc'd and taken; NULL answers 500 out of memory) with status; h1/v1 an extra
+ * header or NULL. Counts it in the metrics. */
+int web_send(web_t *w, struct MHD_Connection *c, int status, char *body, const char *ctype,
+	     const char *h1, const char *v1);
+/* An error in proto's shape (NULL: OpenAI's), with Retry-After on 429 and 503. */
+int web_send_error(web_t *w, struct MHD_Connection *c, const web_proto_t *proto,
+		   const web_err_t *e);
+/* A JSON reply (root taken). */
+int web_send_json(web_t *w, struct MHD_Connection *c, int status, struct json_t *root);
+/* A generation or embedding request of api (enum web_api) refused before it ran: its row in
+ * the dashboard's request table (429 and 503 also as "rejected" events), then the error in
+ * proto's shape. */
+int web_refuse(web_t *w, struct MHD_Connection *c, const web_proto_t *proto, int api,
+	       const web_err_t *e);
+/* The engine with a use count held when the node serves (release with
+ * web_sched_engine_release(web_sched_of(w))), else NULL with e filled (503). */
+eng_t *web_engine_get(web_t *w, web_err_t *e);
+/* The model's id in replies (e may be NULL). */
+void web_model_id(web_t *w, eng_t *e, char *out, size_t len);
+web_sched_t *web_sched_of(web_t *w);
+struct web_guard *web_guard_of(web_t *w);
+struct web_metrics *web_metrics_of(web_t *w);
+struct web_rstore *web_rstore_of(web_t *w); /* NULL for w NULL (tests) */
+int web_timeout_of(web_t *w);
+long long web_started_of(web_t *w);   /* unix seconds */
+atomic_int *web_parsing_of(web_t *w); /* bodies being parsed (WEB_PARSE_CONCURRENCY) */
+/* A job ended: tells the owner when it met a broken group (engine_lost). */
+void web_job_ended(web_t *w, const web_job_t *j);
+/* Parks cn's connection for a moment (the parse slots are taken); the handler runs again. */
+int web_park_retry(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+int web_conn_fd(struct MHD_Connection *c);
+
+/* generate.c: answers an endpoint's request whose body has arrived; and a parked whole reply
+ * that was resumed (cn->job set). */
+int web_generate_answer(web_t *w, struct MHD_Connection *c, web_conn_t *cn,
+			const web_endpoint_t *ep);
+int web_generate_reply(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+
+/* The endpoints and handlers of each API (their files). */
+extern const web_endpoint_t web_ep_chat, web_ep_completions; /* generate.c */
+extern const web_endpoint_t web_ep_messages;                 /* anthropic.c */
+extern const web_proto_t web_proto_anthropic;
+int web_messages_count_tokens(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+extern const web_endpoint_t web_ep_responses;                           /* responses.c */
+extern const web_endpoint_t web_ep_ollama_chat, web_ep_ollama_generate; /* ollama.c */
+extern const web_proto_t web_proto_ollama;
+int web_ollama_tags(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+int web_ollama_ps(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+int web_ollama_show(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+int web_ollama_version(web_t *w, struct MHD_Connection *c, web_conn_t *cn);
+extern const web_endpoint_t web_ep_embeddings, web_ep_ollama_embed,
+    web_ep_ollama_embeddings; /* embed.c */
+
+/* responses.c: the bounded in-memory store of finished responses (previous_response_id). */
+typedef struct web_rstore web_rstore_t;
+web_rstore_t *web_rstore_new(size_t max_bytes, int max_items);
+void web_rstore_free(web_rstore_t *s); /* NULL-safe */
+/* Keeps items (JSON text, taken) under id, dropping the oldest entries to make room; an item
+ * larger than the whole store is dropped. Any thread. */
+void web_rstore_put(web_rstore_t *s, const char *id, char *items);
+/* The items stored under id (a new reference), or NULL (s may be NULL). Any thread. */
+struct json_t *web_rstore_get(web_rstore_t *s, const char *id);
 
 /* ---- the page ------------------------------------------------------------------------------- */
 

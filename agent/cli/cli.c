@@ -1,6 +1,7 @@
 /* cli.c: helpers shared by the subcommands (common flags, one strict number parser). */
 #include "agent/cli/cli.h"
 #include "common/common.h"
+#include "infer/infer.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
@@ -54,5 +56,19 @@ int cli_set_log_level(const char *arg)
 		return 2;
 	}
 	log_threshold = l;
+	return 0;
+}
+
+int cli_spec_opt(int c, const char *arg, struct eng_opts *eo, int *bad)
+{
+	switch (c) {
+	case CLI_OPT_SPEC:
+		*bad = strcmp(arg, "auto") && strcmp(arg, "off") && strcmp(arg, "ngram") &&
+		       strcmp(arg, "model");
+		eo->spec = arg;
+		return 1;
+	case CLI_OPT_DRAFT_MODEL: eo->draft_model = arg; return 1;
+	case CLI_OPT_DRAFT_MAX: *bad = cli_parse_int(arg, 1, 16, &eo->draft_max) != 0; return 1;
+	}
 	return 0;
 }

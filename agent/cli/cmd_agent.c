@@ -10,6 +10,8 @@
 #include "infer/infer.h"
 #include "planner/planner.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <sodium.h>
@@ -57,11 +59,11 @@ static void usage(FILE *f)
 	    "  --ctx N            context length of each slot (default: the model's)\n"
 	    "  --parallel N       sequences generated together, each with its own KV slot\n"
 	    "                     (default 4; the leader's value holds for the cluster)\n"
-	    "  --kv-type T        KV cache elements: f16 (default), f32 or q8_0\n"
+	    "  --kv-type T        KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
+	    "                        (these act where the node is rank 0: the others verify)\n"
 	    "  --strategy S       auto (default: the fastest plan predicted from the measured\n"
 	    "                     links and compute), tensor, pipeline or hybrid (forced; the\n"
-	    "                     leader's value holds for the cluster)\n"
-	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
+	    "                     leader's value holds for the cluster)\n"	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
 	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
 	    "  --api-key-file F   read that key from F (first line): keeps it out of ps\n"
@@ -147,6 +149,7 @@ int cmd_agent(int argc, char **argv)
 					     {"dashboard-show-text", no_argument, 0, 'D'},
 					     {"strategy", required_argument, 0, 'G'},
 					     {"help", no_argument, 0, 'h'},
+					     CLI_SPEC_OPTIONS,
 					     {0, 0, 0, 0}};
 	agent_config_t cfg = {.port = AGENT_DEFAULT_PORT,
 			      .http_port = AGENT_DEFAULT_HTTP_PORT,
@@ -154,6 +157,7 @@ int cmd_agent(int argc, char **argv)
 			      .replan_delay_ms = 500,
 			      .step_timeout_ms = 10000,
 			      .exec_port = EXEC_DEFAULT_PORT};
+	eng_opts_t spec = {0}; /* --spec, --draft-model, --draft-max (cli_spec_opt) */
 	char token[1024] = "", state_dir[SH_PATH_MAX] = "", err[512], api_key[1024] = "";
 	int c, rc = 1;
 	optind = 1;
@@ -295,13 +299,46 @@ int cmd_agent(int argc, char **argv)
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: {
+			int bad = 0;
+			if (!cli_spec_opt(c, optarg, &spec, &bad)) {
+				usage(stderr);
+				return 2;
+			}
+			if (bad) {
+				fprintf(stderr, "shoal agent: bad value '%s' for an option\n",
+					optarg);
+				return 2;
+			}
+		}
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "shoal agent: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
+	/* the engine opens the draft only once a plan makes this node rank 0: a file it cannot
+	 * read, or --spec model without one, would then fail every plan; say so now instead */
+	if (spec.draft_model) {
+		struct stat st;
+		int fd = open(spec.draft_model, O_RDONLY | O_CLOEXEC), e = errno;
+		if (fd >= 0)
+			e = fstat(fd, &st) ? errno : S_ISREG(st.st_mode) ? 0 : EISDIR;
+		if (fd >= 0)
+			close(fd);
+		if (fd < 0 || e) {
+			fprintf(stderr, "shoal agent: --draft-model %s: %s\n", spec.draft_model,
+				strerror(e));
+			return 1;
+		}
+	}
+	if (spec.spec && !strcmp(spec.spec, "model") && !spec.draft_model) {
+		fprintf(stderr, "shoal agent: --spec model needs --draft-model\n");
+		return 2;
+	}
+	cfg.spec = spec.spec;
+	cfg.draft_model = spec.draft_model;
+	cfg.draft_max = spec.draft_max;
 	if (!token[0] && getenv("SHOAL_TOKEN"))
 		snprintf(token, sizeof token, "%s", getenv("SHOAL_TOKEN"));
 	if (!token[0]) {

@@ -27,7 +27,7 @@ static void usage(FILE *f)
 	    "  --stop TEXT           stop string (repeatable, up to %d)\n"
 	    "  --threads N           compute threads (default: all cores)\n"
 	    "  --ctx N               context length (default: the model's, capped by memory)\n"
-	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n"
+	    "  --kv-type T           KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
 	    "  --system TEXT         system message for --chat\n"
 	    "  --chat-template NAME  template family override (chatml, llama3, ...)\n"
 	    "  --ids                 print the generated token ids on one line instead of text\n"
@@ -80,6 +80,22 @@ static int on_token(void *ud, const eng_token_t *t)
 	return 0;
 }
 
+void cli_spec_stats(const eng_t *e)
+{
+	eng_spec_stats_t s;
+	eng_spec_stats(e, &s);
+	const eng_info_t *i = eng_info(e);
+	if (!strcmp(i->spec, "off"))
+		return;
+	fprintf(stderr,
+		"speculative decoding %s%s%s: %llu verifies, %llu of %llu drafted tokens accepted "
+		"(%.1f%%), %.2f tokens per verify, drafting %.1f ms\n",
+		i->spec, i->draft ? ", draft " : "", i->draft ? i->draft : "",
+		(unsigned long long)s.verifies, (unsigned long long)s.accepted,
+		(unsigned long long)s.drafted, s.drafted ? 100.0 * s.accepted / s.drafted : 0.0,
+		s.verifies ? (double)s.emitted / s.verifies : 0.0, s.draft_ms);
+}
+
 void cli_comm_stats(const eng_t *e)
 {
 	eng_comm_t c;
@@ -120,6 +136,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"threads", required_argument, 0, 't'},
 	    {"ctx", required_argument, 0, 'C'},
 	    {"kv-type", required_argument, 0, 1000},
+	    CLI_SPEC_OPTIONS,
 	    {"chat-template", required_argument, 0, 'y'},
 	    {"ids", no_argument, 0, 'i'},
 	    {"top-logprobs", required_argument, 0, 'l'},
@@ -194,7 +211,11 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 				return 2;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default:
+			if (cli_spec_opt(c, optarg, &eo, &bad))
+				break;
+			usage(stderr);
+			return 2;
 		}
 		if (bad) {
 			fprintf(stderr, "shoal %s: bad value '%s'\n", name, optarg);
@@ -216,7 +237,10 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		return 1;
 	}
 	if (prompt) {
-		if (eng_tokenize(e, prompt, 1, 0, &ids, &n_ids, err, sizeof err)) {
+		/* special tokens written in the prompt are parsed, as llama.cpp's llama-completion
+		 * and llama-simple do (common_tokenize(ctx, prompt, true, true)): the same text,
+		 * the same ids */
+		if (eng_tokenize(e, prompt, 1, 1, &ids, &n_ids, err, sizeof err)) {
 			fprintf(stderr, "shoal %s: %s\n", name, err);
 			goto out;
 		}
@@ -253,6 +277,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		    res.gen_ms > 0 ? res.completion_tokens * 1000.0 / res.gen_ms : 0.0, why);
 		if (dist)
 			cli_comm_stats(e);
+		cli_spec_stats(e);
 	}
 	rc = 0;
 out:

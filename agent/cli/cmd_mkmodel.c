@@ -1,5 +1,6 @@
 /* cmd_mkmodel.c: `shoal mkmodel`: writes a GGUF with seeded random weights and a small byte-level
- * tokenizer (infer/mkmodel.c). Same options and seed give the same file. */
+ * tokenizer (infer/mkmodel.c). Same options and seed give the same file. With --from, converts a
+ * model's weight matrices to --type instead (infer/gguf_convert.c: a draft model's copy). */
 #include "agent/cli/cli.h"
 #include "common/common.h"
 #include "infer/gguf_write.h"
@@ -21,7 +22,9 @@ static void usage(FILE *f)
 	    "                     [--type "
 	    "f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q5_0|q5_1|q5_k|q3_k|\n"
 	    "                     q2_k|mxfp4] [--seed S] [--ctx N]\n"
-	    "                     [--name NAME] [--header-only] -o FILE.gguf\n"
+	    "                     [--name NAME] [--pooling none|mean|cls|last] [--add-eos]\n"
+	    "                     [--header-only] -o FILE.gguf\n"
+	    "       shoal mkmodel --from MODEL.gguf --type TYPE -o FILE.gguf\n"
 	    "  deepseek2 (latent attention): [--kv-lora R] [--q-lora R] [--qk-nope D]\n"
 	    "                     [--qk-rope D] [--v-head D] [--mla-legacy] [--rope-factor F]\n"
 	    "                     [--yarn-log-mul M] [--rope-orig-ctx N]\n"
@@ -50,7 +53,12 @@ static void usage(FILE *f)
 	    "shared expert), biases, partial rotary; --nextn N extra layers are written and\n"
 	    "skipped, as llama.cpp does.\n"
 	    "gpt-oss: every layer routes, sliding window 128 on layers 0, 2, ..., YaRN factor 32\n"
-	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n");
+	    "from 4096 positions; --type mxfp4: MXFP4 experts, F16 elsewhere.\n"
+	    "--pooling writes <arch>.pooling_type for embeddings (default: last for qwen3, as\n"
+	    "Qwen3-Embedding; none otherwise); --add-eos makes the tokenizer end inputs with "
+	    "EOS.\n"
+	    "--from: the same model (tokenizer, every key) with its weight matrices converted\n"
+	    "to TYPE (norms, biases and routers unchanged), e.g. an F16 draft model.\n");
 }
 
 /* The integer options: one row per flag (a new architecture adds its rows here). */
@@ -103,12 +111,15 @@ enum {
 	OPT_MLA_LEGACY,
 	OPT_ROPE_FACTOR,
 	OPT_YARN_MUL,
-	OPT_HEADER_ONLY
+	OPT_POOLING,
+	OPT_ADD_EOS,
+	OPT_HEADER_ONLY,
+	OPT_FROM
 };
 
 int cmd_mkmodel(int argc, char **argv)
 {
-	struct option opts[ARRAY_LEN(int_opts) + 14];
+	struct option opts[ARRAY_LEN(int_opts) + 15];
 	size_t n = 0;
 	for (size_t i = 0; i < ARRAY_LEN(int_opts); i++)
 		opts[n++] =
@@ -123,7 +134,10 @@ int cmd_mkmodel(int argc, char **argv)
 	opts[n++] = (struct option){"mla-legacy", no_argument, 0, OPT_MLA_LEGACY};
 	opts[n++] = (struct option){"rope-factor", required_argument, 0, OPT_ROPE_FACTOR};
 	opts[n++] = (struct option){"yarn-log-mul", required_argument, 0, OPT_YARN_MUL};
+	opts[n++] = (struct option){"pooling", required_argument, 0, OPT_POOLING};
+	opts[n++] = (struct option){"add-eos", no_argument, 0, OPT_ADD_EOS};
 	opts[n++] = (struct option){"header-only", no_argument, 0, OPT_HEADER_ONLY};
+	opts[n++] = (struct option){"from", required_argument, 0, OPT_FROM};
 	opts[n++] = (struct option){0, 0, 0, 0};
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
@@ -137,8 +151,8 @@ int cmd_mkmodel(int argc, char **argv)
 			    .seed = 1,
 			    .experts = 8,
 			    .experts_used = 2};
-	const char *out = NULL;
-	int c;
+	const char *out = NULL, *from = NULL;
+	int c, type_given = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		if (c >= OPT_INT && c < OPT_INT + (int)ARRAY_LEN(int_opts)) {
@@ -152,6 +166,8 @@ int cmd_mkmodel(int argc, char **argv)
 		switch (c) {
 		case OPT_ARCH: o.arch = optarg; break;
 		case OPT_MLA_LEGACY: o.mla_legacy = 1; break;
+		case OPT_POOLING: o.pooling = optarg; break;
+		case OPT_ADD_EOS: o.add_eos = 1; break;
 		case OPT_HEADER_ONLY: o.header_only = 1; break;
 		case OPT_ROPE_FACTOR:
 		case OPT_YARN_MUL: {
@@ -168,7 +184,9 @@ int cmd_mkmodel(int argc, char **argv)
 				fprintf(stderr, "shoal mkmodel: unknown type '%s'\n", optarg);
 				return 2;
 			}
+			type_given = 1;
 			break;
+		case OPT_FROM: from = optarg; break;
 		case OPT_SEED:
 			if (cli_parse_u64(optarg, 0, UINT64_MAX, &o.seed)) {
 				fprintf(stderr, "shoal mkmodel: bad seed '%s'\n", optarg);
@@ -190,7 +208,12 @@ int cmd_mkmodel(int argc, char **argv)
 		return 2;
 	}
 	char err[256];
-	if (mkmodel_write(&o, out, err, sizeof err)) {
+	if (from && !type_given) {
+		fprintf(stderr, "shoal mkmodel: --from needs --type\n");
+		return 2;
+	}
+	if (from ? gguf_convert(from, out, o.type, err, sizeof err)
+		 : mkmodel_write(&o, out, err, sizeof err)) {
 		fprintf(stderr, "shoal mkmodel: %s\n", err);
 		return 1;
 	}

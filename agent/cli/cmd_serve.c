@@ -90,6 +90,7 @@ static void usage(FILE *f)
 	       "                        the dashboard's request table shows prompts and replies\n"
 	       "                        (to anyone who can open it; default: tokens and timings)\n"
 	       "  --log-level L         error, warn, info, debug (or SHOAL_LOG)\n");
+	fputs(CLI_SPEC_USAGE, f);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -112,6 +113,7 @@ int cmd_serve(int argc, char **argv)
 	    {"tls-key", required_argument, NULL, 'Y'},
 	    {"dashboard-show-text", no_argument, NULL, 1001},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_SPEC_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	web_opts_t wo;
@@ -159,7 +161,15 @@ int cmd_serve(int argc, char **argv)
 				return rc;
 			break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: {
+			int bad = 0;
+			if (!cli_spec_opt(c, optarg, &eo, &bad)) {
+				usage(stderr);
+				return 2;
+			}
+			if (bad)
+				goto bad;
+		}
 		}
 	}
 	if (optind < argc || !eo.model_path) {
@@ -212,8 +222,11 @@ int cmd_serve(int argc, char **argv)
 	}
 	atomic_store(&node.port, web_port(w));
 	const eng_info_t *in = eng_info(eng);
-	fprintf(stderr, "shoal serve: model %s (%s, context %d, %d slots) on %s://%s:%d/\n",
+	fprintf(stderr,
+		"shoal serve: model %s (%s, context %d, %d slots, speculative decoding %s%s%s) on "
+		"%s://%s:%d/\n",
 		wo.model_name ? wo.model_name : in->name, in->arch, in->n_ctx, in->n_slots,
+		in->spec, in->draft ? ", draft " : "", in->draft ? in->draft : "",
 		wo.tls_cert ? "https" : "http", wo.host, web_port(w));
 	fflush(stderr);
 

@@ -31,6 +31,8 @@ struct session {
 	session_cfg_t cfg; /* its strings copied below */
 	char model_path[SH_PATH_MAX];
 	char kv_type[16];
+	char spec[16];
+	char draft_model[SH_PATH_MAX];
 	pthread_t th;
 	int started;
 	int rank, world, ctx;
@@ -149,6 +151,11 @@ static void *session_main(void *arg)
 			.kv_type = s->kv_type[0] ? s->kv_type : NULL,
 			.dist = s->world > 1 ? &s->dist : NULL,
 			.parallel = c->parallel};
+	if (s->rank == 0) { /* the draft runs where tokens are sampled; the others verify */
+		o.spec = s->spec[0] ? s->spec : NULL;
+		o.draft_model = s->draft_model[0] ? s->draft_model : NULL;
+		o.draft_max = c->draft_max;
+	}
 	if (eng_open(&e, &o, err, sizeof err))
 		goto done;
 	LOG(LOG_INFO, "plan %s: rank %d of %d loaded in %lld ms", s->hash, s->rank, s->world,
@@ -230,6 +237,10 @@ session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, ch
 	snprintf(s->kv_type, sizeof s->kv_type, "%s", cfg->kv_type ? cfg->kv_type : "");
 	s->cfg.model_path = s->model_path;
 	s->cfg.kv_type = NULL;
+	snprintf(s->spec, sizeof s->spec, "%s", cfg->spec ? cfg->spec : "");
+	snprintf(s->draft_model, sizeof s->draft_model, "%s",
+		 cfg->draft_model ? cfg->draft_model : "");
+	s->cfg.spec = s->cfg.draft_model = NULL;
 	s->cfg.state_dir = NULL; /* used below only */
 	s->stalled = -1;
 	s->rank = rank;

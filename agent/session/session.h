@@ -9,10 +9,10 @@
  * The agent starts at most one session at a time (the cluster core decides when) and learns how
  * it goes by polling: session_phase, then, once DONE, session_error and session_stalled_rank.
  *
- * Where future work lands: the engine's options (a draft model for speculative decoding) are in
- * session_cfg_t; what happens to the API's accepted requests while a group is re-formed is
- * session_attach/session_detach's business on rank 0 (today detaching fails the queued requests
- * with 503: a session could instead hand them to the next one).
+ * Where future work lands: the engine's options are in session_cfg_t; what happens to the API's
+ * accepted requests while a group is re-formed is session_attach/session_detach's business on rank
+ * 0 (today detaching fails the queued requests with 503: a session could instead hand them to the
+ * next one).
  *
  * Threads: a session runs on its own thread. session_start, session_phase, session_error,
  * session_stalled_rank, session_stop, session_fail and session_free are for the agent's thread.
@@ -33,6 +33,10 @@ typedef struct session_cfg {
 	const char *model_path; /* the model, or a slice of it (slice.model_path) */
 	int threads, parallel, step_timeout_ms;
 	const char *kv_type;
+	/* speculative decoding (docs/speculative.md): rank 0's engine only (the others verify) */
+	const char *spec;         /* "auto", "off", "ngram", "model"; NULL = auto */
+	const char *draft_model;  /* this node's draft GGUF, or NULL */
+	int draft_max;            /* 0 = the engine's default */
 	const tp_keys_t *keys;    /* the group's keys */
 	const uint8_t *node_id;   /* this node's ID (TP_NODE_ID_BYTES) */
 	const char *state_dir;    /* rdma-devices.json (written with the plan's files) */

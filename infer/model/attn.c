@@ -28,6 +28,7 @@
 #include "infer/model/model_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void attn_cache_put(model_t *m, int lc, int slot, int pos, const float *k, const float *v)
@@ -231,10 +232,21 @@ static void mad_f16r(float *o, const float *v, float a, int n)
 		o[i] = f16r(fmaf(v[i], a, o[i]));
 }
 
-/* Whether token b of the pass is computed with llama.cpp's one_chunk arithmetic. */
+/* Whether token b of the pass is computed with llama.cpp's one_chunk arithmetic: only when the
+ * environment asks for it (SHOAL_ATT_LLAMA=1: comparisons with llama.cpp). Off by default: its
+ * F16 rounding steps turn the float noise of another summation order (a verify batch of
+ * drafts, tensor-parallel sums, batch-sized kernels) into whole F16 steps, and then a greedy
+ * sequence would not keep the same text with drafts, in a batch or on several ranks
+ * (test_spec, test_stages, test_repack). Without it the logits stay within ~0.02 of
+ * llama.cpp's on the tested files (docs/models.md). */
 static int att_llama(const model_t *m, int b)
 {
-	return m->kv_type == QT_F16 && m->bpos[b] + 1 <= ATT_LLAMA_MAX_POS;
+	static int on = -1; /* read once; a benign race sets it to the same value */
+	if (on < 0) {
+		const char *e = getenv("SHOAL_ATT_LLAMA");
+		on = e && !strcmp(e, "1");
+	}
+	return on && m->kv_type == QT_F16 && m->bpos[b] + 1 <= ATT_LLAMA_MAX_POS;
 }
 
 /* Rounds the queries of those tokens to F16 as one_chunk does (after llama.cpp's own scaling

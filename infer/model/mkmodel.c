@@ -367,6 +367,10 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 	/* deepseek2 routes when given --experts: layers from dense_lead on */
 	int ds2moe = ds2 && o->experts > 0,
 	    moe = mixtral || q2moe || q3moe || ds2moe || q35moe || glm || goss;
+	if (o->pooling && strcmp(o->pooling, "none") && strcmp(o->pooling, "mean") &&
+	    strcmp(o->pooling, "cls") && strcmp(o->pooling, "last"))
+		return sh_fail(err, errlen, SH_EINVAL,
+			       "unknown pooling '%s' (none, mean, cls, last)", o->pooling);
 	if (!qwen2 && !qwen3 && !mixtral && !ds2 && !q35 && !gemma && !glm && !goss &&
 	    strcmp(o->arch, "llama"))
 		return sh_fail(err, errlen, SH_EUNSUPP,
@@ -743,6 +747,15 @@ int mkmodel_write(const mkmodel_opts_t *o, const char *path, char *err, size_t e
 								     : (o->ctx ? o->ctx : 2048))) |
 			       gw_kv_f32(w, K("rope.scaling.yarn_log_multiplier"), o->yarn_log_mul);
 	}
+	const char *pool = o->pooling ? o->pooling : !strcmp(o->arch, "qwen3") ? "last" : "none";
+	int pool_type = !strcmp(pool, "mean")   ? 1
+			: !strcmp(pool, "cls")  ? 2
+			: !strcmp(pool, "last") ? 3
+						: 0;
+	if (pool_type) /* llama.cpp's LLM_KV_POOLING_TYPE, a u32 */
+		krc |= gw_kv_u32(w, K("pooling_type"), (uint32_t)pool_type);
+	if (o->add_eos)
+		krc |= gw_kv_bool(w, "tokenizer.ggml.add_eos_token", 1);
 	if (moe)
 		krc |= gw_kv_u32(w, K("expert_count"), (uint32_t)E) |
 		       gw_kv_u32(w, K("expert_used_count"), (uint32_t)K);

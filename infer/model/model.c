@@ -391,9 +391,10 @@ int model_new_slots(model_t **out, const gguf_t *g, const model_meta_t *meta,
 		layer_t *L = &m->layers[l];
 		char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-		const char *fnorm = meta->is_hybrid || meta->ffn_norm_post
-					? "post_attention_norm.weight" /* qwen35, glm4moe, gpt-oss */
-					: "ffn_norm.weight";
+		const char *fnorm =
+		    meta->is_hybrid || meta->ffn_norm_post
+			? "post_attention_norm.weight" /* qwen35, glm4moe, gpt-oss */
+			: "ffn_norm.weight";
 		if ((rc = bind_vec(g, NAME("attn_norm.weight"), 0, meta->dim, &L->attn_norm, err,
 				   errlen)) ||
 		    (rc = bind_vec(g, NAME(fnorm), 0, meta->dim, &L->ffn_norm, err, errlen)))
@@ -789,26 +790,38 @@ static int matmul_reduce(model_t *m, const wmat_t *w, float *out, const float *x
 	return m->ars.end(m->ar_ctx);
 }
 
-/* The output head: logits[k][n_vocab] of the rows b < B of x[B][dim] with out[b] set (out NULL:
- * every row), in order; B <= max_b. xb[k][D] = the normed rows, then one head matmul. */
-static void head_rows(model_t *m, const float *x, const int *out, int B, float *logits)
+/* The output head of the B <= max_b entries out[B] (NULL: every entry MODEL_OUT_LOGITS) whose
+ * rows are in x: x[b] for entry b, or (packed) only the rows of the entries that want an
+ * output, in order. Rows that want logits are normed into xb and go through one head matmul
+ * into logits (when given); those that want the hidden state are normed into embd (when
+ * given). *n_out, *n_embd, *n_rows: the logits rows, embd rows and rows of x used. */
+static void head_rows(model_t *m, const float *x, const int *out, int B, int packed, float *logits,
+		      float *embd, int *n_out, int *n_embd, int *n_rows)
 {
-	int D = m->meta.dim, n_out = 0;
-	for (int b = 0; b < B; b++)
-		if (!out || out[b])
-			rmsnorm(m->xb + (size_t)n_out++ * D, x + (size_t)b * D, m->out_norm, D,
-				m->meta.rms_eps);
-	if (n_out)
-		matmul(m, &m->out, logits, m->xb, n_out);
+	int D = m->meta.dim, no = 0, ne = 0, r = 0;
+	for (int b = 0; b < B; b++) {
+		int kind = out ? out[b] : MODEL_OUT_LOGITS;
+		if (!kind)
+			continue;
+		const float *row = x + (size_t)(packed ? r++ : b) * D;
+		if (kind == MODEL_OUT_LOGITS && logits)
+			rmsnorm(m->xb + (size_t)no++ * D, row, m->out_norm, D, m->meta.rms_eps);
+		else if (kind == MODEL_OUT_EMBD && embd)
+			rmsnorm(embd + (size_t)ne++ * D, row, m->out_norm, D, m->meta.rms_eps);
+	}
+	if (no)
+		matmul(m, &m->out, logits, m->xb, no);
+	*n_out = no, *n_embd = ne, *n_rows = r;
 	float c = m->meta.logit_softcap; /* gemma3's optional final_logit_softcapping */
-	for (size_t i = 0; c > 0 && i < (size_t)n_out * m->meta.n_vocab; i++)
+	for (size_t i = 0; c > 0 && i < (size_t)no * m->meta.n_vocab; i++)
 		logits[i] = c * tanhf(logits[i] / c);
 }
 
-/* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] set,
- * in order, when logits != NULL. */
+/* One pass of B <= max_b tokens (slot[b], pos[b] each); logits of the tokens with out[b] ==
+ * MODEL_OUT_LOGITS, in order, when logits != NULL; the normed hidden state of those with
+ * MODEL_OUT_EMBD, in order, when embd != NULL. */
 static int forward_batch(model_t *m, const int *tokens, const int *slot, const int *pos,
-			 const int *out, const int *keep, int B, float *logits)
+			 const int *out, const int *keep, int B, float *logits, float *embd)
 {
 	const model_meta_t *p = &m->meta;
 	int D = p->dim, hd = p->head_dim, F = m->sh.n_ffn;
@@ -946,19 +959,26 @@ static int forward_batch(model_t *m, const int *tokens, const int *slot, const i
 	if (m->pipe && (m->sh.layer0 > 0 || m->sh.layer1 < p->n_layers) &&
 	    (rc = m->pipe(m->pipe_ctx, 1, m->x, B, D)))
 		return rc;
-	if (logits) /* the rows that want logits */
-		head_rows(m, m->x, out, B, logits);
+	if (logits || embd) { /* the rows that want an output */
+		int n_out, n_embd, n_rows;
+		head_rows(m, m->x, out, B, 0, logits, embd, &n_out, &n_embd, &n_rows);
+	}
 	return 0;
 }
 
-int model_head(model_t *m, const float *x, int n, float *logits)
+int model_head(model_t *m, const float *x, const int *out, int n, float *logits, float *embd)
 {
 	if (n < 0)
 		return SH_EINVAL;
 	for (int done = 0; done < n;) { /* the scratch holds max_b rows */
-		int B = MIN(m->max_b, n - done);
-		head_rows(m, x + (size_t)done * m->meta.dim, NULL, B, logits);
-		logits += (size_t)B * m->meta.n_vocab;
+		int B = MIN(m->max_b, n - done), n_out, n_embd, n_rows;
+		head_rows(m, x, out ? out + done : NULL, B, 1, logits, embd, &n_out, &n_embd,
+			  &n_rows);
+		x += (size_t)n_rows * m->meta.dim;
+		if (logits)
+			logits += (size_t)n_out * m->meta.n_vocab;
+		if (embd)
+			embd += (size_t)n_embd * m->meta.dim;
 		done += B;
 	}
 	return 0;
@@ -973,21 +993,26 @@ int model_forward_batch(model_t *m, const model_batch_t *bt, float *logits)
 		if (bt->tokens[i] < 0 || bt->tokens[i] >= m->meta.n_vocab || bt->slot[i] < 0 ||
 		    bt->slot[i] >= m->n_slots || bt->pos[i] < 0 || bt->pos[i] >= m->n_ctx)
 			return SH_EINVAL;
+	float *embd = bt->embd;
 	for (int done = 0; done < bt->n;) {
-		int B = MIN(m->max_b, bt->n - done), n_out = 0, rc;
+		int B = MIN(m->max_b, bt->n - done), n_out = 0, n_embd = 0, rc;
 		const int *outs = zeros;
 		if (bt->out) {
 			outs = bt->out + done;
-			for (int b = 0; b < B; b++)
-				n_out += outs[b] != 0;
+			for (int b = 0; b < B; b++) {
+				n_out += outs[b] == MODEL_OUT_LOGITS;
+				n_embd += outs[b] == MODEL_OUT_EMBD;
+			}
 		}
 		rc = forward_batch(m, bt->tokens + done, bt->slot + done, bt->pos + done, outs,
 				   bt->keep ? bt->keep + done : NULL, B,
-				   logits && n_out ? logits : NULL);
+				   logits && n_out ? logits : NULL, embd && n_embd ? embd : NULL);
 		if (rc)
 			return rc;
 		if (logits)
 			logits += (size_t)n_out * m->meta.n_vocab;
+		if (embd)
+			embd += (size_t)n_embd * m->meta.dim;
 		done += B;
 	}
 	return 0;
@@ -1007,10 +1032,10 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits)
 		for (int b = 0; b < B; b++) {
 			slot[b] = 0;
 			ps[b] = pos + done + b;
-			out[b] = last && b == B - 1;
+			out[b] = last && b == B - 1 ? MODEL_OUT_LOGITS : 0;
 		}
-		int rc =
-		    forward_batch(m, tokens + done, slot, ps, out, NULL, B, last ? logits : NULL);
+		int rc = forward_batch(m, tokens + done, slot, ps, out, NULL, B,
+				       last ? logits : NULL, NULL);
 		if (rc)
 			return rc;
 		done += B;

@@ -142,24 +142,34 @@ int model_forward(model_t *m, const int *tokens, int n, int pos, float *logits);
 
 /* One batch: token i goes to slot[i] at position pos[i]. Within a slot, positions must be
  * consecutive and increasing in batch order, and the slot's earlier positions already computed
- * (attention of token i reads positions [0, pos[i]] of its slot). out[i] != 0 asks for token i's
- * logits: they are written to logits in batch order (n_vocab floats each); out may be NULL (no
- * logits). Returns 0, SH_EINVAL for a bad id, slot or position, or a hook's error. */
+ * (attention of token i reads positions [0, pos[i]] of its slot). out[i] == MODEL_OUT_LOGITS
+ * asks for token i's logits: they are written to logits in batch order (n_vocab floats each);
+ * out[i] == MODEL_OUT_EMBD asks for its final hidden state after the output norm (what the head
+ * would read, llama.cpp's t_embd), written to embd in batch order (dim floats each) and only
+ * where embd is given (the rank that computes the head: it holds the whole residual stream).
+ * out may be NULL (no outputs). Returns 0, SH_EINVAL for a bad id, slot or position, or a hook's
+ * error. */
+#define MODEL_OUT_LOGITS 1
+#define MODEL_OUT_EMBD   2
 typedef struct model_batch {
 	int n;
 	const int *tokens; /* [n] */
 	const int *slot;   /* [n] 0 .. n_slots-1 */
 	const int *pos;    /* [n] 0 .. n_ctx-1 */
-	const int *out;    /* [n] or NULL */
+	const int *out;    /* [n] or NULL: 0, MODEL_OUT_LOGITS or MODEL_OUT_EMBD */
 	const int *keep;   /* [n] or NULL: keep[i] != 0 checkpoints the recurrent state after
 			    * token i (see "Recurrent state" below; ignored without one) */
+	float *embd;       /* [n_embd][dim] for the MODEL_OUT_EMBD tokens, or NULL */
 } model_batch_t;
 int model_forward_batch(model_t *m, const model_batch_t *b, float *logits);
 
-/* The output head alone: logits[n][n_vocab] of final hidden states x[n][dim] (rows that went
- * through every layer: a pipeline's rank 0 gets them back from the last stage after a pass
- * it ran with logits NULL). Returns 0 or SH_EINVAL. */
-int model_head(model_t *m, const float *x, int n, float *logits);
+/* The output head alone, of final hidden states (rows that went through every layer: a
+ * pipeline's rank 0 gets them back from the last stage after a pass it ran with logits NULL):
+ * out[n] are a batch's entries as in model_batch_t (NULL: n entries that all want logits) and
+ * x holds the rows of those with out[i] != 0, in order. Logits of the MODEL_OUT_LOGITS rows go
+ * to logits, the normed MODEL_OUT_EMBD rows to embd (each skipped when NULL), in order.
+ * Returns 0 or SH_EINVAL. */
+int model_head(model_t *m, const float *x, const int *out, int n, float *logits, float *embd);
 
 /* ---- Recurrent state (hybrid models: qwen35's DeltaNet layers, deltanet.c) -----------------
  * Such a layer keeps per slot a state that only moves forward, instead of a KV cache holding

@@ -50,7 +50,7 @@ struct tok {
 	tok_map_t vocab;  /* text -> id */
 	tok_map_t merges; /* "left right" -> rank (BPE) */
 	int bos, eos, eot, eom, unk;
-	int add_bos, add_space_prefix, ignore_merges;
+	int add_bos, add_eos, add_space_prefix, ignore_merges;
 	uint8_t *eog; /* per id: ends generation */
 	int *special; /* control/user-defined/unknown ids by first byte, longest first */
 	int n_special;

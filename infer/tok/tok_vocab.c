@@ -425,11 +425,18 @@ int tok_load(tok_t **out, const gguf_t *g, char *err, size_t errlen)
 	int b;
 	if (!gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b))
 		t->add_bos = b;
+	/* EOS after the text (llama.cpp's add_special): off for SentencePiece and BPE unless the
+	 * file says so (embedding models such as Qwen3-Embedding do) */
+	t->add_eos = 0;
+	if (!gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b))
+		t->add_eos = b;
 	t->add_space_prefix = spm;
 	if (!gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b))
 		t->add_space_prefix = b;
 	if (t->bos < 0)
 		t->add_bos = 0;
+	if (t->eos < 0)
+		t->add_eos = 0;
 	for (size_t i = 0; i < ARRAY_LEN(eot_texts) && t->eot < 0; i++) {
 		int id = tok_map_get(&t->vocab, eot_texts[i], strlen(eot_texts[i]));
 		if (id >= 0 && t->type[id] == TOK_T_CONTROL && id != t->eos)
@@ -555,6 +562,10 @@ int tok_eot(const tok_t *t)
 int tok_add_bos(const tok_t *t)
 {
 	return t->add_bos;
+}
+int tok_add_eos(const tok_t *t)
+{
+	return t->add_eos;
 }
 int tok_type(const tok_t *t, int id)
 {

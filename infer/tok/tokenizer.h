@@ -47,6 +47,7 @@ int tok_bos(const tok_t *t);          /* -1 when absent */
 int tok_eos(const tok_t *t);          /* -1 when absent */
 int tok_eot(const tok_t *t);          /* end of turn (<|eot_id|>, <|im_end|>, ...) or -1 */
 int tok_add_bos(const tok_t *t);      /* the model wants BOS prepended */
+int tok_add_eos(const tok_t *t);      /* the model wants EOS appended (embedding inputs) */
 int tok_type(const tok_t *t, int id); /* enum tok_type, or 0 for a bad id */
 /* End of generation: eos, eot, eom and control tokens such as <|im_end|>, <|eot_id|>, <|end|>. */
 int tok_is_eog(const tok_t *t, int id);
