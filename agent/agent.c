@@ -22,6 +22,7 @@
  */
 #include "agent/agent.h"
 #include "agent/core.h"
+#include "agent/links.h"
 #include "agent/members.h"
 #include "agent/modelstore/modelstore.h"
 #include "agent/node.h"
@@ -60,6 +61,11 @@ struct agent {
 	uint64_t mem_avail; /* memory this node gives the model (--memory-limit) */
 	core_t *core;
 	members_t *members;
+	links_t *links;                     /* this node's measured links (links.h) */
+	node_compute_t compute;             /* this node's measured compute (node.h) */
+	char compute_model[CORE_MODEL_MAX]; /* the model hash it was measured for */
+	int links_wait;                     /* ms until the running probe wants the loop again */
+	plan_meas_t pub_links[AGENT_MAX_LINKS]; /* what src_of hands the publisher */
 	modelstore_t *model;
 	plans_t *plans;
 	pub_t *pub;
@@ -166,6 +172,13 @@ static void feed_leader(agent_t *a)
 
 /* ---- the actions ---------------------------------------------------------------------------- */
 
+/* This node's measurements into its description d. */
+static void self_measured(agent_t *a, node_desc_t *d)
+{
+	d->compute = a->compute;
+	d->nlinks = links_published(a->links, d->links, AGENT_MAX_LINKS);
+}
+
 static void send_node(agent_t *a, member_t *m)
 {
 	node_desc_t d = {.have = 1,
@@ -176,6 +189,7 @@ static void send_node(agent_t *a, member_t *m)
 			 .mem_avail = a->mem_avail};
 	snprintf(d.model_hash, sizeof d.model_hash, "%s", modelstore_hash(a->model));
 	node_self_addrs(&d);
+	self_measured(a, &d);
 	char *s = node_desc_json(&d);
 	if (s)
 		members_send(a->members, m, AGENT_MSG_NODE, s, strlen(s));
@@ -203,8 +217,10 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		char h[DISC_ID_HEX];
 		disc_id_hex(&x->ids[i], h);
 		if (!disc_id_cmp(&x->ids[i], &a->self)) {
-			node_desc_t me = {0};
+			static node_desc_t me; /* the loop's thread only (it is large) */
+			memset(&me, 0, sizeof me);
 			node_self_addrs(&me);
+			self_measured(a, &me);
 			rc = node_to_plan(&v->nodes[v->n_nodes++], h, a->facts.hostname,
 					  members_port(a->members), a->facts.mem_bytes,
 					  a->mem_avail, a->facts.cores, a->facts.rdma, &me);
@@ -220,6 +236,12 @@ static void make_plan(agent_t *a, const core_action_t *x)
 		plan_opts_t o;
 		plan_opts_default(&o);
 		o.ctx = a->cfg.ctx;
+		o.strategy = (plan_strategy_t)a->cfg.strategy; /* --strategy: the planner's holds */
+		o.parallel = a->cfg.parallel ? a->cfg.parallel : ENG_DEFAULT_PARALLEL;
+		o.engine_hybrid = 1;   /* infer/tp.c runs stages of tensor groups */
+		o.engine_inflight = 1; /* ... with several sequences' micro-batches in flight */
+		o.keep_first =
+		    1; /* this node (the smallest id of x->ids) serves the API as rank 0 */
 		/* bytes per block of the KV type (checked when the flag was parsed): q8_0's 34 per
 		 * 32 elements exactly */
 		o.kv_bytes = eng_kv_block_bytes(a->cfg.kv_type, &o.kv_block);
@@ -351,13 +373,44 @@ static void on_joined(void *ud, member_t *m)
 	disc_id_hex(&m->id, h);
 	web_event(pub_web(a->pub), "join", "%.8s joined from %s", h, m->addr);
 	send_node(a, m);
+	links_member_up(a->links, m, now_ms());
 	core_event_t ev = {.type = CORE_EV_MEMBER_UP, .id = m->id};
 	feed(a, &ev);
 }
 
 static void on_reconnected(void *ud, member_t *m)
 {
-	send_node(ud, m);
+	agent_t *a = ud;
+	send_node(a, m);
+	links_member_up(a->links, m, now_ms());
+}
+
+static int on_probe(void *ud, member_t *m, uint16_t type, const uint8_t *p, size_t len)
+{
+	agent_t *a = ud;
+	return links_take(a->links, m, type, p, len);
+}
+
+/* Does the planner plan from measurements (some node says its compute)? Without, it goes by
+ * the links' kinds (docs/view.md section 4) and new link figures change nothing. */
+static int cost_model_plans(agent_t *a)
+{
+	if (a->compute.bw_mbs)
+		return 1;
+	for (int i = 0; i < members_count(a->members); i++)
+		if (members_at(a->members, i)->desc.compute.bw_mbs)
+			return 1;
+	return 0;
+}
+
+/* Did a description's measurements change (what the planner reads of them)? */
+static int meas_differ(const node_desc_t *x, const node_desc_t *y)
+{
+	return x->compute.bw_mbs != y->compute.bw_mbs ||
+	       x->compute.prefill_mbs != y->compute.prefill_mbs ||
+	       x->compute.threads != y->compute.threads ||
+	       strcmp(x->compute.machine, y->compute.machine) || x->nlinks != y->nlinks ||
+	       memcmp(x->links, y->links, (size_t)x->nlinks * sizeof x->links[0]);
 }
 
 static void on_left(void *ud, const disc_id_t *id, const char *addr, const char *why)
@@ -366,6 +419,7 @@ static void on_left(void *ud, const disc_id_t *id, const char *addr, const char 
 	char h[DISC_ID_HEX];
 	disc_id_hex(id, h);
 	web_event(pub_web(a->pub), "leave", "%.8s (%s) left: %s", h, addr, why);
+	links_member_down(a->links, id);
 	core_event_t ev = {.type = CORE_EV_MEMBER_DOWN, .id = *id};
 	feed(ud, &ev);
 }
@@ -384,7 +438,9 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 	node_ack_t ack;
 	disc_id_hex(&m->id, h);
 	switch (type) {
-	case AGENT_MSG_NODE:
+	case AGENT_MSG_NODE: {
+		static node_desc_t was; /* the loop's thread only (it is large) */
+		was = m->desc;
 		if (node_desc_parse(&m->desc, p, len)) {
 			LOG(LOG_WARN, "agent: node %.8s sent a malformed description", h);
 			return SH_EFORMAT;
@@ -392,7 +448,14 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 		ev.type = CORE_EV_MEMBER_DESC;
 		ev.model = m->desc.model_hash;
 		ev.model_size = m->desc.model_size;
-		break;
+		feed(a, &ev);
+		/* links.h: published on a change */
+		if (was.have && meas_differ(&was, &m->desc) && cost_model_plans(a)) {
+			core_event_t rm = {.type = CORE_EV_REMEASURED, .id = m->id};
+			feed(a, &rm);
+		}
+		return 0;
+	}
 	case AGENT_MSG_PLAN:
 		if (plans_receive(a->plans, p, len, &cp, why, sizeof why)) {
 			ev.type = CORE_EV_PLAN_BAD;
@@ -428,18 +491,21 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 static void src_of(agent_t *a, pub_src_t *s)
 {
 	const core_plan_t *cp = core_plan(a->core);
-	*s = (pub_src_t){.cfg = &a->cfg,
-			 .core = a->core,
-			 .members = a->members,
-			 .plan = cp ? plans_get(a->plans, cp->handle) : NULL,
-			 .pmodel = plans_model(a->plans),
-			 .facts = &a->facts,
-			 .self_hex = a->self_hex,
-			 .cid_hex = a->keys.cid_hex,
-			 .model_path = modelstore_path(a->model),
-			 .port = members_port(a->members),
-			 .http_port =
-			     pub_web(a->pub) ? web_port(pub_web(a->pub)) : a->cfg.http_port};
+	*s =
+	    (pub_src_t){.cfg = &a->cfg,
+			.core = a->core,
+			.members = a->members,
+			.plan = cp ? plans_get(a->plans, cp->handle) : NULL,
+			.pmodel = plans_model(a->plans),
+			.facts = &a->facts,
+			.self_hex = a->self_hex,
+			.cid_hex = a->keys.cid_hex,
+			.model_path = modelstore_path(a->model),
+			.port = members_port(a->members),
+			.http_port = pub_web(a->pub) ? web_port(pub_web(a->pub)) : a->cfg.http_port,
+			.links = a->pub_links,
+			.nlinks = links_published(a->links, a->pub_links, AGENT_MAX_LINKS),
+			.measured_tok_s = web_last_decode_tok_s(pub_web(a->pub))};
 }
 
 /* The session's phase, as events for the core. */
@@ -511,6 +577,43 @@ static void publish(agent_t *a, int64_t now)
 	pub_set(a->pub, ws, reason, pub_agent_cluster(&s));
 }
 
+/* SHOAL_COMPUTE=off: this node says nothing of its compute, so the planner chooses by the
+ * links' kinds (docs/view.md section 4) while the links are still measured and shown: for tests
+ * of everything but the cost model's choice (t_dashboard_netns wants all 3 nodes as ranks). */
+static int no_compute(void)
+{
+	const char *e = getenv("SHOAL_COMPUTE");
+	return e && !strcmp(e, "off");
+}
+
+/* Measures this node's compute for its model (node.h), once per model: at start when --model
+ * gives one (before the network starts), else when the model arrives. */
+static int measure_compute(agent_t *a)
+{
+	const char *path = modelstore_path(a->model), *hash = modelstore_hash(a->model);
+	if (!path || !hash[0] || !strcmp(hash, a->compute_model) || no_compute())
+		return 0;
+	snprintf(a->compute_model, sizeof a->compute_model, "%s", hash);
+	node_compute_t c;
+	char err[256];
+	if (node_compute_get(&c, a->cfg.state_dir, path, a->cfg.threads, err, sizeof err))
+		LOG(LOG_WARN, "compute: not measured: %s", err); /* the planner goes by kind */
+	if (!memcmp(&c, &a->compute, sizeof c))
+		return 0;
+	a->compute = c;
+	return 1;
+}
+
+/* This node's measurements changed: every member hears, the planner plans again. */
+static void remeasured(agent_t *a)
+{
+	for (int i = 0; i < members_count(a->members); i++)
+		send_node(a, members_at(a->members, i));
+	core_event_t ev = {.type = CORE_EV_REMEASURED};
+	if (cost_model_plans(a))
+		feed(a, &ev);
+}
+
 static void tick(agent_t *a, int64_t now)
 {
 	modelstore_holder_t h;
@@ -524,6 +627,8 @@ static void tick(agent_t *a, int64_t now)
 		session_fail(a->sess, "the model's slice changed on disk");
 	if (strcmp(a->fed_model, modelstore_hash(a->model))) { /* a model arrived, or changed */
 		snprintf(a->fed_model, sizeof a->fed_model, "%s", modelstore_hash(a->model));
+		if (measure_compute(a))
+			remeasured(a);
 		core_event_t ev = {.type = CORE_EV_MODEL,
 				   .model = a->fed_model,
 				   .model_size = modelstore_size(a->model)};
@@ -550,6 +655,7 @@ int agent_run(agent_t *a)
 		/* a session forming or loading is polled more often: its READY is the cluster's
 		 * first 200 (formation time) */
 		int timeout = a->sess && !a->sess_ready ? 20 : 100;
+		timeout = MIN(timeout, a->links_wait);
 		pf[0] = (struct pollfd){.fd = a->stop_pipe[0], .events = POLLIN};
 		pf[1] = (struct pollfd){.fd = a->status_fd, .events = POLLIN};
 		pf[2] = (struct pollfd){.fd = modelstore_fd(a->model), .events = POLLIN};
@@ -568,6 +674,9 @@ int agent_run(agent_t *a)
 		members_handle(a->members, pf + 3, n);
 		int64_t now = now_ms();
 		members_tick(a->members, now);
+		a->links_wait = 100;
+		if (links_tick(a->links, a->members, now, &a->links_wait))
+			remeasured(a);
 		tick(a, now);
 		if (a->fatal)
 			return a->fatal;
@@ -622,6 +731,7 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 				 .left = on_left,
 				 .election = on_election,
 				 .message = on_message,
+				 .probe = on_probe,
 				 .ud = a};
 	int created = 0;
 	if (disc_identity_load(cfg->state_dir, &a->self, &created, errbuf, errlen))
@@ -632,6 +742,11 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	disc_host_facts_get(&a->facts);
 	if (memory_for_model(a, errbuf, errlen))
 		goto err;
+	/* this node's compute (node.h): before the network starts, so that peers never wait on a
+	 * node that measures (one node of a machine at a time, a few seconds the first time) */
+	if (cfg->model && !no_compute() &&
+	    node_compute_get(&a->compute, cfg->state_dir, cfg->model, cfg->threads, errbuf, errlen))
+		LOG(LOG_WARN, "compute: not measured: %s", errbuf);
 	if (pipe(a->stop_pipe) != 0) {
 		sh_fail(errbuf, errlen, SH_EIO, "pipe: %s", strerror(errno));
 		goto err;
@@ -656,6 +771,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	if (!(a->model =
 		  modelstore_new(cfg->model, cfg->state_dir, &a->keys, &a->self, errbuf, errlen)))
 		goto err;
+	if (cfg->model) /* measured before the network started: the model's hash names it */
+		snprintf(a->compute_model, sizeof a->compute_model, "%s",
+			 modelstore_hash(a->model));
 	if (!early && members_publish(a->members, errbuf, errlen))
 		goto err;
 	core_config_t cc;
@@ -666,7 +784,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	a->pub = pub_new(&a->cfg, a->self_hex);
 	a->plans = plans_new();
 	a->core = core_new(&a->self, &cc, now_ms());
-	if (!a->pub || !a->plans || !a->core) {
+	a->links = links_new(&a->self);
+	a->links_wait = 100;
+	if (!a->pub || !a->plans || !a->core || !a->links) {
 		sh_fail(errbuf, errlen, SH_ENOMEM, "out of memory");
 		goto err;
 	}
@@ -695,6 +815,7 @@ void agent_free(agent_t *a)
 	pub_free(a->pub);
 	modelstore_free(a->model);
 	members_free(a->members);
+	links_free(a->links);
 	plans_free(a->plans);
 	core_free(a->core);
 	if (a->status_fd >= 0) {

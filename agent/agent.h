@@ -68,6 +68,7 @@ typedef struct agent_config {
 	const char *spec;
 	const char *draft_model;
 	int draft_max;
+	int strategy; /* --strategy: plan_strategy_t (0 auto; the planner's value holds) */
 } agent_config_t;
 
 typedef struct agent agent_t;

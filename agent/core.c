@@ -457,6 +457,7 @@ static void lead_step(core_t *c, int64_t now)
 			lead_convert(c, LEAD_OFF, "another node plans", now);
 		c->have_made = 0;
 		c->nplanned = 0;
+		c->remeasured = 0;
 		return;
 	}
 	int waiting = want_compute(c, now);
@@ -481,9 +482,14 @@ static void lead_step(core_t *c, int64_t now)
 			core_log(c, LOG_WARN, "plan %s: %s", c->made.hash, broken);
 		snprintf(c->broken, sizeof c->broken, "%s", broken);
 	}
-	int differs = broken[0] || !same_set(c->want, c->nwant, c->planned, c->nplanned);
+	int moved = !same_set(c->want, c->nwant, c->planned, c->nplanned);
+	int differs = broken[0] || moved || (c->remeasured && c->have_made);
 	if (c->lead == LEAD_STEADY && differs)
-		lead_convert(c, LEAD_DRIFT, broken[0] ? broken : "members changed", now);
+		lead_convert(c, LEAD_DRIFT,
+			     broken[0] ? broken
+			     : moved   ? "members changed"
+				       : "measurements changed",
+			     now);
 	else if (c->lead == LEAD_DRIFT && !differs)
 		lead_convert(c, LEAD_STEADY, "members are back as planned", now);
 	int64_t delay = c->lead == LEAD_DRIFT ? c->cfg.replan_delay_ms : 0;
@@ -513,6 +519,7 @@ static void lead_step(core_t *c, int64_t now)
 	memcpy(x->ids, c->want, (size_t)c->nwant * sizeof *c->want);
 	memcpy(c->planned, c->want, (size_t)c->nwant * sizeof *c->want);
 	c->nplanned = c->nwant;
+	c->remeasured = 0;
 	lead_convert(c, LEAD_MAKING, "planning", now);
 }
 
@@ -775,6 +782,7 @@ int core_step(core_t *c, int64_t now, const core_event_t *ev)
 		if (c->sess != SESS_NONE)
 			session_done(c, ev->text, now);
 		break;
+	case CORE_EV_REMEASURED: c->remeasured = 1; break;
 	case CORE_EV_RANK_STALLED:
 		if (m) {
 			m->stalled_until = now + c->cfg.stall_hold_ms;

@@ -80,6 +80,8 @@ typedef enum core_ev_type {
 	CORE_EV_SESSION_READY, /* the session reached its serving phase */
 	CORE_EV_SESSION_DONE,  /* the session ended; text: its error ("" = asked to stop) */
 	CORE_EV_RANK_STALLED,  /* id missed a step while its channel stayed up (rank 0 saw it) */
+	CORE_EV_REMEASURED,    /* the measurements a plan reads (links, compute) changed enough
+				  to plan again (the shell judges: agent/links.h) */
 } core_ev_type_t;
 
 typedef struct core_event {

@@ -64,6 +64,7 @@ struct core {
 	uint64_t max_plan_epoch; /* the largest plan epoch seen (made, received, acknowledged) */
 	uint64_t ran_epoch;      /* the largest epoch of a plan this node accepted */
 	char broken[CORE_WHY_MAX]; /* why the made plan does not compute ("" = it does) */
+	int remeasured;            /* measurements changed since the last plan was made here */
 	/* actions */
 	int qhead, qlen;
 	int overflow;        /* an action found the queue full this step */
@@ -75,7 +76,6 @@ struct core {
 const core_member_t *core_member_get(const core_t *c, const disc_id_t *id);
 /* Does member m (NULL: not connected) answer plan p: connected, not stalled, in its group, and
  * it acknowledged p (or p went out less than ack_wait ago)? */
-int core_member_answers(const core_t *c, const core_member_t *m, const core_plan_t *p,
-			int64_t now);
+int core_member_answers(const core_t *c, const core_member_t *m, const core_plan_t *p, int64_t now);
 
 #endif

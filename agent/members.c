@@ -31,6 +31,9 @@
 #define STATIC_RETRY_MS 2000
 #define MAX_DIALS       32
 #define MAX_HANDSHAKES  64 /* handshake threads at once, both directions */
+/* The transport's link probe messages, 0x0016-0x0019 (transport/frame.h, docs/protocol.md):
+ * PROBE, PROBE_ECHO, PROBE_BURST, PROBE_ACK. */
+#define MEMBERS_MSG_PROBE 0x0016
 
 struct members {
 	const agent_config_t *cfg;
@@ -363,6 +366,15 @@ static int handle_msg(members_t *a, member_t *c, uint16_t type, const uint8_t *p
 		elec_on_smaller(a->elec, &c->id, &s, now);
 		election_moved(a);
 		return 0;
+	}
+	case MEMBERS_MSG_PROBE:
+	case MEMBERS_MSG_PROBE + 1:
+	case MEMBERS_MSG_PROBE + 2:
+	case MEMBERS_MSG_PROBE + 3: { /* link probes: ours to take, or the peer's to answer */
+		if (a->hooks.probe && a->hooks.probe(a->hooks.ud, c, type, p, len))
+			return 0;
+		int rc = tp_probe_answer(c->ch, type, p, len);
+		return rc == SH_EFORMAT ? rc : 0; /* a failed send: the heartbeats notice */
 	}
 	default:
 		if (type >= 0x0300 && type <= 0x03ff)

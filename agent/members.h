@@ -41,14 +41,17 @@ typedef struct member {
 
 /* What the agent hears. Any may be NULL. */
 typedef struct members_hooks {
-	void (*joined)(void *ud, member_t *m);       /* a channel to a new member is up */
-	void (*reconnected)(void *ud, member_t *m);  /* its channel was replaced by a newer one */
+	void (*joined)(void *ud, member_t *m);      /* a channel to a new member is up */
+	void (*reconnected)(void *ud, member_t *m); /* its channel was replaced by a newer one */
 	/* a member is gone: its address and why (borrowed for the call) */
 	void (*left)(void *ud, const disc_id_t *id, const char *addr, const char *why);
-	void (*election)(void *ud);                  /* an election input: the leader may move */
+	void (*election)(void *ud); /* an election input: the leader may move */
 	/* An agent message (0x0300-0x03ff) from m: 0, or non-zero to drop the member (malformed).
 	 */
 	int (*message)(void *ud, member_t *m, uint16_t type, const uint8_t *p, size_t len);
+	/* A link probe's answer (transport.h's probe messages) from m: 1 when this node's prober
+	 * took it; otherwise members.c answers the peer's probes itself (tp_probe_answer). */
+	int (*probe)(void *ud, member_t *m, uint16_t type, const uint8_t *p, size_t len);
 	void *ud;
 } members_hooks_t;
 

@@ -162,9 +162,113 @@ char *node_desc_json(const node_desc_t *d)
 						       plan_link_name((plan_link_t)d->kind[i]),
 						       "prefix", d->prefix[i]));
 	json_object_set_new(o, "addrs", addrs);
+	const node_compute_t *c = &d->compute; /* measurements: docs/view.md section 1.1 */
+	if (c->bw_mbs)
+		json_object_set_new(o, "bw_mbs", json_integer(c->bw_mbs));
+	if (c->prefill_mbs)
+		json_object_set_new(o, "prefill_mbs", json_integer(c->prefill_mbs));
+	if (c->threads)
+		json_object_set_new(o, "threads", json_integer(c->threads));
+	if (c->machine[0])
+		json_object_set_new(o, "machine", json_string(c->machine));
+	if (d->nlinks) {
+		json_t *ls = json_array();
+		for (int i = 0; i < d->nlinks; i++)
+			json_array_append_new(
+			    ls, json_pack("{s:s,s:I,s:I,s:I}", "id", d->links[i].node_id, "rtt_us",
+					  (json_int_t)d->links[i].rtt_us, "rtt_p90_us",
+					  (json_int_t)d->links[i].rtt_p90_us, "mbps",
+					  (json_int_t)d->links[i].mbps));
+		json_object_set_new(o, "links", ls);
+	}
 	char *s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return s;
+}
+
+/* An optional integer member in [lo, hi] into *v (absent: untouched). 0, or -1 when present and
+ * not such an integer. */
+static int get_u32(json_t *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *v)
+{
+	json_t *x = json_object_get(o, key);
+	if (!x)
+		return 0;
+	if (!json_is_integer(x) || json_integer_value(x) < (json_int_t)lo ||
+	    json_integer_value(x) > (json_int_t)hi)
+		return -1;
+	*v = (uint32_t)json_integer_value(x);
+	return 0;
+}
+
+/* A machine id: printable, no quotes or spaces (a boot id is a UUID). */
+static int machine_ok(const char *s)
+{
+	if (strlen(s) >= PLAN_MACHINE_MAX)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z') ||
+		      (*s >= 'A' && *s <= 'Z') || *s == '-' || *s == '_' || *s == '.' || *s == ':'))
+			return 0;
+	return 1;
+}
+
+static int hex_id_ok(const char *s)
+{
+	if (!s || strlen(s) != PLAN_ID_LEN)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+			return 0;
+	return 1;
+}
+
+static int meas_cmp(const void *a, const void *b)
+{
+	return strcmp(((const plan_meas_t *)a)->node_id, ((const plan_meas_t *)b)->node_id);
+}
+
+/* The measurements of a NODE (all optional). A peer's figures are bounded: a round trip of 0 or
+ * beyond a minute, a p90 below the median, a link to one peer twice, or a compute rate of 0 or
+ * beyond NODE_MAX_MBS make the description malformed rather than steer the planner. */
+static int meas_parse(node_desc_t *d, json_t *o)
+{
+	node_compute_t *c = &d->compute;
+	uint32_t th = 0;
+	if (get_u32(o, "bw_mbs", 1, NODE_MAX_MBS, &c->bw_mbs) ||
+	    get_u32(o, "prefill_mbs", 1, NODE_MAX_MBS, &c->prefill_mbs) ||
+	    get_u32(o, "threads", 1, 4096, &th))
+		return -1;
+	c->threads = (int)th;
+	json_t *mc = json_object_get(o, "machine");
+	if (mc) {
+		if (!json_is_string(mc) || !machine_ok(json_string_value(mc)))
+			return -1;
+		snprintf(c->machine, sizeof c->machine, "%s", json_string_value(mc));
+	}
+	json_t *ls = json_object_get(o, "links");
+	if (!ls)
+		return 0;
+	if (!json_is_array(ls) || json_array_size(ls) > AGENT_MAX_LINKS)
+		return -1;
+	size_t i;
+	json_t *x;
+	json_array_foreach(ls, i, x)
+	{
+		plan_meas_t *m = &d->links[d->nlinks];
+		const char *id = json_string_value(json_object_get(x, "id"));
+		if (!json_is_object(x) || !hex_id_ok(id) ||
+		    get_u32(x, "rtt_us", 1, NODE_MAX_RTT, &m->rtt_us) || !m->rtt_us ||
+		    get_u32(x, "rtt_p90_us", m->rtt_us, NODE_MAX_RTT, &m->rtt_p90_us) ||
+		    get_u32(x, "mbps", 1, NODE_MAX_MBPS, &m->mbps) || !m->mbps)
+			return -1;
+		snprintf(m->node_id, sizeof m->node_id, "%s", id);
+		for (int k = 0; k < d->nlinks; k++)
+			if (!strcmp(d->links[k].node_id, id))
+				return -1;
+		d->nlinks++;
+	}
+	qsort(d->links, (size_t)d->nlinks, sizeof d->links[0], meas_cmp);
+	return 0;
 }
 
 int node_desc_parse(node_desc_t *d, const uint8_t *p, size_t len)
@@ -220,6 +324,8 @@ int node_desc_parse(node_desc_t *d, const uint8_t *p, size_t len)
 			d->naddrs++;
 		}
 	}
+	if (meas_parse(d, o))
+		goto done;
 	d->have = 1;
 	rc = 0;
 done:
@@ -280,6 +386,15 @@ int node_to_plan(plan_node_t *pn, const char *idhex, const char *host, int port,
 	pn->mem_total = mem;
 	pn->mem_avail = avail && avail < mem ? avail : mem;
 	pn->cores = cores;
+	pn->bw_mbs = d->compute.bw_mbs;
+	pn->prefill_mbs = d->compute.prefill_mbs;
+	pn->threads = d->compute.threads;
+	snprintf(pn->machine, sizeof pn->machine, "%s", d->compute.machine);
+	if (d->nlinks && !(pn->links = calloc((size_t)d->nlinks, sizeof *pn->links)))
+		return SH_ENOMEM;
+	for (int i = 0; i < d->nlinks; i++)
+		if (strcmp(d->links[i].node_id, idhex))
+			pn->links[pn->n_links++] = d->links[i];
 	pn->addrs = calloc((size_t)MAX(d->naddrs, 1), sizeof *pn->addrs);
 	pn->rdma = calloc(PLAN_MAX_RDMA, sizeof *pn->rdma);
 	if (!pn->addrs || !pn->rdma)

@@ -28,6 +28,29 @@ enum agent_msg {
 #define AGENT_MAX_ADDRS 16
 #define AGENT_HASH_HEX  65 /* model content hash: 64 hex characters + NUL */
 
+#define AGENT_MAX_LINKS PLAN_MAX_NODES
+
+/* Bounds of a peer's measurements (node_desc_parse rejects figures outside them). */
+#define NODE_MAX_MBS  100000000u /* compute: 100 TB/s */
+#define NODE_MAX_RTT  60000000u  /* a round trip: 60 s */
+#define NODE_MAX_MBPS 10000000u  /* a link: 10 Tbit/s */
+
+/* A node's measured compute (docs/view.md section 1.1). A value type. */
+typedef struct node_compute {
+	uint32_t bw_mbs;      /* decode rate on the model's weight type, MB/s; 0 = not measured */
+	uint32_t prefill_mbs; /* the 64-row rate, MB/s; 0 = bw_mbs */
+	int threads;          /* the engine's compute threads; 0 = not said */
+	char machine[PLAN_MACHINE_MAX]; /* boot id of the kernel whose cores it uses; "" = own */
+} node_compute_t;
+
+/* This node's compute for the model at model_path with `threads` threads (0 = the cores):
+ * measured with the engine's kernels (eng_kernel_rate) one node of the machine at a time (a
+ * lock in the temporary directory), or read from STATE_DIR/compute.json where an earlier run
+ * of the same weight type, threads and CPU left it. machine is this kernel's boot id. Returns 0
+ * or SH_E* with a reason (then *c holds what is known: threads and machine). */
+int node_compute_get(node_compute_t *c, const char *state_dir, const char *model_path, int threads,
+		     char *err, size_t errlen);
+
 /* What a node says about itself in AGENT_MSG_NODE. A value type. */
 typedef struct node_desc {
 	int have; /* the message arrived */
@@ -41,6 +64,10 @@ typedef struct node_desc {
 	char ifname[AGENT_MAX_ADDRS][PLAN_IFNAME_MAX];
 	int kind[AGENT_MAX_ADDRS];   /* plan_link_t, as the node itself sees its interface */
 	int prefix[AGENT_MAX_ADDRS]; /* IPv4 netmask length, 0 = unknown (the planner's /24) */
+	/* Measurements (docs/view.md section 1.1; 0 / "" / none = not measured). */
+	node_compute_t compute;
+	int nlinks;
+	plan_meas_t links[AGENT_MAX_LINKS]; /* towards its peers, sorted by node_id */
 } node_desc_t;
 
 /* This host's addresses into d (IPv4 and global IPv6, no loopback; loopback only when there is
@@ -75,10 +102,11 @@ int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len);
 /* An EXCLUDED payload as one printable line in out (controls become spaces). */
 void node_excluded_text(char *out, size_t outlen, const uint8_t *p, size_t len);
 
-/* Fills the planner's node pn (allocating its address and RDMA arrays: plan_view_free frees
- * them) from a node's ID, control host and port, memory (total, and what it gives: 0 = its
- * total), cores, RDMA devices ("dev:ifname,..." as discovery reports them) and description.
- * Returns 0 or SH_ENOMEM. */
+/* Fills the planner's node pn (allocating its address, RDMA and link arrays: plan_view_free
+ * frees them) from a node's ID, control host and port, memory (total, and what it gives: 0 =
+ * its total), cores, RDMA devices ("dev:ifname,..." as discovery reports them) and description
+ * with its measurements (a link naming the node itself is left out; links to nodes the view
+ * does not hold are the planner's to ignore). Returns 0 or SH_ENOMEM. */
 int node_to_plan(plan_node_t *pn, const char *idhex, const char *host, int port, uint64_t mem,
 		 uint64_t avail, int cores, const char *rdma, const node_desc_t *d);
 

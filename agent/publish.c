@@ -9,6 +9,7 @@
 #include "common/common.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,9 @@ static json_t *plan_json(const pub_cluster_t *c)
 		json_object_set_new(p, "reason", json_string(c->reason));
 	if (p && c->predicted_tok_s > 0)
 		json_object_set_new(p, "predicted_decode_tok_s", json_real(c->predicted_tok_s));
+	if (p && c->measured_tok_s > 0) /* after serving: the measured figure beside it */
+		json_object_set_new(p, "measured_decode_tok_s",
+				    json_real(round(c->measured_tok_s * 10) / 10));
 	if (p && c->experts) { /* MoE: each rank's routed experts */
 		json_t *ex = json_array();
 		for (int r = 0; r < c->ranks; r++)
@@ -101,6 +105,11 @@ char *pub_cluster_json(const pub_cluster_t *c)
 				       l->dev ? "rdma" : "tcp");
 		if (l->dev)
 			json_object_set_new(lk, "dev", json_string(l->dev));
+		if (l->measured) {
+			json_object_set_new(lk, "rtt_ms", json_real(l->rtt_ms));
+			json_object_set_new(lk, "rtt_p90_ms", json_real(l->rtt_p90_ms));
+			json_object_set_new(lk, "mbit_s", json_real(l->mbit_s));
+		}
 		json_array_append_new(links, lk);
 	}
 	json_object_set_new(o, "links", links);
@@ -167,9 +176,36 @@ static void plan_fill(pub_cluster_t *c, const pub_src_t *s, double *shares, int 
 				: (double)(pr->ffn1 - pr->ffn0) / MAX(ffn, 1);
 		experts[r][0] = pr->exp0, experts[r][1] = pr->exp1;
 		for (int k = r + 1; k < n; k++)
-			links[c->nlinks++] = (pub_link_t){pr->node_id, plan_rank(p, k)->node_id,
-							  pr->rdma[k][0] ? pr->rdma[k] : NULL};
+			links[c->nlinks++] =
+			    (pub_link_t){.a = pr->node_id,
+					 .b = plan_rank(p, k)->node_id,
+					 .dev = pr->rdma[k][0] ? pr->rdma[k] : NULL};
 	}
+}
+
+/* A link measured from node `from` to node `to`: merged into the pair's entry (the worse
+ * figures of both ends), or a new entry. from and to must outlive the document's making. */
+static void link_measured(pub_cluster_t *c, int max, const char *from, const plan_meas_t *m)
+{
+	pub_link_t *l = NULL;
+	for (int i = 0; i < c->nlinks && !l; i++)
+		if ((!strcmp(c->links[i].a, from) && !strcmp(c->links[i].b, m->node_id)) ||
+		    (!strcmp(c->links[i].b, from) && !strcmp(c->links[i].a, m->node_id)))
+			l = &c->links[i];
+	if (!l) {
+		if (c->nlinks == max)
+			return;
+		l = &c->links[c->nlinks++];
+		*l = (pub_link_t){.a = from, .b = m->node_id};
+	}
+	double rtt = m->rtt_us / 1e3, p90 = (m->rtt_p90_us ? m->rtt_p90_us : m->rtt_us) / 1e3;
+	if (!l->measured || rtt > l->rtt_ms)
+		l->rtt_ms = rtt;
+	if (!l->measured || p90 > l->rtt_p90_ms)
+		l->rtt_p90_ms = p90;
+	if (!l->measured || m->mbps < l->mbit_s)
+		l->mbit_s = m->mbps;
+	l->measured = 1;
 }
 
 char *pub_agent_cluster(const pub_src_t *s)
@@ -177,7 +213,7 @@ char *pub_agent_cluster(const pub_src_t *s)
 	static pub_member_t ms[1 + MEMBERS_MAX]; /* the loop's thread only */
 	static double shares[PLAN_MAX_NODES];
 	static int experts[PLAN_MAX_NODES][2];
-	static pub_link_t links[PLAN_MAX_NODES * (PLAN_MAX_NODES - 1) / 2];
+	static pub_link_t links[(1 + MEMBERS_MAX) * MEMBERS_MAX / 2];
 	disc_id_t l; /* the node that plans and serves the API (rank 0) */
 	char lh[DISC_ID_HEX] = "";
 	int have = core_planner(s->core, &l);
@@ -210,8 +246,18 @@ char *pub_agent_cluster(const pub_src_t *s)
 		member_fill(&ms[c.n++], s, h, m->info.host, m->addr, m->desc.http_port, c.leader,
 			    st, m->info.mem_bytes, m->info.rdma);
 	}
+	c.links = links;
 	if (s->plan)
 		plan_fill(&c, s, shares, experts, links);
+	c.measured_tok_s = c.strategy ? s->measured_tok_s : 0;
+	int maxl = (int)ARRAY_LEN(links);
+	for (int i = 0; i < s->nlinks; i++)
+		link_measured(&c, maxl, s->self_hex, &s->links[i]);
+	for (int i = 1; i < c.n; i++) { /* ms[i] is member i - 1 */
+		const member_t *m = members_at(s->members, i - 1);
+		for (int k = 0; m && k < m->desc.nlinks; k++)
+			link_measured(&c, maxl, ms[i].id, &m->desc.links[k]);
+	}
 	return pub_cluster_json(&c);
 }
 

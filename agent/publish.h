@@ -6,8 +6,9 @@
  * `shoal serve` (one node); `shoal status` reads the status socket (STATE_DIR/agent.sock:
  * connect, read one JSON object, EOF), answered from the same sources (status.c).
  *
- * Where future work lands: a dashboard topology (links between members, measured round trips)
- * goes into pub_cluster_t (its links) and pub_cluster_json, filled by pub_agent_cluster.
+ * The links of /v1/cluster are every pair of the plan (TCP or its RDMA device) and every pair
+ * a member measured (links.h: round trip median and p90, throughput; of a pair measured from
+ * both ends, the worse figures), so the dashboard's topology and `shoal status` show them.
  *
  * Threads: pub_new, pub_set, pub_follow, pub_free and the status calls belong to the loop's
  * thread; the web server's threads read the published copies under a mutex (they never touch
@@ -47,6 +48,9 @@ typedef struct pub_member {
 typedef struct pub_link {
 	const char *a, *b; /* node IDs (borrowed) */
 	const char *dev;   /* the RDMA device, or NULL: TCP */
+	/* measured (links.h; measured 0: not measured): the worse end's figures */
+	int measured;
+	double rtt_ms, rtt_p90_ms, mbit_s;
 } pub_link_t;
 
 typedef struct pub_cluster {
@@ -60,8 +64,9 @@ typedef struct pub_cluster {
 	double *shares;    /* ranks */
 	int (*experts)[2]; /* ranks [first, last) routed experts, or NULL (dense) */
 	const char *model, *hash;
-	const char *reason;       /* why the planner chose this plan, or NULL */
-	double predicted_tok_s;   /* single-stream decode predicted from measured links (0: none) */
+	const char *reason;     /* why the planner chose this plan, or NULL */
+	double predicted_tok_s; /* single-stream decode predicted from measured links (0: none) */
+	double measured_tok_s;  /* the last finished request's decode rate (0: none yet) */
 	uint64_t plan_epoch;
 	int nlinks;
 	pub_link_t *links;
@@ -80,6 +85,9 @@ typedef struct pub_src {
 	const disc_host_facts_t *facts;
 	const char *self_hex, *cid_hex, *model_path;
 	int port, http_port;
+	const plan_meas_t *links; /* this node's measured links (links.h) */
+	int nlinks;
+	double measured_tok_s; /* the web server's last decode rate (0: none) */
 } pub_src_t;
 
 /* The agent's /v1/cluster document as this node sees it. */

@@ -143,6 +143,28 @@ static char *status_json(const pub_src_t *a)
 	json_object_set_new(root, "duplicate_id", json_boolean(dup));
 	if (dup)
 		json_object_set_new(root, "duplicate_at", json_string(where));
+	/* the plan (its strategy, predictions, standby members) and the links as /v1/cluster
+	 * says them (publish.c): `shoal status` prints the link matrix from these */
+	char *cs = pub_agent_cluster(a);
+	json_error_t je;
+	json_t *cl = cs ? json_loads(cs, 0, &je) : NULL;
+	free(cs);
+	json_t *plan = json_object_get(cl, "plan");
+	if (json_is_object(plan)) {
+		json_t *sb = json_array(), *m;
+		size_t k;
+		json_array_foreach(json_object_get(cl, "members"), k,
+				   m) if (json_is_string(json_object_get(m, "standby_reason")))
+		    json_array_append_new(sb, json_pack("{s:O,s:O}", "node_id",
+							json_object_get(m, "id"), "reason",
+							json_object_get(m, "standby_reason")));
+		json_object_set_new(plan, "standby", sb);
+	}
+	json_object_set(root, "plan", plan ? plan : json_null());
+	json_object_set(root, "links",
+			json_is_array(json_object_get(cl, "links")) ? json_object_get(cl, "links")
+								    : json_array());
+	json_decref(cl);
 	json_t *arr = json_array();
 	for (int i = 0; i < elec_member_count(el); i++)
 		json_array_append_new(arr, member_json(a, elec_member_at(el, i)));

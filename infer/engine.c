@@ -540,13 +540,19 @@ int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t er
 	    [DIST_PART_EXPERTS] = &s->expert_bytes,        [DIST_PART_SHEXP] = &s->shexp_bytes,
 	    [DIST_PART_RECURRENT] = &s->recurrent_bytes,   [DIST_PART_EMBD] = &s->embd_bytes,
 	    [DIST_PART_OUTPUT] = &s->output_bytes};
+	uint64_t by_type[64] = {0}; /* matrices' bytes by type: the weight type is the largest */
 	for (int i = 0; i < gguf_n_tensors(g); i++) {
 		const gguf_tensor_t *t = gguf_tensor(g, i);
 		int l;
 		if (sscanf(t->name, "blk.%d.", &l) == 1 && l >= mm.n_layers)
 			continue; /* NextN/MTP layers after the stack: skipped at load, not held */
 		*part[dist_tensor_part(t->name)] += t->nbytes;
+		if (t->n_dims >= 2 && t->type >= 0 && t->type < 64)
+			by_type[t->type] += t->nbytes;
 	}
+	for (int t = 1; t < 64; t++)
+		if (by_type[t] > by_type[s->wtype])
+			s->wtype = t;
 	gguf_free(g);
 	return 0;
 }

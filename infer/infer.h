@@ -444,8 +444,20 @@ typedef struct eng_model_shape {
 	uint64_t kv_latent_bytes;
 	uint64_t replicated_bytes; /* norms, biases, routers */
 	uint64_t embd_bytes, output_bytes;
+	int wtype; /* the ggml type of most of the matrices' bytes (eng_kernel_rate) */
 } eng_model_shape_t;
 int eng_model_shape(const char *path, eng_model_shape_t *s, char *err, size_t errlen);
+
+/* The engine's matrix kernels timed on a synthetic matrix of weight type wtype (4096 columns)
+ * on a pool of `threads` threads (0 = the cores): what the planner reads as a node's compute
+ * rate (docs/view.md section 1.1). Takes ~2 s (mostly making the matrix) and ~300 MB for a
+ * moment. */
+typedef struct eng_kernel_rate {
+	int threads;        /* the pool's threads */
+	double decode_mbs;  /* one input row: matrix bytes per second, in MB/s (the median of 11) */
+	double prefill_mbs; /* 64 input rows: 64 x matrix bytes per second, in MB/s */
+} eng_kernel_rate_t;
+int eng_kernel_rate(int wtype, int threads, eng_kernel_rate_t *out, char *err, size_t errlen);
 
 /* Communication figures of this rank (zeros on one node). */
 typedef struct eng_comm {

@@ -16,7 +16,9 @@
  *             root; each max(network time, wake) where wake > 0 only when ranks of the group
  *             share a machine whose cores their threads fill
  *   hops:     one per stage when there are >= 2: the root sends x[B][dim] (f32) to every rank of
- *             the next stage; the last stage's root to rank 0
+ *             the next stage; the last stage's root to rank 0; at least the wake when sender
+ *             and receiver share a machine whose cores the plan's threads fill (the receiver,
+ *             asleep in poll, waits for a core as a woken rank in a sync does)
  *   bcast:    rank 0's STEP reaches the other ranks of stage 0 (a tensor group waits for it)
  *   head:     rank 0 streams the output matrix for its B rows
  *
@@ -332,6 +334,23 @@ uint64_t plan_cost_stage_fixed_ns(const plan_cost_ctx_t *c, const plan_layout_t 
 	return t;
 }
 
+/* The wake a hop from rank root to ranks [d0, d1) costs at least: the root's wake_ns when a
+ * receiver shares its machine and the plan's threads on that machine fill its cores, else 0. */
+static uint64_t hop_wake(const plan_cost_ctx_t *c, const plan_layout_t *l, int root, int d0, int d1)
+{
+	int i = node_at(l, root), near = 0, threads = 0, cores = c->cores[i];
+	for (int r = d0; r < d1; r++)
+		near |= c->mach[node_at(l, r)] == c->mach[i] && node_at(l, r) != i;
+	for (int r = 0; r < l->n; r++) {
+		int j = node_at(l, r);
+		if (c->mach[j] == c->mach[i]) {
+			threads += c->threads[j];
+			cores = MIN(cores, c->cores[j]);
+		}
+	}
+	return near && cores > 0 && threads >= cores ? c->wake_ns[i] : 0;
+}
+
 /* One forward pass of B rows through plan p laid out as l; the head for head_rows rows. */
 static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const plan_t *p, int B,
 		      int head_rows, pass_t *o)
@@ -356,7 +375,8 @@ static void pass_time(const plan_cost_ctx_t *c, const plan_layout_t *l, const pl
 			int d0 = 0, d1 = 1;
 			if (s + 1 < S)
 				stage_range(l, s + 1, &d0, &d1);
-			uint64_t hop = fan_ns(c, l, r0, d0, d1, xbytes);
+			uint64_t hop =
+			    MAX(fan_ns(c, l, r0, d0, d1, xbytes), hop_wake(c, l, r0, d0, d1));
 			st = plan_add_sat(st, hop);
 			o->hop_ns = plan_add_sat(o->hop_ns, hop);
 			o->n_hops++;

@@ -176,6 +176,9 @@ typedef struct {
 	 * engine_hybrid: hybrid plans (auto may choose one; forcing works regardless);
 	 * engine_inflight: a pipeline runs several sequences' micro-batches at once (issue 26). */
 	int engine_hybrid, engine_inflight;
+	/* The chosen plan holds the view's first node (the smallest id) as rank 0: the agent's
+	 * planner, which serves the API (cost model only; members left out are standby). */
+	int keep_first;
 } plan_opts_t;
 
 /* One rank's share. Ranges are half-open [a, b). In tensor mode layers = [0, n_layers);

@@ -86,6 +86,8 @@ static uint64_t mask_of(const plan_layout_t *l)
  * engine runs. */
 static int eligible(const search_t *s, const plan_layout_t *l)
 {
+	if (s->o->keep_first && !(mask_of(l) & 1)) /* nodes are sorted: 0 is the smallest id */
+		return 0;
 	if (s->o->strategy != PLAN_AUTO)
 		return l->n >= 2 && l->strategy == s->o->strategy;
 	return l->strategy != PLAN_HYBRID || s->o->engine_hybrid;

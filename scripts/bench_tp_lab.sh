@@ -20,14 +20,7 @@ if ! lab_ok; then
 	echo "skip: $LAB_WHY"
 	exit 0
 fi
-m=$BUILD/bench/llama-0.85b-q4_0-s7.gguf
-mkdir -p "$BUILD/bench"
-if [ ! -s "$m" ]; then
-	echo "(generating $m once)" >&2
-	$SHOAL mkmodel --arch llama --dim 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 5632 \
-		--vocab 32000 --type q4_0 --seed 7 -o "$m" >/dev/null || exit 1
-fi
-case "$m" in /*) ;; *) m=$PWD/$m ;; esac
+m=$(lab_model_085b) && [ -n "$m" ] || { echo "skip: mkmodel failed"; exit 0; }
 case "$SHOAL" in /*) ;; *) SHOAL=$PWD/$SHOAL ;; esac
 RT=""
 [ "${LAB_RT:-1}" = 1 ] && command -v chrt >/dev/null && RT="chrt -f 5"

@@ -12,6 +12,8 @@
 #   lab_run 1 CMD...            # CMD in lat1 (foreground)
 #   pid=$(lab_bg 2 LOG CMD...)  # CMD in lat2, output appended to LOG; prints its pid
 #   lab_ip 2                    # 10.79.0.2
+#   lab_kill PID...             # stops processes lab_bg started, waits for them
+#   m=$(lab_model_085b)         # issue 26's 0.85B Q4_0 model in $BUILD/bench (made once)
 #   lab_down
 # LAT_LAB (lab dir) and the other latlab.sh variables pass through.
 LAB_SH=${LAB_SH:-${SHARED:-${SHOAL_SHARED:-../shared}}/tools/latlab.sh}
@@ -65,3 +67,23 @@ lab_rtt() {
 
 # Waits until pid has exited (a process lab_bg started: not our child, so no wait).
 lab_wait() { while kill -0 "$1" 2>/dev/null; do sleep 0.1; done; }
+
+# Stops processes lab_bg started (TERM) and waits until they are gone.
+lab_kill() {
+	for p in "$@"; do kill "$p" 2>/dev/null; done
+	for p in "$@"; do lab_wait "$p"; done
+}
+
+# The path of issue 26's 0.85B Q4_0 model (dim 2048, 16 layers, seed 7) in $BUILD/bench, made
+# once with $SHOAL mkmodel (~35 s); empty output when that fails.
+lab_model_085b() {
+	_m=${BUILD:-build}/bench/llama-0.85b-q4_0-s7.gguf
+	mkdir -p "${BUILD:-build}/bench"
+	if [ ! -s "$_m" ]; then
+		echo "(generating $_m once)" >&2
+		"${SHOAL:-${BUILD:-build}/shoal}" mkmodel --arch llama --dim 2048 --layers 16 \
+			--heads 32 --kv-heads 8 --ffn 5632 --vocab 32000 --type q4_0 --seed 7 \
+			-o "$_m" >/dev/null || return 1
+	fi
+	case "$_m" in /*) echo "$_m" ;; *) echo "$PWD/$_m" ;; esac
+}

@@ -3,6 +3,11 @@
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL_BIN:-$BUILD/shoal}
 SHARED=${SHOAL_SHARED:-../shared}
+# The agents of the tests plan by the links' kinds (every member a rank, as their checks count):
+# they keep their measured compute to themselves (agent.c's SHOAL_COMPUTE=off), so the cost
+# model stays out of tests of anything else. t_lab_links sets SHOAL_COMPUTE=on: the cost model
+# is what it tests.
+export SHOAL_COMPUTE=${SHOAL_COMPUTE:-off}
 T_PASS=0 T_FAIL=0 T_SKIP=0
 
 pass() { T_PASS=$((T_PASS + 1)); }

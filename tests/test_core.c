@@ -635,6 +635,32 @@ static void start_all(sim_t *s, int spread_ms)
 
 /* ---- scenarios ------------------------------------------------------------------------------ */
 
+/* The measurements changed (the shell's judgement: agent/links.h): the planner plans again,
+ * after the re-plan delay, and the cluster serves the new plan; a follower hearing it does
+ * nothing (it does not plan). */
+TEST(remeasured_replans)
+{
+	sim_t s;
+	rng_state = 21;
+	sim_init(&s, 3);
+	start_all(&s, 0);
+	CHECK(until_serving(&s, 0x7, 0, 5000) >= 0);
+	sim_run(&s, 1000);
+	const core_plan_t *was = core_plan(s.nd[0].c);
+	char h0[CORE_HASH_MAX];
+	snprintf(h0, sizeof h0, "%s", was ? was->hash : "");
+	core_event_t rm = {.type = CORE_EV_REMEASURED};
+	feed(&s, 1, &rm); /* a follower: nothing moves */
+	sim_run(&s, 2000);
+	CHECK(core_plan(s.nd[0].c) && !strcmp(core_plan(s.nd[0].c)->hash, h0));
+	feed(&s, 0, &rm); /* the planner: a new plan of the same members */
+	CHECK(until_serving(&s, 0x7, 0, 5000) >= 0);
+	sim_run(&s, 1000);
+	CHECK(until_serving(&s, 0x7, 0, 5000) >= 0);
+	CHECK(core_plan(s.nd[0].c) && strcmp(core_plan(s.nd[0].c)->hash, h0));
+	sim_free(&s);
+}
+
 TEST(forms_and_agrees)
 {
 	for (int n = 1; n <= 5; n++) {
@@ -978,6 +1004,7 @@ int main(void)
 {
 	log_threshold = -1; /* the simulated nodes' logs: SHOAL_CORE_SEED=N shows one run's */
 	RUN(forms_and_agrees);
+	RUN(remeasured_replans);
 	RUN(join_and_leave);
 	RUN(leader_death);
 	RUN(paused_leader_comes_back);

@@ -1115,6 +1115,16 @@ void web_set_step_metrics(web_t *w, double step_ms, double comm_ms)
 	pthread_mutex_unlock(&w->metrics.mu);
 }
 
+double web_last_decode_tok_s(web_t *w)
+{
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->metrics.mu);
+	double v = w->metrics.last_tps;
+	pthread_mutex_unlock(&w->metrics.mu);
+	return v > 0 ? v : 0;
+}
+
 void web_event(web_t *w, const char *kind, const char *fmt, ...)
 {
 	if (!w)

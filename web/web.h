@@ -122,6 +122,10 @@ void web_set_proxy(web_t *w, int port);
  * and the part of it spent communicating, in milliseconds (negative = unknown). */
 void web_set_step_metrics(web_t *w, double step_ms, double comm_ms);
 
+/* The decode rate (tokens/s) of the last finished request, 0 before one finished: the measured
+ * figure /v1/cluster shows beside the plan's prediction. NULL-safe; any thread. */
+double web_last_decode_tok_s(web_t *w);
+
 /* A cluster event for the dashboard's log and charts, kept with its time (the last 200):
  * kind is a short word the page colours ("join", "leave", "replan", "failover", "model",
  * "error"; the server adds "rejected" itself), the text one line. NULL-safe on w; any thread. */

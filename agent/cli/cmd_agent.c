@@ -8,6 +8,7 @@
 #include "agent/session/exec.h"
 #include "common/common.h"
 #include "infer/infer.h"
+#include "planner/planner.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +61,9 @@ static void usage(FILE *f)
 	    "                     (default 4; the leader's value holds for the cluster)\n"
 	    "  --kv-type T        KV cache elements: f16 (default), f32 or q8_0\n" CLI_SPEC_USAGE
 	    "                        (these act where the node is rank 0: the others verify)\n"
+	    "  --strategy S       auto (default: the fastest plan predicted from the measured\n"
+	    "                     links and compute), tensor, pipeline or hybrid (forced; the\n"
+	    "                     leader's value holds for the cluster)\n"
 	    "  --memory-limit L   memory the model may take here: BYTES (K, M, G, T) or PCT%%\n"
 	    "                     (default: what the system has available at start)\n"
 	    "  --api-key K        require 'Authorization: Bearer K' on the API (or SHOAL_API_KEY)\n"
@@ -144,6 +148,7 @@ int cmd_agent(int argc, char **argv)
 					     {"parallel", required_argument, 0, 'J'},
 					     {"kv-type", required_argument, 0, 'V'},
 					     {"dashboard-show-text", no_argument, 0, 'D'},
+					     {"strategy", required_argument, 0, 'G'},
 					     {"help", no_argument, 0, 'h'},
 					     CLI_SPEC_OPTIONS,
 					     {0, 0, 0, 0}};
@@ -230,6 +235,15 @@ int cmd_agent(int argc, char **argv)
 		case 'c': cfg.tls_cert = optarg; break;
 		case 'y': cfg.tls_key = optarg; break;
 		case 'D': cfg.dashboard_show_text = 1; break;
+		case 'G':
+			if ((cfg.strategy = plan_strategy_parse(optarg)) < 0) {
+				fprintf(stderr,
+					"shoal agent: bad --strategy '%s' (auto, tensor, pipeline, "
+					"hybrid)\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'V':
 			if (eng_kv_elem_bytes(optarg) < 0) {
 				fprintf(stderr,

@@ -29,6 +29,62 @@ static const char *str(json_t *o, const char *k)
 	return s ? s : "-";
 }
 
+static double num(json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(o, k));
+}
+
+/* The plan, its standby members and the measured links (a matrix: round trip median/p90 in ms
+ * and Mbit/s of each measured pair, from the row's node to the column's). */
+static void print_plan_links(json_t *root)
+{
+	json_t *plan = json_object_get(root, "plan"), *x;
+	size_t i, k;
+	if (json_is_object(plan)) {
+		printf("plan %s: %s over %lld ranks", str(plan, "hash"), str(plan, "strategy"),
+		       (long long)json_integer_value(json_object_get(plan, "ranks")));
+		if (num(plan, "predicted_decode_tok_s") > 0)
+			printf(", predicted %.1f tok/s", num(plan, "predicted_decode_tok_s"));
+		if (num(plan, "measured_decode_tok_s") > 0)
+			printf(", measured %.1f tok/s", num(plan, "measured_decode_tok_s"));
+		printf("\n");
+		if (json_is_string(json_object_get(plan, "reason")))
+			printf("  %s\n", str(plan, "reason"));
+		json_array_foreach(json_object_get(plan, "standby"), i, x)
+		    printf("standby %.8s: %s\n", str(x, "node_id"), str(x, "reason"));
+	}
+	json_t *links = json_object_get(root, "links"), *ms = json_object_get(root, "members");
+	int any = 0;
+	json_array_foreach(links, i, x) any |= json_is_number(json_object_get(x, "rtt_ms"));
+	if (!any)
+		return;
+	printf("links (round trip median/p90 ms, Mbit/s):\n%-8s", "");
+	json_t *c, *r;
+	json_array_foreach(ms, k, c) printf("  %-24.8s", str(c, "node_id"));
+	printf("\n");
+	json_array_foreach(ms, i, r)
+	{
+		printf("%-8.8s", str(r, "node_id"));
+		json_array_foreach(ms, k, c)
+		{
+			char cell[64] = "-";
+			for (size_t j = 0; j < json_array_size(links); j++) {
+				json_t *l = json_array_get(links, j);
+				const char *a = str(l, "a"), *b = str(l, "b");
+				const char *ri = str(r, "node_id"), *ci = str(c, "node_id");
+				if (!json_is_number(json_object_get(l, "rtt_ms")) ||
+				    !((!strcmp(a, ri) && !strcmp(b, ci)) ||
+				      (!strcmp(a, ci) && !strcmp(b, ri))))
+					continue;
+				snprintf(cell, sizeof cell, "%.3f/%.3f %.0f", num(l, "rtt_ms"),
+					 num(l, "rtt_p90_ms"), num(l, "mbit_s"));
+			}
+			printf("  %-24s", cell);
+		}
+		printf("\n");
+	}
+}
+
 static void print_table(json_t *root)
 {
 	printf("node %s  leader %s  epoch %lld  state %s\n", str(root, "node_id"),
@@ -63,6 +119,7 @@ static void print_table(json_t *root)
 		if (json_is_string(json_object_get(m, "excluded")))
 			printf("  left out: %s\n", str(m, "excluded"));
 	}
+	print_plan_links(root);
 }
 
 int cmd_status(int argc, char **argv)

@@ -37,6 +37,7 @@ struct session {
 	pthread_t th;
 	int started;
 	int rank, world, ctx;
+	int q8_wire; /* the plan's 8-bit all-reduces (plan_q8_wire) */
 	uint64_t tag;
 	char hosts[TP_MAX_WORLD][PLAN_IP_MAX];
 	const char *host_ptrs[TP_MAX_WORLD];
@@ -141,6 +142,8 @@ static void *session_main(void *arg)
 			goto done;
 		LOG(LOG_INFO, "plan %s: group of %d formed in %lld ms (rank %d)", s->hash, s->world,
 		    (long long)(now_ms() - t0), s->rank);
+		if (s->q8_wire && tp_group_set_q8(g, 1) == 0)
+			LOG(LOG_INFO, "plan %s: 8-bit all-reduces (the plan's q8 wire)", s->hash);
 		s->dist.group = g;
 	}
 	atomic_store(&s->phase, SESSION_LOADING);
@@ -246,6 +249,7 @@ session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, ch
 	s->world = n;
 	s->ctx = plan_ctx(p);
 	s->tag = plan_epoch(p);
+	s->q8_wire = plan_q8_wire(p);
 	snprintf(s->hash, sizeof s->hash, "%s", plan_hash(p));
 	for (int r = 0; r < n; r++) {
 		const plan_rank_t *pr = plan_rank(p, r);

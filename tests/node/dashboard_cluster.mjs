@@ -4,43 +4,17 @@
 // follower killed with SIGKILL appears in the event log and as a marker on the charts. Screenshots
 // go to OUTDIR (dashboard-cluster.png under load, -killed.png after the kill, -phone.png).
 //
-// The links' RTTs: until the agent measures its links (the links issue), the test measures them
-// (ping between the namespaces, LINKS_JSON: {"10.77.0.1|10.77.0.2": ms, ...}) and merges them into
-// the /v1/cluster document the page receives, by wrapping the page's EventSource. When the agent's
-// document carries rtt_ms itself, drop the wrapper.
-// Usage: node dashboard_cluster.mjs URL OUTDIR LINKS_JSON FOLLOWER_PID FOLLOWER_ID
+// The links' RTTs are the agents' own (agent/links.h: /v1/cluster's rtt_ms).
+// Usage: node dashboard_cluster.mjs URL OUTDIR FOLLOWER_PID FOLLOWER_ID
 import { checker, launch, load, sleep } from "./dash_util.mjs";
 
-const [url, outdir, linksJson, fpid, fid] = process.argv.slice(2);
+const [url, outdir, fpid, fid] = process.argv.slice(2);
 const base = url.replace(/\/$/, ""), t = checker();
 const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
-  await page.addInitScript((rtt) => {
-    const ES = window.EventSource;
-    const ip = (m) => String(m.addr || "").replace(/^\[?([^\]]*?)\]?:\d+$/, "$1");
-    const merge = (s) => {
-      const c = s.cluster;
-      if (!c || !c.members) return s;
-      const ranked = c.members.filter((m) => m.rank != null);
-      c.links = c.links || [];
-      for (let i = 0; i < ranked.length; i++)
-        for (let j = i + 1; j < ranked.length; j++) {
-          const a = ranked[i], b = ranked[j], ms = rtt[ip(a) + "|" + ip(b)] ?? rtt[ip(b) + "|" + ip(a)];
-          if (ms == null) continue;
-          let l = c.links.find((x) => (x.a === a.id && x.b === b.id) || (x.a === b.id && x.b === a.id));
-          if (!l) c.links.push(l = { a: a.id, b: b.id, kind: "tcp" });
-          if (l.rtt_ms == null) l.rtt_ms = ms;
-        }
-      return s;
-    };
-    window.EventSource = class extends ES {
-      set onmessage(f) { super.onmessage = (e) => f({ data: JSON.stringify(merge(JSON.parse(e.data))) }); }
-      get onmessage() { return super.onmessage; }
-    };
-  }, JSON.parse(linksJson));
   await page.goto(base + "/", { waitUntil: "load" });
   await page.waitForFunction(() => document.getElementById("state").textContent === "serving",
                              null, { timeout: 30000 }).catch(() => {});
