@@ -101,12 +101,8 @@ int eng_kernel_rate(int wtype, int threads, eng_kernel_rate_t *out, char *err, s
 	m.max_b = KB_PF_ROWS;
 	m.act_stride = ((size_t)KB_COLS + KB_COLS / 16 * 2 + KB_COLS / 32 * 6 + 63) & ~63u;
 	m.act = aligned_alloc(64, (size_t)KB_PF_ROWS * m.act_stride);
-	m.tiles = calloc((size_t)nt, sizeof *m.tiles);
-	if (!m.act || !m.tiles)
+	if (!m.act)
 		goto done;
-	for (int i = 0; i < nt; i++)
-		if (!(m.tiles[i] = malloc((size_t)TILE_ROWS * KB_COLS * sizeof(float))))
-			goto done;
 	if ((rc = make_mat(&m, wtype, KB_BYTES, &w, &own)) ||
 	    (rc = make_mat(&m, wtype, KB_PF_BYTES, &wp, &own_p)))
 		goto done;
@@ -136,9 +132,6 @@ done:
 	free(own_p);
 	free(x);
 	free(o);
-	for (int i = 0; m.tiles && i < pool_threads(m.pool); i++)
-		free(m.tiles[i]);
-	free(m.tiles);
 	free(m.act);
 	pool_free(m.pool);
 	return rc;
