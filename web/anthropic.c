@@ -32,12 +32,6 @@
 
 #include "common/common.h"
 
-static int bad(web_err_t *e, const char *param, const char *fmt, const char *detail)
-{
-	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", fmt,
-			   detail ? detail : "");
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
 
 static const char *error_type(const web_err_t *e)
@@ -163,7 +157,7 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 	json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
 	if (tools && !json_is_null(tools)) {
 		if (!json_is_array(tools))
-			return bad(e, "tools", "'tools' must be an array%s", NULL);
+			return web_err_badf(e, "tools", "'tools' must be an array%s", NULL);
 		json_t *ot = json_array();
 		size_t i;
 		json_t *t;
@@ -200,10 +194,10 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 		return 0;
 	const char *type = json_string_value(json_object_get(tc, "type"));
 	if (!json_is_object(tc) || !type)
-		return bad(e, "tool_choice",
-			   "'tool_choice' must be {\"type\": auto | any | tool | "
-			   "none}%s",
-			   NULL);
+		return web_err_badf(e, "tool_choice",
+				    "'tool_choice' must be {\"type\": auto | any | tool | "
+				    "none}%s",
+				    NULL);
 	if (!strcmp(type, "auto"))
 		json_object_set_new(o, "tool_choice", json_string("auto"));
 	else if (!strcmp(type, "any"))
@@ -215,7 +209,7 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 				    json_pack("{s:s, s:{s:O}}", "type", "function", "function",
 					      "name", json_object_get(tc, "name")));
 	else
-		return bad(
+		return web_err_badf(
 		    e, "tool_choice",
 		    "'tool_choice' must be auto, any, none or {\"type\": \"tool\", \"name\"}%s",
 		    NULL);
@@ -238,7 +232,7 @@ static int parse_body(web_req_t *r, const char *body, size_t len, int count, web
 	       *stop = json_object_get(root, "stop_sequences");
 	json_t *model = json_object_get(root, "model"), *th = json_object_get(root, "thinking");
 	if (model && !json_is_null(model) && !json_is_string(model)) {
-		rc = bad(e, "model", "model: must be a string%s", NULL);
+		rc = web_err_badf(e, "model", "model: must be a string%s", NULL);
 		goto out;
 	}
 	if (!count && (!mt || json_is_null(mt))) {
@@ -271,8 +265,8 @@ static int parse_body(web_req_t *r, const char *body, size_t len, int count, web
 		json_object_set(o, "max_tokens", mt);
 	if (stop && !json_is_null(stop)) {
 		if (!json_is_array(stop)) {
-			rc = bad(e, "stop_sequences",
-				 "stop_sequences: must be an array of strings%s", NULL);
+			rc = web_err_badf(e, "stop_sequences",
+					  "stop_sequences: must be an array of strings%s", NULL);
 			goto out;
 		}
 		json_object_set(o, "stop", stop);
@@ -295,8 +289,9 @@ static int parse_body(web_req_t *r, const char *body, size_t len, int count, web
 	if (json_is_object(fmt)) { /* structured output: the schema constrains the reply */
 		const char *t = json_string_value(json_object_get(fmt, "type"));
 		if (!t || strcmp(t, "json_schema")) {
-			rc = bad(e, "output_config.format",
-				 "output_config.format: only json_schema is supported%s", NULL);
+			rc = web_err_badf(e, "output_config.format",
+					  "output_config.format: only json_schema is supported%s",
+					  NULL);
 			goto out;
 		}
 		json_object_set_new(o, "response_format",
@@ -450,9 +445,8 @@ static char *reply(web_job_t *j)
 		    content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
 				       web_json_str(t + j->ps.r0, j->ps.r_len), "signature", ""));
 	if (j->ps.c_len || !j->rid.tool_calls)
-		json_array_append_new(content,
-				      json_pack("{s:s, s:o}", "type", "text", "text",
-						web_json_str(t + j->ps.c0, j->ps.c_len)));
+		json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
+							 web_json_str(t + j->ps.c0, j->ps.c_len)));
 	size_t i;
 	json_t *c;
 	json_array_foreach(j->rid.tool_calls, i, c) json_array_append_new(content, tool_block(c));

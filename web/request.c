@@ -114,6 +114,16 @@ int web_err_bad(web_err_t *e, const char *param, const char *msg)
 	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", "%s", msg);
 }
 
+int web_err_badf(web_err_t *e, const char *param, const char *fmt, const char *detail)
+{
+	/* fmt is one of the API parsers' own messages with exactly one %s, never a client's */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", fmt,
+			   detail ? detail : "");
+#pragma GCC diagnostic pop
+}
+
 int web_text_parts(json_t *v, const char *param, const char *types, json_t **out, web_err_t *e)
 {
 	*out = NULL;

@@ -125,12 +125,6 @@ json_t *web_rstore_get(web_rstore_t *s, const char *id)
 
 /* ---- the request -------------------------------------------------------------------------- */
 
-static int bad(web_err_t *e, const char *param, const char *fmt, const char *detail)
-{
-	return web_err_set(e, 400, "invalid_request_error", param, "invalid_value", fmt,
-			   detail ? detail : "");
-}
-
 /* Input items -> OpenAI chat messages appended to out. */
 static int map_items(json_t *items, json_t *out, web_err_t *e)
 {
@@ -141,7 +135,7 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 		char param[48];
 		snprintf(param, sizeof param, "input[%zu]", i);
 		if (!json_is_object(it))
-			return bad(e, param, "'%s' must be an object", param);
+			return web_err_badf(e, param, "'%s' must be an object", param);
 		const char *type = json_string_value(json_object_get(it, "type"));
 		const char *role = json_string_value(json_object_get(it, "role"));
 		json_t *last = json_array_get(out, json_array_size(out) - 1);
@@ -149,7 +143,7 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 		if (!type || !strcmp(type, "message")) {
 			json_t *text;
 			if (!role)
-				return bad(e, param, "'%s' needs a role", param);
+				return web_err_badf(e, param, "'%s' needs a role", param);
 			if ((rc = web_text_parts(json_object_get(it, "content"), param,
 						 "input_text output_text text", &text, e)))
 				return rc;
@@ -160,7 +154,7 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 			       *name = json_object_get(it, "name");
 			json_t *args = json_object_get(it, "arguments");
 			if (!json_is_string(id) || !json_is_string(name) || !json_is_string(args))
-				return bad(
+				return web_err_badf(
 				    e, param,
 				    "'%s': a function_call needs call_id, name and arguments",
 				    param);
@@ -181,8 +175,8 @@ static int map_items(json_t *items, json_t *out, web_err_t *e)
 		} else if (!strcmp(type, "function_call_output")) {
 			json_t *id = json_object_get(it, "call_id"), *text;
 			if (!json_is_string(id))
-				return bad(e, param, "'%s': a function_call_output needs call_id",
-					   param);
+				return web_err_badf(
+				    e, param, "'%s': a function_call_output needs call_id", param);
 			if ((rc = web_text_parts(json_object_get(it, "output"), param,
 						 "input_text output_text text", &text, e)))
 				return rc;
@@ -207,7 +201,7 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 	json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
 	if (tools && !json_is_null(tools)) {
 		if (!json_is_array(tools))
-			return bad(e, "tools", "'tools' must be an array%s", NULL);
+			return web_err_badf(e, "tools", "'tools' must be an array%s", NULL);
 		json_t *ot = json_array();
 		size_t i;
 		json_t *t;
@@ -244,10 +238,11 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 						      "function", "name",
 						      json_object_get(tc, "name")));
 		else
-			return bad(e, "tool_choice",
-				   "'tool_choice' must be auto, none, required or {\"type\": "
-				   "\"function\", \"name\"}%s",
-				   NULL);
+			return web_err_badf(
+			    e, "tool_choice",
+			    "'tool_choice' must be auto, none, required or {\"type\": "
+			    "\"function\", \"name\"}%s",
+			    NULL);
 	}
 	json_t *fmt = json_object_get(json_object_get(root, "text"), "format");
 	if (json_is_object(fmt)) {
@@ -262,9 +257,9 @@ static int map_tools(json_t *root, json_t *o, web_err_t *e)
 		else if (type && (!strcmp(type, "json_object") || !strcmp(type, "text")))
 			json_object_set_new(o, "response_format", json_pack("{s:s}", "type", type));
 		else
-			return bad(e, "text.format",
-				   "'text.format.type' must be text, json_object or json_schema%s",
-				   NULL);
+			return web_err_badf(
+			    e, "text.format",
+			    "'text.format.type' must be text, json_object or json_schema%s", NULL);
 	}
 	return 0;
 }
@@ -328,7 +323,7 @@ static int parse_responses(web_t *w, web_req_t *r, const char *body, size_t len,
 	       *ins = json_object_get(root, "instructions");
 	json_t *prev = json_object_get(root, "previous_response_id");
 	if (ins && !json_is_null(ins) && !json_is_string(ins)) {
-		rc = bad(e, "instructions", "'instructions' must be a string%s", NULL);
+		rc = web_err_badf(e, "instructions", "'instructions' must be a string%s", NULL);
 		goto out;
 	}
 	if (!input || json_is_null(input) || (!json_is_string(input) && !json_is_array(input))) {
@@ -339,8 +334,8 @@ static int parse_responses(web_t *w, web_req_t *r, const char *body, size_t len,
 	}
 	if (prev && !json_is_null(prev)) {
 		if (!json_is_string(prev)) {
-			rc = bad(e, "previous_response_id",
-				 "'previous_response_id' must be a string%s", NULL);
+			rc = web_err_badf(e, "previous_response_id",
+					  "'previous_response_id' must be a string%s", NULL);
 			goto out;
 		}
 		if (!(hist = web_rstore_get(r->store, json_string_value(prev)))) {
@@ -365,7 +360,7 @@ static int parse_responses(web_t *w, web_req_t *r, const char *body, size_t len,
 	if ((rc = map_items(hist, msgs, e)) || (rc = map_tools(root, o, e)))
 		goto out;
 	if (!json_array_size(msgs)) {
-		rc = bad(e, "input", "'input' holds no message%s", NULL);
+		rc = web_err_badf(e, "input", "'input' holds no message%s", NULL);
 		goto out;
 	}
 	json_object_set(o, "messages", msgs);
@@ -472,8 +467,7 @@ static json_t *outputs(const web_job_t *j)
 	if (j->ps.r_len)
 		json_array_append_new(out, reasoning_item(j, t + j->ps.r0, j->ps.r_len));
 	if (j->ps.c_len || j->tc_sent || !j->rid.tool_calls) /* as streamed */
-		json_array_append_new(out,
-				      message_item(j, t + j->ps.c0, j->ps.c_len, "completed"));
+		json_array_append_new(out, message_item(j, t + j->ps.c0, j->ps.c_len, "completed"));
 	size_t k;
 	json_t *c;
 	json_array_foreach(j->rid.tool_calls, k, c)

@@ -78,6 +78,8 @@ int web_err_set(web_err_t *e, int status, const char *type, const char *param, c
 /* The two errors every parser gives: 500 out of memory; 400 invalid_value on param with msg. */
 int web_err_oom(web_err_t *e);
 int web_err_bad(web_err_t *e, const char *param, const char *msg);
+/* 400 invalid_value on param, the message fmt with its one %s filled by detail (NULL: ""). */
+int web_err_badf(web_err_t *e, const char *param, const char *fmt, const char *detail);
 
 /* ---- requests (request.c) ------------------------------------------------------------------- */
 
