@@ -391,8 +391,9 @@ static void start_job(web_sched_t *s, eng_t *e, web_job_t *j, int k)
 	pthread_mutex_lock(&j->mu);
 	if (k == 0) {
 		j->state = JOB_RUNNING;
-		if (j->proto && j->req.stream && j->proto->start) {
-			j->proto->start(j);
+		if (j->proto && j->req.stream && j->proto->start && !j->sent_role) {
+			j->proto->start(j); /* once: a resumed job's stream goes on */
+			j->sent_role = 1;
 			web_job_wake_locked(j);
 		} else if (!j->proto && j->req.stream && j->req.kind == WEB_CHAT && !j->sent_role) {
 			/* OpenAI's first chunk carries the role and empty content. */

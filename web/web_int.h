@@ -331,7 +331,8 @@ typedef struct web_job {
 	struct json_t *logprobs; /* non-streaming with logprobs: array of entries */
 	eng_result_t res;
 	web_err_t err;                  /* status != 0 when the request failed */
-	int sent_role;                  /* streaming: the role chunk went out */
+	int sent_role; /* streaming: the opening went out (OpenAI's role chunk, another API's
+			* start events): once, also when the job resumes on another engine */
 	size_t tc_sent;                 /* tools: bytes of text already sent as content (tools.c) */
 	size_t rs_sent;                 /* harmony: bytes of reasoning already sent (tools.c) */
 	int64_t t_submit_ns, t_last_ns; /* accepted; last token (0 = none yet): TTFT and ITL */
