@@ -212,6 +212,10 @@ static int drive(eng_t *e, run_t *run)
 			if (done[i].rc && !first_err)
 				first_err = done[i].rc;
 		}
+		for (int i = 0; rc && i < next; i++) { /* a lost rank: the states to go on from */
+			eng_seq_state_free(run->rq[i].res.resume); /* (the scheduler's, not ours) */
+			run->rq[i].res.resume = NULL;
+		}
 		if (rc)
 			return rc;
 		if (++step > 100000)
