@@ -453,10 +453,12 @@ static json_t *call_item(const web_job_t *j, json_t *call, size_t k, int done)
 	ident(j, "fc", base, sizeof base);
 	snprintf(id, sizeof id, "%s_%zu", base, k);
 	json_t *fn = json_object_get(call, "function");
-	return json_pack("{s:s, s:s, s:s, s:O, s:O, s:O}", "id", id, "type", "function_call",
+	/* a reference of our own either way: "o" takes it (and frees it when the pack fails) */
+	json_t *args = done ? json_incref(json_object_get(fn, "arguments")) : json_string("");
+	return json_pack("{s:s, s:s, s:s, s:O, s:O, s:o}", "id", id, "type", "function_call",
 			 "status", done ? "completed" : "in_progress", "call_id",
 			 json_object_get(call, "id"), "name", json_object_get(fn, "name"),
-			 "arguments", done ? json_object_get(fn, "arguments") : json_string(""));
+			 "arguments", args);
 }
 
 /* Every output item of a finished job, in order: reasoning, the message, the calls. */
