@@ -168,6 +168,7 @@ static float f16r(float x) /* rounded to F16 (to nearest even) */
 /* o[i] = f16(o[i] * a) and o[i] = f16(fma(v[i], a, o[i])), n a multiple of 8 on the fast path
  * (ggml's F16 vectors: F32 registers, one conversion back per store). */
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ATT_TGT __attribute__((target("avx2,fma,f16c")))
 ATT_TGT static void scale_f16r_x86(float *o, float a, int n)
@@ -191,9 +192,13 @@ ATT_TGT static void mad_f16r_x86(float *o, const float *v, float a, int n)
 static int att_x86(int n)
 {
 	static int ok = -1;
-	if (ok < 0)
-		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		     __builtin_cpu_supports("f16c");
+	if (ok < 0) {
+		/* F16C through CPUID leaf 1 (ECX bit 29): clang 14 does not know "f16c" here (as
+		 * gemm_x86.c) */
+		unsigned a, b, c, d;
+		int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+	}
 	return ok && n % 8 == 0;
 }
 #else
