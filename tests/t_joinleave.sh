@@ -6,20 +6,11 @@
 # request must end with 200: a request that arrives during a re-plan waits for the next plan
 # (web_replan_hold), one in flight goes on on it (sched.c's resume).
 . tests/lib.sh
-
-if [ "$(id -u)" -ne 0 ]; then
-	skip "t_joinleave: needs root for network namespaces"
+. tests/netns.sh
+if ! ns_require t_joinleave; then
 	done_tests
 	exit $?
 fi
-for tool in ip avahi-daemon dbus-daemon dbus-send curl jq unshare; do
-	if ! command -v $tool >/dev/null 2>&1; then
-		skip "t_joinleave: $tool not installed"
-		done_tests
-		exit $?
-	fi
-done
-. tests/netns.sh
 SHOAL=$(cd "$(dirname "$SHOAL")" && pwd)/$(basename "$SHOAL")
 TOKEN="shoal-joinleave-test-$$-5c2e"
 if ! ns_setup 4; then
