@@ -50,6 +50,7 @@ typedef struct queued {
 	core_event_t ev;
 	core_plan_t plan;
 	char hash[CORE_HASH_MAX], model[CORE_MODEL_MAX], text[512];
+	disc_id_t ids[CORE_MAX_MEMBERS];
 } queued_t;
 
 struct agent {
@@ -112,6 +113,7 @@ static void drain(agent_t *a)
 		e.ev.hash = e.ev.hash ? e.hash : NULL;
 		e.ev.model = e.ev.model ? e.model : NULL;
 		e.ev.text = e.ev.text ? e.text : NULL;
+		e.ev.ids = e.ev.ids ? e.ids : NULL;
 		if (core_step(a->core, now_ms(), &e.ev)) {
 			a->fatal = SH_EBUSY; /* logged by the core */
 			break;
@@ -140,8 +142,23 @@ static void feed(agent_t *a, const core_event_t *ev)
 	snprintf(e->hash, sizeof e->hash, "%s", ev->hash ? ev->hash : "");
 	snprintf(e->model, sizeof e->model, "%s", ev->model ? ev->model : "");
 	snprintf(e->text, sizeof e->text, "%s", ev->text ? ev->text : "");
+	e->ev.n = ev->ids ? MAX(0, MIN(ev->n, CORE_MAX_MEMBERS)) : 0;
+	if (e->ev.n)
+		memcpy(e->ids, ev->ids, (size_t)e->ev.n * sizeof *e->ids);
 	if (!a->draining)
 		drain(a);
+}
+
+/* Node who publishes measured links l[0..n): the core waits for a view's links before its
+ * first plan (core_config_t.links_wait_ms). */
+static void feed_links(agent_t *a, const disc_id_t *who, const plan_meas_t *l, int n)
+{
+	disc_id_t ids[CORE_MAX_MEMBERS];
+	int k = 0;
+	for (int i = 0; i < n && k < CORE_MAX_MEMBERS; i++)
+		k += !disc_id_parse(l[i].node_id, &ids[k]);
+	core_event_t ev = {.type = CORE_EV_LINKS, .id = *who, .ids = ids, .n = k};
+	feed(a, &ev);
 }
 
 /* The election's leader and epoch, when they moved (after every election input). */
@@ -445,15 +462,17 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 			LOG(LOG_WARN, "agent: node %.8s sent a malformed description", h);
 			return SH_EFORMAT;
 		}
-		ev.type = CORE_EV_MEMBER_DESC;
-		ev.model = m->desc.model_hash;
-		ev.model_size = m->desc.model_size;
-		feed(a, &ev);
-		/* links.h: published on a change */
+		/* links.h: published on a change. Told first: the description and its links may
+		 * complete the view the first plan waits for, and that plan reads them already */
 		if (was.have && meas_differ(&was, &m->desc) && cost_model_plans(a)) {
 			core_event_t rm = {.type = CORE_EV_REMEASURED, .id = m->id};
 			feed(a, &rm);
 		}
+		ev.type = CORE_EV_MEMBER_DESC;
+		ev.model = m->desc.model_hash;
+		ev.model_size = m->desc.model_size;
+		feed(a, &ev);
+		feed_links(a, &m->id, m->desc.links, m->desc.nlinks);
 		return 0;
 	}
 	case AGENT_MSG_PLAN:
@@ -612,6 +631,8 @@ static void remeasured(agent_t *a)
 	core_event_t ev = {.type = CORE_EV_REMEASURED};
 	if (cost_model_plans(a))
 		feed(a, &ev);
+	plan_meas_t mine[AGENT_MAX_LINKS]; /* after: a first plan they complete reads them */
+	feed_links(a, &a->self, mine, links_published(a->links, mine, AGENT_MAX_LINKS));
 }
 
 static void tick(agent_t *a, int64_t now)
@@ -779,6 +800,9 @@ agent_t *agent_new(const agent_config_t *cfg, const tp_keys_t *keys, char *errbu
 	core_config_t cc;
 	core_config_default(&cc);
 	cc.replan_delay_ms = cfg->replan_delay_ms;
+	/* a view's links are measured within about a second per member (agent/links.h's stagger)
+	 * of a join; without compute figures the planner goes by link kind and need not wait */
+	cc.links_wait_ms = no_compute() ? 0 : CORE_LINKS_WAIT_MS;
 	cc.log = core_log_line;
 	cc.log_level = log_threshold;
 	a->pub = pub_new(&a->cfg, a->self_hex);

@@ -136,7 +136,7 @@ core_t *core_new(const disc_id_t *self, const core_config_t *cfg, int64_t now_ms
 	c->self = *self;
 	c->cfg = *cfg;
 	c->state = AGENT_DISCOVERING;
-	c->retry_ms = c->now = now_ms;
+	c->retry_ms = c->now = c->born_ms = now_ms;
 	return c;
 }
 
@@ -407,6 +407,45 @@ static int want_compute(core_t *c, int64_t now)
 	return waiting;
 }
 
+/* A node's published links (self or a member): NULL when it is neither. */
+static const disc_id_t *linked_of(const core_t *c, const disc_id_t *id, int *n, int64_t *since)
+{
+	if (is_self(c, id)) {
+		*n = c->nlinked, *since = c->born_ms;
+		return c->linked;
+	}
+	const core_member_t *m = core_member_get(c, id);
+	if (!m)
+		return NULL;
+	*n = m->nlinked, *since = m->joined_ms;
+	return m->linked;
+}
+
+/* The pairs of the wanted nodes whose link is not measured yet while the later of the two
+ * joined less than links_wait_ms ago: the node with the smaller ID of a pair measures it
+ * (agent/links.h). Planning before they are measured makes a plan per link measured. */
+static int links_pending(const core_t *c, int64_t now)
+{
+	int pending = 0;
+	if (c->cfg.links_wait_ms <= 0)
+		return 0;
+	for (int i = 0; i < c->nwant; i++)
+		for (int j = i + 1; j < c->nwant; j++) {
+			int lo = disc_id_cmp(&c->want[i], &c->want[j]) < 0 ? i : j, hi = i + j - lo,
+			    n;
+			int64_t t_lo, t_hi;
+			const disc_id_t *l = linked_of(c, &c->want[lo], &n, &t_lo);
+			if (!l || !linked_of(c, &c->want[hi], &(int){0}, &t_hi) ||
+			    now - MAX(t_lo, t_hi) >= c->cfg.links_wait_ms)
+				continue;
+			int k = 0;
+			while (k < n && disc_id_cmp(&l[k], &c->want[hi]))
+				k++;
+			pending += k == n;
+		}
+	return pending;
+}
+
 /* Does rank member m answer plan p? */
 int core_member_answers(const core_t *c, const core_member_t *m, const core_plan_t *p, int64_t now)
 {
@@ -504,6 +543,12 @@ static void lead_step(core_t *c, int64_t now)
 	}
 	if (c->stale) { /* we were away: the election announces above the newer epoch first */
 		snprintf(c->why, sizeof c->why, "waiting for the election's newer epoch");
+		return;
+	}
+	int unmeasured = links_pending(c, now);
+	if (unmeasured) {
+		snprintf(c->why, sizeof c->why, "waiting for %d link measurement%s", unmeasured,
+			 unmeasured > 1 ? "s" : "");
 		return;
 	}
 	if (c->seq_term != c->term) {
@@ -783,6 +828,17 @@ int core_step(core_t *c, int64_t now, const core_event_t *ev)
 			session_done(c, ev->text, now);
 		break;
 	case CORE_EV_REMEASURED: c->remeasured = 1; break;
+	case CORE_EV_LINKS: {
+		disc_id_t *to = is_self(c, &ev->id) ? c->linked : m ? m->linked : NULL;
+		int n = to ? MAX(0, MIN(ev->n, CORE_MAX_MEMBERS)) : 0;
+		if (to && n)
+			memcpy(to, ev->ids, (size_t)n * sizeof *to);
+		if (is_self(c, &ev->id))
+			c->nlinked = n;
+		else if (m)
+			m->nlinked = n;
+		break;
+	}
 	case CORE_EV_RANK_STALLED:
 		if (m) {
 			m->stalled_until = now + c->cfg.stall_hold_ms;

@@ -24,11 +24,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CORE_MAX_MEMBERS 64 /* members of the view besides this node (= PLAN_MAX_NODES) */
-#define CORE_MAX_RANKS   64
-#define CORE_HASH_MAX    20 /* plan hash: 16 hex characters + NUL (room to spare) */
-#define CORE_MODEL_MAX   65 /* model content hash: 64 hex characters + NUL */
-#define CORE_WHY_MAX     200
+#define CORE_MAX_MEMBERS   64 /* members of the view besides this node (= PLAN_MAX_NODES) */
+#define CORE_MAX_RANKS     64
+#define CORE_LINKS_WAIT_MS 5000 /* the agent's core_config_t.links_wait_ms */
+#define CORE_HASH_MAX      20   /* plan hash: 16 hex characters + NUL (room to spare) */
+#define CORE_MODEL_MAX     65   /* model content hash: 64 hex characters + NUL */
+#define CORE_WHY_MAX       200
 
 /* The node's own state (the agent's states: docs/agent.md's diagram is their table). */
 typedef enum agent_state {
@@ -82,6 +83,8 @@ typedef enum core_ev_type {
 	CORE_EV_RANK_STALLED,  /* id missed a step while its channel stayed up (rank 0 saw it) */
 	CORE_EV_REMEASURED,    /* the measurements a plan reads (links, compute) changed enough
 				  to plan again (the shell judges: agent/links.h) */
+	CORE_EV_LINKS,         /* id (a member, or this node) publishes measured links towards
+				  ids[0..n) (agent/links.h: the smaller ID of a pair measures) */
 } core_ev_type_t;
 
 typedef struct core_event {
@@ -95,6 +98,8 @@ typedef struct core_event {
 	const char *text;        /* PLAN_BAD, PLAN_FAILED, ACK, EXCLUDED, SESSION_DONE */
 	const char *model;       /* MEMBER_DESC, MODEL: content hash ("" = none) */
 	uint64_t model_size;     /* MEMBER_DESC, MODEL */
+	const disc_id_t *ids;    /* LINKS: the peers measured (borrowed for the call) */
+	int n;                   /* LINKS */
 } core_event_t;
 
 typedef enum core_act_type {
@@ -131,6 +136,9 @@ typedef void (*core_log_fn)(void *ud, int level, const char *line);
 typedef struct core_config {
 	int64_t replan_delay_ms; /* a plan that still computes waits this long after a change */
 	int64_t desc_wait_ms;    /* a new member's description is waited for this long */
+	int64_t links_wait_ms;   /* a plan waits this long after a join for the links of the new
+				  pairs (CORE_EV_LINKS), so that the first plan of a view reads
+				  measured links, not one plan per link measured; 0: never waits */
 	int64_t ack_wait_ms;     /* a rank that has not acknowledged a plan within this is down */
 	int64_t retry_ms;        /* after a failed plan or session, plan again after this */
 	int64_t stall_hold_ms;   /* a stalled rank stays out of plans this long */

@@ -26,6 +26,8 @@ typedef struct core_member {
 	char excluded[CORE_WHY_MAX];   /* the reason it was last told ("" = planned) */
 	char left_hash[CORE_HASH_MAX]; /* it left this plan's formed group (said IDLE) */
 	int64_t stalled_until;
+	disc_id_t linked[CORE_MAX_MEMBERS]; /* the peers it published measured links towards */
+	int nlinked;
 } core_member_t;
 
 enum sess { SESS_NONE, SESS_RUNNING, SESS_READY, SESS_STOPPING };
@@ -65,6 +67,9 @@ struct core {
 	uint64_t ran_epoch;      /* the largest epoch of a plan this node accepted */
 	char broken[CORE_WHY_MAX]; /* why the made plan does not compute ("" = it does) */
 	int remeasured;            /* measurements changed since the last plan was made here */
+	disc_id_t linked[CORE_MAX_MEMBERS]; /* this node's measured links (CORE_EV_LINKS) */
+	int nlinked;
+	int64_t born_ms; /* core_new's time: this node's own "join" for links_wait_ms */
 	/* actions */
 	int qhead, qlen;
 	int overflow;        /* an action found the queue full this step */

@@ -79,7 +79,8 @@ typedef struct sim {
 	int max_delay;
 	int64_t lie_ms, lie_max; /* the planner says 200 while its plan cannot compute */
 	unsigned groups;
-	int epoch_back; /* a node ran a plan older than one it had run before */
+	int epoch_back;     /* a node ran a plan older than one it had run before */
+	int64_t links_wait; /* the cores' links_wait_ms (0: they do not wait for links) */
 } sim_t;
 
 static int verbose; /* SHOAL_CORE_SEED=N: one schedule with the cores' log lines */
@@ -307,6 +308,7 @@ static void node_start(sim_t *s, int i)
 	core_config_default(&cc);
 	cc.log = verbose ? log_line : NULL;
 	cc.log_ud = d;
+	cc.links_wait_ms = s->links_wait;
 	d->e = elec_new(&d->id, &ec, s->now);
 	d->c = core_new(&d->id, &cc, s->now);
 	d->started = d->alive = 1;
@@ -661,6 +663,64 @@ TEST(remeasured_replans)
 	sim_free(&s);
 }
 
+/* Node i of the planner's view (i = 0: the planner itself) publishes links towards nodes
+ * to[0..n). */
+static void links_of(sim_t *s, int i, const int *to, int n)
+{
+	disc_id_t ids[NMAX];
+	for (int k = 0; k < n; k++)
+		ids[k] = s->nd[to[k]].id;
+	core_event_t ev = {.type = CORE_EV_LINKS, .id = s->nd[i].id, .ids = ids, .n = n};
+	feed(s, 0, &ev);
+}
+
+/* With links_wait_ms the planner's first plan waits until every pair's link is measured (the
+ * smaller ID of a pair measures it), so that it reads measured links: one plan, not one per
+ * link measured; a join waits for the new pairs the same way; a link never measured holds
+ * the plan back links_wait_ms at most. */
+TEST(links_measured_before_the_first_plan)
+{
+	sim_t s;
+	rng_state = 31;
+	sim_init(&s, 4);
+	s.links_wait = 4000;
+	for (int i = 0; i < 3; i++)
+		node_start(&s, i);
+	sim_run(&s, 1500);
+	CHECK(!s.nplans);
+	char why[CORE_WHY_MAX];
+	core_health(s.nd[0].c, why, sizeof why);
+	CHECK(strstr(why, "waiting for 3 link measurements") != NULL);
+	links_of(&s, 0, (int[]){1, 2}, 2);
+	sim_run(&s, 200);
+	CHECK(!s.nplans);
+	core_health(s.nd[0].c, why, sizeof why);
+	CHECK(strstr(why, "waiting for 1 link measurement") != NULL);
+	links_of(&s, 1, (int[]){2}, 1);
+	CHECK(until_serving(&s, 0x7, 0, 3000) >= 0);
+	CHECK_EQ_INT(s.nplans, 1);
+	/* a join: its pairs are waited for too, then one plan of all four */
+	node_start(&s, 3);
+	sim_run(&s, 2000);
+	CHECK_EQ_INT(s.nplans, 1);
+	links_of(&s, 0, (int[]){1, 2, 3}, 3);
+	links_of(&s, 1, (int[]){2, 3}, 2);
+	links_of(&s, 2, (int[]){3}, 1);
+	CHECK(until_serving(&s, 0xf, 0, 3000) >= 0);
+	CHECK_EQ_INT(s.nplans, 2);
+	sim_free(&s);
+	/* links never measured: the plan comes once links_wait_ms has passed */
+	rng_state = 32;
+	sim_init(&s, 3);
+	s.links_wait = 4000;
+	start_all(&s, 0);
+	sim_run(&s, 3000);
+	CHECK(!s.nplans);
+	CHECK(until_serving(&s, 0x7, 0, 4000) >= 0);
+	CHECK_EQ_INT(s.nplans, 1);
+	sim_free(&s);
+}
+
 TEST(forms_and_agrees)
 {
 	for (int n = 1; n <= 5; n++) {
@@ -1005,6 +1065,7 @@ int main(void)
 	log_threshold = -1; /* the simulated nodes' logs: SHOAL_CORE_SEED=N shows one run's */
 	RUN(forms_and_agrees);
 	RUN(remeasured_replans);
+	RUN(links_measured_before_the_first_plan);
 	RUN(join_and_leave);
 	RUN(leader_death);
 	RUN(paused_leader_comes_back);
