@@ -58,7 +58,8 @@ struct dist {
 	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
 	size_t red_cap;
-	FILE *trace; /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
+	FILE *trace;        /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
+	int64_t trace_mark; /* where the compute before the next traced sync began (ns) */
 	/* stages (tp.h): stage s is ranks [first[s], first[s + 1]); ours is `stage` */
 	int stage0_req, stage1_req; /* dist_set_stage's (equal: the mode's layout) */
 	int n_stages, stage, first[TP_MAX_WORLD + 1];
@@ -559,13 +560,20 @@ int dist_setup(dist_t *d, const model_meta_t *mt, uint64_t fp, const model_shard
 
 /* ---- hooks -------------------------------------------------------------------------------- */
 
-/* Accounts one sync of ms milliseconds. */
+/* Accounts one sync of ms milliseconds. The trace (a bench aid) writes the wait and the compute
+ * before it, in microseconds: since the previous sync ended, or since the pass began on a rank
+ * that waited idle for the step message. Pairing the ranks' lines then tells what the network
+ * adds to a step (the wall time less each segment's slower compute) from skew. */
 static void sync_done(dist_t *d, double ms)
 {
 	d->st.comm_ms += ms;
 	d->pass_comm_ms += ms;
-	if (d->trace)
-		fprintf(d->trace, "%.1f\n", ms * 1000);
+	if (d->trace) {
+		int64_t end = now_ns(), start = end - (int64_t)(ms * 1e6);
+		fprintf(d->trace, "%.1f %.1f\n", ms * 1000,
+			d->trace_mark ? (double)(start - d->trace_mark) / 1e3 : 0.0);
+		d->trace_mark = end;
+	}
 }
 
 /* The last sum of a stage's pass (after its last layer's ffn_down) is only needed by the stage's
@@ -862,6 +870,8 @@ static int pass_run(dist_t *d, const model_batch_t *b, const int *tokens, int n,
 		    float *logits, double msg_ms)
 {
 	int64_t t0 = now_ns();
+	if (d->rank)
+		d->trace_mark = t0; /* its wait for the step message is no compute */
 	d->pass_comm_ms = msg_ms;
 	d->ar_calls = 0;
 	d->pass_seq = d->seq;

@@ -60,17 +60,31 @@ decode() {
 	for r in 0 1; do
 		sed -n "s/^rank $r\/2: [0-9]* steps, [0-9]* tokens; communication \([0-9.]*\) ms per step (\([0-9.]*\)% of \([0-9.]*\) ms).*/  rank $r: communication \1 ms per step, \2% of a \3 ms step/p" "$T/r$r"
 	done
-	# decode syncs only (the first pass is the prompt's): each rank's mean wait per sync
+	# decode syncs only (the first pass is the prompt's): each rank's mean wait per sync, and
+	# what the network adds to a step: the wall time (rank 0's compute and waits) less, per
+	# segment between two syncs, the slower rank's compute. The rest of the waits is skew:
+	# a rank computing longer (on this 2-core machine mostly the ranks and the lab's switch
+	# taking turns on the cores), which a faster network would not remove.
 	[ -s "$T/trace.0" ] && [ -s "$T/trace.1" ] &&
-		paste "$T/trace.0" "$T/trace.1" | tail -n +33 | awk '
-		{ a += $1; b += $2; m[NR] = $1 < $2 ? $1 : $2; n++ }
-		END { if (n) printf "  per all-reduce (%d syncs): mean wait %.0f us (rank 0) / %.0f us " \
-			"(rank 1); the later rank'"'"'s own cost %.0f us\n", n, a / n, b / n, med(m, n) }
+		paste "$T/trace.0" "$T/trace.1" | tail -n +33 | awk -v tps="${tps%% *}" '
+		{ a += $1; b += $3; m[++n] = $1 < $3 ? $1 : $3; wall += $1 + $2; cmax += $2 > $4 ? $2 : $4 }
+		END { if (!n) exit
+			printf "  per all-reduce (%d syncs): mean wait %.0f us (rank 0) / %.0f us " \
+			"(rank 1); the later rank'"'"'s own cost %.0f us\n", n, a / n, b / n, med(m, n)
+			steps = wall / 1000 / (1000 / tps)
+			printf "  the network'"'"'s share of a decode step (wall less each segment'"'"'s " \
+			"slower compute): %.3f of %.3f ms, %.1f%%\n", (wall - cmax) / 1000 / steps,
+			wall / 1000 / steps, 100 * (wall - cmax) / wall }
 		function med(v, k,   i, j, t) { for (i = 2; i <= k; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t } return v[int((k + 1) / 2)] }'
 }
 
 decode "tensor 2x1, f32 wire" "$SHOAL"
 decode "tensor 2x1, 8-bit wire" "$SHOAL" --q8-wire
+if [ -n "${BENCH_TP_LAB_STREAM:-}" ]; then
+	export SHOAL_TP_STREAM=$BENCH_TP_LAB_STREAM
+	decode "tensor 2x1, 8-bit wire, streamed in $SHOAL_TP_STREAM" "$SHOAL" --q8-wire
+	unset SHOAL_TP_STREAM
+fi
 if [ -n "${SHOAL_BASE:-}" ]; then
 	decode "before ($SHOAL_BASE), f32 wire" "$SHOAL_BASE"
 	decode "tensor 2x1, f32 wire (again)" "$SHOAL"
