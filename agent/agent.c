@@ -72,6 +72,8 @@ struct agent {
 	pub_t *pub;
 	session_t *sess;   /* the running session, or NULL */
 	int sess_ready;    /* its READY went to the core */
+	int64_t steps_due; /* a worker rank's next STEPS to the planner */
+	uint64_t steps_sent;
 	uint32_t in_force; /* the plan in force here (PLAN_IN_FORCE to PLAN_GONE), 0 = none */
 	exec_t *exec;      /* --exec: the command's process group, or NULL */
 	int status_fd, stop_pipe[2];
@@ -494,6 +496,19 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 		ev.text = ack.error;
 		ev.epoch = ack.epoch;
 		break;
+	case AGENT_MSG_STEPS: { /* the dashboard's series of this rank: the mean since the last */
+		node_steps_t s, *was = &m->steps;
+		if (node_steps_parse(&s, p, len))
+			return SH_EFORMAT;
+		if (s.steps > was->steps && s.step_ms >= was->step_ms &&
+		    s.comm_ms >= was->comm_ms) {
+			double n = (double)(s.steps - was->steps);
+			web_node_step(pub_web(a->pub), h, (s.step_ms - was->step_ms) / n,
+				      (s.comm_ms - was->comm_ms) / n);
+		}
+		*was = s; /* a new session counts from 0 again */
+		return 0;
+	}
 	case AGENT_MSG_EXCLUDED:
 		node_excluded_text(why, sizeof why, p, len);
 		ev.type = CORE_EV_EXCLUDED;
@@ -555,6 +570,23 @@ static void session_poll(agent_t *a)
 		core_event_t ev = {.type = CORE_EV_SESSION_DONE, .text = e};
 		feed(a, &ev);
 	}
+}
+
+/* A worker rank tells the planner its step figures about once a second while they move: the
+ * leader's dashboard draws a step and communication series per node. */
+static void steps_report(agent_t *a, int64_t now)
+{
+	const core_plan_t *cp = core_plan(a->core);
+	eng_comm_t c;
+	if (!a->sess || !a->sess_ready || !cp || now < a->steps_due ||
+	    session_worker_stats(a->sess, &c) || c.steps == a->steps_sent)
+		return;
+	a->steps_due = now + 1000;
+	a->steps_sent = c.steps;
+	node_steps_t s = {c.steps, c.step_ms, c.comm_ms};
+	char *t = node_steps_json(&s);
+	send_text(a, &cp->ranks[0], AGENT_MSG_STEPS, t);
+	free(t);
 }
 
 /* Followers (and the excluded) send API clients to the planner, which serves as rank 0. */
@@ -656,6 +688,7 @@ static void tick(agent_t *a, int64_t now)
 		feed(a, &ev);
 	}
 	session_poll(a);
+	steps_report(a, now);
 	core_event_t ev = {.type = CORE_EV_TICK};
 	feed(a, &ev);
 	follow_planner(a);

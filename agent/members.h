@@ -37,6 +37,7 @@ typedef struct member {
 	char addr[DISC_ADDR_MAX]; /* the peer's address, without port */
 	disc_info_t info;         /* from its INFO */
 	node_desc_t desc;         /* from its NODE (the agent's: members.c only clears it) */
+	node_steps_t steps;       /* from its last STEPS (the agent's, likewise) */
 } member_t;
 
 /* What the agent hears. Any may be NULL. */

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <jansson.h>
+#include <math.h>
 #include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +361,36 @@ int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len)
 		json_t *ep = json_object_get(o, "epoch"); /* optional: older nodes do not say */
 		if (json_is_integer(ep) && json_integer_value(ep) > 0)
 			a->epoch = (uint64_t)json_integer_value(ep);
+		rc = 0;
+	}
+	json_decref(o);
+	return rc;
+}
+
+char *node_steps_json(const node_steps_t *s)
+{
+	json_t *o = json_pack("{s:I,s:f,s:f}", "steps", (json_int_t)s->steps, "step_ms", s->step_ms,
+			      "comm_ms", s->comm_ms);
+	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return t;
+}
+
+int node_steps_parse(node_steps_t *s, const uint8_t *p, size_t len)
+{
+	memset(s, 0, sizeof *s);
+	json_error_t je;
+	json_t *o = json_loadb((const char *)p, len, 0, &je);
+	json_t *n = json_object_get(o, "steps"), *st = json_object_get(o, "step_ms"),
+	       *cm = json_object_get(o, "comm_ms");
+	int rc = SH_EFORMAT;
+	if (json_is_integer(n) && json_is_number(st) && json_is_number(cm) &&
+	    json_integer_value(n) >= 0 && json_number_value(st) >= 0 &&
+	    json_number_value(cm) >= 0 && json_number_value(cm) <= json_number_value(st) &&
+	    isfinite(json_number_value(st))) {
+		s->steps = (uint64_t)json_integer_value(n);
+		s->step_ms = json_number_value(st);
+		s->comm_ms = json_number_value(cm);
 		rc = 0;
 	}
 	json_decref(o);

@@ -23,6 +23,8 @@ enum agent_msg {
 	AGENT_MSG_PLAN = 0x0301, /* planner -> member: the plan JSON (plan_to_json) */
 	AGENT_MSG_ACK = 0x0302,  /* member -> planner: JSON {"hash","state","error","epoch"} */
 	AGENT_MSG_EXCLUDED = 0x0303, /* planner -> member: text, why it is left out of the plan */
+	AGENT_MSG_STEPS = 0x0304,    /* worker rank -> planner: JSON node_steps_t, about once a
+					second while it computes (the dashboard's per-node series) */
 };
 
 #define AGENT_MAX_ADDRS 16
@@ -101,6 +103,17 @@ int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len);
 
 /* An EXCLUDED payload as one printable line in out (controls become spaces). */
 void node_excluded_text(char *out, size_t outlen, const uint8_t *p, size_t len);
+
+/* What a STEPS message says: a worker rank's totals since its session began. A value type. */
+typedef struct node_steps {
+	uint64_t steps;          /* forward passes */
+	double step_ms, comm_ms; /* their time, and the part of it communicating */
+} node_steps_t;
+
+/* STEPS' payload: malloc'd JSON text (caller frees), NULL when out of memory. */
+char *node_steps_json(const node_steps_t *s);
+/* 0, or SH_EFORMAT (not JSON, a field missing or negative, comm above step). */
+int node_steps_parse(node_steps_t *s, const uint8_t *p, size_t len);
 
 /* Fills the planner's node pn (allocating its address, RDMA and link arrays: plan_view_free
  * frees them) from a node's ID, control host and port, memory (total, and what it gives: 0 =

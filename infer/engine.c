@@ -845,6 +845,16 @@ void eng_comm_stats(const eng_t *e, eng_comm_t *out)
 			    s.step_ms, s.comm_min_ms, s.in_flight_max};
 }
 
+void eng_worker_comm_stats(eng_t *e, eng_comm_t *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!e->dist)
+		return;
+	dist_stats_t s;
+	dist_get_stats_shared(e->dist, &s);
+	*out = (eng_comm_t){s.steps, s.tokens, 0, s.comm_ms, s.step_ms, s.comm_min_ms, 0};
+}
+
 /* ---- sequences ---------------------------------------------------------------------------- */
 
 int eng_active(const eng_t *e)

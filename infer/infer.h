@@ -11,9 +11,9 @@
  * this interface: a tensor-parallel engine looks the same.
  *
  * Threads: eng_generate(), eng_seq_start(), eng_step(), eng_seq_cancel() and eng_spec_stats()
- * are called from one thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(), eng_detokenize() and
- * eng_chat_prompt() are read-only and may be called from any thread at any time once eng_open()
- * has returned.
+ * are called from one thread at a time (web/'s scheduler, the CLI). eng_info(), eng_tokenize(),
+ * eng_detokenize() and eng_chat_prompt() are read-only and may be called from any thread at any
+ * time once eng_open() has returned.
  */
 #ifndef SHOAL_INFER_H
 #define SHOAL_INFER_H
@@ -471,5 +471,8 @@ typedef struct eng_comm {
 				   at once (1: lock-step) */
 } eng_comm_t;
 void eng_comm_stats(const eng_t *e, eng_comm_t *out);
+/* A worker rank's (eng_worker_run) figures as of its last pass, from any thread while the
+ * worker runs (bytes_sent and in_flight_max are 0). */
+void eng_worker_comm_stats(eng_t *e, eng_comm_t *out);
 
 #endif

@@ -21,6 +21,7 @@
 #include "common/common.h"
 #include "infer/quant/quant.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,8 @@ struct dist {
 	size_t red_cap;
 	FILE *trace;        /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
 	int64_t trace_mark; /* where the compute before the next traced sync began (ns) */
+	pthread_mutex_t shared_mu; /* guards shared: a worker rank's st after its last pass */
+	dist_stats_t shared;
 	/* stages (tp.h): stage s is ranks [first[s], first[s + 1]); ours is `stage` */
 	int stage0_req, stage1_req; /* dist_set_stage's (equal: the mode's layout) */
 	int n_stages, stage, first[TP_MAX_WORLD + 1];
@@ -250,6 +253,7 @@ int dist_new(dist_t **out, tp_group_t *g, int pipeline, int step_timeout_ms)
 	d->world = tp_group_world(g);
 	d->pipeline = pipeline;
 	d->timeout_ms = step_timeout_ms > 0 ? step_timeout_ms : 10000;
+	pthread_mutex_init(&d->shared_mu, NULL);
 	const char *tr = getenv("SHOAL_TP_TRACE");
 	if (tr && *tr) { /* a bench aid: pairing ranks' lines separates transfer from skew */
 		char path[512];
@@ -274,6 +278,7 @@ void dist_free(dist_t *d)
 	free(d->back);
 	if (d->trace)
 		fclose(d->trace);
+	pthread_mutex_destroy(&d->shared_mu);
 	free(d);
 }
 
@@ -315,6 +320,13 @@ void dist_get_stats(const dist_t *d, dist_stats_t *s)
 {
 	*s = d->st;
 	s->bytes_sent = tp_group_bytes_sent(d->g);
+}
+
+void dist_get_stats_shared(dist_t *d, dist_stats_t *s)
+{
+	pthread_mutex_lock(&d->shared_mu);
+	*s = d->shared;
+	pthread_mutex_unlock(&d->shared_mu);
 }
 
 /* Records the first failure (later ones keep the first message). */
@@ -888,6 +900,11 @@ static int pass_run(dist_t *d, const model_batch_t *b, const int *tokens, int n,
 	d->st.step_ms += (double)(now_ns() - t0) / 1e6;
 	d->st.steps++;
 	d->st.tokens += (uint64_t)n;
+	if (d->rank) { /* a worker rank's pass is whole here (rank 0 adds its step message) */
+		pthread_mutex_lock(&d->shared_mu);
+		d->shared = d->st;
+		pthread_mutex_unlock(&d->shared_mu);
+	}
 	if (rc && !d->rc)
 		dist_fail(d, rc, "forward pass at position %d failed: %s", pos, sh_strerror(rc));
 	return rc;

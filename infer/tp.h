@@ -196,5 +196,8 @@ int dist_stop(dist_t *d);
 const char *dist_error(const dist_t *d);
 
 void dist_get_stats(const dist_t *d, dist_stats_t *s);
+/* A worker rank's figures as of its last pass, from any thread (bytes_sent not included): what
+ * the agent reports to the leader's dashboard while dist_serve runs. */
+void dist_get_stats_shared(dist_t *d, dist_stats_t *s);
 
 #endif

@@ -67,5 +67,9 @@ f=$(echo "$out" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')
 T_PASS=$((T_PASS + ${p:-0})) T_FAIL=$((T_FAIL + ${f:-0}))
 [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ] && fail "dashboard_cluster.mjs exited $rc"
 check "screenshot saved" [ -s "$LOGS/dashboard-cluster.png" ]
+# the followers' step times reach the leader (AGENT_MSG_STEPS): a series per node
+n=$(ns_exec 4 curl -s --max-time 5 "http://$(ns_ip "$L"):8080/v1/history" |
+	jq '[.nodes[] | select([.step_ms[] | select(. != null)] | length > 0)] | length')
+check "/v1/history has step times of all 3 nodes (got ${n:-none})" [ "${n:-0}" -ge 3 ]
 for h in 1 2 3; do ns_kill $h agent TERM 2>/dev/null; done
 done_tests

@@ -242,6 +242,29 @@ TEST(keep_first)
 	view_nodes_free(&v);
 }
 
+/* A worker rank's STEPS (the leader's per-node series): its totals round-trip; what a hostile
+ * or broken peer could send instead is refused, never taken as figures. */
+TEST(steps_message)
+{
+	node_steps_t s = {1234, 5678.25, 1234.5}, t;
+	char *j = node_steps_json(&s);
+	CHECK(j != NULL);
+	CHECK_EQ_INT(node_steps_parse(&t, (const uint8_t *)j, strlen(j)), 0);
+	free(j);
+	CHECK(t.steps == 1234 && t.step_ms == 5678.25 && t.comm_ms == 1234.5);
+	const char *bad[] = {"",
+			     "[]",
+			     "{\"steps\":1,\"step_ms\":2}",
+			     "{\"steps\":-1,\"step_ms\":2,\"comm_ms\":1}",
+			     "{\"steps\":1,\"step_ms\":-2,\"comm_ms\":0}",
+			     "{\"steps\":1,\"step_ms\":2,\"comm_ms\":3}",
+			     "{\"steps\":\"1\",\"step_ms\":2,\"comm_ms\":1}",
+			     "{\"steps\":1,\"step_ms\":1e999,\"comm_ms\":1}"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+		CHECK_EQ_INT(node_steps_parse(&t, (const uint8_t *)bad[i], strlen(bad[i])),
+			     SH_EFORMAT);
+}
+
 int main(void)
 {
 	RUN(round_trip);
@@ -249,5 +272,6 @@ int main(void)
 	RUN(rejects_bad_figures);
 	RUN(view_from_descriptions);
 	RUN(keep_first);
+	RUN(steps_message);
 	return harness_done();
 }

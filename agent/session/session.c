@@ -53,6 +53,7 @@ struct session {
 	int stop;          /* under mu */
 	char fail[160];    /* under mu: why session_fail ended it ("" = a plain stop) */
 	tp_group_t *group; /* under mu (published for session_stop) */
+	eng_t *worker;     /* under mu: a worker rank's engine while eng_worker_run runs */
 	char err[256];
 	int stalled; /* once DONE: the rank whose silence broke the group, or -1 */
 };
@@ -193,11 +194,17 @@ static void *session_main(void *arg)
 		pthread_mutex_unlock(&s->mu);
 		session_detach(s);
 	} else {
+		pthread_mutex_lock(&s->mu);
+		s->worker = e;
+		pthread_mutex_unlock(&s->mu);
 		atomic_store(&s->phase, SESSION_READY);
 		if (eng_worker_run(e, err, sizeof err) == 0)
 			err[0] = 0;
 		else if (stopping(s))
 			err[0] = 0; /* our own abort */
+		pthread_mutex_lock(&s->mu);
+		s->worker = NULL;
+		pthread_mutex_unlock(&s->mu);
 	}
 done:
 	if (err[0] && stopping(s))
@@ -292,6 +299,18 @@ session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, ch
 	}
 	s->started = 1;
 	return s;
+}
+
+int session_worker_stats(session_t *s, eng_comm_t *out)
+{
+	int rc = -1;
+	pthread_mutex_lock(&s->mu);
+	if (s->worker) {
+		eng_worker_comm_stats(s->worker, out);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
 }
 
 int session_phase(session_t *s)

@@ -14,15 +14,17 @@
  * 0 (today detaching fails the queued requests with 503: a session could instead hand them to the
  * next one).
  *
- * Threads: a session runs on its own thread. session_start, session_phase, session_error,
- * session_stalled_rank, session_stop, session_fail and session_free are for the agent's thread.
- * Ownership: session_start copies what it needs from cfg and the plan (both borrowed for the
- * call, except cfg->keys, cfg->web and cfg->group_broken, which must outlive the session).
+ * Threads: a session runs on its own thread. session_start, session_phase, session_worker_stats,
+ * session_error, session_stalled_rank, session_stop, session_fail and session_free are for the
+ * agent's thread. Ownership: session_start copies what it needs from cfg and the plan (both
+ * borrowed for the call, except cfg->keys, cfg->web and cfg->group_broken, which must outlive the
+ * session).
  */
 #ifndef SHOAL_AGENT_SESSION_H
 #define SHOAL_AGENT_SESSION_H
 
 #include "agent/modelstore/modelstore.h"
+#include "infer/infer.h"
 #include "planner/planner.h"
 #include "transport/transport.h"
 #include "web/web.h"
@@ -54,6 +56,9 @@ enum session_phase { SESSION_FORMING, SESSION_LOADING, SESSION_READY, SESSION_DO
 session_t *session_start(const session_cfg_t *cfg, const plan_t *p, int rank, char *err,
 			 size_t errlen);
 int session_phase(session_t *s);
+/* A worker rank (not rank 0) while it computes: its step and communication figures so far
+ * (eng_worker_comm_stats); 0, or -1 when this session runs no worker. */
+int session_worker_stats(session_t *s, eng_comm_t *out);
 const char *session_error(session_t *s); /* valid once DONE ("": it was asked to stop) */
 /* Once DONE: the rank that broke the group by not answering within the step timeout while its
  * channel stayed up (the transport's SH_ETIMEDOUT failure), else -1. */
