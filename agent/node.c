@@ -336,13 +336,18 @@ done:
 
 /* ---- ACK and EXCLUDED ------------------------------------------------------------------------ */
 
-char *node_ack_json(const char *hash, core_ack_t ack, const char *error, uint64_t epoch)
+/* o as compact text (malloc'd; NULL when o is NULL or out of memory); o is released. */
+static char *dump_owned(json_t *o)
 {
-	json_t *o = json_pack("{s:s,s:s,s:s,s:I}", "hash", hash, "state", core_ack_name(ack),
-			      "error", error ? error : "", "epoch", (json_int_t)epoch);
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	return s;
+}
+
+char *node_ack_json(const char *hash, core_ack_t ack, const char *error, uint64_t epoch)
+{
+	return dump_owned(json_pack("{s:s,s:s,s:s,s:I}", "hash", hash, "state", core_ack_name(ack),
+				    "error", error ? error : "", "epoch", (json_int_t)epoch));
 }
 
 int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len)
@@ -369,11 +374,8 @@ int node_ack_parse(node_ack_t *a, const uint8_t *p, size_t len)
 
 char *node_steps_json(const node_steps_t *s)
 {
-	json_t *o = json_pack("{s:I,s:f,s:f}", "steps", (json_int_t)s->steps, "step_ms", s->step_ms,
-			      "comm_ms", s->comm_ms);
-	char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	return t;
+	return dump_owned(json_pack("{s:I,s:f,s:f}", "steps", (json_int_t)s->steps, "step_ms",
+				    s->step_ms, "comm_ms", s->comm_ms));
 }
 
 int node_steps_parse(node_steps_t *s, const uint8_t *p, size_t len)
