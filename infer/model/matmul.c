@@ -178,11 +178,13 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	(void)nc;
 	(void)tid;
 	mm_chunk_rows(j, c, 4, &w, &k, &lo, &hi);
+	/* an integer batched kernel sums in another order than rows: a token's bits must not
+	 * depend on the batch, so such a type takes it for any batch (quant.h's rows8) */
+	int rows8 = w->ops->rows8 && (j->B >= ROWS8_MIN || w->ops->act_type != QT_F32);
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
-		if (j->B >= ROWS8_MIN &&
-		    w->ops->rows8) { /* one pass over these rows per 8 inputs */
+		if (rows8) { /* one pass over these rows per 8 inputs */
 			for (int b = 0; b < j->B; b += 8)
 				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
 					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b),

@@ -80,6 +80,30 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
  * accumulators of 8 lanes, then qx_hsum8, then the tail), so a token gets the same bits alone or
  * in any batch (issue 28; matmul.c uses no BLAS for that reason). */
 #define AVX2_ROWS8_FLOAT(NAME, ELEM, LOAD8, SCALAR)                                                \
+	/* 4 inputs' two accumulators over one row, each input's sums in the order above; returns  \
+	 * where the 16-wide steps ended */                                                        \
+	TGT static inline int rows4_##NAME(const ELEM *row, const quant_act_t *x, int n,           \
+					   __m256 *a0, __m256 *a1)                                 \
+	{                                                                                          \
+		const float *x0 = x[0].f, *x1 = x[1].f, *x2 = x[2].f, *x3 = x[3].f;                \
+		__m256 p0 = a0[0], p1 = a0[1], p2 = a0[2], p3 = a0[3];                             \
+		__m256 q0 = a1[0], q1 = a1[1], q2 = a1[2], q3 = a1[3];                             \
+		int i = 0;                                                                         \
+		for (; i + 16 <= n; i += 16) {                                                     \
+			__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);                       \
+			p0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), p0);                     \
+			q0 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), q0);                 \
+			p1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), p1);                     \
+			q1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), q1);                 \
+			p2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), p2);                     \
+			q2 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), q2);                 \
+			p3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), p3);                     \
+			q3 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), q3);                 \
+		}                                                                                  \
+		a0[0] = p0, a0[1] = p1, a0[2] = p2, a0[3] = p3;                                    \
+		a1[0] = q0, a1[1] = q1, a1[2] = q2, a1[3] = q3;                                    \
+		return i;                                                                          \
+	}                                                                                          \
 	TGT static void NAME(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,      \
 			     const quant_act_t *x, int nt, int n)                                  \
 	{                                                                                          \
@@ -90,6 +114,10 @@ TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int n
 				__m256 a0[4], a1[4];                                               \
 				for (int t = 0; t < 4; t++)                                        \
 					a0[t] = a1[t] = _mm256_setzero_ps();                       \
+				if (m ==                                                           \
+				    4) /* the accumulators in registers: the loop over a           \
+					* runtime count kept them on the stack (~4x slower) */     \
+					i = rows4_##NAME(row, x + t0, n, a0, a1);                  \
 				for (; i + 16 <= n; i += 16) {                                     \
 					__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);       \
 					for (int t = 0; t < m; t++) {                              \
