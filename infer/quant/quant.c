@@ -415,7 +415,8 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 			for (int j = 0; j < QK8_0; j++)
 				amax = absmax(amax, xb[j]);
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
-			d[i] = s;
+			d[i] =
+			    quant_f16_to_f32(quant_f32_to_f16(s)); /* ggml keeps the scale as F16 */
 			int sum = 0;
 			for (int j = 0; j < QK8_0; j++) {
 				q[i * QK8_0 + j] = (int8_t)nearest(xb[j] * is);

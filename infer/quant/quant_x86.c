@@ -942,8 +942,12 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 		m = _mm256_max_ps(
 		    _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
 		    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-		float amax = hmax8(m), s = amax / 127.f, is = s ? 1.f / s : 0.f;
-		d[i] = s;
+		float amax = hmax8(m), s = amax / 127.f, is = amax ? 127.f / amax : 0.f;
+		/* as ggml's x86 quantize_row_q8_0 (ggml-cpu/arch/x86/quants.c): the scale kept as
+		 * F16 (block_q8_0.d), the values scaled by 127 / amax in F32, so the integers and
+		 * sums are llama.cpp's (F32 scales moved Q8_0 log-probabilities by up to 0.03 from
+		 * its) */
+		d[i] = quant_f16_to_f32(quant_f32_to_f16(s));
 		__m256 vi = _mm256_set1_ps(is);
 		__m256i r[4];
 		for (int k = 0; k < 4; k++)
