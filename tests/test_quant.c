@@ -731,6 +731,69 @@ TEST(act_q8_0_as_ggml)
 	quant_init(0);
 }
 
+/* How ggml quantizes a Q8_K activation block on every CPU target: quantize_row_q8_K_ref
+ * (ggml/src/ggml-quants.c; ggml-cpu/arch/x86/quants.c and arm/quants.c call it): the signed value
+ * of largest magnitude, the first of equal ones (`ax > amax`), iscale = -127 / max, q =
+ * nearest_int(iscale * x) (the 1.5 * 2^23 addition: ties to even) capped at 127, bsums of the
+ * capped q, d = 1 / iscale as F32; an all-zero block d = 0. */
+static void ggml_q8_k_block(const float *x, int8_t *q, float *d, int16_t *bsums)
+{
+	float max = 0, amax = 0;
+	for (int j = 0; j < 256; j++)
+		if (fabsf(x[j]) > amax)
+			amax = fabsf(x[j]), max = x[j];
+	memset(q, 0, 256);
+	memset(bsums, 0, 16 * sizeof *bsums);
+	*d = 0;
+	if (!amax)
+		return;
+	float iscale = -127.f / max;
+	for (int j = 0; j < 256; j++) {
+		float v = iscale * x[j] + 12582912.f;
+		int32_t i;
+		memcpy(&i, &v, 4);
+		int n = (i & 0x007fffff) - 0x00400000;
+		q[j] = (int8_t)(n < 127 ? n : 127);
+		bsums[j / 16] = (int16_t)(bsums[j / 16] + q[j]);
+	}
+	*d = 1 / iscale;
+}
+
+/* Q8_K activations (Q2_K..Q6_K weights) bit for bit as ggml's, on both paths: a block whose
+ * largest magnitude is negative, blocks with +m and -m (the first sets the sign of d), halves,
+ * zeros. */
+TEST(act_q8_k_as_ggml)
+{
+	enum { N = 2048 };
+	static float x[N];
+	static uint8_t buf[N * 2];
+	for (int i = 0; i < N; i++)
+		x[i] = i < 256 ? 0.f : frand() * (1 + i % 13);
+	x[256 + 7] = -50.f;                    /* block 1: max negative */
+	x[512 + 3] = 40.f, x[512 + 9] = -40.f; /* block 2: + first */
+	x[768 + 1] = -30.f, x[768 + 2] = 30.f; /* block 3: - first */
+	for (int j = 0; j < 8; j++)            /* block 4: amax 127, iscale -1: halves */
+		x[1024 + 10 + j] = (float)j - 3.5f;
+	x[1024] = 127.f;
+	for (int pass = 0; pass < 2; pass++) {
+		quant_init(pass == 0);
+		quant_act_t a;
+		quant_act_prepare(QT_Q4_K, x, N, buf, &a);
+		int bad = 0;
+		for (int b = 0; b < N / 256; b++) {
+			int8_t q[256];
+			float d;
+			int16_t bs[16];
+			ggml_q8_k_block(x + 256 * b, q, &d, bs);
+			bad += memcmp(q, a.q + 256 * b, 256) != 0 || d != a.d[b] ||
+			       memcmp(bs, a.bsums + 16 * b, sizeof bs) != 0;
+		}
+		CHECK_EQ_INT(bad, 0);
+		CHECK(a.q[512 + 9] == 127 && a.d[2] < 0 && a.d[3] > 0);
+	}
+	quant_init(0);
+}
+
 /* The AVX2 tables again where the CPU would pick AVX512-VNNI ones for Q8_0/Q4_0. */
 TEST(kernels_vs_reference_avx2)
 {
@@ -772,6 +835,7 @@ int main(void)
 	RUN(repacked_kernels_vs_reference);
 	RUN(act_prepare_fast_equals_plain);
 	RUN(act_q8_0_as_ggml);
+	RUN(act_q8_k_as_ggml);
 	RUN(attention_tile_kernels);
 	RUN(expsum_accuracy);
 	RUN(f16_row_exact);

@@ -319,15 +319,21 @@ static void quantize_q6_k(const float *x, blk_q6_k *b, int64_t n)
 }
 
 /* Q8_K activation layout: q[n] int8, d[n/256] float, bsums[n/16] int16. */
+/* As ggml's quantize_row_q8_K_ref (ggml-quants.c), which every CPU target of ggml runs for the
+ * K-quants' activations: the signed value of largest magnitude (the first of equal ones) sets
+ * iscale = -127 / max, each value is nearest(iscale * x) (ties to even) capped at 127, and
+ * d = 1 / iscale stays F32 (negative when max is: q * d has x's sign), so the integer dots are
+ * llama.cpp's. An all-zero block is d = 0, q = 0. */
 static void quantize_q8_k(const float *x, int8_t *q, float *d, int16_t *bsums, int64_t n)
 {
 	for (int64_t i = 0; i < n / QK_K; i++) {
 		const float *xb = x + i * QK_K;
-		float amax = 0;
+		float amax = 0, max = 0;
 		for (int j = 0; j < QK_K; j++)
-			amax = absmax(amax, xb[j]);
-		float s = amax / 127.f, is = s ? 1.f / s : 0.f;
-		d[i] = s;
+			if (fabsf(xb[j]) > amax)
+				amax = fabsf(xb[j]), max = xb[j];
+		float is = amax ? -127.f / max : 0.f;
+		d[i] = amax ? 1.f / is : 0.f;
 		for (int j = 0; j < QK_K; j++)
 			q[i * QK_K + j] = (int8_t)MIN(127, nearest(xb[j] * is));
 		for (int g = 0; g < 16; g++) {

@@ -959,23 +959,29 @@ TGT static void avx2_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_
 }
 
 /* Q8_K (the K-quants' activations) per block of 256: the same operations as quant.c's
- * quantize_q8_k (|x| max, d = amax / 127 and its inverse as scalars, round to nearest even);
- * the saturating packs stand in for its MIN(127, ...); one int16 sum per 16 values. */
+ * quantize_q8_k, ggml's quantize_row_q8_K_ref (the signed value of largest magnitude, the first
+ * of equal ones, sets iscale = -127 / max; d = 1 / iscale; round to nearest even, capped at
+ * 127 before the sums); one int16 sum per 16 values. */
 TGT static void avx2_act_q8_k(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
 {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
+	const __m256i cap = _mm256_set1_epi32(127);
 	for (int i = 0; i < n / QK_K; i++, x += QK_K, q += QK_K, bsums += 16) {
 		__m256 m = _mm256_setzero_ps();
 		for (int k = 0; k < QK_K / 8; k++)
 			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
-		float amax = hmax8(m), s = amax / 127.f, is = s ? 1.f / s : 0.f;
-		d[i] = s;
+		float amax = hmax8(m), max = 0;
+		for (int j = 0; amax && j < QK_K && !max; j++)
+			max = fabsf(x[j]) == amax ? x[j] : 0.f;
+		float is = max ? -127.f / max : 0.f;
+		d[i] = max ? 1.f / is : 0.f;
 		__m256 vi = _mm256_set1_ps(is);
 		for (int c = 0; c < QK_K / 32; c++) {
 			__m256i r[4];
 			for (int k = 0; k < 4; k++)
-				r[k] = _mm256_cvtps_epi32(
-				    _mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), vi));
+				r[k] = _mm256_min_epi32(
+				    cap, _mm256_cvtps_epi32(_mm256_mul_ps(
+					     _mm256_loadu_ps(x + 32 * c + 8 * k), vi)));
 			bsums[2 * c] = (int16_t)qx_hsum8i(_mm256_add_epi32(r[0], r[1]));
 			bsums[2 * c + 1] = (int16_t)qx_hsum8i(_mm256_add_epi32(r[2], r[3]));
 			store_q32(q + 32 * c, r);
