@@ -372,6 +372,123 @@ TEST(prefill_groups_tokens_by_expert)
 	gen_close(&y);
 }
 
+/* One token (moe.c's moe_ffn_one: the chosen experts' and the shared block's matrices in two
+ * pool dispatches) gives the bits of the batch path (tokens grouped by expert, one expert at a
+ * time): the logits after 20 tokens decoded one at a time equal those of the same 20 in one
+ * batch, bit for bit, with 1 and 2 threads, for each MoE family and the weight types its
+ * experts take (F32 on the row kernel; Q8_0 and MXFP4 on the repacked tiled kernel, the shared
+ * blocks on the row kernel). */
+static void decode_bits_equal_batch(mkmodel_opts_t o)
+{
+	int toks[20];
+	for (int i = 0; i < 20; i++)
+		toks[i] = (i * 37 + 11) % 300;
+	for (int threads = 1; threads <= 2; threads++) {
+		gen_t x, y;
+		if (gen_open_opts(&x, &o, "moe1", threads, CTX, QT_F32) ||
+		    gen_open_opts(&y, &o, "moe1", threads, CTX, QT_F32)) {
+			CHECK(0);
+			gen_close(&x);
+			return;
+		}
+		int V = x.meta.n_vocab;
+		float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+		CHECK_EQ_INT(model_forward(x.m, toks, 20, 0, a), 0);
+		for (int i = 0; i < 20; i++)
+			CHECK_EQ_INT(model_forward(y.m, &toks[i], 1, i, b), 0);
+		int same = !memcmp(a, b, (size_t)V * sizeof *a);
+		if (!same)
+			fprintf(stderr,
+				"%s type %d, %d threads: decode's logits differ from the batch's\n",
+				o.arch, o.type, threads);
+		CHECK(same);
+		free(a);
+		free(b);
+		gen_close(&x);
+		gen_close(&y);
+	}
+}
+
+TEST(decode_bits_equal_batch)
+{
+	static const char *arch[] = {"mixtral", "qwen2moe", "qwen3moe"};
+	for (int i = 0; i < 3; i++)
+		for (int q = 0; q < 2; q++) {
+			mkmodel_opts_t o = {.arch = arch[i],
+					    .dim = 128,
+					    .layers = 2,
+					    .heads = 4,
+					    .kv_heads = 2,
+					    .ffn = 128,
+					    .vocab = 320,
+					    .ctx = CTX,
+					    .type = q ? QT_Q8_0 : QT_F32,
+					    .seed = 11,
+					    .experts = 8,
+					    .experts_used = 2,
+					    .expert_ffn = 64};
+			decode_bits_equal_batch(o);
+		}
+	for (int q = 0; q < 2; q++) { /* a leading dense layer, a shared expert, sigmoid router */
+		mkmodel_opts_t o = {.arch = "glm4moe",
+				    .dim = 256,
+				    .layers = 3,
+				    .heads = 4,
+				    .kv_heads = 2,
+				    .head_dim = 64,
+				    .ffn = 512,
+				    .vocab = 320,
+				    .ctx = CTX,
+				    .type = q ? QT_Q8_0 : QT_F32,
+				    .seed = 9,
+				    .experts = 8,
+				    .experts_used = 4,
+				    .expert_ffn = 128,
+				    .nextn = 1};
+		decode_bits_equal_batch(o);
+	}
+	static const int oss[] = {QT_F32, QT_Q8_0, QT_MXFP4}; /* the experts' biases */
+	for (int q = 0; q < 3; q++) {
+		mkmodel_opts_t o = {.arch = "gpt-oss",
+				    .dim = 128,
+				    .layers = 2,
+				    .heads = 4,
+				    .kv_heads = 2,
+				    .head_dim = 32,
+				    .ffn = 64,
+				    .vocab = 320,
+				    .ctx = CTX,
+				    .type = oss[q],
+				    .seed = 11,
+				    .experts = 8,
+				    .experts_used = 2,
+				    .swa_window = 8};
+		decode_bits_equal_batch(o);
+	}
+	for (int q = 0; q < 2; q++) { /* DeltaNet layers, a gated shared expert */
+		mkmodel_opts_t o = {.arch = "qwen35moe",
+				    .dim = 128,
+				    .layers = 4,
+				    .heads = 4,
+				    .kv_heads = 2,
+				    .head_dim = 32,
+				    .ffn = 256,
+				    .vocab = 320,
+				    .ctx = CTX,
+				    .type = q ? QT_Q8_0 : QT_F32,
+				    .seed = 5,
+				    .experts = 8,
+				    .experts_used = 2,
+				    .expert_ffn = 64,
+				    .ssm_state = 32,
+				    .ssm_k_heads = 2,
+				    .ssm_v_heads = 4,
+				    .attn_interval = 3,
+				    .rope_dim = 8};
+		decode_bits_equal_batch(o);
+	}
+}
+
 /* ---- the routing function on its own ------------------------------------------------------ */
 
 TEST(route_softmax_topk_norm)
@@ -640,6 +757,7 @@ int main(void)
 	RUN(qwen2moe_q8_0_greedy);
 	RUN(qwen3moe_q8_0_greedy);
 	RUN(prefill_groups_tokens_by_expert);
+	RUN(decode_bits_equal_batch);
 	RUN(mixtral_shards_2_1);
 	RUN(qwen2moe_shards_2_1);
 	RUN(qwen2moe_shards_2_1_1);

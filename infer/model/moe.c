@@ -61,6 +61,10 @@ struct moe_scratch {
 	int *tok;       /* [max_b]: the batch rows routed to the expert at hand */
 	float *tw;      /* [max_b]: their weights */
 	int *trace;     /* test hook (borrowed), or NULL */
+	/* one token (moe_ffn_one): the chosen experts' and the shared block's rows side by side */
+	float *eh, *eh2; /* [K + 1][max(F, n_shx)] */
+	float *ey;       /* [K + 1][dim] */
+	uint8_t *act;    /* [2K + 2][m->act_stride]: their prepared inputs */
 };
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -314,8 +318,13 @@ int moe_scratch_new(model_t *m)
 	s->h2 = malloc(b * w * sizeof(float));
 	s->tok = malloc(b * sizeof(int));
 	s->tw = malloc(b * sizeof(float));
+	size_t k1 = (size_t)p->n_experts_used + 1;
+	s->eh = malloc(k1 * w * sizeof(float));
+	s->eh2 = malloc(k1 * w * sizeof(float));
+	s->ey = malloc(k1 * p->dim * sizeof(float));
+	s->act = aligned_alloc(64, 2 * k1 * m->act_stride);
 	if (!s->logits || !s->sel || !s->wt || !s->xs || !s->ys || !s->h || !s->h2 || !s->tok ||
-	    !s->tw)
+	    !s->tw || !s->eh || !s->eh2 || !s->ey || !s->act)
 		return SH_ENOMEM;
 	return 0;
 }
@@ -333,6 +342,10 @@ void moe_scratch_free(moe_scratch_t *s)
 	free(s->h2);
 	free(s->tok);
 	free(s->tw);
+	free(s->eh);
+	free(s->eh2);
+	free(s->ey);
+	free(s->act);
 	free(s);
 }
 
@@ -420,6 +433,87 @@ static float dot(const float *a, const float *b, int n)
 	return s;
 }
 
+/* One token (decode): the chosen held experts' gate and up and the shared block's in one pool
+ * dispatch over the one prepared input, then their down projections in another (each pool run
+ * wakes the threads; one per matrix left them waiting more than working on a 0.5B MoE); every
+ * output element is the same dot as moe_ffn's batch path computes, and the weighted sum adds
+ * the experts in the same (ascending) order, so the bits are those of any batch. */
+#define MOE_ONE_K 16 /* more chosen experts than this take the batch path */
+
+static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
+{
+	const model_meta_t *p = &m->meta;
+	moe_scratch_t *s = m->moe;
+	int D = p->dim, K = p->n_experts_used, F = p->ffn_exp, n = 0;
+	size_t W = (size_t)MAX(F, MAX(m->sh.n_shx, 1));
+	const float *xb = m->xb;
+	float *out = m->xb2;
+	int le[MOE_ONE_K];
+	float tw[MOE_ONE_K];
+	for (int e = m->sh.exp0; e < m->sh.exp0 + m->sh.n_exp; e++) /* ascending, as the batch */
+		for (int k = 0; k < K; k++)
+			if (s->sel[k] == e) {
+				le[n] = e - m->sh.exp0;
+				tw[n++] = s->wt[k];
+			}
+	int nm = n + ml->has_sh;
+	if (!nm) {
+		memset(out, 0, (size_t)D * sizeof *out);
+		return;
+	}
+	wmat_t g[MOE_ONE_K + 1], u[MOE_ONE_K + 1], d[MOE_ONE_K + 1];
+	const wmat_t *w[2 * (MOE_ONE_K + 1)];
+	float *o[2 * (MOE_ONE_K + 1)];
+	const float *x[2 * (MOE_ONE_K + 1)];
+	for (int i = 0; i < n; i++) {
+		g[i] = mat_rows(ml->gate_h, le[i] * F, F);
+		u[i] = mat_rows(ml->up_h, le[i] * F, F);
+		d[i] = mat_rows(ml->down_h, le[i] * D, D);
+	}
+	if (ml->has_sh) {
+		g[n] = ml->sh_gate;
+		u[n] = ml->sh_up;
+		d[n] = ml->sh_down;
+	}
+	for (int i = 0; i < nm; i++) {
+		w[2 * i] = &g[i];
+		w[2 * i + 1] = &u[i];
+		o[2 * i] = s->eh + i * W;
+		o[2 * i + 1] = s->eh2 + i * W;
+		x[2 * i] = x[2 * i + 1] = xb;
+	}
+	matmul_each(m, 2 * nm, w, o, x, s->act);
+	for (int i = 0; i < nm; i++) {
+		int rows = g[i].rows;
+		float *h = s->eh + i * W;
+		if (i < n) { /* gpt-oss: the expert's biases */
+			add_bias(h, ml->gate_b ? ml->gate_b + (size_t)le[i] * F : NULL, 1, F);
+			add_bias(s->eh2 + i * W, ml->up_b ? ml->up_b + (size_t)le[i] * F : NULL, 1,
+				 F);
+		}
+		swiglu(p, h, s->eh2 + i * W, rows);
+		w[i] = &d[i];
+		o[i] = s->ey + (size_t)i * D;
+		x[i] = h;
+	}
+	matmul_each(m, nm, w, o, x, s->act);
+	memset(out, 0, (size_t)D * sizeof *out);
+	for (int i = 0; i < n; i++) {
+		float *y = s->ey + (size_t)i * D;
+		add_bias(y, ml->down_b ? ml->down_b + (size_t)le[i] * D : NULL, 1, D);
+		for (int j = 0; j < D; j++)
+			out[j] += tw[i] * y[j];
+	}
+	if (ml->has_sh) {
+		float gsc = 1.0f;
+		if (ml->shexp_gate)
+			gsc = 1.0f / (1.0f + expf(-dot(ml->shexp_gate, xb, D)));
+		const float *y = s->ey + (size_t)n * D;
+		for (int j = 0; j < D; j++)
+			out[j] += gsc * y[j];
+	}
+}
+
 void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 {
 	const model_meta_t *p = &m->meta;
@@ -441,6 +535,10 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 	if (s->trace)
 		memcpy(s->trace + (size_t)ml->layer * K, s->sel + (size_t)(B - 1) * K,
 		       (size_t)K * sizeof(int));
+	if (B == 1 && K <= MOE_ONE_K) {
+		moe_ffn_one(m, ml);
+		return;
+	}
 	memset(out, 0, (size_t)B * D * sizeof *out);
 
 	/* routed experts held here: each one's tokens gathered, its weights read once */
