@@ -516,37 +516,44 @@ static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
 }
 
 /* lg[e] = W_r[e, :] . x for the E experts, each the plain loop's sum (dot: from 0, i ascending,
- * every product rounded and then added), 32 or 8 experts side by side over the transposed
+ * every product rounded and then added), 32 or 4 experts side by side over the transposed
  * router: one dot is a chain of dim dependent adds (~3 cycles each), which made the router
  * alone ~2 ms a layer at 512 experts of 4096 (Qwen3.5-397B). */
-typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16))); /* SSE2 / NEON without target flags */
 
 static void router_logits(const float *rt, int E, int D, const float *x, float *lg)
 {
 	int e = 0;
 	for (; e + 32 <= E; e += 32) {
-		v8f a0 = {0}, a1 = a0, a2 = a0, a3 = a0, r0, r1, r2, r3;
+		v4f a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
 		for (int i = 0; i < D; i++) {
 			const float *p = rt + (size_t)i * E + e;
-			memcpy(&r0, p, sizeof r0);
-			memcpy(&r1, p + 8, sizeof r1);
-			memcpy(&r2, p + 16, sizeof r2);
-			memcpy(&r3, p + 24, sizeof r3);
-			a0 += r0 * x[i];
-			a1 += r1 * x[i];
-			a2 += r2 * x[i];
-			a3 += r3 * x[i];
+			v4f xi = {x[i], x[i], x[i], x[i]};
+#define ROUTER_STEP(a, k)                                                                          \
+	do {                                                                                       \
+		v4f r;                                                                             \
+		memcpy(&r, p + 4 * (k), sizeof r);                                                 \
+		a += r * xi;                                                                       \
+	} while (0)
+			ROUTER_STEP(a0, 0);
+			ROUTER_STEP(a1, 1);
+			ROUTER_STEP(a2, 2);
+			ROUTER_STEP(a3, 3);
+			ROUTER_STEP(a4, 4);
+			ROUTER_STEP(a5, 5);
+			ROUTER_STEP(a6, 6);
+			ROUTER_STEP(a7, 7);
+#undef ROUTER_STEP
 		}
-		memcpy(lg + e, &a0, sizeof a0);
-		memcpy(lg + e + 8, &a1, sizeof a1);
-		memcpy(lg + e + 16, &a2, sizeof a2);
-		memcpy(lg + e + 24, &a3, sizeof a3);
+		v4f a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+		memcpy(lg + e, a, sizeof a);
 	}
-	for (; e + 8 <= E; e += 8) {
-		v8f a = {0}, r;
+	for (; e + 4 <= E; e += 4) {
+		v4f a = {0}, r;
 		for (int i = 0; i < D; i++) {
+			v4f xi = {x[i], x[i], x[i], x[i]};
 			memcpy(&r, rt + (size_t)i * E + e, sizeof r);
-			a += r * x[i];
+			a += r * xi;
 		}
 		memcpy(lg + e, &a, sizeof a);
 	}
