@@ -374,10 +374,12 @@ TEST(prefill_groups_tokens_by_expert)
 
 /* One token (moe.c's moe_ffn_one: the chosen experts' and the shared block's matrices in two
  * pool dispatches) gives the bits of the batch path (tokens grouped by expert, one expert at a
- * time): the logits after 20 tokens decoded one at a time equal those of the same 20 in one
- * batch, bit for bit, with 1 and 2 threads, for each MoE family and the weight types its
- * experts take (F32 on the row kernel; Q8_0 and MXFP4 on the repacked tiled kernel, the shared
- * blocks on the row kernel). */
+ * time): after 17 tokens one at a time, the logits of 3 more decoded one at a time equal those
+ * of the 3 in one batch, bit for bit, with 1 and 2 threads, for each MoE family and the weight
+ * types its experts take (F32 on the row kernel; Q8_0 and MXFP4 on the repacked tiled kernel,
+ * the shared blocks on the row kernel). A batch of 3: from 4 inputs (ROWS8_MIN) the shared
+ * block's Q8_0 and F32 rows take the batched row kernel, whose sums run in another order than
+ * the one-input kernel's (a batch-variance of its own, not this path's). */
 static void decode_bits_equal_batch(mkmodel_opts_t o)
 {
 	int toks[20];
@@ -393,9 +395,12 @@ static void decode_bits_equal_batch(mkmodel_opts_t o)
 		}
 		int V = x.meta.n_vocab;
 		float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
-		CHECK_EQ_INT(model_forward(x.m, toks, 20, 0, a), 0);
-		for (int i = 0; i < 20; i++)
+		for (int i = 0; i < 20; i++) {
+			if (i < 17) /* the same cache; then the last 3 tokens as one batch */
+				CHECK_EQ_INT(model_forward(x.m, &toks[i], 1, i, a), 0);
 			CHECK_EQ_INT(model_forward(y.m, &toks[i], 1, i, b), 0);
+		}
+		CHECK_EQ_INT(model_forward(x.m, toks + 17, 3, 17, a), 0);
 		int same = !memcmp(a, b, (size_t)V * sizeof *a);
 		if (!same)
 			fprintf(stderr,
