@@ -226,7 +226,10 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 
 /* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
  * context, an F32 cache. */
-static int moe_open(gen_t *x, const char *arch, int type, int threads)
+/* A small file of each MoE family: 8 experts of 64, 2 used (glm4moe: 4 of them, after its
+ * leading dense layer, sigmoid router; gpt-oss: the experts' biases; qwen35moe: DeltaNet layers,
+ * a gated shared expert). */
+static mkmodel_opts_t family_opts(const char *arch, int type)
 {
 	mkmodel_opts_t o = {.arch = arch,
 			    .dim = 128,
@@ -241,6 +244,19 @@ static int moe_open(gen_t *x, const char *arch, int type, int threads)
 			    .experts = 8,
 			    .experts_used = 2,
 			    .expert_ffn = 64};
+	if (!strcmp(arch, "glm4moe"))
+		o.layers = 3, o.head_dim = 32, o.experts_used = 4, o.nextn = 1;
+	if (!strcmp(arch, "gpt-oss"))
+		o.head_dim = 32, o.ffn = 64, o.swa_window = 8;
+	if (!strcmp(arch, "qwen35moe"))
+		o.layers = 4, o.head_dim = 32, o.ssm_state = 32, o.ssm_k_heads = 2,
+		o.ssm_v_heads = 4, o.attn_interval = 3, o.rope_dim = 8;
+	return o;
+}
+
+static int moe_open(gen_t *x, const char *arch, int type, int threads)
+{
+	mkmodel_opts_t o = family_opts(arch, type);
 	return gen_open_opts(x, &o, "moe", threads, CTX, QT_F32);
 }
 
@@ -416,82 +432,12 @@ static void decode_bits_equal_batch(mkmodel_opts_t o)
 
 TEST(decode_bits_equal_batch)
 {
-	static const char *arch[] = {"mixtral", "qwen2moe", "qwen3moe"};
-	for (int i = 0; i < 3; i++)
-		for (int q = 0; q < 2; q++) {
-			mkmodel_opts_t o = {.arch = arch[i],
-					    .dim = 128,
-					    .layers = 2,
-					    .heads = 4,
-					    .kv_heads = 2,
-					    .ffn = 128,
-					    .vocab = 320,
-					    .ctx = CTX,
-					    .type = q ? QT_Q8_0 : QT_F32,
-					    .seed = 11,
-					    .experts = 8,
-					    .experts_used = 2,
-					    .expert_ffn = 64};
-			decode_bits_equal_batch(o);
-		}
-	for (int q = 0; q < 2; q++) { /* a leading dense layer, a shared expert, sigmoid router */
-		mkmodel_opts_t o = {.arch = "glm4moe",
-				    .dim = 256,
-				    .layers = 3,
-				    .heads = 4,
-				    .kv_heads = 2,
-				    .head_dim = 64,
-				    .ffn = 512,
-				    .vocab = 320,
-				    .ctx = CTX,
-				    .type = q ? QT_Q8_0 : QT_F32,
-				    .seed = 9,
-				    .experts = 8,
-				    .experts_used = 4,
-				    .expert_ffn = 128,
-				    .nextn = 1};
-		decode_bits_equal_batch(o);
-	}
-	static const int oss[] = {QT_F32, QT_Q8_0, QT_MXFP4}; /* the experts' biases */
-	for (int q = 0; q < 3; q++) {
-		mkmodel_opts_t o = {.arch = "gpt-oss",
-				    .dim = 128,
-				    .layers = 2,
-				    .heads = 4,
-				    .kv_heads = 2,
-				    .head_dim = 32,
-				    .ffn = 64,
-				    .vocab = 320,
-				    .ctx = CTX,
-				    .type = oss[q],
-				    .seed = 11,
-				    .experts = 8,
-				    .experts_used = 2,
-				    .swa_window = 8};
-		decode_bits_equal_batch(o);
-	}
-	for (int q = 0; q < 2; q++) { /* DeltaNet layers, a gated shared expert */
-		mkmodel_opts_t o = {.arch = "qwen35moe",
-				    .dim = 128,
-				    .layers = 4,
-				    .heads = 4,
-				    .kv_heads = 2,
-				    .head_dim = 32,
-				    .ffn = 256,
-				    .vocab = 320,
-				    .ctx = CTX,
-				    .type = q ? QT_Q8_0 : QT_F32,
-				    .seed = 5,
-				    .experts = 8,
-				    .experts_used = 2,
-				    .expert_ffn = 64,
-				    .ssm_state = 32,
-				    .ssm_k_heads = 2,
-				    .ssm_v_heads = 4,
-				    .attn_interval = 3,
-				    .rope_dim = 8};
-		decode_bits_equal_batch(o);
-	}
+	static const char *arch[] = {"mixtral", "qwen2moe", "qwen3moe",
+				     "glm4moe", "gpt-oss",  "qwen35moe"};
+	static const int type[] = {QT_F32, QT_Q8_0, QT_MXFP4};
+	for (size_t i = 0; i < ARRAY_LEN(arch); i++)
+		for (int t = 0; t < 2 + !strcmp(arch[i], "gpt-oss"); t++)
+			decode_bits_equal_batch(family_opts(arch[i], type[t]));
 }
 
 /* ---- the routing function on its own ------------------------------------------------------ */
