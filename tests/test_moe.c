@@ -224,8 +224,6 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-/* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
- * context, an F32 cache. */
 /* A small file of each MoE family: 8 experts of 64, 2 used (glm4moe: 4 of them, after its
  * leading dense layer, sigmoid router; gpt-oss: the experts' biases; qwen35moe: DeltaNet layers,
  * a gated shared expert). */
@@ -254,6 +252,8 @@ static mkmodel_opts_t family_opts(const char *arch, int type)
 	return o;
 }
 
+/* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
+ * context, an F32 cache. */
 static int moe_open(gen_t *x, const char *arch, int type, int threads)
 {
 	mkmodel_opts_t o = family_opts(arch, type);
