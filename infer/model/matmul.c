@@ -154,7 +154,8 @@ typedef struct mm_job {
 	int n_mat;
 	const wmat_t *w[MM_MAX_MAT];
 	float *out[MM_MAX_MAT];            /* [B][w->rows] */
-	const quant_act_t *xa[MM_MAX_MAT]; /* matrix k's B prepared inputs ([B][w->cols]) */
+	const quant_act_t *xa[MM_MAX_MAT]; /* matrix k's nb[k] prepared inputs */
+	int nb[MM_MAX_MAT];                /* ... their number (B, or matmul_each's) */
 	int B;
 	int per;                    /* row-kernel chunks per matrix */
 	int cum[MM_MAX_MAT + 1];    /* tiled path: chunks of matrices before k */
@@ -177,18 +178,18 @@ static void mm_matvec_part(const mm_job_t *j, int k, int part)
 	pool_split(w->rows, part, j->per, 4, &lo, &hi);
 	/* an integer batched kernel sums in another order than rows: a token's bits must not
 	 * depend on the batch, so such a type takes it for any batch (quant.h's rows8) */
-	int rows8 = w->ops->rows8 && (j->B >= ROWS8_MIN || w->ops->act_type != QT_F32);
+	int rows8 = w->ops->rows8 && (j->nb[k] >= ROWS8_MIN || w->ops->act_type != QT_F32);
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
 		if (rows8) { /* one pass over these rows per 8 inputs */
-			for (int b = 0; b < j->B; b += 8)
+			for (int b = 0; b < j->nb[k]; b += 8)
 				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
-					      w->row_bytes, nr, &j->xa[k][b], MIN(8, j->B - b),
+					      w->row_bytes, nr, &j->xa[k][b], MIN(8, j->nb[k] - b),
 					      w->cols);
 			continue;
 		}
-		for (int b = 0; b < j->B; b++)
+		for (int b = 0; b < j->nb[k]; b++)
 			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
 				     &j->xa[k][b], w->cols);
 	}
@@ -208,9 +209,9 @@ static void mm_gemm_groups(const mm_job_t *j, int k, int g0, int ng)
 {
 	const wmat_t *w = j->w[k];
 	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
-	for (int b = 0; b < j->B; b += QR_NT)
+	for (int b = 0; b < j->nb[k]; b += QR_NT)
 		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
-			&j->xa[k][b], MIN(QR_NT, j->B - b), w->cols);
+			&j->xa[k][b], MIN(QR_NT, j->nb[k] - b), w->cols);
 }
 
 /* Matrix k's rows past its last whole group, by the row kernel. */
@@ -218,7 +219,7 @@ static void mm_gemm_tail(const mm_job_t *j, int k)
 {
 	const wmat_t *w = j->w[k];
 	int r0 = w->rp_groups * QR_ROWS;
-	for (int b = 0; b < j->B; b++)
+	for (int b = 0; b < j->nb[k]; b++)
 		w->ops->rows(j->out[k] + (size_t)b * w->rows + r0,
 			     w->data + (size_t)r0 * w->row_bytes, w->row_bytes, w->rows - r0,
 			     &j->xa[k][b], w->cols);
@@ -328,6 +329,7 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		j.w[k] = w[k];
 		j.out[k] = out[k];
 		j.xa[k] = j.acts;
+		j.nb[k] = B;
 	}
 	int nt = pool_threads(m->pool), rows = w[0]->rows, tiled = 1;
 	for (int k = 0; k < n_mat; k++)
@@ -354,31 +356,54 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 	pool_run(m->pool, mm_matvec_task, &j, n_mat * j.per);
 }
 
-void matmul_each(model_t *m, int n, const wmat_t **w, float **out, const float **x, uint8_t *act)
+/* n <= MM_MAX_MAT matrices with their prepared inputs: the one-token plan (row-kernel parts,
+ * then the tiled groups back to back, then the tails) whatever nb[k] (<= QR_NT: one tile). */
+static void mm_each_run(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+			const quant_act_t *const *xa)
 {
-	for (; n > MM_MAX_MAT; n -= MM_MAX_MAT, w += MM_MAX_MAT, out += MM_MAX_MAT, x += MM_MAX_MAT,
-			       act += MM_MAX_MAT * m->act_stride)
-		matmul_each(m, MM_MAX_MAT, w, out, x, act);
 	mm_job_t j;
-	int na = 0, from[MM_MAX_MAT]; /* prepared input a came from matrix from[a] */
 	j.m = m;
 	j.n_mat = n;
 	j.B = 1;
 	for (int k = 0; k < n; k++) {
 		j.w[k] = w[k];
 		j.out[k] = out[k];
+		j.xa[k] = xa[k];
+		j.nb[k] = nb[k];
+	}
+	pool_run(m->pool, mm_seq_task, &j, mm_seq_plan(&j, pool_threads(m->pool)));
+}
+
+void matmul_each_acts(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+		      const quant_act_t *const *xa)
+{
+	for (; n > 0; n -= MM_MAX_MAT, w += MM_MAX_MAT, out += MM_MAX_MAT, nb += MM_MAX_MAT,
+		      xa += MM_MAX_MAT)
+		mm_each_run(m, MIN(n, MM_MAX_MAT), w, out, nb, xa);
+}
+
+void matmul_each(model_t *m, int n, const wmat_t **w, float **out, const float **x, uint8_t *act)
+{
+	for (; n > MM_MAX_MAT; n -= MM_MAX_MAT, w += MM_MAX_MAT, out += MM_MAX_MAT, x += MM_MAX_MAT,
+			       act += MM_MAX_MAT * m->act_stride)
+		matmul_each(m, MM_MAX_MAT, w, out, x, act);
+	quant_act_t acts[MM_MAX_MAT];
+	const quant_act_t *xa[MM_MAX_MAT];
+	int na = 0, from[MM_MAX_MAT], nb[MM_MAX_MAT]; /* input a was prepared for matrix from[a] */
+	for (int k = 0; k < n; k++) {
 		int a = 0; /* the same input for the same type is prepared once */
 		while (a < na && (x[from[a]] != x[k] || w[from[a]]->type != w[k]->type ||
 				  w[from[a]]->cols != w[k]->cols))
 			a++;
 		if (a == na) {
 			quant_act_prepare(w[k]->type, x[k], w[k]->cols,
-					  act + (size_t)a * m->act_stride, &j.acts[a]);
+					  act + (size_t)a * m->act_stride, &acts[a]);
 			from[na++] = k;
 		}
-		j.xa[k] = &j.acts[a];
+		xa[k] = &acts[a];
+		nb[k] = 1;
 	}
-	pool_run(m->pool, mm_seq_task, &j, mm_seq_plan(&j, pool_threads(m->pool)));
+	mm_each_run(m, n, w, out, nb, xa);
 }
 
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B)

@@ -172,6 +172,11 @@ void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const f
  * once per weight type and width (by pointer: the same x for gate and up) into act, caller-owned
  * scratch of n x m->act_stride bytes. */
 void matmul_each(model_t *m, int n, const wmat_t **w, float **out, const float **x, uint8_t *act);
+/* The same with inputs the caller prepared (quant_act_prepare for each matrix's type and width):
+ * matrix k over its nb[k] <= 8 inputs xa[k][0..nb[k]), out[k] [nb[k]][rows], each output the
+ * bits matmul gives that input in any batch (a few sequences' tokens grouped by expert). */
+void matmul_each_acts(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+		      const quant_act_t *const *xa);
 
 /* ---- attn.c ------------------------------------------------------------------------------ */
 

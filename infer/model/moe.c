@@ -52,6 +52,9 @@ struct moe_layer {
 	uint8_t *sh_down_own;
 };
 
+#define MOE_ONE_K 16 /* more chosen experts than this take the batch path */
+#define MOE_FEW_B 8  /* tokens up to this (a few sequences' decode) take moe_ffn_few */
+
 struct moe_scratch {
 	float *logits;  /* [max_b][E] */
 	int *sel;       /* [max_b][K] */
@@ -61,10 +64,19 @@ struct moe_scratch {
 	int *tok;       /* [max_b]: the batch rows routed to the expert at hand */
 	float *tw;      /* [max_b]: their weights */
 	int *trace;     /* test hook (borrowed), or NULL */
-	/* one token (moe_ffn_one): the chosen experts' and the shared block's rows side by side */
-	float *eh, *eh2; /* [K + 1][max(F, n_shx)] */
-	float *ey;       /* [K + 1][dim] */
-	uint8_t *act;    /* [2K + 2][m->act_stride]: their prepared inputs */
+	/* one token (moe_ffn_one) or a few (moe_ffn_few): the chosen experts' and the shared
+	 * block's rows side by side; n_few = MOE_FEW_B x K (token, expert) pairs at most */
+	float *eh, *eh2; /* [n_few][F] + [MOE_FEW_B][n_shx] (one token: [K + 1][max(F, n_shx)]) */
+	float *ey;       /* [n_few + MOE_FEW_B][dim] */
+	uint8_t *act;    /* [n_few + 3 MOE_FEW_B][m->act_stride]: prepared inputs */
+	quant_act_t *qa; /* [n_few + 3 MOE_FEW_B]: their descriptors, then per pair */
+	int *ptok;       /* [n_few]: the pairs' tokens, expert after expert (ascending) */
+	float *pw;       /* [n_few]: their weights */
+	wmat_t *mv;      /* [3 n_few + 3]: views of the experts' matrices */
+	const wmat_t **w;
+	float **o;
+	int *nb;
+	const quant_act_t **xa; /* [2 n_few + 2] each */
 };
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -319,13 +331,24 @@ int moe_scratch_new(model_t *m)
 	s->h2 = malloc(b * w * sizeof(float));
 	s->tok = malloc(b * sizeof(int));
 	s->tw = malloc(b * sizeof(float));
-	size_t k1 = (size_t)p->n_experts_used + 1;
-	s->eh = malloc(k1 * w * sizeof(float));
-	s->eh2 = malloc(k1 * w * sizeof(float));
-	s->ey = malloc(k1 * p->dim * sizeof(float));
-	s->act = aligned_alloc(64, 2 * k1 * m->act_stride);
+	size_t k1 = (size_t)p->n_experts_used + 1, nf = (size_t)MOE_FEW_B * p->n_experts_used;
+	size_t S = (size_t)m->sh.n_shx, hw = MAX(k1 * w, nf * p->ffn_exp + MOE_FEW_B * S);
+	size_t na = MAX(2 * k1, nf + 3 * MOE_FEW_B), nm = 2 * nf + 2;
+	s->eh = malloc(hw * sizeof(float));
+	s->eh2 = malloc(hw * sizeof(float));
+	s->ey = malloc(MAX(k1, nf + MOE_FEW_B) * p->dim * sizeof(float));
+	s->act = aligned_alloc(64, na * m->act_stride);
+	s->qa = malloc((na + 2 * nf) * sizeof *s->qa);
+	s->ptok = malloc(nf * sizeof(int));
+	s->pw = malloc(nf * sizeof(float));
+	s->mv = malloc((3 * nf + 3) * sizeof *s->mv);
+	s->w = malloc(nm * sizeof *s->w);
+	s->o = malloc(nm * sizeof *s->o);
+	s->nb = malloc(nm * sizeof *s->nb);
+	s->xa = malloc(nm * sizeof *s->xa);
 	if (!s->logits || !s->sel || !s->wt || !s->xs || !s->ys || !s->h || !s->h2 || !s->tok ||
-	    !s->tw || !s->eh || !s->eh2 || !s->ey || !s->act)
+	    !s->tw || !s->eh || !s->eh2 || !s->ey || !s->act || !s->qa || !s->ptok || !s->pw ||
+	    !s->mv || !s->w || !s->o || !s->nb || !s->xa)
 		return SH_ENOMEM;
 	return 0;
 }
@@ -347,6 +370,14 @@ void moe_scratch_free(moe_scratch_t *s)
 	free(s->eh2);
 	free(s->ey);
 	free(s->act);
+	free(s->qa);
+	free(s->ptok);
+	free(s->pw);
+	free(s->mv);
+	free(s->w);
+	free(s->o);
+	free(s->nb);
+	free(s->xa);
 	free(s);
 }
 
@@ -439,8 +470,6 @@ static float dot(const float *a, const float *b, int n)
  * wakes the threads; one per matrix left them waiting more than working on a 0.5B MoE); every
  * output element is the same dot as moe_ffn's batch path computes, and the weighted sum adds
  * the experts in the same (ascending) order, so the bits are those of any batch. */
-#define MOE_ONE_K 16 /* more chosen experts than this take the batch path */
-
 static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
 {
 	const model_meta_t *p = &m->meta;
@@ -513,6 +542,115 @@ static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
 		for (int j = 0; j < D; j++)
 			out[j] += gsc * y[j];
 	}
+}
+
+/* A few tokens (continuous batching's decode of several sequences): the same two dispatches as
+ * moe_ffn_one, each chosen expert over the tokens that chose it (its weights read once); each
+ * token's row prepared once for gate and up of all its experts. The weighted sum adds each
+ * token's experts in ascending order, as the batch path below. Falls back to that path (returns
+ * 0) when gate and up differ in type. */
+static int moe_ffn_few(model_t *m, const moe_layer_t *ml, int B)
+{
+	const model_meta_t *p = &m->meta;
+	moe_scratch_t *s = m->moe;
+	int D = p->dim, K = p->n_experts_used, F = p->ffn_exp, n = 0, np = 0;
+	int S = ml->has_sh ? ml->sh_gate.rows : 0;
+	if (ml->gate_h.type != ml->up_h.type)
+		return 0;
+	const float *xb = m->xb;
+	float *out = m->xb2;
+	uint8_t *act = s->act;
+	quant_act_t *qg = s->qa, *qs = s->qa + B, *qd = s->qa + 2 * B; /* xb for gate/up, shared */
+	quant_act_t *qp = qd + (size_t)B * K + B; /* per pair: its token's xb for gate/up */
+	int le[MOE_FEW_B * MOE_ONE_K], p0[MOE_FEW_B * MOE_ONE_K + 1];
+	for (int e = m->sh.exp0; e < m->sh.exp0 + m->sh.n_exp; e++) { /* ascending, as below */
+		int start = np;
+		for (int b = 0; b < B; b++)
+			for (int k = 0; k < K; k++)
+				if (s->sel[b * K + k] == e) {
+					s->ptok[np] = b;
+					s->pw[np++] = s->wt[b * K + k];
+				}
+		if (np > start)
+			le[n] = e - m->sh.exp0, p0[n++] = start;
+	}
+	p0[n] = np;
+	for (int b = 0; b < B; b++, act += m->act_stride)
+		quant_act_prepare(ml->gate_h.type, xb + (size_t)b * D, D, act, &qg[b]);
+	if (ml->has_sh)
+		for (int b = 0; b < B; b++, act += m->act_stride)
+			quant_act_prepare(ml->sh_gate.type, xb + (size_t)b * D, D, act, &qs[b]);
+	for (int i = 0; i < np; i++)
+		qp[i] = qg[s->ptok[i]];
+	int nm = 0;
+	wmat_t *v = s->mv;
+	for (int i = 0; i < n; i++, v += 3) {
+		int c = p0[i + 1] - p0[i];
+		v[0] = mat_rows(ml->gate_h, le[i] * F, F);
+		v[1] = mat_rows(ml->up_h, le[i] * F, F);
+		v[2] = mat_rows(ml->down_h, le[i] * D, D);
+		for (int g = 0; g < 2; g++, nm++) {
+			s->w[nm] = &v[g];
+			s->o[nm] = (g ? s->eh2 : s->eh) + (size_t)p0[i] * F;
+			s->nb[nm] = c;
+			s->xa[nm] = qp + p0[i];
+		}
+	}
+	if (ml->has_sh) {
+		const wmat_t *sw[2] = {&ml->sh_gate, &ml->sh_up};
+		for (int g = 0; g < 2; g++, nm++) {
+			s->w[nm] = sw[g];
+			s->o[nm] = (g ? s->eh2 : s->eh) + (size_t)np * F;
+			s->nb[nm] = B;
+			s->xa[nm] = qs;
+		}
+	}
+	matmul_each_acts(m, nm, s->w, s->o, s->nb, s->xa);
+	/* the activations, then the down projections' inputs */
+	nm = 0;
+	v = s->mv;
+	for (int i = 0; i < n; i++, v += 3) {
+		int c = p0[i + 1] - p0[i];
+		float *h = s->eh + (size_t)p0[i] * F, *h2 = s->eh2 + (size_t)p0[i] * F;
+		add_bias(h, ml->gate_b ? ml->gate_b + (size_t)le[i] * F : NULL, c, F);
+		add_bias(h2, ml->up_b ? ml->up_b + (size_t)le[i] * F : NULL, c, F);
+		swiglu(p, h, h2, c * F);
+		for (int r = 0; r < c; r++, act += m->act_stride)
+			quant_act_prepare(v[2].type, h + (size_t)r * F, F, act, &qd[p0[i] + r]);
+		s->w[nm] = &v[2];
+		s->o[nm] = s->ey + (size_t)p0[i] * D;
+		s->nb[nm] = c;
+		s->xa[nm++] = qd + p0[i];
+	}
+	if (ml->has_sh) {
+		float *h = s->eh + (size_t)np * F;
+		swiglu(p, h, s->eh2 + (size_t)np * F, B * S);
+		for (int b = 0; b < B; b++, act += m->act_stride)
+			quant_act_prepare(ml->sh_down.type, h + (size_t)b * S, S, act, &qd[np + b]);
+		s->w[nm] = &ml->sh_down;
+		s->o[nm] = s->ey + (size_t)np * D;
+		s->nb[nm] = B;
+		s->xa[nm++] = qd + np;
+	}
+	matmul_each_acts(m, nm, s->w, s->o, s->nb, s->xa);
+	memset(out, 0, (size_t)B * D * sizeof *out);
+	for (int i = 0; i < n; i++)
+		for (int q = p0[i]; q < p0[i + 1]; q++) {
+			float *y = s->ey + (size_t)q * D, *o = out + (size_t)s->ptok[q] * D;
+			add_bias(y, ml->down_b ? ml->down_b + (size_t)le[i] * D : NULL, 1, D);
+			for (int j = 0; j < D; j++)
+				o[j] += s->pw[q] * y[j];
+		}
+	for (int b = 0; ml->has_sh && b < B; b++) {
+		float gsc = 1.0f;
+		if (ml->shexp_gate)
+			gsc = 1.0f / (1.0f + expf(-dot(ml->shexp_gate, xb + (size_t)b * D, D)));
+		float *o = out + (size_t)b * D;
+		const float *y = s->ey + (size_t)(np + b) * D;
+		for (int j = 0; j < D; j++)
+			o[j] += gsc * y[j];
+	}
+	return 1;
 }
 
 /* lg[e] = W_r[e, :] . x for the E experts, each the plain loop's sum (dot: from 0, i ascending,
@@ -590,6 +728,8 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 		moe_ffn_one(m, ml);
 		return;
 	}
+	if (B <= MOE_FEW_B && K <= MOE_ONE_K && moe_ffn_few(m, ml, B))
+		return;
 	memset(out, 0, (size_t)B * D * sizeof *out);
 
 	/* routed experts held here: each one's tokens gathered, its weights read once */
