@@ -224,9 +224,10 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 
 /* ---- fixtures ------------------------------------------------------------------------------- */
 
-/* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
- * context, an F32 cache. */
-static int moe_open(gen_t *x, const char *arch, int type, int threads)
+/* A small file of each MoE family: 8 experts of 64, 2 used (glm4moe: 4 of them, after its
+ * leading dense layer, sigmoid router; gpt-oss: the experts' biases; qwen35moe: DeltaNet layers,
+ * a gated shared expert). */
+static mkmodel_opts_t family_opts(const char *arch, int type)
 {
 	mkmodel_opts_t o = {.arch = arch,
 			    .dim = 128,
@@ -241,6 +242,21 @@ static int moe_open(gen_t *x, const char *arch, int type, int threads)
 			    .experts = 8,
 			    .experts_used = 2,
 			    .expert_ffn = 64};
+	if (!strcmp(arch, "glm4moe"))
+		o.layers = 3, o.head_dim = 32, o.experts_used = 4, o.nextn = 1;
+	if (!strcmp(arch, "gpt-oss"))
+		o.head_dim = 32, o.ffn = 64, o.swa_window = 8;
+	if (!strcmp(arch, "qwen35moe"))
+		o.layers = 4, o.head_dim = 32, o.ssm_state = 32, o.ssm_k_heads = 2,
+		o.ssm_v_heads = 4, o.attn_interval = 3, o.rope_dim = 8;
+	return o;
+}
+
+/* The fixture (gen_model.h): a small mixture of experts of arch in weight type, this file's
+ * context, an F32 cache. */
+static int moe_open(gen_t *x, const char *arch, int type, int threads)
+{
+	mkmodel_opts_t o = family_opts(arch, type);
 	return gen_open_opts(x, &o, "moe", threads, CTX, QT_F32);
 }
 
@@ -370,6 +386,58 @@ TEST(prefill_groups_tokens_by_expert)
 	free(b);
 	gen_close(&x);
 	gen_close(&y);
+}
+
+/* The three paths of moe.c give the same bits: one token (moe_ffn_one: the chosen experts' and
+ * the shared block's matrices in two pool dispatches), a few (moe_ffn_few, up to 8: the same
+ * over each expert's tokens) and a batch (one expert at a time). After 5 tokens one at a time,
+ * 12 in one batch, 3 in another, the logits equal those of the 20 one at a time, bit for bit,
+ * with 1 and 2 threads, for each MoE family and the weight types its experts take (F32 on the
+ * row kernel; Q8_0 and MXFP4 on the repacked tiled kernel; the shared blocks on the row kernel,
+ * Q8_0's batched one for any batch). */
+static void decode_bits_equal_batch(mkmodel_opts_t o)
+{
+	int toks[20];
+	for (int i = 0; i < 20; i++)
+		toks[i] = (i * 37 + 11) % 300;
+	for (int threads = 1; threads <= 2; threads++) {
+		gen_t x, y;
+		if (gen_open_opts(&x, &o, "moe1", threads, CTX, QT_F32) ||
+		    gen_open_opts(&y, &o, "moe1", threads, CTX, QT_F32)) {
+			CHECK(0);
+			gen_close(&x);
+			return;
+		}
+		int V = x.meta.n_vocab;
+		float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+		for (int i = 0; i < 20; i++) {
+			if (i < 5)
+				CHECK_EQ_INT(model_forward(x.m, &toks[i], 1, i, a), 0);
+			CHECK_EQ_INT(model_forward(y.m, &toks[i], 1, i, b), 0);
+		}
+		CHECK_EQ_INT(model_forward(x.m, toks + 5, 12, 5, a), 0);
+		CHECK_EQ_INT(model_forward(x.m, toks + 17, 3, 17, a), 0);
+		int same = !memcmp(a, b, (size_t)V * sizeof *a);
+		if (!same)
+			fprintf(stderr,
+				"%s type %d, %d threads: decode's logits differ from the batch's\n",
+				o.arch, o.type, threads);
+		CHECK(same);
+		free(a);
+		free(b);
+		gen_close(&x);
+		gen_close(&y);
+	}
+}
+
+TEST(decode_bits_equal_batch)
+{
+	static const char *arch[] = {"mixtral", "qwen2moe", "qwen3moe",
+				     "glm4moe", "gpt-oss",  "qwen35moe"};
+	static const int type[] = {QT_F32, QT_Q8_0, QT_MXFP4};
+	for (size_t i = 0; i < ARRAY_LEN(arch); i++)
+		for (int t = 0; t < 2 + !strcmp(arch[i], "gpt-oss"); t++)
+			decode_bits_equal_batch(family_opts(arch[i], type[t]));
 }
 
 /* ---- the routing function on its own ------------------------------------------------------ */
@@ -640,6 +708,7 @@ int main(void)
 	RUN(qwen2moe_q8_0_greedy);
 	RUN(qwen3moe_q8_0_greedy);
 	RUN(prefill_groups_tokens_by_expert);
+	RUN(decode_bits_equal_batch);
 	RUN(mixtral_shards_2_1);
 	RUN(qwen2moe_shards_2_1);
 	RUN(qwen2moe_shards_2_1_1);

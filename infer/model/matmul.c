@@ -144,58 +144,64 @@ static int mm_repacked(const wmat_t *w, int B)
 
 /* ---- matmul: out[b][r] = W[r, :] . x[b][:] for B inputs and up to MAX_MULTI matrices -------- */
 
+/* Matrices in one job: MAX_MULTI sharing an input (matmul_same_input), or a MoE layer's chosen
+ * experts and shared block with an input each (matmul_each: 2 x 10 + 2 gate/up for the largest
+ * routers of 2026). */
+#define MM_MAX_MAT 32
+
 typedef struct mm_job {
 	model_t *m;
 	int n_mat;
-	const wmat_t *w[MAX_MULTI];
-	float *out[MAX_MULTI]; /* [B][w->rows] */
-	const float *x;        /* [B][cols] (same cols for every matrix) */
-	int B, cols;
-	int per;                 /* chunks per matrix */
-	int cum[MAX_MULTI + 1];  /* tiled path: chunks of matrices before k */
-	int gper;                /* tiled path, a batch: row groups per chunk */
-	int n_seq;               /* tiled path, one token: chunks of row groups; then the tails */
-	int gcum[MAX_MULTI + 1]; /* ... groups of matrices before k */
+	const wmat_t *w[MM_MAX_MAT];
+	float *out[MM_MAX_MAT];            /* [B][w->rows] */
+	const quant_act_t *xa[MM_MAX_MAT]; /* matrix k's nb[k] prepared inputs */
+	int nb[MM_MAX_MAT];                /* ... their number (B, or matmul_each's) */
+	int B;
+	int per;                    /* row-kernel chunks per matrix */
+	int cum[MM_MAX_MAT + 1];    /* tiled path: chunks of matrices before k */
+	int gper;                   /* tiled path, a batch: row groups per chunk */
+	int n_mv, mv[MM_MAX_MAT];   /* one token: the matrices on the row kernel (n_mv x per chunks
+				     * first), then the tiled ones: */
+	int n_seq;                  /* ... chunks of row groups; then the tails */
+	int gcum[MM_MAX_MAT + 1];   /* ... tiled groups of matrices before k */
 	int seq[MM_MAX_CHUNKS + 1]; /* ... chunk i is groups [seq[i], seq[i + 1]) of them all */
-	int tail[MAX_MULTI];        /* ... chunk n_seq + i: the rows past the last group of
+	int tail[MM_MAX_MAT];       /* ... chunk n_seq + i: the rows past the last group of
 				     * matrix tail[i] */
 	quant_act_t acts[64];       /* per input, integer path */
 } mm_job_t;
 
-/* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
-static void mm_chunk_rows(const mm_job_t *j, int c, int align, const wmat_t **w, int *k, int *lo,
-			  int *hi)
+/* Part `part` of j->per of matrix k's rows by the row kernel (or its batched one, rows8). */
+static void mm_matvec_part(const mm_job_t *j, int k, int part)
 {
-	*k = c / j->per;
-	*w = j->w[*k];
-	pool_split((*w)->rows, c % j->per, j->per, align, lo, hi);
-}
-
-static void mm_matvec_task(void *ctx, int c, int nc, int tid)
-{
-	mm_job_t *j = ctx;
-	const wmat_t *w;
-	int k, lo, hi;
-	(void)nc;
-	(void)tid;
-	mm_chunk_rows(j, c, 4, &w, &k, &lo, &hi);
+	const wmat_t *w = j->w[k];
+	int lo, hi;
+	pool_split(w->rows, part, j->per, 4, &lo, &hi);
 	/* an integer batched kernel sums in another order than rows: a token's bits must not
 	 * depend on the batch, so such a type takes it for any batch (quant.h's rows8) */
-	int rows8 = w->ops->rows8 && (j->B >= ROWS8_MIN || w->ops->act_type != QT_F32);
+	int rows8 = w->ops->rows8 && (j->nb[k] >= ROWS8_MIN || w->ops->act_type != QT_F32);
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
 		if (rows8) { /* one pass over these rows per 8 inputs */
-			for (int b = 0; b < j->B; b += 8)
+			for (int b = 0; b < j->nb[k]; b += 8)
 				w->ops->rows8(j->out[k] + (size_t)b * w->rows + r, w->rows, wr,
-					      w->row_bytes, nr, &j->acts[b], MIN(8, j->B - b),
-					      j->cols);
+					      w->row_bytes, nr, &j->xa[k][b], MIN(8, j->nb[k] - b),
+					      w->cols);
 			continue;
 		}
-		for (int b = 0; b < j->B; b++)
+		for (int b = 0; b < j->nb[k]; b++)
 			w->ops->rows(j->out[k] + (size_t)b * w->rows + r, wr, w->row_bytes, nr,
-				     &j->acts[b], j->cols);
+				     &j->xa[k][b], w->cols);
 	}
+}
+
+/* Chunk c of a multi-matrix job: matrix c / per, part c % per of its rows. */
+static void mm_matvec_task(void *ctx, int c, int nc, int tid)
+{
+	mm_job_t *j = ctx;
+	(void)nc;
+	(void)tid;
+	mm_matvec_part(j, c / j->per, c % j->per);
 }
 
 /* Row groups [g0, g0 + ng) of matrix k, all B tokens in tiles of QR_NT. */
@@ -203,9 +209,9 @@ static void mm_gemm_groups(const mm_job_t *j, int k, int g0, int ng)
 {
 	const wmat_t *w = j->w[k];
 	const uint8_t *wp = w->rp + (size_t)g0 * quant_repack_group_bytes(w->type, w->cols);
-	for (int b = 0; b < j->B; b += QR_NT)
+	for (int b = 0; b < j->nb[k]; b += QR_NT)
 		w->gemm(j->out[k] + (size_t)b * w->rows + g0 * QR_ROWS, w->rows, wp, ng,
-			&j->acts[b], MIN(QR_NT, j->B - b), j->cols);
+			&j->xa[k][b], MIN(QR_NT, j->nb[k] - b), w->cols);
 }
 
 /* Matrix k's rows past its last whole group, by the row kernel. */
@@ -213,10 +219,10 @@ static void mm_gemm_tail(const mm_job_t *j, int k)
 {
 	const wmat_t *w = j->w[k];
 	int r0 = w->rp_groups * QR_ROWS;
-	for (int b = 0; b < j->B; b++)
+	for (int b = 0; b < j->nb[k]; b++)
 		w->ops->rows(j->out[k] + (size_t)b * w->rows + r0,
 			     w->data + (size_t)r0 * w->row_bytes, w->row_bytes, w->rows - r0,
-			     &j->acts[b], j->cols);
+			     &j->xa[k][b], w->cols);
 }
 
 /* Tiled path, a batch: chunk c is GEMM_GROUPS row groups of one matrix, or that matrix's rows
@@ -236,13 +242,19 @@ static void mm_gemm_task(void *ctx, int c, int nc, int tid)
 		mm_gemm_groups(j, k, g0, MIN(j->gper, j->w[k]->rp_groups - g0));
 }
 
-/* Tiled path, one token: chunk c is groups [seq[c], seq[c + 1]) of the matrices' groups back to
- * back (a chunk may end one matrix and start the next), or a tail. */
+/* One token: chunk c is a part of a row-kernel matrix (the first n_mv x per), groups
+ * [seq[c], seq[c + 1]) of the tiled matrices' groups back to back (a chunk may end one matrix
+ * and start the next), or a tail. */
 static void mm_seq_task(void *ctx, int c, int nc, int tid)
 {
 	mm_job_t *j = ctx;
 	(void)nc;
 	(void)tid;
+	if (c < j->n_mv * j->per) {
+		mm_matvec_part(j, j->mv[c / j->per], c % j->per);
+		return;
+	}
+	c -= j->n_mv * j->per;
 	if (c >= j->n_seq) {
 		mm_gemm_tail(j, j->tail[c - j->n_seq]);
 		return;
@@ -256,16 +268,24 @@ static void mm_seq_task(void *ctx, int c, int nc, int tid)
 	}
 }
 
-/* The one-token job's chunks (mm_seq_task); returns their number, tails included. */
+/* The one-token job's chunks (mm_seq_task); returns their number, row-kernel parts and tails
+ * included. */
 static int mm_seq_plan(mm_job_t *j, int nt)
 {
-	int n_tail = 0;
+	int n_tail = 0, rows = 0;
 	j->gcum[0] = 0;
+	j->n_mv = 0;
 	for (int k = 0; k < j->n_mat; k++) {
-		j->gcum[k + 1] = j->gcum[k] + j->w[k]->rp_groups;
-		if (j->w[k]->rows > j->w[k]->rp_groups * QR_ROWS)
+		int tiled = mm_repacked(j->w[k], 1);
+		j->gcum[k + 1] = j->gcum[k] + (tiled ? j->w[k]->rp_groups : 0);
+		if (!tiled) {
+			j->mv[j->n_mv++] = k;
+			rows = MAX(rows, j->w[k]->rows);
+		} else if (j->w[k]->rows > j->w[k]->rp_groups * QR_ROWS) {
 			j->tail[n_tail++] = k;
+		}
 	}
+	j->per = nt == 1 ? 1 : MAX(1, MIN(rows / 64, 4 * nt));
 	int total = j->gcum[j->n_mat], n = 0;
 	j->seq[0] = 0;
 	for (int g = 0; g < total; n++) {
@@ -276,7 +296,7 @@ static int mm_seq_plan(mm_job_t *j, int nt)
 		j->seq[n + 1] = g;
 	}
 	j->n_seq = n;
-	return n + n_tail;
+	return j->n_mv * j->per + n + n_tail;
 }
 
 typedef struct act_job {
@@ -303,18 +323,19 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 	mm_job_t j;
 	j.m = m;
 	j.n_mat = n_mat;
-	j.x = x;
 	j.B = B;
-	j.cols = w[0]->cols;
+	int cols = w[0]->cols;
 	for (int k = 0; k < n_mat; k++) {
 		j.w[k] = w[k];
 		j.out[k] = out[k];
+		j.xa[k] = j.acts;
+		j.nb[k] = B;
 	}
 	int nt = pool_threads(m->pool), rows = w[0]->rows, tiled = 1;
 	for (int k = 0; k < n_mat; k++)
 		tiled &= mm_repacked(w[k], B);
 	if (tiled) { /* activations quantized once, on the pool when there are several */
-		act_job_t aj = {m, w[0]->type, j.cols, x, j.acts};
+		act_job_t aj = {m, w[0]->type, cols, x, j.acts};
 		pool_run(m->pool, act_task, &aj, B);
 		if (B == 1) {
 			pool_run(m->pool, mm_seq_task, &j, mm_seq_plan(&j, nt));
@@ -329,10 +350,60 @@ static void matmul_multi(model_t *m, int n_mat, const wmat_t **w, float **out, c
 		return;
 	}
 	for (int b = 0; b < B; b++)
-		quant_act_prepare(w[0]->type, x + (size_t)b * j.cols, j.cols,
+		quant_act_prepare(w[0]->type, x + (size_t)b * cols, cols,
 				  m->act + (size_t)b * m->act_stride, &j.acts[b]);
 	j.per = nt == 1 ? 1 : MAX(1, MIN(rows / 64, 4 * nt));
 	pool_run(m->pool, mm_matvec_task, &j, n_mat * j.per);
+}
+
+/* n <= MM_MAX_MAT matrices with their prepared inputs: the one-token plan (row-kernel parts,
+ * then the tiled groups back to back, then the tails) whatever nb[k] (<= QR_NT: one tile). */
+static void mm_each_run(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+			const quant_act_t *const *xa)
+{
+	mm_job_t j;
+	j.m = m;
+	j.n_mat = n;
+	j.B = 1;
+	for (int k = 0; k < n; k++) {
+		j.w[k] = w[k];
+		j.out[k] = out[k];
+		j.xa[k] = xa[k];
+		j.nb[k] = nb[k];
+	}
+	pool_run(m->pool, mm_seq_task, &j, mm_seq_plan(&j, pool_threads(m->pool)));
+}
+
+void matmul_each_acts(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+		      const quant_act_t *const *xa)
+{
+	for (; n > 0; n -= MM_MAX_MAT, w += MM_MAX_MAT, out += MM_MAX_MAT, nb += MM_MAX_MAT,
+		      xa += MM_MAX_MAT)
+		mm_each_run(m, MIN(n, MM_MAX_MAT), w, out, nb, xa);
+}
+
+void matmul_each(model_t *m, int n, const wmat_t **w, float **out, const float **x, uint8_t *act)
+{
+	for (; n > MM_MAX_MAT; n -= MM_MAX_MAT, w += MM_MAX_MAT, out += MM_MAX_MAT, x += MM_MAX_MAT,
+			       act += MM_MAX_MAT * m->act_stride)
+		matmul_each(m, MM_MAX_MAT, w, out, x, act);
+	quant_act_t acts[MM_MAX_MAT];
+	const quant_act_t *xa[MM_MAX_MAT];
+	int na = 0, from[MM_MAX_MAT], nb[MM_MAX_MAT]; /* input a was prepared for matrix from[a] */
+	for (int k = 0; k < n; k++) {
+		int a = 0; /* the same input for the same type is prepared once */
+		while (a < na && (x[from[a]] != x[k] || w[from[a]]->type != w[k]->type ||
+				  w[from[a]]->cols != w[k]->cols))
+			a++;
+		if (a == na) {
+			quant_act_prepare(w[k]->type, x[k], w[k]->cols,
+					  act + (size_t)a * m->act_stride, &acts[a]);
+			from[na++] = k;
+		}
+		xa[k] = &acts[a];
+		nb[k] = 1;
+	}
+	mm_each_run(m, n, w, out, nb, xa);
 }
 
 void matmul(model_t *m, const wmat_t *w, float *out, const float *x, int B)

@@ -78,9 +78,9 @@ typedef struct layer {
 	uint8_t *wo_own, *down_own;  /* private copies of partial column slices (NULL: mapped) */
 	moe_layer_t *moe;            /* experts instead of w_gate/w_up/w_down (NULL: dense) */
 	struct mla_layer *mla;       /* deepseek2: latent attention's weights (mla.c), else NULL */
-	struct dn_layer *dn;         /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
-	int q_gated;                 /* qwen35: wq rows are [query | gate] per head (2 x qd) */
-	int kv_lc;                   /* this layer's index in the KV cache (attention layers) */
+	struct dn_layer *dn; /* qwen35: a DeltaNet layer's weights (deltanet.c), else NULL */
+	int q_gated;         /* qwen35: wq rows are [query | gate] per head (2 x qd) */
+	int kv_lc;           /* this layer's index in the KV cache (attention layers) */
 } layer_t;
 
 struct model {
@@ -166,6 +166,17 @@ void matmul_rows(model_t *m, const wmat_t *w, float *out, const float *x, int r0
 /* Several matrices (n <= MAX_MULTI) over the same input x[B][cols] (Q, K, V or gate, up): one
  * pool dispatch when their types and widths agree. */
 void matmul_same_input(model_t *m, int n, const wmat_t **w, float **out, const float *x, int B);
+/* One token, an input per matrix (a MoE layer's chosen experts and shared block): out[k][r] =
+ * W_k[r, :] . x[k][:] for the n matrices (any types and widths) in one pool dispatch (per 32
+ * matrices), each out[k] the same bits as matmul(m, w[k], out[k], x[k], 1). An input is prepared
+ * once per weight type and width (by pointer: the same x for gate and up) into act, caller-owned
+ * scratch of n x m->act_stride bytes. */
+void matmul_each(model_t *m, int n, const wmat_t **w, float **out, const float **x, uint8_t *act);
+/* The same with inputs the caller prepared (quant_act_prepare for each matrix's type and width):
+ * matrix k over its nb[k] <= 8 inputs xa[k][0..nb[k]), out[k] [nb[k]][rows], each output the
+ * bits matmul gives that input in any batch (a few sequences' tokens grouped by expert). */
+void matmul_each_acts(model_t *m, int n, const wmat_t **w, float **out, const int *nb,
+		      const quant_act_t *const *xa);
 
 /* ---- attn.c ------------------------------------------------------------------------------ */
 

@@ -2,7 +2,7 @@
  * moe.c: the mixture-of-experts FFN block (Mixtral, qwen2moe, qwen3moe, deepseek2's routed and
  * shared experts), called from the one forward() in model.c for every layer that routes.
  *
- * Per token: router logits = W_r . x (+ gpt-oss's router bias; F32, plain loop), probabilities
+ * Per token: router logits = W_r . x (+ gpt-oss's router bias; F32, router_logits), probabilities
  * (softmax or sigmoid; gpt-oss: the logits themselves), top-k by probability (+ deepseek's
  * selection bias), weights renormalised and scaled as the architecture says (gpt-oss: the
  * softmax over the k chosen logits) (moe_route), then
@@ -13,7 +13,8 @@
  * Expert parallel: a rank holds whole experts [exp0, exp0 + n_exp) and a column slice of the
  * shared block; it adds only its experts' outputs and its shared slice into the layer's FFN
  * output, which model.c's one all-reduce sums over ranks. The router is computed by the same
- * plain loop on every rank, so all ranks choose the same experts whatever their thread counts.
+ * loop (router_logits) on every rank, so all ranks choose the same experts whatever their thread
+ * counts.
  *
  * Batch: the tokens of a batch are grouped by expert, so each chosen expert's weights are read
  * once per batch; an expert no token chose is not read at all (decode reads k of n experts).
@@ -33,10 +34,9 @@
 #include <unistd.h>
 
 struct moe_layer {
-	int layer;           /* its index in the model */
-	const float *router; /* [E][dim] (into the mapping when F32, else router_own) */
+	int layer;        /* its index in the model */
+	float *router_tr; /* [dim][E]: the router transposed (router_logits) */
 	const gguf_tensor_t *router_t, *shexp_gate_t; /* their bytes in the file */
-	float *router_own;                            /* dequantized router, or NULL */
 	float *exp_bias;                              /* [E] selection bias, or NULL */
 	float *shexp_gate;                            /* qwen2moe: [dim], or NULL */
 	float *router_b;                              /* gpt-oss: [E] router bias, or NULL */
@@ -52,6 +52,9 @@ struct moe_layer {
 	uint8_t *sh_down_own;
 };
 
+#define MOE_ONE_K 16 /* more chosen experts than this take the batch path */
+#define MOE_FEW_B 8  /* tokens up to this (a few sequences' decode) take moe_ffn_few */
+
 struct moe_scratch {
 	float *logits;  /* [max_b][E] */
 	int *sel;       /* [max_b][K] */
@@ -61,6 +64,19 @@ struct moe_scratch {
 	int *tok;       /* [max_b]: the batch rows routed to the expert at hand */
 	float *tw;      /* [max_b]: their weights */
 	int *trace;     /* test hook (borrowed), or NULL */
+	/* one token (moe_ffn_one) or a few (moe_ffn_few): the chosen experts' and the shared
+	 * block's rows side by side; n_few = MOE_FEW_B x K (token, expert) pairs at most */
+	float *eh, *eh2; /* [n_few][F] + [MOE_FEW_B][n_shx] (one token: [K + 1][max(F, n_shx)]) */
+	float *ey;       /* [n_few + MOE_FEW_B][dim] */
+	uint8_t *act;    /* [n_few + 3 MOE_FEW_B][m->act_stride]: prepared inputs */
+	quant_act_t *qa; /* [n_few + 3 MOE_FEW_B]: their descriptors, then per pair */
+	int *ptok;       /* [n_few]: the pairs' tokens, expert after expert (ascending) */
+	float *pw;       /* [n_few]: their weights */
+	wmat_t *mv;      /* [3 n_few + 3]: views of the experts' matrices */
+	const wmat_t **w;
+	float **o;
+	int *nb;
+	const quant_act_t **xa; /* [2 n_few + 2] each */
 };
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -204,17 +220,18 @@ int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *e
 	if (!r || r->ne[0] != D || r->ne[1] != E)
 		return sh_fail(err, errlen, SH_EFORMAT, "tensor %s: expected [%d, %d]", n, D, E);
 	ml->router_t = r;
-	if (r->type == QT_F32) {
-		ml->router = r->data; /* GGUF data is aligned (32 bytes at least) */
-	} else {
-		if (!(ml->router_own = malloc((size_t)E * D * sizeof(float))))
-			return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
-		for (int e = 0; e < E; e++)
-			quant_dequant_row(
-			    r->type, (const uint8_t *)r->data + quant_row_bytes(r->type, D) * e,
-			    ml->router_own + (size_t)e * D, D);
-		ml->router = ml->router_own;
+	float *row = malloc((size_t)D * sizeof *row);
+	if (!row || !(ml->router_tr = malloc((size_t)E * D * sizeof(float)))) {
+		free(row);
+		return sh_fail(err, errlen, SH_ENOMEM, "out of memory");
 	}
+	size_t rb = quant_row_bytes(r->type, D);
+	for (int e = 0; e < E; e++) {
+		quant_dequant_row(r->type, (const uint8_t *)r->data + rb * e, row, D);
+		for (int i = 0; i < D; i++)
+			ml->router_tr[(size_t)i * E + e] = row[i];
+	}
+	free(row);
 	if (gguf_find_tensor(g, NAME("exp_probs_b.bias")) &&
 	    (rc = bind_vec(g, n, 0, E, &ml->exp_bias, err, errlen)))
 		return rc;
@@ -286,7 +303,7 @@ void moe_layer_free(moe_layer_t *ml)
 	wmat_release(&ml->gate_h);
 	wmat_release(&ml->up_h);
 	wmat_release(&ml->down_h);
-	free(ml->router_own);
+	free(ml->router_tr);
 	free(ml->exp_bias);
 	free(ml->shexp_gate);
 	free(ml->router_b);
@@ -314,8 +331,24 @@ int moe_scratch_new(model_t *m)
 	s->h2 = malloc(b * w * sizeof(float));
 	s->tok = malloc(b * sizeof(int));
 	s->tw = malloc(b * sizeof(float));
+	size_t k1 = (size_t)p->n_experts_used + 1, nf = (size_t)MOE_FEW_B * p->n_experts_used;
+	size_t S = (size_t)m->sh.n_shx, hw = MAX(k1 * w, nf * p->ffn_exp + MOE_FEW_B * S);
+	size_t na = MAX(2 * k1, nf + 3 * MOE_FEW_B), nm = 2 * nf + 2;
+	s->eh = malloc(hw * sizeof(float));
+	s->eh2 = malloc(hw * sizeof(float));
+	s->ey = malloc(MAX(k1, nf + MOE_FEW_B) * p->dim * sizeof(float));
+	s->act = aligned_alloc(64, na * m->act_stride);
+	s->qa = malloc((na + 2 * nf) * sizeof *s->qa);
+	s->ptok = malloc(nf * sizeof(int));
+	s->pw = malloc(nf * sizeof(float));
+	s->mv = malloc((3 * nf + 3) * sizeof *s->mv);
+	s->w = malloc(nm * sizeof *s->w);
+	s->o = malloc(nm * sizeof *s->o);
+	s->nb = malloc(nm * sizeof *s->nb);
+	s->xa = malloc(nm * sizeof *s->xa);
 	if (!s->logits || !s->sel || !s->wt || !s->xs || !s->ys || !s->h || !s->h2 || !s->tok ||
-	    !s->tw)
+	    !s->tw || !s->eh || !s->eh2 || !s->ey || !s->act || !s->qa || !s->ptok || !s->pw ||
+	    !s->mv || !s->w || !s->o || !s->nb || !s->xa)
 		return SH_ENOMEM;
 	return 0;
 }
@@ -333,6 +366,18 @@ void moe_scratch_free(moe_scratch_t *s)
 	free(s->h2);
 	free(s->tok);
 	free(s->tw);
+	free(s->eh);
+	free(s->eh2);
+	free(s->ey);
+	free(s->act);
+	free(s->qa);
+	free(s->ptok);
+	free(s->pw);
+	free(s->mv);
+	free(s->w);
+	free(s->o);
+	free(s->nb);
+	free(s->xa);
 	free(s);
 }
 
@@ -420,6 +465,244 @@ static float dot(const float *a, const float *b, int n)
 	return s;
 }
 
+/* One token (decode): the chosen held experts' gate and up and the shared block's in one pool
+ * dispatch over the one prepared input, then their down projections in another (each pool run
+ * wakes the threads; one per matrix left them waiting more than working on a 0.5B MoE); every
+ * output element is the same dot as moe_ffn's batch path computes, and the weighted sum adds
+ * the experts in the same (ascending) order, so the bits are those of any batch. */
+static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
+{
+	const model_meta_t *p = &m->meta;
+	moe_scratch_t *s = m->moe;
+	int D = p->dim, K = p->n_experts_used, F = p->ffn_exp, n = 0;
+	size_t W = (size_t)MAX(F, MAX(m->sh.n_shx, 1));
+	const float *xb = m->xb;
+	float *out = m->xb2;
+	int le[MOE_ONE_K];
+	float tw[MOE_ONE_K];
+	for (int e = m->sh.exp0; e < m->sh.exp0 + m->sh.n_exp; e++) /* ascending, as the batch */
+		for (int k = 0; k < K; k++)
+			if (s->sel[k] == e) {
+				le[n] = e - m->sh.exp0;
+				tw[n++] = s->wt[k];
+			}
+	int nm = n + ml->has_sh;
+	if (!nm) {
+		memset(out, 0, (size_t)D * sizeof *out);
+		return;
+	}
+	wmat_t g[MOE_ONE_K + 1], u[MOE_ONE_K + 1], d[MOE_ONE_K + 1];
+	const wmat_t *w[2 * (MOE_ONE_K + 1)];
+	float *o[2 * (MOE_ONE_K + 1)];
+	const float *x[2 * (MOE_ONE_K + 1)];
+	for (int i = 0; i < n; i++) {
+		g[i] = mat_rows(ml->gate_h, le[i] * F, F);
+		u[i] = mat_rows(ml->up_h, le[i] * F, F);
+		d[i] = mat_rows(ml->down_h, le[i] * D, D);
+	}
+	if (ml->has_sh) {
+		g[n] = ml->sh_gate;
+		u[n] = ml->sh_up;
+		d[n] = ml->sh_down;
+	}
+	for (int i = 0; i < nm; i++) {
+		w[2 * i] = &g[i];
+		w[2 * i + 1] = &u[i];
+		o[2 * i] = s->eh + i * W;
+		o[2 * i + 1] = s->eh2 + i * W;
+		x[2 * i] = x[2 * i + 1] = xb;
+	}
+	matmul_each(m, 2 * nm, w, o, x, s->act);
+	for (int i = 0; i < nm; i++) {
+		int rows = g[i].rows;
+		float *h = s->eh + i * W;
+		if (i < n) { /* gpt-oss: the expert's biases */
+			add_bias(h, ml->gate_b ? ml->gate_b + (size_t)le[i] * F : NULL, 1, F);
+			add_bias(s->eh2 + i * W, ml->up_b ? ml->up_b + (size_t)le[i] * F : NULL, 1,
+				 F);
+		}
+		swiglu(p, h, s->eh2 + i * W, rows);
+		w[i] = &d[i];
+		o[i] = s->ey + (size_t)i * D;
+		x[i] = h;
+	}
+	matmul_each(m, nm, w, o, x, s->act);
+	memset(out, 0, (size_t)D * sizeof *out);
+	for (int i = 0; i < n; i++) {
+		float *y = s->ey + (size_t)i * D;
+		add_bias(y, ml->down_b ? ml->down_b + (size_t)le[i] * D : NULL, 1, D);
+		for (int j = 0; j < D; j++)
+			out[j] += tw[i] * y[j];
+	}
+	if (ml->has_sh) {
+		float gsc = 1.0f;
+		if (ml->shexp_gate)
+			gsc = 1.0f / (1.0f + expf(-dot(ml->shexp_gate, xb, D)));
+		const float *y = s->ey + (size_t)n * D;
+		for (int j = 0; j < D; j++)
+			out[j] += gsc * y[j];
+	}
+}
+
+/* A few tokens (continuous batching's decode of several sequences): the same two dispatches as
+ * moe_ffn_one, each chosen expert over the tokens that chose it (its weights read once); each
+ * token's row prepared once for gate and up of all its experts. The weighted sum adds each
+ * token's experts in ascending order, as the batch path below. Falls back to that path (returns
+ * 0) when gate and up differ in type. */
+static int moe_ffn_few(model_t *m, const moe_layer_t *ml, int B)
+{
+	const model_meta_t *p = &m->meta;
+	moe_scratch_t *s = m->moe;
+	int D = p->dim, K = p->n_experts_used, F = p->ffn_exp, n = 0, np = 0;
+	int S = ml->has_sh ? ml->sh_gate.rows : 0;
+	if (ml->gate_h.type != ml->up_h.type)
+		return 0;
+	const float *xb = m->xb;
+	float *out = m->xb2;
+	uint8_t *act = s->act;
+	quant_act_t *qg = s->qa, *qs = s->qa + B, *qd = s->qa + 2 * B; /* xb for gate/up, shared */
+	quant_act_t *qp = qd + (size_t)B * K + B; /* per pair: its token's xb for gate/up */
+	int le[MOE_FEW_B * MOE_ONE_K], p0[MOE_FEW_B * MOE_ONE_K + 1];
+	for (int e = m->sh.exp0; e < m->sh.exp0 + m->sh.n_exp; e++) { /* ascending, as below */
+		int start = np;
+		for (int b = 0; b < B; b++)
+			for (int k = 0; k < K; k++)
+				if (s->sel[b * K + k] == e) {
+					s->ptok[np] = b;
+					s->pw[np++] = s->wt[b * K + k];
+				}
+		if (np > start)
+			le[n] = e - m->sh.exp0, p0[n++] = start;
+	}
+	p0[n] = np;
+	for (int b = 0; b < B; b++, act += m->act_stride)
+		quant_act_prepare(ml->gate_h.type, xb + (size_t)b * D, D, act, &qg[b]);
+	if (ml->has_sh)
+		for (int b = 0; b < B; b++, act += m->act_stride)
+			quant_act_prepare(ml->sh_gate.type, xb + (size_t)b * D, D, act, &qs[b]);
+	for (int i = 0; i < np; i++)
+		qp[i] = qg[s->ptok[i]];
+	int nm = 0;
+	wmat_t *v = s->mv;
+	for (int i = 0; i < n; i++, v += 3) {
+		int c = p0[i + 1] - p0[i];
+		v[0] = mat_rows(ml->gate_h, le[i] * F, F);
+		v[1] = mat_rows(ml->up_h, le[i] * F, F);
+		v[2] = mat_rows(ml->down_h, le[i] * D, D);
+		for (int g = 0; g < 2; g++, nm++) {
+			s->w[nm] = &v[g];
+			s->o[nm] = (g ? s->eh2 : s->eh) + (size_t)p0[i] * F;
+			s->nb[nm] = c;
+			s->xa[nm] = qp + p0[i];
+		}
+	}
+	if (ml->has_sh) {
+		const wmat_t *sw[2] = {&ml->sh_gate, &ml->sh_up};
+		for (int g = 0; g < 2; g++, nm++) {
+			s->w[nm] = sw[g];
+			s->o[nm] = (g ? s->eh2 : s->eh) + (size_t)np * F;
+			s->nb[nm] = B;
+			s->xa[nm] = qs;
+		}
+	}
+	matmul_each_acts(m, nm, s->w, s->o, s->nb, s->xa);
+	/* the activations, then the down projections' inputs */
+	nm = 0;
+	v = s->mv;
+	for (int i = 0; i < n; i++, v += 3) {
+		int c = p0[i + 1] - p0[i];
+		float *h = s->eh + (size_t)p0[i] * F, *h2 = s->eh2 + (size_t)p0[i] * F;
+		add_bias(h, ml->gate_b ? ml->gate_b + (size_t)le[i] * F : NULL, c, F);
+		add_bias(h2, ml->up_b ? ml->up_b + (size_t)le[i] * F : NULL, c, F);
+		swiglu(p, h, h2, c * F);
+		for (int r = 0; r < c; r++, act += m->act_stride)
+			quant_act_prepare(v[2].type, h + (size_t)r * F, F, act, &qd[p0[i] + r]);
+		s->w[nm] = &v[2];
+		s->o[nm] = s->ey + (size_t)p0[i] * D;
+		s->nb[nm] = c;
+		s->xa[nm++] = qd + p0[i];
+	}
+	if (ml->has_sh) {
+		float *h = s->eh + (size_t)np * F;
+		swiglu(p, h, s->eh2 + (size_t)np * F, B * S);
+		for (int b = 0; b < B; b++, act += m->act_stride)
+			quant_act_prepare(ml->sh_down.type, h + (size_t)b * S, S, act, &qd[np + b]);
+		s->w[nm] = &ml->sh_down;
+		s->o[nm] = s->ey + (size_t)np * D;
+		s->nb[nm] = B;
+		s->xa[nm++] = qd + np;
+	}
+	matmul_each_acts(m, nm, s->w, s->o, s->nb, s->xa);
+	memset(out, 0, (size_t)B * D * sizeof *out);
+	for (int i = 0; i < n; i++)
+		for (int q = p0[i]; q < p0[i + 1]; q++) {
+			float *y = s->ey + (size_t)q * D, *o = out + (size_t)s->ptok[q] * D;
+			add_bias(y, ml->down_b ? ml->down_b + (size_t)le[i] * D : NULL, 1, D);
+			for (int j = 0; j < D; j++)
+				o[j] += s->pw[q] * y[j];
+		}
+	for (int b = 0; ml->has_sh && b < B; b++) {
+		float gsc = 1.0f;
+		if (ml->shexp_gate)
+			gsc = 1.0f / (1.0f + expf(-dot(ml->shexp_gate, xb + (size_t)b * D, D)));
+		float *o = out + (size_t)b * D;
+		const float *y = s->ey + (size_t)(np + b) * D;
+		for (int j = 0; j < D; j++)
+			o[j] += gsc * y[j];
+	}
+	return 1;
+}
+
+/* lg[e] = W_r[e, :] . x for the E experts, each the plain loop's sum (dot: from 0, i ascending,
+ * every product rounded and then added), 32 or 4 experts side by side over the transposed
+ * router: one dot is a chain of dim dependent adds (~3 cycles each), which made the router
+ * alone ~2 ms a layer at 512 experts of 4096 (Qwen3.5-397B). */
+typedef float v4f __attribute__((vector_size(16))); /* SSE2 / NEON without target flags */
+
+static void router_logits(const float *rt, int E, int D, const float *x, float *lg)
+{
+	int e = 0;
+	for (; e + 32 <= E; e += 32) {
+		v4f a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+		for (int i = 0; i < D; i++) {
+			const float *p = rt + (size_t)i * E + e;
+			v4f xi = {x[i], x[i], x[i], x[i]};
+#define ROUTER_STEP(a, k)                                                                          \
+	do {                                                                                       \
+		v4f r;                                                                             \
+		memcpy(&r, p + 4 * (k), sizeof r);                                                 \
+		a += r * xi;                                                                       \
+	} while (0)
+			ROUTER_STEP(a0, 0);
+			ROUTER_STEP(a1, 1);
+			ROUTER_STEP(a2, 2);
+			ROUTER_STEP(a3, 3);
+			ROUTER_STEP(a4, 4);
+			ROUTER_STEP(a5, 5);
+			ROUTER_STEP(a6, 6);
+			ROUTER_STEP(a7, 7);
+#undef ROUTER_STEP
+		}
+		v4f a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+		memcpy(lg + e, a, sizeof a);
+	}
+	for (; e + 4 <= E; e += 4) {
+		v4f a = {0}, r;
+		for (int i = 0; i < D; i++) {
+			v4f xi = {x[i], x[i], x[i], x[i]};
+			memcpy(&r, rt + (size_t)i * E + e, sizeof r);
+			a += r * xi;
+		}
+		memcpy(lg + e, &a, sizeof a);
+	}
+	for (; e < E; e++) {
+		float s = 0;
+		for (int i = 0; i < D; i++)
+			s += rt[(size_t)i * E + e] * x[i];
+		lg[e] = s;
+	}
+}
+
 void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 {
 	const model_meta_t *p = &m->meta;
@@ -433,14 +716,20 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 	/* routing: logits[B][E], sel/wt[B][K] */
 	for (int b = 0; b < B; b++) {
 		float *lg = s->logits + (size_t)b * E;
-		for (int e = 0; e < E; e++)
-			lg[e] = dot(ml->router + (size_t)e * D, xb + (size_t)b * D, D) +
-				(ml->router_b ? ml->router_b[e] : 0.0f);
+		router_logits(ml->router_tr, E, D, xb + (size_t)b * D, lg);
+		for (int e = 0; e < E; e++) /* (+0 too, as before: -0 logits become +0) */
+			lg[e] += ml->router_b ? ml->router_b[e] : 0.0f;
 		moe_route(&rt, lg, s->sel + (size_t)b * K, s->wt + (size_t)b * K);
 	}
 	if (s->trace)
 		memcpy(s->trace + (size_t)ml->layer * K, s->sel + (size_t)(B - 1) * K,
 		       (size_t)K * sizeof(int));
+	if (B == 1 && K <= MOE_ONE_K) {
+		moe_ffn_one(m, ml);
+		return;
+	}
+	if (B <= MOE_FEW_B && K <= MOE_ONE_K && moe_ffn_few(m, ml, B))
+		return;
 	memset(out, 0, (size_t)B * D * sizeof *out);
 
 	/* routed experts held here: each one's tokens gathered, its weights read once */
