@@ -243,7 +243,7 @@ fi
 republished() { [ "$(grep -c "mdns: published" "$(ns_dir "$A")/agent.log")" -gt "$published_before" ]; }
 check "the agent re-publishes on the new daemon" ns_wait 10 republished
 resolvable() {
-	ns_exec "$1" avahi-browse -rtp _shoal._tcp 2>/dev/null | grep -q "^=.*shoal-$(node_id "$A")"
+	ns_exec "$1" timeout 10 avahi-browse -rtp _shoal._tcp 2>/dev/null | grep -q "^=.*shoal-$(node_id "$A")"
 }
 O=$(for h in 1 2 3; do [ "$h" = "$A" ] || { echo "$h"; break; }; done)
 check "another host resolves it again" ns_wait 10 resolvable "$O"
@@ -274,7 +274,8 @@ ns_kill 4 agent TERM
 rm -rf "$(state 4)"
 
 # ---- 8 (part). no token in TXT records ----------------------------------------------------------
-txt=$(ns_exec 2 avahi-browse -rtp _shoal._tcp 2>/dev/null)
+# bounded: -t waits for every resolution, and one that never completes would hang the test
+txt=$(ns_exec 2 timeout 10 avahi-browse -rtp _shoal._tcp 2>/dev/null)
 check "TXT records carry cid=" sh -c "echo '$txt' | grep -q 'cid='"
 check "no TXT record carries the token" sh -c "! echo '$txt' | grep -qF '$TOKEN'"
 for h in 1 2 3; do ns_kill "$h" agent TERM; done
