@@ -6,7 +6,9 @@
  * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
  * the token tiles); one token's chunks shrink towards the end of the product (MM_MIN_GROUPS).
  * Otherwise the row kernels (rows split over the pool, weights read once per batch; types with a
- * batched kernel, rows8, use it for 4 inputs and more), for any batch.
+ * batched kernel, rows8, use it for 4 inputs and more; an integer type's rows8 for any batch,
+ * which for 1-3 inputs puts 8 rows in its lanes rather than 8 inputs: one dot per block and
+ * input instead of eight, the same bits).
  *
  * Every kernel gives a token's row the same bits whatever else is in the batch and wherever the
  * token is in it (issue 28: a greedy request's text does not depend on the load). So no BLAS:

@@ -814,6 +814,111 @@ TGTV static inline __m256i hsum8x8(__m256i p0, __m256i p1, __m256i p2, __m256i p
 	_mm256_dpbusd_epi32(                                                                       \
 	    z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
 
+/* Few vectors (decode: a MoE expert, a matrix too small to repack): the same sums as rows8 with
+ * the rows in the lanes instead of the vectors. Lane k of a vector holds row k's dot with one
+ * activation, accumulated block after block by the same FMA of the same product (weight scale x
+ * activation scale) as rows8's lane t, so a token gets rows8's bits, while a block costs one dot
+ * per vector instead of eight. Rows past the end repeat the last one and are not stored. */
+#define R8_LANES_MAX 3
+
+/* The eight rows' f16 scales of block i as floats. */
+TGTV static inline __m256 lanes_scales(const uint8_t *const *row, size_t blk, size_t i)
+{
+	__m128i h = _mm_setzero_si128();
+	h = _mm_insert_epi16(h, ld16(row[0] + i * blk), 0);
+	h = _mm_insert_epi16(h, ld16(row[1] + i * blk), 1);
+	h = _mm_insert_epi16(h, ld16(row[2] + i * blk), 2);
+	h = _mm_insert_epi16(h, ld16(row[3] + i * blk), 3);
+	h = _mm_insert_epi16(h, ld16(row[4] + i * blk), 4);
+	h = _mm_insert_epi16(h, ld16(row[5] + i * blk), 5);
+	h = _mm_insert_epi16(h, ld16(row[6] + i * blk), 6);
+	h = _mm_insert_epi16(h, ld16(row[7] + i * blk), 7);
+	return _mm256_cvtph_ps(h);
+}
+
+TGTV static inline void lanes_rows(const uint8_t **row, const uint8_t *w, size_t stride, int r0,
+				   int nrows)
+{
+	for (int k = 0; k < 8; k++)
+		row[k] = w + (size_t)(r0 + k < nrows ? r0 + k : nrows - 1) * stride;
+}
+
+TGTV static inline void lanes_store(float *out, int ldo, int r0, int nrows, int t, __m256 v)
+{
+	float res[8];
+	_mm256_storeu_ps(res, v);
+	for (int k = 0; k < 8 && r0 + k < nrows; k++)
+		out[(size_t)t * ldo + r0 + k] = res[k];
+}
+
+TGTV static void vnni_lanes_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+				 const quant_act_t *x, int nt, int n)
+{
+	const int nb = n / QK8_0;
+	const __m256i z = _mm256_setzero_si256();
+	const uint8_t *row[8];
+	for (int r0 = 0; r0 < nrows; r0 += 8) {
+		lanes_rows(row, w, stride, r0, nrows);
+		__m256 acc[R8_LANES_MAX];
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm256_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			__m256i wv[8], aw[8];
+			for (int k = 0; k < 8; k++) {
+				wv[k] = _mm256_loadu_si256(
+				    (const __m256i *)((const blk_q8_0 *)row[k] + i)->q);
+				aw[k] = _mm256_abs_epi8(wv[k]);
+			}
+			__m256 ws = lanes_scales(row, sizeof(blk_q8_0), (size_t)i);
+			for (int t = 0; t < nt; t++) {
+				__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + i * 32));
+#define LDOT(k) _mm256_dpbusd_epi32(z, aw[k], _mm256_sign_epi8(xv, wv[k]))
+				__m256i s = hsum8x8(LDOT(0), LDOT(1), LDOT(2), LDOT(3), LDOT(4),
+						    LDOT(5), LDOT(6), LDOT(7));
+#undef LDOT
+				__m256 sc = _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[i]));
+				acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc[t]);
+			}
+		}
+		for (int t = 0; t < nt; t++)
+			lanes_store(out, ldo, r0, nrows, t, acc[t]);
+	}
+}
+
+TGTV static void vnni_lanes_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+				 const quant_act_t *x, int nt, int n)
+{
+	const int nb = n / QK4_0;
+	const __m256i z = _mm256_setzero_si256();
+	const uint8_t *row[8];
+	for (int r0 = 0; r0 < nrows; r0 += 8) {
+		lanes_rows(row, w, stride, r0, nrows);
+		__m256 acc[R8_LANES_MAX], off[R8_LANES_MAX];
+		for (int t = 0; t < nt; t++)
+			acc[t] = off[t] = _mm256_setzero_ps();
+		for (int i = 0; i < nb; i++) {
+			__m256i wu[8];
+			for (int k = 0; k < 8; k++)
+				wu[k] = q4_0_nibbles((const blk_q4_0 *)row[k] + i);
+			__m256 ws = lanes_scales(row, sizeof(blk_q4_0), (size_t)i);
+			for (int t = 0; t < nt; t++) {
+				__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + i * 32));
+#define LDOT(k) _mm256_dpbusd_epi32(z, wu[k], xv)
+				__m256i s = hsum8x8(LDOT(0), LDOT(1), LDOT(2), LDOT(3), LDOT(4),
+						    LDOT(5), LDOT(6), LDOT(7));
+#undef LDOT
+				__m256 sc = _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[i]));
+				acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc[t]);
+				off[t] = _mm256_fmadd_ps(sc, _mm256_set1_ps((float)x[t].bsums[i]),
+							 off[t]);
+			}
+		}
+		for (int t = 0; t < nt; t++)
+			lanes_store(out, ldo, r0, nrows, t,
+				    _mm256_fnmadd_ps(off[t], _mm256_set1_ps(8.0f), acc[t]));
+	}
+}
+
 TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
 {
@@ -821,6 +926,10 @@ TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t s
 	const __m256i z = _mm256_setzero_si256();
 	const int8_t *q[8];
 	static __thread float dT[R8_MAX_BLOCKS * 8];
+	if (nt <= R8_LANES_MAX && nb <= R8_MAX_BLOCKS) {
+		vnni_lanes_q8_0(out, ldo, w, stride, nrows, x, nt, n);
+		return;
+	}
 	if (rows8_setup(x, nt, nb, q, dT, NULL)) {
 		for (int t = 0; t < nt; t++)
 			avx2_rows_q8_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
@@ -852,6 +961,10 @@ TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t s
 	const __m256i z = _mm256_setzero_si256();
 	const int8_t *q[8];
 	static __thread float dT[R8_MAX_BLOCKS * 8], sT[R8_MAX_BLOCKS * 8];
+	if (nt <= R8_LANES_MAX && nb <= R8_MAX_BLOCKS) {
+		vnni_lanes_q4_0(out, ldo, w, stride, nrows, x, nt, n);
+		return;
+	}
 	if (rows8_setup(x, nt, nb, q, dT, sT)) {
 		for (int t = 0; t < nt; t++)
 			vnni_rows_q4_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
