@@ -50,7 +50,7 @@ decode() {
 	pid=$(lab_bg 2 "$T/r1" $RT "$bin" worker --rank 1 --world 2 --peers "$P" --token bench \
 		--model "$m" --threads 1 --stats --log-level warn "$@")
 	lab_run 1 $RT "$bin" worker --rank 0 --world 2 --peers "$P" --token bench --model "$m" \
-		--threads 1 --prompt "Once" --max-tokens "$GEN" --stats --log-level warn "$@" \
+		--threads 1 --prompt "Once" --max-tokens "$GEN" --ignore-eos --spec off --stats --log-level warn "$@" \
 		>/dev/null 2>"$T/r0"
 	unset SHOAL_TP_TRACE
 	lab_wait "$pid"

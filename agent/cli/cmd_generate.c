@@ -20,6 +20,7 @@ static void usage(FILE *f)
 	    f,
 	    "usage: shoal generate --model FILE.gguf (--prompt TEXT | --chat MESSAGE) [options]\n"
 	    "  --max-tokens N        stop after N tokens (default 256; 0 = until EOS/context end)\n"
+	    "  --ignore-eos          never sample end-of-generation tokens (benchmarks)\n"
 	    "  --temperature T       0 = greedy (default)\n"
 	    "  --top-k K, --top-p P, --min-p P\n"
 	    "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
@@ -141,6 +142,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 	    {"ids", no_argument, 0, 'i'},
 	    {"top-logprobs", required_argument, 0, 'l'},
 	    {"stats", no_argument, 0, 'z'},
+	    {"ignore-eos", no_argument, 0, 1001},
 	    {"log-level", required_argument, 0, 'L'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
@@ -200,6 +202,7 @@ int cli_generate(int argc, char **argv, const char *name, const eng_dist_t *dist
 		case 'C': bad = cli_parse_int(optarg, 0, 1 << 24, &eo.ctx); break;
 		case 'y': eo.chat_template = optarg; break;
 		case 1000: eo.kv_type = optarg; break;
+		case 1001: sp.ignore_eos = 1; break;
 		case 'i': out.ids_only = 1; break;
 		case 'l':
 			bad = cli_parse_int(optarg, 0, 20, &sp.top_logprobs);
