@@ -464,50 +464,55 @@ static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 	atomic_fetch_add(&pool_hits[chunk], 1);
 }
 
-/* Batched kernels (rows8) against the reference one vector at a time, for 1..8 vectors. */
+/* Batched kernels (rows8) against the reference one vector at a time, for 1..8 vectors, on rows
+ * of whole groups of 8 blocks and with a tail (544 = 17 blocks of 32). */
 TEST(batched_kernels_vs_reference)
 {
-	enum { ROWS = 19, N = 512 };
-	static float w[ROWS * N], x[8][N], ref[8][ROWS], opt[8][ROWS];
-	static uint8_t wq[ROWS * N * 4], act[8][N * 2];
-	for (int i = 0; i < ROWS * N; i++)
-		w[i] = frand();
-	for (int t = 0; t < 8; t++)
-		for (int i = 0; i < N; i++)
-			x[t][i] = frand() * (float)(t + 1);
+	enum { ROWS = 19, NMAX = 544 };
+	static float w[ROWS * NMAX], x[8][NMAX], ref[8][ROWS], opt[8][ROWS];
+	static uint8_t wq[ROWS * NMAX * 4], act[8][NMAX * 2];
+	static const int ns[] = {512, 544};
 	int tested = 0;
-	for (size_t k = 0; k < ARRAY_LEN(types); k++) {
-		int t = types[k];
-		const quant_ops_t *ro = quant_ops_ref(t), *oo = quant_ops_opt(t);
-		if (!oo->rows8)
-			continue;
-		tested++;
-		size_t rb = quant_row_bytes(t, N);
-		for (int r = 0; r < ROWS; r++)
-			quant_quantize_row(t, w + r * N, wq + r * rb, N);
-		quant_act_t a[8];
-		for (int v = 0; v < 8; v++) {
-			quant_act_prepare(t, x[v], N, act[v], &a[v]);
-			ro->rows(ref[v], wq, rb, ROWS, &a[v], N);
-		}
-		static float one[8][ROWS], alone[8][ROWS];
-		for (int v = 0; v < 8; v++) {
-			oo->rows(one[v], wq, rb, ROWS, &a[v], N);
-			oo->rows8(alone[v], ROWS, wq, rb, ROWS, &a[v], 1, N);
-		}
-		for (int nt = 1; nt <= 8; nt++) {
-			memset(opt, 0, sizeof opt);
-			oo->rows8(&opt[0][0], ROWS, wq, rb, ROWS, a, nt, N);
-			for (int v = 0; v < nt; v++) {
-				CHECK(nmse(opt[v], ref[v], ROWS) <= 1e-10);
-				/* a token's bits do not depend on the batch (matmul.c, issue 28):
-				 * the float kernels' equal rows', the integer ones' equal their
-				 * own alone */
-				CHECK(!memcmp(opt[v], oo->act_type == QT_F32 ? one[v] : alone[v],
-					      sizeof one[v]));
+	for (size_t in = 0; in < ARRAY_LEN(ns); in++) {
+		const int N = ns[in];
+		for (int i = 0; i < ROWS * N; i++)
+			w[i] = frand();
+		for (int t = 0; t < 8; t++)
+			for (int i = 0; i < N; i++)
+				x[t][i] = frand() * (float)(t + 1);
+		for (size_t k = 0; k < ARRAY_LEN(types); k++) {
+			int t = types[k];
+			const quant_ops_t *ro = quant_ops_ref(t), *oo = quant_ops_opt(t);
+			size_t rb = quant_row_bytes(t, N);
+			if (!oo->rows8 || !rb)
+				continue;
+			tested++;
+			for (int r = 0; r < ROWS; r++)
+				quant_quantize_row(t, w + r * N, wq + r * rb, N);
+			quant_act_t a[8];
+			for (int v = 0; v < 8; v++) {
+				quant_act_prepare(t, x[v], N, act[v], &a[v]);
+				ro->rows(ref[v], wq, rb, ROWS, &a[v], N);
 			}
-			for (int v = nt; v < 8; v++) /* nothing written past nt */
-				CHECK(opt[v][0] == 0);
+			static float one[8][ROWS], alone[8][ROWS];
+			for (int v = 0; v < 8; v++) {
+				oo->rows(one[v], wq, rb, ROWS, &a[v], N);
+				oo->rows8(alone[v], ROWS, wq, rb, ROWS, &a[v], 1, N);
+			}
+			for (int nt = 1; nt <= 8; nt++) {
+				memset(opt, 0, sizeof opt);
+				oo->rows8(&opt[0][0], ROWS, wq, rb, ROWS, a, nt, N);
+				for (int v = 0; v < nt; v++) {
+					CHECK(nmse(opt[v], ref[v], ROWS) <= 1e-10);
+					/* a token's bits do not depend on the batch (matmul.c,
+					 * issue 28): every batched kernel equals rows, and
+					 * itself alone */
+					CHECK(!memcmp(opt[v], one[v], sizeof one[v]));
+					CHECK(!memcmp(opt[v], alone[v], sizeof one[v]));
+				}
+				for (int v = nt; v < 8; v++) /* nothing written past nt */
+					CHECK(opt[v][0] == 0);
+			}
 		}
 	}
 	if (!tested)

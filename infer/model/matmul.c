@@ -6,9 +6,7 @@
  * each (one dispatch per product, no barrier per tile; the chunk's weights stay in L2 across
  * the token tiles); one token's chunks shrink towards the end of the product (MM_MIN_GROUPS).
  * Otherwise the row kernels (rows split over the pool, weights read once per batch; types with a
- * batched kernel, rows8, use it for 4 inputs and more; an integer type's rows8 for any batch,
- * which for 1-3 inputs puts 8 rows in its lanes rather than 8 inputs: one dot per block and
- * input instead of eight, the same bits).
+ * batched kernel, rows8, use it for 4 inputs and more), for any batch.
  *
  * Every kernel gives a token's row the same bits whatever else is in the batch and wherever the
  * token is in it (issue 28: a greedy request's text does not depend on the load). So no BLAS:
@@ -29,10 +27,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The batched integer kernel (rows8, for matrices that are not repacked) costs about as much for
- * 2 inputs as for 8 (measured on AVX-512 VNNI: ~3x a single-input pass at 2, ~3.5x at 4); below
- * this many inputs one pass per input is cheaper (continuous batching decodes 2-3 sequences
- * often). */
+/* The batched kernels (rows8, for matrices that are not repacked) share a block's load and
+ * unpack among the inputs of a pass; below this many inputs one pass per input is as cheap
+ * (continuous batching decodes 2-3 sequences often). Either gives the same bits. */
 #define ROWS8_MIN 4
 #define GEMM_GROUPS                                                                                \
 	4 /* row groups (x16 rows) per chunk of the tiled kernel for a batch (the                  \
@@ -178,9 +175,8 @@ static void mm_matvec_part(const mm_job_t *j, int k, int part)
 	const wmat_t *w = j->w[k];
 	int lo, hi;
 	pool_split(w->rows, part, j->per, 4, &lo, &hi);
-	/* an integer batched kernel sums in another order than rows: a token's bits must not
-	 * depend on the batch, so such a type takes it for any batch (quant.h's rows8) */
-	int rows8 = w->ops->rows8 && (j->nb[k] >= ROWS8_MIN || w->ops->act_type != QT_F32);
+	/* rows8 gives rows' bits (quant.h): the choice is speed only */
+	int rows8 = w->ops->rows8 && j->nb[k] >= ROWS8_MIN;
 	for (int r = lo; r < hi; r += MV_CHUNK) {
 		int nr = MIN(MV_CHUNK, hi - r);
 		const uint8_t *wr = w->data + (size_t)r * w->row_bytes;

@@ -164,10 +164,9 @@ typedef struct quant_ops {
 	quant_rows_fn rows;       /* matvec over a row range */
 	quant_dequant_fn dequant; /* row to F32; optional in optimized tables (NULL: use
 				   * quant_ops_ref(t)->dequant) */
-	quant_rows8_fn rows8;     /* optional: batched kernel, NULL = rows once per input. Each
-				   * input's dots never depend on the others in the call; the
-				   * float types' sum in rows' order (the same bits), the integer
-				   * ones in their own (so matmul.c takes them for any batch) */
+	quant_rows8_fn rows8;     /* optional: batched kernel, NULL = rows once per input. It
+				   * sums in rows' order: an input's outputs are rows' bits,
+				   * whatever else is in the call */
 } quant_ops_t;
 
 /* Q4_K / Q5_K scale packing: sub-block j's 6-bit scale and min. Bytes 0-3 hold scales 0-3 (low 6

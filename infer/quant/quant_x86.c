@@ -775,219 +775,116 @@ TGTV static void vnni_rows_q4_0(float *out, const uint8_t *w, size_t stride, int
 	}
 }
 
-/* Batched kernels: each weight block is loaded and unpacked once for 8 activation vectors. The
- * eight int32 dot vectors of a block are reduced to one vector (lane t = vector t) before the
- * float work, and the activations' per-block scales are transposed to dT[block][8] (block sums
- * to sT), so each block costs 8 dot instructions, ~1 reduction op per vector, and one convert
- * and FMA for all eight. Fewer than 8 vectors: the last is repeated with scale 0. */
-#define R8_MAX_BLOCKS 1024 /* rows up to 32768 elements */
+/* Batched kernels: the row kernels' arithmetic, step for step, for up to 4 activation vectors
+ * per pass over a row (a batch of 8 takes two passes; the row is still in L1 for the second):
+ * each weight block is loaded and unpacked once per pass, and every vector keeps the row
+ * kernel's two accumulators, the same scale products and FMAs in the same order, so a token's
+ * row has the same bits alone (rows, decode), in a batch or in a verify step (issue 28). A
+ * block costs one dot, convert, lane broadcast and FMA per vector. */
+#define R4_MAX 4
 
-TGTV static inline int rows8_setup(const quant_act_t *x, int nt, int nb, const int8_t **q,
-				   float *dT, float *sT)
+#define R4_INLINE TGTV static inline __attribute__((always_inline))
+
+R4_INLINE void vnni_rows4_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, const int nt, int n)
 {
-	if (nb > R8_MAX_BLOCKS)
-		return -1;
-	for (int t = 0; t < 8; t++)
-		q[t] = x[t < nt ? t : nt - 1].q;
-	for (int i = 0; i < nb; i++)
-		for (int t = 0; t < 8; t++) {
-			dT[i * 8 + t] = t < nt ? x[t].d[i] : 0.0f;
-			if (sT)
-				sT[i * 8 + t] = t < nt ? (float)x[t].bsums[i] : 0.0f;
-		}
-	return 0;
-}
-
-/* Eight int32x8 dot vectors -> one vector of their eight horizontal sums (p0's sum in lane 0). */
-TGTV static inline __m256i hsum8x8(__m256i p0, __m256i p1, __m256i p2, __m256i p3, __m256i p4,
-				   __m256i p5, __m256i p6, __m256i p7)
-{
-	__m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-	__m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p4, p5), _mm256_hadd_epi32(p6, p7));
-	return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-				_mm256_permute2x128_si256(a, b, 0x31));
-}
-
-#define R8_DOT(t, wexpr)                                                                           \
-	_mm256_dpbusd_epi32(z, wexpr, _mm256_loadu_si256((const __m256i *)(q[t] + i * 32)))
-#define R8_DOTS(t)                                                                                 \
-	_mm256_dpbusd_epi32(                                                                       \
-	    z, aw, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(q[t] + i * 32)), wv))
-
-/* Few vectors (decode: a MoE expert, a matrix too small to repack): the same sums as rows8 with
- * the rows in the lanes instead of the vectors. Lane k of a vector holds row k's dot with one
- * activation, accumulated block after block by the same FMA of the same product (weight scale x
- * activation scale) as rows8's lane t, so a token gets rows8's bits, while a block costs one dot
- * per vector instead of eight. Rows past the end repeat the last one and are not stored. */
-#define R8_LANES_MAX 3
-
-/* The eight rows' f16 scales of block i as floats. */
-TGTV static inline __m256 lanes_scales(const uint8_t *const *row, size_t blk, size_t i)
-{
-	__m128i h = _mm_setzero_si128();
-	h = _mm_insert_epi16(h, ld16(row[0] + i * blk), 0);
-	h = _mm_insert_epi16(h, ld16(row[1] + i * blk), 1);
-	h = _mm_insert_epi16(h, ld16(row[2] + i * blk), 2);
-	h = _mm_insert_epi16(h, ld16(row[3] + i * blk), 3);
-	h = _mm_insert_epi16(h, ld16(row[4] + i * blk), 4);
-	h = _mm_insert_epi16(h, ld16(row[5] + i * blk), 5);
-	h = _mm_insert_epi16(h, ld16(row[6] + i * blk), 6);
-	h = _mm_insert_epi16(h, ld16(row[7] + i * blk), 7);
-	return _mm256_cvtph_ps(h);
-}
-
-TGTV static inline void lanes_rows(const uint8_t **row, const uint8_t *w, size_t stride, int r0,
-				   int nrows)
-{
-	for (int k = 0; k < 8; k++)
-		row[k] = w + (size_t)(r0 + k < nrows ? r0 + k : nrows - 1) * stride;
-}
-
-TGTV static inline void lanes_store(float *out, int ldo, int r0, int nrows, int t, __m256 v)
-{
-	float res[8];
-	_mm256_storeu_ps(res, v);
-	for (int k = 0; k < 8 && r0 + k < nrows; k++)
-		out[(size_t)t * ldo + r0 + k] = res[k];
-}
-
-TGTV static void vnni_lanes_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
-				 const quant_act_t *x, int nt, int n)
-{
-	const int nb = n / QK8_0;
+	const int nb = n / QK8_0, ng = nb / 8;
 	const __m256i z = _mm256_setzero_si256();
-	const uint8_t *row[8];
-	for (int r0 = 0; r0 < nrows; r0 += 8) {
-		lanes_rows(row, w, stride, r0, nrows);
-		__m256 acc[R8_LANES_MAX];
-		for (int t = 0; t < nt; t++)
-			acc[t] = _mm256_setzero_ps();
-		for (int i = 0; i < nb; i++) {
-			__m256i wv[8], aw[8];
-			for (int k = 0; k < 8; k++) {
-				wv[k] = _mm256_loadu_si256(
-				    (const __m256i *)((const blk_q8_0 *)row[k] + i)->q);
-				aw[k] = _mm256_abs_epi8(wv[k]);
-			}
-			__m256 ws = lanes_scales(row, sizeof(blk_q8_0), (size_t)i);
-			for (int t = 0; t < nt; t++) {
-				__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + i * 32));
-#define LDOT(k) _mm256_dpbusd_epi32(z, aw[k], _mm256_sign_epi8(xv, wv[k]))
-				__m256i s = hsum8x8(LDOT(0), LDOT(1), LDOT(2), LDOT(3), LDOT(4),
-						    LDOT(5), LDOT(6), LDOT(7));
-#undef LDOT
-				__m256 sc = _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[i]));
-				acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc[t]);
-			}
-		}
-		for (int t = 0; t < nt; t++)
-			lanes_store(out, ldo, r0, nrows, t, acc[t]);
-	}
-}
-
-TGTV static void vnni_lanes_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
-				 const quant_act_t *x, int nt, int n)
-{
-	const int nb = n / QK4_0;
-	const __m256i z = _mm256_setzero_si256();
-	const uint8_t *row[8];
-	for (int r0 = 0; r0 < nrows; r0 += 8) {
-		lanes_rows(row, w, stride, r0, nrows);
-		__m256 acc[R8_LANES_MAX], off[R8_LANES_MAX];
-		for (int t = 0; t < nt; t++)
-			acc[t] = off[t] = _mm256_setzero_ps();
-		for (int i = 0; i < nb; i++) {
-			__m256i wu[8];
-			for (int k = 0; k < 8; k++)
-				wu[k] = q4_0_nibbles((const blk_q4_0 *)row[k] + i);
-			__m256 ws = lanes_scales(row, sizeof(blk_q4_0), (size_t)i);
-			for (int t = 0; t < nt; t++) {
-				__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + i * 32));
-#define LDOT(k) _mm256_dpbusd_epi32(z, wu[k], xv)
-				__m256i s = hsum8x8(LDOT(0), LDOT(1), LDOT(2), LDOT(3), LDOT(4),
-						    LDOT(5), LDOT(6), LDOT(7));
-#undef LDOT
-				__m256 sc = _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[i]));
-				acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc[t]);
-				off[t] = _mm256_fmadd_ps(sc, _mm256_set1_ps((float)x[t].bsums[i]),
-							 off[t]);
-			}
-		}
-		for (int t = 0; t < nt; t++)
-			lanes_store(out, ldo, r0, nrows, t,
-				    _mm256_fnmadd_ps(off[t], _mm256_set1_ps(8.0f), acc[t]));
-	}
-}
-
-TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
-				 const quant_act_t *x, int nt, int n)
-{
-	const int nb = n / QK8_0;
-	const __m256i z = _mm256_setzero_si256();
-	const int8_t *q[8];
-	static __thread float dT[R8_MAX_BLOCKS * 8];
-	if (nt <= R8_LANES_MAX && nb <= R8_MAX_BLOCKS) {
-		vnni_lanes_q8_0(out, ldo, w, stride, nrows, x, nt, n);
-		return;
-	}
-	if (rows8_setup(x, nt, nb, q, dT, NULL)) {
-		for (int t = 0; t < nt; t++)
-			avx2_rows_q8_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
-		return;
-	}
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
-		__m256 acc = _mm256_setzero_ps(); /* lane t: vector t's dot */
-		for (int i = 0; i < nb; i++) {
-			__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);
-			__m256i aw = _mm256_abs_epi8(wv);
-			__m256i s = hsum8x8(R8_DOTS(0), R8_DOTS(1), R8_DOTS(2), R8_DOTS(3),
-					    R8_DOTS(4), R8_DOTS(5), R8_DOTS(6), R8_DOTS(7));
-			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
-						  _mm256_loadu_ps(dT + i * 8));
-			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
-		}
-		float res[8];
-		_mm256_storeu_ps(res, acc);
+		__m256 a0[R4_MAX], a1[R4_MAX];
 		for (int t = 0; t < nt; t++)
-			out[(size_t)t * ldo + r] = res[t];
+			a0[t] = a1[t] = _mm256_setzero_ps();
+/* block i of a row into accumulator ACC (rows' lane of scales8 x d as one product) */
+#define R4_Q8_BLOCK(i, ACC)                                                                        \
+	do {                                                                                       \
+		__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);                          \
+		__m256i aw = _mm256_abs_epi8(wv);                                                  \
+		float ws = _cvtsh_ss(b[i].d);                                                      \
+		for (int t = 0; t < nt; t++) {                                                     \
+			__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + (i)*32));       \
+			__m256 p = _mm256_cvtepi32_ps(                                             \
+			    _mm256_dpbusd_epi32(z, aw, _mm256_sign_epi8(xv, wv)));                 \
+			ACC[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws * x[t].d[i]), p, ACC[t]);       \
+		}                                                                                  \
+	} while (0)
+		for (int i = 0; i < 8 * ng; i += 2) { /* rows: even blocks of a group in a0 */
+			R4_Q8_BLOCK(i, a0);
+			R4_Q8_BLOCK(i + 1, a1);
+		}
+		for (int i = 8 * ng; i < nb; i++) /* past the last group: a0 */
+			R4_Q8_BLOCK(i, a0);
+#undef R4_Q8_BLOCK
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = qx_hsum8(_mm256_add_ps(a0[t], a1[t]));
 	}
 }
+
+R4_INLINE void vnni_rows4_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+			       const quant_act_t *x, const int nt, int n)
+{
+	const int nb = n / QK4_0, ng = nb / 8;
+	const __m256i z = _mm256_setzero_si256();
+	for (int r = 0; r < nrows; r++) {
+		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
+		__m256 a0[R4_MAX], a1[R4_MAX], off[R4_MAX];
+		float tail[R4_MAX];
+		for (int t = 0; t < nt; t++)
+			a0[t] = a1[t] = off[t] = _mm256_setzero_ps(), tail[t] = 0;
+		for (int g = 0; g < ng; g++) { /* rows' offset term: a vector FMA per group */
+			__m256 ws = scales8((const uint8_t *)(b + 8 * g), sizeof *b);
+			for (int t = 0; t < nt; t++) {
+				__m256 sc = _mm256_mul_ps(ws, _mm256_loadu_ps(x[t].d + 8 * g));
+				__m256 bs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+				    _mm_loadu_si128((const __m128i *)(x[t].bsums + 8 * g))));
+				off[t] = _mm256_fmadd_ps(sc, bs, off[t]);
+			}
+		}
+#define R4_Q4_BLOCK(i, ACC)                                                                        \
+	do {                                                                                       \
+		__m256i wu = q4_0_nibbles(&b[i]);                                                  \
+		float ws = _cvtsh_ss(b[i].d);                                                      \
+		for (int t = 0; t < nt; t++) {                                                     \
+			__m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(                         \
+			    z, wu, _mm256_loadu_si256((const __m256i *)(x[t].q + (i)*32))));       \
+			ACC[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws * x[t].d[i]), p, ACC[t]);       \
+		}                                                                                  \
+	} while (0)
+		for (int i = 0; i < 8 * ng; i += 2) {
+			R4_Q4_BLOCK(i, a0);
+			R4_Q4_BLOCK(i + 1, a1);
+		}
+		for (int i = 8 * ng; i < nb; i++) {
+			R4_Q4_BLOCK(i, a0);
+			for (int t = 0; t < nt; t++)
+				tail[t] += _cvtsh_ss(b[i].d) * x[t].d[i] * (float)x[t].bsums[i];
+		}
+#undef R4_Q4_BLOCK
+		for (int t = 0; t < nt; t++)
+			out[(size_t)t * ldo + r] = qx_hsum8(_mm256_add_ps(a0[t], a1[t])) -
+						   8.0f * (qx_hsum8(off[t]) + tail[t]);
+	}
+}
+
+/* nt is a constant in each case, so the vectors' accumulators stay in registers. */
+#define R4_CASES(KERNEL)                                                                           \
+	for (int t = 0; t < nt; t += R4_MAX) {                                                     \
+		float *o = out + (size_t)t * ldo;                                                  \
+		switch (nt - t) {                                                                  \
+		case 1: KERNEL(o, ldo, w, stride, nrows, x + t, 1, n); break;                      \
+		case 2: KERNEL(o, ldo, w, stride, nrows, x + t, 2, n); break;                      \
+		case 3: KERNEL(o, ldo, w, stride, nrows, x + t, 3, n); break;                      \
+		default: KERNEL(o, ldo, w, stride, nrows, x + t, 4, n); break;                     \
+		}                                                                                  \
+	}
+
+TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
+				 const quant_act_t *x, int nt, int n){R4_CASES(vnni_rows4_q8_0)}
 
 TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
 {
-	const int nb = n / QK4_0;
-	const __m256i z = _mm256_setzero_si256();
-	const int8_t *q[8];
-	static __thread float dT[R8_MAX_BLOCKS * 8], sT[R8_MAX_BLOCKS * 8];
-	if (nt <= R8_LANES_MAX && nb <= R8_MAX_BLOCKS) {
-		vnni_lanes_q4_0(out, ldo, w, stride, nrows, x, nt, n);
-		return;
-	}
-	if (rows8_setup(x, nt, nb, q, dT, sT)) {
-		for (int t = 0; t < nt; t++)
-			vnni_rows_q4_0(out + (size_t)t * ldo, w, stride, nrows, &x[t], n);
-		return;
-	}
-	for (int r = 0; r < nrows; r++) {
-		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
-		__m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
-		for (int i = 0; i < nb; i++) {
-			__m256i wu = q4_0_nibbles(&b[i]);
-			__m256i s =
-			    hsum8x8(R8_DOT(0, wu), R8_DOT(1, wu), R8_DOT(2, wu), R8_DOT(3, wu),
-				    R8_DOT(4, wu), R8_DOT(5, wu), R8_DOT(6, wu), R8_DOT(7, wu));
-			__m256 sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
-						  _mm256_loadu_ps(dT + i * 8));
-			acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc);
-			off = _mm256_fmadd_ps(sc, _mm256_loadu_ps(sT + i * 8), off);
-		}
-		float res[8];
-		_mm256_storeu_ps(res, _mm256_fnmadd_ps(off, _mm256_set1_ps(8.0f), acc));
-		for (int t = 0; t < nt; t++)
-			out[(size_t)t * ldo + r] = res[t];
-	}
+	R4_CASES(vnni_rows4_q4_0)
 }
 
 static const quant_ops_t vnni_q8_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q8_0, avx2_dq_q8_0,
