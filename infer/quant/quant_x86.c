@@ -793,28 +793,41 @@ R4_INLINE void vnni_rows4_q8_0(float *out, int ldo, const uint8_t *w, size_t str
 	for (int r = 0; r < nrows; r++) {
 		const blk_q8_0 *b = (const blk_q8_0 *)(w + r * stride);
 		__m256 a0[R4_MAX], a1[R4_MAX];
+#pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)
 			a0[t] = a1[t] = _mm256_setzero_ps();
-/* block i of a row into accumulator ACC (rows' lane of scales8 x d as one product) */
-#define R4_Q8_BLOCK(i, ACC)                                                                        \
+/* block i of a row into accumulator ACC with scale SC(t) (rows' lane of scales8 x d) */
+#define R4_Q8_BLOCK(i, ACC, SC)                                                                    \
 	do {                                                                                       \
 		__m256i wv = _mm256_loadu_si256((const __m256i *)b[i].q);                          \
 		__m256i aw = _mm256_abs_epi8(wv);                                                  \
-		float ws = _cvtsh_ss(b[i].d);                                                      \
-		for (int t = 0; t < nt; t++) {                                                     \
+		_Pragma("GCC unroll 4") for (int t = 0; t < nt; t++)                               \
+		{                                                                                  \
 			__m256i xv = _mm256_loadu_si256((const __m256i *)(x[t].q + (i)*32));       \
 			__m256 p = _mm256_cvtepi32_ps(                                             \
 			    _mm256_dpbusd_epi32(z, aw, _mm256_sign_epi8(xv, wv)));                 \
-			ACC[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws * x[t].d[i]), p, ACC[t]);       \
+			ACC[t] = _mm256_fmadd_ps(SC, p, ACC[t]);                                   \
 		}                                                                                  \
 	} while (0)
-		for (int i = 0; i < 8 * ng; i += 2) { /* rows: even blocks of a group in a0 */
-			R4_Q8_BLOCK(i, a0);
-			R4_Q8_BLOCK(i + 1, a1);
+		for (int g = 0; g < ng; g++) {
+			/* the group's scale products as rows forms them, broadcast from memory */
+			__m256 ws = scales8((const uint8_t *)(b + 8 * g), sizeof *b);
+			float sb[R4_MAX][8] __attribute__((aligned(32)));
+#pragma GCC unroll 4
+			for (int t = 0; t < nt; t++)
+				_mm256_store_ps(sb[t],
+						_mm256_mul_ps(ws, _mm256_loadu_ps(x[t].d + 8 * g)));
+#define R4_SC(k) _mm256_broadcast_ss(&sb[t][k])
+			for (int k = 0; k < 8; k += 2) { /* rows: even blocks in a0, odd in a1 */
+				R4_Q8_BLOCK(8 * g + k, a0, R4_SC(k));
+				R4_Q8_BLOCK(8 * g + k + 1, a1, R4_SC(k + 1));
+			}
+#undef R4_SC
 		}
 		for (int i = 8 * ng; i < nb; i++) /* past the last group: a0 */
-			R4_Q8_BLOCK(i, a0);
+			R4_Q8_BLOCK(i, a0, _mm256_set1_ps(_cvtsh_ss(b[i].d) * x[t].d[i]));
 #undef R4_Q8_BLOCK
+#pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)
 			out[(size_t)t * ldo + r] = qx_hsum8(_mm256_add_ps(a0[t], a1[t]));
 	}
@@ -829,10 +842,12 @@ R4_INLINE void vnni_rows4_q4_0(float *out, int ldo, const uint8_t *w, size_t str
 		const blk_q4_0 *b = (const blk_q4_0 *)(w + r * stride);
 		__m256 a0[R4_MAX], a1[R4_MAX], off[R4_MAX];
 		float tail[R4_MAX];
+#pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)
 			a0[t] = a1[t] = off[t] = _mm256_setzero_ps(), tail[t] = 0;
 		for (int g = 0; g < ng; g++) { /* rows' offset term: a vector FMA per group */
 			__m256 ws = scales8((const uint8_t *)(b + 8 * g), sizeof *b);
+#pragma GCC unroll 4
 			for (int t = 0; t < nt; t++) {
 				__m256 sc = _mm256_mul_ps(ws, _mm256_loadu_ps(x[t].d + 8 * g));
 				__m256 bs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
@@ -844,7 +859,8 @@ R4_INLINE void vnni_rows4_q4_0(float *out, int ldo, const uint8_t *w, size_t str
 	do {                                                                                       \
 		__m256i wu = q4_0_nibbles(&b[i]);                                                  \
 		float ws = _cvtsh_ss(b[i].d);                                                      \
-		for (int t = 0; t < nt; t++) {                                                     \
+		_Pragma("GCC unroll 4") for (int t = 0; t < nt; t++)                               \
+		{                                                                                  \
 			__m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(                         \
 			    z, wu, _mm256_loadu_si256((const __m256i *)(x[t].q + (i)*32))));       \
 			ACC[t] = _mm256_fmadd_ps(_mm256_set1_ps(ws * x[t].d[i]), p, ACC[t]);       \
@@ -856,10 +872,12 @@ R4_INLINE void vnni_rows4_q4_0(float *out, int ldo, const uint8_t *w, size_t str
 		}
 		for (int i = 8 * ng; i < nb; i++) {
 			R4_Q4_BLOCK(i, a0);
+#pragma GCC unroll 4
 			for (int t = 0; t < nt; t++)
 				tail[t] += _cvtsh_ss(b[i].d) * x[t].d[i] * (float)x[t].bsums[i];
 		}
 #undef R4_Q4_BLOCK
+#pragma GCC unroll 4
 		for (int t = 0; t < nt; t++)
 			out[(size_t)t * ldo + r] = qx_hsum8(_mm256_add_ps(a0[t], a1[t])) -
 						   8.0f * (qx_hsum8(off[t]) + tail[t]);
