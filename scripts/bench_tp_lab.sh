@@ -67,8 +67,12 @@ decode() {
 	# taking turns on the cores), which a faster network would not remove.
 	[ -s "$T/trace.0" ] && [ -s "$T/trace.1" ] &&
 		paste "$T/trace.0" "$T/trace.1" | tail -n +33 | awk -v tps="${tps%% *}" '
-		{ a += $1; b += $3; m[++n] = $1 < $3 ? $1 : $3; wall += $1 + $2; cmax += $2 > $4 ? $2 : $4 }
+		{ a += $1; b += $3; m[++n] = $1 < $3 ? $1 : $3; wall += $1 + $2; cmax += $2 > $4 ? $2 : $4
+		  c0 += $2; c1 += $4 }
 		END { if (!n) exit
+			printf "  decode steps only (the rank lines above include the prompt'"'"'s " \
+			"pass): rank 0 in syncs %.1f%% of its time, rank 1 %.1f%%\n",
+			100 * a / (a + c0), 100 * b / (b + c1)
 			printf "  per all-reduce (%d syncs): mean wait %.0f us (rank 0) / %.0f us " \
 			"(rank 1); the later rank'"'"'s own cost %.0f us\n", n, a / n, b / n, med(m, n)
 			steps = wall / 1000 / (1000 / tps)
