@@ -21,7 +21,7 @@ scores, byte tokens and types, add_space_prefix false (Gemma3Model.set_vocab).
 Weights are tensors in the converter's output layout (after its permutations), drawn from a
 seeded numpy generator, so a family/type/seed always gives the same bytes.
 
-usage: gguf_py_gen.py --gguf-py DIR --family F --type f32|q8_0|mxfp4 [--seed N] -o FILE
+usage: gguf_py_gen.py --gguf-py DIR --family F --type f32|q8_0|q4_0|mxfp4 [--seed N] -o FILE
 families: qwen35 qwen35moe gpt-oss glm4moe gemma3
 """
 import argparse
@@ -186,7 +186,7 @@ class Gen:
             return Q.F32
         if re.search(r"(ffn_gate_inp|ffn_gate_inp_shexp|ssm_conv1d)\.weight$", name) or not name.endswith(".weight"):
             return Q.F32
-        return {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}[t]
+        return {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0}[t]
 
     def write(self, path, arch, kv, vocab):
         gguf, np = self.gguf, self.np
@@ -200,7 +200,7 @@ class Gen:
                 d = gguf.quants.quantize(data, q)
             wr.add_tensor(name, d, raw_dtype=q)
         ft = gguf.LlamaFileType
-        ftype = {"f32": ft.ALL_F32, "q8_0": ft.MOSTLY_Q8_0, "mxfp4": ft.MOSTLY_MXFP4_MOE}[self.args.type]
+        ftype = {"f32": ft.ALL_F32, "q8_0": ft.MOSTLY_Q8_0, "q4_0": ft.MOSTLY_Q4_0, "mxfp4": ft.MOSTLY_MXFP4_MOE}[self.args.type]
         # prepare_metadata: general.type, the model card block, then set_gguf_parameters
         wr.add_type(gguf.GGUFType.MODEL)
         wr.add_name(f"Tiny {arch}")
@@ -565,7 +565,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf-py", default=os.environ.get("GGUF_PY"))
     ap.add_argument("--family", required=True, choices=["qwen35", "qwen35moe", "gpt-oss", "glm4moe", "gemma3"])
-    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "mxfp4"])
+    ap.add_argument("--type", default="f32", choices=["f32", "q8_0", "q4_0", "mxfp4"])
     ap.add_argument("--rest", default="f32", choices=["f32", "f16", "bf16", "q8_0"],
                     help="mxfp4: the type of the tensors that are not experts")
     ap.add_argument("--tied", action="store_true", help="qwen35: tie_word_embeddings (no output.weight)")

@@ -4,6 +4,9 @@
  * MoE (test_gemma, test_glm). Written from llama.cpp's graphs, not from the engine: weights
  * dequantized to F32 from the file, double sums, the whole KV history kept and the window applied
  * as a mask (llama_hparams::is_masked_swa, standard: key p0 is seen from p when p - p0 < W).
+ * Quantized files: each matrix's input rounded through Q8_0 first where llama.cpp's CPU backend
+ * quantizes it (ref_mv_act), so the reference computes what llama.cpp does and only summation
+ * order and the KV cache's format stand between it and the engine.
  *
  *   llama     src/models/llama.cpp: x += Wo attn(rope(Wq n), rope(Wk n), Wv n); x += ffn(n)
  *   gemma3    src/models/gemma3.cpp: x = embd * sqrt(dim); q/k RMS-normed per head; SWA
@@ -45,6 +48,9 @@ typedef struct rd {
 		float *kc, *vc;                            /* [ctx][kvd]: every position */
 	} L[RD_MAXL];
 	int choice[RD_MAXL][8]; /* the last token's experts per layer */
+	/* the layers' matrices (all of one type in mkmodel's files but the F32 router) and the
+	 * output take Q8_0 activations: their inputs go through ref_q8_0_round as llama.cpp's */
+	int q8, q8_out;
 } rd_t;
 
 static inline void rd_open(rd_t *R, const gguf_t *g, const model_meta_t *p, int ctx)
@@ -58,6 +64,8 @@ static inline void rd_open(rd_t *R, const gguf_t *g, const model_meta_t *p, int 
 	R->embd = ref_deq(g, "token_embd.weight");
 	R->out_norm = ref_deq(g, "output_norm.weight");
 	R->out = ref_deq(g, "output.weight");
+	R->q8 = ref_q8_act(g, "blk.0.attn_q.weight");
+	R->q8_out = ref_q8_act(g, R->out ? "output.weight" : "token_embd.weight");
 	char n[96];
 	for (int l = 0; l < p->n_layers && l < RD_MAXL; l++) {
 		struct rd_layer *L = &R->L[l];
@@ -142,12 +150,12 @@ static inline void rd_ffn(const rd_t *R, float *y, const float *gate, const floa
 {
 	int D = R->p->dim;
 	float *h = malloc((size_t)2 * F * sizeof *h);
-	ref_mv(h, gate, x, F, D);
-	ref_mv(h + F, up, x, F, D);
+	ref_mv_act(h, gate, x, F, D, R->q8);
+	ref_mv_act(h + F, up, x, F, D, R->q8);
 	for (int j = 0; j < F; j++)
 		h[j] = (float)((R->gemma ? rd_gelu(h[j]) : h[j] / (1.0 + exp(-(double)h[j]))) *
 			       h[F + j]);
-	ref_mv(y, down, h, D, F);
+	ref_mv_act(y, down, h, D, F, R->q8);
 	free(h);
 }
 
@@ -210,9 +218,9 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 		struct rd_layer *L = &R->L[l];
 		int swa = meta_layer_swa(p, l);
 		ref_norm(xb, x, L->attn_norm, D, p->rms_eps);
-		ref_mv(q, L->wq, xb, qd, D);
-		ref_mv(k, L->wk, xb, kvd, D);
-		ref_mv(v, L->wv, xb, kvd, D);
+		ref_mv_act(q, L->wq, xb, qd, D, R->q8);
+		ref_mv_act(k, L->wk, xb, kvd, D, R->q8);
+		ref_mv_act(v, L->wv, xb, kvd, D, R->q8);
 		for (int i = 0; L->bq && i < qd; i++)
 			q[i] += L->bq[i];
 		for (int i = 0; L->bk && i < kvd; i++)
@@ -252,7 +260,7 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 				att[h * hd + i] = (float)a;
 			}
 		}
-		ref_mv(y, L->wo, att, D, qd);
+		ref_mv_act(y, L->wo, att, D, qd, R->q8);
 		if (L->post_attn && R->gemma)
 			ref_norm(y, y, L->post_attn, D, p->rms_eps);
 		for (int i = 0; i < D; i++)
@@ -269,7 +277,7 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 			x[i] += y[i];
 	}
 	ref_norm(xb, x, R->out_norm, D, p->rms_eps);
-	ref_mv(logits, R->out ? R->out : R->embd, xb, p->n_vocab, D);
+	ref_mv_act(logits, R->out ? R->out : R->embd, xb, p->n_vocab, D, R->q8_out);
 	if (p->logit_softcap > 0)
 		for (int i = 0; i < p->n_vocab; i++)
 			logits[i] = (float)(p->logit_softcap * tanh(logits[i] / p->logit_softcap));

@@ -1,8 +1,8 @@
 /*
  * ref_util.h: the plain arithmetic of the tests' reference forward passes (test_moe, test_mla,
  * test_qwen35) and their in-process tensor-parallel groups: whole tensors as F32,
- * double-accumulated products, RMS norm (argmax: common.h), and an all-reduce over threads that sums in
- * rank order (so every rank gets the same bits; test_model's two shards use it too), with a
+ * double-accumulated products, RMS norm (argmax: common.h), and an all-reduce over threads that
+ * sums in rank order (so every rank gets the same bits; test_model's two shards use it too), with a
  * runner that decodes greedily on several shards at once (mem_shards_greedy).
  */
 #ifndef SHOAL_TEST_REF_UTIL_H
@@ -41,6 +41,45 @@ static inline void ref_mv(float *o, const float *w, const float *x, int rows, in
 			s += (double)w[(size_t)r * cols + c] * x[c];
 		o[r] = (float)s;
 	}
+}
+
+/* Whether the named tensor's kernels multiply it with Q8_0 activations (Q8_0, Q4_0, MXFP4, ...:
+ * quant_ops_t.act_type), as llama.cpp's CPU backend does (their vec_dot_type is Q8_0). */
+static inline int ref_q8_act(const gguf_t *g, const char *name)
+{
+	const gguf_tensor_t *t = gguf_find_tensor(g, name);
+	return t && quant_ops_ref(t->type)->act_type == QT_Q8_0;
+}
+
+/* o[n] = x[n] rounded through Q8_0 activation blocks as ggml's quantize_row_q8_0_ref
+ * (ggml/src/ggml-quants.c) and back: per 32 values d = amax / 127 kept as F16 (block_q8_0.d),
+ * q = roundf(x / d) (x times 1 / d), o = d * q. Written from ggml, not from quant.c; the engine's
+ * x86 and NEON quantizers round halves to even instead (ggml's own SIMD code does), which moves
+ * one value by d now and then, against every value's |error| <= d / 2 of the rounding itself. */
+static inline void ref_q8_0_round(float *o, const float *x, int n)
+{
+	for (int b = 0; b + 32 <= n; b += 32) {
+		float amax = 0;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[b + j]));
+		float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+		float dh = quant_f16_to_f32(quant_f32_to_f16(d));
+		for (int j = 0; j < 32; j++)
+			o[b + j] = dh * roundf(x[b + j] * id);
+	}
+}
+
+/* ref_mv on x rounded through Q8_0 (ref_q8_0_round) when q8: what a quantized weight's matvec
+ * computes in llama.cpp (and in the engine), the int8 activations included, summed in double. */
+static inline void ref_mv_act(float *o, const float *w, const float *x, int rows, int cols, int q8)
+{
+	float *xq = NULL;
+	if (q8 && cols % 32 == 0 && (xq = malloc((size_t)cols * sizeof *xq))) {
+		ref_q8_0_round(xq, x, cols);
+		x = xq;
+	}
+	ref_mv(o, w, x, rows, cols);
+	free(xq);
 }
 
 static inline void ref_norm(float *o, const float *x, const float *w, int n, float eps)

@@ -34,9 +34,16 @@ fi
 TMP=$NS_ROOT/t
 mkdir -p "$TMP"
 GEN=$TMP/moe.gguf
+# F16 weights (float activations): the plan's shares change the order in which the ranks' partial
+# sums add up, so the cluster's logits equal one node's to ~1e-6 only (docs/parallel.md, "Same
+# results as one rank"); with 8-bit activations (Q8_0) such a last bit can move an activation by
+# one int8 step and, on a random model's flat distributions, change a greedy token. Which shares
+# the planner picks depends on measured speeds: with Q8_0 weights, q heads 3+3+2 gave another
+# 11th token than one node while 3+2+3 gave the same (test_detbatch checks that a plan's answer
+# does not depend on batching or drafts, Q8_0 deepseek2 included).
 "$SHOAL" mkmodel --arch "$ARCH" --dim 256 --layers 4 --heads 8 --kv-heads 4 --ffn 256 \
-	--expert-ffn 128 --experts 12 --experts-used 2 --vocab 1024 --seed 13 -o "$GEN" \
-	>/dev/null 2>&1 || fail "mkmodel $ARCH"
+	--expert-ffn 128 --experts 12 --experts-used 2 --vocab 1024 --seed 13 --type f16 \
+	-o "$GEN" >/dev/null 2>&1 || fail "mkmodel $ARCH"
 
 state() { echo "$(ns_dir "$1")/state"; }
 node_id() { cat "$(state "$1")/node_id" 2>/dev/null; }

@@ -124,7 +124,7 @@ for victim in 1 2; do
 	PIDS=$W
 	timeout 60 $SHOAL worker --rank 0 --token "$TOKEN" --model "$BIG" --plan "$p" --threads 1 \
 		--step-timeout 1500 --join-timeout 20000 --ctx 4096 --prompt "$PROMPT" \
-		--max-tokens 4000 --ids >"$T/out" 2>"$T/e0" &
+		--max-tokens 4000 --ignore-eos --ids >"$T/out" 2>"$T/e0" &
 	R=$!
 	i=0
 	while [ ! -s "$T/out" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done

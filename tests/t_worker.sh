@@ -224,7 +224,7 @@ for sig in KILL STOP; do
 	PIDS=$W
 	timeout 60 $SHOAL worker --rank 0 --world 2 --peers "$P" --token "$TOKEN" --model "$BIG" \
 		--threads 1 --step-timeout 1500 --join-timeout 20000 --ctx 4096 --prompt "$PROMPT" \
-		--max-tokens 4000 --ids >"$T/out" 2>"$T/e0" &
+		--max-tokens 4000 --ignore-eos --ids >"$T/out" 2>"$T/e0" &
 	R=$!
 	# wait until tokens flow, then hit rank 1
 	i=0
@@ -252,7 +252,7 @@ $SHOAL worker --rank 1 --world 2 --peers "$P" --token "$TOKEN" --model "$BIG" --
 W=$!
 $SHOAL worker --rank 0 --world 2 --peers "$P" --token "$TOKEN" --model "$BIG" --threads 1 \
 	--step-timeout 1500 --join-timeout 20000 --ctx 4096 --prompt "$PROMPT" --max-tokens 4000 \
-	--ids >"$T/out" 2>"$T/e0" &
+	--ignore-eos --ids >"$T/out" 2>"$T/e0" &
 R=$!
 PIDS="$W $R"
 i=0

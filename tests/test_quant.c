@@ -650,8 +650,8 @@ TEST(attention_tile_kernels)
 		}
 }
 
-/* The optimized Q8_0 and Q8_K activation quantizers are bit-identical to the plain ones (an
- * all-zero block of either size and ties at .5 included). */
+/* The optimized Q8_K activation quantizer is bit-identical to the plain one (an all-zero block
+ * and ties at .5 included). */
 TEST(act_prepare_fast_equals_plain)
 {
 	enum { N = 2048 };
@@ -659,20 +659,81 @@ TEST(act_prepare_fast_equals_plain)
 	static uint8_t b1[N * 2], b2[N * 2];
 	for (int i = 0; i < N; i++)
 		x[i] = i < 256 ? 0.f : i % 97 == 0 ? 127.f * 0.5f : frand() * (1 + i % 11);
-	/* Q8_0 weights: d and a sum per 32; Q4_K weights (Q8_K): d per 256, a sum per 16 */
-	static const struct {
-		int wtype, per_d, per_sum;
-	} kinds[] = {{QT_Q8_0, 32, 32}, {QT_Q4_K, 256, 16}};
-	for (int t = 0; t < 2; t++) {
-		quant_act_t a1, a2;
-		quant_init(1);
-		quant_act_prepare(kinds[t].wtype, x, N, b1, &a1);
-		quant_init(0);
-		quant_act_prepare(kinds[t].wtype, x, N, b2, &a2);
-		CHECK(!memcmp(a1.q, a2.q, N));
-		CHECK(!memcmp(a1.d, a2.d, N / kinds[t].per_d * sizeof(float)));
-		CHECK(!memcmp(a1.bsums, a2.bsums, N / kinds[t].per_sum * sizeof(int16_t)));
+	quant_act_t a1, a2;
+	quant_init(1);
+	quant_act_prepare(QT_Q4_K, x, N, b1, &a1);
+	quant_init(0);
+	quant_act_prepare(QT_Q4_K, x, N, b2, &a2);
+	CHECK(!memcmp(a1.q, a2.q, N));
+	CHECK(!memcmp(a1.d, a2.d, N / 256 * sizeof(float)));
+	CHECK(!memcmp(a1.bsums, a2.bsums, N / 16 * sizeof(int16_t)));
+}
+
+/* How ggml quantizes a Q8_0 activation block on each target; d is block_q8_0.d, an F16.
+ * GGML_REF: quantize_row_q8_0_ref (ggml/src/ggml-quants.c): q = roundf(x * (1 / d)).
+ * GGML_X86: quantize_row_q8_0 (ggml-cpu/arch/x86/quants.c): _mm256_round_ps(x * (127 / amax),
+ *           _MM_ROUND_NEAREST), ties to even.
+ * GGML_NEON: quantize_row_q8_0 (ggml-cpu/arch/arm/quants.c): vcvtnq_s32_f32(x * (1 / d)), ties
+ *           to even. */
+enum { GGML_REF, GGML_X86, GGML_NEON };
+static void ggml_q8_0_block(int how, const float *x, int8_t *q, float *d, int16_t *sum)
+{
+	float amax = 0;
+	for (int j = 0; j < 32; j++)
+		amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+	float s = amax / 127.f, id = s != 0.f ? 1.f / s : 0.f;
+	if (how == GGML_X86)
+		id = amax != 0.f ? 127.f / amax : 0.f;
+	*d = quant_f16_to_f32(quant_f32_to_f16(s));
+	int t = 0;
+	for (int j = 0; j < 32; j++) {
+		float v = x[j] * id;
+		q[j] = (int8_t)(how == GGML_REF ? roundf(v) : rintf(v));
+		t += q[j];
 	}
+	*sum = (int16_t)t;
+}
+
+/* Q8_0 activations bit for bit as ggml's quantizer for the same target (so Q8_0/Q4_0
+ * log-probabilities can equal llama.cpp's): the plain path (quant_init(1), and any target
+ * without a SIMD version) as ggml's reference, the optimized one as ggml's AVX2 or NEON code. */
+TEST(act_q8_0_as_ggml)
+{
+	enum { N = 4096 };
+	static float x[N];
+	static uint8_t buf[N * 2];
+	for (int i = 0; i < N; i++)
+		x[i] = i < 32 ? 0.f : frand() * (1 + i % 11) * (i < 2048 ? 1.f : 1e-3f);
+	/* a block with amax 127 (d = 1, both multipliers exactly 1): halves show the rounding */
+	static const float halves[8] = {127.f, 2.5f, -2.5f, 0.5f, -0.5f, 1.5f, 126.5f, -3.5f};
+	static const int8_t ref_q[8] = {127, 3, -3, 1, -1, 2, 127, -4},
+			    even_q[8] = {127, 2, -2, 0, 0, 2, 126, -4};
+	memset(x + 64, 0, 32 * sizeof(float));
+	memcpy(x + 64, halves, sizeof halves);
+	int fast = GGML_REF;
+#if defined(__aarch64__)
+	fast = GGML_NEON;
+#elif defined(__x86_64__)
+	if (quant_x86_act_q8_0())
+		fast = GGML_X86;
+#endif
+	for (int pass = 0; pass < 2; pass++) {
+		int how = pass == 0 ? GGML_REF : fast;
+		quant_init(pass == 0);
+		quant_act_t a;
+		quant_act_prepare(QT_Q8_0, x, N, buf, &a);
+		int bad = 0;
+		for (int b = 0; b < N / 32; b++) {
+			int8_t q[32];
+			float d;
+			int16_t sum;
+			ggml_q8_0_block(how, x + 32 * b, q, &d, &sum);
+			bad += memcmp(q, a.q + 32 * b, 32) != 0 || d != a.d[b] || sum != a.bsums[b];
+		}
+		CHECK_EQ_INT(bad, 0);
+		CHECK(!memcmp(a.q + 64, how == GGML_REF ? ref_q : even_q, 8));
+	}
+	quant_init(0);
 }
 
 /* How ggml quantizes a Q8_K activation block on every CPU target: quantize_row_q8_K_ref
@@ -778,6 +839,7 @@ int main(void)
 	RUN(batched_kernels_vs_reference);
 	RUN(repacked_kernels_vs_reference);
 	RUN(act_prepare_fast_equals_plain);
+	RUN(act_q8_0_as_ggml);
 	RUN(act_q8_k_as_ggml);
 	RUN(attention_tile_kernels);
 	RUN(expsum_accuracy);

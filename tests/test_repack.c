@@ -3,10 +3,12 @@
  *   freed (its mapping is only read; releasing pages never writes), and so is its mtime;
  * - on a CPU with a tiled kernel for the type, every layer matrix and the head are repacked,
  *   and the logits of a 12-token prefill and of decoding match those of the original-layout
- *   kernels (SHOAL_NO_REPACK) within NMSE 1e-5: the same integer block dots, only float
- *   rounding order differs (~1e-14 per product), but such a difference can put one int8
- *   activation of a later matrix on the other side of a half (ggml's Q8_K rounding, quant.c):
- *   one such flip moved a Q4_K model's decode logits by NMSE 1.5e-6, clean runs stay < 1e-12. */
+ *   kernels (SHOAL_NO_REPACK) within NMSE 1e-4, and all but one of the 4 steps within 1e-10:
+ *   the same integer block dots, only float rounding order differs (~1e-14 per product), but
+ *   such a difference can put one int8 activation of a later matrix on the other side of a
+ *   half (ggml's Q8_0 and Q8_K rounding, quant.c): one such flip moved a Q4_K model's decode
+ *   logits by NMSE 1.5e-6 and a Q8_0 model's prefill by 2.4e-5 (ggml's Q8_0 activations on the
+ *   row kernel's VNNI order), clean steps stay < 1e-12. */
 #include "common/common.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
@@ -113,13 +115,16 @@ static void check_type(int type)
 	const char *impl = quant_gemm_impl(type);
 	if (impl && strcmp(impl, "ref")) {
 		CHECK_EQ_INT(r1, 1 + 2); /* the head and both layers */
+		int flips = 0;
 		for (int i = 0; i < 4; i++) {
 			double e = nmse(a + (size_t)i * n, b + (size_t)i * n, n);
-			if (getenv("SHOAL_TEST_VERBOSE") || !(e < 1e-5))
+			if (getenv("SHOAL_TEST_VERBOSE") || !(e < 1e-10))
 				fprintf(stderr, "%s step %d: repacked vs original nmse %g\n",
 					quant_type_name(type), i, e);
-			CHECK(e < 1e-5);
+			CHECK(e < 1e-4);
+			flips += !(e < 1e-10);
 		}
+		CHECK(flips <= 1);
 	} else {
 		CHECK_EQ_INT(r1, 0);
 	}

@@ -406,12 +406,17 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 	a->type = act_type_of(wtype);
 	uint8_t *p = buf;
 	quant_act_q8_0_fn fast = quant_use_ref ? NULL : quant_x86_act_q8_0();
+	if (!fast && !quant_use_ref)
+		fast = quant_neon_act_q8_0();
 	if (a->type == QT_Q8_0 && fast) {
 		a->q = (int8_t *)p;
 		a->d = (float *)(p + n);
 		a->bsums = (int16_t *)(p + n + (n / QK8_0) * 4);
 		fast(x, n, (int8_t *)a->q, (float *)a->d, (int16_t *)a->bsums);
 	} else if (a->type == QT_Q8_0) {
+		/* as ggml's quantize_row_q8_0_ref (ggml-quants.c), which its CPU backend runs where
+		 * it has no SIMD version: the scale kept as F16 (block_q8_0.d), the values
+		 * multiplied by 1 / d and rounded half away from zero (roundf) */
 		int8_t *q = (int8_t *)p;
 		float *d = (float *)(p + n);
 		int16_t *bs = (int16_t *)(p + n + (n / QK8_0) * 4);
@@ -421,10 +426,10 @@ void quant_act_prepare(int wtype, const float *x, int n, void *buf, quant_act_t 
 			for (int j = 0; j < QK8_0; j++)
 				amax = absmax(amax, xb[j]);
 			float s = amax / 127.f, is = s ? 1.f / s : 0.f;
-			d[i] = s;
+			d[i] = quant_f16_to_f32(quant_f32_to_f16(s));
 			int sum = 0;
 			for (int j = 0; j < QK8_0; j++) {
-				q[i * QK8_0 + j] = (int8_t)nearest(xb[j] * is);
+				q[i * QK8_0 + j] = (int8_t)roundf(xb[j] * is);
 				sum += q[i * QK8_0 + j];
 			}
 			bs[i] = (int16_t)sum;

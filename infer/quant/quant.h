@@ -291,10 +291,19 @@ quant_expsum_fn quant_x86_expsum(void); /* NULL when unavailable */
 typedef void (*quant_f16_row_fn)(const float *x, uint16_t *y, int64_t n);
 quant_f16_row_fn quant_x86_f16_row(void);
 
-/* Q8_0 activation blocks of x[n]: q[n], d[n/32], bsums[n/32], bit-identical to the plain C
- * quantizer (same float operations, round to nearest even). NULL when unavailable. */
+/* Q8_0 activation blocks of x[n]: q[n], d[n/32] (each an F16 value: ggml's block_q8_0.d),
+ * bsums[n/32], bit for bit what llama.cpp's CPU backend computes on the same machine, so that
+ * Q8_0/Q4_0/MXFP4 log-probabilities can equal its. Each path follows ggml's own for that target,
+ * and they differ from each other at halves and where the multipliers round apart:
+ *   plain C (quant.c; also under quant_init(1)): quantize_row_q8_0_ref (ggml-quants.c):
+ *     q = roundf(x * (1 / d)), halves away from zero;
+ *   x86 (AVX2): quantize_row_q8_0 (ggml-cpu/arch/x86/quants.c): q = round-to-nearest-even(x *
+ *     (127 / amax));
+ *   NEON: quantize_row_q8_0 (ggml-cpu/arch/arm/quants.c): q = round-to-nearest-even(x * (1 / d)).
+ * NULL when unavailable. */
 typedef void (*quant_act_q8_0_fn)(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
 quant_act_q8_0_fn quant_x86_act_q8_0(void);
+quant_act_q8_0_fn quant_neon_act_q8_0(void);
 /* The same for Q8_K blocks (d[n/256], bsums[n/16]), bit-identical to the plain one. */
 quant_act_q8_0_fn quant_x86_act_q8_k(void);
 

@@ -12,6 +12,8 @@
  * its codes looked up in the value table (vqtbl1q), its exponent as the scale. Q4_K/Q6_K: an
  * exact integer sum per 256-element block (sub-block scales folded in as int32 multiplies, Q4_K's
  * mins through the activation's bsums), then the reference's float expression.
+ * Q8_0 activations (quant_neon_act_q8_0) are quantized as ggml's NEON code does, which rounds
+ * halves to even where quant.c's plain C (ggml's reference) rounds them away from zero.
  * Invariant: the results equal the reference kernels (quant.c) up to float summation order; the
  * dequantize entries given here are bit-exact with the reference.
  */
@@ -380,6 +382,37 @@ static void neon_dq_mxfp4(const void *src, float *dst, int n)
 	}
 }
 
+/* Q8_0 activations per block of 32 as ggml's NEON quantize_row_q8_0 (ggml-cpu/arch/arm/quants.c):
+ * |x| max, the scale d = amax / 127 kept as F16 (block_q8_0.d), the values multiplied by 1 / d in
+ * F32 and rounded to nearest even (fcvtns, vcvtnq_s32_f32; |x / d| <= 127 after rounding, so the
+ * narrowing is exact), one int sum per block. */
+static void neon_act_q8_0(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+	for (int i = 0; i < n / QK8_0; i++, x += QK8_0, q += QK8_0) {
+		float32x4_t v[8], m = vabsq_f32(vld1q_f32(x));
+		for (int k = 0; k < 8; k++) {
+			v[k] = vld1q_f32(x + 4 * k);
+			m = vmaxq_f32(m, vabsq_f32(v[k]));
+		}
+		float amax = vmaxvq_f32(m), s = amax / 127.f, is = s != 0.f ? 1.f / s : 0.f;
+		d[i] = f16(quant_f32_to_f16(s));
+		int32x4_t sum = vdupq_n_s32(0);
+		for (int k = 0; k < 8; k += 2) {
+			int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(v[k], is));
+			int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(v[k + 1], is));
+			sum = vaddq_s32(sum, vaddq_s32(a, b));
+			int16x8_t h = vcombine_s16(vmovn_s32(a), vmovn_s32(b));
+			vst1_s8(q + 4 * k, vmovn_s16(h));
+		}
+		bsums[i] = (int16_t)vaddvq_s32(sum);
+	}
+}
+
+quant_act_q8_0_fn quant_neon_act_q8_0(void)
+{
+	return neon_act_q8_0;
+}
+
 #if defined(__ARM_FEATURE_DOTPROD)
 #define IMPL "neon-dotprod"
 #else
@@ -419,6 +452,11 @@ const quant_ops_t *quant_neon_ops(int wtype)
 const quant_ops_t *quant_neon_ops(int wtype)
 {
 	(void)wtype;
+	return NULL;
+}
+
+quant_act_q8_0_fn quant_neon_act_q8_0(void)
+{
 	return NULL;
 }
 
