@@ -147,6 +147,33 @@ TEST(gelu_table)
 	CHECK(fabsf(h[9] / up[9] - 2.4845f) < 2e-3f); /* GELU(2.5) */
 }
 
+/* gelu_gate's eight-wide path (F16C) gives the one-element loop's bits: every F16 value as an
+ * input (NaNs and infinities included), and floats between them, around -10 and 10. */
+TEST(gelu_wide_as_scalar)
+{
+	enum { N = (1 << 16) + 4096 };
+	static float x[N], up[N], wide[N];
+	for (int i = 0; i < (1 << 16); i++)
+		x[i] = quant_f16_to_f32((uint16_t)i);
+	uint32_t s = 7;
+	for (int i = 1 << 16; i < N; i++) {
+		s = s * 1664525u + 1013904223u;
+		x[i] = ((float)(s >> 8) / (float)(1u << 24) - 0.5f) * 24.0f;
+	}
+	for (int i = 0; i < N; i++) {
+		up[i] = 1.0f + (float)(i % 7) * 0.125f;
+		wide[i] = x[i];
+	}
+	gelu_gate(wide, up, N);
+	int same = 1;
+	for (int i = 0; i < N; i++) {
+		float one = x[i];
+		gelu_gate(&one, &up[i], 1);
+		same &= !memcmp(&one, &wide[i], sizeof one);
+	}
+	CHECK(same);
+}
+
 TEST(f32_vs_reference)
 {
 	vs_reference(QT_F32, NULL, 0);
@@ -395,6 +422,7 @@ int main(void)
 {
 	RUN(meta);
 	RUN(gelu_table);
+	RUN(gelu_wide_as_scalar);
 	RUN(f32_vs_reference);
 	RUN(f32_softcap_scaled_rope);
 	RUN(q8_0_greedy);
