@@ -897,12 +897,15 @@ R4_INLINE void vnni_rows4_q4_0(float *out, int ldo, const uint8_t *w, size_t str
 	}
 
 TGTV static void vnni_rows8_q8_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
-				 const quant_act_t *x, int nt, int n){R4_CASES(vnni_rows4_q8_0)}
+				 const quant_act_t *x, int nt, int n)
+{
+	R4_CASES(vnni_rows4_q8_0);
+}
 
 TGTV static void vnni_rows8_q4_0(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,
 				 const quant_act_t *x, int nt, int n)
 {
-	R4_CASES(vnni_rows4_q4_0)
+	R4_CASES(vnni_rows4_q4_0);
 }
 
 static const quant_ops_t vnni_q8_0 = {"avx512vnni", QT_Q8_0, vnni_rows_q8_0, avx2_dq_q8_0,
