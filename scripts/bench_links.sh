@@ -3,8 +3,8 @@
 # API of 3 agents in the latency lab (tests/lab.sh), 1 thread each, the 0.85B Q4_0 model of
 # issue 26 on every node. Per profile (one-way delay / rate: 40 us / 10 Gbit, 250 us / 1 Gbit,
 # 1.5 ms / 300 Mbit), for auto, tensor, pipeline and hybrid: the plan (strategy, ranks), its
-# predicted single-stream decode, the measured one (the median of 3 requests' decode rates, as
-# /v1/cluster's plan.measured_decode_tok_s reports them) and 4 streams' aggregate (generated
+# predicted single-stream decode, the measured one (the median of 5 requests' decode rates, as
+# /v1/cluster's plan.measured_decode_tok_s reports them; ignore_eos, so each decodes GEN tokens) and 4 streams' aggregate (generated
 # tokens / wall time of 4 concurrent requests). With LLAMA_BIN=dir (ggml-rpc-server or
 # rpc-server, and llama-bench), llama.cpp RPC's decode on the same hosts (llama-bench on lat1,
 # the model's layers on RPC servers in lat2 and lat3). Printed, never asserted. Skips (one line)
@@ -102,8 +102,9 @@ print(p.get("hash", "-"), len(ls), p.get("predicted_decode_tok_s", 0), p.get("st
 request() {
 	lab_run "$LEADER" curl -s -m 120 "http://$(lab_ip "$LEADER"):8080/v1/completions" \
 		-H 'content-type: application/json' \
-		-d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $GEN, \"temperature\": 0}" \
+		-d "{\"prompt\": \"Once upon a time\", \"max_tokens\": $GEN, \"temperature\": 0, \"ignore_eos\": true}" \
 		>/dev/null
+	sleep 0.5 # the cluster document is published every 250 ms
 	cluster "$LEADER" | jq_py 'print((j.get("plan") or {}).get("measured_decode_tok_s", 0))'
 }
 
@@ -113,7 +114,7 @@ streams4() {
 t0=$(date +%s.%N)
 for k in 1 2 3 4; do
 	curl -s -m 300 "http://$1:8080/v1/completions" -H "content-type: application/json" \
-		-d "{\"prompt\": \"Story $k:\", \"max_tokens\": $2, \"temperature\": 0}" >"$3/r$k" &
+		-d "{\"prompt\": \"Story $k:\", \"max_tokens\": $2, \"temperature\": 0, \"ignore_eos\": true}" >"$3/r$k" &
 done
 wait
 t1=$(date +%s.%N)
@@ -128,7 +129,7 @@ print('%.1f' % (n / max(float('$t1') - float('$t0'), 1e-3)))"
 	}
 }
 
-median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+median5() { printf '%s\n' "$@" | sort -n | sed -n 3p; }
 
 llama_rpc() {
 	[ -n "$LLAMA_BIN" ] || return 0
@@ -165,15 +166,15 @@ for prof in $PROFILES; do
 			continue
 		fi
 		set -- $PLAN
-		r1=$(request) r2=$(request) r3=$(request)
+		r1=$(request) r2=$(request) r3=$(request) r4=$(request) r5=$(request)
 		agg=$(streams4)
 		links=$(cluster "$LEADER" | jq_py '
 print(" ".join("%.3f/%.3f ms %d Mbit" % (l["rtt_ms"], l["rtt_p90_ms"], l["mbit_s"])
       for l in j.get("links", []) if "rtt_ms" in l))')
 		what=$1
 		[ "$2" = 1 ] && what=single
-		printf '  %-8s -> %-8s over %d: predicted %5.1f tok/s, measured %5.1f (%s %s %s); 4 streams %s tok/s\n' \
-			"$s" "$what" "$2" "$3" "$(median3 "$r1" "$r2" "$r3")" "$r1" "$r2" "$r3" "$agg"
+		printf '  %-8s -> %-8s over %d: predicted %5.1f tok/s, measured %5.1f (%s %s %s %s %s); 4 streams %s tok/s\n' \
+			"$s" "$what" "$2" "$3" "$(median5 "$r1" "$r2" "$r3" "$r4" "$r5")" "$r1" "$r2" "$r3" "$r4" "$r5" "$agg"
 		[ "$s" = auto ] && echo "    links: $links"
 		stop_all
 	done
