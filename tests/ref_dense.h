@@ -242,21 +242,18 @@ static inline void rd_step(rd_t *R, int tok, int pos, float *logits)
 		int lo = swa && pos - p->swa_window + 1 > 0 ? pos - p->swa_window + 1 : 0;
 		for (int h = 0; h < H; h++) {
 			int kh = h / (H / KH);
-			double mx = -1e300, sum = 0;
 			for (int s = lo; s <= pos; s++) {
 				double d = 0;
 				for (int i = 0; i < hd; i++)
 					d += (double)q[h * hd + i] *
 					     L->kc[(size_t)s * kvd + kh * hd + i];
 				sc[s] = d * ascale;
-				mx = fmax(mx, sc[s]);
 			}
-			for (int s = lo; s <= pos; s++)
-				sum += sc[s] = exp(sc[s] - mx);
+			ref_softmax(sc + lo, pos + 1 - lo);
 			for (int i = 0; i < hd; i++) {
 				double a = 0;
 				for (int s = lo; s <= pos; s++)
-					a += sc[s] / sum * L->vc[(size_t)s * kvd + kh * hd + i];
+					a += sc[s] * L->vc[(size_t)s * kvd + kh * hd + i];
 				att[h * hd + i] = (float)a;
 			}
 		}

@@ -82,6 +82,19 @@ static inline void ref_mv_act(float *o, const float *w, const float *x, int rows
 	free(xq);
 }
 
+/* p[0..n) <- softmax(p) in double: the largest subtracted, exponentials summed in order, each
+ * divided by the sum (the attention references' weights). */
+static inline void ref_softmax(double *p, int n)
+{
+	double mx = -1e300, sum = 0;
+	for (int t = 0; t < n; t++)
+		mx = fmax(mx, p[t]);
+	for (int t = 0; t < n; t++)
+		sum += p[t] = exp(p[t] - mx);
+	for (int t = 0; t < n; t++)
+		p[t] /= sum;
+}
+
 static inline void ref_norm(float *o, const float *x, const float *w, int n, float eps)
 {
 	double ss = 0;

@@ -291,7 +291,7 @@ static void ref_absorbed(const ref_t *r, const ref_layer_t *L, int l, int h, int
 	int nope = r->nope, dv = r->dv, kvl = r->kvl, lr = kvl + r->rd;
 	const float *kb = L->kvb + (size_t)h * (nope + dv) * kvl, *vb = kb + (size_t)nope * kvl;
 	float qn[512], qa[512], lat[512];
-	double p[CTX], mx = -1e300, sum = 0;
+	double p[CTX];
 	memcpy(qn, qh, nope * sizeof *qn);
 	if (r->q8_kb)
 		ref_q8_0_round(qn, qh, nope);
@@ -309,14 +309,12 @@ static void ref_absorbed(const ref_t *r, const ref_layer_t *L, int l, int h, int
 		for (int i = 0; i < r->rd; i++)
 			s += (double)qh[nope + i] * ct[kvl + i];
 		p[t] = s * kq;
-		mx = fmax(mx, p[t]);
 	}
-	for (int t = 0; t <= pos; t++)
-		sum += p[t] = exp(p[t] - mx);
+	ref_softmax(p, pos + 1);
 	for (int c = 0; c < kvl; c++) {
 		double a = 0;
 		for (int t = 0; t <= pos; t++)
-			a += p[t] / sum * r->C[((size_t)l * CTX + t) * lr + c];
+			a += p[t] * r->C[((size_t)l * CTX + t) * lr + c];
 		lat[c] = (float)a;
 	}
 	ref_mv_act(o, vb, lat, dv, kvl, r->q8_vb);
@@ -364,21 +362,18 @@ static void ref_forward(ref_t *r, int tok, int pos, float *logits)
 		for (int h = 0; r->absorb && h < H; h++)
 			ref_absorbed(r, L, l, h, pos, kq, q + h * dk, o + h * dv);
 		for (int h = 0; !r->absorb && h < H; h++) {
-			double mx = -1e300, sum = 0;
 			for (int t = 0; t <= pos; t++) {
 				const float *k = r->K + ((size_t)l * CTX + t) * H * dk + h * dk;
 				double s = 0;
 				for (int i = 0; i < dk; i++)
 					s += (double)q[h * dk + i] * k[i];
 				p[t] = s * kq;
-				mx = fmax(mx, p[t]);
 			}
-			for (int t = 0; t <= pos; t++)
-				sum += p[t] = exp(p[t] - mx);
+			ref_softmax(p, pos + 1);
 			for (int i = 0; i < dv; i++) {
 				double a = 0;
 				for (int t = 0; t <= pos; t++)
-					a += p[t] / sum *
+					a += p[t] *
 					     r->Vc[((size_t)l * CTX + t) * H * dv + h * dv + i];
 				o[h * dv + i] = (float)a;
 			}

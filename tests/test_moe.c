@@ -141,21 +141,19 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 		memcpy(L->vc + (size_t)pos * kvd, v, kvd * sizeof *v);
 		for (int hh = 0; hh < H; hh++) {
 			int kh = hh / (H / KH);
-			double sc[CTX], mx = -1e300, sum = 0;
+			double sc[CTX];
 			for (int s = 0; s <= pos; s++) {
 				double d = 0;
 				for (int i = 0; i < hd; i++)
 					d += (double)q[hh * hd + i] *
 					     L->kc[(size_t)s * kvd + kh * hd + i];
 				sc[s] = d / sqrt(hd);
-				mx = fmax(mx, sc[s]);
 			}
-			for (int s = 0; s <= pos; s++)
-				sum += sc[s] = exp(sc[s] - mx);
+			ref_softmax(sc, pos + 1);
 			for (int i = 0; i < hd; i++) {
 				double a = 0;
 				for (int s = 0; s <= pos; s++)
-					a += sc[s] / sum * L->vc[(size_t)s * kvd + kh * hd + i];
+					a += sc[s] * L->vc[(size_t)s * kvd + kh * hd + i];
 				att[hh * hd + i] = (float)a;
 			}
 		}
@@ -166,14 +164,11 @@ static void ref_step(ref_t *R, int tok, int pos, float *logits)
 		/* the experts */
 		ref_norm(xb, x, L->ffn_norm, D, p->rms_eps);
 		float lg[64];
-		double pr[64], tot = 0, mx = -1e300;
+		double pr[64];
 		ref_mv(lg, L->router, xb, E, D);
 		for (int e = 0; e < E; e++)
-			mx = fmax(mx, lg[e]);
-		for (int e = 0; e < E; e++)
-			tot += pr[e] = exp(lg[e] - mx);
-		for (int e = 0; e < E; e++)
-			pr[e] /= tot;
+			pr[e] = lg[e];
+		ref_softmax(pr, E);
 		int sel[8];
 		double w[8], wsum = 0;
 		for (int i = 0; i < K; i++) {

@@ -258,21 +258,19 @@ static void ref_attn(ref_t *R, int l, const float *xn, int pos, float *y)
 	memcpy(R->L[l].vc + (size_t)pos * kvd, v, kvd * sizeof *v);
 	for (int h = 0; h < H; h++) {
 		int kh = h / (H / KH);
-		double sc[CTX], mx = -1e300, sum = 0;
+		double sc[CTX];
 		for (int t = 0; t <= pos; t++) {
 			double d = 0;
 			for (int i = 0; i < hd; i++)
 				d += (double)q[h * hd + i] *
 				     R->L[l].kc[(size_t)t * kvd + kh * hd + i];
 			sc[t] = d / sqrt((double)hd);
-			mx = fmax(mx, sc[t]);
 		}
-		for (int t = 0; t <= pos; t++)
-			sum += sc[t] = exp(sc[t] - mx);
+		ref_softmax(sc, pos + 1);
 		for (int i = 0; i < hd; i++) {
 			double o = 0;
 			for (int t = 0; t <= pos; t++)
-				o += sc[t] / sum * R->L[l].vc[(size_t)t * kvd + kh * hd + i];
+				o += sc[t] * R->L[l].vc[(size_t)t * kvd + kh * hd + i];
 			att[h * hd + i] = (float)(o * dsig(qf[h * 2 * hd + hd + i]));
 		}
 	}
@@ -297,15 +295,12 @@ static void ref_ffn(ref_t *R, int l, const float *xn, float *y)
 	}
 	int E = p->n_experts, K = p->n_experts_used, F = p->ffn_exp, S = p->ffn_shexp;
 	float lg[64];
-	double pr[64], mx = -1e300, sum = 0, wsum = 0;
+	double pr[64], wsum = 0;
 	int sel[8];
 	ref_mv(lg, R->L[l].router, xn, E, D);
 	for (int e = 0; e < E; e++)
-		mx = fmax(mx, lg[e]);
-	for (int e = 0; e < E; e++)
-		sum += pr[e] = exp(lg[e] - mx);
-	for (int e = 0; e < E; e++)
-		pr[e] /= sum;
+		pr[e] = lg[e];
+	ref_softmax(pr, E);
 	for (int i = 0; i < K; i++) {
 		int b = -1;
 		for (int e = 0; e < E; e++) {
