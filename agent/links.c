@@ -23,6 +23,14 @@
  * planning) and its first figures too slow; a later one 2x better replaces them at once. */
 #define LINKS_SOON_MS 4000
 #define LINKS_SOON    2
+/* A link already measured is measured again only while the machine is quiet: under
+ * LINKS_QUIET of all its CPUs busy over the last LINKS_LOAD_MS. A burst costs the CPUs that
+ * carry it (sealing, and in the latency lab the userspace switch): probes back to back slowed
+ * a 1-thread decode on the 2-core lab machine by 3-9 %. A machine that never quiets down is
+ * measured anyway LINKS_DEFER_MS after the measurement was due. */
+#define LINKS_LOAD_MS  1000
+#define LINKS_QUIET    0.25
+#define LINKS_DEFER_MS 300000
 
 typedef struct peer {
 	disc_id_t id;
@@ -39,6 +47,9 @@ struct links {
 	int n;
 	int cur; /* the peer being measured, -1 = none */
 	tp_probe_t *probe;
+	int busy;                  /* the machine was busy over the last load window */
+	int64_t load_ms;           /* when that window started (0 = not yet) */
+	unsigned long long jb, jt; /* busy and total CPU ticks at its start */
 };
 
 links_t *links_new(const disc_id_t *self)
@@ -147,9 +158,25 @@ static int probe_done(links_t *l, peer_t *p, int64_t now_ms)
 	return 1;
 }
 
+/* Updates l->busy once a load window has passed (a machine whose load cannot be read is quiet). */
+static void load_sample(links_t *l, int64_t now_ms)
+{
+	if (l->load_ms && now_ms - l->load_ms < LINKS_LOAD_MS)
+		return;
+	unsigned long long b, t;
+	if (sh_cpu_jiffies(&b, &t)) {
+		l->busy = 0;
+		return;
+	}
+	if (l->load_ms)
+		l->busy = t > l->jt && (double)(b - l->jb) >= LINKS_QUIET * (double)(t - l->jt);
+	l->load_ms = now_ms, l->jb = b, l->jt = t;
+}
+
 int links_tick(links_t *l, members_t *ms, int64_t now_ms, int *timeout_ms)
 {
 	int changed = 0;
+	load_sample(l, now_ms);
 	if (l->cur < 0) { /* the next one due */
 		int smaller = 0;
 		for (int i = 0; i < members_count(ms); i++)
@@ -158,6 +185,9 @@ int links_tick(links_t *l, members_t *ms, int64_t now_ms, int *timeout_ms)
 		for (int i = 0; i < l->n && l->cur < 0; i++) {
 			peer_t *p = &l->peers[i];
 			if (now_ms < p->due_ms + (p->have ? 0 : stagger))
+				continue;
+			/* again later, when it does not slow the cluster's work */
+			if (p->have && l->busy && now_ms < p->due_ms + LINKS_DEFER_MS)
 				continue;
 			tp_probe_opts_t o;
 			tp_probe_opts_default(&o);

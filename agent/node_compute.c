@@ -59,23 +59,6 @@ static void cpu_key(char *out, size_t len)
 	snprintf(out, len, "%s/%ld", model, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-/* All CPUs' busy and total jiffies from /proc/stat's first line; -1 where it cannot be read. */
-static int cpu_jiffies(unsigned long long *busy, unsigned long long *total)
-{
-	unsigned long long v[8] = {0};
-	FILE *f = fopen("/proc/stat", "r");
-	int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-			   &v[3], &v[4], &v[5], &v[6], &v[7])
-		  : 0;
-	if (f)
-		fclose(f);
-	if (n < 5)
-		return -1;
-	*total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-	*busy = *total - v[3] - v[4]; /* less idle and iowait */
-	return 0;
-}
-
 /* Waits (at most QUIET_MAX_MS) until the machine's CPUs are mostly idle for a QUIET_STEP_MS
  * window: nodes that start together on one machine (the latency lab, containers) hash their
  * model files at start, and a rate measured meanwhile came out at 14 GB/s where the same
@@ -87,12 +70,12 @@ static int cpu_jiffies(unsigned long long *busy, unsigned long long *total)
 static void wait_quiet(void)
 {
 	unsigned long long b0, t0, b1, t1;
-	if (cpu_jiffies(&b0, &t0))
+	if (sh_cpu_jiffies(&b0, &t0))
 		return;
 	for (int waited = 0; waited < QUIET_MAX_MS; waited += QUIET_STEP_MS) {
 		struct timespec step = {0, QUIET_STEP_MS * 1000000L};
 		nanosleep(&step, NULL);
-		if (cpu_jiffies(&b1, &t1))
+		if (sh_cpu_jiffies(&b1, &t1))
 			return;
 		if (t1 > t0 && (double)(b1 - b0) < QUIET_BUSY * (double)(t1 - t0))
 			return;

@@ -72,6 +72,10 @@ int sh_fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 int64_t now_ms(void);
 int64_t now_ns(void);
 
+/* The machine's CPU time so far, all CPUs: busy (everything but idle and iowait) and total, in
+ * clock ticks (Linux /proc/stat). Returns 0, or -1 where it cannot be read (other systems). */
+int sh_cpu_jiffies(unsigned long long *busy, unsigned long long *total);
+
 /* Path buffers: a path the user or the system gives (a state directory, a model file), and a
  * file shoal names inside such a directory (DIR/NAME, DIR/models/HEX.slice.cols.map, a
  * temporary name beside a file: room for the longest suffix shoal adds). */

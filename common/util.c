@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -245,5 +246,21 @@ int sh_size_parse(const char *s, uint64_t total, uint64_t *out)
 	if (v < 1 || v > 1e18)
 		return SH_EINVAL;
 	*out = (uint64_t)v;
+	return 0;
+}
+
+int sh_cpu_jiffies(unsigned long long *busy, unsigned long long *total)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+			   &v[3], &v[4], &v[5], &v[6], &v[7])
+		  : 0;
+	if (f)
+		fclose(f);
+	if (n < 5)
+		return -1;
+	*total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+	*busy = *total - v[3] - v[4]; /* less idle and iowait */
 	return 0;
 }
