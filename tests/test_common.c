@@ -105,8 +105,25 @@ TEST(hex)
 	CHECK_EQ_INT(sh_hex_decode(back, 3, NULL), SH_EFORMAT);
 }
 
+/* Linux's /proc/stat: busy never exceeds total, and a second of spinning shows as busy ticks. */
+TEST(cpu_jiffies)
+{
+	unsigned long long b0, t0, b1, t1;
+	if (sh_cpu_jiffies(&b0, &t0)) {
+		CHECK(access("/proc/stat", R_OK) != 0); /* only where there is none */
+		return;
+	}
+	int64_t end = now_ms() + 300;
+	volatile unsigned long x = 0;
+	while (now_ms() < end)
+		x++;
+	CHECK_EQ_INT(sh_cpu_jiffies(&b1, &t1), 0);
+	CHECK(b0 <= t0 && b1 <= t1 && t1 > t0 && b1 > b0);
+}
+
 int main(void)
 {
+	RUN(cpu_jiffies);
 	RUN(size_parse);
 	RUN(hex);
 	RUN(fnv_and_split);
