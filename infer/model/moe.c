@@ -465,6 +465,38 @@ static float dot(const float *a, const float *b, int n)
 	return s;
 }
 
+/* moe_ffn_one's step between its two dispatches, chunk i for block i: the expert's gate and up
+ * biases (gpt-oss), the activation, and its row prepared for the down projection. On the main
+ * thread alone this was the longest wait of the pool's threads in a gpt-oss decode step (24 us
+ * per layer: expf over every chosen expert's FFN width); each element is computed as before,
+ * so the bits are too. */
+typedef struct moe_act_job {
+	model_t *m;
+	const moe_layer_t *ml;
+	moe_scratch_t *s;
+	const int *le;       /* local expert of block i < n */
+	const wmat_t *g, *d; /* block i's gate (its rows: the width) and down */
+	int n;               /* blocks that are experts (the shared block after them) */
+	size_t W;            /* floats between blocks in eh, eh2 */
+} moe_act_job_t;
+
+static void moe_act_task(void *ctx, int i, int nc, int tid)
+{
+	moe_act_job_t *j = ctx;
+	const model_meta_t *p = &j->m->meta;
+	const moe_layer_t *ml = j->ml;
+	int F = p->ffn_exp;
+	float *h = j->s->eh + i * j->W, *h2 = j->s->eh2 + i * j->W;
+	(void)nc, (void)tid;
+	if (i < j->n) { /* gpt-oss: the expert's biases */
+		add_bias(h, ml->gate_b ? ml->gate_b + (size_t)j->le[i] * F : NULL, 1, F);
+		add_bias(h2, ml->up_b ? ml->up_b + (size_t)j->le[i] * F : NULL, 1, F);
+	}
+	swiglu(p, h, h2, j->g[i].rows);
+	quant_act_prepare(j->d[i].type, h, j->d[i].cols, j->s->act + (size_t)i * j->m->act_stride,
+			  &j->s->qa[i]);
+}
+
 /* One token (decode): the chosen held experts' gate and up and the shared block's in one pool
  * dispatch over the one prepared input, then their down projections in another (each pool run
  * wakes the threads; one per matrix left them waiting more than working on a 0.5B MoE); every
@@ -513,20 +545,18 @@ static void moe_ffn_one(model_t *m, const moe_layer_t *ml)
 		x[2 * i] = x[2 * i + 1] = xb;
 	}
 	matmul_each(m, 2 * nm, w, o, x, s->act);
+	/* each block's activation and its down projection's input, one block per chunk */
+	const quant_act_t *xa[MOE_ONE_K + 1];
+	int nb[MOE_ONE_K + 1];
+	moe_act_job_t aj = {m, ml, s, le, g, d, n, W};
+	pool_run(m->pool, moe_act_task, &aj, nm);
 	for (int i = 0; i < nm; i++) {
-		int rows = g[i].rows;
-		float *h = s->eh + i * W;
-		if (i < n) { /* gpt-oss: the expert's biases */
-			add_bias(h, ml->gate_b ? ml->gate_b + (size_t)le[i] * F : NULL, 1, F);
-			add_bias(s->eh2 + i * W, ml->up_b ? ml->up_b + (size_t)le[i] * F : NULL, 1,
-				 F);
-		}
-		swiglu(p, h, s->eh2 + i * W, rows);
 		w[i] = &d[i];
 		o[i] = s->ey + (size_t)i * D;
-		x[i] = h;
+		xa[i] = &s->qa[i];
+		nb[i] = 1;
 	}
-	matmul_each(m, nm, w, o, x, s->act);
+	matmul_each_acts(m, nm, w, o, nb, xa);
 	memset(out, 0, (size_t)D * sizeof *out);
 	for (int i = 0; i < n; i++) {
 		float *y = s->ey + (size_t)i * D;
