@@ -42,10 +42,14 @@ if [ -x "$probe" ]; then
 fi
 
 # one decode run: prints "label tok/s | rank 0 comm | rank 1 comm | per-sync waits"
+# TCP segments host 1 has sent so far (its namespace's /proc/net/snmp: Tcp OutSegs)
+out_segs() { lab_run 1 awk '/^Tcp:/ && ++n == 2 { print $12 }' /proc/net/snmp; }
+
 decode() {
 	label=$1 bin=$2
 	shift 2
 	rm -f "$T"/trace.* "$T/r1"
+	s0=$(out_segs)
 	export SHOAL_TP_TRACE="$T/trace"
 	pid=$(lab_bg 2 "$T/r1" $RT "$bin" worker --rank 1 --world 2 --peers "$P" --token bench \
 		--model "$m" --threads 1 --stats --log-level warn "$@")
@@ -57,6 +61,10 @@ decode() {
 	tps=$(sed -n 's/.*generation: \([0-9]*\) tokens in [0-9.]* ms (\([0-9.]*\) tok\/s).*/\2 tok\/s (\1 tokens)/p' "$T/r0")
 	[ -n "$tps" ] || { echo "$label: run failed: $(tail -1 "$T/r0")"; return; }
 	echo "$label: decode $tps"
+	# every segment crosses the lab's userspace switch, which forwards it on the ranks' cores
+	s1=$(out_segs)
+	[ -n "$s0" ] && [ -n "$s1" ] && awk -v d=$((s1 - s0)) -v g="$GEN" 'BEGIN {
+		printf "  TCP segments rank 0 sent: %d, %.1f per decoded token\n", d, d / g }'
 	for r in 0 1; do
 		sed -n "s/^rank $r\/2: [0-9]* steps, [0-9]* tokens; communication \([0-9.]*\) ms per step (\([0-9.]*\)% of \([0-9.]*\) ms).*/  rank $r: communication \1 ms per step, \2% of a \3 ms step/p" "$T/r$r"
 	done
