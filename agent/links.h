@@ -6,11 +6,11 @@
  * a short throughput burst, when a member joins (after a pause that staggers the nodes, so
  * their probes do not disturb each other), twice more a few seconds later, and then every
  * LINKS_PERIOD_MS; those later ones wait while the machine's CPUs are busy (serving: a burst
- * would slow the tokens it meets), for at most a few minutes. The figures this node publishes in its NODE description (links_published)
- * change only when a link is first measured, when a round trip is LINKS_FACTOR times shorter
- * than the published one (that one met a busy node), or when LINKS_SUSTAIN measurements in a
- * row differ from the published one by LINKS_FACTOR or more (round trip or throughput): a
- * change the planner should act on, not noise.
+ * would slow the tokens it meets), for at most a few minutes. The figures this node publishes
+ * in its NODE description (links_published) change only when a link is first measured, when a
+ * round trip is LINKS_FACTOR times shorter than the published one (that one met a busy node),
+ * or when LINKS_SUSTAIN measurements in a row differ from the published one by LINKS_FACTOR or
+ * more (round trip or throughput): a change the planner should act on, not noise.
  *
  * Threads: the loop's thread only. Ownership: links_new's object, freed by links_free
  * (NULL-safe); member_t pointers are borrowed for each call.
