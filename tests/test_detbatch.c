@@ -333,13 +333,13 @@ int main(void)
 				    .ctx = 256,
 				    .type = TYPES[i].type,
 				    .seed = 28 + (uint64_t)i};
+		/* one KV head (Gemma 3's shape): a decode step's attention is one work item of
+		 * all query heads, a batch's one per run of tokens (attn.c) */
+		if (strstr(TYPES[i].name, "one KV head"))
+			o.kv_heads = 1;
 		/* deepseek2: 12 experts (3 ranks take 4 each); seed 3 because its greedy text
 		 * repeats, so prompt lookup's drafts are accepted (about 2 in 3 on one node: what
 		 * spec_ngram covers, not its verdict) */
-		/* one KV head (Gemma 3's shape): a decode step cuts its query heads over the
-		 * threads, a batch's steps do not (attn.c) */
-		if (strstr(TYPES[i].name, "one KV head"))
-			o.kv_heads = 1;
 		if (!strcmp(TYPES[i].arch, "deepseek2"))
 			o.experts = 12, o.experts_used = 2, o.expert_ffn = 128,
 			o.shared_experts = 1, o.seed = 3;
