@@ -225,10 +225,14 @@ static char PATHS[9][256];
 static const struct {
 	int type;
 	const char *name, *arch;
-} TYPES[] = {{QT_Q4_0, "q4_0", "llama"}, {QT_Q8_0, "q8_0", "llama"},
-	     {QT_F32, "f32", "llama"},   {QT_F16, "f16", "llama"},
-	     {QT_Q4_K, "q4_k", "llama"}, {QT_Q6_K, "q6_k", "llama"},
-	     {QT_BF16, "bf16", "llama"}, {QT_Q8_0, "q8_0 deepseek2", "deepseek2"},
+} TYPES[] = {{QT_Q4_0, "q4_0", "llama"},
+	     {QT_Q8_0, "q8_0", "llama"},
+	     {QT_F32, "f32", "llama"},
+	     {QT_F16, "f16", "llama"},
+	     {QT_Q4_K, "q4_k", "llama"},
+	     {QT_Q6_K, "q6_k", "llama"},
+	     {QT_BF16, "bf16", "llama"},
+	     {QT_Q8_0, "q8_0 deepseek2", "deepseek2"},
 	     {QT_F16, "f16 one KV head", "llama"}};
 
 /* Type i on configuration c: one node, 2 and 3 tensor ranks, 3 pipeline ranks. */
