@@ -738,6 +738,42 @@ TEST(sched_spec_metrics)
 	eng_free(e);
 }
 
+/* A re-plan that detaches the engine the moment its last job ends, and frees it: the
+ * scheduler's turn still read the engine after that job's end (its step metrics), which the
+ * sanitizer build caught in t_joinleave as a use after free (web/sched.c: sched_turn holds the
+ * engine for the whole turn). Many rounds, each a fresh engine, to meet the window. */
+TEST(sched_detach_at_job_end)
+{
+	char err[256];
+	const char *path = harness_stories();
+	if (!path)
+		SKIP("stories260K.gguf not found");
+	eng_opts_t eo = {.model_path = path, .threads = 1, .parallel = 1};
+	web_metrics_t m;
+	web_metrics_init(&m);
+	web_sched_t *s = NULL;
+	CHECK_EQ_INT(web_sched_new(&s, &m, 2, 0, NULL, NULL), 0);
+	int ok = 0;
+	for (int round = 0; round < 60; round++) {
+		eng_t *e = NULL;
+		if (eng_open(&e, &eo, err, sizeof err))
+			break;
+		web_sched_set_engine(s, e);
+		web_job_t *j = long_job(e, 1 + round % 3, round & 1);
+		if (j && web_sched_submit(s, j) == 0) {
+			job_wait(j);
+			ok += j->err.status == 0;
+		}
+		web_sched_set_engine(s, NULL);
+		eng_free(e); /* what the session thread does next (agent/session/session.c) */
+		if (j)
+			web_job_unref(j);
+	}
+	CHECK_EQ_INT(ok, 60);
+	web_sched_free(s);
+	web_metrics_destroy(&m);
+}
+
 int main(void)
 {
 	log_threshold = LOG_WARN;
@@ -754,5 +790,6 @@ int main(void)
 	RUN(sched_replan_wait);
 	RUN(sched_batches);
 	RUN(sched_spec_metrics);
+	RUN(sched_detach_at_job_end);
 	return harness_done();
 }

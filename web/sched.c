@@ -52,6 +52,7 @@ struct web_sched {
 	eng_t *run_eng; /* the engine the running jobs use (s->eng may be detached meanwhile) */
 	eng_t *eng;
 	int eng_users; /* connection threads tokenizing with eng */
+	int in_turn;   /* the scheduler thread uses run_eng or eng with mu released (sched_turn) */
 	int stopping;
 	int started;
 	pthread_t thread;
@@ -633,7 +634,7 @@ static void step_history(web_sched_t *s, eng_t *e, double step_ms)
 /* One loop turn: suspend the running jobs when their engine is going away, admit queued jobs
  * into free slots (FIFO), end canceled or expired ones, then run one step of every active
  * sequence. Runs on the scheduler thread with s->mu held on entry and exit. */
-static void sched_turn(web_sched_t *s)
+static void sched_turn_engine(web_sched_t *s)
 {
 	if (s->n_running && s->run_eng != s->eng) { /* detached or replaced (set_engine) */
 		suspend_running(s);
@@ -698,6 +699,17 @@ static void sched_turn(web_sched_t *s)
 	pthread_mutex_lock(&s->mu);
 	if (s->broken == e)
 		mark_waiting_locked(s);
+}
+
+/* One loop turn (sched_turn_engine). The engine is held for the whole turn: its last running
+ * job can end in the middle of it (a cancel, a finished sequence), and n_running dropping to 0
+ * would let set_engine free the engine under the step metrics that still read it. */
+static void sched_turn(web_sched_t *s)
+{
+	s->in_turn = 1;
+	sched_turn_engine(s);
+	s->in_turn = 0;
+	pthread_cond_broadcast(&s->cv);
 }
 
 static void *sched_main(void *arg)
@@ -891,7 +903,7 @@ void web_sched_set_engine(web_sched_t *s, eng_t *e)
 	s->eng = NULL; /* no new users, no admission; the scheduler suspends the running jobs */
 	pthread_cond_broadcast(&s->cv);
 	mark_waiting_locked(s);
-	while (old && (s->n_running || s->eng_users > 0))
+	while (old && (s->n_running || s->eng_users > 0 || s->in_turn))
 		pthread_cond_wait(&s->cv, &s->mu);
 	s->eng = e;
 	s->broken = NULL;
