@@ -15,7 +15,7 @@
 #              + a shared one, the first layer dense (FFN 10944)
 #   gpt-oss    gpt-oss-20b's: dim 2880, 64 query / 8 KV heads of 64, 4 of 8 experts of 2880,
 #              sliding window 128 on every other layer
-# Each line: `shoal bench --bound` (2 threads, 64-token prompt, 32 decoded): decode tok/s, the
+# Each line: `shoal bench --bound` (2 threads, 64-token prompt, 96 decoded): decode tok/s, the
 # bytes a token reads, GB/s, the streaming bandwidth measured between the decode steps and
 # decode's fraction of it (of_bound; target >= 0.8). Printed, never asserted.
 BUILD=${BUILD:-build}
@@ -46,7 +46,7 @@ printf '%-22s %9s %9s %13s %9s %9s %9s\n' model prefill decode bytes/token GB/s 
 for f in "$DIR"/wide-qwen35moe-q8_0.gguf "$DIR"/wide-qwen35-q8_0.gguf \
 	"$DIR"/wide-glm4moe-q8_0.gguf "$DIR"/wide-gptoss-mxfp4.gguf "$DIR"/wide-gptoss-q8_0.gguf; do
 	[ -s "$f" ] || { echo "$(basename "$f"): not generated"; continue; }
-	l=$($SHOAL bench --model "$f" --threads 2 --prompt 64 --gen 32 --bound) ||
+	l=$($SHOAL bench --model "$f" --threads 2 --prompt 64 --gen 96 --bound) ||
 		{ echo "$(basename "$f"): bench failed"; continue; }
 	printf '%-22s %9s %9s %13s %9s %9s %9s\n' "$(basename "$f" .gguf | sed 's/^wide-//')" \
 		"$(get "$l" prefill_tok_s)" "$(get "$l" decode_tok_s)" "$(get "$l" bytes_per_token)" \
