@@ -52,7 +52,8 @@ struct web_sched {
 	eng_t *run_eng; /* the engine the running jobs use (s->eng may be detached meanwhile) */
 	eng_t *eng;
 	int eng_users; /* connection threads tokenizing with eng */
-	int in_turn;   /* the scheduler thread uses run_eng or eng with mu released (sched_turn) */
+	int in_turn;   /* under mu: the scheduler thread is in a turn and may use run_eng or eng
+			  with mu released (sched_turn) */
 	int stopping;
 	int started;
 	pthread_t thread;
@@ -703,7 +704,8 @@ static void sched_turn_engine(web_sched_t *s)
 
 /* One loop turn (sched_turn_engine). The engine is held for the whole turn: its last running
  * job can end in the middle of it (a cancel, a finished sequence), and n_running dropping to 0
- * would let set_engine free the engine under the step metrics that still read it. */
+ * alone would let set_engine return, and its caller free the engine, under the step metrics
+ * that still read it. */
 static void sched_turn(web_sched_t *s)
 {
 	s->in_turn = 1;
