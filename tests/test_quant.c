@@ -465,13 +465,14 @@ static void pool_job(void *ctx, int chunk, int n_chunks, int tid)
 }
 
 /* Batched kernels (rows8) against the reference one vector at a time, for 1..8 vectors, on rows
- * of whole groups of 8 blocks and with a tail (544 = 17 blocks of 32). */
+ * of whole groups of 8 blocks and with a tail (544 = 17 blocks of 32); for the float types also
+ * rows that end in a 16-wide step (560) and in single elements (571). */
 TEST(batched_kernels_vs_reference)
 {
-	enum { ROWS = 19, NMAX = 544 };
+	enum { ROWS = 19, NMAX = 576 };
 	static float w[ROWS * NMAX], x[8][NMAX], ref[8][ROWS], opt[8][ROWS];
 	static uint8_t wq[ROWS * NMAX * 4], act[8][NMAX * 2];
-	static const int ns[] = {512, 544};
+	static const int ns[] = {512, 544, 560, 571};
 	int tested = 0;
 	for (size_t in = 0; in < ARRAY_LEN(ns); in++) {
 		const int N = ns[in];

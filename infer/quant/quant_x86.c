@@ -34,117 +34,11 @@ TGT static inline __m256i dot_i8(__m256i a, __m256i b)
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(ua, sb), _mm256_set1_epi16(1));
 }
 
-TGT static void avx2_rows_f32(float *out, const uint8_t *w, size_t stride, int nrows,
-			      const quant_act_t *x, int n)
-{
-	for (int r = 0; r < nrows; r++) {
-		const float *row = (const float *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		int i = 0;
-		for (; i + 16 <= n; i += 16) {
-			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x->f + i),
-					     a0);
-			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8),
-					     _mm256_loadu_ps(x->f + i + 8), a1);
-		}
-		float s = qx_hsum8(_mm256_add_ps(a0, a1));
-		for (; i < n; i++)
-			s += row[i] * x->f[i];
-		out[r] = s;
-	}
-}
-
 /* Software prefetch this many bytes ahead in an F16 row (decode's one input). gpt-oss as its
  * converter writes it reads F16 matrices beside the MXFP4 experts (attention, output head):
  * decode of scripts/bench_wide.sh's gpt-oss-20b-width file, 2 threads, went 60.8 -> 64.5 and
  * 62.0 -> 66.0 tok/s (two rounds of 3 alternating runs; 2048 and 8192 bytes: 64.4 and 65.9). */
 #define ROWS_F16_AHEAD 4096
-
-TGT static void avx2_rows_f16(float *out, const uint8_t *w, size_t stride, int nrows,
-			      const quant_act_t *x, int n)
-{
-	for (int r = 0; r < nrows; r++) {
-		const uint16_t *row = (const uint16_t *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		int i = 0;
-		for (; i + 16 <= n; i += 16) {
-			_mm_prefetch((const char *)(row + i) + ROWS_F16_AHEAD, _MM_HINT_T0);
-			__m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i)));
-			__m256 w1 =
-			    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + i + 8)));
-			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x->f + i), a0);
-			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x->f + i + 8), a1);
-		}
-		float s = qx_hsum8(_mm256_add_ps(a0, a1));
-		for (; i < n; i++)
-			s += _cvtsh_ss(row[i]) * x->f[i];
-		out[r] = s;
-	}
-}
-
-/* F32 / F16 / BF16 rows for up to 8 inputs (prompts, batches): each row is read once per 4
- * inputs from L1 and every dot is summed in exactly the one-input kernel's order (two
- * accumulators of 8 lanes, then qx_hsum8, then the tail), so a token gets the same bits alone or
- * in any batch (issue 28; matmul.c uses no BLAS for that reason). */
-#define AVX2_ROWS8_FLOAT(NAME, ELEM, LOAD8, SCALAR)                                                \
-	/* 4 inputs' two accumulators over one row, each input's sums in the order above; returns  \
-	 * where the 16-wide steps ended */                                                        \
-	TGT static inline int rows4_##NAME(const ELEM *row, const quant_act_t *x, int n,           \
-					   __m256 *a0, __m256 *a1)                                 \
-	{                                                                                          \
-		const float *x0 = x[0].f, *x1 = x[1].f, *x2 = x[2].f, *x3 = x[3].f;                \
-		__m256 p0 = a0[0], p1 = a0[1], p2 = a0[2], p3 = a0[3];                             \
-		__m256 q0 = a1[0], q1 = a1[1], q2 = a1[2], q3 = a1[3];                             \
-		int i = 0;                                                                         \
-		for (; i + 16 <= n; i += 16) {                                                     \
-			__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);                       \
-			p0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), p0);                     \
-			q0 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), q0);                 \
-			p1 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), p1);                     \
-			q1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), q1);                 \
-			p2 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), p2);                     \
-			q2 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), q2);                 \
-			p3 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), p3);                     \
-			q3 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), q3);                 \
-		}                                                                                  \
-		a0[0] = p0, a0[1] = p1, a0[2] = p2, a0[3] = p3;                                    \
-		a1[0] = q0, a1[1] = q1, a1[2] = q2, a1[3] = q3;                                    \
-		return i;                                                                          \
-	}                                                                                          \
-	TGT static void NAME(float *out, int ldo, const uint8_t *w, size_t stride, int nrows,      \
-			     const quant_act_t *x, int nt, int n)                                  \
-	{                                                                                          \
-		for (int r = 0; r < nrows; r++) {                                                  \
-			const ELEM *row = (const ELEM *)(w + r * stride);                          \
-			for (int t0 = 0; t0 < nt; t0 += 4) {                                       \
-				int m = nt - t0 < 4 ? nt - t0 : 4, i = 0;                          \
-				__m256 a0[4], a1[4];                                               \
-				for (int t = 0; t < 4; t++)                                        \
-					a0[t] = a1[t] = _mm256_setzero_ps();                       \
-				if (m ==                                                           \
-				    4) /* the accumulators in registers: the loop over a           \
-					* runtime count kept them on the stack (~4x slower) */     \
-					i = rows4_##NAME(row, x + t0, n, a0, a1);                  \
-				for (; i + 16 <= n; i += 16) {                                     \
-					__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);       \
-					for (int t = 0; t < m; t++) {                              \
-						const float *xf = x[t0 + t].f;                     \
-						a0[t] = _mm256_fmadd_ps(                           \
-						    w0, _mm256_loadu_ps(xf + i), a0[t]);           \
-						a1[t] = _mm256_fmadd_ps(                           \
-						    w1, _mm256_loadu_ps(xf + i + 8), a1[t]);       \
-					}                                                          \
-				}                                                                  \
-				for (int t = 0; t < m; t++) {                                      \
-					const float *xf = x[t0 + t].f;                             \
-					float s = qx_hsum8(_mm256_add_ps(a0[t], a1[t]));           \
-					for (int k = i; k < n; k++)                                \
-						s += SCALAR(row[k]) * xf[k];                       \
-					out[(size_t)(t0 + t) * ldo + r] = s;                       \
-				}                                                                  \
-			}                                                                          \
-		}                                                                                  \
-	}
 
 TGT static inline __m256 f32x8_at(const float *p)
 {
@@ -154,36 +48,107 @@ TGT static inline __m256 f16x8_at(const uint16_t *p)
 {
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
-#define F32_SCALAR(v) (v)
-AVX2_ROWS8_FLOAT(avx2_rows8_f32, float, f32x8_at, F32_SCALAR)
-AVX2_ROWS8_FLOAT(avx2_rows8_f16, uint16_t, f16x8_at, _cvtsh_ss)
-
 TGT static inline __m256 bf16x8(const uint16_t *p)
 {
 	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
 	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
+#define F32_SCALAR(v) (v)
 
-TGT static void avx2_rows_bf16(float *out, const uint8_t *w, size_t stride, int nrows,
-			       const quant_act_t *x, int n)
-{
-	for (int r = 0; r < nrows; r++) {
-		const uint16_t *row = (const uint16_t *)(w + r * stride);
-		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-		int i = 0;
-		for (; i + 16 <= n; i += 16) {
-			a0 = _mm256_fmadd_ps(bf16x8(row + i), _mm256_loadu_ps(x->f + i), a0);
-			a1 =
-			    _mm256_fmadd_ps(bf16x8(row + i + 8), _mm256_loadu_ps(x->f + i + 8), a1);
-		}
-		float s = qx_hsum8(_mm256_add_ps(a0, a1));
-		for (; i < n; i++)
-			s += quant_bf16_to_f32(row[i]) * x->f[i];
-		out[r] = s;
+/* F32 / F16 / BF16 rows. Every dot, for one input or in a batch, is summed in one order: four
+ * accumulators of 8 lanes over 32-wide steps, one 16-wide step into the first two, then
+ * qx_hsum8((a0 + a2) + (a1 + a3)), then the scalar tail. So a token gets the same bits alone or
+ * in any batch (issue 28; matmul.c uses no BLAS for that reason). Four chains, not two: an FMA
+ * waits 4 cycles for its accumulator, and two chains held one core to ~8 bytes of F16 per
+ * cycle, below its share of the memory bandwidth (gpt-oss's F16 attention and head).
+ *   avx2_rows_T   one input per row (decode), prefetching AHEAD bytes ahead in the row (0: none)
+ *   avx2_rows8_T  up to 8 inputs: each row is read from L1 once per pair of inputs (8
+ *                 accumulators and 4 converted weights fit AVX2's 16 registers) */
+#define AVX2_ROWS_FLOAT(T, ELEM, LOAD8, SCALAR, AHEAD)                                             \
+	TGT static inline float dot1_##T(const ELEM *row, const float *x, int n)                   \
+	{                                                                                          \
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+		int i = 0;                                                                         \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			if (AHEAD)                                                                 \
+				_mm_prefetch((const char *)(row + i) + AHEAD, _MM_HINT_T0);        \
+			a0 = _mm256_fmadd_ps(LOAD8(row + i), _mm256_loadu_ps(x + i), a0);          \
+			a1 = _mm256_fmadd_ps(LOAD8(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);  \
+			a2 =                                                                       \
+			    _mm256_fmadd_ps(LOAD8(row + i + 16), _mm256_loadu_ps(x + i + 16), a2); \
+			a3 =                                                                       \
+			    _mm256_fmadd_ps(LOAD8(row + i + 24), _mm256_loadu_ps(x + i + 24), a3); \
+		}                                                                                  \
+		if (i + 16 <= n) {                                                                 \
+			a0 = _mm256_fmadd_ps(LOAD8(row + i), _mm256_loadu_ps(x + i), a0);          \
+			a1 = _mm256_fmadd_ps(LOAD8(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);  \
+			i += 16;                                                                   \
+		}                                                                                  \
+		float s = qx_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));   \
+		for (; i < n; i++)                                                                 \
+			s += SCALAR(row[i]) * x[i];                                                \
+		return s;                                                                          \
+	}                                                                                          \
+	/* two inputs' dots over one row, each in dot1's order */                                  \
+	TGT static inline void dot2_##T(const ELEM *row, const float *x, const float *y, int n,    \
+					float *sx, float *sy)                                      \
+	{                                                                                          \
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+		__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                         \
+		int i = 0;                                                                         \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);                       \
+			__m256 w2 = LOAD8(row + i + 16), w3 = LOAD8(row + i + 24);                 \
+			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);                      \
+			b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), b0);                      \
+			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);                  \
+			b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), b1);                  \
+			a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + i + 16), a2);                 \
+			b2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(y + i + 16), b2);                 \
+			a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + i + 24), a3);                 \
+			b3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(y + i + 24), b3);                 \
+		}                                                                                  \
+		if (i + 16 <= n) {                                                                 \
+			__m256 w0 = LOAD8(row + i), w1 = LOAD8(row + i + 8);                       \
+			a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);                      \
+			b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), b0);                      \
+			a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);                  \
+			b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), b1);                  \
+			i += 16;                                                                   \
+		}                                                                                  \
+		float s = qx_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));   \
+		float t = qx_hsum8(_mm256_add_ps(_mm256_add_ps(b0, b2), _mm256_add_ps(b1, b3)));   \
+		for (; i < n; i++) {                                                               \
+			float v = SCALAR(row[i]);                                                  \
+			s += v * x[i];                                                             \
+			t += v * y[i];                                                             \
+		}                                                                                  \
+		*sx = s;                                                                           \
+		*sy = t;                                                                           \
+	}                                                                                          \
+	TGT static void avx2_rows_##T(float *out, const uint8_t *w, size_t stride, int nrows,      \
+				      const quant_act_t *x, int n)                                 \
+	{                                                                                          \
+		for (int r = 0; r < nrows; r++)                                                    \
+			out[r] = dot1_##T((const ELEM *)(w + r * stride), x->f, n);                \
+	}                                                                                          \
+	TGT static void avx2_rows8_##T(float *out, int ldo, const uint8_t *w, size_t stride,       \
+				       int nrows, const quant_act_t *x, int nt, int n)             \
+	{                                                                                          \
+		for (int r = 0; r < nrows; r++) {                                                  \
+			const ELEM *row = (const ELEM *)(w + r * stride);                          \
+			int t = 0;                                                                 \
+			for (; t + 2 <= nt; t += 2)                                                \
+				dot2_##T(row, x[t].f, x[t + 1].f, n, &out[(size_t)t * ldo + r],    \
+					 &out[(size_t)(t + 1) * ldo + r]);                         \
+			if (t < nt)                                                                \
+				out[(size_t)t * ldo + r] = dot1_##T(row, x[t].f, n);               \
+		}                                                                                  \
 	}
-}
 
-AVX2_ROWS8_FLOAT(avx2_rows8_bf16, uint16_t, bf16x8, quant_bf16_to_f32)
+AVX2_ROWS_FLOAT(f32, float, f32x8_at, F32_SCALAR, 0)
+AVX2_ROWS_FLOAT(f16, uint16_t, f16x8_at, _cvtsh_ss, ROWS_F16_AHEAD)
+AVX2_ROWS_FLOAT(bf16, uint16_t, bf16x8, quant_bf16_to_f32, 0)
 
 TGT static void avx2_rows_q8_0(float *out, const uint8_t *w, size_t stride, int nrows,
 			       const quant_act_t *x, int n)
