@@ -136,6 +136,7 @@ static int wmat_rehome(model_t *m, wmat_t *w, int release)
 		pool_run(m->pool, cp_task, &j, 2 * pool_threads(m->pool));
 		release_range(j.src, j.bytes);
 	}
+	release_range(w->data, bytes); /* the pages that straddled two slices */
 	w->data = w->rp_own = dst;
 	w->rp_bytes = bytes;
 	return 0;

@@ -153,8 +153,9 @@ struct model {
 /* Makes the interleaved copy of w when its type has a fast tiled kernel on this CPU (and
  * SHOAL_NO_REPACK is unset), the rearranging split over the pool. With release, the pages of
  * the original rows are then dropped from this process (the file and its mapping are never
- * written; a later read of them faults them back in). Returns 0 (also when nothing was done) or
- * SH_ENOMEM. */
+ * written; a later read of them faults them back in). Otherwise, with release, a matrix of 2 MiB
+ * and more is copied as it is into huge pages (w->data then points at the copy, which w owns
+ * as rp_own: wmat_release frees it). Returns 0 (also when nothing was done) or SH_ENOMEM. */
 int wmat_repack(model_t *m, wmat_t *w, int release);
 void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
