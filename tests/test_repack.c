@@ -8,7 +8,10 @@
  *   such a difference can put one int8 activation of a later matrix on the other side of a
  *   half (ggml's Q8_0 and Q8_K rounding, quant.c): one such flip moved a Q4_K model's decode
  *   logits by NMSE 1.5e-6 and a Q8_0 model's prefill by 2.4e-5 (ggml's Q8_0 activations on the
- *   row kernel's VNNI order), clean steps stay < 1e-12. */
+ *   row kernel's VNNI order), clean steps stay < 1e-12;
+ * - an F16 model's matrices of 2 MiB and more (no tiled kernel: the row kernels read them) are
+ *   copied into huge pages and the smaller ones stay in the mapping; the logits are the same
+ *   bits as without the copies, and the file is unchanged. */
 #include "common/common.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
@@ -81,6 +84,83 @@ out:
 	pool_free(pool);
 	gguf_free(g);
 	return rc;
+}
+
+/* Prefill of NP tokens and one decode step of an F16 model into out[2][n_vocab]; *big and
+ * *moved count its matrices of 2 MiB and more and those that point at their own copy. */
+static int run_f16(const char *path, int copy, float *out, int *big, int *moved)
+{
+	char err[256];
+	gguf_t *g = NULL;
+	model_meta_t meta;
+	model_t *m = NULL;
+	pool_t *pool = pool_new(2);
+	int rc;
+	if (copy)
+		unsetenv("SHOAL_NO_REPACK");
+	else
+		setenv("SHOAL_NO_REPACK", "1", 1);
+	if ((rc = gguf_open(&g, path, err, sizeof err)) ||
+	    (rc = meta_load(&meta, g, err, sizeof err)) ||
+	    (rc = model_new(&m, g, &meta, NULL, 64, pool, err, sizeof err))) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		goto out;
+	}
+	*big = *moved = 0;
+	for (int l = -1; l < meta.n_layers; l++) {
+		const layer_t *L = l < 0 ? NULL : &m->layers[l];
+		const wmat_t *w[] = {l < 0 ? &m->out : &L->wq, L ? &L->wk : NULL, L ? &L->wv : NULL,
+				     L ? &L->wo : NULL, L ? &L->w_gate : NULL, L ? &L->w_up : NULL,
+				     L ? &L->w_down : NULL};
+		for (size_t i = 0; i < ARRAY_LEN(w); i++) {
+			if (!w[i])
+				continue;
+			int b = (size_t)w[i]->rows * w[i]->row_bytes >= ((size_t)2 << 20);
+			*big += b;
+			*moved += b && w[i]->rp_own && w[i]->data == w[i]->rp_own && !w[i]->rp;
+			CHECK(b || !w[i]->rp_own);
+		}
+	}
+	int n = meta.n_vocab;
+	if (!(rc = model_forward(m, prompt, NP, 0, out)))
+		rc = model_forward(m, prompt, 1, NP, out + n);
+out:
+	unsetenv("SHOAL_NO_REPACK");
+	model_free(m);
+	pool_free(pool);
+	gguf_free(g);
+	return rc;
+}
+
+/* dim 1024: wq, wo and the head (1100 rows) are 2 MiB or more, wk/wv (256 rows) and the FFN
+ * (512 wide) are not. */
+TEST(huge_page_copy_f16)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-rehome-%d.gguf", (int)getpid());
+	mkmodel_opts_t o = {.arch = "llama", .dim = 1024, .layers = 2, .heads = 8, .kv_heads = 2,
+			    .ffn = 512, .vocab = 1100, .ctx = 64, .type = QT_F16, .seed = 5};
+	if (mkmodel_write(&o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	struct stat s0, s1;
+	uint64_t h0 = file_hash(path, &s0);
+	int n = o.vocab, big1 = 0, moved1 = 0, big0 = 0, moved0 = 0;
+	float *a = calloc((size_t)2 * n, sizeof *a), *b = calloc((size_t)2 * n, sizeof *b);
+	CHECK_EQ_INT(run_f16(path, 1, a, &big1, &moved1), 0);
+	CHECK_EQ_INT(run_f16(path, 0, b, &big0, &moved0), 0);
+	CHECK_EQ_INT(big1, 1 + 2 * 2); /* the head, wq and wo of both layers */
+	CHECK_EQ_INT(moved1, big1);
+	CHECK_EQ_INT(moved0, 0);
+	CHECK(!memcmp(a, b, (size_t)2 * n * sizeof *a));
+	uint64_t h1 = file_hash(path, &s1);
+	CHECK(h0 != 0 && h0 == h1);
+	CHECK(s0.st_mtime == s1.st_mtime && s0.st_size == s1.st_size);
+	free(a);
+	free(b);
+	unlink(path);
 }
 
 static void check_type(int type)
@@ -157,5 +237,6 @@ int main(void)
 	RUN(repack_q4_0);
 	RUN(repack_q4_k);
 	RUN(repack_q6_k);
+	RUN(huge_page_copy_f16);
 	return harness_done();
 }
