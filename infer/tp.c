@@ -56,9 +56,7 @@ struct dist {
 	int ar_calls;        /* all-reduce hook calls in the pass in progress */
 	int st_n, st_chunks; /* the streamed all-reduce in progress: floats, chunks */
 	double st_ms;        /* its communication time so far (pushes) */
-	float *red;          /* [red_cap] receive space of the final reduce to rank 0 */
 	int rollback;        /* recurrent-state rollback depth (rank 0's, agreed at SETUP) */
-	size_t red_cap;
 	FILE *trace;        /* SHOAL_TP_TRACE=PREFIX: one line per sync (us) in PREFIX.RANK */
 	int64_t trace_mark; /* where the compute before the next traced sync began (ns) */
 	pthread_mutex_t shared_mu; /* guards shared: a worker rank's st after its last pass */
@@ -272,7 +270,6 @@ void dist_free(dist_t *d)
 	free(d->tok);
 	free(d->ent);
 	free(d->eb);
-	free(d->red);
 	free(d->ret);
 	free(d->fl);
 	free(d->back);
@@ -590,31 +587,9 @@ static void sync_done(dist_t *d, double ms)
 
 /* The last sum of a stage's pass (after its last layer's ffn_down) is only needed by the stage's
  * root, which computes the head (rank 0, one stage) or sends the hidden state on: the stage's
- * other ranks send their partial sums to the root, which adds them in rank order, the order of
- * the transport's direct all-reduce. Saves one send per peer and the root's sends. */
-static int reduce_to_root(dist_t *d, float *x, int n, char *why, size_t whylen)
-{
-	size_t bytes = (size_t)n * sizeof *x;
-	int root = d->first[d->stage], end = d->first[d->stage + 1];
-	if (d->rank != root)
-		return tp_group_send(d->g, root, x, bytes, d->timeout_ms, why, whylen);
-	if ((size_t)n > d->red_cap) {
-		float *r = realloc(d->red, bytes);
-		if (!r)
-			return sh_fail(why, whylen, SH_ENOMEM, "out of memory");
-		d->red = r;
-		d->red_cap = (size_t)n;
-	}
-	for (int p = root + 1; p < end; p++) {
-		int rc = tp_group_recv(d->g, p, d->red, bytes, d->timeout_ms, why, whylen);
-		if (rc)
-			return rc;
-		for (int i = 0; i < n; i++)
-			x[i] += d->red[i];
-	}
-	return 0;
-}
-
+ * other ranks send their partial sums to the root only (tp_reduce_team: the bits the all-reduce
+ * would give it, in 8-bit blocks with the q8 wire). Saves one send per peer and the root's
+ * sends. */
 static int hook_allreduce(void *ctx, float *x, int n)
 {
 	dist_t *d = ctx;
@@ -624,7 +599,9 @@ static int hook_allreduce(void *ctx, float *x, int n)
 	/* by rows, so that a row's sum (and its 8-bit blocks) never depend on the batch */
 	size_t rows = d->dim > 0 && n % d->dim == 0 ? (size_t)(n / d->dim) : 1;
 	int rc = per && k % per == per - 1
-		     ? reduce_to_root(d, x, n, why, sizeof why)
+		     ? tp_reduce_team(d->g, d->n_team ? d->team : NULL, d->n_team,
+				      d->first[d->stage], x, rows, (size_t)n / rows, d->timeout_ms, why,
+				      sizeof why)
 		     : tp_all_reduce_team(d->g, d->n_team ? d->team : NULL, d->n_team, x, rows,
 					  (size_t)n / rows, d->timeout_ms, why, sizeof why);
 	sync_done(d, (double)(now_ns() - t0) / 1e6);

@@ -522,6 +522,93 @@ TEST(sums_do_not_depend_on_batch_or_path)
 				}
 }
 
+/* ---- reduce to one member: the bits the all-reduce gives it ---------------------------------- */
+
+/* Every rank root in turn, the whole group and (3 ranks) the team {0, 2}; rows 1 and 3 of cols
+ * (100, 2048, and 40000 floats: several frames); root's rows equal det_ref (what the all-reduce
+ * gives, the test above), the others' are untouched. A root outside the team is refused and the
+ * group stays usable. */
+static void fn_reduce(tp_group_t *g, rank_ctx_t *c)
+{
+	const struct det_cfg *dc = c->user;
+	char err[256];
+	size_t cols = dc->cols;
+	float *buf = malloc(3 * cols * sizeof *buf), *ref = malloc(cols * sizeof *ref);
+	tp_group_set_q8(g, dc->q8);
+	int w = c->l.world, me = c->l.rank, team02[2] = {0, 2};
+	size_t bad = 0;
+	for (int t = 0; t < (w == 3 ? 2 : 1); t++) {
+		const int *ranks = t ? team02 : NULL;
+		int n = t ? 2 : 0;
+		if (t && me == 1)
+			continue; /* not in the team */
+		for (int root = 0; root < w; root++) {
+			if (t && root == 1)
+				continue;
+			for (int rows = 1; rows <= 3; rows += 2) {
+				for (int b = 0; b < rows; b++)
+					for (size_t i = 0; i < cols; i++)
+						buf[(size_t)b * cols + i] = det_val(me, root + b, i);
+				int rc = tp_reduce_team(g, ranks, n, root, buf, (size_t)rows, cols,
+							10000, err, sizeof err);
+				RCHECK(c, rc == 0);
+				if (rc) {
+					fprintf(stderr, "rank %d: %s\n", me, err);
+					goto out;
+				}
+				for (int b = 0; b < rows; b++) {
+					const float *row = buf + (size_t)b * cols;
+					if (me == root) {
+						if (t) { /* ranks 0 and 2: as a world of 2 */
+							float *x = malloc(cols * sizeof *x);
+							det_ref(ref, 1, root + b, cols, dc->q8);
+							for (size_t i = 0; i < cols; i++)
+								x[i] = det_val(2, root + b, i);
+							if (dc->q8) {
+								uint8_t *q = malloc(tp_q8_size(cols));
+								tp_q8_encode(q, x, cols);
+								tp_q8_decode(ref, q, cols, 1);
+								free(q);
+							} else {
+								for (size_t i = 0; i < cols; i++)
+									ref[i] += x[i];
+							}
+							free(x);
+						} else {
+							det_ref(ref, w, root + b, cols, dc->q8);
+						}
+					} else {
+						for (size_t i = 0; i < cols; i++)
+							ref[i] = det_val(me, root + b, i);
+					}
+					bad += memcmp(ref, row, cols * sizeof *ref) != 0;
+				}
+			}
+		}
+	}
+	RCHECK(c, tp_reduce_team(g, NULL, 0, w, buf, 1, cols, 1000, err, sizeof err) == SH_EINVAL);
+	RCHECK(c, tp_group_check(g, err, sizeof err) == 0);
+out:
+	if (bad)
+		fprintf(stderr, "rank %d: %zu rows differ\n", me, bad);
+	RCHECK(c, bad == 0);
+	free(buf);
+	free(ref);
+}
+
+TEST(reduce_to_one_gives_the_all_reduce_bits)
+{
+	size_t cols[] = {100, 2048, 40000};
+	for (int w = 2; w <= 3; w++)
+		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
+			for (int q8 = 0; q8 <= 1; q8++) {
+				struct det_cfg dc = {cols[ci], q8, TP_DIRECT_MAX_DEFAULT};
+				rank_ctx_t ctx[MAXR] = {0};
+				run_ranks(w, fn_reduce, ctx, &dc);
+				all_formed(ctx, w);
+			}
+}
+
 /* ---- streamed all-reduce: the same bits as the plain one ---------------------------------- */
 
 static void fn_stream(tp_group_t *g, rank_ctx_t *c)
@@ -985,6 +1072,7 @@ int main(int argc, char **argv)
 	RUN(q8_all_reduce);
 	RUN(q8_mismatch_is_out_of_step);
 	RUN(sums_do_not_depend_on_batch_or_path);
+	RUN(reduce_to_one_gives_the_all_reduce_bits);
 	RUN(streamed_sums_equal_plain_ones);
 	RUN(stream_chunk_policy);
 	RUN(stalled_rank_times_out);

@@ -195,6 +195,50 @@ int tp_all_reduce_team(tp_group_t *g, const int *ranks, int nranks, float *buf, 
 	return tp_allreduce_2phase(g, &t, buf, n, deadline, timeout_ms, err, errlen);
 }
 
+int tp_reduce_team(tp_group_t *g, const int *ranks, int nranks, int root, float *buf, size_t rows,
+		   size_t cols, int timeout_ms, char *err, size_t errlen)
+{
+	const uint8_t *src[TP_MAX_WORLD];
+	tp_team_t t;
+	int rc = tp_group_check(g, err, errlen), ri = -1;
+	if (rc || (rc = tp_team_make(g, ranks, nranks, &t, err, errlen)))
+		return rc;
+	for (int j = 0; j < t.n; j++)
+		if (t.r[j] == root)
+			ri = j;
+	if (ri < 0)
+		return sh_fail(err, errlen, SH_EINVAL, "reduce: root %d is not in the team", root);
+	if (cols && rows > SIZE_MAX / 4 / cols)
+		return sh_fail(err, errlen, SH_EINVAL, "reduce of %zu x %zu floats", rows, cols);
+	size_t n = rows * cols, seg = TP_SEG_BYTES / 4;
+	if (t.n == 1 || n == 0)
+		return 0;
+	int64_t deadline = tp_deadline(timeout_ms);
+	if (g->q8)
+		return tp_reduce_q8(g, &t, ri, buf, rows, cols, deadline, timeout_ms, err, errlen);
+	uint32_t s = 0;
+	for (size_t off = 0; off < n; off += seg, s++) {
+		size_t len = MIN(seg, n - off);
+		tp_xfer_reset(g);
+		for (int j = 0; j < t.n; j++)
+			if (t.me != ri && j == ri)
+				g->xf[root] =
+				    (tp_xfer_t){.send = 1, .sdata = buf + off, .slen = len * 4};
+			else if (t.me == ri && j != ri)
+				g->xf[t.r[j]] = (tp_xfer_t){.recv = 1, .rlen = len * 4};
+		rc = tp_group_exchange(g, TP_OP_REDUCE, 0, s, deadline, timeout_ms, "reduce", err,
+				       errlen);
+		if (rc)
+			return rc;
+		if (t.me != ri)
+			continue;
+		for (int j = 0; j < t.n; j++)
+			src[j] = j == ri ? (const uint8_t *)(buf + off) : g->xf[t.r[j]].rdata;
+		tp_sum_ordered(buf + off, src, t.n, len);
+	}
+	return 0;
+}
+
 int tp_all_reduce_f32(tp_group_t *g, float *buf, size_t n, int timeout_ms, char *err, size_t errlen)
 {
 	return tp_all_reduce_team(g, NULL, 0, buf, 1, n, timeout_ms, err, errlen);

@@ -241,6 +241,40 @@ int tp_allreduce_q8(tp_group_t *g, const tp_team_t *t, float *buf, size_t rows, 
 	return tp_q8_2phase(g, t, buf, cols, nb, deadline, timeout_ms, err, errlen);
 }
 
+/* Members send their quantized vector to root, which forms y (dq(q(y)) for 3 or more) as the
+ * direct all-reduce does: the same bits, without root's sends. */
+int tp_reduce_q8(tp_group_t *g, const tp_team_t *t, int root, float *buf, size_t rows,
+		 size_t cols, int64_t deadline, int timeout_ms, char *err, size_t errlen)
+{
+	const uint8_t *src[TP_MAX_WORLD];
+	size_t nb = rows * ((cols + TP_Q8_BLOCK - 1) / TP_Q8_BLOCK);
+	int rc = tp_q8_reserve(g, nb * TP_Q8_BYTES, err, errlen);
+	if (rc)
+		return rc;
+	tp_q8_encode_blocks(g->qbuf, buf, cols, 0, nb);
+	uint32_t s = 0;
+	for (size_t b0 = 0; b0 < nb; b0 += TP_Q8_SEG_BLOCKS, s++) {
+		size_t b1 = MIN(nb, b0 + TP_Q8_SEG_BLOCKS), len = (b1 - b0) * TP_Q8_BYTES;
+		uint8_t *q = g->qbuf + b0 * TP_Q8_BYTES;
+		tp_xfer_reset(g);
+		for (int j = 0; j < t->n; j++)
+			if (t->me != root && j == root)
+				g->xf[t->r[j]] = (tp_xfer_t){.send = 1, .sdata = q, .slen = len};
+			else if (t->me == root && j != root)
+				g->xf[t->r[j]] = (tp_xfer_t){.recv = 1, .rlen = len};
+		rc = tp_group_exchange(g, TP_OP_REDUCE_Q8, 0, s, deadline, timeout_ms, "reduce", err,
+				       errlen);
+		if (rc)
+			return rc;
+		if (t->me != root)
+			continue;
+		for (int j = 0; j < t->n; j++)
+			src[j] = j == t->me ? q : g->xf[t->r[j]].rdata;
+		tp_q8_sum(buf, cols, b0, b1, src, t->n, q);
+	}
+	return 0;
+}
+
 int tp_group_set_q8(tp_group_t *g, int on)
 {
 	if (!g)

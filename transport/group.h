@@ -26,6 +26,8 @@ enum tp_coll_op {
 	TP_OP_ALLREDUCE_Q8 = 9,
 	TP_OP_MSG = 10,              /* tagged point-to-point message of any length (p2p.c) */
 	TP_OP_ALLREDUCE_STREAM = 11, /* streamed all-reduce, step = chunk (stream.c) */
+	TP_OP_REDUCE = 12,           /* the team's sum to one member (coll.c tp_reduce_team) */
+	TP_OP_REDUCE_Q8 = 13,        /* ... with the q8 wire */
 };
 /* Retired: 2 (ring reduce-scatter) and 3 (ring all-gather), replaced by the 2-phase path whose
  * sums do not depend on the message size. */
@@ -130,6 +132,9 @@ int tp_team_make(const tp_group_t *g, const int *ranks, int nranks, tp_team_t *t
  * multiple of 32, so a row's bytes never depend on the rows around it. */
 int tp_allreduce_q8(tp_group_t *g, const tp_team_t *t, float *buf, size_t rows, size_t cols,
 		    int64_t deadline, int timeout_ms, char *err, size_t errlen);
+/* ... and its reduce to one member, team index root: the bits the all-reduce gives it. */
+int tp_reduce_q8(tp_group_t *g, const tp_team_t *t, int root, float *buf, size_t rows,
+		 size_t cols, int64_t deadline, int timeout_ms, char *err, size_t errlen);
 size_t tp_q8_size(size_t n);
 /* Quantized blocks [b0, b1) of x (rows of cols floats, blocks per row) to out / back. */
 void tp_q8_encode_blocks(uint8_t *out, const float *x, size_t cols, size_t b0, size_t b1);

@@ -313,6 +313,15 @@ const char *tp_group_link(const tp_group_t *g, int peer);
 int tp_all_reduce_team(tp_group_t *g, const int *ranks, int nranks, float *buf, size_t rows,
 		       size_t cols, int timeout_ms, char *err, size_t errlen);
 
+/* The team's sum of buf (rows x cols floats) at one member only, root (a rank of the team): the
+ * others send theirs to it, one message per segment (8-bit blocks with the q8 wire), and keep
+ * their buf as it was. root's buf gets the bits tp_all_reduce_team would give it, on either
+ * wire and for any team size. For a sum only one rank reads (a pass's last, which feeds the
+ * head): root sends nothing, the others only to root. Returns 0, SH_EINVAL (bad team, root or
+ * shape) or the group's errors. */
+int tp_reduce_team(tp_group_t *g, const int *ranks, int nranks, int root, float *buf, size_t rows,
+		   size_t cols, int timeout_ms, char *err, size_t errlen);
+
 /* Streamed all-reduce, to overlap the transfer with the compute that produces buf: begin, then
  * for c = 0..nchunks-1 compute columns [c0, c1) of every row (tp_all_reduce_chunk; whole blocks
  * of 32 columns) and push(c), which sends them at once; end waits for the other members' chunks
