@@ -714,7 +714,9 @@ int range_push(model_range_t **r, int *n, uint64_t off, uint64_t len, int compac
 int mat_ranges(const wmat_t *w, const uint8_t *base, model_range_t **r, int *n)
 {
 	size_t len = quant_row_bytes(w->type, w->cols);
-	int compact = w->data != w->src; /* a column slice, copied out at load */
+	/* a column slice (its rows are pieces of the file's rows): by the widths, not by where data
+	 * points (a whole matrix may be a copy too: wmat_repack's huge-page copies) */
+	int compact = len < w->src_stride;
 	for (int i = 0; i < w->rows; i++) {
 		int rc = range_push(r, n, (uint64_t)(w->src + (size_t)i * w->src_stride - base),
 				    len, compact);
