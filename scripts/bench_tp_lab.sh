@@ -11,7 +11,8 @@
 # The ranks run SCHED_FIFO below the lab's switch (LAB_RT=0: normal scheduling): on a busy
 # shared machine a rank that sleeps in poll() otherwise waits for a time slice, which would be
 # measured as network latency. SHOAL_BASE=path/to/older/shoal also runs that binary, for a
-# before/after in the same run. BENCH_TP_LAB_GEN: tokens (default 64).
+# before/after in the same run (both wires, each followed by this binary again).
+# BENCH_TP_LAB_GEN: tokens (default 64).
 BUILD=${BUILD:-build}
 SHOAL=${SHOAL:-$BUILD/shoal}
 GEN=${BENCH_TP_LAB_GEN:-64}
@@ -43,13 +44,13 @@ fi
 
 # one decode run: prints "label tok/s | rank 0 comm | rank 1 comm | per-sync waits"
 # TCP segments host 1 has sent so far (its namespace's /proc/net/snmp: Tcp OutSegs)
-out_segs() { lab_run 1 awk '/^Tcp:/ && ++n == 2 { print $12 }' /proc/net/snmp; }
+out_segs() { lab_run "$1" awk '/^Tcp:/ && ++n == 2 { print $12 }' /proc/net/snmp; }
 
 decode() {
 	label=$1 bin=$2
 	shift 2
 	rm -f "$T"/trace.* "$T/r1"
-	s0=$(out_segs)
+	s0=$(out_segs 1) t0=$(out_segs 2)
 	export SHOAL_TP_TRACE="$T/trace"
 	pid=$(lab_bg 2 "$T/r1" $RT "$bin" worker --rank 1 --world 2 --peers "$P" --token bench \
 		--model "$m" --threads 1 --stats --log-level warn "$@")
@@ -62,9 +63,11 @@ decode() {
 	[ -n "$tps" ] || { echo "$label: run failed: $(tail -1 "$T/r0")"; return; }
 	echo "$label: decode $tps"
 	# every segment crosses the lab's userspace switch, which forwards it on the ranks' cores
-	s1=$(out_segs)
-	[ -n "$s0" ] && [ -n "$s1" ] && awk -v d=$((s1 - s0)) -v g="$GEN" 'BEGIN {
-		printf "  TCP segments rank 0 sent: %d, %.1f per decoded token\n", d, d / g }'
+	s1=$(out_segs 1) t1=$(out_segs 2)
+	[ -n "$s0" ] && [ -n "$s1" ] && [ -n "$t0" ] && [ -n "$t1" ] &&
+		awk -v d=$((s1 - s0)) -v e=$((t1 - t0)) -v g="$GEN" 'BEGIN {
+		printf "  TCP segments sent: rank 0 %d, %.1f per decoded token; rank 1 %d, %.1f\n",
+			d, d / g, e, e / g }'
 	for r in 0 1; do
 		sed -n "s/^rank $r\/2: [0-9]* steps, [0-9]* tokens; communication \([0-9.]*\) ms per step (\([0-9.]*\)% of \([0-9.]*\) ms).*/  rank $r: communication \1 ms per step, \2% of a \3 ms step/p" "$T/r$r"
 	done
@@ -100,6 +103,8 @@ fi
 if [ -n "${SHOAL_BASE:-}" ]; then
 	decode "before ($SHOAL_BASE), f32 wire" "$SHOAL_BASE"
 	decode "tensor 2x1, f32 wire (again)" "$SHOAL"
+	decode "before ($SHOAL_BASE), 8-bit wire" "$SHOAL_BASE" --q8-wire
+	decode "tensor 2x1, 8-bit wire (again)" "$SHOAL" --q8-wire
 fi
 
 coll=$BUILD/tests/test_coll
