@@ -596,17 +596,23 @@ out:
 	free(ref);
 }
 
-TEST(reduce_to_one_gives_the_all_reduce_bits)
+/* fn on 2 and 3 ranks, for each row length of cols[n], f32 and the q8 wire (default paths). */
+static void run_wires(rank_fn fn, const size_t *cols, size_t n)
 {
-	size_t cols[] = {100, 2048, 40000};
 	for (int w = 2; w <= 3; w++)
-		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
+		for (size_t ci = 0; ci < n; ci++)
 			for (int q8 = 0; q8 <= 1; q8++) {
 				struct det_cfg dc = {cols[ci], q8, TP_DIRECT_MAX_DEFAULT};
 				rank_ctx_t ctx[MAXR] = {0};
-				run_ranks(w, fn_reduce, ctx, &dc);
+				run_ranks(w, fn, ctx, &dc);
 				all_formed(ctx, w);
 			}
+}
+
+TEST(reduce_to_one_gives_the_all_reduce_bits)
+{
+	size_t cols[] = {100, 2048, 40000};
+	run_wires(fn_reduce, cols, ARRAY_LEN(cols));
 }
 
 /* ---- streamed all-reduce: the same bits as the plain one ---------------------------------- */
@@ -659,14 +665,7 @@ static void fn_stream(tp_group_t *g, rank_ctx_t *c)
 TEST(streamed_sums_equal_plain_ones)
 {
 	size_t cols[] = {2048, 100};
-	for (int w = 2; w <= 3; w++)
-		for (size_t ci = 0; ci < ARRAY_LEN(cols); ci++)
-			for (int q8 = 0; q8 <= 1; q8++) {
-				struct det_cfg dc = {cols[ci], q8, TP_DIRECT_MAX_DEFAULT};
-				rank_ctx_t ctx[MAXR] = {0};
-				run_ranks(w, fn_stream, ctx, &dc);
-				all_formed(ctx, w);
-			}
+	run_wires(fn_stream, cols, ARRAY_LEN(cols));
 }
 
 TEST(stream_chunk_policy)

@@ -48,8 +48,13 @@ static double nmse(const float *a, const float *ref, int n)
 enum { NP = 12 };
 static const int prompt[NP] = {3, 99, 120, 7, 400, 401, 55, 56, 57, 300, 10, 11};
 
-/* Prefill of NP tokens, then 3 decode steps: all logits into out[4][n_vocab]. */
-static int run(const char *path, int repack, float *out, int *repacked)
+/* Counts what a loaded model holds into counts[] (the tests below). */
+typedef void (*inspect_fn)(const model_t *m, int *counts);
+
+/* Loads path (repack 0: SHOAL_NO_REPACK set, no copies), inspects it, then a prefill of NP
+ * tokens and `steps` decode steps: all logits into out[1 + steps][n_vocab]. */
+static int run(const char *path, int repack, int steps, float *out, inspect_fn inspect,
+	       int *counts)
 {
 	char err[256];
 	gguf_t *g = NULL;
@@ -67,16 +72,11 @@ static int run(const char *path, int repack, float *out, int *repacked)
 		fprintf(stderr, "%s: %s\n", path, err);
 		goto out;
 	}
-	*repacked = m->out.rp != NULL;
-	for (int l = 0; l < meta.n_layers; l++) {
-		const layer_t *L = &m->layers[l];
-		*repacked += (L->wq.rp && L->wk.rp && L->wv.rp && L->wo.rp && L->w_gate.rp &&
-			      L->w_up.rp && L->w_down.rp);
-	}
+	inspect(m, counts);
 	int n = meta.n_vocab;
 	if ((rc = model_forward(m, prompt, NP, 0, out)))
 		goto out;
-	for (int i = 0; i < 3 && !rc; i++)
+	for (int i = 0; i < steps && !rc; i++)
 		rc = model_forward(m, &prompt[i], 1, NP + i, out + (size_t)(i + 1) * n);
 out:
 	unsetenv("SHOAL_NO_REPACK");
@@ -86,28 +86,23 @@ out:
 	return rc;
 }
 
-/* Prefill of NP tokens and one decode step of an F16 model into out[2][n_vocab]; *big and
- * *moved count its matrices of 2 MiB and more and those that point at their own copy. */
-static int run_f16(const char *path, int copy, float *out, int *big, int *moved)
+/* counts[0]: the head, if repacked, and the layers whose seven matrices all are */
+static void count_repacked(const model_t *m, int *counts)
 {
-	char err[256];
-	gguf_t *g = NULL;
-	model_meta_t meta;
-	model_t *m = NULL;
-	pool_t *pool = pool_new(2);
-	int rc;
-	if (copy)
-		unsetenv("SHOAL_NO_REPACK");
-	else
-		setenv("SHOAL_NO_REPACK", "1", 1);
-	if ((rc = gguf_open(&g, path, err, sizeof err)) ||
-	    (rc = meta_load(&meta, g, err, sizeof err)) ||
-	    (rc = model_new(&m, g, &meta, NULL, 64, pool, err, sizeof err))) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		goto out;
+	counts[0] = m->out.rp != NULL;
+	for (int l = 0; l < m->meta.n_layers; l++) {
+		const layer_t *L = &m->layers[l];
+		counts[0] += (L->wq.rp && L->wk.rp && L->wv.rp && L->wo.rp && L->w_gate.rp &&
+			      L->w_up.rp && L->w_down.rp);
 	}
-	*big = *moved = 0;
-	for (int l = -1; l < meta.n_layers; l++) {
+}
+
+/* counts[0]: the head's and layer matrices of 2 MiB and more; counts[1]: those of them that
+ * point at their own copy (not a repacked one); a smaller matrix owning a copy fails */
+static void count_copies(const model_t *m, int *counts)
+{
+	counts[0] = counts[1] = 0;
+	for (int l = -1; l < m->meta.n_layers; l++) {
 		const layer_t *L = l < 0 ? NULL : &m->layers[l];
 		const wmat_t *w[] = {l < 0 ? &m->out : &L->wq, L ? &L->wk : NULL, L ? &L->wv : NULL,
 				     L ? &L->wo : NULL, L ? &L->w_gate : NULL, L ? &L->w_up : NULL,
@@ -116,57 +111,58 @@ static int run_f16(const char *path, int copy, float *out, int *big, int *moved)
 			if (!w[i])
 				continue;
 			int b = (size_t)w[i]->rows * w[i]->row_bytes >= ((size_t)2 << 20);
-			*big += b;
-			*moved += b && w[i]->rp_own && w[i]->data == w[i]->rp_own && !w[i]->rp;
+			counts[0] += b;
+			counts[1] += b && w[i]->rp_own && w[i]->data == w[i]->rp_own && !w[i]->rp;
 			CHECK(b || !w[i]->rp_own);
 		}
 	}
-	int n = meta.n_vocab;
-	if (!(rc = model_forward(m, prompt, NP, 0, out)))
-		rc = model_forward(m, prompt, 1, NP, out + n);
-out:
-	unsetenv("SHOAL_NO_REPACK");
-	model_free(m);
-	pool_free(pool);
-	gguf_free(g);
-	return rc;
+}
+
+/* Writes o's model, runs it as loaded (logits into a, counts into c1) and with
+ * SHOAL_NO_REPACK (b, c0), and checks that the file is byte for byte the same afterwards, mtime
+ * included. Returns 0, or -1 when the model could not be written. */
+static int run_both(const mkmodel_opts_t *o, int steps, inspect_fn f, float *a, int *c1, float *b,
+		    int *c0)
+{
+	char path[256], err[256];
+	snprintf(path, sizeof path, "/tmp/shoal-test-repack-%d-%d-%d.gguf", (int)getpid(), o->type,
+		 o->dim);
+	if (mkmodel_write(o, path, err, sizeof err)) {
+		fprintf(stderr, "mkmodel: %s\n", err);
+		CHECK(0);
+		return -1;
+	}
+	struct stat s0, s1;
+	uint64_t h0 = file_hash(path, &s0);
+	CHECK_EQ_INT(run(path, 1, steps, a, f, c1), 0);
+	CHECK_EQ_INT(run(path, 0, steps, b, f, c0), 0);
+	uint64_t h1 = file_hash(path, &s1);
+	CHECK(h0 != 0 && h0 == h1);
+	CHECK(s0.st_mtime == s1.st_mtime && s0.st_size == s1.st_size);
+	unlink(path);
+	return 0;
 }
 
 /* dim 1024: wq, wo and the head (1100 rows) are 2 MiB or more, wk/wv (256 rows) and the FFN
  * (512 wide) are not. */
 TEST(huge_page_copy_f16)
 {
-	char path[256], err[256];
-	snprintf(path, sizeof path, "/tmp/shoal-test-rehome-%d.gguf", (int)getpid());
 	mkmodel_opts_t o = {.arch = "llama", .dim = 1024, .layers = 2, .heads = 8, .kv_heads = 2,
 			    .ffn = 512, .vocab = 1100, .ctx = 64, .type = QT_F16, .seed = 5};
-	if (mkmodel_write(&o, path, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		CHECK(0);
-		return;
-	}
-	struct stat s0, s1;
-	uint64_t h0 = file_hash(path, &s0);
-	int n = o.vocab, big1 = 0, moved1 = 0, big0 = 0, moved0 = 0;
+	int n = o.vocab, c1[2] = {0}, c0[2] = {0};
 	float *a = calloc((size_t)2 * n, sizeof *a), *b = calloc((size_t)2 * n, sizeof *b);
-	CHECK_EQ_INT(run_f16(path, 1, a, &big1, &moved1), 0);
-	CHECK_EQ_INT(run_f16(path, 0, b, &big0, &moved0), 0);
-	CHECK_EQ_INT(big1, 1 + 2 * 2); /* the head, wq and wo of both layers */
-	CHECK_EQ_INT(moved1, big1);
-	CHECK_EQ_INT(moved0, 0);
-	CHECK(!memcmp(a, b, (size_t)2 * n * sizeof *a));
-	uint64_t h1 = file_hash(path, &s1);
-	CHECK(h0 != 0 && h0 == h1);
-	CHECK(s0.st_mtime == s1.st_mtime && s0.st_size == s1.st_size);
+	if (!run_both(&o, 1, count_copies, a, c1, b, c0)) {
+		CHECK_EQ_INT(c1[0], 1 + 2 * 2); /* the head, wq and wo of both layers */
+		CHECK_EQ_INT(c1[1], c1[0]);
+		CHECK_EQ_INT(c0[1], 0);
+		CHECK(!memcmp(a, b, (size_t)2 * n * sizeof *a));
+	}
 	free(a);
 	free(b);
-	unlink(path);
 }
 
 static void check_type(int type)
 {
-	char path[256], err[256];
-	snprintf(path, sizeof path, "/tmp/shoal-test-repack-%d-%d.gguf", (int)getpid(), type);
 	mkmodel_opts_t o = {.arch = "llama",
 			    .dim = 256,
 			    .layers = 2,
@@ -177,20 +173,10 @@ static void check_type(int type)
 			    .ctx = 64,
 			    .type = type,
 			    .seed = 3};
-	if (mkmodel_write(&o, path, err, sizeof err)) {
-		fprintf(stderr, "mkmodel: %s\n", err);
-		CHECK(0);
-		return;
-	}
-	struct stat s0, s1;
-	uint64_t h0 = file_hash(path, &s0);
 	int n = o.vocab, r1 = 0, r0 = 0;
 	float *a = calloc((size_t)4 * n, sizeof *a), *b = calloc((size_t)4 * n, sizeof *b);
-	CHECK_EQ_INT(run(path, 1, a, &r1), 0);
-	CHECK_EQ_INT(run(path, 0, b, &r0), 0);
-	uint64_t h1 = file_hash(path, &s1);
-	CHECK(h0 != 0 && h0 == h1);
-	CHECK(s0.st_mtime == s1.st_mtime && s0.st_size == s1.st_size);
+	if (run_both(&o, 3, count_repacked, a, &r1, b, &r0))
+		goto out;
 	CHECK_EQ_INT(r0, 0);
 	const char *impl = quant_gemm_impl(type);
 	if (impl && strcmp(impl, "ref")) {
@@ -208,9 +194,9 @@ static void check_type(int type)
 	} else {
 		CHECK_EQ_INT(r1, 0);
 	}
+out:
 	free(a);
 	free(b);
-	unlink(path);
 }
 
 TEST(repack_q8_0)
