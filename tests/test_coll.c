@@ -431,7 +431,7 @@ TEST(q8_mismatch_is_out_of_step)
  * different order of addition would change the low bits. */
 static float det_val(int r, int row, size_t i)
 {
-	uint32_t h = (uint32_t)(row * 7919 + (int)i * 104729) ^ (uint32_t)(r * 2654435761u);
+	uint32_t h = ((uint32_t)row * 7919u + (uint32_t)i * 104729u) ^ ((uint32_t)r * 2654435761u);
 	h ^= h >> 15;
 	h *= 0x2c1b3c6du;
 	h ^= h >> 12;
