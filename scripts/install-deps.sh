@@ -5,9 +5,11 @@
 set -eu
 
 # libgnutls30: libmicrohttpd's HTTPS (--tls-cert); openssl: the test CA of tests/t_tls.sh.
+# iputils-ping: the latency lab measures its links with ping (tests/lab.sh).
 PKGS="gcc make pkg-config clang libavahi-client-dev libavahi-compat-libdnssd-dev libsodium-dev
 libmicrohttpd-dev libjansson-dev libibverbs-dev libopenblas-dev libpcre2-dev avahi-daemon
-avahi-utils dbus iproute2 util-linux procps curl tcpdump chromium openssl python3 libgnutls30"
+avahi-utils dbus iproute2 iputils-ping util-linux procps curl tcpdump chromium openssl python3
+libgnutls30"
 # Extras wanted by optional tests (aarch64 cross build under qemu); failure to get them is not fatal.
 OPTIONAL="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
