@@ -388,8 +388,7 @@ TEST(prefill_groups_tokens_by_expert)
  * over each expert's tokens) and a batch (one expert at a time). After 5 tokens one at a time,
  * 12 in one batch, 3 in another, the logits equal those of the 20 one at a time, bit for bit,
  * with 1 and 2 threads, for each MoE family and the weight types its experts take (F32 on the
- * row kernel; Q8_0 and MXFP4 on the repacked tiled kernel; the shared blocks on the row kernel,
- * Q8_0's batched one for any batch). */
+ * row kernel; Q8_0 and MXFP4 on the repacked tiled kernel, the shared blocks too). */
 static void decode_bits_equal_batch(mkmodel_opts_t o)
 {
 	int toks[20];

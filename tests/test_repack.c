@@ -11,7 +11,9 @@
  *   row kernel's VNNI order), clean steps stay < 1e-12;
  * - an F16 model's matrices of 2 MiB and more (no tiled kernel: the row kernels read them) are
  *   copied into huge pages and the smaller ones stay in the mapping; the logits are the same
- *   bits as without the copies, and the file is unchanged. */
+ *   bits as without the copies, and the file is unchanged;
+ * - a mixture of experts' shared block (qwen2moe, Q8_0) is repacked as its experts are, its
+ *   logits within the same bounds. */
 #include "common/common.h"
 #include "harness.h"
 #include "infer/gguf_write.h"
@@ -161,21 +163,27 @@ TEST(huge_page_copy_f16)
 	free(b);
 }
 
-static void check_type(int type)
+/* counts[0]: the head, if repacked, and the layers whose shared block's three matrices are */
+static void count_shared_repacked(const model_t *m, int *counts)
 {
-	mkmodel_opts_t o = {.arch = "llama",
-			    .dim = 256,
-			    .layers = 2,
-			    .heads = 8,
-			    .kv_heads = 2,
-			    .ffn = 768,
-			    .vocab = 520, /* not a multiple of 16: the head has tail rows */
-			    .ctx = 64,
-			    .type = type,
-			    .seed = 3};
-	int n = o.vocab, r1 = 0, r0 = 0;
+	counts[0] = m->out.rp != NULL;
+	for (int l = 0; l < m->meta.n_layers; l++) {
+		const wmat_t *w[3];
+		if (!m->layers[l].moe)
+			continue;
+		moe_shared_mats(m->layers[l].moe, w);
+		counts[0] += w[0] && w[0]->rp && w[1]->rp && w[2]->rp;
+	}
+}
+
+/* o's model as loaded and with SHOAL_NO_REPACK: the head and both layers repacked (f counts
+ * them) where the type has a tiled kernel, and the logits of a prefill and 3 decode steps
+ * within the bounds above. */
+static void check_model(const mkmodel_opts_t *o, inspect_fn f)
+{
+	int type = o->type, n = o->vocab, r1 = 0, r0 = 0;
 	float *a = calloc((size_t)4 * n, sizeof *a), *b = calloc((size_t)4 * n, sizeof *b);
-	if (run_both(&o, 3, count_repacked, a, &r1, b, &r0))
+	if (run_both(o, 3, f, a, &r1, b, &r0))
 		goto out;
 	CHECK_EQ_INT(r0, 0);
 	const char *impl = quant_gemm_impl(type);
@@ -197,6 +205,30 @@ static void check_type(int type)
 out:
 	free(a);
 	free(b);
+}
+
+static void check_type(int type)
+{
+	mkmodel_opts_t o = {.arch = "llama",
+			    .dim = 256,
+			    .layers = 2,
+			    .heads = 8,
+			    .kv_heads = 2,
+			    .ffn = 768,
+			    .vocab = 520, /* not a multiple of 16: the head has tail rows */
+			    .ctx = 64,
+			    .type = type,
+			    .seed = 3};
+	check_model(&o, count_repacked);
+}
+
+/* qwen2moe: 8 experts of 64 (2 used) and a gated shared block of 128 */
+TEST(repack_moe_shared_block)
+{
+	mkmodel_opts_t o = {.arch = "qwen2moe", .dim = 128, .layers = 2, .heads = 4,
+			    .kv_heads = 2, .ffn = 128, .vocab = 520, .ctx = 64, .type = QT_Q8_0,
+			    .seed = 11, .experts = 8, .experts_used = 2, .expert_ffn = 64};
+	check_model(&o, count_shared_repacked);
 }
 
 TEST(repack_q8_0)
@@ -224,5 +256,6 @@ int main(void)
 	RUN(repack_q4_k);
 	RUN(repack_q6_k);
 	RUN(huge_page_copy_f16);
+	RUN(repack_moe_shared_block);
 	return harness_done();
 }

@@ -245,18 +245,9 @@ int deltanet_repack(model_t *m, layer_t *L)
 		for (int j = 0; j < all[i]->n; j++)
 			if (wmat_repack(m, &all[i]->w[j], 1))
 				return SH_ENOMEM;
-	for (int j = 0; j < d->out.n; j++) {
-		wmat_t *w = &d->out.w[j];
-		if (wmat_repack(m, w, !d->out.own[j]))
+	for (int j = 0; j < d->out.n; j++)
+		if (wmat_repack_own(m, &d->out.w[j], &d->out.own[j]))
 			return SH_ENOMEM;
-		/* a private column slice wholly repacked is not read any more */
-		if (d->out.own[j] && w->rp && w->rp_groups * QR_ROWS == w->rows &&
-		    w->rp_min_b <= 1) {
-			free(d->out.own[j]);
-			d->out.own[j] = NULL;
-			w->data = w->rp_of = NULL;
-		}
-	}
 	return 0;
 }
 

@@ -172,6 +172,19 @@ int wmat_repack(model_t *m, wmat_t *w, int release)
 	return 0;
 }
 
+int wmat_repack_own(model_t *m, wmat_t *w, uint8_t **own)
+{
+	int rc = wmat_repack(m, w, !*own);
+	if (rc)
+		return rc;
+	if (*own && w->rp && w->rp_groups * QR_ROWS == w->rows && w->rp_min_b <= 1) {
+		free(*own);
+		*own = NULL;
+		w->data = w->rp_of = NULL;
+	}
+	return 0;
+}
+
 void wmat_release(wmat_t *w)
 {
 	if (w->rp_own)

@@ -210,17 +210,11 @@ int mat_cols(const gguf_t *g, wmat_t *w, int c0, int n, uint8_t **own, const cha
 static int repack_layer(model_t *m, layer_t *L)
 {
 	wmat_t *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-	uint8_t **own[] = {NULL, NULL, NULL, &L->wo_own, NULL, NULL, &L->down_own};
+	uint8_t *none = NULL, **own[] = {&none, &none, &none, &L->wo_own, &none, &none, &L->down_own};
 	for (size_t i = 0; i < ARRAY_LEN(w); i++) {
-		int rc = wmat_repack(m, w[i], !(own[i] && *own[i]));
+		int rc = wmat_repack_own(m, w[i], own[i]);
 		if (rc)
 			return rc;
-		if (own[i] && *own[i] && w[i]->rp && w[i]->rp_groups * QR_ROWS == w[i]->rows &&
-		    w[i]->rp_min_b <= 1) {
-			free(*own[i]);
-			*own[i] = NULL;
-			w[i]->data = w[i]->rp_of = NULL;
-		}
 	}
 	return 0;
 }

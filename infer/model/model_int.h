@@ -157,6 +157,10 @@ struct model {
  * and more is copied as it is into huge pages (w->data then points at the copy, which w owns
  * as rp_own: wmat_release frees it). Returns 0 (also when nothing was done) or SH_ENOMEM. */
 int wmat_repack(model_t *m, wmat_t *w, int release);
+/* wmat_repack for a matrix that may be a private column slice (*own, malloc'd, or NULL: rows of
+ * the file, released). A slice wholly repacked is freed and *own set to NULL: nothing reads its
+ * rows any more. 0 or SH_ENOMEM. */
+int wmat_repack_own(model_t *m, wmat_t *w, uint8_t **own);
 void wmat_release(wmat_t *w); /* frees the interleaved copy; NULL-safe fields */
 
 /* out[b][r] = W[r, :] . x[b][:] for B inputs (B <= the model's max batch). */
@@ -241,9 +245,12 @@ void moe_route(const moe_route_t *r, const float *logits, int *sel, float *w);
  * the shared block. */
 int moe_layer_new(model_t *m, const gguf_t *g, int l, moe_layer_t **out, char *err, size_t errlen);
 void moe_layer_free(moe_layer_t *ml); /* NULL-safe */
-/* The interleaved copies of this rank's experts (wmat_repack: the tiled kernels, decode
- * included, for every expert the type has one for). 0 or SH_ENOMEM. */
+/* The interleaved copies of this rank's experts and shared block (wmat_repack: the tiled
+ * kernels, decode included, for every matrix the type has one for). 0 or SH_ENOMEM. */
 int moe_repack(model_t *m, moe_layer_t *ml);
+/* out[0..2] = the shared block's gate, up and down as this rank holds them, or NULL each when
+ * it holds none (tests look at their copies). */
+void moe_shared_mats(const moe_layer_t *ml, const wmat_t *out[3]);
 int moe_scratch_new(model_t *m); /* after m->max_b is set; SH_ENOMEM */
 void moe_scratch_free(moe_scratch_t *s);
 /* m->xb2[B][dim] = this rank's part of the MoE FFN of m->xb[B][dim] (its experts' weighted
