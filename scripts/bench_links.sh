@@ -56,11 +56,12 @@ start() { # strategy
 	done
 }
 
-# The host number of the node that plans (and serves the API as rank 0), as host 1 sees it.
+# The host number of the node that plans (and serves the API as rank 0), as host 1 sees it
+# (its own entry may carry the address it listens on, 0.0.0.0: then it is host 1).
 leader_host() {
 	cluster 1 | jq_py '
 a = [m["addr"].split(":")[0] for m in j.get("members", []) if m.get("id") == j.get("leader")]
-print(a[0].split(".")[-1] if a else "-")'
+print("-" if not a else "1" if a[0] == "0.0.0.0" else a[0].split(".")[-1])'
 }
 
 # Waits until the planner has a plan made from measurements (every pair measured) that serves
