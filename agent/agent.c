@@ -498,8 +498,12 @@ static int on_message(void *ud, member_t *m, uint16_t type, const uint8_t *p, si
 		break;
 	case AGENT_MSG_STEPS: { /* the dashboard's series of this rank: the mean since the last */
 		node_steps_t s, *was = &m->steps;
-		if (node_steps_parse(&s, p, len))
-			return SH_EFORMAT;
+		if (node_steps_parse(&s, p, len)) {
+			/* figures for the dashboard only: refused, but no reason to drop a rank
+			 * of the plan (that re-planned a forming cluster) */
+			LOG(LOG_DEBUG, "agent: node %.8s sent step figures that do not add up", h);
+			return 0;
+		}
 		if (s.steps > was->steps && s.step_ms >= was->step_ms &&
 		    s.comm_ms >= was->comm_ms) {
 			double n = (double)(s.steps - was->steps);

@@ -5,7 +5,8 @@
  * which move with any change of the hidden state) of the same request run alone on the same
  * engine: on one node, on 2 and 3 tensor-parallel ranks and on 3 pipeline ranks (loopback
  * groups), for every weight type the kernels treat differently (Q4_0, Q8_0 and the K-quants
- * repacked; F32, F16 and BF16 through their row kernels, one input or 8 at a time). */
+ * repacked; F32, F16 and BF16 through their row kernels, one input or 8 at a time). Each worker
+ * rank's communication time stays within its steps' time (the figures it reports). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,10 +198,21 @@ static void *rank_main(void *arg)
 		c->rc = -1;
 		goto out;
 	}
-	if (c->l.rank == 0)
+	if (c->l.rank == 0) {
 		check_cases(e, c->what);
-	else
-		c->rc = eng_worker_run(e, c->err, sizeof c->err);
+	} else if (!(c->rc = eng_worker_run(e, c->err, sizeof c->err))) {
+		/* a worker's totals (the leader's dashboard refuses, node_steps_parse, figures
+		 * whose communication exceeds the steps' time): the batches' entries, sent after
+		 * the step's header, count in both */
+		eng_comm_t s;
+		eng_worker_comm_stats(e, &s);
+		if (!(s.steps > 0 && s.comm_ms <= s.step_ms)) {
+			c->rc = -1;
+			snprintf(c->err, sizeof c->err,
+				 "worker figures: %llu steps, %.3f ms communication of %.3f ms",
+				 (unsigned long long)s.steps, s.comm_ms, s.step_ms);
+		}
+	}
 out:
 	eng_free(e);
 	tp_group_free(g);
