@@ -18,6 +18,7 @@
 #include "agent/handshake.h"
 #include "common/common.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -199,6 +200,51 @@ static void duplicate_found(members_t *a, const char *where)
 	}
 }
 
+/* Waits up to ms for the peer to close FD after our last message, reading and dropping what it
+ * sends meanwhile: closing with unread data would reset the connection, and a reset can discard
+ * our last message before the peer reads it. Only on a refused channel, which ends at once. */
+static void linger_closed(int fd, int ms)
+{
+	shutdown(fd, SHUT_WR);
+	int64_t deadline = now_ms() + ms;
+	char buf[4096];
+	for (int64_t left = ms; left > 0; left = deadline - now_ms()) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, (int)left) <= 0)
+			return;
+		ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			return;
+	}
+}
+
+/* Is the channel's peer still there: heard from within two heartbeats, and no end-of-stream
+ * waiting unread (a restarted peer's old channel may be closed in a read not yet done)? */
+static int channel_alive(const member_t *c, int64_t now)
+{
+	if (now - c->last_rx_ms > 2 * AGENT_HEARTBEAT_MS)
+		return 0;
+	char b;
+	ssize_t r = recv(tp_chan_fd(c->ch), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
+/* A second channel to a member: which one stays. A dead old one goes (the peer restarted). While
+ * it is alive, a repeat from the same side is a double dial or a second process with the member's
+ * ID (a copied state directory): replacing the live channel would drop the node that holds the
+ * ID, so the old one stays. Two channels from opposite sides (both dialled at once) keep the one
+ * the smaller ID initiated, as both ends decide alike. */
+static int keep_new_channel(const members_t *a, const member_t *old, const disc_id_t *pid,
+			    int me_init)
+{
+	if (!channel_alive(old, now_ms()))
+		return 1;
+	if (old->initiator_is_me == me_init)
+		return 0;
+	int smaller_is_me = disc_id_cmp(&a->self, pid) < 0;
+	return me_init == smaller_is_me;
+}
+
 static void on_dial_result(members_t *a, handshake_t *d)
 {
 	if (d->outgoing && !disc_id_is_zero(&d->target))
@@ -256,13 +302,20 @@ static void on_dial_result(members_t *a, handshake_t *d)
 	int me_init = d->outgoing;
 	member_t *old = members_find(a, &pid);
 	if (old) {
-		/* keep the channel initiated by the smaller ID; a repeat from the same side
-		 * replaces the old one (the peer restarted and the old channel is stale) */
-		int smaller_is_me = disc_id_cmp(&a->self, &pid) < 0;
-		int keep_new = old->initiator_is_me == me_init || me_init == smaller_is_me;
+		int keep_new = keep_new_channel(a, old, &pid, me_init);
 		LOG(LOG_DEBUG, "agent: second channel to %s: keeping the %s one", ph,
 		    keep_new ? "new" : "old");
 		if (!keep_new) {
+			if (!me_init) {
+				/* the member's address on the live channel: the dialler ignores it
+				 * when that is its own address (a double dial, or both sides dialled
+				 * at once); a second process with the ID learns of the first */
+				LOG(LOG_DEBUG, "agent: %s connected from %s while its channel from %s "
+				    "is alive: keeping that one", ph, addr, old->addr);
+				if (tp_chan_send(d->ch, DISC_MSG_DUPLICATE, old->addr,
+						 strlen(old->addr)) == 0)
+					linger_closed(tp_chan_fd(d->ch), 500);
+			}
 			tp_chan_free(d->ch);
 			free(d);
 			return;
@@ -385,6 +438,30 @@ static int handle_msg(members_t *a, member_t *c, uint16_t type, const uint8_t *p
 	}
 }
 
+/* A member tells us it has a live channel from another node with our ID, at WHERE (p, len). Not
+ * a duplicate when WHERE is one of our own addresses (our own second channel, refused). Otherwise
+ * the channel ends, and alone we stand down. Returns 1 when the conn was dropped. */
+static int duplicate_notice(members_t *a, int i, const uint8_t *p, size_t len)
+{
+	char where[DISC_ADDR_MAX], ph[DISC_ID_HEX];
+	if (len == 0 || len >= sizeof where || memchr(p, 0, len)) {
+		conn_drop(a, i, "malformed message type 0x0104");
+		return 1;
+	}
+	memcpy(where, p, len);
+	where[len] = 0;
+	if (node_is_local_addr(where))
+		return 0;
+	disc_id_hex(&a->m[i].id, ph);
+	LOG(LOG_ERROR,
+	    "duplicate node ID %s: member %.8s has a live channel from the node at %s, which uses "
+	    "it too (a copied state directory?); stop one and remove its %s/node_id",
+	    a->self_hex, ph, where, a->cfg->state_dir);
+	conn_drop(a, i, "it knows another node with our ID");
+	duplicate_found(a, where);
+	return 1;
+}
+
 /* Reads every buffered frame of conns[i]. Returns 1 when the conn was dropped. */
 static int conn_read(members_t *a, int i)
 {
@@ -401,6 +478,11 @@ static int conn_read(members_t *a, int i)
 			return 1;
 		}
 		c->last_rx_ms = now_ms();
+		if (type == DISC_MSG_DUPLICATE) {
+			if (duplicate_notice(a, i, p, len))
+				return 1;
+			continue;
+		}
 		rc = handle_msg(a, c, type, p, len);
 		if (rc) {
 			char why[64];
@@ -490,7 +572,7 @@ static void dial_missing(members_t *a, int64_t now)
 		const disc_peer_addr_t *pa = &p->addrs[order[a->mdns_tries[i]++ % no]];
 		dial_out(a, pa->addr, pa->port, &p->id, -1);
 	}
-	for (int i = 0; i < a->cfg->npeers; i++) {
+	for (int i = 0; i < a->cfg->npeers && !a->stood_down; i++) {
 		if (a->static_dialing[i] || a->static_self[i] ||
 		    now - a->static_last_ms[i] < STATIC_RETRY_MS)
 			continue;

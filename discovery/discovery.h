@@ -216,12 +216,17 @@ const disc_peer_t *disc_table_at(const disc_table_t *t, int i);
  *          the leader's announcement of itself, its epoch and its view
  *   0x0103 DISC_MSG_SMALLER
  *          16-byte ID: "I know a member smaller than you" (follower -> leader)
+ *   0x0104 DISC_MSG_DUPLICATE
+ *          text, the address of a live channel (1..DISC_ADDR_MAX-1 bytes, no NUL): "a node with
+ *          your ID is connected to me from there"; sent on a channel about to be closed, to a
+ *          node that dialled while another process holding its ID has a live channel
  */
 enum disc_msg_type {
 	DISC_MSG_INFO = 0x0100,
 	DISC_MSG_HEARTBEAT = 0x0101,
 	DISC_MSG_LEADER = 0x0102,
 	DISC_MSG_SMALLER = 0x0103,
+	DISC_MSG_DUPLICATE = 0x0104,
 };
 
 /* ---- the election core (pure) ------------------------------------------------------------- */
