@@ -9,7 +9,8 @@
 #   3. kill -9 of the leader: the survivors agree on the next smallest; it rejoins when restarted
 #   4. kill -9 of a follower: it leaves every view
 #   5. avahi-daemon restart on one host: it re-publishes, re-browses, and a newcomer joins it
-#   6. a copied state directory (same node ID twice) is reported on both nodes
+#   6. a copied state directory (same node ID twice) is reported on both nodes; a copy that
+#      reaches a member first is refused (the holder's channel is alive) and told, and stands down
 #   7. 20 runs with random start delays give exactly one leader each time
 #   8. the token is in no TXT record and in no packet of the whole capture
 . tests/lib.sh
