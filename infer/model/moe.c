@@ -700,54 +700,68 @@ static int moe_ffn_few(model_t *m, const moe_layer_t *ml, int B)
 	return 1;
 }
 
-/* lg[e] = W_r[e, :] . x for the E experts, each the plain loop's sum (dot: from 0, i ascending,
- * every product rounded and then added), 32 or 4 experts side by side over the transposed
- * router: one dot is a chain of dim dependent adds (~3 cycles each), which made the router
- * alone ~2 ms a layer at 512 experts of 4096 (Qwen3.5-397B). */
+/* lg[e] = W_r[e, :] . x for experts [e0, e1), each the plain loop's sum (dot: from 0, i
+ * ascending, every product rounded and then added), 32, 16 or 4 experts side by side over the
+ * transposed router: one dot is a chain of dim dependent adds (~3 cycles each), which made the
+ * router alone ~2 ms a layer at 512 experts of 4096 (Qwen3.5-397B). Each expert's lane sums in
+ * the same order whatever its neighbours, so a logit has the same bits in any range. */
 typedef float v4f __attribute__((vector_size(16))); /* SSE2 / NEON without target flags */
 
-static void router_logits(const float *rt, int E, int D, const float *x, float *lg)
+/* nv x 4 experts from e: a constant nv (inlined) keeps the accumulators in registers */
+static inline __attribute__((always_inline)) void router_block(const float *rt, int E, int D,
+							       const float *x, float *lg, int e,
+							       const int nv)
 {
-	int e = 0;
-	for (; e + 32 <= E; e += 32) {
-		v4f a0 = {0}, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-		for (int i = 0; i < D; i++) {
-			const float *p = rt + (size_t)i * E + e;
-			v4f xi = {x[i], x[i], x[i], x[i]};
-#define ROUTER_STEP(a, k)                                                                          \
-	do {                                                                                       \
-		v4f r;                                                                             \
-		memcpy(&r, p + 4 * (k), sizeof r);                                                 \
-		a += r * xi;                                                                       \
-	} while (0)
-			ROUTER_STEP(a0, 0);
-			ROUTER_STEP(a1, 1);
-			ROUTER_STEP(a2, 2);
-			ROUTER_STEP(a3, 3);
-			ROUTER_STEP(a4, 4);
-			ROUTER_STEP(a5, 5);
-			ROUTER_STEP(a6, 6);
-			ROUTER_STEP(a7, 7);
-#undef ROUTER_STEP
+	v4f a[8];
+	for (int k = 0; k < nv; k++)
+		a[k] = (v4f){0};
+	for (int i = 0; i < D; i++) {
+		const float *p = rt + (size_t)i * E + e;
+		v4f xi = {x[i], x[i], x[i], x[i]};
+		for (int k = 0; k < nv; k++) {
+			v4f r;
+			memcpy(&r, p + 4 * k, sizeof r);
+			a[k] += r * xi;
 		}
-		v4f a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-		memcpy(lg + e, a, sizeof a);
 	}
-	for (; e + 4 <= E; e += 4) {
-		v4f a = {0}, r;
-		for (int i = 0; i < D; i++) {
-			v4f xi = {x[i], x[i], x[i], x[i]};
-			memcpy(&r, rt + (size_t)i * E + e, sizeof r);
-			a += r * xi;
-		}
-		memcpy(lg + e, &a, sizeof a);
-	}
-	for (; e < E; e++) {
+	memcpy(lg + e, a, (size_t)nv * sizeof a[0]);
+}
+
+static void router_logits(const float *rt, int E, int D, const float *x, float *lg, int e0,
+			  int e1)
+{
+	int e = e0;
+	for (; e + 32 <= e1; e += 32)
+		router_block(rt, E, D, x, lg, e, 8);
+	for (; e + 16 <= e1; e += 16)
+		router_block(rt, E, D, x, lg, e, 4);
+	for (; e + 4 <= e1; e += 4)
+		router_block(rt, E, D, x, lg, e, 1);
+	for (; e < e1; e++) {
 		float s = 0;
 		for (int i = 0; i < D; i++)
 			s += rt[(size_t)i * E + e] * x[i];
 		lg[e] = s;
 	}
+}
+
+/* The router of B tokens on the pool: chunk c is token c / per's experts in part c % per
+ * (16-expert boundaries). On the main thread alone it read the whole F32 router while the
+ * other threads waited: 8 MiB a layer for Qwen3.5-397B's 512 experts of 4096. */
+typedef struct router_job {
+	const float *rt, *x;
+	float *lg;
+	int E, D, per;
+} router_job_t;
+
+static void router_task(void *ctx, int c, int nc, int tid)
+{
+	router_job_t *j = ctx;
+	int b = c / j->per, e0, e1;
+	(void)nc, (void)tid;
+	pool_split(j->E, c % j->per, j->per, 16, &e0, &e1);
+	router_logits(j->rt, j->E, j->D, j->x + (size_t)b * j->D, j->lg + (size_t)b * j->E, e0,
+		      e1);
 }
 
 void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
@@ -761,9 +775,11 @@ void moe_ffn(model_t *m, const moe_layer_t *ml, int B)
 	    E, K, p->gating, p->exp_norm, p->exp_scale, ml->exp_bias, p->n_groups, p->groups_used};
 
 	/* routing: logits[B][E], sel/wt[B][K] */
+	router_job_t rj = {ml->router_tr, xb, s->logits, E, D,
+			   MAX(1, MIN((E + 15) / 16, pool_threads(m->pool)))};
+	pool_run(m->pool, router_task, &rj, B * rj.per);
 	for (int b = 0; b < B; b++) {
 		float *lg = s->logits + (size_t)b * E;
-		router_logits(ml->router_tr, E, D, xb + (size_t)b * D, lg);
 		for (int e = 0; e < E; e++) /* (+0 too, as before: -0 logits become +0) */
 			lg[e] += ml->router_b ? ml->router_b[e] : 0.0f;
 		moe_route(&rt, lg, s->sel + (size_t)b * K, s->wt + (size_t)b * K);

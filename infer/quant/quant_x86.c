@@ -903,12 +903,10 @@ const quant_ops_t *quant_x86_ops(int wtype)
 	}
 	if (!have)
 		return NULL;
-	if (vnni && !getenv("SHOAL_NO_VNNI")) {
-		if (wtype == QT_Q8_0)
-			return &vnni_q8_0;
-		if (wtype == QT_Q4_0)
-			return &vnni_q4_0;
-	}
+	/* the environment only for the types it concerns: activations are prepared through
+	 * quant_x86_ops(QT_F32) hundreds of times a token, and getenv walks the environment */
+	if (vnni && (wtype == QT_Q8_0 || wtype == QT_Q4_0) && !getenv("SHOAL_NO_VNNI"))
+		return wtype == QT_Q8_0 ? &vnni_q8_0 : &vnni_q4_0;
 	switch (wtype) {
 	case QT_F32: return &avx2_f32;
 	case QT_F16: return &avx2_f16;
