@@ -40,6 +40,7 @@
  * finish a product within microseconds of each other rather than one waiting on the other's
  * last long chunk (64 products per token). */
 #define MM_MIN_GROUPS 4
+#define MM_PF_HEAD 32768
 #define MM_MAX_CHUNKS 1024 /* ~500 for a 150k-row head on 64 threads */
 
 /* ---- repacking ---------------------------------------------------------------------------- */
@@ -260,6 +261,18 @@ static void mm_matvec_task(void *ctx, int c, int nc, int tid)
 	mm_matvec_part(j, c / j->per, c % j->per);
 }
 
+/* The first MM_PF_HEAD bytes of groups [g0, ...) of w into L2. The kernels prefetch ahead
+ * within a matrix (gemm_x86.c PF_L2_AHEAD), so a chunk that moves on to another matrix (an
+ * expert: elsewhere in memory) would start it with nothing in flight. */
+static void mm_prefetch_head(const wmat_t *w, int g0)
+{
+	size_t gb = quant_repack_group_bytes(w->type, w->cols),
+	       n = MIN((size_t)MM_PF_HEAD, gb * (size_t)(w->rp_groups - g0));
+	const char *p = (const char *)w->rp + (size_t)g0 * gb;
+	for (size_t o = 0; o < n; o += 64)
+		__builtin_prefetch(p + o, 0, 2);
+}
+
 /* Row groups [g0, g0 + ng) of matrix k, all B tokens in tiles of QR_NT. */
 static void mm_gemm_groups(const mm_job_t *j, int k, int g0, int ng)
 {
@@ -319,6 +332,8 @@ static void mm_seq_task(void *ctx, int c, int nc, int tid)
 		while (g >= j->gcum[k + 1])
 			k++;
 		int g1 = MIN(j->seq[c + 1], j->gcum[k + 1]);
+		if (g1 < j->seq[c + 1]) /* the next matrix's start, while this one is read */
+			mm_prefetch_head(j->w[k + 1], 0);
 		mm_gemm_groups(j, k, g - j->gcum[k], g1 - g);
 		g = g1;
 	}
