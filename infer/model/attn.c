@@ -69,6 +69,7 @@ typedef struct att_job {
 	int layer, B;
 	const int *blk; /* [n_blk + 1]: token block i is [blk[i], blk[i + 1]) */
 	int n_blk;
+	int hs; /* att_task: parts each KV head's query heads are split into */
 } att_job_t;
 
 /* Item it of a job as (token b, local head h) reading local KV head *kvh; T positions are
@@ -85,18 +86,23 @@ static void att_item(const att_job_t *j, int it, int *b, int *h, int *kvh, int *
 
 _Static_assert(ATT_TILE == 64, "quant_qkt_fn works on tiles of 64 keys");
 
-/* Work item it = (local KV head g, tokens [*b0, *b1)): the shard's query heads [*h0, *h1) read
- * that KV head. */
+/* Work item it = (local KV head g, tokens [*b0, *b1), part of its query heads): the shard's
+ * query heads [*h0, *h1) read that KV head. A head's scores and sums do not depend on which
+ * heads share its call, so the parts give the same bits as whole groups. */
 static void att_kv_item(const att_job_t *j, int it, int *g, int *b0, int *b1, int *h0, int *h1)
 {
 	const model_t *m = j->m;
-	int grp = m->meta.n_heads / m->meta.n_kv_heads, nkv = m->sh.n_kv_heads;
+	int grp = m->meta.n_heads / m->meta.n_kv_heads, nkv = m->sh.n_kv_heads, part = it % j->hs;
+	it /= j->hs;
 	*g = it % nkv;
 	*b0 = j->blk[it / nkv];
 	*b1 = j->blk[it / nkv + 1];
 	int q0 = (m->sh.kv_head0 + *g) * grp; /* its query heads, as global head numbers */
-	*h0 = MAX(q0, m->sh.q_head0) - m->sh.q_head0;
-	*h1 = MIN(q0 + grp, m->sh.q_head0 + m->sh.n_q_heads) - m->sh.q_head0;
+	int a = MAX(q0, m->sh.q_head0) - m->sh.q_head0;
+	int b = MIN(q0 + grp, m->sh.q_head0 + m->sh.n_q_heads) - m->sh.q_head0;
+	pool_split(b - a, part, j->hs, 1, h0, h1);
+	*h0 += a;
+	*h1 += a;
 }
 
 /* The tile of n positions of one head (k, v: its first bytes) as F32: K transposed,
@@ -299,10 +305,12 @@ static void att_task(void *ctx, int c, int nc, int tid)
 	const float *qp[ATT_GROUP];
 	float *op[ATT_GROUP];
 	int lo, hi;
-	pool_split(j->m->sh.n_kv_heads * j->n_blk, c, nc, 1, &lo, &hi);
+	pool_split(j->m->sh.n_kv_heads * j->n_blk * j->hs, c, nc, 1, &lo, &hi);
 	for (int it = lo; it < hi; it++) {
 		int g, b0, b1, h0, h1;
 		att_kv_item(j, it, &g, &b0, &b1, &h0, &h1);
+		if (h0 >= h1)
+			continue;
 		int slot = m->bslot[b0]; /* the block's */
 		for (int b = b0; b < b1; b++)
 			for (int h = h0; h < h1; h++) {
@@ -400,10 +408,16 @@ void attention(model_t *m, int lc, int B)
 		    m->bpos[b] != m->bpos[b - 1] + 1)
 			blk[n_blk++] = b;
 	blk[n_blk] = B;
-	att_job_t aj = {m, lc, B, blk, n_blk};
-	int items = n_blk * m->sh.n_kv_heads;
+	/* fewer (block, KV head) items than threads (one sequence's decode with 1-2 KV heads:
+	 * Gemma 3 1B, Qwen3.5): each KV head's query heads in parts, so every thread attends;
+	 * the parts read the KV head's tiles once each */
+	int nt = pool_threads(m->pool), items = n_blk * m->sh.n_kv_heads;
+	int grp = m->meta.n_heads / m->meta.n_kv_heads;
+	int hs = items >= nt ? 1 : MIN(grp, (nt + items - 1) / items);
+	att_job_t aj = {m, lc, B, blk, n_blk, hs};
+	items *= hs;
 	att_llama_q(m, B);
-	pool_run(m->pool, att_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
+	pool_run(m->pool, att_task, &aj, MIN(items, 4 * nt));
 }
 
 /* ---- the plain version ------------------------------------------------------------------ */
@@ -480,7 +494,7 @@ static void att_ref_task(void *ctx, int c, int nc, int tid)
 
 void attention_ref(model_t *m, int lc, int B)
 {
-	att_job_t aj = {m, lc, B, NULL, 0};
+	att_job_t aj = {m, lc, B, NULL, 0, 1};
 	int items = B * m->sh.n_q_heads;
 	att_llama_q(m, B);
 	pool_run(m->pool, att_ref_task, &aj, MIN(items, 4 * pool_threads(m->pool)));
