@@ -544,7 +544,8 @@ static void proj_rows(model_t *m, const dn_mat_t *d, float *out, int ld, const f
 }
 
 /* One token: the four projections' row views in one pool dispatch, each written in place (a
- * row of one token is contiguous), their input prepared once per weight type. Per output the
+ * row of one token is contiguous), their input prepared once per weight type (the views of one
+ * projection share a type: at most 4 of m->act's rows, hence max_b >= 4). Per output the
  * same kernel and sum as proj_rows, so the same bits; four dispatches of a 0.5B file's small
  * matrices had left the threads waiting at each one's end. */
 static void proj_one(model_t *m, const struct dn_layer *d, dn_state_t *s)

@@ -332,8 +332,12 @@ static void mm_seq_task(void *ctx, int c, int nc, int tid)
 		while (g >= j->gcum[k + 1])
 			k++;
 		int g1 = MIN(j->seq[c + 1], j->gcum[k + 1]);
-		if (g1 < j->seq[c + 1]) /* the next matrix's start, while this one is read */
-			mm_prefetch_head(j->w[k + 1], 0);
+		if (g1 < j->seq[c + 1]) { /* the next tiled matrix's start, while this one is read */
+			int k2 = k + 1;
+			while (g1 >= j->gcum[k2 + 1])
+				k2++;
+			mm_prefetch_head(j->w[k2], 0);
+		}
 		mm_gemm_groups(j, k, g - j->gcum[k], g1 - g);
 		g = g1;
 	}
